@@ -1,0 +1,127 @@
+/* ns.c - the namespace rules; see ns.h and DESIGN.md "The namespace". */
+#include "ns.h"
+#include "path.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+static void present_link(struct ns_entry *out, const struct stat *lst)
+{
+	out->kind = NS_LINK;
+	out->st = *lst;
+	out->st.st_mode = S_IFLNK | 0777;
+	out->st.st_size = (off_t)strlen(out->target);
+	out->st.st_nlink = 1;
+}
+
+static int show_verbatim(const char *path, const struct stat *lst, enum ns_link_state why,
+			 struct ns_entry *out)
+{
+	ssize_t n = readlink(path, out->target, sizeof(out->target) - 1);
+
+	if (n < 0)
+		return -errno;
+	out->target[n] = '\0';
+	out->link_state = why;
+	present_link(out, lst);
+	return 0;
+}
+
+int ns_classify(const struct hub_roots *roots, const char *rel, struct ns_entry *out)
+{
+	char path[PATH_MAX], blob_dir[PATH_MAX], dir[PATH_MAX], to[PATH_MAX];
+	const char *via_dir = NULL, *name;
+	struct hub_res res;
+	struct stat lst;
+	int r;
+
+	memset(out, 0, sizeof(*out));
+	r = path_join(roots->path[0], rel, path, sizeof(path));
+	if (r < 0)
+		return r;
+	if (lstat(path, &lst) < 0)
+		return errno == ENOTDIR ? -ENOENT : -errno;
+
+	if (S_ISDIR(lst.st_mode) || S_ISREG(lst.st_mode)) {
+		out->kind = S_ISDIR(lst.st_mode) ? NS_DIR : NS_FILE;
+		out->st = lst;
+		out->st.st_mode &= ~(mode_t)0222;
+		strcpy(out->backing, path);
+		name = hub_repo_blob_name(rel);
+		if (name && out->kind == NS_FILE)
+			snprintf(out->blob_id, sizeof(out->blob_id), "%s", name);
+		return 0;
+	}
+	if (!S_ISLNK(lst.st_mode))
+		return -ENOENT;
+
+	if (hub_snapshot_blob_dir(rel, blob_dir, sizeof(blob_dir)))
+		via_dir = blob_dir;
+	r = hub_resolve(roots, rel, via_dir, &res);
+	if (r < 0)
+		return r;
+
+	switch (res.kind) {
+	case HUB_RES_DANGLING:
+		return show_verbatim(path, &lst, NS_LINK_DANGLING, out);
+	case HUB_RES_LOOP:
+		return show_verbatim(path, &lst, NS_LINK_LOOP, out);
+	case HUB_RES_ESCAPE:
+		return show_verbatim(path, &lst, NS_LINK_ESCAPE, out);
+	case HUB_RES_OTHER:
+		return -ENOENT;
+	case HUB_RES_DIR:
+		if (res.root != 0)
+			return show_verbatim(path, &lst, NS_LINK_FOREIGN, out);
+		path_dirname(rel, dir, sizeof(dir));
+		r = path_relative(dir, res.real + strlen(roots->path[0]) +
+				  (res.real[strlen(roots->path[0])] == '/'),
+				  out->target, sizeof(out->target));
+		if (r < 0)
+			return r;
+		present_link(out, &lst);
+		return 0;
+	case HUB_RES_FILE:
+		break;
+	}
+
+	strcpy(out->backing, res.real);
+	if (res.via[0]) {
+		/* A snapshot entry that is a blob of its own repo: show the link
+		 * huggingface_hub would have written, so every hop stays inside
+		 * the mount. */
+		path_dirname(rel, dir, sizeof(dir));
+		r = path_join(via_dir, res.via, to, sizeof(to));
+		if (r < 0)
+			return r;
+		r = path_relative(dir, to, out->target, sizeof(out->target));
+		if (r < 0)
+			return r;
+		snprintf(out->blob_id, sizeof(out->blob_id), "%s", res.via);
+		present_link(out, &lst);
+		return 0;
+	}
+	/* Any other link to a file (a repo blob pointing into a hub-level store,
+	 * say) is shown as the file itself. */
+	out->kind = NS_FILE;
+	out->st = res.st;
+	out->st.st_mode &= ~(mode_t)0222;
+	name = hub_repo_blob_name(rel);
+	if (name)
+		snprintf(out->blob_id, sizeof(out->blob_id), "%s", name);
+	return 0;
+}
+
+const char *ns_link_state_name(enum ns_link_state s)
+{
+	switch (s) {
+	case NS_LINK_RESOLVED: return "resolved";
+	case NS_LINK_DANGLING: return "dangling";
+	case NS_LINK_LOOP: return "loop";
+	case NS_LINK_ESCAPE: return "escapes";
+	case NS_LINK_FOREIGN: return "foreign";
+	}
+	return "?";
+}

@@ -1,0 +1,42 @@
+/* ns.h - what the mount shows for a path of the NAS hub.
+ *
+ * The rules of DESIGN.md "The namespace", in one function: given a
+ * hub-relative path, classify it as a directory, a regular file (with the
+ * physical NAS file that holds its bytes) or a symlink (with the text to
+ * show).  Knows nothing of FUSE.
+ */
+#ifndef WFS_NS_H
+#define WFS_NS_H
+
+#include "resolve.h"
+
+#include <limits.h>
+#include <sys/stat.h>
+
+enum ns_kind { NS_DIR = 1, NS_FILE, NS_LINK };
+
+/* Why a link is shown verbatim instead of being resolved. */
+enum ns_link_state {
+	NS_LINK_RESOLVED = 0, /* rewritten to a relative link inside the mount */
+	NS_LINK_DANGLING,
+	NS_LINK_LOOP,
+	NS_LINK_ESCAPE,
+	NS_LINK_FOREIGN, /* a directory in an extra root: shown as on the NAS */
+};
+
+struct ns_entry {
+	enum ns_kind kind;
+	enum ns_link_state link_state;
+	struct stat st;             /* attributes to present (no write bits) */
+	char backing[PATH_MAX];     /* FILE: physical path of the bytes; DIR: NAS path */
+	char target[PATH_MAX];      /* LINK: the readlink text */
+	char blob_id[NAME_MAX + 1]; /* the repo blob this entry is, or links to; else "" */
+};
+
+/* Classify @rel ("" is the root).  Returns 0, -ENOENT for names that do not
+ * exist or that the mount hides (fifos, sockets, devices), or -errno. */
+int ns_classify(const struct hub_roots *roots, const char *rel, struct ns_entry *out);
+
+const char *ns_link_state_name(enum ns_link_state s);
+
+#endif

@@ -1,0 +1,184 @@
+/* path.c - lexical path helpers; see path.h. */
+#include "path.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+int path_normalize(const char *in, char *out, size_t outsz)
+{
+	int absolute = in[0] == '/';
+	size_t len = 0;
+	const char *p = in;
+
+	if (outsz < 2)
+		return -ENAMETOOLONG;
+	if (absolute)
+		out[len++] = '/';
+	out[len] = '\0';
+	while (*p) {
+		const char *seg;
+		size_t n;
+
+		while (*p == '/')
+			p++;
+		seg = p;
+		while (*p && *p != '/')
+			p++;
+		n = (size_t)(p - seg);
+		if (n == 0 || (n == 1 && seg[0] == '.'))
+			continue;
+		if (n == 2 && seg[0] == '.' && seg[1] == '.') {
+			size_t base = absolute ? 1 : 0;
+
+			if (len == base) {
+				if (!absolute)
+					return -EXDEV;
+				continue;
+			}
+			while (len > base && out[len - 1] != '/')
+				len--;
+			if (len > base)
+				len--; /* drop the separator too */
+			out[len] = '\0';
+			continue;
+		}
+		if (len + (len > (size_t)absolute) + n + 1 > outsz)
+			return -ENAMETOOLONG;
+		if (len > (size_t)absolute)
+			out[len++] = '/';
+		memcpy(out + len, seg, n);
+		len += n;
+		out[len] = '\0';
+	}
+	return 0;
+}
+
+const char *path_under(const char *root, const char *p)
+{
+	size_t n = strlen(root);
+
+	if (n == 1 && root[0] == '/')
+		return p[0] == '/' ? p + 1 : NULL;
+	if (strncmp(root, p, n) != 0)
+		return NULL;
+	if (p[n] == '\0')
+		return p + n;
+	if (p[n] == '/')
+		return p + n + 1;
+	return NULL;
+}
+
+void path_dirname(const char *p, char *out, size_t outsz)
+{
+	const char *slash = strrchr(p, '/');
+	size_t n = slash ? (size_t)(slash - p) : 0;
+
+	if (n >= outsz)
+		n = outsz - 1;
+	memcpy(out, p, n);
+	out[n] = '\0';
+}
+
+int path_join(const char *a, const char *b, char *out, size_t outsz)
+{
+	int n;
+
+	if (!*a)
+		n = snprintf(out, outsz, "%s", b);
+	else if (!*b)
+		n = snprintf(out, outsz, "%s", a);
+	else
+		n = snprintf(out, outsz, "%s/%s", a, b);
+	return n < 0 || (size_t)n >= outsz ? -ENAMETOOLONG : 0;
+}
+
+/* Length of the first component of @p. */
+static size_t first_len(const char *p)
+{
+	const char *s = strchr(p, '/');
+
+	return s ? (size_t)(s - p) : strlen(p);
+}
+
+int path_relative(const char *from_dir, const char *to, char *out, size_t outsz)
+{
+	const char *f = from_dir, *t = to;
+	size_t len = 0;
+
+	/* Skip the components both paths share. */
+	while (*f && *t) {
+		size_t fl = first_len(f), tl = first_len(t);
+
+		if (fl != tl || strncmp(f, t, fl) != 0)
+			break;
+		f += fl + (f[fl] == '/');
+		t += tl + (t[tl] == '/');
+	}
+	out[0] = '\0';
+	while (*f) {
+		size_t fl = first_len(f);
+
+		if (len + 3 >= outsz)
+			return -ENAMETOOLONG;
+		memcpy(out + len, "../", 3);
+		len += 3;
+		f += fl + (f[fl] == '/');
+	}
+	if (len + strlen(t) + 1 > outsz)
+		return -ENAMETOOLONG;
+	strcpy(out + len, t);
+	len += strlen(t);
+	if (len == 0) {
+		strcpy(out, ".");
+	} else if (out[len - 1] == '/') {
+		out[len - 1] = '\0';
+	}
+	return 0;
+}
+
+enum hub_id_kind hub_id_kind(const char *name)
+{
+	size_t n = 0;
+
+	for (; name[n]; n++) {
+		char c = name[n];
+
+		if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
+			return HUB_ID_NONE;
+	}
+	if (n == 64)
+		return HUB_ID_SHA256;
+	if (n == 40)
+		return HUB_ID_SHA1;
+	return HUB_ID_NONE;
+}
+
+int hub_snapshot_blob_dir(const char *rel, char *out, size_t outsz)
+{
+	size_t repo = first_len(rel);
+	const char *rest = rel + repo;
+	int n;
+
+	/* "<repo>/snapshots/<rev>/<at least one more component>" */
+	if (repo == 0 || strncmp(rest, "/snapshots/", 11) != 0)
+		return 0;
+	rest += 11;
+	if (first_len(rest) == 0 || rest[first_len(rest)] != '/' || !rest[first_len(rest) + 1])
+		return 0;
+	n = snprintf(out, outsz, "%.*s/blobs", (int)repo, rel);
+	return n > 0 && (size_t)n < outsz;
+}
+
+const char *hub_repo_blob_name(const char *rel)
+{
+	size_t repo = first_len(rel);
+	const char *name;
+
+	if (repo == 0 || strncmp(rel + repo, "/blobs/", 7) != 0)
+		return NULL;
+	name = rel + repo + 7;
+	if (!*name || strchr(name, '/'))
+		return NULL;
+	return name;
+}

@@ -1,0 +1,48 @@
+/* path.h - lexical path helpers and hub naming rules.
+ *
+ * Everything here is pure string work: nothing touches the filesystem, so the
+ * namespace rules can be unit-tested without a NAS.  Functions that fail
+ * return -errno (-ENAMETOOLONG when the result does not fit).
+ */
+#ifndef WFS_PATH_H
+#define WFS_PATH_H
+
+#include <stddef.h>
+
+/* Collapse "//", "." and ".." in @in.  An absolute path stays absolute ("/.."
+ * is "/").  A relative path that climbs above its start returns -EXDEV: for
+ * us that always means "escapes the root".  "" and "." normalise to "". */
+int path_normalize(const char *in, char *out, size_t outsz);
+
+/* If @p is @root or lies below it, return the remainder ("" or "a/b"), else
+ * NULL.  Both must be normalised; @root must not end in '/' (unless "/"). */
+const char *path_under(const char *root, const char *p);
+
+/* The relative link text that, placed in directory @from_dir, reaches @to.
+ * Both are normalised paths relative to the same root ("" is the root). */
+int path_relative(const char *from_dir, const char *to, char *out, size_t outsz);
+
+/* Directory part of a normalised relative path ("a/b" -> "a", "a" -> ""). */
+void path_dirname(const char *p, char *out, size_t outsz);
+
+/* Join two path pieces with one '/', either may be "". */
+int path_join(const char *a, const char *b, char *out, size_t outsz);
+
+enum hub_id_kind {
+	HUB_ID_NONE = 0,
+	HUB_ID_SHA256 = 1, /* 64 lower-case hex: SHA-256 of the content (LFS) */
+	HUB_ID_SHA1 = 2,   /* 40 lower-case hex: git blob SHA-1 */
+};
+
+/* Is @name a content address, and of which kind. */
+enum hub_id_kind hub_id_kind(const char *name);
+
+/* For a hub-relative path "<repo>/snapshots/<rev>/<path...>" store the
+ * repo's blob directory ("<repo>/blobs") in @out and return 1; return 0 for
+ * any other path. */
+int hub_snapshot_blob_dir(const char *rel, char *out, size_t outsz);
+
+/* For "<repo>/blobs/<name>" return a pointer to <name>, else NULL. */
+const char *hub_repo_blob_name(const char *rel);
+
+#endif

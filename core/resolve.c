@@ -1,0 +1,203 @@
+/* resolve.c - contained link resolution; see resolve.h. */
+#include "resolve.h"
+#include "path.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int hub_roots_add(struct hub_roots *roots, const char *path)
+{
+	char *real;
+
+	if (roots->n >= HUB_MAX_ROOTS)
+		return -E2BIG;
+	real = realpath(path, NULL);
+	if (!real)
+		return -errno;
+	if (strlen(real) >= PATH_MAX) {
+		free(real);
+		return -ENAMETOOLONG;
+	}
+	strcpy(roots->path[roots->n++], real);
+	free(real);
+	return 0;
+}
+
+/* The root (longest match) that contains absolute normalised @abs. */
+static int find_root(const struct hub_roots *roots, const char *abs, const char **rest)
+{
+	int best = -1;
+	size_t best_len = 0;
+
+	for (int i = 0; i < roots->n; i++) {
+		const char *r = path_under(roots->path[i], abs);
+		size_t len = strlen(roots->path[i]);
+
+		if (r && (best < 0 || len > best_len)) {
+			best = i;
+			best_len = len;
+			*rest = r;
+		}
+	}
+	return best;
+}
+
+/* Note @lex (absolute, normalised) as a point of the chain. */
+static void note_via(const struct hub_roots *roots, const char *via_dir, const char *lex,
+		     struct hub_res *out)
+{
+	const char *rel, *name;
+	size_t n;
+
+	if (!via_dir || out->via[0])
+		return;
+	n = strlen(via_dir);
+	rel = path_under(roots->path[0], lex);
+	if (!rel || strncmp(rel, via_dir, n) != 0 || rel[n] != '/')
+		return;
+	name = rel + n + 1;
+	if (*name && !strchr(name, '/') && strlen(name) <= NAME_MAX)
+		strcpy(out->via, name);
+}
+
+int hub_resolve(const struct hub_roots *roots, const char *rel, const char *via_dir,
+		struct hub_res *out)
+{
+	/* State: a root, the physical path walked so far inside it (no links),
+	 * and the components still to walk. */
+	char done[PATH_MAX], todo[PATH_MAX], cand[PATH_MAX], lex[PATH_MAX];
+	char link[PATH_MAX], joined[3 * PATH_MAX];
+	int root = 0, r;
+	struct stat st;
+
+	memset(out, 0, sizeof(*out));
+	if (strlen(rel) >= sizeof(todo))
+		return -ENAMETOOLONG;
+	strcpy(todo, rel);
+	done[0] = '\0';
+	if (lstat(roots->path[0], &st) < 0)
+		return -errno;
+
+	for (;;) {
+		char *p = todo, *comp;
+		size_t n;
+
+		while (*p == '/')
+			p++;
+		if (!*p)
+			break;
+		comp = p;
+		while (*p && *p != '/')
+			p++;
+		n = (size_t)(p - comp);
+		while (*p == '/')
+			p++;
+		/* p is now the rest after this component. */
+
+		if (n == 1 && comp[0] == '.') {
+			memmove(todo, p, strlen(p) + 1);
+			continue;
+		}
+		if (n == 2 && comp[0] == '.' && comp[1] == '.') {
+			if (done[0]) {
+				path_dirname(done, done, sizeof(done));
+				memmove(todo, p, strlen(p) + 1);
+				continue;
+			}
+			/* Climbing above this root: only allowed into another root. */
+			snprintf(joined, sizeof(joined), "%s/../%s", roots->path[root], p);
+			goto relocate;
+		}
+		if (snprintf(cand, sizeof(cand), "%s%s%s/%.*s", roots->path[root],
+			     done[0] ? "/" : "", done, (int)n, comp) >= (int)sizeof(cand))
+			return -ENAMETOOLONG;
+		if (lstat(cand, &st) < 0) {
+			if (errno == ENOENT || errno == ENOTDIR) {
+				out->kind = HUB_RES_DANGLING;
+				return 0;
+			}
+			return -errno;
+		}
+		if (S_ISLNK(st.st_mode)) {
+			ssize_t len;
+
+			if (++out->hops > HUB_MAX_HOPS) {
+				out->kind = HUB_RES_LOOP;
+				return 0;
+			}
+			len = readlink(cand, link, sizeof(link) - 1);
+			if (len < 0)
+				return -errno;
+			link[len] = '\0';
+			if (link[0] == '/')
+				snprintf(joined, sizeof(joined), "%s/%s", link, p);
+			else
+				snprintf(joined, sizeof(joined), "%s%s%s/%s/%s", roots->path[root],
+					 done[0] ? "/" : "", done, link, p);
+			goto relocate;
+		}
+		if (done[0] && strlen(done) + 1 + n >= sizeof(done))
+			return -ENAMETOOLONG;
+		if (done[0])
+			strcat(done, "/");
+		strncat(done, comp, n);
+		if (!S_ISDIR(st.st_mode) && *p) {
+			out->kind = HUB_RES_DANGLING; /* "file/more": ENOTDIR */
+			return 0;
+		}
+		memmove(todo, p, strlen(p) + 1);
+		continue;
+
+relocate:
+		/* Decide from the text alone where the chain goes next. */
+		{
+			const char *rest = NULL;
+
+			if (strlen(joined) >= sizeof(lex))
+				return -ENAMETOOLONG;
+			r = path_normalize(joined, lex, sizeof(lex));
+			if (r < 0)
+				return r;
+			root = find_root(roots, lex, &rest);
+			if (root < 0) {
+				out->kind = HUB_RES_ESCAPE;
+				return 0;
+			}
+			note_via(roots, via_dir, lex, out);
+			strcpy(todo, rest);
+			done[0] = '\0';
+		}
+	}
+
+	if (snprintf(out->real, sizeof(out->real), "%s%s%s", roots->path[root],
+		     done[0] ? "/" : "", done) >= (int)sizeof(out->real))
+		return -ENAMETOOLONG;
+	if (lstat(out->real, &out->st) < 0)
+		return -errno;
+	out->root = root;
+	if (via_dir)
+		note_via(roots, via_dir, out->real, out);
+	if (S_ISREG(out->st.st_mode))
+		out->kind = HUB_RES_FILE;
+	else if (S_ISDIR(out->st.st_mode))
+		out->kind = HUB_RES_DIR;
+	else
+		out->kind = HUB_RES_OTHER;
+	return 0;
+}
+
+const char *hub_res_kind_name(enum hub_res_kind kind)
+{
+	switch (kind) {
+	case HUB_RES_FILE: return "file";
+	case HUB_RES_DIR: return "dir";
+	case HUB_RES_OTHER: return "special";
+	case HUB_RES_DANGLING: return "dangling";
+	case HUB_RES_LOOP: return "loop";
+	case HUB_RES_ESCAPE: return "escapes";
+	}
+	return "?";
+}

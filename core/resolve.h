@@ -1,0 +1,55 @@
+/* resolve.h - follow a NAS link chain without ever leaving the allowed roots.
+ *
+ * The daemon runs as root, so following a link that leads outside the NAS
+ * tree would hand readers files they could not read themselves.  The walk
+ * is done one component at a time with lstat(); every link text is checked
+ * lexically against the roots *before* anything it names is touched.
+ */
+#ifndef WFS_RESOLVE_H
+#define WFS_RESOLVE_H
+
+#include <limits.h>
+#include <sys/stat.h>
+
+#define HUB_MAX_ROOTS 8
+#define HUB_MAX_HOPS 40 /* as the kernel's MAXSYMLINKS */
+
+/* Root 0 is NAS_HUB; the others are extra read-only roots links may use.
+ * Every path is canonical (realpath) without a trailing '/'. */
+struct hub_roots {
+	int n;
+	char path[HUB_MAX_ROOTS][PATH_MAX];
+};
+
+enum hub_res_kind {
+	HUB_RES_FILE,     /* a regular file inside a root */
+	HUB_RES_DIR,      /* a directory inside a root */
+	HUB_RES_OTHER,    /* a fifo, socket or device: never served */
+	HUB_RES_DANGLING, /* some component does not exist */
+	HUB_RES_LOOP,     /* more than HUB_MAX_HOPS links */
+	HUB_RES_ESCAPE,   /* a link leads outside every root */
+};
+
+struct hub_res {
+	enum hub_res_kind kind;
+	int root;            /* root of the target (FILE, DIR, OTHER) */
+	char real[PATH_MAX]; /* absolute physical path of the target */
+	struct stat st;      /* lstat of the target */
+	int hops;            /* links followed */
+	char via[NAME_MAX + 1]; /* see hub_resolve() */
+};
+
+/* Add a root; canonicalises @path.  Returns -errno. */
+int hub_roots_add(struct hub_roots *roots, const char *path);
+
+/* Resolve @rel (relative to root 0; "" is the root itself).  When @via_dir
+ * (relative to root 0) is given, out->via receives the name of the first
+ * point of the chain that is a direct child of @via_dir, or "" if the chain
+ * never passes there.  Returns 0 with out->kind set, or -errno for errors
+ * that say nothing about the link (EACCES, EIO, ENAMETOOLONG). */
+int hub_resolve(const struct hub_roots *roots, const char *rel, const char *via_dir,
+		struct hub_res *out);
+
+const char *hub_res_kind_name(enum hub_res_kind kind);
+
+#endif

@@ -1,0 +1,42 @@
+/* wfs.h - the daemon's context: everything the FUSE operations share. */
+#ifndef WFS_DAEMON_H
+#define WFS_DAEMON_H
+
+#define FUSE_USE_VERSION 35
+#include <fuse_lowlevel.h>
+
+#include "node.h"
+#include "resolve.h"
+
+#include <stdarg.h>
+
+enum wfs_log_target { WFS_LOG_STDERR, WFS_LOG_SYSLOG };
+
+struct wfs_opts {
+	const char *nas, *local, *mnt;
+	char *local_owned; /* -o local= */
+	char *extra_roots[HUB_MAX_ROOTS];
+	int n_extra_roots;
+	int foreground, debug, single_thread;
+	double entry_timeout, attr_timeout, negative_timeout, blob_timeout;
+	enum wfs_log_target log;
+	int log_set;
+	unsigned max_threads;
+};
+
+struct wfs {
+	struct wfs_opts opt;
+	struct hub_roots roots;
+	struct node_table nodes;
+	struct fuse_session *se;
+	int lock_fd;
+};
+
+extern const struct fuse_lowlevel_ops wfs_ops;
+
+/* One line per event: the path and the reason. */
+void wfs_log(const struct wfs *w, int prio, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+void wfs_log_open(struct wfs *w);
+
+#endif

@@ -1,0 +1,265 @@
+#!/usr/bin/env python3
+"""The wfs command line: refusals of bad command lines (non-zero exit, the
+offending path on stderr, no mount left), --help/--version, readiness on
+return, a NAS revision appearing without remount, and a clean unmount."""
+
+import collections
+import hashlib
+import os
+import random
+import subprocess
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import wfstest  # noqa: E402
+
+FIX = wfstest.HubFixture(mount=False)
+
+
+def setUpModule():
+    FIX.setup()
+
+
+def tearDownModule():
+    FIX.teardown()
+
+
+class Cli(unittest.TestCase):
+    def setUp(self):
+        # a fresh scratch dir per test, inside the fixture base (removed with it)
+        self.dir = os.path.join(FIX.base, self.id().rsplit(".", 1)[-1])
+        os.mkdir(self.dir)
+
+    def path(self, *names):
+        return os.path.join(self.dir, *names)
+
+    def new_mnt(self, name="mnt"):
+        p = self.path(name)
+        os.mkdir(p)
+        return p
+
+    def cleanup_mount(self, mnt):
+        """Undo a mount a refusing wfs should not have made (or a test made)."""
+        if wfstest.is_mounted(mnt):
+            pids = wfstest.pids_with_arg(mnt)
+            wfstest.unmount(mnt)
+            wfstest.stop_daemon(pids, mnt)
+
+    def start(self, local, mnt, options=()):
+        m = wfstest.Mount(FIX.hub, local, mnt, options)
+        self.addCleanup(lambda: self.cleanup_mount(mnt))
+        return m.start()
+
+    def expect_refusal(self, args, offending, mnt=None):
+        before = collections.Counter(wfstest.mount_lines())
+        rc, out, err = wfstest.run_wfs(args, timeout=20)
+        new = list((collections.Counter(wfstest.mount_lines()) - before).elements())
+        if mnt is not None:
+            self.cleanup_mount(mnt)
+        cmd = "wfs " + " ".join(args)
+        self.assertIsNotNone(rc, "%s did not return within 20 s" % cmd)
+        self.assertNotEqual(rc, 0, "%s exited 0 (stdout %r, stderr %r)" % (cmd, out, err))
+        self.assertEqual(new, [], "%s left new mount entries" % cmd)
+        self.assertTrue(err.strip(), "%s: nothing on stderr" % cmd)
+        if offending is not None:
+            self.assertIn(offending, err, "%s: stderr does not name %s:\n%s" % (cmd, offending, err))
+        return err
+
+    # ------------------------------------------------------------ refusals
+
+    def test_no_args(self):
+        self.expect_refusal([], None)
+
+    def test_two_args(self):
+        self.expect_refusal([FIX.hub, self.path("local")], None)
+
+    def test_nas_missing(self):
+        nas = self.path("no-such-hub")
+        mnt = self.new_mnt()
+        self.expect_refusal([nas, self.path("local"), mnt], nas, mnt)
+
+    def test_nas_is_a_file(self):
+        nas = self.path("hub-file")
+        open(nas, "w").close()
+        mnt = self.new_mnt()
+        self.expect_refusal([nas, self.path("local"), mnt], nas, mnt)
+
+    def test_mountpoint_missing(self):
+        mnt = self.path("no-such-mnt")
+        self.expect_refusal([FIX.hub, self.path("local"), mnt], mnt, mnt)
+        self.assertFalse(os.path.lexists(mnt), "wfs created the missing mount point")
+
+    def test_mountpoint_is_a_file(self):
+        mnt = self.path("mnt-file")
+        open(mnt, "w").close()
+        self.expect_refusal([FIX.hub, self.path("local"), mnt], mnt, mnt)
+
+    def test_mountpoint_already_mounted(self):
+        mnt = self.new_mnt()
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "wfs-test-tmpfs", mnt],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            wfstest.skip_or_fail("cannot mount a tmpfs: " + r.stderr.strip())
+        self.addCleanup(lambda: subprocess.run(["umount", mnt], capture_output=True))
+        before = wfstest.mount_points().count(mnt)
+        rc, out, err = wfstest.run_wfs([FIX.hub, self.path("local"), mnt], timeout=20)
+        entries = wfstest.mount_points().count(mnt)
+        fs = wfstest.mount_entry(mnt)
+        if entries > before:  # a FUSE mount stacked on the tmpfs: take it off first
+            pids = wfstest.pids_with_arg(mnt)
+            subprocess.run(["umount", mnt], capture_output=True)
+            wfstest.stop_daemon(pids, mnt)
+        self.assertIsNotNone(rc, "wfs did not return within 20 s")
+        self.assertNotEqual(rc, 0, "wfs mounted over an existing mount (stderr %r)" % err)
+        self.assertEqual(entries, before, "a new mount was stacked on %s: %s" % (mnt, fs))
+        self.assertEqual(fs[2], "tmpfs")
+        self.assertIn(mnt, err, "stderr does not name the mount point:\n" + err)
+
+    def test_local_store_not_creatable(self):
+        blocker = self.path("a-file")
+        open(blocker, "w").close()
+        local = os.path.join(blocker, "local")
+        mnt = self.new_mnt()
+        self.expect_refusal([FIX.hub, local, mnt], local, mnt)
+
+    def test_second_daemon_same_local_store(self):
+        local = self.path("local")
+        mnt1, mnt2 = self.new_mnt("mnt1"), self.new_mnt("mnt2")
+        m1 = self.start(local, mnt1)
+        self.expect_refusal([FIX.hub, local, mnt2], local, mnt2)
+        # the first daemon keeps serving
+        e = next(e for e in FIX.entries if e["type"] == "file")
+        data = wfstest.read_file(os.path.join(mnt1, e["path"]))
+        self.assertEqual(hashlib.sha256(data).hexdigest(), e["sha256"], "first mount broken by the attempt")
+        self.assertEqual(m1.stop(), [])
+
+    # ------------------------------------------------------------ help / version
+
+    def _info(self, flag):
+        before = collections.Counter(wfstest.mount_lines())
+        rc, out, err = wfstest.run_wfs([flag], timeout=10)
+        self.assertEqual(collections.Counter(wfstest.mount_lines()), before)
+        self.assertEqual(rc, 0, "wfs %s exited %s (stderr %r)" % (flag, rc, err))
+        self.assertTrue(out.strip(), "wfs %s printed nothing on stdout (stderr %r)" % (flag, err))
+        return out
+
+    def test_help(self):
+        out = self._info("--help")
+        self.assertRegex(out, r"(?i)usage", "--help output has no usage line")
+
+    def test_version(self):
+        out = self._info("--version")
+        self.assertRegex(out, r"\d", "--version output has no version number")
+
+    # ------------------------------------------------------------ mounting
+
+    def test_ready_when_wfs_returns(self):
+        mnt = self.new_mnt()
+        m = self.start(self.path("local"), mnt)
+        self.assertTrue(m.ready_on_return, "wfs exited 0 before %s appeared in /proc/self/mounts" % mnt)
+        self.assertEqual(wfstest.mount_entry(mnt)[2].split(".")[0], "fuse")
+        self.assertEqual(sorted(os.listdir(mnt)), FIX.children()[""])
+        self.assertEqual(m.stop(), [])
+
+    def test_caller_pipes_closed(self):
+        # `out=$(wfs ...)`, subprocess.run(capture_output=True), a systemd
+        # Type=forking unit: all wait for EOF; the daemon must not keep the
+        # caller's stdout/stderr open
+        mnt = self.new_mnt()
+        self.addCleanup(lambda: self.cleanup_mount(mnt))
+        try:
+            r = subprocess.run([wfstest.wfs_bin(), FIX.hub, self.path("local"), mnt],
+                               capture_output=True, timeout=20)
+        except subprocess.TimeoutExpired:
+            self.fail("wfs with piped stdout/stderr: no EOF within 20 s (daemon holds the caller's pipes)")
+        self.assertEqual(r.returncode, 0, r.stderr)
+
+    def test_new_revision_appears(self):
+        refs = [e for e in FIX.entries if e["type"] == "file" and e["path"].endswith("/refs/main")]
+        self.assertTrue(refs, "no <repo>/refs/main in the manifest")
+        repo = refs[0]["path"].split("/refs/")[0]
+        blob = next(e for e in FIX.entries if e["type"] == "file" and "blob_id" in e
+                    and e["path"].startswith(repo + "/blobs/"))
+        mnt = self.new_mnt()
+        self.start(self.path("local"), mnt)
+        m = lambda rel: os.path.join(mnt, repo, rel)  # noqa: E731
+        n = lambda rel: os.path.join(FIX.hub, repo, rel)  # noqa: E731
+
+        # what an engine did before: read the ref, list the snapshots
+        with open(m("refs/main"), "rb") as f:
+            old = f.read()
+        with open(n("refs/main"), "rb") as f:
+            self.assertEqual(old, f.read())
+        before = os.listdir(m("snapshots"))
+
+        commit = hashlib.sha1(random.randbytes(16)).hexdigest()
+        os.mkdir(n("snapshots/" + commit))
+        os.mkdir(n("snapshots/%s/sub" % commit))
+        os.symlink("../../blobs/" + blob["blob_id"], n("snapshots/%s/added.bin" % commit))
+        os.symlink("../../../blobs/" + blob["blob_id"], n("snapshots/%s/sub/added.bin" % commit))
+        with open(n("refs/main"), "w") as f:  # in place, as huggingface_hub writes it
+            f.write(commit)
+        t0 = time.monotonic()
+
+        def ok_list():
+            try:
+                return commit in os.listdir(m("snapshots"))
+            except OSError:
+                return False
+
+        def ok_link():
+            try:
+                return (os.readlink(m("snapshots/%s/added.bin" % commit)) == "../../blobs/" + blob["blob_id"]
+                        and os.readlink(m("snapshots/%s/sub/added.bin" % commit))
+                        == "../../../blobs/" + blob["blob_id"])
+            except OSError:
+                return False
+
+        def ok_bytes():
+            try:
+                d = wfstest.read_file(m("snapshots/%s/sub/added.bin" % commit))
+            except OSError:
+                return False
+            return hashlib.sha256(d).hexdigest() == blob["sha256"]
+
+        def ok_ref():
+            try:
+                with open(m("refs/main"), "rb") as f:
+                    return f.read() == commit.encode()
+            except OSError:
+                return False
+
+        checks = {"snapshots/ lists the new commit": ok_list, "new links read back": ok_link,
+                  "new link gives the blob bytes": ok_bytes, "refs/main reads the new commit": ok_ref}
+        seen = {}
+        while time.monotonic() - t0 < 3.0 and len(seen) < len(checks):
+            for name, fn in checks.items():
+                if name not in seen and fn():
+                    seen[name] = time.monotonic() - t0
+            time.sleep(0.05)
+        late = [name for name in checks if name not in seen]
+        self.assertEqual(late, [], "not visible within 3 s of the NAS change (visible: %s; old ref %r; "
+                         "snapshots before: %s)" % ({k: round(v, 2) for k, v in seen.items()}, old, before))
+
+    def test_unmount_leaves_nothing(self):
+        local, mnt = self.path("local"), self.new_mnt()
+        m = self.start(local, mnt)
+        pids = m.pids
+        self.assertTrue(pids, "no process found serving %s (argv or %s/wfs.lock)" % (mnt, local))
+        r = subprocess.run(["umount", mnt], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, "umount: " + r.stderr)
+        gone = wfstest.wait_until(lambda: not any(wfstest.pid_alive(p) for p in pids), wfstest.EXIT_TIMEOUT)
+        self.assertTrue(gone, "daemon %s still running %d s after umount"
+                        % ([p for p in pids if wfstest.pid_alive(p)], wfstest.EXIT_TIMEOUT))
+        self.assertNotIn(mnt, wfstest.mount_points())
+        self.assertEqual(os.listdir(mnt), [], "mount point not empty after unmount")
+        # the lock is released: the same LOCAL_STORE mounts again
+        m2 = self.start(local, mnt)
+        self.assertEqual(sorted(os.listdir(mnt)), FIX.children()[""])
+        self.assertEqual(m2.stop(), [])
+
+
+if __name__ == "__main__":
+    wfstest.main()

@@ -1,0 +1,505 @@
+#!/usr/bin/env python3
+"""The tree the mount presents, entry by entry, against the manifest and the
+NAS: types, bytes, link texts, where links lead, inodes, readdir, modes,
+xattrs."""
+
+import ctypes
+import errno
+import hashlib
+import os
+import stat
+import sys
+import threading
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import wfstest  # noqa: E402
+
+FIX = wfstest.HubFixture(options=("allow_other",))
+
+
+def setUpModule():
+    FIX.setup()
+
+
+def tearDownModule():
+    FIX.teardown()
+
+
+def sha256(b):
+    return hashlib.sha256(b).hexdigest()
+
+
+def snapshot_parts(path):
+    """(repo, depth) for <repo>/snapshots/<rev>/<d1>/.../<name>, else None;
+    depth = number of directories between <rev> and the name."""
+    parts = path.split("/")
+    if "snapshots" not in parts[1:]:
+        return None
+    i = parts.index("snapshots", 1)
+    if len(parts) < i + 3:
+        return None
+    return "/".join(parts[:i]), len(parts) - i - 3
+
+
+class Base(unittest.TestCase):
+    maxDiff = 4000
+
+    def assertNone(self, bad, what):
+        """bad: list of strings describing each offending entry."""
+        if bad:
+            shown = "\n  ".join(bad[:25])
+            more = "" if len(bad) <= 25 else "\n  ... and %d more" % (len(bad) - 25)
+            self.fail("%s: %d entries wrong:\n  %s%s" % (what, len(bad), shown, more))
+
+
+class Types(Base):
+    def test_fixture_sanity(self):
+        # the manifest must exercise every case the spec names, otherwise the
+        # other tests check less than they claim
+        kinds = {(e["type"], e.get("follow")) for e in FIX.entries}
+        for k in [("dir", None), ("file", None), ("link", "file"),
+                  ("link", "ENOENT"), ("link", "ELOOP"), ("link", "escape")]:
+            self.assertIn(k, kinds, "manifest has no entry of kind %r" % (k,))
+
+    def test_lstat_type_matches(self):
+        want = {"dir": stat.S_ISDIR, "file": stat.S_ISREG, "link": stat.S_ISLNK}
+        bad = []
+        for e in FIX.entries:
+            try:
+                st = os.lstat(FIX.m(e["path"]))
+            except OSError as ex:
+                bad.append("%s: lstat -> %s" % (e["path"], wfstest.errname(ex.errno)))
+                continue
+            if not want[e["type"]](st.st_mode):
+                bad.append("%s: expected %s, mode %o" % (e["path"], e["type"], st.st_mode))
+        self.assertNone(bad, "lstat type")
+
+    def test_mount_root_is_directory(self):
+        self.assertTrue(stat.S_ISDIR(os.lstat(FIX.mnt).st_mode))
+
+
+class Files(Base):
+    def test_file_bytes_equal_nas_and_manifest(self):
+        bad = []
+        for e in FIX.of("file"):
+            p = FIX.m(e["path"])
+            try:
+                data = wfstest.read_file(p)
+                st = os.stat(p)
+            except OSError as ex:
+                bad.append("%s: %s" % (e["path"], wfstest.errname(ex.errno)))
+                continue
+            nas = wfstest.read_file(FIX.n(e["nas_real"]))
+            if sha256(nas) != e["sha256"]:
+                bad.append("%s: FIXTURE: NAS file %s does not match manifest sha256"
+                           % (e["path"], e["nas_real"]))
+            if sha256(data) != e["sha256"]:
+                bad.append("%s: sha256 of mount bytes differs from manifest (read %d bytes, want %d)"
+                           % (e["path"], len(data), e["size"]))
+            elif data != nas:
+                bad.append("%s: bytes differ from NAS %s" % (e["path"], e["nas_real"]))
+            if st.st_size != e["size"]:
+                bad.append("%s: st_size %d, want %d" % (e["path"], st.st_size, e["size"]))
+        self.assertNone(bad, "regular file content")
+
+
+class Links(Base):
+    def test_readlink_exact(self):
+        bad = []
+        for e in FIX.of("link"):
+            try:
+                t = os.readlink(FIX.m(e["path"]))
+            except OSError as ex:
+                bad.append("%s: readlink -> %s" % (e["path"], wfstest.errname(ex.errno)))
+                continue
+            if t != e["target"]:
+                bad.append("%s: readlink %r, want %r" % (e["path"], t, e["target"]))
+            if e["follow"] in ("file", "dir") and t.startswith("/"):
+                bad.append("%s: link into the hub is absolute: %r" % (e["path"], t))
+        self.assertNone(bad, "readlink")
+
+    def test_snapshot_link_depth(self):
+        # independent of the manifest's target text: huggingface_hub writes
+        # relpath(blobs/<id>, dirname(link)) = ../../blobs/<id> + one ../ per level
+        bad, n = [], 0
+        for e in FIX.of("link", "file"):
+            sp = snapshot_parts(e["path"])
+            if sp is None or "blob_id" not in e:
+                continue
+            n += 1
+            want = "../" * (2 + sp[1]) + "blobs/" + e["blob_id"]
+            t = os.readlink(FIX.m(e["path"]))
+            if t != want:
+                bad.append("%s: readlink %r, want %r (depth %d)" % (e["path"], t, want, sp[1]))
+        self.assertGreater(n, 0, "no snapshot links to blobs in the manifest")
+        self.assertTrue(any(snapshot_parts(e["path"])[1] > 0 for e in FIX.of("link", "file")
+                            if snapshot_parts(e["path"])),
+                        "manifest has no nested snapshot link (depth > 0)")
+        self.assertNone(bad, "snapshot link depth")
+
+    def test_link_lstat_size_is_text_length(self):
+        bad = []
+        for e in FIX.of("link"):
+            st = os.lstat(FIX.m(e["path"]))
+            if st.st_size != len(os.fsencode(e["target"])):
+                bad.append("%s: lstat st_size %d, readlink text is %d bytes"
+                           % (e["path"], st.st_size, len(os.fsencode(e["target"]))))
+        self.assertNone(bad, "symlink st_size")
+
+    def test_follow_file_bytes_and_realpath(self):
+        bad = []
+        for e in FIX.of("link", "file"):
+            p = FIX.m(e["path"])
+            try:
+                data = wfstest.read_file(p)
+            except OSError as ex:
+                bad.append("%s: open/read through link -> %s" % (e["path"], wfstest.errname(ex.errno)))
+                continue
+            if sha256(data) != e["sha256"]:
+                bad.append("%s: sha256 differs from manifest (%d bytes read)" % (e["path"], len(data)))
+            elif data != wfstest.read_file(FIX.n(e["nas_real"])):
+                bad.append("%s: bytes differ from NAS %s" % (e["path"], e["nas_real"]))
+            rp = os.path.realpath(p)
+            if not rp.startswith(FIX.mnt + "/"):
+                bad.append("%s: realpath leaves the mount: %s" % (e["path"], rp))
+                continue
+            sp = snapshot_parts(e["path"])
+            if "blob_id" in e and sp is not None:
+                want = FIX.m(sp[0] + "/blobs/" + e["blob_id"])
+                if rp != want:
+                    bad.append("%s: realpath %s, want %s" % (e["path"], rp, want))
+            if not stat.S_ISREG(os.lstat(rp).st_mode):
+                bad.append("%s: realpath %s is not a regular file" % (e["path"], rp))
+        self.assertNone(bad, "links with follow=file")
+
+    def test_follow_dir(self):
+        if not FIX.of("link", "dir"):
+            self.skipTest("the fixture (wfs-mkhub) has no link resolving to a directory")
+        bad = []
+        for e in FIX.of("link", "dir"):
+            p = FIX.m(e["path"])
+            try:
+                st = os.stat(p)
+            except OSError as ex:
+                bad.append("%s: stat -> %s" % (e["path"], wfstest.errname(ex.errno)))
+                continue
+            if not stat.S_ISDIR(st.st_mode):
+                bad.append("%s: following gives mode %o, not a directory" % (e["path"], st.st_mode))
+            rp = os.path.realpath(p)
+            if not rp.startswith(FIX.mnt + "/"):
+                bad.append("%s: realpath leaves the mount: %s" % (e["path"], rp))
+        self.assertNone(bad, "links with follow=dir")
+
+    def _follow_errno(self, follow, want):
+        bad, n = [], 0
+        for e in FIX.of("link", follow):
+            n += 1
+            p = FIX.m(e["path"])
+            got = wfstest.errno_of(lambda: open(p, "rb").close())
+            if got != want:
+                bad.append("%s: open -> %s, want %s" % (e["path"], wfstest.errname(got),
+                                                         wfstest.errname(want)))
+            got = wfstest.errno_of(os.stat, p)
+            if got != want:
+                bad.append("%s: stat -> %s, want %s" % (e["path"], wfstest.errname(got),
+                                                         wfstest.errname(want)))
+        self.assertGreater(n, 0)
+        self.assertNone(bad, "links with follow=%s" % follow)
+
+    def test_follow_dangling_enoent(self):
+        self._follow_errno("ENOENT", errno.ENOENT)
+
+    def test_follow_loop_eloop(self):
+        self._follow_errno("ELOOP", errno.ELOOP)
+
+    def test_realpath_stays_inside_mount(self):
+        bad = []
+        for e in FIX.entries:
+            if e.get("follow") in ("escape", "ENOENT", "ELOOP"):
+                continue
+            rp = os.path.realpath(FIX.m(e["path"]))
+            if not rp.startswith(FIX.mnt + "/"):
+                bad.append("%s: realpath %s" % (e["path"], rp))
+        self.assertNone(bad, "realpath outside the mount")
+
+
+class Escape(Base):
+    def test_escape_is_link(self):
+        bad = []
+        esc = FIX.of("link", "escape")
+        self.assertTrue(esc, "manifest has no escaping link")
+        for e in esc:
+            st = os.lstat(FIX.m(e["path"]))
+            if not stat.S_ISLNK(st.st_mode):
+                bad.append("%s: lstat mode %o, must stay a symlink" % (e["path"], st.st_mode))
+        self.assertNone(bad, "escaping links")
+
+    def test_no_regular_file_contains_secret(self):
+        bad, nfiles = [], 0
+        for root, dirs, files in os.walk(FIX.mnt, followlinks=False):
+            for name in files + dirs:
+                p = os.path.join(root, name)
+                st = os.lstat(p)
+                if not stat.S_ISREG(st.st_mode):
+                    continue
+                nfiles += 1
+                try:
+                    data = wfstest.read_file(p)
+                except OSError as ex:
+                    bad.append("%s: read -> %s" % (p, wfstest.errname(ex.errno)))
+                    continue
+                if b"WFS-SECRET" in data:
+                    bad.append("%s: regular file (mode %o) holds the outside secret"
+                               % (os.path.relpath(p, FIX.mnt), st.st_mode))
+        self.assertEqual(nfiles, len(FIX.of("file")), "walk found a different number of regular files")
+        self.assertNone(bad, "secret exposed")
+
+    def test_nonroot_cannot_read_escape(self):
+        # control: uid 65534 can read an ordinary file of the mount, else the
+        # check below would pass for the wrong reason
+        f = FIX.of("file")[0]
+        data, err = wfstest.as_uid(wfstest.read_file, FIX.m(f["path"]))
+        self.assertIsNone(err, "uid 65534 cannot read %s through the mount: %s (mounted with allow_other)"
+                          % (f["path"], wfstest.errname(err)))
+        self.assertEqual(sha256(data), f["sha256"])
+        bad = []
+        for e in FIX.of("link", "escape"):
+            data, err = wfstest.as_uid(wfstest.read_file, FIX.m(e["path"]))
+            if err is None:
+                bad.append("%s: uid 65534 read %d bytes%s" % (e["path"], len(data),
+                           " INCLUDING THE SECRET" if b"WFS-SECRET" in data else ""))
+        self.assertNone(bad, "escaping link readable by uid 65534")
+
+
+class Inodes(Base):
+    def test_same_nas_file_same_inode(self):
+        groups = {}
+        for e in FIX.readable():
+            groups.setdefault(e["nas_real"], []).append(e["path"])
+        self.assertTrue(any(len(v) > 1 for v in groups.values()),
+                        "manifest has no NAS file reached by two paths")
+        bad = []
+        ino_sha = {}
+        for real, paths in groups.items():
+            inos = {}
+            for p in paths:
+                try:
+                    st = os.stat(FIX.m(p))
+                except OSError as ex:
+                    bad.append("%s: stat -> %s" % (p, wfstest.errname(ex.errno)))
+                    continue
+                inos.setdefault(st.st_ino, []).append(p)
+                ino_sha.setdefault(st.st_ino, set()).add(FIX.by_path[p]["sha256"])
+            if len(inos) > 1:
+                bad.append("NAS %s served under %d inodes: %s" % (real, len(inos), inos))
+        for ino, shas in ino_sha.items():
+            if len(shas) > 1:
+                bad.append("inode %d serves %d different contents" % (ino, len(shas)))
+        self.assertNone(bad, "inode identity")
+
+
+class Readdir(Base):
+    def test_listdir_equals_manifest_and_is_stable(self):
+        bad = []
+        for d, want in FIX.children().items():
+            try:
+                a = os.listdir(FIX.m(d))
+                b = os.listdir(FIX.m(d))
+            except OSError as ex:
+                bad.append("%r: listdir -> %s" % (d, wfstest.errname(ex.errno)))
+                continue
+            if len(a) != len(set(a)):
+                bad.append("%r: duplicate names %s" % (d, sorted({x for x in a if a.count(x) > 1})))
+            if sorted(a) != want:
+                bad.append("%r: missing %s, extra %s" % (d, sorted(set(want) - set(a)),
+                                                          sorted(set(a) - set(want))))
+            if a != b:
+                bad.append("%r: two listings differ" % d)
+        self.assertNone(bad, "readdir")
+
+    def test_scandir_names_and_types(self):
+        bad = []
+        for d, want in FIX.children().items():
+            with os.scandir(FIX.m(d)) as it:
+                ents = list(it)
+            names = [x.name for x in ents]
+            if sorted(names) != want or len(names) != len(set(names)):
+                bad.append("%r: scandir names differ from manifest" % d)
+            for x in ents:
+                e = FIX.by_path.get(os.path.join(d, x.name) if d else x.name)
+                if e is None:
+                    continue
+                got = ("link" if x.is_symlink() else "dir" if x.is_dir(follow_symlinks=False)
+                       else "file" if x.is_file(follow_symlinks=False) else "other")
+                if got != e["type"]:
+                    bad.append("%s: scandir type %s, want %s" % (e["path"], got, e["type"]))
+                ino = os.lstat(x.path).st_ino
+                if x.inode() != ino:  # d_ino from readdir, what `ls -i` and `find` use
+                    bad.append("%s: readdir d_ino %d, lstat st_ino %d" % (e["path"], x.inode(), ino))
+        self.assertNone(bad, "scandir")
+
+    def many_dir(self):
+        kids = FIX.children()
+        d = max(kids, key=lambda k: len(kids[k]))
+        self.assertGreaterEqual(len(kids[d]), FIX.many,
+                                "no directory with --many (%d) children in the manifest" % FIX.many)
+        return d, kids[d]
+
+    def test_many_entries(self):
+        d, want = self.many_dir()
+        a = os.listdir(FIX.m(d))
+        with os.scandir(FIX.m(d)) as it:
+            s = [x.name for x in it]
+        for label, got in (("listdir", a), ("scandir", s)):
+            dups = sorted({x for x in got if got.count(x) > 1})
+            self.assertEqual(dups, [], "%s of %s: duplicates" % (label, d))
+            self.assertEqual(sorted(got), want, "%s of %s (%d entries, want %d): missing %s extra %s"
+                             % (label, d, len(got), len(want), sorted(set(want) - set(got))[:5],
+                                sorted(set(got) - set(want))[:5]))
+
+    def test_many_entries_concurrent_listings(self):
+        d, want = self.many_dir()
+        results, errs = [None] * 6, []
+
+        def lst(i):
+            try:
+                results[i] = os.listdir(FIX.m(d))
+            except OSError as ex:
+                errs.append(ex)
+        ts = [threading.Thread(target=lst, args=(i,)) for i in range(len(results))]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        self.assertEqual(errs, [])
+        for r in results:
+            self.assertEqual(sorted(r), want)
+            self.assertEqual(len(r), len(want))
+
+    def test_many_entries_telldir_seekdir(self):
+        # resuming a listing at an offset (what a second getdents call, and
+        # seekdir, do) must neither repeat nor skip names
+        d, want = self.many_dir()
+        names = readdir_c(FIX.m(d), split=len(want) // 2)
+        first, rest, again = names
+        self.assertEqual(rest, again, "seekdir(telldir()) did not resume at the same place")
+        got = first + rest
+        self.assertEqual(len(got), len(set(got)), "duplicates across the resumed listing")
+        self.assertEqual(sorted(got), want)
+
+
+class _Dirent(ctypes.Structure):
+    _fields_ = [("d_ino", ctypes.c_uint64), ("d_off", ctypes.c_int64),
+                ("d_reclen", ctypes.c_ushort), ("d_type", ctypes.c_ubyte),
+                ("d_name", ctypes.c_char * 256)]
+
+
+def readdir_c(path, split):
+    """opendir; read `split` names; pos = telldir; read the rest; seekdir(pos);
+    read the rest again.  Returns (first, rest, rest_again) without . and .."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.opendir.restype = ctypes.c_void_p
+    libc.opendir.argtypes = [ctypes.c_char_p]
+    libc.readdir64.restype = ctypes.POINTER(_Dirent)
+    libc.readdir64.argtypes = [ctypes.c_void_p]
+    libc.telldir.restype = ctypes.c_long
+    libc.telldir.argtypes = [ctypes.c_void_p]
+    libc.seekdir.restype = None
+    libc.seekdir.argtypes = [ctypes.c_void_p, ctypes.c_long]
+    libc.closedir.argtypes = [ctypes.c_void_p]
+    dp = libc.opendir(os.fsencode(path))
+    if not dp:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e), path)
+
+    def take(n=None):
+        out = []
+        while n is None or len(out) < n:
+            ctypes.set_errno(0)
+            ent = libc.readdir64(dp)
+            if not ent:
+                e = ctypes.get_errno()
+                if e:
+                    raise OSError(e, os.strerror(e), path)
+                break
+            name = os.fsdecode(ent.contents.d_name)
+            if name not in (".", ".."):
+                out.append(name)
+        return out
+    try:
+        first = take(split)
+        pos = libc.telldir(dp)
+        rest = take()
+        libc.seekdir(dp, pos)
+        again = take()
+    finally:
+        libc.closedir(dp)
+    return first, rest, again
+
+
+class Modes(Base):
+    def test_no_write_bits(self):
+        bad = []
+        st = os.lstat(FIX.mnt)
+        if st.st_mode & 0o222:
+            bad.append("mount root: mode %o" % stat.S_IMODE(st.st_mode))
+        for e in FIX.entries:
+            if e["type"] == "link":
+                continue  # symlink permission bits are not used by Linux
+            st = os.lstat(FIX.m(e["path"]))
+            if st.st_mode & 0o222:
+                bad.append("%s: mode %o has write bits" % (e["path"], stat.S_IMODE(st.st_mode)))
+        self.assertNone(bad, "write bits")
+
+    def test_mode_is_nas_mode_without_write_bits(self):
+        bad = []
+        for e in FIX.entries:
+            # unambiguous cases: directories, and files that are themselves the NAS file
+            if not (e["type"] == "dir" or (e["type"] == "file" and e["nas_real"] == e["path"])):
+                continue
+            want = stat.S_IMODE(os.lstat(FIX.n(e["path"])).st_mode) & ~0o222
+            got = stat.S_IMODE(os.lstat(FIX.m(e["path"])).st_mode)
+            if got != want:
+                bad.append("%s: mode %o, NAS mode minus write bits is %o" % (e["path"], got, want))
+        self.assertNone(bad, "modes")
+
+
+class Xattrs(Base):
+    def test_state_is_nas(self):
+        bad = []
+        for e in FIX.readable():
+            try:
+                v = os.getxattr(FIX.m(e["path"]), "user.wfs.state")
+            except OSError as ex:
+                bad.append("%s: getxattr user.wfs.state -> %s" % (e["path"], wfstest.errname(ex.errno)))
+                continue
+            if v != b"nas":
+                bad.append("%s: user.wfs.state = %r" % (e["path"], v))
+        self.assertNone(bad, "user.wfs.state")
+
+    def test_id_is_blob_id(self):
+        bad, n = [], 0
+        for e in FIX.readable():
+            if "blob_id" not in e:
+                continue
+            n += 1
+            try:
+                v = os.getxattr(FIX.m(e["path"]), "user.wfs.id")  # follows links to the blob
+            except OSError as ex:
+                bad.append("%s: getxattr user.wfs.id -> %s" % (e["path"], wfstest.errname(ex.errno)))
+                continue
+            if v != e["blob_id"].encode():
+                bad.append("%s: user.wfs.id = %r, want %r" % (e["path"], v, e["blob_id"]))
+        self.assertGreater(n, 0)
+        self.assertNone(bad, "user.wfs.id")
+
+    def test_listxattr_names_them(self):
+        e = next(e for e in FIX.of("file") if "blob_id" in e)
+        names = os.listxattr(FIX.m(e["path"]))
+        self.assertIn("user.wfs.state", names, "listxattr %s" % e["path"])
+        self.assertIn("user.wfs.id", names, "listxattr %s" % e["path"])
+
+
+if __name__ == "__main__":
+    wfstest.main()

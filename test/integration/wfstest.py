@@ -1,0 +1,416 @@
+"""Shared helpers for the wfs integration tests (python3 stdlib only).
+
+The tests mount the real filesystem with the real daemon and use real system
+calls.  Locations:
+  WFS_BIN    the daemon       (default: <repo>/build/fs/wfs)
+  WFS_MKHUB  fixture generator (default: <repo>/tools/wfs-mkhub)
+When mounting is impossible (no /dev/fuse, not root, a binary missing) the
+module is skipped with the reason -- except under CI=true, where it fails.
+"""
+
+import errno
+import json
+import os
+import pickle
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+
+NOBODY = 65534
+WFS_TIMEOUT = 30          # seconds a foreground-returning `wfs` may take
+EXIT_TIMEOUT = 10         # seconds the daemon may take to exit after umount
+
+
+def wfs_bin():
+    return os.environ.get("WFS_BIN") or os.path.join(REPO, "build", "fs", "wfs")
+
+
+def mkhub_bin():
+    return os.environ.get("WFS_MKHUB") or os.path.join(REPO, "tools", "wfs-mkhub")
+
+
+def in_ci():
+    return os.environ.get("CI", "").lower() == "true"
+
+
+def skip_or_fail(reason):
+    """Skip (locally) or fail (under CI=true): the tests must not be silently
+    skipped in CI."""
+    if in_ci():
+        raise AssertionError("CI=true and the integration tests cannot run: " + reason)
+    raise unittest.SkipTest(reason)
+
+
+def require_mount_capability():
+    """Raise SkipTest (or AssertionError under CI) when the tests cannot mount."""
+    if not sys.platform.startswith("linux"):
+        skip_or_fail("not Linux")
+    if not os.path.exists("/dev/fuse"):
+        skip_or_fail("/dev/fuse does not exist")
+    if os.geteuid() != 0:
+        skip_or_fail("not root (euid %d): the tests mount, drop caches and switch uid" % os.geteuid())
+    for what, path in (("wfs daemon (WFS_BIN)", wfs_bin()), ("wfs-mkhub (WFS_MKHUB)", mkhub_bin())):
+        if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+            skip_or_fail("%s not found or not executable: %s" % (what, path))
+
+
+# ---------------------------------------------------------------- mounts
+
+def _unescape_mount_field(s):
+    # /proc/self/mounts escapes space, tab, newline and backslash as \ooo
+    out, i = [], 0
+    while i < len(s):
+        if s[i] == "\\" and len(s[i + 1:i + 4]) == 3 and s[i + 1:i + 4].isdigit():
+            out.append(chr(int(s[i + 1:i + 4], 8)))
+            i += 4
+        else:
+            out.append(s[i])
+            i += 1
+    return "".join(out)
+
+
+def mount_lines():
+    with open("/proc/self/mounts") as f:
+        return f.read().splitlines()
+
+
+def mount_points():
+    """List (not set: a path mounted twice appears twice) of mount points."""
+    pts = []
+    for line in mount_lines():
+        fields = line.split(" ")
+        if len(fields) >= 2:
+            pts.append(_unescape_mount_field(fields[1]))
+    return pts
+
+
+def is_mounted(path):
+    return os.path.realpath(path) in mount_points()
+
+
+def mount_entry(path):
+    path = os.path.realpath(path)
+    for line in mount_lines():
+        fields = line.split(" ")
+        if len(fields) >= 3 and _unescape_mount_field(fields[1]) == path:
+            return fields
+    return None
+
+
+# ---------------------------------------------------------------- processes
+
+def _proc_state(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            data = f.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return data[data.rfind(")") + 2:].split(" ", 1)[0]
+
+
+def pid_alive(pid):
+    """True while the process exists and is not a zombie."""
+    st = _proc_state(pid)
+    return st is not None and st != "Z"
+
+
+def pids_with_arg(arg):
+    """Like `pgrep -f`, but exact: processes having `arg` as one argv element."""
+    me = os.getpid()
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            with open("/proc/%s/cmdline" % name, "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if os.fsencode(arg) in argv and pid_alive(int(name)):
+            found.append(int(name))
+    return found
+
+
+def daemon_pids(local, mnt):
+    """Pids of the daemon serving `mnt`: from LOCAL_STORE/wfs.lock if it holds
+    a pid of a live process, and from the process table (argv contains mnt)."""
+    pids = set(pids_with_arg(mnt))
+    try:
+        with open(os.path.join(local, "wfs.lock")) as f:
+            txt = f.read().strip()
+        if txt.isdigit() and pid_alive(int(txt)):
+            pids.add(int(txt))
+    except OSError:
+        pass
+    return sorted(pids)
+
+
+def wait_until(pred, timeout, step=0.05):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() >= deadline:
+            return v
+        time.sleep(step)
+
+
+def run_wfs(args, timeout=WFS_TIMEOUT):
+    """Run the wfs binary, stdout/stderr captured through files (a daemon that
+    keeps the caller's pipes open would otherwise hang the test).  Returns
+    (returncode or None on timeout, stdout, stderr)."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        p = subprocess.Popen([wfs_bin()] + list(args), stdin=subprocess.DEVNULL,
+                             stdout=out, stderr=err)
+        try:
+            rc = p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            rc = None
+        out.seek(0)
+        err.seek(0)
+        return rc, out.read().decode(errors="replace"), err.read().decode(errors="replace")
+
+
+def unmount(mnt):
+    """umount, falling back to umount -l.  Returns a list of problems."""
+    problems = []
+    if not is_mounted(mnt):
+        return problems
+    r = subprocess.run(["umount", mnt], capture_output=True, text=True)
+    if r.returncode != 0:
+        # a reader may still be finishing; retry briefly before going lazy
+        ok = wait_until(lambda: subprocess.run(["umount", mnt], capture_output=True).returncode == 0
+                        or not is_mounted(mnt), 3, step=0.2)
+        if not ok:
+            problems.append("umount %s failed (%s); used umount -l" % (mnt, r.stderr.strip()))
+            subprocess.run(["umount", "-l", mnt], capture_output=True)
+    if not wait_until(lambda: not is_mounted(mnt), 5):
+        problems.append("%s still in /proc/self/mounts after umount" % mnt)
+    return problems
+
+
+def stop_daemon(pids, what):
+    """After umount: wait for the daemon(s) to exit; kill them (by pid) if not.
+    Returns a list of problems."""
+    problems = []
+    left = wait_until(lambda: [p for p in pids if pid_alive(p)] == [], EXIT_TIMEOUT)
+    if not left:
+        alive = [p for p in pids if pid_alive(p)]
+        problems.append("%s: daemon pid(s) %s still running %ds after umount"
+                        % (what, alive, EXIT_TIMEOUT))
+        for p in alive:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    return problems
+
+
+# ---------------------------------------------------------------- hub + mount
+
+def make_base(prefix):
+    """A temp dir under /tmp that uid 65534 can traverse."""
+    base = tempfile.mkdtemp(prefix=prefix, dir="/tmp")
+    os.chmod(base, 0o755)
+    return base
+
+
+def generate_hub(outdir, scale_mib=8, many=200, seed=1):
+    """Run wfs-mkhub; return the parsed manifest."""
+    r = subprocess.run([mkhub_bin(), "--scale-mib", str(scale_mib), "--many", str(many),
+                        "--seed", str(seed), outdir], capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        raise AssertionError("wfs-mkhub failed (rc %d): %s%s" % (r.returncode, r.stdout, r.stderr))
+    with open(os.path.join(outdir, "manifest.json")) as f:
+        return json.load(f)
+
+
+class Mount:
+    """One running wfs daemon: wfs [opts] NAS LOCAL MNT."""
+
+    def __init__(self, nas, local, mnt, options=()):
+        self.nas, self.local, self.mnt = nas, local, mnt
+        self.options = list(options)
+        self.pids = []
+        self.ready_on_return = False
+        self.rc = self.out = self.err = None
+
+    def start(self):
+        args = []
+        if self.options:
+            args += ["-o", ",".join(self.options)]
+        args += [self.nas, self.local, self.mnt]
+        self.rc, self.out, self.err = run_wfs(args)
+        if self.rc != 0:
+            raise AssertionError("wfs %s exited %s\nstdout: %s\nstderr: %s"
+                                 % (" ".join(args), self.rc, self.out, self.err))
+        self.ready_on_return = is_mounted(self.mnt)
+        if not wait_until(lambda: is_mounted(self.mnt), 5):
+            raise AssertionError("wfs exited 0 but %s is not mounted 5 s later" % self.mnt)
+        self.pids = wait_until(lambda: daemon_pids(self.local, self.mnt), 2)
+        return self
+
+    def stop(self):
+        """Unmount and check the daemon exited.  Returns a list of problems."""
+        problems = unmount(self.mnt)
+        if not self.pids:
+            problems.append("could not identify the daemon process for %s" % self.mnt)
+        problems += stop_daemon(self.pids, self.mnt)
+        return problems
+
+
+class HubFixture:
+    """Generated hub + mounted wfs, once per test module.
+
+        FIX = HubFixture()
+        def setUpModule(): FIX.setup()
+        def tearDownModule(): FIX.teardown()
+
+    Attributes: base, gen (mkhub OUTDIR), hub (NAS), local, mnt, manifest,
+    entries (list), by_path (dict).
+    The mount is a sibling of the NAS hub (OUTDIR/hub, OUTDIR/mnt) so that a
+    relative link leaving the hub leaves the mount the same way."""
+
+    def __init__(self, options=("allow_other",), scale_mib=8, many=200, mount=True):
+        self.options = options
+        self.scale_mib, self.many = scale_mib, many
+        self.do_mount = mount
+        self.base = self.gen = self.mnt = None
+        self.mount = None
+
+    def setup(self):
+        require_mount_capability()
+        self.base = make_base("wfs-it-")
+        try:
+            self.gen = os.path.join(self.base, "gen")
+            self.manifest = generate_hub(self.gen, self.scale_mib, self.many)
+            self.hub = self.manifest["hub"]
+            self.outside = self.manifest["outside"]
+            self.entries = self.manifest["entries"]
+            self.by_path = {e["path"]: e for e in self.entries}
+            self.local = os.path.join(self.gen, "local")
+            self.mnt = os.path.join(self.gen, "mnt")
+            os.mkdir(self.mnt)
+            os.chmod(self.gen, 0o755)
+            if self.do_mount:
+                self.mount = Mount(self.hub, self.local, self.mnt, self.options).start()
+        except BaseException:
+            self.teardown(raise_problems=False)
+            raise
+
+    def teardown(self, raise_problems=True):
+        problems = []
+        if self.mount is not None:
+            problems = self.mount.stop()
+            self.mount = None
+        elif self.mnt and is_mounted(self.mnt):  # a start that failed half-way
+            pids = daemon_pids(self.local, self.mnt)
+            problems = unmount(self.mnt) + stop_daemon(pids, self.mnt)
+        if self.base and os.path.isdir(self.base):
+            if self.mnt and is_mounted(self.mnt):
+                problems.append("not removing %s: still mounted" % self.base)
+            else:
+                shutil.rmtree(self.base, ignore_errors=True)
+        if problems and raise_problems:
+            raise AssertionError("teardown: " + "; ".join(problems))
+
+    # --- manifest helpers
+    def m(self, rel):
+        return os.path.join(self.mnt, rel) if rel else self.mnt
+
+    def n(self, rel):
+        return os.path.join(self.hub, rel) if rel else self.hub
+
+    def of(self, type_=None, follow=None):
+        return [e for e in self.entries
+                if (type_ is None or e["type"] == type_)
+                and (follow is None or e.get("follow") == follow)]
+
+    def readable(self):
+        """Entries that read as a file through the mount: files and links with
+        follow=file."""
+        return [e for e in self.entries
+                if e["type"] == "file" or (e["type"] == "link" and e.get("follow") == "file")]
+
+    def children(self):
+        """dir path ('' = root) -> sorted names of its children, from the manifest."""
+        kids = {"": []}
+        for e in self.entries:
+            if e["type"] == "dir":
+                kids.setdefault(e["path"], [])
+        for e in self.entries:
+            parent, name = os.path.split(e["path"])
+            kids.setdefault(parent, []).append(name)
+        return {k: sorted(v) for k, v in kids.items()}
+
+
+# ---------------------------------------------------------------- other uid
+
+def as_uid(fn, *args, uid=NOBODY, gid=NOBODY):
+    """Run fn(*args) in a forked child with uid/gid 65534.  Returns
+    (result, None) or (None, errno) (errno of the OSError the call raised)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        try:
+            os.close(r)
+            try:
+                os.setgroups([])
+                os.setresgid(gid, gid, gid)
+                os.setresuid(uid, uid, uid)
+                payload = ("ok", fn(*args))
+            except OSError as e:
+                payload = ("errno", e.errno)
+            except BaseException as e:  # noqa: BLE001 -- report, never escape the child
+                payload = ("exc", repr(e))
+            data = pickle.dumps(payload)
+            os.write(w, data)
+        finally:
+            os._exit(0)
+    os.close(w)
+    chunks = []
+    while True:
+        c = os.read(r, 65536)
+        if not c:
+            break
+        chunks.append(c)
+    os.close(r)
+    os.waitpid(pid, 0)
+    kind, val = pickle.loads(b"".join(chunks)) if chunks else ("exc", "child died")
+    if kind == "ok":
+        return val, None
+    if kind == "errno":
+        return None, val
+    raise RuntimeError("child raised " + val)
+
+
+def read_file(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def errno_of(fn, *args, **kw):
+    """Errno of the OSError fn raises, or None if it succeeded."""
+    try:
+        fn(*args, **kw)
+    except OSError as e:
+        return e.errno
+    return None
+
+
+def errname(e):
+    return "success" if e is None else errno.errorcode.get(e, str(e))
+
+
+def main():
+    unittest.main(verbosity=2)

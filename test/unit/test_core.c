@@ -1,0 +1,245 @@
+/* test_core.c - the namespace rules of core/, on a real directory tree,
+ * without mounting anything. */
+#include "check.h"
+#include "ns.h"
+#include "path.h"
+#include "resolve.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define SHA_A "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+#define SHA_B "4dbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+#define SHA1_C "cccccccccccccccccccccccccccccccccccccccc"
+#define REV "0123456789abcdef0123456789abcdef01234567"
+
+static char top[PATH_MAX];
+
+static void mk(const char *rel, const char *content)
+{
+	char p[PATH_MAX * 2];
+	int fd;
+
+	snprintf(p, sizeof(p), "%s/%s", top, rel);
+	fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	if (fd < 0 || write(fd, content, strlen(content)) < 0) {
+		perror(p);
+		exit(2);
+	}
+	close(fd);
+}
+
+static void dir(const char *rel)
+{
+	char p[PATH_MAX * 2];
+
+	snprintf(p, sizeof(p), "%s/%s", top, rel);
+	if (mkdir(p, 0755) < 0 && errno != EEXIST) {
+		perror(p);
+		exit(2);
+	}
+}
+
+static void ln(const char *target, const char *rel)
+{
+	char p[PATH_MAX * 2];
+
+	snprintf(p, sizeof(p), "%s/%s", top, rel);
+	if (symlink(target, p) < 0) {
+		perror(p);
+		exit(2);
+	}
+}
+
+static void test_path(struct check_count *c)
+{
+	char out[PATH_MAX];
+
+	CHECK(c, path_normalize("/a//b/./c/../d/", out, sizeof(out)) == 0 && !strcmp(out, "/a/b/d"),
+	      "got %s", out);
+	CHECK(c, path_normalize("/../x", out, sizeof(out)) == 0 && !strcmp(out, "/x"), "got %s", out);
+	CHECK(c, path_normalize("a/../..", out, sizeof(out)) == -EXDEV, "relative climb");
+	CHECK(c, path_normalize("./", out, sizeof(out)) == 0 && !strcmp(out, ""), "got %s", out);
+	CHECK(c, path_under("/hub", "/hub/x/y") && !strcmp(path_under("/hub", "/hub/x/y"), "x/y"),
+	      "under");
+	CHECK(c, path_under("/hub", "/hubx") == NULL, "prefix is not a parent");
+	CHECK(c, path_under("/hub", "/hub") && !*path_under("/hub", "/hub"), "root itself");
+	path_relative("m/snapshots/r", "m/blobs/x", out, sizeof(out));
+	CHECK(c, !strcmp(out, "../../blobs/x"), "got %s", out);
+	path_relative("m/snapshots/r/original/deep", "m/blobs/x", out, sizeof(out));
+	CHECK(c, !strcmp(out, "../../../../blobs/x"), "got %s", out);
+	path_relative("", "a/b", out, sizeof(out));
+	CHECK(c, !strcmp(out, "a/b"), "got %s", out);
+	path_relative("a/b", "a/b", out, sizeof(out));
+	CHECK(c, !strcmp(out, "."), "got %s", out);
+	CHECK(c, hub_id_kind(SHA_A) == HUB_ID_SHA256, "sha256 name");
+	CHECK(c, hub_id_kind(SHA1_C) == HUB_ID_SHA1, "sha1 name");
+	CHECK(c, hub_id_kind("AAAAaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa") == HUB_ID_NONE, "upper case");
+	CHECK(c, hub_id_kind(SHA_A ".incomplete") == HUB_ID_NONE, "incomplete");
+	CHECK(c, hub_snapshot_blob_dir("models--o--n/snapshots/" REV "/x", out, sizeof(out)) &&
+	      !strcmp(out, "models--o--n/blobs"), "got %s", out);
+	CHECK(c, !hub_snapshot_blob_dir("models--o--n/snapshots/" REV, out, sizeof(out)),
+	      "revision dir itself is not an entry");
+	CHECK(c, !hub_snapshot_blob_dir("models--o--n/refs/main", out, sizeof(out)), "refs");
+	CHECK(c, hub_repo_blob_name("m/blobs/" SHA_A) && !strcmp(hub_repo_blob_name("m/blobs/" SHA_A), SHA_A),
+	      "blob name");
+	CHECK(c, hub_repo_blob_name("m/blobs/4d/" SHA_B) == NULL, "nested is not a repo blob");
+}
+
+static void build_tree(void)
+{
+	char p[PATH_MAX * 2];
+
+	dir("hub");
+	dir("outside");
+	mk("outside/secret", "secret");
+	/* A standard repo. */
+	dir("hub/models--o--std");
+	dir("hub/models--o--std/blobs");
+	dir("hub/models--o--std/snapshots");
+	dir("hub/models--o--std/snapshots/" REV);
+	dir("hub/models--o--std/snapshots/" REV "/original");
+	dir("hub/models--o--std/refs");
+	mk("hub/models--o--std/refs/main", REV);
+	mk("hub/models--o--std/blobs/" SHA_A, "weights A");
+	mk("hub/models--o--std/blobs/" SHA1_C, "{}");
+	ln("../../blobs/" SHA_A, "hub/models--o--std/snapshots/" REV "/model.safetensors");
+	ln("../../../blobs/" SHA1_C, "hub/models--o--std/snapshots/" REV "/original/params.json");
+	/* A hub-level store and a repo whose blobs link into it. */
+	dir("hub/blobs");
+	dir("hub/blobs/4d");
+	mk("hub/blobs/4d/" SHA_B, "weights B");
+	dir("hub/models--o--store");
+	dir("hub/models--o--store/blobs");
+	dir("hub/models--o--store/snapshots");
+	dir("hub/models--o--store/snapshots/" REV);
+	ln("../../blobs/4d/" SHA_B, "hub/models--o--store/blobs/" SHA_B);
+	snprintf(p, sizeof(p), "%s/hub/blobs/4d/" SHA_B, top);
+	ln(p, "hub/models--o--store/blobs/" SHA_A); /* absolute, still inside */
+	ln(SHA_A, "hub/models--o--store/blobs/hop"); /* two hops */
+	ln("../../blobs/" SHA_B, "hub/models--o--store/snapshots/" REV "/a.safetensors");
+	ln("../../blobs/hop", "hub/models--o--store/snapshots/" REV "/b.safetensors");
+	ln("../../../blobs/4d/" SHA_B, "hub/models--o--store/snapshots/" REV "/direct.bin");
+	/* Real files and broken links in a snapshot. */
+	dir("hub/models--o--store/snapshots/" REV "/packs");
+	mk("hub/models--o--store/snapshots/" REV "/packs/p1.bin", "1111");
+	ln("../../blobs/" SHA1_C, "hub/models--o--store/snapshots/" REV "/dangling.json");
+	ln("self", "hub/models--o--store/snapshots/" REV "/self");
+	snprintf(p, sizeof(p), "%s/outside/secret", top);
+	ln(p, "hub/models--o--store/snapshots/" REV "/escape-abs");
+	ln("../../../../outside/secret", "hub/models--o--store/snapshots/" REV "/escape-rel");
+	ln("packs", "hub/models--o--store/snapshots/" REV "/packdir");
+	ln("../../..", "hub/models--o--store/snapshots/" REV "/up");
+	ln("../../../..", "hub/models--o--store/snapshots/" REV "/above");
+}
+
+static void expect_link(struct check_count *c, struct hub_roots *roots, const char *rel,
+			const char *target, enum ns_link_state state)
+{
+	struct ns_entry e;
+	int r = ns_classify(roots, rel, &e);
+
+	CHECK(c, r == 0 && e.kind == NS_LINK, "%s: r=%d kind=%d", rel, r, e.kind);
+	CHECK(c, r == 0 && !strcmp(e.target, target), "%s: target %s, want %s", rel, e.target, target);
+	CHECK(c, r == 0 && e.link_state == state, "%s: state %s", rel, ns_link_state_name(e.link_state));
+	CHECK(c, r == 0 && S_ISLNK(e.st.st_mode) && e.st.st_size == (off_t)strlen(target), "%s: attrs", rel);
+}
+
+static void expect_file(struct check_count *c, struct hub_roots *roots, const char *rel,
+			const char *backing_rel, const char *blob_id)
+{
+	char want[PATH_MAX * 2], norm[PATH_MAX * 2];
+	struct ns_entry e;
+	int r = ns_classify(roots, rel, &e);
+
+	snprintf(want, sizeof(want), "%s/%s", roots->path[0], backing_rel);
+	path_normalize(want, norm, sizeof(norm));
+	strcpy(want, norm);
+	CHECK(c, r == 0 && e.kind == NS_FILE, "%s: r=%d kind=%d", rel, r, e.kind);
+	CHECK(c, r == 0 && !strcmp(e.backing, want), "%s: backing %s", rel, e.backing);
+	CHECK(c, r == 0 && !strcmp(e.blob_id, blob_id), "%s: blob id '%s'", rel, e.blob_id);
+	CHECK(c, r == 0 && S_ISREG(e.st.st_mode) && !(e.st.st_mode & 0222), "%s: mode %o", rel,
+	      e.st.st_mode);
+}
+
+static void test_ns(struct check_count *c)
+{
+	struct hub_roots roots = {0};
+	struct hub_res res;
+	struct ns_entry e;
+	char p[PATH_MAX * 2];
+
+	snprintf(p, sizeof(p), "%s/hub", top);
+	CHECK(c, hub_roots_add(&roots, p) == 0, "root");
+
+	CHECK(c, ns_classify(&roots, "", &e) == 0 && e.kind == NS_DIR, "root is a dir");
+	CHECK(c, ns_classify(&roots, "models--o--std/refs/main", &e) == 0 && e.kind == NS_FILE &&
+	      e.st.st_size == 40, "ref is a 40-byte file");
+	CHECK(c, ns_classify(&roots, "nope", &e) == -ENOENT, "missing name");
+	CHECK(c, ns_classify(&roots, "models--o--std/refs/main/x", &e) == -ENOENT, "under a file");
+
+	expect_link(c, &roots, "models--o--std/snapshots/" REV "/model.safetensors",
+		    "../../blobs/" SHA_A, NS_LINK_RESOLVED);
+	expect_link(c, &roots, "models--o--std/snapshots/" REV "/original/params.json",
+		    "../../../blobs/" SHA1_C, NS_LINK_RESOLVED);
+	expect_file(c, &roots, "models--o--std/blobs/" SHA_A, "models--o--std/blobs/" SHA_A, SHA_A);
+	/* Repo blobs that link into the hub-level store are files there. */
+	expect_file(c, &roots, "models--o--store/blobs/" SHA_B, "blobs/4d/" SHA_B, SHA_B);
+	expect_file(c, &roots, "models--o--store/blobs/" SHA_A, "blobs/4d/" SHA_B, SHA_A);
+	expect_file(c, &roots, "models--o--store/blobs/hop", "blobs/4d/" SHA_B, "hop");
+	expect_link(c, &roots, "models--o--store/snapshots/" REV "/a.safetensors",
+		    "../../blobs/" SHA_B, NS_LINK_RESOLVED);
+	expect_link(c, &roots, "models--o--store/snapshots/" REV "/b.safetensors",
+		    "../../blobs/hop", NS_LINK_RESOLVED);
+	/* Straight into the hub store, bypassing the repo's blobs: a file. */
+	expect_file(c, &roots, "models--o--store/snapshots/" REV "/direct.bin", "blobs/4d/" SHA_B, "");
+	expect_file(c, &roots, "models--o--store/snapshots/" REV "/packs/p1.bin",
+		    "models--o--store/snapshots/" REV "/packs/p1.bin", "");
+	expect_link(c, &roots, "models--o--store/snapshots/" REV "/dangling.json",
+		    "../../blobs/" SHA1_C, NS_LINK_DANGLING);
+	expect_link(c, &roots, "models--o--store/snapshots/" REV "/self", "self", NS_LINK_LOOP);
+	snprintf(p, sizeof(p), "%s/outside/secret", top);
+	expect_link(c, &roots, "models--o--store/snapshots/" REV "/escape-abs", p, NS_LINK_ESCAPE);
+	expect_link(c, &roots, "models--o--store/snapshots/" REV "/escape-rel",
+		    "../../../../outside/secret", NS_LINK_ESCAPE);
+	expect_link(c, &roots, "models--o--store/snapshots/" REV "/packdir", "packs",
+		    NS_LINK_RESOLVED);
+	expect_link(c, &roots, "models--o--store/snapshots/" REV "/up", "../../..",
+		    NS_LINK_RESOLVED);
+	expect_link(c, &roots, "models--o--store/snapshots/" REV "/above", "../../../..",
+		    NS_LINK_ESCAPE);
+
+	/* The escape is decided from the link text: the secret is never touched. */
+	CHECK(c, hub_resolve(&roots, "models--o--store/snapshots/" REV "/escape-abs", NULL, &res) == 0 &&
+	      res.kind == HUB_RES_ESCAPE && res.hops == 1, "escape after one hop");
+	/* An extra root lets the same link resolve. */
+	snprintf(p, sizeof(p), "%s/outside", top);
+	CHECK(c, hub_roots_add(&roots, p) == 0, "extra root");
+	CHECK(c, hub_resolve(&roots, "models--o--store/snapshots/" REV "/escape-abs", NULL, &res) == 0 &&
+	      res.kind == HUB_RES_FILE && res.root == 1, "escape allowed by extra root");
+	expect_file(c, &roots, "models--o--store/snapshots/" REV "/escape-rel", "../outside/secret", "");
+}
+
+int main(void)
+{
+	struct check_count c = {0};
+	char cmd[PATH_MAX + 16];
+
+	snprintf(top, sizeof(top), "/tmp/wfs-unit-XXXXXX");
+	if (!mkdtemp(top)) {
+		perror("mkdtemp");
+		return 2;
+	}
+	build_tree();
+	test_path(&c);
+	test_ns(&c);
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", top);
+	if (system(cmd) != 0)
+		fprintf(stderr, "could not remove %s\n", top);
+	printf("core: %d passed, %d failed\n", c.passed, c.failed);
+	return c.failed ? 1 : 0;
+}

@@ -47,6 +47,9 @@ static void usage(FILE *f)
 "  log=stderr|syslog    where log lines go (default: stderr with -f,\n"
 "                       syslog in the background)\n"
 "  max_threads=N        FUSE worker threads (default 16)\n"
+"  copy_workers=N       concurrent promotions (default 2)\n"
+"  promote_mbps=N       cap on promotion reads from the NAS, MB/s (default 0:\n"
+"                       no cap)\n"
 "\n"
 "FUSE -o options passed on: allow_other, allow_root, ro, fsname=, subtype=,\n"
 "auto_unmount, nosuid, nodev, noatime, ...  fstab-only words (defaults,\n"
@@ -141,6 +144,21 @@ static int parse_o(struct wfs_opts *o, char *arg, struct arglist *fuse_o)
 				return -1;
 			}
 			o->log_set = 1;
+		} else if (KEY("copy_workers")) {
+			o->copy_workers = (unsigned)strtoul(val, NULL, 10);
+			if (o->copy_workers < 1 || o->copy_workers > 64) {
+				fprintf(stderr, "wfs: -o copy_workers=%s: expected 1..64\n", val);
+				return -1;
+			}
+		} else if (KEY("promote_mbps")) {
+			char *end;
+			double mb = strtod(val, &end);
+
+			if (!*val || *end || mb < 0) {
+				fprintf(stderr, "wfs: -o promote_mbps=%s: expected MB/s (0: no cap)\n", val);
+				return -1;
+			}
+			o->promote_bw = (uint64_t)(mb * 1e6);
 		} else if (KEY("max_threads")) {
 			o->max_threads = (unsigned)strtoul(val, NULL, 10);
 			if (o->max_threads < 1 || o->max_threads > 1024) {
@@ -315,6 +333,20 @@ static int take_lock(struct wfs *w)
 	return 0;
 }
 
+static void store_log(void *arg, int prio, const char *msg)
+{
+	wfs_log(arg, prio, "%s", msg);
+}
+
+/* The bytes of a blob may have changed: the kernel must forget its pages. */
+static void store_changed(void *arg, uint64_t ino)
+{
+	struct wfs *w = arg;
+
+	if (w->se)
+		fuse_lowlevel_notify_inval_inode(w->se, (fuse_ino_t)ino, 0, 0);
+}
+
 static void write_pid(struct wfs *w)
 {
 	char pid[32];
@@ -339,6 +371,7 @@ int main(int argc, char **argv)
 	w.opt.negative_timeout = 1.0;
 	w.opt.blob_timeout = 60.0;
 	w.opt.max_threads = 16;
+	w.opt.copy_workers = 2;
 	w.lock_fd = -1;
 	if (arg_add(&fa, argv[0]))
 		goto out_args;
@@ -361,6 +394,24 @@ int main(int argc, char **argv)
 			strerror(-r));
 		goto out_nodes;
 	}
+	{
+		struct store_opts so = { .workers = w.opt.copy_workers,
+					 .bw_limit = w.opt.promote_bw };
+		struct store_hooks hooks = { .arg = &w, .log = store_log,
+					     .changed = store_changed };
+
+		r = store_open(&w.store, w.opt.local, &so, &hooks);
+		w.store_open = 1;
+		if (r < 0) {
+			fprintf(stderr, "wfs: LOCAL_STORE %s: %s\n", w.opt.local, strerror(-r));
+			goto out_nodes;
+		}
+	}
+	w.ctl.roots = &w.roots;
+	w.ctl.store = &w.store;
+	w.ctl.mount = w.opt.mnt;
+	w.ctl.local = w.opt.local;
+	w.ctl.owner = getuid();
 
 	snprintf(fsname, sizeof(fsname), "fsname=%s", w.roots.path[0]);
 	if (arg_add(&fa, "-o") || arg_add(&fa, fsname) || arg_add(&fa, "-o") ||
@@ -387,6 +438,12 @@ int main(int argc, char **argv)
 	if (fuse_daemonize(w.opt.foreground) != 0)
 		goto out_unmount;
 	write_pid(&w);
+	/* Threads only now: fuse_daemonize() forks. */
+	if ((r = store_start(&w.store)) < 0 || (r = control_start(&w.ctl)) < 0) {
+		wfs_log(&w, LOG_ERR, "cannot start promotion or control socket in %s: %s",
+			w.opt.local, strerror(-r));
+		goto out_unmount;
+	}
 
 	if (w.opt.single_thread) {
 		ret = fuse_session_loop(w.se) ? 1 : 0;
@@ -398,6 +455,7 @@ int main(int argc, char **argv)
 		fuse_loop_cfg_destroy(cfg);
 	}
 	wfs_log(&w, LOG_INFO, "unmounting %s", w.opt.mnt);
+	control_stop(&w.ctl);
 
 out_unmount:
 	fuse_session_unmount(w.se);
@@ -407,6 +465,9 @@ out_session:
 	fuse_session_destroy(w.se);
 out:
 out_nodes:
+	control_stop(&w.ctl);
+	if (w.store_open)
+		store_close(&w.store); /* cancels copies, writes the index */
 	node_table_destroy(&w.nodes);
 out_args:
 	for (int i = 0; i < fa.n; i++)

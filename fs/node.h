@@ -9,6 +9,7 @@
 #define WFS_NODE_H
 
 #include "ns.h"
+#include "store.h"
 
 #include <pthread.h>
 #include <stdint.h>
@@ -27,6 +28,7 @@ struct node {
 	char blob_id[NAME_MAX + 1];
 	struct stat st;   /* last attributes presented */
 	int cache_ok;     /* FILE: size and mtime unchanged since the last open */
+	struct blob *blob; /* FILE: the blob (never freed while mounted) */
 };
 
 struct node_table {

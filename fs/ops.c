@@ -18,11 +18,13 @@
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/xattr.h>
+#include <time.h>
 #include <syslog.h>
 #include <unistd.h>
 
 #define XATTR_STATE "user.wfs.state"
 #define XATTR_ID "user.wfs.id"
+#define XATTR_SOCKET "user.wfs.socket" /* on the root: how wfsctl finds us */
 
 static struct wfs *W(fuse_req_t req)
 {
@@ -113,6 +115,15 @@ static int do_lookup(struct wfs *w, struct node *parent, const char *name,
 			r = -errno;
 		else
 			fill_entry(w, n, e);
+	}
+	if (r == 0 && ent->kind == NS_FILE) {
+		/* A blob per NAS file; a changed source is noticed here too. */
+		struct blob *b = store_blob(&w->store, ent->backing, &ent->st, ent->blob_id);
+
+		if (b) {
+			__atomic_store_n(&b->fs_ino, e->ino, __ATOMIC_RELAXED);
+			__atomic_store_n(&n->blob, b, __ATOMIC_RELEASE);
+		}
 	}
 	free(ent);
 	return r;
@@ -205,9 +216,17 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 
 /* ---- files ---- */
 
+/* An open file.  It reads from whichever side its blob is on at the time
+ * of each read: opened from the NAS, it moves to the local copy as soon as
+ * the copy is verified, and back if the copy is demoted.  Both descriptors
+ * stay open until release, so a read in flight never loses its fd. */
 struct wfs_fh {
-	int fd;
-	int direct; /* fd has O_DIRECT */
+	pthread_mutex_t lock;
+	struct blob *blob;
+	char *nas_path;
+	int nas_fd, nas_direct;
+	int local_fd, local_direct;
+	int local_failed;
 };
 
 /* Open a resolved NAS path without following any link a racing change on
@@ -225,6 +244,73 @@ static int open_backing(const char *path, int flags)
 	return fd < 0 ? -errno : fd;
 }
 
+/* Open @path with O_DIRECT where its filesystem allows it. */
+static int open_direct(const char *path, int *direct)
+{
+	int fd = open_backing(path, O_DIRECT);
+
+	*direct = 1;
+	if (fd == -EINVAL) { /* tmpfs and friends: buffered, pages dropped */
+		*direct = 0;
+		fd = open_backing(path, 0);
+	}
+	return fd;
+}
+
+static int fh_nas_fd(struct wfs *w, struct wfs_fh *fh, int *direct)
+{
+	int fd;
+
+	pthread_mutex_lock(&fh->lock);
+	if (fh->nas_fd < 0) {
+		fd = open_direct(fh->nas_path, &fh->nas_direct);
+		if (fd < 0)
+			wfs_log(w, LOG_WARNING, "open %s: %s", fh->nas_path, strerror(-fd));
+		else
+			fh->nas_fd = fd;
+	}
+	fd = fh->nas_fd;
+	*direct = fh->nas_direct;
+	pthread_mutex_unlock(&fh->lock);
+	return fd;
+}
+
+static int fh_local_fd(struct wfs *w, struct wfs_fh *fh, int *direct)
+{
+	char path[PATH_MAX + 64];
+	int fd;
+
+	pthread_mutex_lock(&fh->lock);
+	if (fh->local_fd < 0 && !fh->local_failed) {
+		pthread_mutex_lock(&w->store.lock);
+		store_local_path(&w->store, fh->blob, path, sizeof(path));
+		pthread_mutex_unlock(&w->store.lock);
+		fd = open_direct(path, &fh->local_direct);
+		if (fd < 0) {
+			fh->local_failed = 1;
+			wfs_log(w, LOG_WARNING, "open local copy %s of %s: %s; reading the NAS",
+				path, fh->nas_path, strerror(-fd));
+		} else {
+			fh->local_fd = fd;
+		}
+	}
+	fd = fh->local_fd;
+	*direct = fh->local_direct;
+	pthread_mutex_unlock(&fh->lock);
+	return fd;
+}
+
+static void fh_free(struct wfs_fh *fh)
+{
+	if (fh->nas_fd >= 0)
+		close(fh->nas_fd);
+	if (fh->local_fd >= 0)
+		close(fh->local_fd);
+	pthread_mutex_destroy(&fh->lock);
+	free(fh->nas_path);
+	free(fh);
+}
+
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct wfs *w = W(req);
@@ -232,7 +318,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	char path[PATH_MAX];
 	struct wfs_fh *fh;
 	struct stat st;
-	int fd, direct = 1;
+	int fd, direct, local = 0;
 
 	if (n->kind != NS_FILE) {
 		fuse_reply_err(req, n->kind == NS_DIR ? EISDIR : ELOOP);
@@ -244,25 +330,43 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, EROFS);
 		return;
 	}
-	pthread_mutex_lock(&w->nodes.lock);
-	snprintf(path, sizeof(path), "%s", n->backing);
-	pthread_mutex_unlock(&w->nodes.lock);
-	fd = open_backing(path, O_DIRECT);
-	if (fd == -EINVAL) { /* tmpfs and friends: buffered, pages dropped */
-		direct = 0;
-		fd = open_backing(path, 0);
+	fh = calloc(1, sizeof(*fh));
+	if (!fh) {
+		fuse_reply_err(req, ENOMEM);
+		return;
 	}
+	pthread_mutex_init(&fh->lock, NULL);
+	fh->nas_fd = fh->local_fd = -1;
+	fh->blob = __atomic_load_n(&n->blob, __ATOMIC_ACQUIRE);
+	pthread_mutex_lock(&w->nodes.lock);
+	fh->nas_path = strdup(n->backing);
+	pthread_mutex_unlock(&w->nodes.lock);
+	if (!fh->nas_path) {
+		fh_free(fh);
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	if (fh->blob) {
+		fh->blob->opens++;
+		fh->blob->last_used = (int64_t)time(NULL);
+		/* First local read since start-up: is the source still the same? */
+		local = store_check_source(&w->store, fh->blob) && fh_local_fd(w, fh, &direct) >= 0;
+	}
+	/* The NAS side is opened even for a local blob: it proves the name still
+	 * resolves, gives the attributes, and is the fallback. */
+	fd = fh_nas_fd(w, fh, &direct);
 	if (fd < 0) {
-		wfs_log(w, LOG_WARNING, "open %s: %s", path, strerror(-fd));
 		fuse_reply_err(req, -fd == ELOOP ? EIO : -fd);
+		fh_free(fh);
 		return;
 	}
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-		wfs_log(w, LOG_WARNING, "open %s: not a regular file any more", path);
-		close(fd);
+		wfs_log(w, LOG_WARNING, "open %s: not a regular file any more", fh->nas_path);
 		fuse_reply_err(req, EIO);
+		fh_free(fh);
 		return;
 	}
+	(void)local;
 	/* The content under a name is immutable, so the kernel may keep its
 	 * pages across opens -- unless the NAS shows a new size or mtime. */
 	pthread_mutex_lock(&w->nodes.lock);
@@ -273,20 +377,10 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	n->st.st_size = st.st_size;
 	n->st.st_mtim = st.st_mtim;
 	pthread_mutex_unlock(&w->nodes.lock);
-	fh = malloc(sizeof(*fh));
-	if (!fh) {
-		close(fd);
-		fuse_reply_err(req, ENOMEM);
-		return;
-	}
-	fh->fd = fd;
-	fh->direct = direct;
 	fi->fh = (uint64_t)(uintptr_t)fh;
 	fi->noflush = 1;
-	if (fuse_reply_open(req, fi) == -ENOENT) {
-		close(fd); /* the opener was interrupted */
-		free(fh);
-	}
+	if (fuse_reply_open(req, fi) == -ENOENT)
+		fh_free(fh); /* the opener was interrupted */
 }
 
 /* Reads of NAS files use O_DIRECT where the filesystem allows it: the bytes
@@ -328,16 +422,33 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 {
 	struct fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
 	struct wfs_fh *fh = (struct wfs_fh *)(uintptr_t)fi->fh;
+	struct wfs *w = W(req);
+	struct blob *b = fh->blob;
+	int fd = -1, direct = 0;
 	(void)ino;
 
+	if (b && __atomic_load_n(&b->state, __ATOMIC_ACQUIRE) == BLOB_LOCAL) {
+		fd = fh_local_fd(w, fh, &direct);
+		if (fd >= 0)
+			b->local_bytes += size;
+	}
+	if (fd < 0) {
+		fd = fh_nas_fd(w, fh, &direct);
+		if (fd < 0) {
+			fuse_reply_err(req, EIO);
+			return;
+		}
+		if (b)
+			b->nas_bytes += size;
+	}
 	/* Nothing of fh may be touched after the reply: the file can be
 	 * released as soon as the kernel has the bytes. */
-	if (!fh->direct || ((off | (off_t)size) & (DIO_ALIGN - 1))) {
-		read_bounce(req, fh->fd, size, off, !fh->direct);
+	if (!direct || ((off | (off_t)size) & (DIO_ALIGN - 1))) {
+		read_bounce(req, fd, size, off, !direct);
 		return;
 	}
 	buf.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
-	buf.buf[0].fd = fh->fd;
+	buf.buf[0].fd = fd;
 	buf.buf[0].pos = off;
 	fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
 }
@@ -347,8 +458,7 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	struct wfs_fh *fh = (struct wfs_fh *)(uintptr_t)fi->fh;
 	(void)ino;
 
-	close(fh->fd);
-	free(fh);
+	fh_free(fh);
 	fuse_reply_err(req, 0);
 }
 
@@ -528,11 +638,16 @@ static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info 
 
 static int xattr_value(struct wfs *w, struct node *n, const char *name, char *buf, size_t sz)
 {
-	(void)w;
+	struct blob *b = __atomic_load_n(&n->blob, __ATOMIC_ACQUIRE);
+
+	if (n == w->nodes.root && !strcmp(name, XATTR_SOCKET))
+		return snprintf(buf, sz, "%s", w->ctl.sock_path);
 	if (n->kind != NS_FILE)
 		return -ENODATA;
 	if (!strcmp(name, XATTR_STATE))
-		return snprintf(buf, sz, "nas");
+		return snprintf(buf, sz, "%s",
+				blob_state_name(b ? __atomic_load_n(&b->state, __ATOMIC_ACQUIRE)
+						  : BLOB_NAS));
 	if (!strcmp(name, XATTR_ID) && n->blob_id[0])
 		return snprintf(buf, sz, "%s", n->blob_id);
 	return -ENODATA;
@@ -541,7 +656,7 @@ static int xattr_value(struct wfs *w, struct node *n, const char *name, char *bu
 static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
 	struct wfs *w = W(req);
-	char val[256];
+	char val[PATH_MAX];
 	int len = xattr_value(w, N(w, ino), name, val, sizeof(val));
 
 	if (len < 0)
@@ -561,7 +676,10 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 	char list[64];
 	size_t len = 0;
 
-	if (n->kind == NS_FILE) {
+	if (n == w->nodes.root) {
+		memcpy(list, XATTR_SOCKET, sizeof(XATTR_SOCKET));
+		len = sizeof(XATTR_SOCKET);
+	} else if (n->kind == NS_FILE) {
 		memcpy(list, XATTR_STATE, sizeof(XATTR_STATE));
 		len = sizeof(XATTR_STATE);
 		if (n->blob_id[0]) {

@@ -5,7 +5,9 @@
 #define FUSE_USE_VERSION 35
 #include <fuse_lowlevel.h>
 
+#include "control.h"
 #include "node.h"
+#include "store.h"
 #include "resolve.h"
 
 #include <stdarg.h>
@@ -22,6 +24,8 @@ struct wfs_opts {
 	enum wfs_log_target log;
 	int log_set;
 	unsigned max_threads;
+	unsigned copy_workers;
+	uint64_t promote_bw; /* bytes/s, 0 = unlimited */
 };
 
 struct wfs {
@@ -30,6 +34,9 @@ struct wfs {
 	struct node_table nodes;
 	struct fuse_session *se;
 	int lock_fd;
+	struct store store;
+	struct control ctl;
+	int store_open;
 };
 
 extern const struct fuse_lowlevel_ops wfs_ops;

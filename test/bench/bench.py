@@ -136,6 +136,25 @@ def resident_bytes(path):
         os.close(fd)
 
 
+def bdi_read_ahead_path(path):
+    """/sys/class/bdi/MAJ:MIN/read_ahead_kb of the filesystem holding path."""
+    dev = os.stat(path).st_dev
+    return f"/sys/class/bdi/{os.major(dev)}:{os.minor(dev)}/read_ahead_kb"
+
+
+def read_ahead_kb(path):
+    try:
+        with open(bdi_read_ahead_path(path)) as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return " ".join(f.read().split()[:3])
+
+
 def proc_cpu_s(pid):
     """utime+stime (seconds) of a process, all threads; None if gone."""
     try:
@@ -156,8 +175,17 @@ def pid_alive(pid):
         return False
 
 
-def find_daemon(mnt):
-    """pid of the wfs process serving `mnt` (matched on its argv)."""
+def find_daemon(mnt, local=None):
+    """pid of the wfs process serving `mnt`: the pid the daemon writes to
+    LOCAL_STORE/wfs.lock, else the process whose argv names `mnt`."""
+    if local:
+        try:
+            with open(os.path.join(local, "wfs.lock")) as f:
+                pid = int(f.read().split()[0])
+            if os.path.basename(os.readlink(f"/proc/{pid}/exe")) == "wfs":
+                return pid
+        except (OSError, ValueError, IndexError):
+            pass
     mnt = os.path.realpath(mnt)
     found = []
     for d in os.listdir("/proc"):
@@ -271,6 +299,7 @@ class Ctx:
         self.manifest = None
         self.big = None         # dict: path (mount-relative), nas_real, size
         self.daemon_pid = None
+        self.read_ahead = None
 
     # paths of the big shard on each side
     def big_path(self, side):
@@ -518,7 +547,8 @@ def machine_info(workdir):
             "kernel": platform.release(),
             "workdir": workdir,
             "workdir_fs": f"{fstype} ({src} on {mp})",
-            "python": platform.python_version()}
+            "python": platform.python_version(),
+            "loadavg_start": loadavg()}
 
 
 def generate(ctx):
@@ -568,8 +598,13 @@ def mount(ctx):
         time.sleep(0.1)
     else:
         raise RuntimeError(f"wfs returned 0 but {ctx.mnt} is not a mount")
-    ctx.daemon_pid = find_daemon(ctx.mnt)
-    log(f"  mounted ({fs_of(ctx.mnt)[1]}), daemon pid {ctx.daemon_pid}")
+    ctx.daemon_pid = find_daemon(ctx.mnt, ctx.local)
+    if a.fuse_read_ahead_kb is not None:
+        with open(bdi_read_ahead_path(ctx.mnt), "w") as f:
+            f.write(f"{a.fuse_read_ahead_kb}\n")
+    ctx.read_ahead = {"direct_kb": read_ahead_kb(ctx.hub), "wfs_kb": read_ahead_kb(ctx.mnt)}
+    log(f"  mounted ({fs_of(ctx.mnt)[1]}), daemon pid {ctx.daemon_pid}, "
+        f"bdi read_ahead_kb direct={ctx.read_ahead['direct_kb']} wfs={ctx.read_ahead['wfs_kb']}")
 
 
 def unmount(ctx):
@@ -617,6 +652,10 @@ def print_table(ctx, machine, out):
     m = machine
     print(f"machine: nproc={m['nproc']} ({m['cpu']}), MemTotal={m['mem_total_bytes'] / (1 << 30):.1f} GiB, "
           f"kernel {m['kernel']}, work dir fs {m['workdir_fs']}", file=out)
+    if ctx.read_ahead:
+        print(f"bdi read_ahead_kb: direct {ctx.read_ahead['direct_kb']}, wfs mount "
+              f"{ctx.read_ahead['wfs_kb']}; loadavg {m['loadavg_start']} at start, "
+              f"{m.get('loadavg_end', '?')} at end", file=out)
     if ctx.big:
         print(f"big file: {ctx.big['path']} ({ctx.big['size'] / MiB:.0f} MiB); "
               f"repeat={ctx.args.repeat} (best of)", file=out)
@@ -669,6 +708,9 @@ def parse_args(argv):
                    help="reuse an existing wfs-mkhub OUTDIR instead of generating (not deleted)")
     p.add_argument("--wfs-opt", action="append", default=[],
                    help="extra -o option for wfs (repeatable)")
+    p.add_argument("--fuse-read-ahead-kb", type=int, default=None,
+                   help="set the mount's /sys/class/bdi/.../read_ahead_kb after mounting "
+                        "(default: leave the kernel's value; the header shows both sides)")
     p.add_argument("--keep", action="store_true", help="keep the work dir")
     p.add_argument("--json", action="store_true", help="print results as JSON on stdout")
     a = p.parse_args(argv)
@@ -713,8 +755,15 @@ def main(argv=None):
     t_start = time.perf_counter()
     rc = 0
     try:
-        generate(ctx)
-        mount(ctx)
+        try:
+            generate(ctx)
+            mount(ctx)
+        except (OSError, RuntimeError, subprocess.SubprocessError, KeyError, ValueError) as e:
+            log(f"setup failed: {type(e).__name__}: {e}")
+            ctx.errors.append({"measurement": "setup", "status": "error",
+                               "message": f"{type(e).__name__}: {e}"})
+            rc = 2
+            a.selected = []
         for m in a.selected:
             log(f"measuring {m.name}")
             try:
@@ -735,11 +784,14 @@ def main(argv=None):
     finally:
         cleanup(ctx)
     elapsed = time.perf_counter() - t_start
+    machine["loadavg_end"] = loadavg()
+    machine["read_ahead_kb"] = ctx.read_ahead
     if a.json:
         json.dump({"machine": machine,
                    "config": {"size_mib": a.size_mib, "many": a.many, "seed": a.seed,
                               "repeat": a.repeat, "random_count": a.random_count,
                               "wfs": a.wfs, "wfs_opt": a.wfs_opt, "mkhub": a.mkhub,
+                              "fuse_read_ahead_kb": a.fuse_read_ahead_kb,
                               "quick": a.quick, "big_file": ctx.big,
                               "measurements": [m.name for m in a.selected]},
                    "results": ctx.rows, "errors": ctx.errors,

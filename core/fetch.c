@@ -1,0 +1,812 @@
+/* fetch.c - the verified copy, as one io_uring pipeline.
+ *
+ * Two streams share one ring.  The source stream reads the NAS file into a
+ * ring of slots; reads complete in any order, but the slots are hashed (and
+ * their writes issued) strictly in offset order, because the hashes are
+ * streaming.  Every so often the completed prefix of the copy is made durable
+ * (fdatasync), and the verification stream re-reads that durable prefix from
+ * the disk while the copy goes on, so the re-read costs little extra time.
+ * The last segment is re-read after the final fsync.
+ *
+ * A slot is reused only once its previous chunk is fully written (source) or
+ * hashed (verification); with chunk k always in slot k % n, that keeps the
+ * bookkeeping to three offsets per stream.
+ */
+#include "fetch.h"
+#include "hash.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <liburing.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CHUNK ((size_t)1 << 20)
+#define ALIGN ((size_t)4096)
+#define NSRC 8  /* source reads / copy writes in flight */
+#define NVER 4  /* verification reads in flight */
+/* room for the over-read that shows a source longer than expected */
+#define SLOT_BYTES (CHUNK + ALIGN)
+#define SEG_MIN ((uint64_t)4 << 20)
+#define SEG_MAX ((uint64_t)256 << 20)
+#define MAX_OPS (NSRC + NVER + 4)
+/* a throttled pipeline still looks at the cancel flag this often */
+#define MAX_NAP_NS 100000000LL
+
+enum { OP_READ = 0, OP_WRITE = 1, OP_SYNC = 2 };
+enum { SLOT_FREE, SLOT_READING, SLOT_READY, SLOT_WRITING, SLOT_WRITTEN };
+
+struct stream;
+
+struct slot {
+	struct stream *st;
+	unsigned char *buf;
+	uint64_t off;   /* file offset of buf[0] */
+	size_t want;    /* bytes of the file this slot carries */
+	size_t got;     /* bytes moved so far by the current operation */
+	int state;
+	int direct;     /* the current operation was issued with O_DIRECT */
+};
+
+struct stream {
+	int fd;
+	int direct;
+	int is_src;
+	const char *path;
+	struct slot *slots;
+	unsigned n;
+	uint64_t sub;    /* next offset to read */
+	uint64_t hashed; /* next offset to hash */
+	uint64_t done;   /* source: next offset not yet written */
+	uint64_t limit;  /* reads stop here (verification: the durable prefix) */
+};
+
+struct engine {
+	struct io_uring ring;
+	int uring;
+	/* without io_uring, operations run at submission; their results wait here */
+	struct {
+		uint64_t ud;
+		int res;
+	} q[MAX_OPS];
+	unsigned qh, qn;
+	unsigned inflight;
+};
+
+struct job {
+	struct engine eng;
+	struct stream src, ver;   /* ver.fd is the copy (or the scrubbed file) */
+	struct slot slots[NSRC + NVER];
+	uint64_t size;
+	int copying;              /* fetch_copy_verify, not fetch_hash_file */
+	uint64_t seg;             /* make the copy durable every this many bytes */
+	uint64_t sync_asked;
+	unsigned syncs;           /* syncs in flight */
+	int finalized;            /* source fully written; final fsync issued */
+	int final_synced;
+	struct content_hash ch;   /* source bytes: xxh + content address */
+	struct sample_hash sh;
+	struct content_hash vh;   /* bytes read back */
+	double rate, tokens;
+	struct timespec last;
+	int64_t wait_ns;          /* > 0: reads wait this long for tokens */
+	struct fetch_progress *prog;
+	struct fetch_result *res;
+	char dir[PATH_MAX];
+	int err;
+};
+
+static size_t round_up(size_t n, size_t a)
+{
+	return (n + a - 1) / a * a;
+}
+
+static void fail(struct job *j, int err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void fail(struct job *j, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (j->err)
+		return;  /* the first cause is the one worth reporting */
+	j->err = err;
+	va_start(ap, fmt);
+	vsnprintf(j->res->reason, sizeof(j->res->reason), fmt, ap);
+	va_end(ap);
+}
+
+static void fail_write(struct job *j, int err, const char *what)
+{
+	if (err == -ENOSPC)
+		fail(j, err, "no space left on %s", j->dir);
+	else if (err == -EDQUOT)
+		fail(j, err, "disk quota exceeded on %s", j->dir);
+	else
+		fail(j, err, "%s %s: %s", what, j->ver.path, strerror(-err));
+}
+
+/* ---- engine: io_uring, or the same operations done synchronously ---- */
+
+static void eng_init(struct engine *e)
+{
+	memset(e, 0, sizeof(*e));
+	if (getenv("WFS_FETCH_NO_URING"))
+		return;
+	e->uring = io_uring_queue_init(MAX_OPS, &e->ring, 0) == 0;
+}
+
+static void eng_exit(struct engine *e)
+{
+	if (e->uring)
+		io_uring_queue_exit(&e->ring);
+}
+
+static void eng_push(struct engine *e, uint64_t ud, int res)
+{
+	e->q[(e->qh + e->qn) % MAX_OPS].ud = ud;
+	e->q[(e->qh + e->qn) % MAX_OPS].res = res;
+	e->qn++;
+}
+
+static struct io_uring_sqe *eng_sqe(struct engine *e, uint64_t ud)
+{
+	struct io_uring_sqe *sqe;
+
+	e->inflight++;
+	if (!e->uring)
+		return NULL;
+	sqe = io_uring_get_sqe(&e->ring);
+	if (!sqe) {
+		io_uring_submit(&e->ring);
+		sqe = io_uring_get_sqe(&e->ring);
+	}
+	if (!sqe)
+		eng_push(e, ud, -EBUSY);  /* cannot happen: the ring holds MAX_OPS */
+	return sqe;
+}
+
+static void eng_rw(struct engine *e, int write, int fd, void *buf, size_t len,
+		   uint64_t off, uint64_t ud)
+{
+	struct io_uring_sqe *sqe = eng_sqe(e, ud);
+	ssize_t r;
+
+	if (sqe) {
+		if (write)
+			io_uring_prep_write(sqe, fd, buf, (unsigned)len, off);
+		else
+			io_uring_prep_read(sqe, fd, buf, (unsigned)len, off);
+		io_uring_sqe_set_data64(sqe, ud);
+		return;
+	}
+	if (e->uring)
+		return;
+	do
+		r = write ? pwrite(fd, buf, len, (off_t)off) : pread(fd, buf, len, (off_t)off);
+	while (r < 0 && errno == EINTR);
+	eng_push(e, ud, r < 0 ? -errno : (int)r);
+}
+
+static void eng_sync(struct engine *e, int fd, int datasync, uint64_t ud)
+{
+	struct io_uring_sqe *sqe = eng_sqe(e, ud);
+
+	if (sqe) {
+		io_uring_prep_fsync(sqe, fd, datasync ? IORING_FSYNC_DATASYNC : 0);
+		io_uring_sqe_set_data64(sqe, ud);
+		return;
+	}
+	if (!e->uring)
+		eng_push(e, ud, (datasync ? fdatasync(fd) : fsync(fd)) < 0 ? -errno : 0);
+}
+
+/* Next completion: 1 when one is returned, 0 when none came (timeout,
+ * signal, or nothing to wait for), -errno when the ring itself failed.  With
+ * @block, waits (at most @timeout_ns when >= 0). */
+static int eng_next(struct engine *e, int block, int64_t timeout_ns, uint64_t *ud, int *res)
+{
+	struct io_uring_cqe *cqe = NULL;
+	int r;
+
+	if (e->qn) {
+		*ud = e->q[e->qh].ud;
+		*res = e->q[e->qh].res;
+		e->qh = (e->qh + 1) % MAX_OPS;
+		e->qn--;
+		e->inflight--;
+		return 1;
+	}
+	if (!e->uring) {
+		if (block && timeout_ns > 0)
+			nanosleep(&(struct timespec){ timeout_ns / 1000000000LL,
+						      timeout_ns % 1000000000LL }, NULL);
+		return 0;
+	}
+	if (!block) {
+		r = io_uring_peek_cqe(&e->ring, &cqe);
+	} else if (timeout_ns >= 0) {
+		struct __kernel_timespec ts = { timeout_ns / 1000000000LL,
+						timeout_ns % 1000000000LL };
+
+		r = io_uring_submit_and_wait_timeout(&e->ring, &cqe, 1, &ts, NULL);
+	} else {
+		r = io_uring_submit_and_wait(&e->ring, 1);
+		if (r >= 0)
+			r = io_uring_peek_cqe(&e->ring, &cqe);
+	}
+	if (r == -EAGAIN || r == -ETIME || r == -EINTR || (r >= 0 && !cqe))
+		return 0;
+	if (r < 0)
+		return r;
+	*ud = cqe->user_data;
+	*res = cqe->res;
+	io_uring_cqe_seen(&e->ring, cqe);
+	e->inflight--;
+	return 1;
+}
+
+/* ---- the pipeline ---- */
+
+static struct slot *slot_at(struct stream *s, uint64_t off)
+{
+	return &s->slots[(off / CHUNK) % s->n];
+}
+
+static uint64_t ud_of(struct slot *sl, int op)
+{
+	return (uint64_t)(uintptr_t)sl | (uint64_t)op;
+}
+
+/* An O_DIRECT request refused with EINVAL (alignment the filesystem will
+ * not take, or no direct I/O at all): go on buffered, once. */
+static int retry_buffered(struct stream *s, struct slot *sl, int res)
+{
+	if (res != -EINVAL || !sl->direct)
+		return 0;
+	if (s->direct) {
+		int fl = fcntl(s->fd, F_GETFL);
+
+		if (fl < 0 || fcntl(s->fd, F_SETFL, fl & ~O_DIRECT) < 0)
+			return 0;
+		s->direct = 0;
+	}
+	return 1;
+}
+
+static void submit_read(struct job *j, struct stream *s, struct slot *sl)
+{
+	size_t len = sl->want - sl->got;
+
+	if (sl->off + sl->want == j->size) {
+		/* asking one byte past the end makes a longer source visible */
+		len = round_up(len + (s->is_src ? 1 : 0), ALIGN);
+	}
+	sl->direct = s->direct;
+	eng_rw(&j->eng, 0, s->fd, sl->buf + sl->got, len, sl->off + sl->got, ud_of(sl, OP_READ));
+}
+
+static void submit_write(struct job *j, struct slot *sl)
+{
+	struct stream *d = &j->ver;
+	size_t len = sl->want - sl->got;
+
+	sl->direct = d->direct;
+	if (d->direct) {
+		/* O_DIRECT writes whole blocks; the padding is trimmed at the end */
+		size_t padded = round_up(len, ALIGN);
+
+		memset(sl->buf + sl->want, 0, padded - len);
+		len = padded;
+	}
+	eng_rw(&j->eng, 1, d->fd, sl->buf + sl->got, len, sl->off + sl->got, ud_of(sl, OP_WRITE));
+}
+
+static void read_done(struct job *j, struct slot *sl, int res)
+{
+	struct stream *s = sl->st;
+	/* the source changing under us is "stale"; the copy doing so is damage */
+	int changed = s->is_src ? -ESTALE : -EIO;
+
+	if (res < 0) {
+		if (retry_buffered(s, sl, res) || res == -EAGAIN || res == -EINTR)
+			submit_read(j, s, sl);
+		else
+			fail(j, res, "read error on %s: %s", s->path, strerror(-res));
+		return;
+	}
+	if (res == 0) {
+		fail(j, changed, "short read on %s at offset %" PRIu64, s->path, sl->off + sl->got);
+		return;
+	}
+	sl->got += (size_t)res;
+	if (sl->got > sl->want)
+		fail(j, changed, "%s is longer than %" PRIu64 " bytes", s->path, j->size);
+	else if (sl->got < sl->want)
+		submit_read(j, s, sl);
+	else
+		sl->state = SLOT_READY;
+}
+
+static void write_done(struct job *j, struct slot *sl, int res)
+{
+	struct stream *s = &j->src;
+
+	if (res < 0) {
+		if (retry_buffered(&j->ver, sl, res) || res == -EAGAIN || res == -EINTR)
+			submit_write(j, sl);
+		else
+			fail_write(j, res, "write error on");
+		return;
+	}
+	if (res == 0) {
+		fail(j, -EIO, "short write on %s at offset %" PRIu64, j->ver.path, sl->off + sl->got);
+		return;
+	}
+	sl->got += (size_t)res;
+	if (sl->got < sl->want) {
+		submit_write(j, sl);
+		return;
+	}
+	sl->state = SLOT_WRITTEN;
+	while (s->done < s->hashed && slot_at(s, s->done)->state == SLOT_WRITTEN) {
+		struct slot *d = slot_at(s, s->done);
+
+		d->state = SLOT_FREE;
+		s->done += d->want;
+	}
+	if (j->prog)
+		atomic_store(&j->prog->bytes_done, s->done);
+}
+
+static void sync_done(struct job *j, uint64_t target, int res)
+{
+	j->syncs--;
+	if (res < 0) {
+		fail_write(j, res, "fsync failed on");
+		return;
+	}
+	if (target > j->ver.limit)
+		j->ver.limit = target;
+	if (j->finalized && target == j->size)
+		j->final_synced = 1;
+}
+
+static void complete(struct job *j, uint64_t ud, int res)
+{
+	struct slot *sl = (struct slot *)(uintptr_t)(ud & ~(uint64_t)3);
+
+	/* after a failure, in-flight operations are only drained */
+	if (j->err && (ud & 3) != OP_SYNC)
+		return;
+	switch (ud & 3) {
+	case OP_READ:
+		read_done(j, sl, res);
+		break;
+	case OP_WRITE:
+		write_done(j, sl, res);
+		break;
+	default:
+		sync_done(j, ud >> 2, res);
+		break;
+	}
+}
+
+/* Sleep-based token bucket: a read may start whenever the bucket is not in
+ * debt, and takes its whole size; so the average never passes the rate and a
+ * burst never passes one chunk, whatever the rate. */
+static int throttle_take(struct job *j, size_t n)
+{
+	struct timespec now;
+
+	if (j->rate <= 0)
+		return 1;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	j->tokens += j->rate * ((double)(now.tv_sec - j->last.tv_sec) +
+				(double)(now.tv_nsec - j->last.tv_nsec) / 1e9);
+	if (j->tokens > (double)CHUNK)
+		j->tokens = (double)CHUNK;
+	j->last = now;
+	if (j->tokens < 0) {
+		double ns = -j->tokens / j->rate * 1e9 + 1;
+
+		j->wait_ns = ns > MAX_NAP_NS ? MAX_NAP_NS : (int64_t)ns;
+		return 0;
+	}
+	j->tokens -= (double)n;
+	return 1;
+}
+
+static void src_hash(struct job *j)
+{
+	struct stream *s = &j->src;
+
+	while (!j->err && s->hashed < j->size) {
+		struct slot *sl = slot_at(s, s->hashed);
+
+		if (sl->state != SLOT_READY || sl->off != s->hashed)
+			break;
+		content_hash_update(&j->ch, sl->buf, sl->want);
+		sample_hash_feed(&j->sh, sl->off, sl->buf, sl->want);
+		if (!s->direct)
+			posix_fadvise(s->fd, (off_t)sl->off, (off_t)sl->want, POSIX_FADV_DONTNEED);
+		s->hashed += sl->want;
+		sl->state = SLOT_WRITING;
+		sl->got = 0;
+		submit_write(j, sl);
+	}
+}
+
+static void src_read_more(struct job *j)
+{
+	struct stream *s = &j->src;
+
+	while (s->sub < j->size) {
+		struct slot *sl = slot_at(s, s->sub);
+		size_t want = j->size - s->sub < CHUNK ? (size_t)(j->size - s->sub) : CHUNK;
+
+		if (sl->state != SLOT_FREE || !throttle_take(j, want))
+			break;
+		sl->off = s->sub;
+		sl->want = want;
+		sl->got = 0;
+		sl->state = SLOT_READING;
+		submit_read(j, s, sl);
+		s->sub += want;
+	}
+}
+
+/* Once every byte is written: settle the content address, trim the O_DIRECT
+ * padding, and issue the fsync that makes the whole copy durable. */
+static void src_finish(struct job *j)
+{
+	struct stream *s = &j->src;
+	struct stat st;
+
+	if (j->finalized || s->done < j->size)
+		return;
+	j->finalized = 1;
+	content_hash_final(&j->ch, j->res->xxh, &j->res->id_check);
+	sample_hash_final(&j->sh, j->res->sample);
+	if (j->res->id_check == 0) {
+		fail(j, -EBADMSG, "content does not match its name: %s %s (blob id %s)",
+		     j->ch.kind == HUB_ID_SHA256 ? "sha256" : "git blob sha1", j->ch.id_hex,
+		     j->ch.expected);
+		return;
+	}
+	if (fstat(s->fd, &st) < 0) {
+		fail(j, -errno, "cannot stat %s: %s", s->path, strerror(errno));
+		return;
+	}
+	if ((uint64_t)st.st_size != j->size) {
+		fail(j, -ESTALE, "%s changed size during the copy (%" PRIu64 " bytes, expected %" PRIu64 ")",
+		     s->path, (uint64_t)st.st_size, j->size);
+		return;
+	}
+	if (ftruncate(j->ver.fd, (off_t)j->size) < 0 || fchmod(j->ver.fd, 0444) < 0) {
+		fail_write(j, -errno, "cannot finish");
+		return;
+	}
+	j->syncs++;
+	eng_sync(&j->eng, j->ver.fd, 0, (j->size << 2) | OP_SYNC);
+}
+
+static void sync_more(struct job *j)
+{
+	struct stream *s = &j->src;
+
+	if (j->finalized || j->syncs || s->done >= j->size || s->done - j->sync_asked < j->seg)
+		return;
+	j->sync_asked = s->done;
+	j->syncs++;
+	eng_sync(&j->eng, j->ver.fd, 1, (s->done << 2) | OP_SYNC);
+}
+
+static void ver_hash(struct job *j)
+{
+	struct stream *v = &j->ver;
+
+	while (!j->err && v->hashed < j->size) {
+		struct slot *sl = slot_at(v, v->hashed);
+
+		if (sl->state != SLOT_READY || sl->off != v->hashed)
+			break;
+		content_hash_update(&j->vh, sl->buf, sl->want);
+		if (!v->direct)
+			posix_fadvise(v->fd, (off_t)sl->off, (off_t)sl->want, POSIX_FADV_DONTNEED);
+		v->hashed += sl->want;
+		sl->state = SLOT_FREE;
+		if (j->prog && !j->copying)
+			atomic_store(&j->prog->bytes_done, v->hashed);
+	}
+}
+
+static void ver_read_more(struct job *j)
+{
+	struct stream *v = &j->ver;
+
+	while (v->sub < v->limit) {
+		struct slot *sl = slot_at(v, v->sub);
+		size_t want = j->size - v->sub < CHUNK ? (size_t)(j->size - v->sub) : CHUNK;
+
+		if (sl->state != SLOT_FREE)
+			break;
+		/* buffered, the bytes must come from the disk: drop the (clean,
+		 * synced) cached pages first */
+		if (!v->direct)
+			posix_fadvise(v->fd, (off_t)v->sub, (off_t)want, POSIX_FADV_DONTNEED);
+		sl->off = v->sub;
+		sl->want = want;
+		sl->got = 0;
+		sl->state = SLOT_READING;
+		submit_read(j, v, sl);
+		v->sub += want;
+	}
+}
+
+static void advance(struct job *j)
+{
+	j->wait_ns = 0;
+	if (j->prog && atomic_load(&j->prog->cancel))
+		fail(j, -ECANCELED, "cancelled");
+	if (j->err)
+		return;
+	if (j->copying) {
+		src_hash(j);
+		src_finish(j);
+		sync_more(j);
+		if (!j->err)
+			src_read_more(j);
+	}
+	ver_hash(j);
+	if (!j->err)
+		ver_read_more(j);
+}
+
+static int finished(struct job *j)
+{
+	return j->ver.hashed == j->size && (!j->copying || j->final_synced);
+}
+
+static void run(struct job *j)
+{
+	for (;;) {
+		uint64_t ud;
+		int res, r;
+
+		advance(j);
+		if (j->eng.inflight == 0) {
+			if (j->err || finished(j))
+				return;
+			if (j->wait_ns <= 0) {
+				fail(j, -EIO, "internal error: copy pipeline stalled");
+				return;
+			}
+		}
+		r = eng_next(&j->eng, 1, j->wait_ns > 0 ? j->wait_ns : -1, &ud, &res);
+		while (r > 0) {
+			complete(j, ud, res);
+			r = eng_next(&j->eng, 0, 0, &ud, &res);
+		}
+		if (r < 0) {
+			/* the ring is broken: nothing in flight can be waited for */
+			fail(j, r, "io_uring failed: %s", strerror(-r));
+			return;
+		}
+	}
+}
+
+static void stream_init(struct stream *s, int fd, const char *path, struct slot *slots,
+			unsigned n, unsigned char *mem)
+{
+	s->fd = fd;
+	s->path = path;
+	s->slots = slots;
+	s->n = n;
+	for (unsigned i = 0; i < n; i++) {
+		slots[i].st = s;
+		slots[i].buf = mem + (size_t)i * SLOT_BYTES;
+	}
+}
+
+/* O_DIRECT where the filesystem takes it; 1 when on. */
+static int try_direct(int fd)
+{
+	int fl = fcntl(fd, F_GETFL);
+
+	return fl >= 0 && fcntl(fd, F_SETFL, fl | O_DIRECT) == 0;
+}
+
+static struct job *job_new(uint64_t size, struct fetch_progress *prog, struct fetch_result *res)
+{
+	struct job *j = calloc(1, sizeof(*j));
+
+	if (!j)
+		return NULL;
+	j->size = size;
+	j->prog = prog;
+	j->res = res;
+	j->src.fd = j->ver.fd = -1;
+	return j;
+}
+
+static void job_free(struct job *j, void *mem)
+{
+	eng_exit(&j->eng);
+	content_hash_free(&j->ch);
+	content_hash_free(&j->vh);
+	sample_hash_free(&j->sh);
+	if (j->src.fd >= 0)
+		close(j->src.fd);
+	if (j->ver.fd >= 0)
+		close(j->ver.fd);
+	free(mem);
+	free(j);
+}
+
+static int open_source(struct job *j, const char *path)
+{
+	struct stat st;
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
+
+	if (fd < 0 && errno == EINVAL)
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		fail(j, -errno, "cannot open %s: %s", path, strerror(errno));
+		return -1;
+	}
+	j->src.fd = fd;
+	j->src.direct = (fcntl(fd, F_GETFL) & O_DIRECT) != 0;
+	if (fstat(fd, &st) < 0) {
+		fail(j, -errno, "cannot stat %s: %s", path, strerror(errno));
+		return -1;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		fail(j, -EINVAL, "%s is not a regular file", path);
+		return -1;
+	}
+	if ((uint64_t)st.st_size != j->size) {
+		fail(j, -ESTALE, "%s is %" PRIu64 " bytes, expected %" PRIu64, path,
+		     (uint64_t)st.st_size, j->size);
+		return -1;
+	}
+	return 0;
+}
+
+int fetch_copy_verify(const char *src_path, uint64_t size, const char *tmp_path,
+		      const char *expected_id, uint64_t bw_limit,
+		      struct fetch_progress *prog, struct fetch_result *res)
+{
+	struct fetch_result spare;
+	struct job *j;
+	unsigned char *mem = NULL;
+	const char *slash;
+	int created = 0, err;
+
+	if (!res)
+		res = &spare;
+	memset(res, 0, sizeof(*res));
+	res->id_check = -1;
+	if (size > (UINT64_MAX >> 2)) {
+		snprintf(res->reason, sizeof(res->reason), "%s: size too large", src_path);
+		return -EFBIG;
+	}
+	j = job_new(size, prog, res);
+	if (!j) {
+		snprintf(res->reason, sizeof(res->reason), "out of memory");
+		return -ENOMEM;
+	}
+	j->copying = 1;
+	slash = strrchr(tmp_path, '/');
+	if (!slash)
+		snprintf(j->dir, sizeof(j->dir), ".");
+	else
+		snprintf(j->dir, sizeof(j->dir), "%.*s", slash == tmp_path ? 1 : (int)(slash - tmp_path),
+			 tmp_path);
+	j->src.is_src = 1;
+	j->src.path = src_path;
+	j->ver.path = tmp_path;
+
+	if (content_hash_init(&j->ch, expected_id, size) < 0 || sample_hash_init(&j->sh, size) < 0 ||
+	    content_hash_init(&j->vh, NULL, size) < 0 ||
+	    posix_memalign((void **)&mem, ALIGN, (NSRC + NVER) * SLOT_BYTES) != 0) {
+		mem = NULL;
+		fail(j, -ENOMEM, "out of memory");
+		goto out;
+	}
+	if (open_source(j, src_path) < 0)
+		goto out;
+
+	j->ver.fd = open(tmp_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+	if (j->ver.fd < 0) {
+		if (errno == EEXIST)
+			fail(j, -EEXIST, "%s already exists", tmp_path);
+		else
+			fail_write(j, -errno, "cannot create");
+		goto out;
+	}
+	created = 1;
+	/* set after creation: a filesystem without direct I/O may create the
+	 * file and only then refuse an O_DIRECT open */
+	j->ver.direct = try_direct(j->ver.fd);
+	if (size && fallocate(j->ver.fd, 0, 0, (off_t)round_up(size, ALIGN)) < 0 &&
+	    errno != EOPNOTSUPP && errno != ENOSYS) {
+		fail_write(j, -errno, "cannot reserve space for");
+		goto out;
+	}
+
+	stream_init(&j->src, j->src.fd, src_path, j->slots, NSRC, mem);
+	stream_init(&j->ver, j->ver.fd, tmp_path, j->slots + NSRC, NVER, mem + NSRC * SLOT_BYTES);
+	/* about 16 syncs per file: enough overlap, few journal commits */
+	j->seg = round_up(size / 16, CHUNK);
+	j->seg = j->seg < SEG_MIN ? SEG_MIN : j->seg > SEG_MAX ? SEG_MAX : j->seg;
+	j->rate = (double)bw_limit;
+	clock_gettime(CLOCK_MONOTONIC, &j->last);
+	eng_init(&j->eng);
+	run(j);
+
+	if (!j->err) {
+		char copy[33];
+
+		content_hash_final(&j->vh, copy, NULL);
+		if (strcmp(copy, res->xxh) != 0)
+			fail(j, -EIO, "copy does not match source (xxh %s vs %s)", res->xxh, copy);
+	}
+out:
+	err = j->err;
+	if (err && created)
+		unlink(tmp_path);
+	job_free(j, mem);
+	if (!err)
+		res->reason[0] = '\0';
+	return err;
+}
+
+int fetch_hash_file(const char *path, char xxh_hex[33], struct fetch_progress *prog)
+{
+	struct fetch_result scratch;
+	struct stat st;
+	struct job *j;
+	unsigned char *mem = NULL;
+	int fd, err;
+
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	err = fstat(fd, &st) < 0 ? -errno : !S_ISREG(st.st_mode) ? -EINVAL : 0;
+	if (err) {
+		close(fd);
+		return err;
+	}
+	j = job_new((uint64_t)st.st_size, prog, &scratch);
+	if (!j) {
+		close(fd);
+		return -ENOMEM;
+	}
+	j->ver.fd = fd;
+	if (content_hash_init(&j->vh, NULL, j->size) < 0 ||
+	    posix_memalign((void **)&mem, ALIGN, NVER * SLOT_BYTES) != 0) {
+		mem = NULL;
+		job_free(j, mem);
+		return -ENOMEM;
+	}
+	j->ver.direct = try_direct(fd);
+	if (!j->ver.direct)
+		posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+	stream_init(&j->ver, fd, path, j->slots, NVER, mem);
+	j->ver.limit = j->size;
+	eng_init(&j->eng);
+	run(j);
+	err = j->err;
+	if (!err)
+		content_hash_final(&j->vh, xxh_hex, NULL);
+	job_free(j, mem);
+	return err;
+}

@@ -1,0 +1,68 @@
+/* fetch.h - the verified copy: NAS file -> local temporary file.
+ *
+ * A copy is only worth publishing once it is proven equal to what was read
+ * and, where the blob's name is a content address, to what the hub named.
+ * fetch_copy_verify() does all of that in one pass over the source; the
+ * caller only renames the result into the store.
+ *
+ * Functions return 0 or -errno and never exit.  Both are blocking and meant
+ * for a worker thread; another thread may watch or cancel them through
+ * struct fetch_progress.
+ *
+ * Diagnostics: with WFS_FETCH_NO_URING set in the environment the io_uring
+ * pipeline is not used (same as when io_uring is unavailable: plain
+ * pread/pwrite with the same semantics, one operation at a time).
+ */
+#ifndef WFS_FETCH_H
+#define WFS_FETCH_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+struct fetch_progress {
+	_Atomic uint64_t bytes_done;  /* copy: bytes written; hash: bytes hashed */
+	_Atomic int cancel;           /* set non-zero to abort (-ECANCELED) */
+};
+
+struct fetch_result {
+	char xxh[33];     /* XXH3-128 of the source bytes (= of the copy when 0) */
+	char sample[33];  /* source_sample() of those same bytes */
+	int id_check;     /* 1 content address matches, 0 mismatch, -1 n/a */
+	char reason[256]; /* why it failed, for status/doctor/log; "" on success */
+};
+
+/* Copy @src_path (@size bytes) to a new file @tmp_path and verify it:
+ *   - @tmp_path is created O_EXCL (an existing one gives -EEXIST and is left
+ *     alone) and its space reserved with fallocate before the first byte;
+ *   - the source is read with several reads in flight (io_uring), hashed in
+ *     offset order as read (XXH3-128, source sample, and SHA-256 / git blob
+ *     SHA-1 when @expected_id is a 64 / 40 lower-hex content address; NULL,
+ *     "" or any other name skips that check) and written;
+ *   - the copy is made durable (fdatasync per segment as the copy advances,
+ *     fsync at the end) and each durable segment is re-read from the disk with
+ *     O_DIRECT, not from the page cache, and hashed; the two XXH3-128 must be
+ *     equal;
+ *   - the source must hold exactly @size bytes throughout.
+ * O_DIRECT is used for source reads and copy writes where the filesystem
+ * allows it; otherwise buffered I/O, and the pages read are dropped.
+ * @bw_limit (bytes/s, 0 = unlimited) caps the source reads.  @prog may be NULL.
+ *
+ * Returns 0 when verified: @tmp_path is complete, mode 0444, fsynced, left for
+ * the caller to rename (and to fsync the directory).  Otherwise @tmp_path is
+ * unlinked (unless it already existed), res->reason says why, and:
+ *   -EBADMSG    content does not match its name (res->id_check == 0)
+ *   -EIO        the copy read back differs from the source, or a short write
+ *   -ESTALE     the source changed size (shorter: "short read ...", or longer)
+ *   -ENOSPC     no space left on the directory of @tmp_path (also -EDQUOT)
+ *   -ECANCELED  prog->cancel was set
+ *   other       -errno of the failing call (open, read, write, fsync, ...) */
+int fetch_copy_verify(const char *src_path, uint64_t size, const char *tmp_path,
+		      const char *expected_id, uint64_t bw_limit,
+		      struct fetch_progress *prog, struct fetch_result *res);
+
+/* Full re-hash of an existing local copy (scrub), read with O_DIRECT where
+ * possible (otherwise its cached pages are dropped before reading).  Fills
+ * @xxh_hex with the XXH3-128 of the whole file.  @prog may be NULL. */
+int fetch_hash_file(const char *path, char xxh_hex[33], struct fetch_progress *prog);
+
+#endif

@@ -1,0 +1,149 @@
+/* index.c - atomic JSON state index; see index.h. */
+#include "index.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define INDEX_VERSION 1
+
+static const char *str_or(json_t *o, const char *k, const char *dflt)
+{
+	const char *v = json_string_value(json_object_get(o, k));
+
+	return v ? v : dflt;
+}
+
+static int64_t int_or(json_t *o, const char *k)
+{
+	return (int64_t)json_integer_value(json_object_get(o, k));
+}
+
+int index_read(const char *path, int (*fn)(void *arg, const struct index_rec *r), void *arg)
+{
+	json_error_t err;
+	json_t *root, *blobs, *o;
+	size_t i;
+	int r = 0;
+
+	root = json_load_file(path, 0, &err);
+	if (!root)
+		return access(path, F_OK) < 0 && errno == ENOENT ? 0 : -EINVAL;
+	if (json_integer_value(json_object_get(root, "version")) != INDEX_VERSION ||
+	    !json_is_array(blobs = json_object_get(root, "blobs"))) {
+		json_decref(root);
+		return -EINVAL;
+	}
+	json_array_foreach(blobs, i, o) {
+		struct index_rec rec = {
+			.key = str_or(o, "key", NULL),
+			.id = str_or(o, "id", ""),
+			.state = str_or(o, "state", "nas"),
+			.xxh = str_or(o, "xxh", ""),
+			.sample = str_or(o, "sample", ""),
+			.reason = str_or(o, "reason", ""),
+			.size = (uint64_t)int_or(o, "size"),
+			.mtime = { (time_t)int_or(o, "mtime_s"), (long)int_or(o, "mtime_ns") },
+			.ctime = { (time_t)int_or(o, "ctime_s"), (long)int_or(o, "ctime_ns") },
+			.last_used = int_or(o, "last_used"),
+			.pinned = json_is_true(json_object_get(o, "pinned")),
+		};
+
+		if (!rec.key)
+			continue;
+		r = fn(arg, &rec);
+		if (r < 0)
+			break;
+	}
+	json_decref(root);
+	return r;
+}
+
+static int fsync_dir_of(const char *path)
+{
+	char buf[PATH_MAX];
+	int fd, r = 0;
+
+	snprintf(buf, sizeof(buf), "%s", path);
+	fd = open(dirname(buf), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (fsync(fd) < 0)
+		r = -errno;
+	close(fd);
+	return r;
+}
+
+int index_write(const char *path, const struct index_rec *recs, size_t n)
+{
+	char tmp[PATH_MAX + 8];
+	json_t *root = json_object(), *blobs = json_array();
+	char *text;
+	size_t len;
+	int fd, r = 0;
+
+	if (!root || !blobs) {
+		json_decref(root);
+		json_decref(blobs);
+		return -ENOMEM;
+	}
+	json_object_set_new(root, "version", json_integer(INDEX_VERSION));
+	for (size_t i = 0; i < n; i++) {
+		const struct index_rec *e = &recs[i];
+		json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:b}",
+			"key", e->key, "id", e->id, "state", e->state, "xxh", e->xxh,
+			"sample", e->sample, "reason", e->reason,
+			"size", (json_int_t)e->size,
+			"mtime_s", (json_int_t)e->mtime.tv_sec, "mtime_ns", (json_int_t)e->mtime.tv_nsec,
+			"ctime_s", (json_int_t)e->ctime.tv_sec, "ctime_ns", (json_int_t)e->ctime.tv_nsec,
+			"last_used", (json_int_t)e->last_used, "pinned", e->pinned);
+
+		if (!o || json_array_append_new(blobs, o) < 0) {
+			json_decref(root);
+			json_decref(blobs);
+			return -ENOMEM;
+		}
+	}
+	json_object_set_new(root, "blobs", blobs);
+	text = json_dumps(root, JSON_INDENT(1) | JSON_SORT_KEYS);
+	json_decref(root);
+	if (!text)
+		return -ENOMEM;
+	len = strlen(text);
+
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0) {
+		r = -errno;
+		goto out;
+	}
+	for (size_t off = 0; off < len;) {
+		ssize_t w = write(fd, text + off, len - off);
+
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			r = -errno;
+			break;
+		}
+		off += (size_t)w;
+	}
+	if (r == 0 && fsync(fd) < 0)
+		r = -errno;
+	close(fd);
+	if (r == 0 && rename(tmp, path) < 0)
+		r = -errno;
+	if (r == 0)
+		r = fsync_dir_of(path);
+	else
+		unlink(tmp);
+out:
+	free(text);
+	return r;
+}

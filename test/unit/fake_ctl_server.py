@@ -1,0 +1,686 @@
+#!/usr/bin/env python3
+"""fake_ctl_server.py - a stand-in for the wfs daemon's control socket, to
+test wfsctl without a mount.
+
+It speaks the protocol of notes/SPEC.md ("Control protocol") strictly: one
+JSON object per line each way, requests over 64 KiB or malformed get an error
+reply, state-changing ops are checked with SO_PEERCRED, and a request with a
+field of the wrong type or an unknown field is refused (so a wfsctl bug shows
+up as an error, not as silently ignored input).  Copies are simulated: sizes
+are virtual and bytes advance at --speed MiB/s.
+
+  fake_ctl_server.py serve --socket S --tree DIR [--allow-uids U,...]
+        make a mount-like tree at DIR (empty files, snapshot links, the
+        user.wfs.socket xattr on DIR) and serve S until killed
+  fake_ctl_server.py selftest WFSCTL
+        run wfsctl through every case against in-process fake servers;
+        prints "ok"/"FAIL" per case and exits 1 if any failed
+
+Standard library only.
+"""
+import json
+import os
+import pty
+import shutil
+import socket
+import socketserver
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+MiB = 1 << 20
+REQ_MAX = 64 << 10
+STATES = ("nas", "queued", "copying", "verifying", "local", "mismatch", "failed")
+CHANGING = ("promote", "evict", "pin", "unpin", "verify")
+
+
+def hexid(tag, n):
+    """A fake content address of n hex digits derived from tag."""
+    import hashlib
+    return hashlib.sha256(tag.encode()).hexdigest()[:n]
+
+
+REV1, REV2 = hexid("rev1", 40), hexid("rev2", 40)
+
+# repo -> list of (blob tag, size, behaviour, initial state, [(rev, snapshot file)])
+# behaviour: ok | mismatch | fail | drop (back to nas mid-copy) | nospace |
+#            stale (demoted by verify) | pinned (local and pinned)
+HUB = {
+    "models--org--good": [
+        ("cfg", 700, "ok", "nas", [(REV1, "config.json"), (REV2, "config.json")]),
+        ("s1", 48 * MiB, "ok", "nas", [(REV1, "model-00001-of-00002.safetensors")]),
+        ("s2", 32 * MiB, "ok", "nas", [(REV1, "model-00002-of-00002.safetensors"),
+                                       (REV2, "sub/model.safetensors")]),
+    ],
+    "models--org--bad": [
+        ("w", 6 * MiB, "mismatch", "nas", [(REV1, "weights.bin")]),
+        ("tok", 2 * MiB, "fail", "nas", [(REV1, "tokenizer.json")]),
+        ("readme", 300, "ok", "nas", [(REV1, "README.md")]),
+    ],
+    "models--org--huge": [
+        ("pack", 2 << 40, "nospace", "nas", [(REV1, "pack.bin")]),
+    ],
+    "models--org--flaky": [
+        ("f", 16 * MiB, "drop", "nas", [(REV1, "model.safetensors")]),
+    ],
+    "models--org--kept": [
+        ("k1", 5 * MiB, "stale", "local", [(REV1, "a.bin")]),
+        ("k2", 3 * MiB, "pinned", "local", [(REV1, "b.bin")]),
+        ("k3", 1 * MiB, "ok", "local", [(REV1, "c.bin")]),
+    ],
+}
+CAPACITY = 1 << 40
+
+
+class Blob:
+    def __init__(self, repo, tag, size, behaviour, state, snaps):
+        self.repo, self.size, self.behaviour = repo, size, behaviour
+        self.id = hexid(tag, 40 if tag == "cfg" else 64)
+        self.key = f"{repo}/blobs/{self.id}"
+        self.state, self.done, self.reason = state, size if state == "local" else 0, ""
+        self.pinned = behaviour == "pinned"
+        self.snaps = snaps
+        self.paths = [self.key] + [f"{repo}/snapshots/{r}/{p}" for r, p in snaps]
+        self.history = [state]
+
+    def set(self, state, reason=""):
+        self.state, self.reason = state, reason
+        if self.history[-1] != state:
+            self.history.append(state)
+
+
+class Hub:
+    def __init__(self, speed_mib):
+        self.lock = threading.Lock()
+        self.speed = speed_mib * MiB
+        self.blobs = [Blob(repo, *b) for repo, bl in HUB.items() for b in bl]
+        self.requests = []       # every parsed request, for the tests
+        self.served = [123 * MiB, 4567 * MiB]
+
+    def local_bytes(self):
+        return sum(b.size for b in self.blobs if b.state == "local")
+
+    def select(self, path):
+        """Blobs under a mount-relative path, or None if it names nothing."""
+        if path == "":
+            return list(self.blobs)
+        out = [b for b in self.blobs if any(p == path or p.startswith(path + "/") for p in b.paths)]
+        return out or None
+
+    def tick(self, dt):
+        with self.lock:
+            active = [b for b in self.blobs if b.state in ("copying", "verifying")]
+            for b in active:
+                if b.state == "verifying":
+                    if b.behaviour == "mismatch":
+                        b.set("mismatch", f"sha256 of the NAS content is {hexid('x', 64)}, not {b.id}")
+                    else:
+                        b.set("local")
+                    continue
+                b.done = min(b.size, b.done + int(self.speed * dt))
+                if b.behaviour == "fail" and b.done >= b.size // 2:
+                    b.done = b.size // 2
+                    b.set("failed", f"NAS read error at offset {b.done}: Input/output error")
+                elif b.behaviour == "drop" and b.done >= b.size // 3:
+                    b.done = 0
+                    b.set("nas", "evicted to make room for a pinned blob; store full")
+                elif b.done >= b.size:
+                    b.set("verifying")
+            if len([b for b in self.blobs if b.state == "copying"]) < 2:
+                for b in self.blobs:
+                    if b.state == "queued":
+                        b.set("copying")
+                        break
+
+    # ---- ops ----
+    def op_status(self, req):
+        path = req.get("path", "")
+        sel = self.select(path) or []
+        repos = []
+        for repo in HUB:
+            rb = [b for b in sel if b.repo == repo]
+            if not rb:
+                continue
+            states = {}
+            for b in rb:
+                states[b.state] = states.get(b.state, 0) + 1
+            revs = []
+            for rev in sorted({r for b in rb for r, _ in b.snaps}):
+                vb = [b for b in rb if any(r == rev for r, _ in b.snaps)]
+                revs.append(count(vb, rev=rev))
+            repos.append(dict(count(rb, repo=repo), states=states, revisions=revs))
+        return {"nas": "/nas/hub", "local": "/var/lib/wfs", "mount": "/mnt/hub",
+                "repos": repos,
+                "copies": [{"key": b.key, "id": b.id, "bytes_done": b.done, "size": b.size}
+                           for b in self.blobs if b.state in ("copying", "verifying")],
+                "served": {"local_bytes": self.served[0], "nas_bytes": self.served[1]},
+                "flagged": [{"key": b.key, "id": b.id, "state": b.state, "reason": b.reason}
+                            for b in self.blobs if b.state in ("mismatch", "failed")],
+                "store": {"blobs": sum(b.state == "local" for b in self.blobs),
+                          "bytes": self.local_bytes(),
+                          "free_bytes": CAPACITY - self.local_bytes()}}
+
+    def op_promote(self, req):
+        sel = self.paths_to_blobs(req["paths"])
+        need = sum(b.size for b in sel if b.state != "local")
+        for b in sel:
+            if req["pin"]:
+                b.pinned = True
+            if req["dry_run"] or b.state in ("local", "queued", "copying", "verifying"):
+                continue
+            if b.behaviour == "nospace":
+                b.set("nas", f"does not fit: needs {b.size} bytes, {CAPACITY - self.local_bytes()} available")
+            elif b.state != "mismatch":
+                b.done = 0
+                b.set("queued")
+        return {"blobs": [{"key": b.key, "id": b.id, "size": b.size, "state": b.state}
+                          for b in sel],
+                "bytes_to_copy": need, "space_available": CAPACITY - self.local_bytes()}
+
+    def op_progress(self, req):
+        bykey = {b.key: b for b in self.blobs}
+        return {"blobs": [{"key": k, "id": bykey[k].id, "state": bykey[k].state,
+                           "bytes_done": bykey[k].done, "size": bykey[k].size,
+                           "reason": bykey[k].reason}
+                          for k in req["keys"] if k in bykey]}
+
+    def op_evict(self, req):
+        n, skipped = 0, []
+        for b in self.paths_to_blobs(req["paths"]):
+            if b.state != "local":
+                continue
+            if b.pinned:
+                skipped.append({"key": b.key, "reason": "pinned (wfsctl unpin first)"})
+                continue
+            b.done = 0
+            b.set("nas")
+            n += 1
+        return {"evicted": n, "skipped": skipped}
+
+    def op_pin(self, req, pinned=True):
+        sel = self.paths_to_blobs(req["paths"])
+        for b in sel:
+            b.pinned = pinned
+        return {"count": len(sel)}
+
+    def op_unpin(self, req):
+        return self.op_pin(req, False)
+
+    def op_verify(self, req):
+        checked, demoted = 0, []
+        for b in self.paths_to_blobs(req["paths"]):
+            if b.state != "local":
+                continue
+            checked += 1
+            if b.behaviour == "stale":
+                b.done = 0
+                b.set("nas")
+                demoted.append({"key": b.key, "reason": "NAS source changed: size 5242880 -> 5242881"})
+        return {"checked": checked, "demoted": demoted}
+
+    def paths_to_blobs(self, paths):
+        out = []
+        for p in paths:
+            sel = self.select(p)
+            if sel is None:
+                raise ReqError("ENOENT", f"{p}: no such file or directory in the mount")
+            out += [b for b in sel if b not in out]
+        return out
+
+
+def count(blobs, **extra):
+    d = dict(extra)
+    d.update(files=len(blobs), bytes=sum(b.size for b in blobs),
+             local_files=sum(b.state == "local" for b in blobs),
+             local_bytes=sum(b.size for b in blobs if b.state == "local"))
+    return d
+
+
+class ReqError(Exception):
+    def __init__(self, errno_name, msg):
+        super().__init__(msg)
+        self.errno_name = errno_name
+
+
+# field -> type, per op; every other field is refused
+SCHEMA = {
+    "status": {"path": str},
+    "promote": {"paths": list, "pin": bool, "dry_run": bool},
+    "progress": {"keys": list},
+    "evict": {"paths": list, "force": bool},
+    "pin": {"paths": list},
+    "unpin": {"paths": list},
+    "verify": {"paths": list, "full": bool},
+}
+OPTIONAL = {("status", "path")}
+
+
+def check(req):
+    if not isinstance(req, dict):
+        raise ReqError("EINVAL", "request is not a JSON object")
+    op = req.get("op")
+    if op not in SCHEMA:
+        raise ReqError("EINVAL", f"unknown op {op!r}")
+    fields = SCHEMA[op]
+    for k in req:
+        if k != "op" and k not in fields:
+            raise ReqError("EINVAL", f"{op}: unknown field {k!r}")
+    for k, t in fields.items():
+        if k not in req:
+            if (op, k) in OPTIONAL:
+                continue
+            raise ReqError("EINVAL", f"{op}: missing field {k!r}")
+        if not isinstance(req[k], t):
+            raise ReqError("EINVAL", f"{op}: {k} must be {t.__name__}")
+        if t is list and not all(isinstance(x, str) for x in req[k]):
+            raise ReqError("EINVAL", f"{op}: {k} must hold strings")
+    for p in req.get("paths", []) + ([req["path"]] if "path" in req else []):
+        if p.startswith("/") or ".." in p.split("/"):
+            raise ReqError("EINVAL", f"{p}: not a mount-relative path")
+    return op
+
+
+class Handler(socketserver.StreamRequestHandler):
+    def handle(self):
+        srv = self.server
+        line = self.rfile.readline(REQ_MAX + 1)
+        if srv.mode == "garbage":
+            self.wfile.write(b"this is not json\n")
+            return
+        if srv.mode == "huge":
+            try:
+                for _ in range(17):
+                    self.wfile.write(b" " * MiB)
+            except OSError:
+                pass  # wfsctl hung up once it had seen enough
+            return
+        if srv.mode == "silent":
+            return
+        try:
+            if len(line) > REQ_MAX or (len(line) == REQ_MAX + 1 and not line.endswith(b"\n")):
+                raise ReqError("E2BIG", "request over 64 KiB")
+            if not line.endswith(b"\n"):
+                raise ReqError("EINVAL", "request not terminated by a newline")
+            try:
+                req = json.loads(line)
+            except ValueError as e:
+                raise ReqError("EINVAL", f"malformed JSON: {e}")
+            op = check(req)
+            with srv.hub.lock:
+                srv.hub.requests.append(req)
+            if op in CHANGING:
+                cred = self.request.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                               struct.calcsize("3i"))
+                uid = struct.unpack("3i", cred)[1]
+                if uid not in srv.allow_uids:
+                    raise ReqError("EPERM", f"{op}: uid {uid} is neither root nor the mount owner")
+            with srv.hub.lock:
+                rep = getattr(srv.hub, "op_" + op)(req)
+            rep = dict({"ok": True}, **rep)
+        except ReqError as e:
+            rep = {"ok": False, "error": str(e), "errno": e.errno_name}
+        self.wfile.write(json.dumps(rep).encode() + b"\n")
+
+
+class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+
+    def __init__(self, path, hub, allow_uids=None, mode="normal"):
+        if os.path.exists(path):
+            os.unlink(path)
+        super().__init__(path, Handler)
+        self.hub, self.mode = hub, mode
+        self.allow_uids = allow_uids if allow_uids is not None else {0, os.getuid()}
+        self.stop = threading.Event()
+        threading.Thread(target=self.serve_forever, args=(0.05,), daemon=True).start()
+        threading.Thread(target=self.copier, daemon=True).start()
+
+    def copier(self):
+        while not self.stop.wait(0.05):
+            self.hub.tick(0.05)
+
+    def close(self):
+        self.stop.set()
+        self.shutdown()
+        self.server_close()
+
+
+def make_tree(root, sock):
+    """A directory shaped like the mount (empty files; snapshot links as the
+    daemon shows them), marked as the mount root."""
+    for repo, blobs in HUB.items():
+        for tag, _size, _b, _s, snaps in blobs:
+            bid = hexid(tag, 40 if tag == "cfg" else 64)
+            os.makedirs(f"{root}/{repo}/blobs", exist_ok=True)
+            open(f"{root}/{repo}/blobs/{bid}", "w").close()
+            for rev, path in snaps:
+                entry = f"{root}/{repo}/snapshots/{rev}/{path}"
+                os.makedirs(os.path.dirname(entry), exist_ok=True)
+                depth = path.count("/")
+                if not os.path.lexists(entry):
+                    os.symlink("../" * (2 + depth) + f"blobs/{bid}", entry)
+    os.setxattr(root, "user.wfs.socket", sock.encode())
+
+
+# ---------------------------------------------------------------- self test
+
+class Case:
+    def __init__(self, wfsctl):
+        self.wfsctl, self.failed, self.count = wfsctl, 0, 0
+
+    def run(self, *args, cwd=None, tty=False, timeout=60):
+        """(rc, stdout, stderr) of wfsctl; stderr on a pty if tty."""
+        argv = [self.wfsctl] + list(args)
+        if not tty:
+            p = subprocess.run(argv, cwd=cwd, capture_output=True, timeout=timeout)
+            return p.returncode, p.stdout.decode("ascii"), p.stderr.decode("ascii")
+        master, slave = pty.openpty()
+        p = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=slave)
+        os.close(slave)
+        err = b""
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            err += chunk
+        out = p.stdout.read()
+        p.wait(timeout)
+        os.close(master)
+        return p.returncode, out.decode("ascii"), err.decode("ascii")
+
+    def expect(self, name, cond, detail=""):
+        self.count += 1
+        if cond:
+            print(f"ok   {name}")
+        else:
+            self.failed += 1
+            print(f"FAIL {name}\n{detail}")
+
+
+def selftest(wfsctl):
+    t = Case(os.path.abspath(wfsctl))
+    work = tempfile.mkdtemp(prefix="wfsctl-test-", dir="/var/tmp")
+    try:
+        body(t, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"wfsctl selftest: {t.count - t.failed} passed, {t.failed} failed")
+    return 1 if t.failed else 0
+
+
+def body(t, work):
+    store, root = f"{work}/store", f"{work}/mnt"
+    os.makedirs(store)
+    os.makedirs(root)
+    sock = f"{store}/wfs.sock"
+    hub = Hub(speed_mib=40)
+    srv = Server(sock, hub)
+    make_tree(root, sock)
+    good = f"{root}/models--org--good"
+    run, ok = t.run, t.expect
+
+    def last_req():
+        return hub.requests[-1] if hub.requests else None
+
+    def show(r):
+        return f"rc={r[0]}\n--stdout--\n{r[1]}--stderr--\n{r[2]}"
+
+    # --- help and usage
+    r = run("--help")
+    ok("--help", r[0] == 0 and "promote" in r[1] and "--socket" in r[1], show(r))
+    for c in ("status", "promote", "evict", "pin", "unpin", "verify"):
+        r = run(c, "--help")
+        ok(f"{c} --help", r[0] == 0 and r[1].startswith(f"usage: wfsctl {c}"), show(r))
+    r = run("--version")
+    ok("--version", r[0] == 0 and r[1].startswith("wfsctl (wfs) "), show(r))
+    for args in ([], ["frob"], ["status", "--nope"], ["promote"], ["status", "a", "b"],
+                 ["promote", "--wait", "--dry-run", "x"], ["--socket"], ["verify", "--force"]):
+        r = run(*args)
+        ok(f"usage error {args}", r[0] == 2 and r[2], show(r))
+
+    # --- discovery from the cwd and from a PATH
+    n = len(hub.requests)
+    r = run("status", cwd=f"{good}/snapshots/{REV1}")
+    ok("status from a cwd deep in the mount", r[0] == 0 and last_req() == {"op": "status"}
+       and len(hub.requests) == n + 1, show(r) + repr(last_req()))
+    ok("status table", "REPO" in r[1] and "LOCAL-BYTES" in r[1] and "models--org--kept" in r[1]
+       and "local=3" in r[1] and "store: 3 blobs" in r[1], show(r))
+    ok("status: no revision lines for the whole mount", "rev " not in r[1], show(r))
+    r = run("status", good, cwd="/")
+    ok("status PATH sends the mount-relative path",
+       r[0] == 0 and last_req() == {"op": "status", "path": "models--org--good"}, show(r) + repr(last_req()))
+    ok("status PATH shows revisions", f"rev {REV1}" in r[1] and f"rev {REV2}" in r[1], show(r))
+    r = run("status", root, cwd="/")
+    ok("status of the mount root sends \"\"", r[0] == 0 and last_req() == {"op": "status", "path": ""},
+       repr(last_req()))
+    r = run("status", "--json", cwd=good)
+    ok("status --json after the command is the reply as sent",
+       r[0] == 0 and json.loads(r[1])["ok"] is True and r[1].count("\n") == 1, show(r))
+    r = run("--json", "status", "models--org--good", cwd=root)
+    ok("--json before the command", r[0] == 0 and json.loads(r[1])["repos"][0]["repo"] == "models--org--good",
+       show(r))
+
+    # --- paths
+    r = run("promote", "--dry-run", "/tmp", cwd=root)
+    ok("path outside the mount: error naming it", r[0] == 1 and "/tmp: not inside a wfs mount" in r[2], show(r))
+    r = run("status", cwd=work)
+    ok("cwd outside the mount", r[0] == 1 and "current directory" in r[2], show(r))
+    r = run("pin", f"{good}/snapshots/*/*.safetensors", cwd="/")
+    want = sorted([f"models--org--good/snapshots/{REV1}/model-00001-of-00002.safetensors",
+                   f"models--org--good/snapshots/{REV1}/model-00002-of-00002.safetensors"])
+    ok("glob expanded, relative to the mount", r[0] == 0 and last_req() == {"op": "pin", "paths": want}
+       and "pinned 2 blobs" in r[1], show(r) + repr(last_req()))
+    r = run("pin", "models--org--*/snapshots/*/c*.bin", cwd=root)
+    ok("relative glob", r[0] == 0 and last_req()["paths"] == [f"models--org--kept/snapshots/{REV1}/c.bin"],
+       show(r) + repr(last_req()))
+    r = run("unpin", f"{good}/snapshots/*/*.nomatch")
+    ok("glob without a match", r[0] == 1 and "*.nomatch: no such file, and no match" in r[2], show(r))
+    os.mkdir(f"{work}/lit[1]")
+    r = run("status", f"{work}/lit[1]")
+    ok("an existing name with [ is not a glob", r[0] == 1 and "lit[1]: not inside a wfs mount" in r[2], show(r))
+    link = f"models--org--good/snapshots/{REV1}/config.json"
+    r = run("promote", "--dry-run", link, cwd=root)
+    ok("a snapshot link is sent as itself, not its target",
+       r[0] == 0 and last_req()["paths"] == [link], show(r) + repr(last_req()))
+    r = run("promote", "--dry-run", f"./models--org--good/snapshots/{REV2}/../{REV1}/.//config.json/", cwd=root)
+    ok("dot segments", r[0] == 0 and last_req()["paths"] == [link], show(r) + repr(last_req()))
+    r = run("promote", "--dry-run", "..", cwd=good)
+    ok("dot-dot up to the root", r[0] == 0 and last_req()["paths"] == [""], repr(last_req()))
+    r = run("promote", "--dry-run", "../../mnt/models--org--bad/../models--org--good", cwd=good)
+    ok("dot-dot through the mount", r[0] == 0 and last_req()["paths"] == ["models--org--good"],
+       repr(last_req()))
+    r = run("--socket", sock, "promote", "--dry-run", "models--org--good/./snapshots", cwd="/")
+    ok("--socket with a path relative to the mount root",
+       r[0] == 0 and last_req()["paths"] == ["models--org--good/snapshots"], show(r) + repr(last_req()))
+    r = run("--socket", sock, "pin", "../etc", cwd="/")
+    ok("--socket: a path climbing out is refused", r[0] == 1 and "must be relative" in r[2], show(r))
+    r = run("--socket", sock, "status", good, cwd="/")
+    ok("--socket with a path in the mount still relativised",
+       r[0] == 0 and last_req() == {"op": "status", "path": "models--org--good"}, repr(last_req()))
+    other = f"{work}/mnt2"
+    os.mkdir(other)
+    os.setxattr(other, "user.wfs.socket", b"/nonexistent/wfs.sock")
+    r = run("pin", good, other)
+    ok("paths in two mounts", r[0] == 1 and "one mount at a time" in r[2], show(r))
+    r = run("status", other)
+    ok("daemon unreachable", r[0] == 1 and
+       "cannot reach the wfs daemon at /nonexistent/wfs.sock: No such file or directory" in r[2], show(r))
+    r = run("pin", *[f"{good}/blobs/{'x' * 200}{i}" for i in range(400)])
+    ok("request over 64 KiB refused locally", r[0] == 1 and "64 KiB" in r[2], show(r))
+
+    # --- dry run
+    before = [b.state for b in hub.blobs]
+    r = run("promote", "--dry-run", "models--org--good", "models--org--huge", cwd=root)
+    ok("dry run request", last_req() == {"op": "promote", "paths": ["models--org--good", "models--org--huge"],
+                                         "pin": False, "dry_run": True}, repr(last_req()))
+    ok("dry run output", r[0] == 0 and "ID" in r[1] and hexid("s1", 64) in r[1] and "48.0 MiB" in r[1]
+       and "would copy 4 of 4 blobs" in r[1] and "NOT ENOUGH SPACE" in r[1], show(r))
+    ok("dry run changes nothing", before == [b.state for b in hub.blobs])
+
+    # --- EPERM
+    sock2 = f"{store}/deny.sock"
+    srv2 = Server(sock2, Hub(40), allow_uids={4242})
+    r = run("--socket", sock2, "promote", "models--org--good", cwd="/")
+    ok("EPERM reply", r[0] == 1 and "[EPERM]" in r[2] and "uid 0" in r[2] and r[1] == "", show(r))
+    r = run("--socket", sock2, "--json", "evict", "models--org--good", cwd="/")
+    ok("EPERM with --json: reply on stdout too",
+       r[0] == 1 and json.loads(r[1])["errno"] == "EPERM" and "[EPERM]" in r[2], show(r))
+    r = run("--socket", sock2, "pin", "no-such-repo", cwd="/")
+    ok("status is allowed, pin is not", r[0] == 1 and "EPERM" in r[2], show(r))
+    r = run("--socket", sock2, "status", cwd="/")
+    ok("status without privilege", r[0] == 0, show(r))
+    srv2.close()
+    r = run("promote", "models--org--nothere", cwd=root)
+    ok("daemon error names the path", r[0] == 1 and "models--org--nothere: no such file" in r[2]
+       and "[ENOENT]" in r[2], show(r))
+
+    # --- promote --wait, success, with the bar on a terminal
+    r = run("promote", "--wait", "models--org--good", cwd=root, tty=True)
+    ok("promote --wait: exit 0", r[0] == 0, show(r))
+    ok("promote --wait: summary", "promote: 3 blobs, 80.0 MiB to copy (0 already local)" in r[1]
+       and "promote: 3 blobs local" in r[1], show(r))
+    hist = {b.key: b.history for b in hub.blobs if b.repo == "models--org--good"}
+    ok("states went queued -> copying -> verifying -> local",
+       all(h[-4:] == ["queued", "copying", "verifying", "local"] for h in hist.values()), repr(hist))
+    ok("progress polled", sum(q["op"] == "progress" for q in hub.requests) >= 5)
+    ok("tty bar redrawn in place, ascii", "\r[" in r[2] and "100%" in r[2] and "MiB/s" in r[2]
+       and "ETA" in r[2] and r[2].endswith("\n"), show(r))
+    r = run("promote", "--wait", "--json", "models--org--good", cwd=root)
+    rep = json.loads(r[1]) if r[0] == 0 else {}
+    ok("promote --wait --json prints the final progress reply",
+       r[0] == 0 and rep.get("ok") and [b["state"] for b in rep["blobs"]] == ["local"] * 3, show(r))
+
+    # --- failures
+    r = run("promote", "--wait", "--pin", "models--org--bad", cwd=root)
+    ok("failed and mismatch listed, exit 1", r[0] == 1
+       and f"models--org--bad/blobs/{hexid('w', 64)} (id {hexid('w', 64)}): mismatch: sha256 of the NAS" in r[2]
+       and ": failed: NAS read error at offset 1048576" in r[2]
+       and "2 of 3 blobs did not become local" in r[2], show(r))
+    ok("--pin sent", [q for q in hub.requests if q["op"] == "promote"][-1]["pin"] is True)
+    ok("non-tty progress is whole lines", "\r" not in r[2] and "[" in r[2], show(r))
+    r = run("status", cwd=root)
+    ok("status shows flagged blobs loudly", "MISMATCH" in r[1] and "FAILED" in r[1]
+       and "2 flagged blobs" in r[1], show(r))
+    r = run("promote", "--wait", "models--org--flaky", cwd=root)
+    ok("blob dropped mid-copy stops the wait", r[0] == 1
+       and "dropped, still served from the NAS: evicted to make room" in r[2], show(r))
+    r = run("promote", "--wait", "models--org--huge", cwd=root)
+    ok("blob that does not fit", r[0] == 1 and "does not fit" in r[2] and "2.0 TiB to copy" in r[1], show(r))
+    r = run("promote", "models--org--huge", cwd=root)
+    ok("without --wait a refused blob is mentioned", r[0] == 0 and "not queued (nas)" in r[2],
+       show(r))
+    # non-tty periodic lines, and copies in flight in status
+    for b in hub.blobs:
+        if b.repo == "models--org--good":
+            b.set("nas")
+            b.done = 0
+    hub.speed = 20 * MiB
+    p = subprocess.Popen([t.wfsctl, "promote", "--wait", good], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    time.sleep(1.0)
+    r = run("status", good)
+    ok("status shows copies in flight", "copies in flight" in r[1] and "%" in r[1], show(r))
+    out, err = p.communicate(timeout=60)
+    lines = err.decode().splitlines()
+    ok("non-tty: a line every ~2 s", p.returncode == 0 and 2 <= len(lines) <= 4, err.decode())
+    hub.speed = 40 * MiB
+
+    # --- daemon killed during --wait
+    sock3 = f"{store}/dies.sock"
+    hub3 = Hub(1)
+    srv3 = Server(sock3, hub3)
+    p = subprocess.Popen([t.wfsctl, "--socket", sock3, "promote", "--wait", "models--org--good"],
+                         cwd="/", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(0.8)
+    srv3.close()
+    os.unlink(sock3)
+    out, err = p.communicate(timeout=30)
+    ok("daemon gone during --wait", p.returncode == 1 and b"cannot reach the wfs daemon" in err, err.decode())
+
+    # --- evict / verify (the glob tests above pinned some)
+    r = run("unpin", "models--org--good", f"models--org--kept/snapshots/{REV1}/c.bin", cwd=root)
+    ok("unpin", r[0] == 0 and "unpinned 4 blobs" in r[1], show(r))
+    r = run("evict", "models--org--kept", cwd=root)
+    ok("evict: pinned skipped, exit 1", r[0] == 1 and "evicted 2 blobs" in r[1]
+       and f"blobs/{hexid('k2', 64)}: not evicted: pinned" in r[2], show(r))
+    ok("evict request", last_req() == {"op": "evict", "paths": ["models--org--kept"], "force": False})
+    r = run("evict", "--force", "models--org--good", cwd=root)
+    ok("evict --force", r[0] == 0 and last_req()["force"] is True and "evicted 3 blobs" in r[1], show(r))
+    for b in hub.blobs:
+        if b.repo == "models--org--kept":
+            b.set("local")
+            b.done = b.size
+    r = run("verify", cwd=root)
+    ok("verify with no PATH: the whole mount", last_req() == {"op": "verify", "paths": [""], "full": False},
+       repr(last_req()))
+    ok("verify reports demoted, exit 1", r[0] == 1 and "checked 3 blobs" in r[1]
+       and "demoted, served from the NAS again: NAS source changed" in r[2], show(r))
+    r = run("verify", "--full", "models--org--kept", cwd=root)
+    ok("verify --full clean", r[0] == 0 and last_req()["full"] is True and "0 demoted" in r[1], show(r))
+    r = run("unpin", "--json", "models--org--kept", cwd=root)
+    ok("unpin --json", r[0] == 0 and json.loads(r[1]) == {"ok": True, "count": 3}, show(r))
+
+    # --- broken peers
+    for mode, want in (("garbage", "not a wfs reply"), ("huge", "over 16 MiB"),
+                       ("silent", "closed the connection without replying")):
+        s = f"{store}/{mode}.sock"
+        bad = Server(s, Hub(1), mode=mode)
+        r = run("--socket", s, "status")
+        ok(f"peer sends {mode}", r[0] == 1 and want in r[2], show(r))
+        bad.close()
+    # a socket path longer than sun_path
+    deep = f"{work}/" + "/".join(["d" * 50] * 3)
+    os.makedirs(deep)
+    s = f"{deep}/wfs.sock"
+    longsrv = None
+    try:
+        cwd = os.getcwd()
+        os.chdir(deep)
+        longsrv = Server("wfs.sock", Hub(1))
+    finally:
+        os.chdir(cwd)
+    r = run("--socket", s, "status")
+    ok(f"socket path of {len(s)} bytes", r[0] == 0 and "REPO" in r[1], show(r))
+    longsrv.close()
+    # as another user: reaching the daemon needs the socket, finding it the xattr
+    if shutil.which("setpriv") and os.getuid() == 0:
+        os.chmod(work, 0o755)
+        os.chmod(store, 0o755)
+        os.chmod(sock, 0o777)
+        p = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                            t.wfsctl, "evict", good], capture_output=True)
+        ok("as nobody: EPERM from SO_PEERCRED", p.returncode == 1 and b"[EPERM]" in p.stderr
+           and b"uid 65534" in p.stderr, p.stderr.decode())
+    srv.close()
+
+
+def main():
+    if len(sys.argv) >= 3 and sys.argv[1] == "selftest":
+        sys.exit(selftest(sys.argv[2]))
+    if len(sys.argv) >= 2 and sys.argv[1] == "serve":
+        import argparse
+        ap = argparse.ArgumentParser(prog="fake_ctl_server.py serve")
+        ap.add_argument("--socket", required=True)
+        ap.add_argument("--tree", required=True)
+        ap.add_argument("--speed", type=float, default=40)
+        ap.add_argument("--allow-uids", default="")
+        a = ap.parse_args(sys.argv[2:])
+        os.makedirs(a.tree, exist_ok=True)
+        sock = os.path.abspath(a.socket)
+        make_tree(a.tree, sock)
+        allow = {int(u) for u in a.allow_uids.split(",") if u} or None
+        Server(sock, Hub(a.speed), allow_uids=allow)
+        print(f"serving {sock}; mount root {os.path.abspath(a.tree)}", flush=True)
+        threading.Event().wait()
+    print(__doc__, file=sys.stderr)
+    sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,395 @@
+/* test_fetch.c - the verified copy and its hashes, on a real disk.
+ *
+ * /var/tmp rather than /tmp: the copy is re-read with O_DIRECT, and that path
+ * only means something on a block device.  Every copy test runs twice, with
+ * io_uring and with the synchronous fallback (WFS_FETCH_NO_URING).
+ */
+#include "check.h"
+#include "fetch.h"
+#include "hash.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <openssl/evp.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+static char top[PATH_MAX];
+
+static unsigned char *pattern(size_t n, uint64_t seed)
+{
+	unsigned char *b = malloc(n ? n : 1);
+	uint64_t x = seed * 0x9e3779b97f4a7c15ULL + 1;
+
+	for (size_t i = 0; i < n; i++) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		b[i] = (unsigned char)x;
+	}
+	return b;
+}
+
+static void put(const char *path, const void *buf, size_t n)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+	if (fd < 0 || (n && write(fd, buf, n) != (ssize_t)n) || close(fd) < 0) {
+		perror(path);
+		exit(2);
+	}
+}
+
+/* The whole file, or NULL; *n gets its size. */
+static unsigned char *get(const char *path, size_t *n)
+{
+	struct stat st;
+	unsigned char *b;
+	int fd = open(path, O_RDONLY);
+
+	if (fd < 0 || fstat(fd, &st) < 0)
+		return NULL;
+	b = malloc((size_t)st.st_size + 1);
+	*n = (size_t)st.st_size;
+	if (*n && pread(fd, b, *n, 0) != (ssize_t)*n) {
+		free(b);
+		b = NULL;
+	}
+	close(fd);
+	return b;
+}
+
+static int exists(const char *path)
+{
+	struct stat st;
+
+	return lstat(path, &st) == 0;
+}
+
+static void path_of(char *out, const char *name)
+{
+	snprintf(out, PATH_MAX, "%s/%s", top, name);
+}
+
+static void digest_hex(const EVP_MD *md, const char *prefix, size_t plen,
+		       const void *buf, size_t n, char *out)
+{
+	unsigned char d[EVP_MAX_MD_SIZE];
+	unsigned int len;
+	EVP_MD_CTX *c = EVP_MD_CTX_new();
+
+	EVP_DigestInit_ex(c, md, NULL);
+	EVP_DigestUpdate(c, prefix, plen);
+	EVP_DigestUpdate(c, buf, n);
+	EVP_DigestFinal_ex(c, d, &len);
+	EVP_MD_CTX_free(c);
+	for (unsigned i = 0; i < len; i++)
+		sprintf(out + 2 * i, "%02x", d[i]);
+}
+
+static void sha256_hex(const void *buf, size_t n, char out[65])
+{
+	digest_hex(EVP_sha256(), "", 0, buf, n, out);
+}
+
+static void git_sha1_hex(const void *buf, size_t n, char out[41])
+{
+	char hdr[32];
+	int h = snprintf(hdr, sizeof(hdr), "blob %zu", n);
+
+	digest_hex(EVP_sha1(), hdr, (size_t)h + 1, buf, n, out);
+}
+
+static double now_s(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+static void test_hash(struct check_count *c)
+{
+	struct content_hash h;
+	char x[33], y[33];
+	int m = 7;
+
+	/* `printf 'hello\n' | git hash-object --stdin`, and sha256sum */
+	CHECK(c, content_hash_init(&h, "ce013625030ba8dba906f756967f9e9ca394464a", 6) == 0, "init");
+	content_hash_update(&h, "hel", 3);
+	content_hash_update(&h, "lo\n", 3);
+	CHECK(c, content_hash_final(&h, x, &m) == 0 && m == 1, "git sha1 of hello: %d %s", m, h.id_hex);
+	content_hash_free(&h);
+	content_hash_init(&h, "5891b5b522d5df086d0ff0b110fbd9d21bb4fc7163af34d08286a2e846f6be03", 6);
+	content_hash_update(&h, "hello\n", 6);
+	content_hash_final(&h, y, &m);
+	CHECK(c, m == 1, "sha256 of hello: %s", h.id_hex);
+	CHECK(c, strcmp(x, y) == 0, "xxh independent of the name");
+	content_hash_free(&h);
+	content_hash_init(&h, "model.safetensors", 6);
+	content_hash_update(&h, "hello\n", 6);
+	content_hash_final(&h, y, &m);
+	CHECK(c, m == -1 && h.id_hex[0] == '\0', "not a content address: %d", m);
+	content_hash_free(&h);
+	/* upper-case hex is not a hub content address */
+	content_hash_init(&h, "CE013625030BA8DBA906F756967F9E9CA394464A", 6);
+	content_hash_update(&h, "hello\n", 6);
+	content_hash_final(&h, y, &m);
+	CHECK(c, m == -1, "upper case: %d", m);
+	content_hash_free(&h);
+	content_hash_init(&h, NULL, 6);
+	content_hash_update(&h, "hello\n", 6);
+	content_hash_final(&h, y, &m);
+	xxh128_hex_of("hello\n", 6, x);
+	CHECK(c, m == -1 && strcmp(x, y) == 0 && strlen(x) == 32, "xxh128 helper %s %s", x, y);
+	content_hash_free(&h);
+	xxh128_hex_of("", 0, x);
+	/* the published XXH3-128 of the empty input, canonical form */
+	CHECK(c, strcmp(x, "99aa06d3014798d86001c324468d497f") == 0, "xxh128 empty %s", x);
+}
+
+static void test_sample(struct check_count *c)
+{
+	char p[PATH_MAX], a[33], b[33], d[33];
+	size_t n = (1 << 20) + 77;
+	unsigned char *buf = pattern(n, 42);
+	int fd;
+
+	path_of(p, "sample");
+	put(p, buf, n);
+	fd = open(p, O_RDONLY);
+	CHECK(c, source_sample(fd, n, a) == 0, "sample");
+	close(fd);
+	buf[n / 2] ^= 1;  /* in the middle region */
+	put(p, buf, n);
+	fd = open(p, O_RDONLY);
+	CHECK(c, source_sample(fd, n, b) == 0 && strcmp(a, b) != 0, "middle byte changes sample");
+	close(fd);
+	buf[n / 2] ^= 1;
+	buf[100000] ^= 1;  /* between head and middle: not sampled, by design */
+	put(p, buf, n);
+	fd = open(p, O_RDONLY);
+	CHECK(c, source_sample(fd, n, d) == 0 && strcmp(a, d) == 0, "unsampled byte");
+	CHECK(c, source_sample(fd, n + 1, d) == -ENODATA, "file shorter than size");
+	close(fd);
+	/* a small file is hashed whole, so any byte counts */
+	put(p, buf, 1000);
+	fd = open(p, O_RDONLY);
+	source_sample(fd, 1000, a);
+	close(fd);
+	buf[999] ^= 1;
+	put(p, buf, 1000);
+	fd = open(p, O_RDONLY);
+	source_sample(fd, 1000, b);
+	CHECK(c, strcmp(a, b) != 0, "small file last byte");
+	close(fd);
+	free(buf);
+}
+
+/* Copy @n pattern bytes named @name; check everything a caller relies on. */
+static void copy_ok(struct check_count *c, size_t n, const char *dir_src, const char *id_kind)
+{
+	char src[PATH_MAX], tmp[PATH_MAX], want[33], samp[33], name[65] = "", again[33];
+	unsigned char *buf = pattern(n, n + 1), *back;
+	struct fetch_progress prog = { 0, 0 };
+	struct fetch_result res;
+	struct stat st;
+	size_t got = 0;
+	int r, fd;
+
+	if (id_kind && strcmp(id_kind, "sha256") == 0)
+		sha256_hex(buf, n, name);
+	else if (id_kind)
+		git_sha1_hex(buf, n, name);
+	snprintf(src, sizeof(src), "%s/src-%zu", dir_src, n);
+	path_of(tmp, "tmp-copy");
+	put(src, buf, n);
+	r = fetch_copy_verify(src, n, tmp, name, 0, &prog, &res);
+	CHECK(c, r == 0, "copy %zu: %d %s", n, r, res.reason);
+	back = get(tmp, &got);
+	CHECK(c, back && got == n && memcmp(back, buf, n) == 0, "bytes equal (%zu)", n);
+	xxh128_hex_of(buf, n, want);
+	CHECK(c, strcmp(res.xxh, want) == 0, "xxh %zu: %s vs %s", n, res.xxh, want);
+	CHECK(c, res.id_check == (id_kind ? 1 : -1), "id_check %zu: %d", n, res.id_check);
+	CHECK(c, res.reason[0] == '\0', "reason empty: %s", res.reason);
+	CHECK(c, atomic_load(&prog.bytes_done) == n, "progress %zu", (size_t)prog.bytes_done);
+	CHECK(c, stat(tmp, &st) == 0 && (st.st_mode & 07777) == 0444, "mode 0444");
+	fd = open(src, O_RDONLY);
+	source_sample(fd, n, samp);
+	close(fd);
+	CHECK(c, strcmp(samp, res.sample) == 0, "sample %zu: %s vs %s", n, samp, res.sample);
+	CHECK(c, fetch_hash_file(tmp, again, NULL) == 0 && strcmp(again, want) == 0, "rehash %zu", n);
+	unlink(tmp);
+	unlink(src);
+	free(back);
+	free(buf);
+}
+
+/* A copy that must fail with @want_err and leave no temporary file. */
+static void copy_fails(struct check_count *c, const char *src, uint64_t size, const char *id,
+		       uint64_t bw, struct fetch_progress *prog, int want_err, const char *why)
+{
+	char tmp[PATH_MAX];
+	struct fetch_result res;
+	int r;
+
+	path_of(tmp, "tmp-fail");
+	r = fetch_copy_verify(src, size, tmp, id, bw, prog, &res);
+	CHECK(c, r == want_err, "%s: got %d (%s), want %d", why, r, res.reason, want_err);
+	CHECK(c, res.reason[0] != '\0', "%s: a reason", why);
+	CHECK(c, !exists(tmp), "%s: tmp file left", why);
+	if (r == -EBADMSG)
+		CHECK(c, res.id_check == 0 && strstr(res.reason, "does not match its name"),
+		      "%s: %d %s", why, res.id_check, res.reason);
+}
+
+struct meddler {
+	struct fetch_progress *prog;
+	const char *path;
+	int what;  /* 0 cancel, 1 append, 2 truncate */
+};
+
+/* Waits until the copy has written something, then interferes. */
+static void *meddle(void *arg)
+{
+	struct meddler *m = arg;
+	int fd;
+
+	while (atomic_load(&m->prog->bytes_done) == 0)
+		usleep(1000);
+	if (m->what == 0) {
+		atomic_store(&m->prog->cancel, 1);
+	} else {
+		fd = open(m->path, O_WRONLY | O_APPEND);
+		if (m->what == 1 && write(fd, "more", 4) != 4)
+			perror("append");
+		if (m->what == 2 && ftruncate(fd, 2 << 20) < 0)
+			perror("truncate");
+		close(fd);
+	}
+	return NULL;
+}
+
+static void meddled(struct check_count *c, int what, int want_err, const char *why)
+{
+	char src[PATH_MAX];
+	size_t n = 6 << 20;
+	unsigned char *buf = pattern(n, 9);
+	struct fetch_progress prog = { 0, 0 };
+	struct meddler m = { &prog, src, what };
+	pthread_t t;
+
+	path_of(src, "meddled");
+	put(src, buf, n);
+	pthread_create(&t, NULL, meddle, &m);
+	/* 8 MiB/s: the later chunks are read well after the meddling */
+	copy_fails(c, src, n, NULL, 8 << 20, &prog, want_err, why);
+	pthread_join(t, NULL);
+	unlink(src);
+	free(buf);
+}
+
+static void test_failures(struct check_count *c)
+{
+	char src[PATH_MAX], tmp[PATH_MAX], name[65];
+	size_t n = (1 << 20) + 5, got;
+	unsigned char *buf = pattern(n, 5), *back;
+	struct fetch_progress prog = { 0, 0 };
+	struct fetch_result res;
+	double t0;
+	int r;
+
+	path_of(src, "named");
+	put(src, buf, n);
+	sha256_hex(buf, n, name);
+	name[0] = name[0] == '0' ? '1' : '0';
+	copy_fails(c, src, n, name, 0, NULL, -EBADMSG, "wrong sha256 name");
+	git_sha1_hex(buf, n, name);
+	name[39] = name[39] == '0' ? '1' : '0';
+	copy_fails(c, src, n, name, 0, NULL, -EBADMSG, "wrong git sha1 name");
+
+	atomic_store(&prog.cancel, 1);
+	copy_fails(c, src, n, NULL, 0, &prog, -ECANCELED, "cancelled before start");
+	copy_fails(c, src, n + 1, NULL, 0, NULL, -ESTALE, "size differs");
+	path_of(tmp, "no-such-source");
+	copy_fails(c, tmp, n, NULL, 0, NULL, -ENOENT, "missing source");
+	copy_fails(c, top, 4096, NULL, 0, NULL, -EINVAL, "directory source");
+
+	path_of(tmp, "exists");
+	put(tmp, "keep", 4);
+	r = fetch_copy_verify(src, n, tmp, NULL, 0, NULL, &res);
+	back = get(tmp, &got);
+	CHECK(c, r == -EEXIST, "existing tmp: %d", r);
+	CHECK(c, back && got == 4 && memcmp(back, "keep", 4) == 0, "existing tmp untouched");
+	free(back);
+	unlink(tmp);
+
+	t0 = now_s();
+	meddled(c, 0, -ECANCELED, "cancelled mid-copy");
+	CHECK(c, now_s() - t0 < 0.6, "cancel is prompt: %.2f s", now_s() - t0);
+	meddled(c, 1, -ESTALE, "source grew");
+	meddled(c, 2, -ESTALE, "source shrank");
+
+	/* 4 chunks at 16 MiB/s: the first is free, three more wait 1/16 s each */
+	path_of(tmp, "throttled");
+	t0 = now_s();
+	r = fetch_copy_verify(src, n, tmp, NULL, 16 << 20, NULL, &res);
+	CHECK(c, r == 0 && now_s() - t0 >= 0.05, "bw limit: %d %.3f s", r, now_s() - t0);
+	unlink(tmp);
+	unlink(src);
+	free(buf);
+
+	CHECK(c, fetch_hash_file(src, name, NULL) == -ENOENT, "hash missing file");
+	CHECK(c, fetch_hash_file(top, name, NULL) == -EINVAL, "hash a directory");
+}
+
+static void run_copies(struct check_count *c)
+{
+	static const size_t sizes[] = {
+		0, 1, 4095, 4096, 4097, (1 << 20) + 1, (9 << 20) + 123,
+	};
+	char shm[] = "/dev/shm/wfs-test-fetch-XXXXXX";
+
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
+		copy_ok(c, sizes[i], top, NULL);
+	copy_ok(c, (3 << 20) + 7, top, "sha256");
+	copy_ok(c, 4097, top, "sha1");
+	copy_ok(c, 0, top, "sha256");
+	copy_ok(c, 0, top, "sha1");
+	/* a source on tmpfs (buffered reads where O_DIRECT is refused) */
+	if (mkdtemp(shm)) {
+		copy_ok(c, (2 << 20) + 3, shm, "sha256");
+		rmdir(shm);
+	}
+	test_failures(c);
+}
+
+int main(void)
+{
+	struct check_count c = { 0, 0 };
+	char cmd[PATH_MAX + 16];
+
+	snprintf(top, sizeof(top), "/var/tmp/wfs-test-fetch-XXXXXX");
+	if (!mkdtemp(top)) {
+		perror("mkdtemp");
+		return 2;
+	}
+	test_hash(&c);
+	test_sample(&c);
+	unsetenv("WFS_FETCH_NO_URING");
+	run_copies(&c);
+	setenv("WFS_FETCH_NO_URING", "1", 1);
+	run_copies(&c);
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", top);
+	if (system(cmd) != 0)
+		fprintf(stderr, "could not remove %s\n", top);
+	printf("fetch: %d passed, %d failed\n", c.passed, c.failed);
+	return c.failed ? 1 : 0;
+}

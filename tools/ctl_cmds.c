@@ -1,0 +1,332 @@
+/* ctl_cmds.c - wfsctl status, evict, pin, unpin, verify; see ctl_cmds.h. */
+#include "ctl_cmds.h"
+#include "ctl_conn.h"
+#include "ctl_fmt.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+json_t *ctl_paths_json(const struct ctl_target *t)
+{
+	json_t *a = json_array();
+	size_t i;
+
+	for (i = 0; a && i < t->nrel; i++)
+		if (json_array_append_new(a, json_string(t->rel[i]))) {
+			json_decref(a);
+			return NULL;
+		}
+	return a;
+}
+
+static int oom(void)
+{
+	fprintf(stderr, "wfsctl: out of memory\n");
+	return 1;
+}
+
+/* Resolve the paths, send @req (plus "paths" when @with_paths) and get an
+ * ok reply.  Returns 0, or 1 with the reason printed. */
+static int simple_call(const struct ctl_opts *o, const char *cmd, json_t *req,
+		       bool with_paths, struct ctl_reply *rep)
+{
+	struct ctl_target t;
+	int r;
+
+	if (!req)
+		return oom();
+	if (ctl_target_resolve(&t, o->socket, o->paths, o->npaths)) {
+		json_decref(req);
+		return 1;
+	}
+	if (with_paths) {
+		json_t *paths = ctl_paths_json(&t);
+
+		/* No PATH (verify): the mount root, which covers every blob. */
+		if (paths && !t.nrel && json_array_append_new(paths, json_string(""))) {
+			json_decref(paths);
+			paths = NULL;
+		}
+		if (!paths || json_object_set_new(req, "paths", paths)) {
+			json_decref(req);
+			ctl_target_free(&t);
+			return oom();
+		}
+	}
+	r = ctl_call(t.socket, cmd, req, o->json, rep);
+	json_decref(req);
+	ctl_target_free(&t);
+	if (r)
+		return 1;
+	if (o->json)
+		ctl_print_raw(rep);
+	return 0;
+}
+
+/* ---- status ---- */
+
+/* "local=3 nas=9": the pipeline's states first, in its order, then any state
+ * this wfsctl does not know, so a newer daemon's states still show. */
+static void states_cell(const json_t *states, char *buf, size_t sz)
+{
+	static const char *const order[] = { "nas", "queued", "copying", "verifying",
+					     "local", "mismatch", "failed" };
+	size_t len = 0, i;
+	const char *k;
+	json_t *v;
+
+	buf[0] = '\0';
+	for (i = 0; i < sizeof(order) / sizeof(order[0]); i++) {
+		uint64_t n = jget_u64(states, order[i]);
+
+		if (n && len < sz)
+			len += (size_t)snprintf(buf + len, sz - len, "%s%s=%llu",
+						len ? " " : "", order[i], (unsigned long long)n);
+	}
+	json_object_foreach((json_t *)states, k, v) {
+		int known = 0;
+
+		for (i = 0; i < sizeof(order) / sizeof(order[0]); i++)
+			known |= !strcmp(k, order[i]);
+		if (!known && json_integer_value(v) > 0 && len < sz)
+			len += (size_t)snprintf(buf + len, sz - len, "%s%s=%lld",
+						len ? " " : "", k, (long long)json_integer_value(v));
+	}
+}
+
+static int add_count_row(struct table *tb, const char *name, const json_t *o,
+			 const char *states)
+{
+	char files[24], local[24], bytes[32], lbytes[32];
+	const char *row[6] = { name, files, local, bytes, lbytes, states };
+
+	snprintf(files, sizeof(files), "%llu", (unsigned long long)jget_u64(o, "files"));
+	snprintf(local, sizeof(local), "%llu", (unsigned long long)jget_u64(o, "local_files"));
+	fmt_bytes(jget_u64(o, "bytes"), bytes, sizeof(bytes));
+	fmt_bytes(jget_u64(o, "local_bytes"), lbytes, sizeof(lbytes));
+	return table_add(tb, row);
+}
+
+static int print_repos(const json_t *repos, bool revisions)
+{
+	static const char *const hdr[] = { "REPO", "FILES", "LOCAL", "BYTES",
+					   "LOCAL-BYTES", "STATES" };
+	struct table tb;
+	size_t i, j;
+	json_t *repo, *rev;
+	int r = 0;
+
+	table_init(&tb, 6, hdr, "lrrrrl");
+	json_array_foreach(repos, i, repo) {
+		char states[512];
+
+		states_cell(json_object_get(repo, "states"), states, sizeof(states));
+		r = add_count_row(&tb, jget_str(repo, "repo"), repo, states);
+		if (r || !revisions)
+			continue;
+		json_array_foreach(json_object_get(repo, "revisions"), j, rev) {
+			char name[128];
+
+			snprintf(name, sizeof(name), "  rev %s", jget_str(rev, "rev"));
+			r = add_count_row(&tb, name, rev, "");
+			if (r)
+				break;
+		}
+		if (r)
+			break;
+	}
+	if (!r)
+		table_print(&tb, stdout, "");
+	table_free(&tb);
+	return r;
+}
+
+static int print_copies(const json_t *copies)
+{
+	static const char *const hdr[] = { "ID", "DONE", "SIZE", "PCT", "KEY" };
+	struct table tb;
+	json_t *c;
+	size_t i;
+	int r = 0;
+
+	if (!json_array_size(copies))
+		return 0;
+	printf("\ncopies in flight: %zu\n", json_array_size(copies));
+	table_init(&tb, 5, hdr, "lrrrl");
+	json_array_foreach(copies, i, c) {
+		uint64_t done = jget_u64(c, "bytes_done"), size = jget_u64(c, "size");
+		char d[32], s[32], pct[16];
+		const char *row[5] = { jget_str(c, "id"), d, s, pct, jget_str(c, "key") };
+
+		fmt_bytes(done, d, sizeof(d));
+		fmt_bytes(size, s, sizeof(s));
+		snprintf(pct, sizeof(pct), "%.0f%%",
+			 size ? 100.0 * (double)(done > size ? size : done) / (double)size : 100.0);
+		r = table_add(&tb, row);
+		if (r)
+			break;
+	}
+	if (!r)
+		table_print(&tb, stdout, "  ");
+	table_free(&tb);
+	return r;
+}
+
+static void print_status(const json_t *st, bool revisions)
+{
+	const json_t *served = json_object_get(st, "served");
+	const json_t *store = json_object_get(st, "store");
+	const json_t *flagged = json_object_get(st, "flagged");
+	uint64_t sl = jget_u64(served, "local_bytes"), sn = jget_u64(served, "nas_bytes");
+	char a[32], b[32];
+	json_t *f;
+	size_t i;
+
+	printf("wfs mount %s  (NAS %s, local store %s)\n\n", jget_str(st, "mount"),
+	       jget_str(st, "nas"), jget_str(st, "local"));
+	if (print_repos(json_object_get(st, "repos"), revisions) ||
+	    print_copies(json_object_get(st, "copies")))
+		fprintf(stderr, "wfsctl: status: out of memory\n");
+	printf("\nserved: %s local, %s from the NAS", fmt_bytes(sl, a, sizeof(a)),
+	       fmt_bytes(sn, b, sizeof(b)));
+	if (sl + sn)
+		printf(" (%.0f%% local)", 100.0 * (double)sl / (double)(sl + sn));
+	printf("\nstore: %llu blobs, %s used, %s free\n",
+	       (unsigned long long)jget_u64(store, "blobs"),
+	       fmt_bytes(jget_u64(store, "bytes"), a, sizeof(a)),
+	       fmt_bytes(jget_u64(store, "free_bytes"), b, sizeof(b)));
+	if (!json_array_size(flagged))
+		return;
+	/* Loud on purpose: a mismatch means the NAS holds wrong bytes under a
+	 * content address, which an operator has to go and fix. */
+	printf("\n!!! %zu flagged blob%s: served from the NAS, never promoted until fixed\n",
+	       json_array_size(flagged), json_array_size(flagged) == 1 ? "" : "s");
+	json_array_foreach(flagged, i, f) {
+		char state[32];
+		size_t k;
+
+		snprintf(state, sizeof(state), "%s", jget_str(f, "state"));
+		for (k = 0; state[k]; k++)
+			state[k] = (char)(state[k] >= 'a' && state[k] <= 'z' ? state[k] - 32 : state[k]);
+		printf("%-8s  %s  (id %s): %s\n", state[0] ? state : "FLAGGED",
+		       jget_str(f, "key"), jget_str(f, "id"), jget_str(f, "reason"));
+	}
+}
+
+int cmd_status(const struct ctl_opts *o)
+{
+	struct ctl_target t;
+	struct ctl_reply rep;
+	json_t *req;
+	bool scoped;
+	int r;
+
+	if (ctl_target_resolve(&t, o->socket, o->paths, o->npaths))
+		return 1;
+	if (t.nrel > 1) {
+		fprintf(stderr, "wfsctl: status: one PATH at a time (%s matched %zu)\n",
+			o->paths[0], t.nrel);
+		ctl_target_free(&t);
+		return 1;
+	}
+	/* A PATH asks for that part of the hub, with its revisions; none asks
+	 * for the whole mount, wherever the cwd is. */
+	scoped = t.nrel == 1;
+	req = json_pack("{s:s}", "op", "status");
+	if (!req || (scoped && json_object_set_new(req, "path", json_string(t.rel[0])))) {
+		json_decref(req);
+		ctl_target_free(&t);
+		return oom();
+	}
+	r = ctl_call(t.socket, "status", req, o->json, &rep);
+	json_decref(req);
+	ctl_target_free(&t);
+	if (r)
+		return 1;
+	if (o->json)
+		ctl_print_raw(&rep);
+	else
+		print_status(rep.obj, scoped);
+	ctl_reply_free(&rep);
+	return 0;
+}
+
+/* ---- evict, pin, unpin, verify ---- */
+
+/* Print "wfsctl: CMD: KEY: WHAT: REASON" for each entry of @list; returns
+ * how many there were. */
+static size_t print_keyed(const char *cmd, const json_t *list, const char *what)
+{
+	json_t *e;
+	size_t i;
+
+	json_array_foreach(list, i, e)
+		fprintf(stderr, "wfsctl: %s: %s: %s: %s\n", cmd, jget_str(e, "key"), what,
+			*jget_str(e, "reason") ? jget_str(e, "reason") : "no reason given");
+	return json_array_size(list);
+}
+
+int cmd_evict(const struct ctl_opts *o)
+{
+	struct ctl_reply rep;
+	size_t skipped;
+	uint64_t n;
+
+	if (simple_call(o, "evict", json_pack("{s:s,s:b}", "op", "evict", "force", o->force),
+			true, &rep))
+		return 1;
+	n = jget_u64(rep.obj, "evicted");
+	if (!o->json)
+		printf("evicted %llu blob%s; reads of %s come from the NAS again\n",
+		       (unsigned long long)n, n == 1 ? "" : "s", n == 1 ? "it" : "them");
+	skipped = print_keyed("evict", json_object_get(rep.obj, "skipped"), "not evicted");
+	ctl_reply_free(&rep);
+	/* Some copies were kept (pinned, or open without --force): the request
+	 * was not carried out in full, which scripts must be able to see. */
+	return skipped ? 1 : 0;
+}
+
+static int pin_call(const struct ctl_opts *o, const char *op, const char *done)
+{
+	struct ctl_reply rep;
+	uint64_t n;
+
+	if (simple_call(o, op, json_pack("{s:s}", "op", op), true, &rep))
+		return 1;
+	n = jget_u64(rep.obj, "count");
+	if (!o->json)
+		printf("%s %llu blob%s\n", done, (unsigned long long)n, n == 1 ? "" : "s");
+	ctl_reply_free(&rep);
+	return 0;
+}
+
+int cmd_pin(const struct ctl_opts *o)
+{
+	return pin_call(o, "pin", "pinned");
+}
+
+int cmd_unpin(const struct ctl_opts *o)
+{
+	return pin_call(o, "unpin", "unpinned");
+}
+
+int cmd_verify(const struct ctl_opts *o)
+{
+	struct ctl_reply rep;
+	size_t demoted;
+	uint64_t n;
+
+	if (simple_call(o, "verify", json_pack("{s:s,s:b}", "op", "verify", "full", o->full),
+			true, &rep))
+		return 1;
+	n = jget_u64(rep.obj, "checked");
+	demoted = json_array_size(json_object_get(rep.obj, "demoted"));
+	if (!o->json)
+		printf("checked %llu blob%s%s; %zu demoted\n", (unsigned long long)n,
+		       n == 1 ? "" : "s", o->full ? " (local copies re-hashed)" : "", demoted);
+	print_keyed("verify", json_object_get(rep.obj, "demoted"), "demoted, served from the NAS again");
+	ctl_reply_free(&rep);
+	return demoted ? 1 : 0;
+}

@@ -1,0 +1,32 @@
+/* ctl_cmds.h - wfsctl's commands.  Each takes the parsed command line and
+ * returns the process exit status: 0 done, 1 failed (the reason is already
+ * on stderr).  Usage errors (exit 2) are caught before they run.
+ */
+#ifndef WFS_CTL_CMDS_H
+#define WFS_CTL_CMDS_H
+
+#include "ctl_path.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+struct ctl_opts {
+	const char *socket; /* --socket, or NULL to find it from the mount */
+	bool json;          /* print the daemon's reply instead of tables */
+	bool wait, pin, dry_run, force, full;
+	char **paths;       /* PATH arguments as typed */
+	size_t npaths;
+};
+
+int cmd_status(const struct ctl_opts *o);
+int cmd_evict(const struct ctl_opts *o);
+int cmd_pin(const struct ctl_opts *o);
+int cmd_unpin(const struct ctl_opts *o);
+int cmd_verify(const struct ctl_opts *o);
+int cmd_promote(const struct ctl_opts *o); /* ctl_promote.c */
+
+/* The resolved paths as a JSON array of strings, or NULL (out of memory). */
+json_t *ctl_paths_json(const struct ctl_target *t);
+
+#endif

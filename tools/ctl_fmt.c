@@ -1,0 +1,153 @@
+/* ctl_fmt.c - output helpers for wfsctl; see ctl_fmt.h. */
+#include "ctl_fmt.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *fmt_bytes(uint64_t n, char *buf, size_t sz)
+{
+	static const char *const unit[] = { "KiB", "MiB", "GiB", "TiB", "PiB", "EiB" };
+	double v = (double)n;
+	size_t u = 0;
+
+	if (n < 1024) {
+		snprintf(buf, sz, "%llu B", (unsigned long long)n);
+		return buf;
+	}
+	v /= 1024.0;
+	while (v >= 1024.0 && u + 1 < sizeof(unit) / sizeof(unit[0])) {
+		v /= 1024.0;
+		u++;
+	}
+	snprintf(buf, sz, "%.1f %s", v, unit[u]);
+	return buf;
+}
+
+const char *fmt_duration(double seconds, char *buf, size_t sz)
+{
+	unsigned long long s;
+
+	if (!(seconds >= 0) || seconds > 99.0 * 86400) {
+		snprintf(buf, sz, "--:--");
+		return buf;
+	}
+	s = (unsigned long long)(seconds + 0.5);
+	if (s >= 3600)
+		snprintf(buf, sz, "%llu:%02llu:%02llu", s / 3600, s / 60 % 60, s % 60);
+	else
+		snprintf(buf, sz, "%llu:%02llu", s / 60, s % 60);
+	return buf;
+}
+
+void table_init(struct table *t, size_t ncols, const char *const *hdr,
+		const char *align)
+{
+	memset(t, 0, sizeof(*t));
+	t->ncols = ncols;
+	t->hdr = hdr;
+	t->align = align;
+}
+
+int table_add(struct table *t, const char *const *row)
+{
+	size_t i;
+
+	if (t->nrows == t->cap) {
+		size_t ncap = t->cap ? t->cap * 2 : 16;
+		char **nc = realloc(t->cells, ncap * t->ncols * sizeof(*nc));
+
+		if (!nc)
+			return -ENOMEM;
+		t->cells = nc;
+		t->cap = ncap;
+	}
+	for (i = 0; i < t->ncols; i++) {
+		char *c = strdup(row[i] ? row[i] : "");
+
+		if (!c) {
+			while (i--)
+				free(t->cells[t->nrows * t->ncols + i]);
+			return -ENOMEM;
+		}
+		t->cells[t->nrows * t->ncols + i] = c;
+	}
+	t->nrows++;
+	return 0;
+}
+
+static void print_row(const struct table *t, FILE *f, const char *indent,
+		      const char *const *row, const size_t *w)
+{
+	size_t i;
+
+	fputs(indent, f);
+	for (i = 0; i < t->ncols; i++) {
+		int last = i + 1 == t->ncols;
+		int right = t->align[i] == 'r';
+
+		if (i)
+			fputs("  ", f);
+		/* The last left-aligned column is not padded: no trailing blanks. */
+		if (right)
+			fprintf(f, "%*s", (int)w[i], row[i]);
+		else
+			fprintf(f, "%-*s", last ? 0 : (int)w[i], row[i]);
+	}
+	fputc('\n', f);
+}
+
+void table_print(const struct table *t, FILE *f, const char *indent)
+{
+	size_t w[16] = { 0 };
+	size_t i, r;
+
+	if (t->ncols > sizeof(w) / sizeof(w[0]))
+		return;
+	for (i = 0; i < t->ncols; i++)
+		w[i] = strlen(t->hdr[i]);
+	for (r = 0; r < t->nrows; r++)
+		for (i = 0; i < t->ncols; i++) {
+			size_t n = strlen(t->cells[r * t->ncols + i]);
+
+			if (n > w[i])
+				w[i] = n;
+		}
+	print_row(t, f, indent, t->hdr, w);
+	for (r = 0; r < t->nrows; r++)
+		print_row(t, f, indent, (const char *const *)&t->cells[r * t->ncols], w);
+}
+
+void table_free(struct table *t)
+{
+	size_t i;
+
+	for (i = 0; i < t->nrows * t->ncols; i++)
+		free(t->cells[i]);
+	free(t->cells);
+	t->cells = NULL;
+	t->nrows = t->cap = 0;
+}
+
+uint64_t jget_u64(const json_t *obj, const char *key)
+{
+	json_t *v = json_object_get(obj, key);
+
+	if (json_is_integer(v))
+		return json_integer_value(v) < 0 ? 0 : (uint64_t)json_integer_value(v);
+	if (json_is_real(v))
+		return json_real_value(v) < 0 ? 0 : (uint64_t)json_real_value(v);
+	return 0;
+}
+
+const char *jget_str(const json_t *obj, const char *key)
+{
+	const char *s = json_string_value(json_object_get(obj, key));
+
+	return s ? s : "";
+}
+
+bool jget_bool(const json_t *obj, const char *key)
+{
+	return json_is_true(json_object_get(obj, key));
+}

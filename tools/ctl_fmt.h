@@ -1,0 +1,45 @@
+/* ctl_fmt.h - output helpers for wfsctl: human byte counts, plain-ASCII
+ * tables, and tolerant readers for fields of daemon replies.
+ *
+ * Functions that fail return -errno.
+ */
+#ifndef WFS_CTL_FMT_H
+#define WFS_CTL_FMT_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* "512 B", "1.5 KiB", ..., "3.2 TiB" into @buf; returns @buf. */
+const char *fmt_bytes(uint64_t n, char *buf, size_t sz);
+
+/* "0:05", "12:34", "1:02:03"; returns @buf. */
+const char *fmt_duration(double seconds, char *buf, size_t sz);
+
+/* A table printed with columns padded to their widest cell, two spaces
+ * apart.  Cells are copied, so callers may pass stack buffers. */
+struct table {
+	size_t ncols;
+	const char *const *hdr;
+	const char *align; /* one 'l' or 'r' per column */
+	char **cells;      /* nrows * ncols */
+	size_t nrows, cap;
+};
+
+void table_init(struct table *t, size_t ncols, const char *const *hdr,
+		const char *align);
+/* Append one row of exactly t->ncols cells (NULL prints as ""). */
+int table_add(struct table *t, const char *const *row);
+/* Print header and rows, each line prefixed by @indent. */
+void table_print(const struct table *t, FILE *f, const char *indent);
+void table_free(struct table *t);
+
+/* Field readers that never fail: a missing or mistyped field reads as
+ * 0 / "" so a reply from a newer or older daemon still prints. */
+uint64_t jget_u64(const json_t *obj, const char *key);
+const char *jget_str(const json_t *obj, const char *key);
+bool jget_bool(const json_t *obj, const char *key);
+
+#endif

@@ -1,0 +1,310 @@
+/* ctl_path.c - from command-line PATHs to the daemon's socket and
+ * mount-relative paths; see ctl_path.h. */
+#include "ctl_path.h"
+
+#include <errno.h>
+#include <glob.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+void ctl_target_free(struct ctl_target *t)
+{
+	size_t i;
+
+	for (i = 0; i < t->nrel; i++)
+		free(t->rel[i]);
+	free(t->rel);
+	free(t->socket);
+	free(t->root);
+	t->rel = NULL;
+	t->socket = t->root = NULL;
+	t->nrel = 0;
+}
+
+struct strv {
+	char **v;
+	size_t n;
+};
+
+static int strv_add(struct strv *s, const char *str)
+{
+	char **nv = realloc(s->v, (s->n + 1) * sizeof(*nv));
+
+	if (!nv)
+		return -ENOMEM;
+	s->v = nv;
+	s->v[s->n] = strdup(str);
+	if (!s->v[s->n])
+		return -ENOMEM;
+	s->n++;
+	return 0;
+}
+
+static void strv_free(struct strv *s)
+{
+	while (s->n)
+		free(s->v[--s->n]);
+	free(s->v);
+	s->v = NULL;
+}
+
+/* Collapse "//" and "." lexically; ".." is kept (see make_absolute). */
+static void squeeze(char *p)
+{
+	char *w = p, *r = p;
+
+	while (*r) {
+		if (r[0] == '/' && (r[1] == '/' || (r[1] == '.' && (r[2] == '/' || !r[2])))) {
+			r += r[1] == '/' ? 1 : 2;
+			continue;
+		}
+		*w++ = *r++;
+	}
+	*w = '\0';
+	if (w > p + 1 && w[-1] == '/')
+		w[-1] = '\0';
+	if (!*p)
+		strcpy(p, "/");
+}
+
+/* The absolute form of @arg without following a symlink in its last
+ * component: in the mount, snapshot entries are links to ../../blobs/<id>,
+ * and the daemon must see the snapshot path (and a dangling link must stay
+ * nameable).  The directories above it are resolved with realpath, so ".."
+ * means what the kernel means by it. */
+static int make_absolute(const char *arg, char *out)
+{
+	char buf[PATH_MAX * 2], dir[PATH_MAX];
+	char *slash, *base;
+	size_t n;
+
+	if (arg[0] == '/') {
+		n = (size_t)snprintf(buf, sizeof(buf), "%s", arg);
+	} else {
+		if (!getcwd(dir, sizeof(dir)))
+			return -errno;
+		n = (size_t)snprintf(buf, sizeof(buf), "%s/%s", dir, arg);
+	}
+	if (n >= sizeof(buf))
+		return -ENAMETOOLONG;
+	squeeze(buf);
+	slash = strrchr(buf, '/');
+	base = slash + 1;
+	if (!*base || !strcmp(base, "..")) {
+		/* "/" or ".../..": a directory, nothing to keep unresolved */
+		return realpath(buf, out) ? 0 : -errno;
+	}
+	if (slash == buf)
+		strcpy(dir, "/");
+	else {
+		*slash = '\0';
+		if (!realpath(buf, dir))
+			return -errno;
+	}
+	if ((size_t)snprintf(out, PATH_MAX, "%s%s%s", dir,
+			     strcmp(dir, "/") ? "/" : "", base) >= PATH_MAX)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+/* Walk from @abs up to "/" looking for the mount root's xattr.  On success
+ * @root holds the directory and @sock the socket path.  -ENODATA: none
+ * found; -ENOTCONN: a wfs mount whose daemon is gone. */
+static int find_root(const char *abs, char *root, char *sock, size_t socksz)
+{
+	strcpy(root, abs);
+	for (;;) {
+		/* lgetxattr: never follow the link a PATH may name */
+		ssize_t n = lgetxattr(root, CTL_SOCKET_XATTR, sock, socksz - 1);
+		char *slash;
+
+		if (n > 0) {
+			sock[n] = '\0';
+			return 0;
+		}
+		if (n < 0 && errno == ENOTCONN)
+			return -ENOTCONN;
+		if (n < 0 && errno == ERANGE)
+			return -ENAMETOOLONG;
+		if (!strcmp(root, "/"))
+			return -ENODATA;
+		slash = strrchr(root, '/');
+		if (slash == root)
+			slash[1] = '\0';
+		else
+			*slash = '\0';
+	}
+}
+
+/* Expand @arg if it is a glob that is not also a file's literal name. */
+static int expand(const char *arg, struct strv *out)
+{
+	struct stat st;
+	glob_t g;
+	size_t i;
+	int r;
+
+	if (!strpbrk(arg, "*?[") || !lstat(arg, &st))
+		return strv_add(out, arg);
+	r = glob(arg, GLOB_ERR, NULL, &g);
+	if (r == GLOB_NOMATCH) {
+		fprintf(stderr, "wfsctl: %s: no such file, and no match as a pattern\n", arg);
+		return -ENOENT;
+	}
+	if (r) {
+		fprintf(stderr, "wfsctl: %s: cannot expand the pattern%s\n", arg,
+			r == GLOB_NOSPACE ? ": out of memory" : ": a directory is unreadable");
+		return r == GLOB_NOSPACE ? -ENOMEM : -EIO;
+	}
+	r = 0;
+	for (i = 0; i < g.gl_pathc && !r; i++)
+		r = strv_add(out, g.gl_pathv[i]);
+	globfree(&g);
+	return r;
+}
+
+static int set_str(char **dst, const char *src)
+{
+	*dst = strdup(src);
+	return *dst ? 0 : -ENOMEM;
+}
+
+/* A path given with --socket when no mount is visible: it must already be
+ * relative to the mount root, and stay inside it.  Cleaned lexically, as
+ * there is nothing on this machine to resolve it against. */
+static int relative_as_given(const char *arg, char **rel)
+{
+	size_t len = 0, cap = strlen(arg) + 1;
+	const char *p = arg;
+	char *out;
+
+	if (arg[0] == '/')
+		return -EXDEV;
+	out = malloc(cap);
+	if (!out)
+		return -ENOMEM;
+	out[0] = '\0';
+	while (*p) {
+		const char *seg = p;
+		size_t n;
+
+		while (*p && *p != '/')
+			p++;
+		n = (size_t)(p - seg);
+		while (*p == '/')
+			p++;
+		if (!n || (n == 1 && *seg == '.'))
+			continue;
+		if (n == 2 && !strncmp(seg, "..", 2)) {
+			if (!len) {
+				free(out);
+				return -EXDEV;
+			}
+			while (len && out[len - 1] != '/')
+				len--;
+			if (len)
+				len--;
+			out[len] = '\0';
+			continue;
+		}
+		if (len)
+			out[len++] = '/';
+		memcpy(out + len, seg, n);
+		len += n;
+		out[len] = '\0';
+	}
+	*rel = out;
+	return 0;
+}
+
+/* @shown names @arg in messages. */
+static int resolve_one(struct ctl_target *t, const char *socket_opt,
+		       const char *arg, const char *shown, char **rel)
+{
+	char abs[PATH_MAX], root[PATH_MAX], sock[PATH_MAX + 1];
+	const char *under;
+	int r = make_absolute(arg, abs);
+
+	if (!r)
+		r = find_root(abs, root, sock, sizeof(sock));
+	if (r == -ENOTCONN) {
+		fprintf(stderr, "wfsctl: %s: the wfs mount there is not connected "
+			"(has the daemon died?)\n", shown);
+		return r;
+	}
+	if (r && socket_opt) {
+		r = relative_as_given(arg, rel);
+		if (r == -EXDEV)
+			fprintf(stderr, "wfsctl: %s: not inside a wfs mount, and with "
+				"--socket such a path must be relative to the mount root\n", shown);
+		return r;
+	}
+	if (r == -ENODATA) {
+		fprintf(stderr, "wfsctl: %s: not inside a wfs mount (no %s "
+			"attribute on it or any directory above it)\n", shown, CTL_SOCKET_XATTR);
+		return r;
+	}
+	if (r) {
+		fprintf(stderr, "wfsctl: %s: %s\n", shown, strerror(-r));
+		return r;
+	}
+	if (t->root && strcmp(t->root, root)) {
+		fprintf(stderr, "wfsctl: %s: in the wfs mount at %s, but the other "
+			"paths are in %s; one mount at a time\n", shown, root, t->root);
+		return -EXDEV;
+	}
+	if (!t->root && (r = set_str(&t->root, root)))
+		return r;
+	if (!t->socket && (r = set_str(&t->socket, socket_opt ? socket_opt : sock)))
+		return r;
+	under = abs + strlen(root);
+	while (*under == '/')
+		under++;
+	return set_str(rel, under);
+}
+
+int ctl_target_resolve(struct ctl_target *t, const char *socket_opt,
+		       char *const *args, size_t nargs)
+{
+	struct strv paths = { 0 };
+	size_t i;
+	int r = 0;
+
+	memset(t, 0, sizeof(*t));
+	for (i = 0; i < nargs && !r; i++)
+		r = expand(args[i], &paths);
+	if (!r && paths.n) {
+		t->rel = calloc(paths.n, sizeof(*t->rel));
+		if (!t->rel)
+			r = -ENOMEM;
+	}
+	for (i = 0; i < paths.n && !r; i++) {
+		r = resolve_one(t, socket_opt, paths.v[i], paths.v[i], &t->rel[i]);
+		if (!r)
+			t->nrel++;
+	}
+	if (!r && !t->socket && socket_opt)
+		r = set_str(&t->socket, socket_opt);
+	if (!r && !t->socket) {
+		/* no PATH: the mount around the current directory */
+		char *rel = NULL, cwd[PATH_MAX + 32];
+
+		if (!getcwd(cwd, PATH_MAX))
+			strcpy(cwd, ".");
+		strcat(cwd, " (the current directory)");
+		r = resolve_one(t, NULL, ".", cwd, &rel);
+		free(rel);
+		if (r == -ENODATA)
+			fprintf(stderr, "wfsctl: give a PATH inside a wfs mount, or "
+				"--socket LOCAL_STORE/wfs.sock\n");
+	}
+	strv_free(&paths);
+	if (r)
+		ctl_target_free(t);
+	return r;
+}

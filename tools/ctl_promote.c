@@ -1,0 +1,359 @@
+/* ctl_promote.c - wfsctl promote; see ctl_promote.h. */
+#include "ctl_promote.h"
+#include "ctl_conn.h"
+#include "ctl_fmt.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Poll interval of --wait: fast enough for a live bar, slow enough that a
+ * status round trip per poll costs the daemon nothing. */
+#define POLL_NS 250000000L
+/* Without a terminal, a progress line every this many seconds (a log file
+ * wants a heartbeat, not 4 lines a second). */
+#define PLAIN_EVERY 2.0
+
+enum blob_fate blob_fate(const char *state)
+{
+	if (!strcmp(state, "local"))
+		return FATE_LOCAL;
+	if (!strcmp(state, "failed") || !strcmp(state, "mismatch"))
+		return FATE_FAILED;
+	if (!strcmp(state, "nas"))
+		return FATE_DROPPED;
+	return FATE_PENDING;
+}
+
+void rate_add(struct rate *r, double t, uint64_t bytes)
+{
+	r->t[r->next] = t;
+	r->bytes[r->next] = bytes;
+	r->next = (r->next + 1) % RATE_SAMPLES;
+	if (r->n < RATE_SAMPLES)
+		r->n++;
+}
+
+double rate_get(const struct rate *r)
+{
+	size_t newest = (r->next + RATE_SAMPLES - 1) % RATE_SAMPLES;
+	size_t oldest = r->n < RATE_SAMPLES ? 0 : r->next;
+	double dt;
+
+	if (r->n < 2)
+		return 0;
+	dt = r->t[newest] - r->t[oldest];
+	if (dt <= 0 || r->bytes[newest] < r->bytes[oldest])
+		return 0;
+	return (double)(r->bytes[newest] - r->bytes[oldest]) / dt;
+}
+
+void progress_line(char *buf, size_t sz, uint64_t done, uint64_t total,
+		   double rate, size_t nlocal, size_t nblobs)
+{
+	enum { WIDTH = 24 };
+	char bar[WIDTH + 1], d[32], t[32], eta[32];
+	double frac = total ? (double)(done > total ? total : done) / (double)total : 1.0;
+	size_t fill = (size_t)(frac * WIDTH), i;
+
+	for (i = 0; i < WIDTH; i++)
+		bar[i] = i < fill ? '#' : '-';
+	bar[WIDTH] = '\0';
+	fmt_duration(rate > 0 ? (double)(total - (done > total ? total : done)) / rate : -1,
+		     eta, sizeof(eta));
+	snprintf(buf, sz, "[%s] %3.0f%%  %s / %s  %.1f MiB/s  ETA %s  %zu/%zu local",
+		 bar, frac * 100.0, fmt_bytes(done, d, sizeof(d)),
+		 fmt_bytes(total, t, sizeof(t)), rate / (1024.0 * 1024.0), eta,
+		 nlocal, nblobs);
+}
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static int oom(void)
+{
+	fprintf(stderr, "wfsctl: out of memory\n");
+	return 1;
+}
+
+/* ---- the promote reply ---- */
+
+static void print_dry_run(const json_t *rep)
+{
+	static const char *const hdr[] = { "ID", "SIZE", "STATE", "KEY" };
+	uint64_t need = jget_u64(rep, "bytes_to_copy"), avail = jget_u64(rep, "space_available");
+	const json_t *blobs = json_object_get(rep, "blobs");
+	size_t i, ncopy = 0;
+	struct table tb;
+	char a[32], b[32];
+	json_t *bl;
+
+	table_init(&tb, 4, hdr, "lrll");
+	json_array_foreach(blobs, i, bl) {
+		const char *row[4] = { jget_str(bl, "id"), a, jget_str(bl, "state"),
+				       jget_str(bl, "key") };
+
+		fmt_bytes(jget_u64(bl, "size"), a, sizeof(a));
+		ncopy += strcmp(jget_str(bl, "state"), "local") != 0;
+		if (table_add(&tb, row)) {
+			table_free(&tb);
+			oom();
+			return;
+		}
+	}
+	table_print(&tb, stdout, "");
+	table_free(&tb);
+	printf("\ndry run: would copy %zu of %zu blob%s, %s; %s available\n", ncopy,
+	       json_array_size(blobs), json_array_size(blobs) == 1 ? "" : "s",
+	       fmt_bytes(need, a, sizeof(a)), fmt_bytes(avail, b, sizeof(b)));
+	if (need > avail)
+		printf("NOT ENOUGH SPACE: %s more than available; what does not fit "
+		       "would stay on the NAS\n", fmt_bytes(need - avail, a, sizeof(a)));
+}
+
+static void print_queued(const json_t *rep, bool waiting)
+{
+	uint64_t need = jget_u64(rep, "bytes_to_copy"), avail = jget_u64(rep, "space_available");
+	const json_t *blobs = json_object_get(rep, "blobs");
+	size_t i, nlocal = 0, n = json_array_size(blobs);
+	char a[32], b[32];
+	json_t *bl;
+
+	json_array_foreach(blobs, i, bl)
+		nlocal += blob_fate(jget_str(bl, "state")) == FATE_LOCAL;
+	printf("promote: %zu blob%s, %s to copy (%zu already local)\n", n,
+	       n == 1 ? "" : "s", fmt_bytes(need, a, sizeof(a)), nlocal);
+	if (need > avail)
+		fprintf(stderr, "wfsctl: promote: %s to copy but %s available: what "
+			"does not fit stays on the NAS (see wfsctl status)\n",
+			fmt_bytes(need, a, sizeof(a)), fmt_bytes(avail, b, sizeof(b)));
+	/* --wait reports these with the rest at the end */
+	json_array_foreach(blobs, i, bl) {
+		enum blob_fate f = blob_fate(jget_str(bl, "state"));
+
+		if (!waiting && (f == FATE_FAILED || f == FATE_DROPPED))
+			fprintf(stderr, "wfsctl: promote: %s: not queued (%s)%s%s\n",
+				jget_str(bl, "key"), jget_str(bl, "state"),
+				*jget_str(bl, "reason") ? ": " : "", jget_str(bl, "reason"));
+	}
+}
+
+/* ---- --wait ---- */
+
+struct waiter {
+	const char *sock;
+	bool json, bar, tty;
+	json_t *keys;     /* distinct keys of the promoted blobs */
+	json_t *copying;  /* key -> true: blobs that were not local at promote */
+	uint64_t total;   /* bytes of those */
+	struct rate rate;
+	double start, last_plain;
+	size_t last_len;  /* of the last tty line, to blank its tail */
+};
+
+static int waiter_init(struct waiter *w, const json_t *promoted)
+{
+	json_t *bl;
+	size_t i;
+
+	w->keys = json_array();
+	w->copying = json_object();
+	if (!w->keys || !w->copying)
+		return -ENOMEM;
+	json_array_foreach(json_object_get(promoted, "blobs"), i, bl) {
+		const char *key = jget_str(bl, "key");
+
+		if (json_object_get(w->copying, key))
+			continue;
+		if (json_array_append_new(w->keys, json_string(key)) ||
+		    json_object_set_new(w->copying, key,
+					json_boolean(blob_fate(jget_str(bl, "state")) != FATE_LOCAL)))
+			return -ENOMEM;
+		if (blob_fate(jget_str(bl, "state")) != FATE_LOCAL)
+			w->total += jget_u64(bl, "size");
+	}
+	return 0;
+}
+
+static void waiter_show(struct waiter *w, uint64_t done, size_t nlocal, bool final)
+{
+	char line[256];
+	double t = now();
+	size_t len;
+
+	if (!w->bar)
+		return;
+	if (!w->tty && !final && t - w->last_plain < PLAIN_EVERY)
+		return;
+	w->last_plain = t;
+	progress_line(line, sizeof(line), done, w->total, rate_get(&w->rate), nlocal,
+		      json_array_size(w->keys));
+	len = strlen(line);
+	if (w->tty) {
+		/* Overwrite in place: pad with blanks rather than an escape
+		 * sequence, so the line stays plain ASCII on any terminal. */
+		fprintf(stderr, "\r%s%*s", line,
+			w->last_len > len ? (int)(w->last_len - len) : 0, "");
+		if (final)
+			fputc('\n', stderr);
+		w->last_len = len;
+	} else {
+		fprintf(stderr, "%s\n", line);
+	}
+	fflush(stderr);
+}
+
+/* Report every blob that will not become local; returns how many. */
+static size_t report_failures(const json_t *blobs, const json_t *seen_keys)
+{
+	size_t i, bad = 0;
+	const char *key;
+	json_t *bl, *v;
+
+	json_array_foreach(blobs, i, bl) {
+		const char *state = jget_str(bl, "state"), *reason = jget_str(bl, "reason");
+		enum blob_fate f = blob_fate(state);
+
+		if (f != FATE_FAILED && f != FATE_DROPPED)
+			continue;
+		bad++;
+		fprintf(stderr, "wfsctl: promote: %s (id %s): %s: %s\n", jget_str(bl, "key"),
+			jget_str(bl, "id"),
+			f == FATE_DROPPED ? "dropped, still served from the NAS" : state,
+			*reason ? reason : "no reason given");
+	}
+	json_object_foreach((json_t *)seen_keys, key, v)
+		if (!json_is_true(v)) {
+			bad++;
+			fprintf(stderr, "wfsctl: promote: %s: the daemon no longer reports "
+				"this blob\n", key);
+		}
+	return bad;
+}
+
+/* Poll progress until every blob is local, failed or dropped. */
+static int wait_all(struct waiter *w)
+{
+	json_t *req = json_pack("{s:s,s:O}", "op", "progress", "keys", w->keys);
+	struct ctl_reply rep = { 0 };
+	int ret = 1;
+
+	if (!req)
+		return oom();
+	w->start = now();
+	for (;;) {
+		json_t *blobs, *bl, *seen = json_object();
+		size_t i, nlocal = 0, pending = 0, bad;
+		uint64_t done = 0;
+
+		ctl_reply_free(&rep);
+		if (!seen || ctl_call_ex(w->sock, "promote", req, w->json,
+					 w->bar && w->tty && w->last_len ? "\n" : "", &rep)) {
+			json_decref(seen);
+			break;
+		}
+		/* Keys the reply leaves out count as lost, not as pending
+		 * forever. */
+		json_array_foreach(w->keys, i, bl)
+			json_object_set_new(seen, json_string_value(bl), json_false());
+		blobs = json_object_get(rep.obj, "blobs");
+		json_array_foreach(blobs, i, bl) {
+			const char *key = jget_str(bl, "key");
+			enum blob_fate f = blob_fate(jget_str(bl, "state"));
+			uint64_t size = jget_u64(bl, "size"), d = jget_u64(bl, "bytes_done");
+
+			if (!json_object_get(seen, key))
+				continue; /* not ours */
+			json_object_set_new(seen, key, json_true());
+			nlocal += f == FATE_LOCAL;
+			pending += f == FATE_PENDING;
+			if (json_is_true(json_object_get(w->copying, key)))
+				done += f == FATE_LOCAL ? size : (d > size ? size : d);
+		}
+		rate_add(&w->rate, now(), done);
+		if (pending) {
+			const struct timespec ts = { 0, POLL_NS };
+
+			json_decref(seen);
+			waiter_show(w, done, nlocal, false);
+			nanosleep(&ts, NULL);
+			continue;
+		}
+		waiter_show(w, done, nlocal, true);
+		if (w->json)
+			ctl_print_raw(&rep);
+		bad = report_failures(blobs, seen);
+		json_decref(seen);
+		if (bad) {
+			fprintf(stderr, "wfsctl: promote: %zu of %zu blob%s did not become local\n",
+				bad, json_array_size(w->keys), json_array_size(w->keys) == 1 ? "" : "s");
+		} else {
+			double dt = now() - w->start;
+			char a[32], dur[32];
+
+			if (!w->json)
+				printf("promote: %zu blob%s local; %s copied in %s (%.1f MiB/s)\n",
+				       nlocal, nlocal == 1 ? "" : "s",
+				       fmt_bytes(w->total, a, sizeof(a)),
+				       fmt_duration(dt, dur, sizeof(dur)),
+				       dt > 0 ? (double)w->total / dt / (1024.0 * 1024.0) : 0.0);
+			ret = 0;
+		}
+		break;
+	}
+	ctl_reply_free(&rep);
+	json_decref(req);
+	return ret;
+}
+
+int cmd_promote(const struct ctl_opts *o)
+{
+	struct ctl_target t;
+	struct ctl_reply rep;
+	struct waiter w = { 0 };
+	json_t *req, *paths;
+	int ret;
+
+	if (ctl_target_resolve(&t, o->socket, o->paths, o->npaths))
+		return 1;
+	paths = ctl_paths_json(&t);
+	req = paths ? json_pack("{s:s,s:o,s:b,s:b}", "op", "promote", "paths", paths,
+				"pin", o->pin, "dry_run", o->dry_run) : NULL;
+	if (!req) {
+		ctl_target_free(&t);
+		return oom();
+	}
+	ret = ctl_call(t.socket, "promote", req, o->json, &rep) ? 1 : 0;
+	json_decref(req);
+	if (ret) {
+		ctl_target_free(&t);
+		return ret;
+	}
+	if (o->json && !o->wait)
+		ctl_print_raw(&rep);
+	else if (o->dry_run)
+		print_dry_run(rep.obj);
+	else if (!o->json)
+		print_queued(rep.obj, o->wait);
+	if (o->wait) {
+		w.sock = t.socket;
+		w.json = o->json;
+		w.tty = isatty(STDERR_FILENO);
+		/* With --json the bar is for a person watching, not for logs. */
+		w.bar = !o->json || w.tty;
+		ret = waiter_init(&w, rep.obj) ? oom() : wait_all(&w);
+		json_decref(w.keys);
+		json_decref(w.copying);
+	}
+	ctl_reply_free(&rep);
+	ctl_target_free(&t);
+	return ret;
+}

@@ -1,0 +1,41 @@
+/* ctl_promote.h - wfsctl promote: queue copies, dry-run, and --wait with a
+ * progress bar.  The command itself is declared in ctl_cmds.h with the
+ * others; this header holds the pieces the wait loop is built from.
+ */
+#ifndef WFS_CTL_PROMOTE_H
+#define WFS_CTL_PROMOTE_H
+
+#include "ctl_cmds.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Where a blob stands for someone waiting on it. */
+enum blob_fate {
+	FATE_PENDING, /* queued, copying, verifying (or a state we do not know) */
+	FATE_LOCAL,   /* done */
+	FATE_FAILED,  /* failed or mismatch: will not become local by itself */
+	FATE_DROPPED, /* back to nas without becoming local */
+};
+
+enum blob_fate blob_fate(const char *state);
+
+/* Throughput over the last few seconds, so the rate and ETA follow the
+ * current speed instead of the average since start. */
+#define RATE_SAMPLES 16
+struct rate {
+	double t[RATE_SAMPLES];
+	uint64_t bytes[RATE_SAMPLES];
+	size_t n, next;
+};
+
+void rate_add(struct rate *r, double t, uint64_t bytes);
+double rate_get(const struct rate *r); /* bytes per second, 0 if unknown */
+
+/* The progress line, plain ASCII:
+ * "[#####---------------]  25%  1.0 GiB / 4.0 GiB  312.4 MiB/s  ETA 0:10  1/4 local" */
+void progress_line(char *buf, size_t sz, uint64_t done, uint64_t total,
+		   double rate, size_t nlocal, size_t nblobs);
+
+#endif

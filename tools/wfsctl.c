@@ -1,0 +1,295 @@
+/* wfsctl.c - command-line client of the wfs daemon: finds the daemon from a
+ * path in the mount, sends one JSON request per command over its unix socket
+ * and prints the reply as a table (or as JSON for scripts).
+ *
+ * Exit status: 0 done, 1 failed (reason on stderr), 2 usage error.
+ */
+#include "ctl_cmds.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef WFS_VERSION
+#define WFS_VERSION "unknown"
+#endif
+
+enum {
+	F_WAIT = 1 << 0,
+	F_PIN = 1 << 1,
+	F_DRY_RUN = 1 << 2,
+	F_FORCE = 1 << 3,
+	F_FULL = 1 << 4,
+};
+
+struct cmd {
+	const char *name;
+	int (*run)(const struct ctl_opts *o);
+	unsigned flags;            /* which F_* options it takes */
+	size_t min_paths, max_paths;
+	const char *synopsis;      /* after "wfsctl NAME " */
+	const char *help;
+};
+
+#define COMMON_OPTS \
+"  --json          print the daemon's reply (one JSON object) on stdout\n" \
+"  --socket PATH   the daemon's control socket (LOCAL_STORE/wfs.sock)\n" \
+"  -h, --help      this text\n"
+
+static const struct cmd cmds[] = {
+	{ "status", cmd_status, 0, 0, 1, "[PATH]",
+"Show what the mount serves from where: per repo the files and bytes, how\n"
+"many are local, and the count of blobs in each state; then the copies in\n"
+"flight, bytes served from local disk vs the NAS, the local store's usage,\n"
+"and every flagged blob (MISMATCH: the NAS holds other bytes than the blob's\n"
+"content-address name says; FAILED: the copy failed) with the reason.\n"
+"With PATH, only that part of the hub, with a line per revision.\n"
+"\n"
+"options:\n" COMMON_OPTS },
+	{ "promote", cmd_promote, F_WAIT | F_PIN | F_DRY_RUN, 1, SIZE_MAX,
+	  "[--wait] [--pin] [--dry-run] PATH...",
+"Copy every blob under each PATH (a repo, a revision, a directory, a file or\n"
+"a glob) to the local store, verified, so reads stop going to the NAS.\n"
+"Prints how many blobs and bytes were queued.\n"
+"\n"
+"options:\n"
+"  --wait          wait until every blob is local, with a progress bar on\n"
+"                  stderr; exit 1 listing each blob that failed, mismatched\n"
+"                  or was dropped (it stays on the NAS), with the reason.\n"
+"                  Interrupting the wait does not cancel the copies.\n"
+"  --pin           keep the copies: never evict them to make room\n"
+"  --dry-run       change nothing; list each blob (id, size, state) and the\n"
+"                  bytes to copy against the space available\n"
+COMMON_OPTS
+"\n"
+"With --wait --json the final progress reply is printed.\n" },
+	{ "evict", cmd_evict, F_FORCE, 1, SIZE_MAX, "[--force] PATH...",
+"Drop the local copies of the blobs under each PATH; reads go to the NAS\n"
+"again.  Pinned copies, and copies open by a reader unless --force, are\n"
+"skipped: each is listed with the reason and the exit status is 1.\n"
+"\n"
+"options:\n"
+"  --force         evict copies that are open too (readers move to the NAS)\n"
+COMMON_OPTS },
+	{ "pin", cmd_pin, 0, 1, SIZE_MAX, "PATH...",
+"Pin the blobs under each PATH: their local copies are never evicted to make\n"
+"room (wfsctl evict still drops them only once unpinned).\n"
+"\n"
+"options:\n" COMMON_OPTS },
+	{ "unpin", cmd_unpin, 0, 1, SIZE_MAX, "PATH...",
+"Unpin the blobs under each PATH: their local copies may be evicted again.\n"
+"\n"
+"options:\n" COMMON_OPTS },
+	{ "verify", cmd_verify, F_FULL, 0, SIZE_MAX, "[--full] [PATH...]",
+"Re-check that each local copy under PATH (default: the whole mount) still\n"
+"matches its NAS source (size and sampled hash); a copy that does not is\n"
+"demoted and read from the NAS again.  Prints how many were checked, and\n"
+"each demoted blob with the reason; exit 1 if any was demoted.\n"
+"\n"
+"options:\n"
+"  --full          also re-hash every local copy in full (a scrub; reads\n"
+"                  all of it)\n"
+COMMON_OPTS },
+};
+
+#define NCMDS (sizeof(cmds) / sizeof(cmds[0]))
+
+static void usage(FILE *f)
+{
+	size_t i;
+
+	fprintf(f, "usage: wfsctl [--socket PATH] [--json] COMMAND [OPTIONS] [PATH...]\n"
+		"\n"
+		"Control a running wfs daemon (a FUSE overlay of a Hugging Face hub cache).\n"
+		"\n"
+		"commands:\n");
+	for (i = 0; i < NCMDS; i++)
+		fprintf(f, "  %-8s %s\n", cmds[i].name, cmds[i].synopsis);
+	fprintf(f,
+"\n"
+"options:\n"
+"  --socket PATH   the daemon's control socket, LOCAL_STORE/wfs.sock (default:\n"
+"                  the one named by the user.wfs.socket attribute of the mount\n"
+"                  root above PATH, or above the current directory)\n"
+"  --json          print the daemon's reply as one JSON object (for scripts)\n"
+"  -h, --help      this text; wfsctl COMMAND --help for a command\n"
+"  -V, --version   print the version\n"
+"\n"
+"PATH is a path in the mount, absolute or relative to the current directory:\n"
+"a repo (models--org--name), a revision (.../snapshots/REV), any directory\n"
+"(meaning every blob under it) or file.  A snapshot entry names the blob it\n"
+"links to.  A PATH with * ? or [ that is not a file's name is expanded as a\n"
+"glob (quote it so the shell leaves it).  With --socket and no wfs mount\n"
+"above a PATH, the PATH is taken as relative to the mount root.\n"
+"\n"
+"Changing commands (promote, evict, pin, unpin, verify) need root or the\n"
+"user that mounted wfs.\n"
+"\n"
+"exit status: 0 done, 1 failed (reason on stderr), 2 usage error\n");
+}
+
+static void cmd_usage(const struct cmd *c, FILE *f)
+{
+	fprintf(f, "usage: wfsctl %s %s\n\n%s", c->name, c->synopsis, c->help);
+}
+
+static int usage_error(const struct cmd *c, const char *fmt, const char *arg)
+{
+	fprintf(stderr, "wfsctl%s%s: ", c ? " " : "", c ? c->name : "");
+	fprintf(stderr, fmt, arg);
+	fprintf(stderr, "\ntry 'wfsctl %s%s--help'\n", c ? c->name : "", c ? " " : "");
+	return 2;
+}
+
+static const struct cmd *find_cmd(const char *name)
+{
+	size_t i;
+
+	for (i = 0; i < NCMDS; i++)
+		if (!strcmp(cmds[i].name, name))
+			return &cmds[i];
+	return NULL;
+}
+
+/* --socket PATH / --socket=PATH.  Returns how many extra argv entries it
+ * used (0 or 1), -1 if it is not --socket, -2 if its value is missing. */
+static int socket_opt(int argc, char **argv, int i, const char **out)
+{
+	if (!strncmp(argv[i], "--socket=", 9)) {
+		*out = argv[i] + 9;
+		return **out ? 0 : -2;
+	}
+	if (strcmp(argv[i], "--socket"))
+		return -1;
+	if (i + 1 >= argc || !*argv[i + 1])
+		return -2;
+	*out = argv[i + 1];
+	return 1;
+}
+
+static const struct {
+	const char *name;
+	unsigned flag;
+} flag_names[] = {
+	{ "--wait", F_WAIT }, { "--pin", F_PIN }, { "--dry-run", F_DRY_RUN },
+	{ "--force", F_FORCE }, { "--full", F_FULL },
+};
+
+/* Options and PATHs after the command, in any order ("--" ends options). */
+static int parse_cmd_args(const struct cmd *c, int argc, char **argv, int i,
+			  struct ctl_opts *o)
+{
+	unsigned flags = 0;
+	int only_paths = 0;
+
+	for (; i < argc; i++) {
+		const char *a = argv[i];
+		size_t k;
+		int n;
+
+		if (only_paths || a[0] != '-' || !a[1]) {
+			o->paths[o->npaths++] = argv[i];
+			continue;
+		}
+		if (!strcmp(a, "--")) {
+			only_paths = 1;
+			continue;
+		}
+		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			cmd_usage(c, stdout);
+			return 0;
+		}
+		if (!strcmp(a, "--json")) {
+			o->json = true;
+			continue;
+		}
+		n = socket_opt(argc, argv, i, &o->socket);
+		if (n == -2)
+			return usage_error(c, "%s needs a socket path", "--socket");
+		if (n >= 0) {
+			i += n;
+			continue;
+		}
+		for (k = 0; k < sizeof(flag_names) / sizeof(flag_names[0]); k++)
+			if (!strcmp(a, flag_names[k].name) && (c->flags & flag_names[k].flag))
+				break;
+		if (k == sizeof(flag_names) / sizeof(flag_names[0]))
+			return usage_error(c, "unknown option '%s'", a);
+		flags |= flag_names[k].flag;
+	}
+	o->wait = flags & F_WAIT;
+	o->pin = flags & F_PIN;
+	o->dry_run = flags & F_DRY_RUN;
+	o->force = flags & F_FORCE;
+	o->full = flags & F_FULL;
+	if (o->wait && o->dry_run)
+		return usage_error(c, "%s: a dry run copies nothing to wait for",
+				   "--wait with --dry-run");
+	if (o->npaths < c->min_paths)
+		return usage_error(c, "%s", "needs a PATH (a repo, revision, directory or file in the mount)");
+	if (o->npaths > c->max_paths)
+		return usage_error(c, "takes one PATH, not '%s' as well", o->paths[c->max_paths]);
+	return -1; /* go on and run it */
+}
+
+int main(int argc, char **argv)
+{
+	struct ctl_opts o = { 0 };
+	const struct cmd *c;
+	int i, r;
+
+	for (i = 1; i < argc && argv[i][0] == '-'; i++) {
+		int n;
+
+		if (!strcmp(argv[i], "--")) {
+			i++;
+			break;
+		}
+		if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+			usage(stdout);
+			return 0;
+		}
+		if (!strcmp(argv[i], "-V") || !strcmp(argv[i], "--version")) {
+			printf("wfsctl (wfs) %s\n", WFS_VERSION);
+			return 0;
+		}
+		if (!strcmp(argv[i], "--json")) {
+			o.json = true;
+			continue;
+		}
+		n = socket_opt(argc, argv, i, &o.socket);
+		if (n == -2)
+			return usage_error(NULL, "%s needs a socket path", "--socket");
+		if (n < 0)
+			return usage_error(NULL, "unknown option '%s'", argv[i]);
+		i += n;
+	}
+	if (i >= argc) {
+		usage(stderr);
+		return 2;
+	}
+	if (!strcmp(argv[i], "help")) {
+		c = i + 1 < argc ? find_cmd(argv[i + 1]) : NULL;
+		if (i + 1 < argc && !c)
+			return usage_error(NULL, "unknown command '%s'", argv[i + 1]);
+		if (c)
+			cmd_usage(c, stdout);
+		else
+			usage(stdout);
+		return 0;
+	}
+	c = find_cmd(argv[i]);
+	if (!c)
+		return usage_error(NULL, "unknown command '%s'", argv[i]);
+	o.paths = calloc((size_t)argc, sizeof(*o.paths));
+	if (!o.paths) {
+		fprintf(stderr, "wfsctl: out of memory\n");
+		return 1;
+	}
+	r = parse_cmd_args(c, argc, argv, i + 1, &o);
+	if (r < 0)
+		r = c->run(&o);
+	free(o.paths);
+	return r;
+}

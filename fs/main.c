@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/sysmacros.h>
 #include <sys/stat.h>
 #include <syslog.h>
 #include <unistd.h>
@@ -48,6 +49,8 @@ static void usage(FILE *f)
 "                       syslog in the background)\n"
 "  max_threads=N        FUSE worker threads (default 16)\n"
 "  copy_workers=N       concurrent promotions (default 2)\n"
+"  readahead_kb=N       kernel read-ahead of the mount (default 4096; 0 leaves\n"
+"                       the kernel's 128)\n"
 "  promote_mbps=N       cap on promotion reads from the NAS, MB/s (default 0:\n"
 "                       no cap)\n"
 "\n"
@@ -144,6 +147,8 @@ static int parse_o(struct wfs_opts *o, char *arg, struct arglist *fuse_o)
 				return -1;
 			}
 			o->log_set = 1;
+		} else if (KEY("readahead_kb")) {
+			o->readahead_kb = (unsigned)strtoul(val, NULL, 10);
 		} else if (KEY("copy_workers")) {
 			o->copy_workers = (unsigned)strtoul(val, NULL, 10);
 			if (o->copy_workers < 1 || o->copy_workers > 64) {
@@ -347,6 +352,46 @@ static void store_changed(void *arg, uint64_t ino)
 		fuse_lowlevel_notify_inval_inode(w->se, (fuse_ino_t)ino, 0, 0);
 }
 
+/* The kernel caps a FUSE mount's read-ahead at 128 KiB during INIT; large
+ * sequential reads of weights want more.  Raised through sysfs once the
+ * mount answers (stat blocks until INIT is done), from a thread because the
+ * answer comes from our own loop. */
+static void *raise_readahead(void *arg)
+{
+	struct wfs *w = arg;
+	unsigned maj = 0, min = 0;
+	char line[4096], path[128], mnt[PATH_MAX];
+	struct stat st;
+	FILE *f;
+	int found = 0;
+
+	if (stat(w->opt.mnt, &st) < 0 || !realpath(w->opt.mnt, mnt))
+		return NULL;
+	f = fopen("/proc/self/mountinfo", "r");
+	while (f && fgets(line, sizeof(line), f)) {
+		char point[PATH_MAX];
+
+		if (sscanf(line, "%*d %*d %u:%u %*s %4095s", &maj, &min, point) == 3 &&
+		    !strcmp(point, mnt) && makedev(maj, min) == st.st_dev)
+			found = 1;
+		if (found)
+			break;
+	}
+	if (f)
+		fclose(f);
+	if (!found)
+		return NULL;
+	snprintf(path, sizeof(path), "/sys/class/bdi/%u:%u/read_ahead_kb", maj, min);
+	f = fopen(path, "w");
+	if (!f || fprintf(f, "%u\n", w->opt.readahead_kb) < 0 || fclose(f) != 0)
+		wfs_log(w, LOG_INFO, "cannot set read-ahead of %s via %s: %s", w->opt.mnt, path,
+			strerror(errno));
+	else
+		wfs_log(w, LOG_DEBUG, "read-ahead of %s set to %u KiB", w->opt.mnt,
+			w->opt.readahead_kb);
+	return NULL;
+}
+
 static void write_pid(struct wfs *w)
 {
 	char pid[32];
@@ -372,6 +417,7 @@ int main(int argc, char **argv)
 	w.opt.blob_timeout = 60.0;
 	w.opt.max_threads = 16;
 	w.opt.copy_workers = 2;
+	w.opt.readahead_kb = 4096;
 	w.lock_fd = -1;
 	if (arg_add(&fa, argv[0]))
 		goto out_args;
@@ -439,6 +485,8 @@ int main(int argc, char **argv)
 		goto out_unmount;
 	write_pid(&w);
 	/* Threads only now: fuse_daemonize() forks. */
+	if (w.opt.readahead_kb && pthread_create(&w.ra_thread, NULL, raise_readahead, &w) == 0)
+		w.ra_started = 1;
 	if ((r = store_start(&w.store)) < 0 || (r = control_start(&w.ctl)) < 0) {
 		wfs_log(&w, LOG_ERR, "cannot start promotion or control socket in %s: %s",
 			w.opt.local, strerror(-r));
@@ -450,12 +498,13 @@ int main(int argc, char **argv)
 	} else {
 		cfg = fuse_loop_cfg_create();
 		fuse_loop_cfg_set_max_threads(cfg, w.opt.max_threads);
-		fuse_loop_cfg_set_idle_threads(cfg, w.opt.max_threads / 2);
 		ret = fuse_session_loop_mt(w.se, cfg) ? 1 : 0;
 		fuse_loop_cfg_destroy(cfg);
 	}
 	wfs_log(&w, LOG_INFO, "unmounting %s", w.opt.mnt);
 	control_stop(&w.ctl);
+	if (w.ra_started)
+		pthread_join(w.ra_thread, NULL);
 
 out_unmount:
 	fuse_session_unmount(w.se);

@@ -192,6 +192,9 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 			st.st_mode &= ~(mode_t)0222;
 			n->st = st;
 			pthread_mutex_unlock(&w->nodes.lock);
+			/* New NAS attributes make the blob re-check its source. */
+			if (n->kind == NS_FILE && n->blob)
+				store_blob(&w->store, path, &st, NULL);
 		}
 	}
 	node_attr(&w->nodes, n, &st);
@@ -540,7 +543,10 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	}
 	closedir(dp);
 	fi->fh = (uint64_t)(uintptr_t)d;
-	fi->cache_readdir = 0;
+	/* The kernel may keep the listing; it drops it when the directory's
+	 * mtime changes, which it sees within attr_timeout. */
+	fi->cache_readdir = 1;
+	fi->keep_cache = 1;
 	if (fuse_reply_open(req, fi) == -ENOENT)
 		dir_free(d);
 }

@@ -2,7 +2,9 @@
 #ifndef WFS_DAEMON_H
 #define WFS_DAEMON_H
 
-#define FUSE_USE_VERSION 35
+/* 3.12: fuse_session_loop_mt() takes the fuse_loop_cfg_* config (with an
+ * older version it reads that config as the 3.2 struct: a thread per request). */
+#define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
 
 #include "control.h"
@@ -25,6 +27,7 @@ struct wfs_opts {
 	int log_set;
 	unsigned max_threads;
 	unsigned copy_workers;
+	unsigned readahead_kb;
 	uint64_t promote_bw; /* bytes/s, 0 = unlimited */
 };
 
@@ -37,6 +40,8 @@ struct wfs {
 	struct store store;
 	struct control ctl;
 	int store_open;
+	pthread_t ra_thread;
+	int ra_started;
 };
 
 extern const struct fuse_lowlevel_ops wfs_ops;

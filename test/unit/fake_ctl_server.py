@@ -619,7 +619,7 @@ def body(t, work):
     r = run("verify", cwd=root)
     ok("verify with no PATH: the whole mount", last_req() == {"op": "verify", "paths": [""], "full": False},
        repr(last_req()))
-    ok("verify reports demoted, exit 1", r[0] == 1 and "checked 3 blobs" in r[1]
+    ok("verify reports demoted, exit 1", r[0] == 1 and "checked 4 blobs" in r[1]
        and "demoted, served from the NAS again: NAS source changed" in r[2], show(r))
     r = run("verify", "--full", "models--org--kept", cwd=root)
     ok("verify --full clean", r[0] == 0 and last_req()["full"] is True and "0 demoted" in r[1], show(r))

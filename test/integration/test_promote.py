@@ -1,0 +1,505 @@
+#!/usr/bin/env python3
+"""Promotion (wfsctl promote/evict/verify), checked the way a user would:
+xattr user.wfs.state, `wfsctl --json status`, the local store's files, the
+bytes read through the mount, and -- for "reads come from local disk" -- the
+read counter of the NAS's own block device.
+
+  LocalReads      the NAS hub on its own loop-mounted ext4: after
+                  `promote --wait REPO` every file is local and reading them all
+                  (caches dropped) reads ~nothing from the NAS device
+  SwapUnderLoad   4 readers (pread, mmap) on a shard opened before its
+                  promotion: no wrong byte, no error, across the swap
+  Mismatch        a blob whose bytes do not match its SHA-256 name
+  EqualSizePacks  two equal-size real files with different content
+  SourceChanged   NAS bytes rewritten under the same name, size and mtime
+  DryRunPinEvict  promote --dry-run, --pin, evict (refused), evict --force
+"""
+
+import hashlib
+import mmap
+import os
+import random
+import shutil
+import sys
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import wfstest  # noqa: E402
+from wfstest import ctl_check, ctl_json, run_wfsctl, state_of, wait_state  # noqa: E402
+
+MiB = 1 << 20
+# promote_mbps: slow enough that the swap test's copy of an 18 MiB shard takes
+# a couple of seconds under its readers, fast enough for the rest.
+FIX = wfstest.HubFixture(options=("promote_mbps=8",), scale_mib=40, many=0, mount=False)
+CORRUPT = {}   # the blob altered before mounting (Mismatch)
+
+
+def setUpModule():
+    wfstest.require_mount_capability()
+    wfstest.require_wfsctl()
+    FIX.setup()
+    try:
+        # A NAS blob whose bytes do not match its SHA-256 name, made BEFORE the
+        # mount exists (as a bad rsync would leave it): the dataset's parquet.
+        e = next(e for e in FIX.of("file") if e["path"].startswith("datasets--acme--data/blobs/")
+                 and len(e.get("blob_id", "")) == 64)
+        p = FIX.n(e["nas_real"])
+        with open(p, "r+b") as f:
+            f.seek(e["size"] // 2)
+            b = f.read(1)
+            f.seek(e["size"] // 2)
+            f.write(bytes([b[0] ^ 0x5A]))
+            f.flush()
+            os.fsync(f.fileno())
+        CORRUPT.update(entry=e, nas=p)
+        FIX.mount = wfstest.Mount(FIX.hub, FIX.local, FIX.mnt, FIX.options).start()
+        wfstest.wait_ctl(FIX.mnt)
+    except BaseException:
+        FIX.teardown(raise_problems=False)
+        raise
+
+
+def tearDownModule():
+    FIX.teardown()
+
+
+def snapshot_entry(fix, repo, rel_in_snapshot, ref="main"):
+    """The manifest entry of <repo>/snapshots/<refs/REF>/<rel>."""
+    with open(fix.n("%s/refs/%s" % (repo, ref))) as f:
+        rev = f.read().strip()
+    return fix.by_path["%s/snapshots/%s/%s" % (repo, rev, rel_in_snapshot)]
+
+
+def read_mount(path):
+    with open(path, "rb", buffering=0) as f:
+        return f.read()
+
+
+# ------------------------------------------------------------------ 1
+
+class LocalReads(unittest.TestCase):
+    """NAS hub on its own block device; promote a repo; read it all back."""
+
+    REPO = "models--acme--standard"
+    CONTROL = "models--acme--hubstore"   # not promoted: proves the counter sees NAS reads
+
+    @classmethod
+    def setUpClass(cls):
+        cls.base = wfstest.make_base("wfs-it-loopnas-")
+        cls.loop = wfstest.LoopFs(os.path.join(cls.base, "nas.img"),
+                                  os.path.join(cls.base, "nasfs"), 256)
+        cls.mount = None
+        try:
+            cls.loop.setup()
+            gen = os.path.join(cls.loop.mnt, "gen")
+            cls.manifest = wfstest.generate_hub(gen, scale_mib=32, many=0)
+            cls.fix = wfstest.HubFixture()   # only for its manifest helpers
+            cls.fix.hub = cls.manifest["hub"]
+            cls.fix.entries = cls.manifest["entries"]
+            cls.fix.by_path = {e["path"]: e for e in cls.fix.entries}
+            cls.fix.local = os.path.join(cls.base, "local")
+            cls.fix.mnt = os.path.join(cls.base, "mnt")
+            os.mkdir(cls.fix.mnt)
+            os.sync()
+            cls.mount = wfstest.Mount(cls.fix.hub, cls.fix.local, cls.fix.mnt).start()
+            wfstest.wait_ctl(cls.fix.mnt)
+        except BaseException:
+            cls.cleanup(raise_problems=False)
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.cleanup()
+
+    @classmethod
+    def cleanup(cls, raise_problems=True):
+        problems = []
+        if cls.mount is not None:
+            problems += cls.mount.stop()
+            cls.mount = None
+        elif getattr(cls, "fix", None) and cls.fix.mnt and wfstest.is_mounted(cls.fix.mnt):
+            pids = wfstest.daemon_pids(cls.fix.local, cls.fix.mnt)
+            problems += wfstest.unmount(cls.fix.mnt) + wfstest.stop_daemon(pids, cls.fix.mnt)
+        problems += cls.loop.teardown()
+        if wfstest.is_mounted(cls.loop.mnt) or (getattr(cls, "fix", None) and cls.fix.mnt
+                                                and wfstest.is_mounted(cls.fix.mnt)):
+            problems.append("not removing %s: still mounted" % cls.base)
+        else:
+            shutil.rmtree(cls.base, ignore_errors=True)
+        if problems and raise_problems:
+            raise AssertionError("teardown: " + "; ".join(problems))
+
+    def test_promoted_repo_reads_nothing_from_nas_device(self):
+        fix, loop = self.fix, self.loop
+        files = wfstest.repo_readable(fix, self.REPO)
+        uniq = wfstest.unique_real(files)
+        self.assertGreater(len(uniq), 5)
+        before = {e["path"]: state_of(fix.m(e["path"])) for e in files}
+        self.assertEqual(sorted(set(before.values())), ["nas"], "states before promotion")
+
+        t0 = time.monotonic()
+        ctl_check(self, ["promote", "--wait", fix.m(self.REPO)])
+        took = time.monotonic() - t0
+
+        # every file of the repo, by every name, is local
+        states = {e["path"]: state_of(fix.m(e["path"])) for e in files}
+        not_local = {p: s for p, s in states.items() if s != "local"}
+        self.assertEqual(not_local, {}, "after `wfsctl promote --wait %s` (%.1f s), %d of %d "
+                         "files are not local" % (self.REPO, took, len(not_local), len(states)))
+        repo, st = wfstest.repo_status(self, fix.mnt, self.REPO)
+        self.assertEqual(repo.get("files"), len(uniq),
+                         "status files of %s (manifest: %d unique NAS files)" % (self.REPO, len(uniq)))
+        self.assertEqual(repo.get("local_files"), repo.get("files"), "status: %s" % repo)
+        self.assertEqual(repo.get("local_bytes"), sum(e["size"] for e in uniq.values()),
+                         "status local_bytes: %s" % repo)
+
+        # the local store holds the copies: one file per distinct content, with
+        # exactly that content; nothing left in tmp/
+        self.assertEqual(wfstest.tmp_entries(fix.local), [], "LOCAL_STORE/tmp not empty")
+        data = wfstest.store_files(fix.local)
+        got = {}
+        for rel in data:
+            h, n = wfstest.sha256_file(os.path.join(fix.local, "data", rel))
+            got[h] = (rel, n)
+        want = {e["sha256"] for e in uniq.values()}
+        missing = sorted(e["nas_real"] for e in uniq.values() if e["sha256"] not in got)
+        self.assertEqual(missing, [], "no copy in LOCAL_STORE/data with the content of these "
+                         "(data/ has %d files)" % len(data))
+        self.assertEqual(len(data), len(want),
+                         "LOCAL_STORE/data holds %d files for %d distinct contents"
+                         % (len(data), len(want)))
+
+        # cold reads through the mount: the NAS device must not serve them
+        wfstest.drop_caches()
+        total = 0
+        per_file = []
+        s_start = loop.sectors_read()
+        for e in files:
+            s0 = loop.sectors_read()
+            h, n = wfstest.sha256_file(fix.m(e["path"]))
+            s1 = loop.sectors_read()
+            self.assertEqual((h, n), (e["sha256"], e["size"]), "%s: bytes differ from the NAS" % e["path"])
+            total += n
+            per_file.append((e["path"], n, (s1 - s0) * 512))
+        nas_bytes = (loop.sectors_read() - s_start) * 512
+        print("\n  promoted %s (%d files, %d unique, %.1f MiB) in %.1f s; read %.1f MiB through the "
+              "mount after drop_caches: NAS device %s read %d sectors (%d bytes, %.2f%%)"
+              % (self.REPO, len(files), len(uniq), sum(e["size"] for e in uniq.values()) / MiB, took,
+                 total / MiB, loop.dev, nas_bytes // 512, nas_bytes, 100.0 * nas_bytes / max(total, 1)),
+              file=sys.stderr)
+        big_from_nas = [(p, n, d) for p, n, d in per_file if n >= 512 * 1024 and d >= n // 2]
+        self.assertEqual(big_from_nas, [], "(path, size, NAS device bytes read while reading it): "
+                         "these promoted files were read from the NAS device")
+        self.assertLess(nas_bytes, total // 20,
+                        "reading %d bytes of promoted files read %d bytes from the NAS device "
+                        "(allowed: directory/inode lookups, < 5%%)" % (total, nas_bytes))
+
+        # control: a file that was not promoted does come from the NAS device
+        ctrl = max(wfstest.repo_readable(fix, self.CONTROL), key=lambda e: e["size"])
+        self.assertEqual(state_of(fix.m(ctrl["path"])), "nas")
+        wfstest.drop_caches()
+        s0 = loop.sectors_read()
+        h, n = wfstest.sha256_file(fix.m(ctrl["path"]))
+        d = (loop.sectors_read() - s0) * 512
+        print("  control: reading non-promoted %s (%d bytes) read %d bytes from the NAS device"
+              % (ctrl["path"], n, d), file=sys.stderr)
+        self.assertEqual(h, ctrl["sha256"])
+        self.assertGreaterEqual(d, n * 9 // 10, "control failed: the NAS device counter does not see "
+                                "reads of a NAS-served file; the measurement is not trustworthy")
+
+
+# ------------------------------------------------------------------ 2
+
+class SwapUnderLoad(unittest.TestCase):
+    def test_readers_across_promotion(self):
+        e = snapshot_entry(FIX, "models--acme--standard", "model-00001-of-00002.safetensors")
+        size = e["size"]
+        self.assertGreaterEqual(size, 16 * MiB, "fixture shard too small for the swap test")
+        want = wfstest.read_file(FIX.n(e["nas_real"]))
+        self.assertEqual(hashlib.sha256(want).hexdigest(), e["sha256"])
+        path = FIX.m(e["path"])
+        self.assertEqual(state_of(path), "nas")
+
+        fds = [os.open(path, os.O_RDONLY) for _ in range(4)]   # opened BEFORE promotion
+        maps = []
+        try:
+            maps = [mmap.mmap(fds[i], 0, prot=mmap.PROT_READ) for i in (2, 3)]
+            stop = threading.Event()
+            promoted = [None]          # monotonic time the promotion finished
+            stats = [dict(reads=0, after=0, bad=0, bad_first=[], errors=[]) for _ in range(4)]
+            lens = [1, 7, 4095, 4096, 4097, 65536, 131073, MiB, 3 * MiB + 5]
+
+            def check(i, off, ln, got):
+                st = stats[i]
+                st["reads"] += 1
+                if promoted[0] is not None:
+                    st["after"] += 1
+                exp = want[off:off + ln]
+                if got != exp:
+                    st["bad"] += 1
+                    if len(st["bad_first"]) < 3:
+                        st["bad_first"].append("[%d:+%d]: got %d bytes, want %d%s" % (
+                            off, ln, len(got), len(exp), "" if len(got) != len(exp) else ", content differs"))
+
+            def pread_reader(i):
+                rnd = random.Random(i)
+                fd = fds[i]
+                while not stop.is_set():
+                    off, ln = rnd.randrange(size), rnd.choice(lens)
+                    try:
+                        got = os.pread(fd, ln, off)
+                    except OSError as ex:
+                        stats[i]["errors"].append("pread(%d, %d): %s" % (ln, off, wfstest.errname(ex.errno)))
+                        time.sleep(0.01)
+                        continue
+                    check(i, off, ln, got)
+                    if stats[i]["reads"] % 40 == 0:   # make later reads reach the daemon again
+                        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+
+            def mmap_reader(i):
+                rnd = random.Random(i)
+                m = maps[i - 2]
+                while not stop.is_set():
+                    off, ln = rnd.randrange(size), rnd.choice(lens)
+                    try:
+                        got = m[off:off + ln]
+                    except Exception as ex:  # noqa: BLE001 -- SIGBUS surfaces as a crash, not here
+                        stats[i]["errors"].append("mmap[%d:+%d]: %r" % (off, ln, ex))
+                        continue
+                    check(i, off, ln, got)
+                    if stats[i]["reads"] % 40 == 0:
+                        m.madvise(mmap.MADV_DONTNEED)
+                        os.posix_fadvise(fds[i], 0, 0, os.POSIX_FADV_DONTNEED)
+
+            threads = [threading.Thread(target=pread_reader, args=(i,)) for i in (0, 1)]
+            threads += [threading.Thread(target=mmap_reader, args=(i,)) for i in (2, 3)]
+            for t in threads:
+                t.start()
+            try:
+                time.sleep(0.7)
+                before = [s["reads"] for s in stats]
+                t0 = time.monotonic()
+                rc, out, err = run_wfsctl(["promote", "--wait", path])
+                promoted[0] = time.monotonic()
+                took = promoted[0] - t0
+                served0 = ctl_json(self, ["status", FIX.mnt])["served"]
+                time.sleep(1.5)
+                served1 = ctl_json(self, ["status", FIX.mnt])["served"]
+            finally:
+                stop.set()
+                for t in threads:
+                    t.join(60)
+            print("\n  promote --wait of %s (%.1f MiB) took %.1f s; reads per reader before/total/after: %s"
+                  % (e["path"], size / MiB, took,
+                     ", ".join("%d/%d/%d" % (b, s["reads"], s["after"]) for b, s in zip(before, stats))),
+                  file=sys.stderr)
+            self.assertEqual(rc, 0, "wfsctl promote --wait exited %s\nstdout: %s\nstderr: %s" % (rc, out, err))
+            self.assertFalse(any(t.is_alive() for t in threads), "a reader is stuck")
+            bad = {i: s["bad_first"] for i, s in enumerate(stats) if s["bad"]}
+            self.assertEqual(bad, {}, "readers saw wrong bytes (%d reads mismatched)"
+                             % sum(s["bad"] for s in stats))
+            errs = {i: s["errors"][:3] for i, s in enumerate(stats) if s["errors"]}
+            self.assertEqual(errs, {}, "reader errors (%d)" % sum(len(s["errors"]) for s in stats))
+            self.assertTrue(all(b > 0 for b in before), "some reader did not read before promotion: %s" % before)
+            self.assertTrue(all(s["after"] > 0 for s in stats),
+                            "some reader did not read after promotion: %s" % [s["after"] for s in stats])
+            self.assertEqual(state_of(path), "local")
+            # the files opened before the promotion now read the local copy
+            self.assertGreater(served1.get("local_bytes", 0), served0.get("local_bytes", 0),
+                               "served.local_bytes did not grow while only descriptors opened before "
+                               "the promotion were reading (%s -> %s): open files were not moved "
+                               "to the local copy" % (served0, served1))
+        finally:
+            for m in maps:
+                m.close()
+            for fd in fds:
+                os.close(fd)
+        self.assertEqual(hashlib.sha256(read_mount(path)).hexdigest(), e["sha256"])
+
+
+# ------------------------------------------------------------------ 4
+
+class Mismatch(unittest.TestCase):
+    def test_blob_not_matching_its_sha256_name(self):
+        e, nas = CORRUPT["entry"], CORRUPT["nas"]
+        nas_bytes = wfstest.read_file(nas)
+        self.assertNotEqual(hashlib.sha256(nas_bytes).hexdigest(), e["blob_id"])
+        # the snapshot name of that blob, as an engine opens it
+        link = next(x for x in FIX.of("link", "file") if x.get("nas_real") == e["nas_real"])
+        path = FIX.m(link["path"])
+        data_before = wfstest.store_files(FIX.local)
+
+        rc, out, err = run_wfsctl(["promote", "--wait", path])
+        self.assertIsNotNone(rc, "promote --wait did not finish")
+        self.assertNotEqual(rc, 0, "promote --wait of a blob whose content does not match its "
+                            "SHA-256 name exited 0\nstdout: %s\nstderr: %s" % (out, err))
+        self.assertIn("mismatch", (out + err).lower(),
+                      "promote --wait output does not say mismatch:\nstdout: %s\nstderr: %s" % (out, err))
+        self.assertEqual(state_of(path), "mismatch")
+        self.assertEqual(state_of(FIX.m(e["path"])), "mismatch")
+        self.assertTrue(read_mount(path) == nas_bytes, "reads through the mount are not the NAS bytes")
+
+        st = ctl_json(self, ["status", FIX.mnt])
+        flagged = [f for f in st.get("flagged", []) if f.get("id") == e["blob_id"]]
+        self.assertEqual(len(flagged), 1, "status flagged: %s" % st.get("flagged"))
+        self.assertEqual(flagged[0].get("state"), "mismatch", flagged[0])
+        self.assertTrue(flagged[0].get("reason"), "no reason given: %s" % flagged[0])
+        repo = next(r for r in st["repos"] if r["repo"] == "datasets--acme--data")
+        self.assertEqual(repo.get("states", {}).get("mismatch"), 1, repo)
+        out, _ = ctl_check(self, ["status", FIX.mnt])
+        self.assertIn(e["blob_id"], out, "human `wfsctl status` does not name the flagged blob:\n" + out)
+        self.assertIn("mismatch", out.lower(), "human `wfsctl status` does not show the mismatch:\n" + out)
+
+        self.assertEqual(wfstest.store_files(FIX.local), data_before, "LOCAL_STORE/data changed")
+        self.assertEqual(wfstest.tmp_entries(FIX.local), [], "LOCAL_STORE/tmp not empty")
+        # asking again does not copy it either
+        rc2, out2, err2 = run_wfsctl(["promote", "--wait", path])
+        self.assertNotEqual(rc2, 0, "second promote --wait of the mismatched blob exited 0")
+        self.assertEqual(state_of(path), "mismatch")
+        self.assertEqual(wfstest.store_files(FIX.local), data_before, "LOCAL_STORE/data changed")
+
+
+# ------------------------------------------------------------------ 5
+
+class EqualSizePacks(unittest.TestCase):
+    def test_two_equal_size_files_keep_their_own_bytes(self):
+        repo = "models--acme--packs"
+        packs = sorted((e for e in wfstest.repo_readable(FIX, repo) if "/packs/pack-" in e["path"]),
+                       key=lambda e: e["path"])
+        self.assertEqual(len(packs), 2)
+        self.assertEqual(packs[0]["size"], packs[1]["size"])
+        self.assertNotEqual(packs[0]["sha256"], packs[1]["sha256"])
+        ctl_check(self, ["promote", "--wait"] + [FIX.m(e["path"]) for e in packs])
+        wfstest.drop_caches()
+        for e in packs:
+            self.assertEqual(state_of(FIX.m(e["path"])), "local", e["path"])
+            self.assertEqual(wfstest.sha256_file(FIX.m(e["path"])), (e["sha256"], e["size"]),
+                             "%s is not served its own bytes" % e["path"])
+        have = {wfstest.sha256_file(os.path.join(FIX.local, "data", rel))[0]
+                for rel in wfstest.store_files(FIX.local)}
+        for e in packs:
+            self.assertIn(e["sha256"], have, "no local copy with the content of %s" % e["path"])
+        # and through descriptors opened at the same time
+        fa, fb = (os.open(FIX.m(e["path"]), os.O_RDONLY) for e in packs)
+        try:
+            for off in (0, 4096, packs[0]["size"] // 2, packs[0]["size"] - 4096):
+                a, b = os.pread(fa, 4096, off), os.pread(fb, 4096, off)
+                self.assertEqual(a, wfstest.read_file(FIX.n(packs[0]["nas_real"]))[off:off + 4096])
+                self.assertNotEqual(a, b, "both packs read the same bytes at %d" % off)
+        finally:
+            os.close(fa)
+            os.close(fb)
+
+
+# ------------------------------------------------------------------ 6
+
+class SourceChanged(unittest.TestCase):
+    def test_rewritten_source_same_size_and_mtime_is_demoted(self):
+        e = snapshot_entry(FIX, "models--acme--standard", "model-00002-of-00002.safetensors", "refs/pr/1")
+        path, nas = FIX.m(e["path"]), FIX.n(e["nas_real"])
+        self.assertGreater(e["size"], 4 * 65536)
+        ctl_check(self, ["promote", "--wait", path])
+        self.assertEqual(state_of(path), "local")
+        old = read_mount(path)        # the kernel now caches these pages
+        self.assertEqual(hashlib.sha256(old).hexdigest(), e["sha256"])
+
+        st = os.stat(nas)
+        new = bytearray(old)
+        for i in range(1000, 1000 + 8192):   # inside the sampled head (first 64 KiB)
+            new[i] ^= 0xFF
+        new = bytes(new)
+        with open(nas, "r+b") as f:
+            f.seek(1000)
+            f.write(new[1000:1000 + 8192])
+            f.flush()
+            os.fsync(f.fileno())
+        os.utime(nas, ns=(st.st_atime_ns, st.st_mtime_ns))
+        st2 = os.stat(nas)
+        self.assertEqual((st2.st_size, st2.st_mtime_ns), (st.st_size, st.st_mtime_ns))
+
+        rc, out, err = run_wfsctl(["--json", "verify", path])
+        self.assertIsNotNone(rc, "wfsctl verify did not finish")
+        rep = wfstest.parse_json_out(out)
+        self.assertIsNotNone(rep, "wfsctl --json verify printed no JSON (rc %s)\nstdout: %s\nstderr: %s"
+                             % (rc, out, err))
+        demoted = rep.get("demoted") or []
+        self.assertTrue(any(d.get("key") == os.path.realpath(nas) or d.get("id") == e["blob_id"]
+                            for d in demoted),
+                        "verify did not report %s demoted: rc %s, reply %s" % (e["path"], rc, rep))
+        self.assertNotEqual(rc, 0, "wfsctl verify exited 0 though it demoted a blob")
+        self.assertEqual(state_of(path), "nas", "state after the demotion")
+        got = read_mount(path)
+        self.assertTrue(got == new, "after the demotion a new open reads %s bytes"
+                        % ("the OLD (stale cache or stale copy)" if got == old else "wrong"))
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            with mmap.mmap(fd, 0, prot=mmap.PROT_READ) as m:
+                self.assertTrue(m[:65536] == new[:65536], "mmap after the demotion: old bytes")
+        finally:
+            os.close(fd)
+
+
+# ------------------------------------------------------------------ 8
+
+class DryRunPinEvict(unittest.TestCase):
+    REPO = "models--acme--hubstore"
+
+    def test_dry_run_pin_evict(self):
+        files = wfstest.repo_readable(FIX, self.REPO)
+        uniq = wfstest.unique_real(files)
+        self.assertEqual({state_of(FIX.m(e["path"])) for e in files}, {"nas"})
+        data0 = wfstest.store_files(FIX.local)
+        idx = os.path.join(FIX.local, "index.json")
+        index0 = wfstest.read_file(idx) if os.path.exists(idx) else None
+
+        # --dry-run: reports, changes nothing
+        rep = ctl_json(self, ["promote", "--dry-run", FIX.m(self.REPO)])
+        expect = sum(e["size"] for e in uniq.values())
+        self.assertEqual(rep.get("bytes_to_copy"), expect,
+                         "dry-run bytes_to_copy (manifest: %d unique files, %d bytes): %s"
+                         % (len(uniq), expect, {k: v for k, v in rep.items() if k != "blobs"}))
+        self.assertGreater(rep.get("space_available", 0), 0, "dry-run space_available")
+        out, _ = ctl_check(self, ["promote", "--dry-run", FIX.m(self.REPO)])
+        self.assertTrue(out.strip(), "human promote --dry-run printed nothing")
+        time.sleep(1.0)
+        self.assertEqual({state_of(FIX.m(e["path"])) for e in files}, {"nas"}, "states after --dry-run")
+        repo, st = wfstest.repo_status(self, FIX.mnt, self.REPO)
+        self.assertEqual(repo.get("local_files"), 0, repo)
+        self.assertEqual(set(repo.get("states", {})), {"nas"}, repo)
+        self.assertEqual([c for c in st.get("copies", []) if c.get("key") in
+                          {os.path.realpath(FIX.n(r)) for r in uniq}], [], "copies in flight")
+        self.assertEqual(wfstest.store_files(FIX.local), data0, "--dry-run changed LOCAL_STORE/data")
+        self.assertEqual(wfstest.tmp_entries(FIX.local), [])
+        self.assertEqual(wfstest.read_file(idx) if os.path.exists(idx) else None, index0,
+                         "--dry-run changed index.json")
+
+        # --pin, then evict without --force is refused
+        shard = snapshot_entry(FIX, self.REPO, "model-00001-of-00003.safetensors")
+        path = FIX.m(shard["path"])
+        ctl_check(self, ["promote", "--wait", "--pin", path])
+        self.assertEqual(state_of(path), "local")
+        data1 = wfstest.store_files(FIX.local)
+        added = sorted(set(data1) - set(data0))
+        self.assertEqual(len(added), 1, "promoting one blob added %s to data/" % added)
+        rc, out, err = run_wfsctl(["evict", path])
+        self.assertNotEqual(rc, 0, "evict of a pinned blob without --force exited 0\nstdout: %s\nstderr: %s"
+                            % (out, err))
+        self.assertIn("pinned", (out + err).lower(), "evict refusal does not say pinned:\n%s%s" % (out, err))
+        self.assertEqual(state_of(path), "local", "a pinned blob was evicted without --force")
+        self.assertIn(added[0], wfstest.store_files(FIX.local))
+
+        # evict --force
+        ctl_check(self, ["evict", "--force", path])
+        self.assertEqual(state_of(path), "nas")
+        self.assertNotIn(added[0], wfstest.store_files(FIX.local), "evicted copy still in data/")
+        self.assertEqual(hashlib.sha256(read_mount(path)).hexdigest(), shard["sha256"])
+        wfstest.drop_caches()
+        self.assertEqual(wfstest.sha256_file(path), (shard["sha256"], shard["size"]))
+        repo, _ = wfstest.repo_status(self, FIX.mnt, self.REPO)
+        self.assertEqual(repo.get("local_files"), 0, repo)
+
+
+if __name__ == "__main__":
+    wfstest.main()

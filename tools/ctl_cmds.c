@@ -145,7 +145,7 @@ static int print_repos(const json_t *repos, bool revisions)
 
 static int print_copies(const json_t *copies)
 {
-	static const char *const hdr[] = { "ID", "DONE", "SIZE", "PCT", "KEY" };
+	static const char *const hdr[] = { "DONE", "SIZE", "PCT", "BLOB" };
 	struct table tb;
 	json_t *c;
 	size_t i;
@@ -154,11 +154,11 @@ static int print_copies(const json_t *copies)
 	if (!json_array_size(copies))
 		return 0;
 	printf("\ncopies in flight: %zu\n", json_array_size(copies));
-	table_init(&tb, 5, hdr, "lrrrl");
+	table_init(&tb, 4, hdr, "rrrl");
 	json_array_foreach(copies, i, c) {
 		uint64_t done = jget_u64(c, "bytes_done"), size = jget_u64(c, "size");
-		char d[32], s[32], pct[16];
-		const char *row[5] = { jget_str(c, "id"), d, s, pct, jget_str(c, "key") };
+		char d[32], s[32], pct[16], name[1024];
+		const char *row[4] = { d, s, pct, fmt_blob(c, name, sizeof(name)) };
 
 		fmt_bytes(done, d, sizeof(d));
 		fmt_bytes(size, s, sizeof(s));
@@ -193,25 +193,31 @@ static void print_status(const json_t *st, bool revisions)
 	       fmt_bytes(sn, b, sizeof(b)));
 	if (sl + sn)
 		printf(" (%.0f%% local)", 100.0 * (double)sl / (double)(sl + sn));
-	printf("\nstore: %llu blobs, %s used, %s free\n",
+	printf("\nstore: %llu blobs, %s used, %s free",
 	       (unsigned long long)jget_u64(store, "blobs"),
 	       fmt_bytes(jget_u64(store, "bytes"), a, sizeof(a)),
 	       fmt_bytes(jget_u64(store, "free_bytes"), b, sizeof(b)));
+	/* beyond the spec, shown when the daemon sends them */
+	if (jget_u64(store, "queued") || jget_u64(store, "copying"))
+		printf("; %llu queued, %llu copying", (unsigned long long)jget_u64(store, "queued"),
+		       (unsigned long long)jget_u64(store, "copying"));
+	putchar('\n');
 	if (!json_array_size(flagged))
 		return;
 	/* Loud on purpose: a mismatch means the NAS holds wrong bytes under a
 	 * content address, which an operator has to go and fix. */
-	printf("\n!!! %zu flagged blob%s: served from the NAS, never promoted until fixed\n",
+	printf("\n!!! %zu flagged blob%s, served from the NAS:\n",
 	       json_array_size(flagged), json_array_size(flagged) == 1 ? "" : "s");
 	json_array_foreach(flagged, i, f) {
-		char state[32];
+		char state[32], name[1024];
 		size_t k;
 
 		snprintf(state, sizeof(state), "%s", jget_str(f, "state"));
 		for (k = 0; state[k]; k++)
 			state[k] = (char)(state[k] >= 'a' && state[k] <= 'z' ? state[k] - 32 : state[k]);
-		printf("%-8s  %s  (id %s): %s\n", state[0] ? state : "FLAGGED",
-		       jget_str(f, "key"), jget_str(f, "id"), jget_str(f, "reason"));
+		printf("%-8s  %s: %s\n", state[0] ? state : "FLAGGED",
+		       fmt_blob(f, name, sizeof(name)),
+		       *jget_str(f, "reason") ? jget_str(f, "reason") : "no reason given");
 	}
 }
 

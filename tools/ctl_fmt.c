@@ -16,7 +16,8 @@ const char *fmt_bytes(uint64_t n, char *buf, size_t sz)
 		return buf;
 	}
 	v /= 1024.0;
-	while (v >= 1024.0 && u + 1 < sizeof(unit) / sizeof(unit[0])) {
+	/* 1023.96 would print as "1024.0": move up a unit before that */
+	while (v >= 1023.95 && u + 1 < sizeof(unit) / sizeof(unit[0])) {
 		v /= 1024.0;
 		u++;
 	}
@@ -79,20 +80,24 @@ int table_add(struct table *t, const char *const *row)
 static void print_row(const struct table *t, FILE *f, const char *indent,
 		      const char *const *row, const size_t *w)
 {
-	size_t i;
+	size_t i, blanks = 0;
 
 	fputs(indent, f);
+	/* Padding is held back until something follows it, so a line never
+	 * ends in blanks (empty trailing cells, left-aligned last column). */
 	for (i = 0; i < t->ncols; i++) {
-		int last = i + 1 == t->ncols;
-		int right = t->align[i] == 'r';
+		size_t n = strlen(row[i]), pad = w[i] > n ? w[i] - n : 0;
 
 		if (i)
-			fputs("  ", f);
-		/* The last left-aligned column is not padded: no trailing blanks. */
-		if (right)
-			fprintf(f, "%*s", (int)w[i], row[i]);
-		else
-			fprintf(f, "%-*s", last ? 0 : (int)w[i], row[i]);
+			blanks += 2;
+		if (t->align[i] == 'r')
+			blanks += pad;
+		if (n) {
+			fprintf(f, "%*s%s", (int)blanks, "", row[i]);
+			blanks = 0;
+		}
+		if (t->align[i] != 'r')
+			blanks += pad;
 	}
 	fputc('\n', f);
 }
@@ -150,4 +155,17 @@ const char *jget_str(const json_t *obj, const char *key)
 bool jget_bool(const json_t *obj, const char *key)
 {
 	return json_is_true(json_object_get(obj, key));
+}
+
+const char *fmt_blob(const json_t *blob, char *buf, size_t sz)
+{
+	const char *key = jget_str(blob, "key"), *id = jget_str(blob, "id");
+	const char *base = strrchr(key, '/');
+
+	base = base ? base + 1 : key;
+	if (!*id || !strcmp(base, id))
+		snprintf(buf, sz, "%s", key);
+	else
+		snprintf(buf, sz, "%s (id %s)", key, id);
+	return buf;
 }

@@ -42,4 +42,8 @@ uint64_t jget_u64(const json_t *obj, const char *key);
 const char *jget_str(const json_t *obj, const char *key);
 bool jget_bool(const json_t *obj, const char *key);
 
+/* How a blob of a reply is named to a person: its key (the NAS path,
+ * which for hub blobs ends in the id), plus "(id ID)" where it does not. */
+const char *fmt_blob(const json_t *blob, char *buf, size_t sz);
+
 #endif

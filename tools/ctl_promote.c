@@ -21,11 +21,14 @@ enum blob_fate blob_fate(const char *state)
 {
 	if (!strcmp(state, "local"))
 		return FATE_LOCAL;
-	if (!strcmp(state, "failed") || !strcmp(state, "mismatch"))
-		return FATE_FAILED;
 	if (!strcmp(state, "nas"))
 		return FATE_DROPPED;
-	return FATE_PENDING;
+	/* Only the in-flight states of the protocol keep --wait waiting: a
+	 * state it does not define must end the wait, not hang it. */
+	if (!strcmp(state, "queued") || !strcmp(state, "copying") ||
+	    !strcmp(state, "verifying"))
+		return FATE_PENDING;
+	return FATE_FAILED;
 }
 
 void rate_add(struct rate *r, double t, uint64_t bytes)
@@ -88,7 +91,7 @@ static int oom(void)
 
 static void print_dry_run(const json_t *rep)
 {
-	static const char *const hdr[] = { "ID", "SIZE", "STATE", "KEY" };
+	static const char *const hdr[] = { "SIZE", "STATE", "BLOB" };
 	uint64_t need = jget_u64(rep, "bytes_to_copy"), avail = jget_u64(rep, "space_available");
 	const json_t *blobs = json_object_get(rep, "blobs");
 	size_t i, ncopy = 0;
@@ -96,10 +99,10 @@ static void print_dry_run(const json_t *rep)
 	char a[32], b[32];
 	json_t *bl;
 
-	table_init(&tb, 4, hdr, "lrll");
+	table_init(&tb, 3, hdr, "rll");
 	json_array_foreach(blobs, i, bl) {
-		const char *row[4] = { jget_str(bl, "id"), a, jget_str(bl, "state"),
-				       jget_str(bl, "key") };
+		char name[1024];
+		const char *row[3] = { a, jget_str(bl, "state"), fmt_blob(bl, name, sizeof(name)) };
 
 		fmt_bytes(jget_u64(bl, "size"), a, sizeof(a));
 		ncopy += strcmp(jget_str(bl, "state"), "local") != 0;
@@ -138,10 +141,11 @@ static void print_queued(const json_t *rep, bool waiting)
 	/* --wait reports these with the rest at the end */
 	json_array_foreach(blobs, i, bl) {
 		enum blob_fate f = blob_fate(jget_str(bl, "state"));
+		char name[1024];
 
 		if (!waiting && (f == FATE_FAILED || f == FATE_DROPPED))
 			fprintf(stderr, "wfsctl: promote: %s: not queued (%s)%s%s\n",
-				jget_str(bl, "key"), jget_str(bl, "state"),
+				fmt_blob(bl, name, sizeof(name)), jget_str(bl, "state"),
 				*jget_str(bl, "reason") ? ": " : "", jget_str(bl, "reason"));
 	}
 }
@@ -221,13 +225,15 @@ static size_t report_failures(const json_t *blobs, const json_t *seen_keys)
 	json_array_foreach(blobs, i, bl) {
 		const char *state = jget_str(bl, "state"), *reason = jget_str(bl, "reason");
 		enum blob_fate f = blob_fate(state);
+		char name[1024];
 
 		if (f != FATE_FAILED && f != FATE_DROPPED)
 			continue;
 		bad++;
-		fprintf(stderr, "wfsctl: promote: %s (id %s): %s: %s\n", jget_str(bl, "key"),
-			jget_str(bl, "id"),
-			f == FATE_DROPPED ? "dropped, still served from the NAS" : state,
+		fprintf(stderr, "wfsctl: promote: %s: %s: %s\n", fmt_blob(bl, name, sizeof(name)),
+			f == FATE_DROPPED ? "dropped, still served from the NAS" :
+			!strcmp(state, "unknown") ? "no longer known to the daemon" :
+			*state ? state : "no state",
 			*reason ? reason : "no reason given");
 	}
 	json_object_foreach((json_t *)seen_keys, key, v)
@@ -349,7 +355,12 @@ int cmd_promote(const struct ctl_opts *o)
 		w.tty = isatty(STDERR_FILENO);
 		/* With --json the bar is for a person watching, not for logs. */
 		w.bar = !o->json || w.tty;
-		ret = waiter_init(&w, rep.obj) ? oom() : wait_all(&w);
+		ret = waiter_init(&w, rep.obj) ? oom() : 0;
+		/* nothing to copy: no bar, but still one poll, so the outcome
+		 * (and the --json reply) is the daemon's current word */
+		w.bar = w.bar && w.total;
+		if (!ret)
+			ret = wait_all(&w);
 		json_decref(w.keys);
 		json_decref(w.copying);
 	}

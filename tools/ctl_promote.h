@@ -13,9 +13,11 @@
 
 /* Where a blob stands for someone waiting on it. */
 enum blob_fate {
-	FATE_PENDING, /* queued, copying, verifying (or a state we do not know) */
+	FATE_PENDING, /* queued, copying, verifying */
 	FATE_LOCAL,   /* done */
-	FATE_FAILED,  /* failed or mismatch: will not become local by itself */
+	FATE_FAILED,  /* failed, mismatch, or a state outside the protocol
+		       * ("unknown": the daemon no longer knows the key): it
+		       * will not become local by itself */
 	FATE_DROPPED, /* back to nas without becoming local */
 };
 

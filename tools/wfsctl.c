@@ -65,12 +65,13 @@ COMMON_OPTS
 "\n"
 "With --wait --json the final progress reply is printed.\n" },
 	{ "evict", cmd_evict, F_FORCE, 1, SIZE_MAX, "[--force] PATH...",
-"Drop the local copies of the blobs under each PATH; reads go to the NAS\n"
-"again.  Pinned copies, and copies open by a reader unless --force, are\n"
-"skipped: each is listed with the reason and the exit status is 1.\n"
+"Drop the local copies of the blobs under each PATH, and cancel their\n"
+"queued or running copies; reads go to the NAS again.  Pinned copies are\n"
+"skipped unless --force: each is listed with the reason, and the exit\n"
+"status is 1.\n"
 "\n"
 "options:\n"
-"  --force         evict copies that are open too (readers move to the NAS)\n"
+"  --force         evict pinned copies too (and unpin them)\n"
 COMMON_OPTS },
 	{ "pin", cmd_pin, 0, 1, SIZE_MAX, "PATH...",
 "Pin the blobs under each PATH: their local copies are never evicted to make\n"

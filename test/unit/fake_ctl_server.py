@@ -44,6 +44,13 @@ def hexid(tag, n):
 
 
 REV1, REV2 = hexid("rev1", 40), hexid("rev2", 40)
+REAL = {"pack"}  # tags of real files inside a snapshot (not links to a blob)
+
+
+def blob_id(tag):
+    if tag in REAL:
+        return hexid(tag, 32)  # no content address: the daemon's own id
+    return hexid(tag, 40 if tag == "cfg" else 64)
 
 # repo -> list of (blob tag, size, behaviour, initial state, [(rev, snapshot file)])
 # behaviour: ok | mismatch | fail | drop (back to nas mid-copy) | nospace |
@@ -77,13 +84,15 @@ CAPACITY = 1 << 40
 
 class Blob:
     def __init__(self, repo, tag, size, behaviour, state, snaps):
-        self.repo, self.size, self.behaviour = repo, size, behaviour
-        self.id = hexid(tag, 40 if tag == "cfg" else 64)
-        self.key = f"{repo}/blobs/{self.id}"
+        self.repo, self.tag, self.size, self.behaviour = repo, tag, size, behaviour
+        self.id = blob_id(tag)
+        # a real file inside a snapshot is its own key; hub blobs are keyed
+        # by their path under blobs/
+        self.key = f"{repo}/snapshots/{snaps[0][0]}/{snaps[0][1]}" if tag in REAL else f"{repo}/blobs/{self.id}"
         self.state, self.done, self.reason = state, size if state == "local" else 0, ""
         self.pinned = behaviour == "pinned"
         self.snaps = snaps
-        self.paths = [self.key] + [f"{repo}/snapshots/{r}/{p}" for r, p in snaps]
+        self.paths = list({self.key: 1, **{f"{repo}/snapshots/{r}/{p}": 1 for r, p in snaps}})
         self.history = [state]
 
     def set(self, state, reason=""):
@@ -154,14 +163,17 @@ class Hub:
             repos.append(dict(count(rb, repo=repo), states=states, revisions=revs))
         return {"nas": "/nas/hub", "local": "/var/lib/wfs", "mount": "/mnt/hub",
                 "repos": repos,
-                "copies": [{"key": b.key, "id": b.id, "bytes_done": b.done, "size": b.size}
+                "copies": [{"key": b.key, "id": b.id, "state": b.state, "bytes_done": b.done,
+                            "size": b.size}
                            for b in self.blobs if b.state in ("copying", "verifying")],
-                "served": {"local_bytes": self.served[0], "nas_bytes": self.served[1]},
+                "served": {"local_bytes": self.served[0], "nas_bytes": self.served[1], "opens": 0},
                 "flagged": [{"key": b.key, "id": b.id, "state": b.state, "reason": b.reason}
                             for b in self.blobs if b.state in ("mismatch", "failed")],
                 "store": {"blobs": sum(b.state == "local" for b in self.blobs),
                           "bytes": self.local_bytes(),
-                          "free_bytes": CAPACITY - self.local_bytes()}}
+                          "free_bytes": CAPACITY - self.local_bytes(),
+                          "queued": sum(b.state == "queued" for b in self.blobs),
+                          "copying": sum(b.state == "copying" for b in self.blobs)}}
 
     def op_promote(self, req):
         sel = self.paths_to_blobs(req["paths"])
@@ -182,22 +194,23 @@ class Hub:
 
     def op_progress(self, req):
         bykey = {b.key: b for b in self.blobs}
+        # a key the daemon does not know: as core/control.c answers it
         return {"blobs": [{"key": k, "id": bykey[k].id, "state": bykey[k].state,
                            "bytes_done": bykey[k].done, "size": bykey[k].size,
-                           "reason": bykey[k].reason}
-                          for k in req["keys"] if k in bykey]}
+                           "reason": bykey[k].reason} if k in bykey else
+                          {"key": k, "state": "unknown", "reason": "no such blob"}
+                          for k in req["keys"]]}
 
     def op_evict(self, req):
         n, skipped = 0, []
         for b in self.paths_to_blobs(req["paths"]):
-            if b.state != "local":
+            if b.pinned and not req["force"]:
+                skipped.append({"key": b.key, "id": b.id, "reason": "pinned (evict --force to drop it)"})
                 continue
-            if b.pinned:
-                skipped.append({"key": b.key, "reason": "pinned (wfsctl unpin first)"})
-                continue
-            b.done = 0
-            b.set("nas")
-            n += 1
+            if b.state in ("local", "queued", "copying"):
+                b.done, b.pinned = 0, False
+                b.set("nas")
+                n += 1
         return {"evicted": n, "skipped": skipped}
 
     def op_pin(self, req, pinned=True):
@@ -353,14 +366,17 @@ def make_tree(root, sock):
     daemon shows them), marked as the mount root."""
     for repo, blobs in HUB.items():
         for tag, _size, _b, _s, snaps in blobs:
-            bid = hexid(tag, 40 if tag == "cfg" else 64)
+            bid = blob_id(tag)
             os.makedirs(f"{root}/{repo}/blobs", exist_ok=True)
-            open(f"{root}/{repo}/blobs/{bid}", "w").close()
+            if tag not in REAL:
+                open(f"{root}/{repo}/blobs/{bid}", "w").close()
             for rev, path in snaps:
                 entry = f"{root}/{repo}/snapshots/{rev}/{path}"
                 os.makedirs(os.path.dirname(entry), exist_ok=True)
                 depth = path.count("/")
-                if not os.path.lexists(entry):
+                if tag in REAL:
+                    open(entry, "w").close()
+                elif not os.path.lexists(entry):
                     os.symlink("../" * (2 + depth) + f"blobs/{bid}", entry)
     os.setxattr(root, "user.wfs.socket", sock.encode())
 
@@ -519,7 +535,8 @@ def body(t, work):
     r = run("promote", "--dry-run", "models--org--good", "models--org--huge", cwd=root)
     ok("dry run request", last_req() == {"op": "promote", "paths": ["models--org--good", "models--org--huge"],
                                          "pin": False, "dry_run": True}, repr(last_req()))
-    ok("dry run output", r[0] == 0 and "ID" in r[1] and hexid("s1", 64) in r[1] and "48.0 MiB" in r[1]
+    ok("dry run output", r[0] == 0 and "BLOB" in r[1] and hexid("s1", 64) in r[1] and "48.0 MiB" in r[1]
+       and f"models--org--huge/snapshots/{REV1}/pack.bin (id {blob_id('pack')})" in r[1]
        and "would copy 4 of 4 blobs" in r[1] and "NOT ENOUGH SPACE" in r[1], show(r))
     ok("dry run changes nothing", before == [b.state for b in hub.blobs])
 
@@ -559,7 +576,7 @@ def body(t, work):
     # --- failures
     r = run("promote", "--wait", "--pin", "models--org--bad", cwd=root)
     ok("failed and mismatch listed, exit 1", r[0] == 1
-       and f"models--org--bad/blobs/{hexid('w', 64)} (id {hexid('w', 64)}): mismatch: sha256 of the NAS" in r[2]
+       and f"models--org--bad/blobs/{hexid('w', 64)}: mismatch: sha256 of the NAS" in r[2]
        and ": failed: NAS read error at offset 1048576" in r[2]
        and "2 of 3 blobs did not become local" in r[2], show(r))
     ok("--pin sent", [q for q in hub.requests if q["op"] == "promote"][-1]["pin"] is True)
@@ -591,6 +608,23 @@ def body(t, work):
     ok("non-tty: a line every ~2 s", p.returncode == 0 and 2 <= len(lines) <= 4, err.decode())
     hub.speed = 40 * MiB
 
+    # --- a blob the daemon forgets during --wait
+    r = run("evict", "--force", good)
+    ok("evict a repo", r[0] == 0 and "evicted 3 blobs" in r[1], show(r))
+    hub.speed = 10 * MiB
+    p = subprocess.Popen([t.wfsctl, "promote", "--wait", good], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    time.sleep(0.7)
+    with hub.lock:
+        gone = [b for b in hub.blobs if b.tag == "cfg"][0]
+        hub.blobs.remove(gone)
+    out, err = p.communicate(timeout=60)
+    ok("a forgotten blob ends the wait with exit 1", p.returncode == 1 and
+       f"{gone.key}: no longer known to the daemon: no such blob".encode() in err, err.decode())
+    with hub.lock:
+        hub.blobs.insert(0, gone)
+    hub.speed = 40 * MiB
+
     # --- daemon killed during --wait
     sock3 = f"{store}/dies.sock"
     hub3 = Hub(1)
@@ -610,8 +644,10 @@ def body(t, work):
     ok("evict: pinned skipped, exit 1", r[0] == 1 and "evicted 2 blobs" in r[1]
        and f"blobs/{hexid('k2', 64)}: not evicted: pinned" in r[2], show(r))
     ok("evict request", last_req() == {"op": "evict", "paths": ["models--org--kept"], "force": False})
+    r = run("pin", "models--org--good", cwd=root)
     r = run("evict", "--force", "models--org--good", cwd=root)
-    ok("evict --force", r[0] == 0 and last_req()["force"] is True and "evicted 3 blobs" in r[1], show(r))
+    ok("evict --force drops pinned copies", r[0] == 0 and last_req()["force"] is True
+       and "evicted 3 blobs" in r[1], show(r))
     for b in hub.blobs:
         if b.repo == "models--org--kept":
             b.set("local")

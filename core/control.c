@@ -58,6 +58,21 @@ static void set_unique(struct blob_set *set)
 	set->n = w;
 }
 
+/* Walking a directory, leave out what changes on the NAS or is not data:
+ * refs move, markers and file lists are tiny, locks are the clients'.  A
+ * path named explicitly is always taken. */
+static int worth_copying(const char *rel)
+{
+	const char *slash = strchr(rel, '/');
+	const char *area = slash ? slash + 1 : NULL;
+
+	if (!slash)
+		return strchr(rel, '-') != NULL && strstr(rel, "--") != NULL; /* repos only */
+	if (strchr(area, '/'))
+		return 1;
+	return strcmp(area, "refs") && strcmp(area, ".no_exist") && strcmp(area, "trees");
+}
+
 /* Every blob @rel is or contains: files, resolved links to files, and
  * everything under a directory.  Links to directories are not followed. */
 static int collect(struct control *c, const char *rel, struct blob_set *set, int depth)
@@ -91,7 +106,8 @@ static int collect(struct control *c, const char *rel, struct blob_set *set, int
 
 			if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
 				continue;
-			if (path_join(rel, de->d_name, child, sizeof(child)) < 0)
+			if (path_join(rel, de->d_name, child, sizeof(child)) < 0 ||
+			    !worth_copying(child))
 				continue;
 			r = collect(c, child, set, depth + 1);
 			if (r == -ENOENT)
@@ -546,7 +562,7 @@ static void *serve(void *arg)
 	return NULL;
 }
 
-int control_start(struct control *c)
+int control_bind(struct control *c)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	int r;
@@ -564,9 +580,16 @@ int control_start(struct control *c)
 	    pipe2(c->wake, O_CLOEXEC) < 0) {
 		r = -errno;
 		close(c->listen_fd);
+		c->listen_fd = -1;
 		return r;
 	}
-	r = pthread_create(&c->thread, NULL, serve, c);
+	return 0;
+}
+
+int control_start(struct control *c)
+{
+	int r = pthread_create(&c->thread, NULL, serve, c);
+
 	if (r)
 		return -r;
 	c->running = 1;
@@ -575,8 +598,16 @@ int control_start(struct control *c)
 
 void control_stop(struct control *c)
 {
-	if (!c->running)
+	if (!c->running) {
+		if (c->listen_fd > 0) { /* bound, never served */
+			close(c->listen_fd);
+			close(c->wake[0]);
+			close(c->wake[1]);
+			unlink(c->sock_path);
+			c->listen_fd = -1;
+		}
 		return;
+	}
 	(void)!write(c->wake[1], "x", 1);
 	pthread_join(c->thread, NULL);
 	close(c->listen_fd);

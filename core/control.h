@@ -28,7 +28,9 @@ struct control {
 	int running;
 };
 
-/* Bind LOCAL/wfs.sock and serve it from a thread.  Returns -errno. */
+/* Bind LOCAL/wfs.sock (clients may connect at once; they wait for
+ * control_start()), then serve it from a thread.  Both return -errno. */
+int control_bind(struct control *c);
 int control_start(struct control *c);
 void control_stop(struct control *c);
 

@@ -476,6 +476,12 @@ int main(int argc, char **argv)
 	}
 	if (fuse_set_signal_handlers(w.se) != 0)
 		goto out_session;
+	/* Bound before we detach, so wfsctl works on the line after wfs. */
+	if ((r = control_bind(&w.ctl)) < 0) {
+		fprintf(stderr, "wfs: LOCAL_STORE %s: cannot create the control socket: %s\n",
+			w.opt.local, strerror(-r));
+		goto out_signals;
+	}
 	if (fuse_session_mount(w.se, w.opt.mnt) != 0) {
 		fprintf(stderr, "wfs: MOUNTPOINT %s: mount failed (is /dev/fuse there? root or "
 			"fusermount3 needed)\n", w.opt.mnt);

@@ -285,8 +285,8 @@ int cmd_evict(const struct ctl_opts *o)
 		return 1;
 	n = jget_u64(rep.obj, "evicted");
 	if (!o->json)
-		printf("evicted %llu blob%s; reads of %s come from the NAS again\n",
-		       (unsigned long long)n, n == 1 ? "" : "s", n == 1 ? "it" : "them");
+		printf("evicted %llu blob%s%s\n", (unsigned long long)n, n == 1 ? "" : "s",
+		       n ? "; reads go to the NAS again" : "");
 	skipped = print_keyed("evict", json_object_get(rep.obj, "skipped"), "not evicted");
 	ctl_reply_free(&rep);
 	/* Some copies were kept (pinned, or open without --force): the request

@@ -233,7 +233,13 @@ int ctl_call_ex(const char *sock, const char *cmd, const json_t *req,
 	ename = json_string_value(json_object_get(rep->obj, "errno"));
 	if (json_out)
 		ctl_print_raw(rep);
-	fprintf(stderr, "wfsctl: %s: %s", cmd, err && *err ? err : "the daemon refused the request");
+	if (!err || !*err)
+		err = "the daemon refused the request";
+	/* the daemon may name the op itself: "promote: only root ..." */
+	if (!strncmp(err, cmd, strlen(cmd)) && err[strlen(cmd)] == ':')
+		fprintf(stderr, "wfsctl: %s", err);
+	else
+		fprintf(stderr, "wfsctl: %s: %s", cmd, err);
 	if (ename && *ename)
 		fprintf(stderr, " [%s]", ename);
 	fputc('\n', stderr);

@@ -114,9 +114,13 @@ static int make_absolute(const char *arg, char *out)
 
 /* Walk from @abs up to "/" looking for the mount root's xattr.  On success
  * @root holds the directory and @sock the socket path.  -ENODATA: none
- * found; -ENOTCONN: a wfs mount whose daemon is gone. */
+ * found; -ENOTCONN: a wfs mount whose daemon is gone (@root: where);
+ * -EACCES: none found, but a directory on the way could not be asked
+ * (@root: the highest such), most likely a FUSE mount of another user. */
 static int find_root(const char *abs, char *root, char *sock, size_t socksz)
 {
+	char denied[PATH_MAX] = "";
+
 	strcpy(root, abs);
 	for (;;) {
 		/* lgetxattr: never follow the link a PATH may name */
@@ -131,14 +135,20 @@ static int find_root(const char *abs, char *root, char *sock, size_t socksz)
 			return -ENOTCONN;
 		if (n < 0 && errno == ERANGE)
 			return -ENAMETOOLONG;
+		if (n < 0 && errno == EACCES)
+			strcpy(denied, root);
 		if (!strcmp(root, "/"))
-			return -ENODATA;
+			break;
 		slash = strrchr(root, '/');
 		if (slash == root)
 			slash[1] = '\0';
 		else
 			*slash = '\0';
 	}
+	if (!*denied)
+		return -ENODATA;
+	strcpy(root, denied);
+	return -EACCES;
 }
 
 /* Expand @arg if it is a glob that is not also a file's literal name. */
@@ -233,8 +243,15 @@ static int resolve_one(struct ctl_target *t, const char *socket_opt,
 	if (!r)
 		r = find_root(abs, root, sock, sizeof(sock));
 	if (r == -ENOTCONN) {
-		fprintf(stderr, "wfsctl: %s: the wfs mount there is not connected "
-			"(has the daemon died?)\n", shown);
+		fprintf(stderr, "wfsctl: %s: the wfs mount at %s is not connected "
+			"(has the daemon died?)\n", shown, root);
+		return r;
+	}
+	if (r == -EACCES && !socket_opt) {
+		/* FUSE lets only the mounting user in unless -o allow_other */
+		fprintf(stderr, "wfsctl: %s: no access to %s to look for a wfs mount: %s "
+			"(a FUSE mount without -o allow_other is only open to the user "
+			"that mounted it)\n", shown, root, strerror(EACCES));
 		return r;
 	}
 	if (r && socket_opt) {

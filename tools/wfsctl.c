@@ -75,7 +75,7 @@ COMMON_OPTS
 COMMON_OPTS },
 	{ "pin", cmd_pin, 0, 1, SIZE_MAX, "PATH...",
 "Pin the blobs under each PATH: their local copies are never evicted to make\n"
-"room (wfsctl evict still drops them only once unpinned).\n"
+"room, and wfsctl evict skips them unless --force.\n"
 "\n"
 "options:\n" COMMON_OPTS },
 	{ "unpin", cmd_unpin, 0, 1, SIZE_MAX, "PATH...",
@@ -124,8 +124,8 @@ static void usage(FILE *f)
 "glob (quote it so the shell leaves it).  With --socket and no wfs mount\n"
 "above a PATH, the PATH is taken as relative to the mount root.\n"
 "\n"
-"Changing commands (promote, evict, pin, unpin, verify) need root or the\n"
-"user that mounted wfs.\n"
+"Commands that change state (promote without --dry-run, evict, pin, unpin,\n"
+"verify) need root or the user that mounted wfs.\n"
 "\n"
 "exit status: 0 done, 1 failed (reason on stderr), 2 usage error\n");
 }

@@ -13,11 +13,21 @@ Page-cache figures: fractions of the file size; the ideal is stated per row.
 Cold measurements drop the kernel caches first (sync; echo 3 >
 /proc/sys/vm/drop_caches), so the harness must run as root.
 
+Promotion figures (need wfsctl, build/tools/wfsctl or WFSCTL_BIN):
+  promote  `wfsctl promote --wait` of the big shard vs cp of the same NAS file
+           into LOCAL_STORE's filesystem, cp + sync, cp + sha256sum of the
+           copy, cp + sha256sum + sync ("direct" = the baseline), MB/s.
+  local    after promotion: the seq / mmap / rand figures again, "direct" =
+           the verified copy LOCAL_STORE/data/xx/<hash> read directly.
+  startup  a separate fixture with --many 1000, that repo promoted, then the
+           time from `wfs` to `wfsctl status` answering and a promoted file
+           reading back with state local (seconds, no ratio).
+Both promote and local evict the copy afterwards, so the order of figures
+does not matter.
+
 Extension point: every figure is a function `m_<name>(ctx)` registered in
 MEASUREMENTS below.  A measurement adds rows with ctx.row(...).  To add a
-figure (e.g. local-blob reads after promotion, promotion throughput vs cp and
-cp+sha256sum), write a function and append a Measurement to the list; see the
-placeholders at the end of the list.
+figure, write a function and append a Measurement to the list.
 
 Python standard library only.
 """
@@ -43,6 +53,7 @@ MiB = 1 << 20
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_WFS = os.path.join(REPO, "build", "fs", "wfs")
 DEFAULT_MKHUB = os.path.join(REPO, "tools", "wfs-mkhub")
+DEFAULT_WFSCTL = os.path.join(REPO, "build", "tools", "wfsctl")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
@@ -300,6 +311,7 @@ class Ctx:
         self.big = None         # dict: path (mount-relative), nas_real, size
         self.daemon_pid = None
         self.read_ahead = None
+        self.extra_mounts = []  # [{"mnt", "local"}] mounted by a measurement
 
     # paths of the big shard on each side
     def big_path(self, side):
@@ -365,14 +377,13 @@ def fmt(v, digits=None):
 # --------------------------------------------------------------------------
 # measurements: one function each
 
-def m_seq(ctx):
-    """Sequential 1 MiB reads of the largest shard, cold then warm."""
-    path_d, size = ctx.big_path("direct"), ctx.big["size"]
+def seq_figures(ctx, paths, size, prefix=""):
+    """Sequential 1 MiB reads, cold then warm; paths = {side: path}."""
     best = {s: {"cold": 0.0, "warm": 0.0} for s in ("direct", "wfs")}
     dcpu = {"cold": None, "warm": None}
     for rep in range(ctx.args.repeat):
         for side in ctx.order(rep):
-            p = ctx.big_path(side)
+            p = paths[side]
             drop_caches()
             (n, dt), dc, _ = ctx.run_side(side, lambda: seq_read(p))
             if n != size:
@@ -386,31 +397,30 @@ def m_seq(ctx):
                 dcpu["warm"] = dc
     gib = size / (1 << 30)
     for k in ("cold", "warm"):
-        ctx.row(f"seq read 1 MiB {k} ({gib:.2f} GiB)", "MB/s",
+        ctx.row(f"{prefix}seq read 1 MiB {k} ({gib:.2f} GiB)", "MB/s",
                 best["direct"][k], best["wfs"][k], "rate",
                 extra={"daemon_cpu_s": dcpu[k]})
 
 
-def m_mmap(ctx):
-    """mmap the largest shard and touch (copy out) every page, cold."""
+def mmap_figures(ctx, paths, prefix=""):
+    """mmap the file and touch (copy out) every page, cold."""
     best = {"direct": 0.0, "wfs": 0.0}
     dcpu = None
     for rep in range(ctx.args.repeat):
         for side in ctx.order(rep):
-            p = ctx.big_path(side)
+            p = paths[side]
             drop_caches()
             (n, dt), dc, _ = ctx.run_side(side, lambda: mmap_read(p))
             best[side] = max(best[side], n / dt / 1e6)
             if side == "wfs":
                 dcpu = dc
-    ctx.row("mmap read cold (every page)", "MB/s", best["direct"], best["wfs"], "rate",
-            extra={"daemon_cpu_s": dcpu})
+    ctx.row(f"{prefix}mmap read cold (every page)", "MB/s", best["direct"], best["wfs"],
+            "rate", extra={"daemon_cpu_s": dcpu})
 
 
-def m_rand(ctx):
-    """4 KiB random aligned preads in the largest shard, cold then warm;
-    the same offsets (fixed seed) for both sides."""
-    size = ctx.big["size"]
+def rand_figures(ctx, paths, size, prefix=""):
+    """4 KiB random aligned preads, cold then warm; the same offsets (fixed
+    seed) for both sides."""
     rng = random.Random(ctx.args.seed)
     nblk = size // 4096
     offs = [rng.randrange(nblk) * 4096 for _ in range(ctx.args.random_count)]
@@ -418,7 +428,7 @@ def m_rand(ctx):
     dcpu = {"cold": None, "warm": None}
     for rep in range(ctx.args.repeat):
         for side in ctx.order(rep):
-            p = ctx.big_path(side)
+            p = paths[side]
             drop_caches()
             (n, dt), dc, _ = ctx.run_side(side, lambda: rand_read(p, offs))
             best[side]["cold"] = max(best[side]["cold"], n / dt)
@@ -429,9 +439,28 @@ def m_rand(ctx):
             if side == "wfs":
                 dcpu["warm"] = dc
     for k in ("cold", "warm"):
-        ctx.row(f"rand read 4 KiB {k} ({len(offs)} ops)", "IOPS",
+        ctx.row(f"{prefix}rand read 4 KiB {k} ({len(offs)} ops)", "IOPS",
                 best["direct"][k], best["wfs"][k], "rate",
                 extra={"daemon_cpu_s": dcpu[k]})
+
+
+def nas_paths(ctx):
+    return {s: ctx.big_path(s) for s in ("direct", "wfs")}
+
+
+def m_seq(ctx):
+    """Sequential 1 MiB reads of the largest shard (NAS-backed), cold then warm."""
+    seq_figures(ctx, nas_paths(ctx), ctx.big["size"])
+
+
+def m_mmap(ctx):
+    """mmap the largest shard (NAS-backed) and touch every page, cold."""
+    mmap_figures(ctx, nas_paths(ctx))
+
+
+def m_rand(ctx):
+    """4 KiB random aligned preads in the largest shard (NAS-backed)."""
+    rand_figures(ctx, nas_paths(ctx), ctx.big["size"])
 
 
 def m_walk(ctx):
@@ -492,21 +521,408 @@ def m_pagecache(ctx):
             "fincore of the file in the mount (- if not mmappable)")
 
 
-# ---- placeholders for later figures (not run by default) ------------------
+# ---- promotion: wfsctl helpers and the figures that need it ---------------
 
-def m_local(ctx):
-    """TODO: local-blob reads after promotion.  Promote the big blob
-    (wfsctl promote ... --wait), then repeat m_seq / m_mmap / m_rand against
-    the mount; 'direct' = the same bytes read from LOCAL_STORE directly (the
-    local copy), so the ratio shows what passthrough achieves."""
-    raise Skip("needs wfsctl promote (not available yet)")
+def wfsctl(ctx, *args, check=True, timeout=3600):
+    """Run `wfsctl --json ARGS...`; returns (rc, parsed JSON reply or None,
+    stderr).  With check, a non-zero exit or an {"ok": false} reply raises."""
+    cmd = [ctx.args.wfsctl, "--json"] + list(args)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    reply = None
+    out = r.stdout.strip()
+    if out:
+        try:
+            reply = json.loads(out)
+        except ValueError:
+            try:
+                reply = json.loads(out.splitlines()[-1])
+            except ValueError:
+                reply = None
+    if check and (r.returncode != 0 or (reply is not None and reply.get("ok") is False)):
+        msg = (reply or {}).get("error") or r.stderr.strip() or out
+        raise RuntimeError(f"{' '.join(cmd[1:])}: exit {r.returncode}: {msg}")
+    return r.returncode, reply, r.stderr
+
+
+def wfs_state(path):
+    """xattr user.wfs.state of a file in the mount (follows links)."""
+    return os.getxattr(path, "user.wfs.state").decode(errors="replace").rstrip("\0")
+
+
+def evict(ctx, path):
+    wfsctl(ctx, "evict", "--force", path)
+    st = wfs_state(path)
+    if st != "nas":
+        raise RuntimeError(f"after wfsctl evict --force {path}: state {st}, expected nas")
+
+
+def ensure_nas(ctx, path):
+    if wfs_state(path) != "nas":
+        log(f"  {path} is {wfs_state(path)}; evicting first")
+        evict(ctx, path)
+
+
+def promote_tree(ctx, mnt, rel, timeout=1800):
+    """Promote every blob under mnt/rel and wait until all are local.  Uses
+    `wfsctl promote --wait`; if that fails (e.g. a --wait progress request
+    over the daemon's 64 KiB limit for ~400+ blobs), falls back to polling
+    `wfsctl status`.  Returns (seconds, note or "")."""
+    path = os.path.join(mnt, rel)
+    repo = rel.split("/", 1)[0]
+    t0 = time.perf_counter()
+    rc, reply, err = wfsctl(ctx, "promote", "--wait", path, check=False, timeout=timeout)
+    note = ""
+    if rc != 0:
+        first = err.strip().splitlines()[-1] if err.strip() else f"exit {rc}"
+        note = f"`promote --wait` failed ({first}); waited by polling status"
+        log(f"  {note}")
+        if rc != 0 and (reply is None or reply.get("ok") is not True):
+            # the queueing may not have happened: make sure it did
+            wfsctl(ctx, "promote", path, check=False)
+    deadline = t0 + timeout
+    while True:
+        _, st, _ = wfsctl(ctx, "status", path)
+        r = next((x for x in st.get("repos", []) if x.get("repo") == repo), None)
+        if r is None:
+            raise RuntimeError(f"wfsctl status {path}: repo {repo} not listed")
+        states = r.get("states", {})
+        bad = {k: v for k, v in states.items() if k in ("failed", "mismatch", "nas")}
+        busy = {k: v for k, v in states.items() if k in ("queued", "copying", "verifying")}
+        if not busy:
+            if bad:
+                flagged = st.get("flagged", [])[:3]
+                raise RuntimeError(f"promote {rel}: states {states}; flagged {flagged}")
+            break
+        if time.perf_counter() > deadline:
+            raise RuntimeError(f"promote {rel}: still {states} after {timeout} s")
+        time.sleep(0.05)
+    return time.perf_counter() - t0, note
+
+
+def sys_cpu():
+    """Aggregate /proc/stat cpu jiffies: (busy, iowait, total)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    user, nice, system, idle, iowait, irq, softirq = v[:7]
+    steal = v[7] if len(v) > 7 else 0
+    total = sum(v[:8])
+    return (user + nice + system + irq + softirq + steal, iowait, total)
+
+
+def cpu_split(a, b):
+    """System-wide fractions of all CPUs between two sys_cpu() samples."""
+    dt = (b[2] - a[2]) or 1
+    return {"busy": (b[0] - a[0]) / dt, "iowait": (b[1] - a[1]) / dt}
+
+
+def run_cmd_timed(cmd):
+    """Run cmd (check) and return (seconds, its CPU seconds, stdout)."""
+    t0c = os.times()
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    dt = time.perf_counter() - t0
+    t1c = os.times()
+    cpu = (t1c.children_user - t0c.children_user) + (t1c.children_system - t0c.children_system)
+    return dt, cpu, r.stdout
+
+
+def local_copy_path(ctx, size):
+    """The one file in LOCAL_STORE/data of this size (the big blob's copy)."""
+    found = []
+    for dirpath, _, names in os.walk(os.path.join(ctx.local, "data")):
+        for n in names:
+            p = os.path.join(dirpath, n)
+            if os.lstat(p).st_size == size:
+                found.append(p)
+    if len(found) != 1:
+        raise RuntimeError(f"expected one file of {size} bytes under {ctx.local}/data, "
+                           f"found {len(found)}: {found[:3]}")
+    return found[0]
+
+
+def big_sha256(ctx):
+    for e in ctx.manifest["entries"]:
+        if e["path"] == ctx.big["path"]:
+            return e.get("sha256")
+    return None
 
 
 def m_promote(ctx):
-    """TODO: promotion throughput vs `cp` and `cp + sha256sum` of the same
-    NAS file into the same LOCAL_STORE filesystem (caches dropped before
-    each): rows 'promote vs cp' and 'promote vs cp+sha256sum' (MB/s)."""
-    raise Skip("needs wfsctl promote (not available yet)")
+    """Promotion throughput of the big shard with all verification
+    (`wfsctl promote --wait`: XXH3-128 while reading, fsync, O_DIRECT re-read,
+    SHA-256 of the content address) vs `cp` of the same NAS file into the
+    filesystem of LOCAL_STORE, `cp` + `sync`, `cp` + `sha256sum` of the copy,
+    and cp + sha256sum + sync.  Caches dropped before each.  The copy is
+    evicted after every promotion, so later figures see the NAS state."""
+    size = ctx.big["size"]
+    nas, mp = ctx.big_path("direct"), ctx.big_path("wfs")
+    want = big_sha256(ctx)
+    cpdir = os.path.join(ctx.workdir, "cp-baseline")
+    os.makedirs(cpdir, exist_ok=True)
+    dst = os.path.join(cpdir, "copy")
+    same_fs = os.stat(cpdir).st_dev == os.stat(ctx.local).st_dev
+    sv = os.statvfs(cpdir)
+    if sv.f_bavail * sv.f_frsize < 2 * size + (256 << 20):
+        raise Skip(f"not enough free space in {cpdir} for two copies of {size} bytes")
+    ensure_nas(ctx, mp)
+    t = {k: None for k in ("wfs", "cp", "cp+sync", "cp+sha", "cp+sha+sync")}
+    dcpu = None
+    ccpu = {}
+    split = {}
+
+    def best(k, v):
+        t[k] = v if t[k] is None else min(t[k], v)
+
+    try:
+        for rep in range(ctx.args.repeat):
+            for side in ctx.order(rep):
+                if side == "wfs":
+                    drop_caches()
+                    c0, s0 = ctx.daemon_cpu(), sys_cpu()
+                    t0 = time.perf_counter()
+                    _, reply, _ = wfsctl(ctx, "promote", "--wait", mp)
+                    dt = time.perf_counter() - t0
+                    c1, s1 = ctx.daemon_cpu(), sys_cpu()
+                    st = wfs_state(mp)
+                    if st != "local":
+                        raise RuntimeError(f"after promote --wait: state {st}, expected local")
+                    if t["wfs"] is None or dt < t["wfs"]:
+                        dcpu = (c1 - c0) if None not in (c0, c1) else None
+                        split["wfs"] = cpu_split(s0, s1)
+                    best("wfs", dt)
+                    log(f"  promote --wait: {dt:.2f} s, {size / dt / 1e6:.0f} MB/s, "
+                        f"daemon CPU {fmt(dcpu, 2)} s")
+                    evict(ctx, mp)
+                else:
+                    # cp, then sync
+                    drop_caches()
+                    s0 = sys_cpu()
+                    t_cp, cpu_cp, _ = run_cmd_timed(["cp", nas, dst])
+                    t_sync, _, _ = run_cmd_timed(["sync"])
+                    s1 = sys_cpu()
+                    if t["cp+sync"] is None or t_cp + t_sync < t["cp+sync"]:
+                        split["cp+sync"] = cpu_split(s0, s1)
+                        ccpu["cp"] = cpu_cp
+                    best("cp", t_cp)
+                    best("cp+sync", t_cp + t_sync)
+                    os.unlink(dst)
+                    os.sync()
+                    # cp, sha256sum of the copy, then sync
+                    drop_caches()
+                    s0 = sys_cpu()
+                    t_cp, _, _ = run_cmd_timed(["cp", nas, dst])
+                    t_sha, cpu_sha, out = run_cmd_timed(["sha256sum", dst])
+                    t_sync, _, _ = run_cmd_timed(["sync"])
+                    s1 = sys_cpu()
+                    got = out.split()[0] if out else ""
+                    if want and got != want:
+                        raise RuntimeError(f"sha256sum of the cp copy {got} != {want}")
+                    if t["cp+sha"] is None or t_cp + t_sha < t["cp+sha"]:
+                        split["cp+sha"] = cpu_split(s0, s1)
+                        ccpu["sha256sum"] = cpu_sha
+                    best("cp+sha", t_cp + t_sha)
+                    best("cp+sha+sync", t_cp + t_sha + t_sync)
+                    os.unlink(dst)
+                    os.sync()
+                    log(f"  cp {t['cp']:.2f} s, cp+sync {t['cp+sync']:.2f} s, cp+sha256sum "
+                        f"{t['cp+sha']:.2f} s, +sync {t['cp+sha+sync']:.2f} s (best so far)")
+    finally:
+        if os.path.exists(dst):
+            os.unlink(dst)
+        try:
+            if wfs_state(mp) != "nas":
+                evict(ctx, mp)
+        except (OSError, RuntimeError) as e:
+            log(f"  evict after promote failed: {e}")
+    mbs = {k: (size / v / 1e6 if v else None) for k, v in t.items()}
+    gib = size / (1 << 30)
+    fsnote = "" if same_fs else "; cp target NOT on LOCAL_STORE's fs"
+    pw = split.get("wfs", {})
+    ctx.row(f"promote --wait vs cp ({gib:.2f} GiB)", "MB/s", mbs["cp"], mbs["wfs"], "rate",
+            f"direct = cp NAS->LOCAL_STORE fs{fsnote}; promote: sys CPU busy "
+            f"{pw.get('busy', 0) * 100:.0f}% iowait {pw.get('iowait', 0) * 100:.0f}%; "
+            f"cp CPU {fmt(ccpu.get('cp'), 2)} s",
+            extra={"daemon_cpu_s": dcpu, "seconds": t, "same_fs": same_fs,
+                   "cpu_split": split, "client_cpu_s": ccpu})
+    ctx.row("promote --wait vs cp + sync", "MB/s", mbs["cp+sync"], mbs["wfs"], "rate",
+            "direct = cp then sync (data on disk)", extra={"daemon_cpu_s": dcpu})
+    ctx.row("promote --wait vs cp + sha256sum", "MB/s", mbs["cp+sha"], mbs["wfs"], "rate",
+            f"direct = cp then sha256sum of the copy (page cache); "
+            f"sha256sum CPU {fmt(ccpu.get('sha256sum'), 2)} s",
+            extra={"daemon_cpu_s": dcpu})
+    ctx.row("promote --wait vs cp + sha256sum + sync", "MB/s", mbs["cp+sha+sync"], mbs["wfs"],
+            "rate", "direct = cp, sha256sum, sync; --wait polls every 0.25 s",
+            extra={"daemon_cpu_s": dcpu})
+
+
+def m_local(ctx):
+    """Local-blob reads after promotion of the big shard: the same seq /
+    mmap / rand figures as for the NAS, 'direct' = reading the verified
+    copy LOCAL_STORE/data/xx/<hash> itself, 'wfs' = the file in the mount.
+    Evicts the copy afterwards."""
+    size = ctx.big["size"]
+    mp = ctx.big_path("wfs")
+    try:
+        if wfs_state(mp) != "local":
+            drop_caches()
+            t0 = time.perf_counter()
+            wfsctl(ctx, "promote", "--wait", mp)
+            log(f"  promoted {ctx.big['path']} in {time.perf_counter() - t0:.2f} s")
+        if wfs_state(mp) != "local":
+            raise RuntimeError(f"{mp}: state {wfs_state(mp)} after promote, expected local")
+        lp = local_copy_path(ctx, size)
+        log(f"  local copy {lp}")
+        # the copy holds the NAS bytes (spot check: head, middle, tail)
+        with open(lp, "rb") as a, open(ctx.big_path("direct"), "rb") as b:
+            for off in (0, size // 2, max(0, size - MiB)):
+                a.seek(off)
+                b.seek(off)
+                if a.read(MiB) != b.read(MiB):
+                    raise RuntimeError(f"local copy {lp} differs from the NAS file at {off}")
+        _, st0, _ = wfsctl(ctx, "status", ctx.mnt)
+        paths = {"direct": lp, "wfs": mp}
+        seq_figures(ctx, paths, size, "local: ")
+        mmap_figures(ctx, paths, "local: ")
+        rand_figures(ctx, paths, size, "local: ")
+        _, st1, _ = wfsctl(ctx, "status", ctx.mnt)
+        st = wfs_state(mp)
+        s0, s1 = st0.get("served", {}), st1.get("served", {})
+        dl = s1.get("local_bytes", 0) - s0.get("local_bytes", 0)
+        dn = s1.get("nas_bytes", 0) - s0.get("nas_bytes", 0)
+        ctx.row("local: bytes served local / NAS during these reads", "GiB",
+                dn / (1 << 30), dl / (1 << 30), "info",
+                f"from wfsctl status 'served' (direct col = NAS, wfs col = local); "
+                f"state after: {st}",
+                extra={"served_local_bytes": dl, "served_nas_bytes": dn})
+        if st != "local":
+            raise RuntimeError(f"{mp}: state {st} after the local reads, expected local")
+    finally:
+        try:
+            if wfs_state(mp) != "nas":
+                evict(ctx, mp)
+        except (OSError, RuntimeError) as e:
+            log(f"  evict after local failed: {e}")
+
+
+def wait_daemon_exit(pid, timeout=10.0):
+    if not pid:
+        return True
+    deadline = time.perf_counter() + timeout
+    while pid_alive(pid):
+        if time.perf_counter() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def m_startup(ctx):
+    """Start-up with N verified blobs (--startup-many, default 1000): a
+    separate fixture with `wfs-mkhub --many N`, its datasets--acme--many repo
+    promoted, unmounted; then time `wfs` (returns when mounted) until
+    `wfsctl status` answers and one promoted file reads back (right bytes)
+    with user.wfs.state = local.  Cold (caches dropped) and warm; seconds."""
+    a = ctx.args
+    n = a.startup_many
+    sdir = os.path.join(ctx.workdir, "startup")
+    fx = os.path.join(sdir, "fixture")
+    os.makedirs(sdir, exist_ok=True)
+    cmd = [a.mkhub, "--scale-mib", "1", "--many", str(n), "--seed", str(a.seed), fx]
+    log("  generating:", " ".join(cmd))
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=sys.stderr)
+    with open(os.path.join(fx, "manifest.json")) as f:
+        man = json.load(f)
+    hub = man.get("hub") or os.path.join(fx, "hub")
+    local = os.path.join(sdir, "local")
+    mnt = os.path.join(sdir, "mnt")
+    os.makedirs(mnt, exist_ok=True)
+    repo = "datasets--acme--many"
+    # a snapshot entry of the repo (a link to its blob), as a loader opens it
+    probe = next((e for e in man["entries"] if e["path"].startswith(repo + "/snapshots/")
+                  and e["type"] == "link" and e.get("follow") == "file"), None)
+    if probe is None:
+        raise RuntimeError(f"no snapshot link in {repo} of the startup fixture")
+    probe_path = os.path.join(mnt, probe["path"])
+    wcmd = [a.wfs] + sum((["-o", o] for o in a.wfs_opt), []) + [hub, local, mnt]
+    m = {"mnt": mnt, "local": local}
+    ctx.extra_mounts.append(m)
+
+    def do_mount():
+        r = subprocess.run(wcmd, timeout=120, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"wfs exited {r.returncode}: {r.stderr.strip()}")
+
+    def do_unmount():
+        pid = find_daemon(mnt, local)
+        subprocess.run(["umount", mnt], check=True, capture_output=True)
+        if not wait_daemon_exit(pid):
+            raise RuntimeError(f"daemon {pid} still alive 10 s after umount {mnt}")
+
+    do_mount()
+    drop_caches()
+    dt, pnote = promote_tree(ctx, mnt, repo)
+    _, st, _ = wfsctl(ctx, "status", mnt)
+    r = next(x for x in st["repos"] if x["repo"] == repo)
+    blobs = st.get("store", {}).get("blobs")
+    log(f"  promoted {repo}: {r['local_files']}/{r['files']} files local, store blobs {blobs}, "
+        f"in {dt:.2f} s")
+    if wfs_state(probe_path) != "local":
+        raise RuntimeError(f"{probe_path}: not local after promotion")
+    do_unmount()
+
+    res = {"cold": [], "warm": []}
+    reps = max(a.repeat, 3)
+    for rep in range(reps):
+        for mode in ("cold", "warm"):
+            if mode == "cold":
+                drop_caches()
+            t0 = time.perf_counter()
+            do_mount()
+            t1 = time.perf_counter()
+            deadline = t0 + 30
+            while True:
+                rc, reply, _ = wfsctl(ctx, "status", mnt, check=False, timeout=30)
+                if rc == 0 and reply and reply.get("ok"):
+                    break
+                if time.perf_counter() > deadline:
+                    raise RuntimeError("wfsctl status did not answer within 30 s of mounting")
+                time.sleep(0.01)
+            t2 = time.perf_counter()
+            while True:
+                stt = wfs_state(probe_path)
+                if stt == "local":
+                    with open(probe_path, "rb") as f:
+                        data = f.read()
+                    if hashlib.sha256(data).hexdigest() != probe["sha256"]:
+                        raise RuntimeError(f"{probe_path}: wrong bytes after remount")
+                    if wfs_state(probe_path) == "local":
+                        break
+                if time.perf_counter() > deadline:
+                    raise RuntimeError(f"{probe_path}: state {stt} 30 s after mounting")
+                time.sleep(0.01)
+            t3 = time.perf_counter()
+            pid = find_daemon(mnt, local)
+            cpu = proc_cpu_s(pid) if pid else None
+            lr = next((x for x in reply.get("repos", []) if x.get("repo") == repo), {})
+            res[mode].append({"total": t3 - t0, "mount": t1 - t0, "status": t2 - t1,
+                              "read": t3 - t2, "daemon_cpu_s": cpu,
+                              "local_files": lr.get("local_files"),
+                              "store_blobs": reply.get("store", {}).get("blobs")})
+            log(f"  startup {mode}: {t3 - t0:.3f} s (wfs {t1 - t0:.3f}, status {t2 - t1:.3f}, "
+                f"read {t3 - t2:.3f}), daemon CPU {fmt(cpu, 2)} s, "
+                f"{lr.get('local_files')} local files at first status")
+            do_unmount()
+    ctx.extra_mounts.remove(m)
+    for mode in ("cold", "warm"):
+        runs = res[mode]
+        b = min(runs, key=lambda x: x["total"])
+        worst = max(x["total"] for x in runs)
+        ctx.row(f"startup {mode}, {r['local_files']} local blobs (store {blobs})", "s",
+                None, b["total"], "info",
+                f"target: well under 1 s; wfs {b['mount']:.3f} + status {b['status']:.3f} + "
+                f"first local read {b['read']:.3f}; worst of {len(runs)} {worst:.3f}"
+                + (f"; {pnote}" if pnote else ""),
+                extra={"daemon_cpu_s": b["daemon_cpu_s"], "runs": runs,
+                       "promote_s": dt, "promote_note": pnote})
 
 
 class Measurement:
@@ -520,9 +936,9 @@ MEASUREMENTS = [
     Measurement("rand", m_rand),
     Measurement("walk", m_walk),
     Measurement("pagecache", m_pagecache),
-    # later figures: implement the function, then set default=True
-    Measurement("local", m_local, default=False),
-    Measurement("promote", m_promote, default=False),
+    Measurement("promote", m_promote),
+    Measurement("local", m_local),
+    Measurement("startup", m_startup),
 ]
 
 
@@ -608,15 +1024,25 @@ def mount(ctx):
 
 
 def unmount(ctx):
+    for m in list(ctx.extra_mounts):
+        try:
+            unmount_one(m["mnt"], find_daemon(m["mnt"], m["local"])
+                        if is_mounted(m["mnt"]) else None)
+        except OSError as e:
+            log(f"unmounting {m['mnt']}: {e}")
+        ctx.extra_mounts.remove(m)
     if not ctx.mnt:
         return
-    pid = ctx.daemon_pid
-    if is_mounted(ctx.mnt):
-        log(f"unmounting {ctx.mnt}")
-        for cmd in (["umount", ctx.mnt], ["fusermount3", "-u", ctx.mnt],
-                    ["umount", "-l", ctx.mnt]):
+    unmount_one(ctx.mnt, ctx.daemon_pid)
+
+
+def unmount_one(mnt, pid):
+    if is_mounted(mnt):
+        log(f"unmounting {mnt}")
+        for cmd in (["umount", mnt], ["fusermount3", "-u", mnt],
+                    ["umount", "-l", mnt]):
             if subprocess.run(cmd, capture_output=True).returncode == 0 and \
-                    not is_mounted(ctx.mnt):
+                    not is_mounted(mnt):
                 break
             time.sleep(1)
     if pid:
@@ -637,8 +1063,10 @@ def cleanup(ctx):
         unmount(ctx)
     finally:
         if ctx.workdir and not ctx.args.keep:
-            if ctx.mnt and is_mounted(ctx.mnt):
-                log(f"NOT removing {ctx.workdir}: {ctx.mnt} is still mounted")
+            still = [p for p in [ctx.mnt] + [m["mnt"] for m in ctx.extra_mounts]
+                     if p and is_mounted(p)]
+            if still:
+                log(f"NOT removing {ctx.workdir}: {', '.join(still)} still mounted")
             else:
                 shutil.rmtree(ctx.workdir, ignore_errors=True)
         elif ctx.workdir:
@@ -676,6 +1104,13 @@ def print_table(ctx, machine, out):
         print(line(x), file=out)
     print("ratio = wfs/direct; rates: higher is better (1.0 = parity); "
           "(time) rows: lower is better", file=out)
+    if any(r["metric"].startswith("promote") for r in ctx.rows):
+        print("promote rows: direct = the named baseline (cp of the NAS file into "
+              "LOCAL_STORE's filesystem, caches dropped), wfs = wfsctl promote --wait",
+              file=out)
+    if any(r["metric"].startswith("local:") for r in ctx.rows):
+        print("local: rows: after promotion; direct = reading the verified copy "
+              "LOCAL_STORE/data/xx/<hash> itself, wfs = the file in the mount", file=out)
     for e in ctx.errors:
         print(f"{e['measurement']}: {e['status']}: {e['message']}", file=out)
 
@@ -689,7 +1124,8 @@ def parse_args(argv):
                     "directly, in the same run. Needs root (drops caches, mounts).",
         epilog="measurements: " + ", ".join(
             f"{m.name}{'' if m.default else ' (off by default)'}" for m in MEASUREMENTS)
-        + ". Environment: WFS_BIN (daemon, default build/fs/wfs), WFS_MKHUB (generator).")
+        + ". Environment: WFS_BIN (daemon, default build/fs/wfs), WFSCTL_BIN (client, "
+        "default build/tools/wfsctl), WFS_MKHUB (generator).")
     p.add_argument("--dir", default="/var/tmp",
                    help="parent of the temporary work dir (default /var/tmp)")
     p.add_argument("--size-mib", type=int, default=None,
@@ -711,6 +1147,8 @@ def parse_args(argv):
     p.add_argument("--fuse-read-ahead-kb", type=int, default=None,
                    help="set the mount's /sys/class/bdi/.../read_ahead_kb after mounting "
                         "(default: leave the kernel's value; the header shows both sides)")
+    p.add_argument("--startup-many", type=int, default=1000,
+                   help="verified blobs for the startup figure (wfs-mkhub --many; default 1000)")
     p.add_argument("--keep", action="store_true", help="keep the work dir")
     p.add_argument("--json", action="store_true", help="print results as JSON on stdout")
     a = p.parse_args(argv)
@@ -730,6 +1168,7 @@ def parse_args(argv):
         a.selected = [m for m in MEASUREMENTS if m.default]
     a.wfs = os.environ.get("WFS_BIN", DEFAULT_WFS)
     a.mkhub = os.environ.get("WFS_MKHUB", DEFAULT_MKHUB)
+    a.wfsctl = os.environ.get("WFSCTL_BIN", DEFAULT_WFSCTL)
     return a
 
 
@@ -741,8 +1180,12 @@ def main(argv=None):
     a = parse_args(sys.argv[1:] if argv is None else argv)
     if os.geteuid() != 0:
         sys.exit("bench.py must run as root (drop_caches, mount)")
-    for path, what in ((a.wfs, "WFS_BIN"), (a.mkhub, "WFS_MKHUB")):
-        if not (what == "WFS_MKHUB" and a.fixture) and not os.access(path, os.X_OK):
+    need_ctl = any(m.name in ("promote", "local", "startup") for m in a.selected)
+    for path, what in ((a.wfs, "WFS_BIN"), (a.mkhub, "WFS_MKHUB"), (a.wfsctl, "WFSCTL_BIN")):
+        if what == "WFSCTL_BIN" and not need_ctl:
+            continue
+        if not (what == "WFS_MKHUB" and a.fixture and not any(
+                m.name == "startup" for m in a.selected)) and not os.access(path, os.X_OK):
             sys.exit(f"{what}: {path} is not an executable")
     for s in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(s, _on_signal)
@@ -791,6 +1234,7 @@ def main(argv=None):
                    "config": {"size_mib": a.size_mib, "many": a.many, "seed": a.seed,
                               "repeat": a.repeat, "random_count": a.random_count,
                               "wfs": a.wfs, "wfs_opt": a.wfs_opt, "mkhub": a.mkhub,
+                              "wfsctl": a.wfsctl, "startup_many": a.startup_many,
                               "fuse_read_ahead_kb": a.fuse_read_ahead_kb,
                               "quick": a.quick, "big_file": ctx.big,
                               "measurements": [m.name for m in a.selected]},

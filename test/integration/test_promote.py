@@ -148,6 +148,9 @@ class LocalReads(unittest.TestCase):
         not_local = {p: s for p, s in states.items() if s != "local"}
         self.assertEqual(not_local, {}, "after `wfsctl promote --wait %s` (%.1f s), %d of %d "
                          "files are not local" % (self.REPO, took, len(not_local), len(states)))
+        # refs move on the NAS: a directory promote leaves them there
+        self.assertEqual(state_of(fix.m(self.REPO + "/refs/main")), "nas",
+                         "refs/main must stay on the NAS after promoting the repo")
         repo, st = wfstest.repo_status(self, fix.mnt, self.REPO)
         self.assertEqual(repo.get("files"), len(uniq),
                          "status files of %s (manifest: %d unique NAS files)" % (self.REPO, len(uniq)))

@@ -621,9 +621,16 @@ def drop_caches():
         f.write("3\n")
 
 
+# A directory promote copies data, not what moves on the NAS or is not data:
+# refs, .no_exist markers and trees/ file lists stay on the NAS.
+NOT_PROMOTED_AREAS = ("refs", ".no_exist", "trees")
+
+
 def repo_readable(fix, repo):
-    """Manifest entries under <repo>/ that read as files through the mount."""
-    return [e for e in fix.readable() if e["path"].startswith(repo + "/")]
+    """Manifest entries under <repo>/ that read as files through the mount and
+    that promoting <repo> copies (blobs and snapshot entries)."""
+    return [e for e in fix.readable() if e["path"].startswith(repo + "/")
+            and e["path"].split("/")[1] not in NOT_PROMOTED_AREAS]
 
 
 def unique_real(entries):

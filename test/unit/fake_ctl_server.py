@@ -324,7 +324,7 @@ class Handler(socketserver.StreamRequestHandler):
             op = check(req)
             with srv.hub.lock:
                 srv.hub.requests.append(req)
-            if op in CHANGING:
+            if op in CHANGING and not req.get("dry_run"):
                 cred = self.request.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
                                                struct.calcsize("3i"))
                 uid = struct.unpack("3i", cred)[1]
@@ -544,7 +544,8 @@ def body(t, work):
     sock2 = f"{store}/deny.sock"
     srv2 = Server(sock2, Hub(40), allow_uids={4242})
     r = run("--socket", sock2, "promote", "models--org--good", cwd="/")
-    ok("EPERM reply", r[0] == 1 and "[EPERM]" in r[2] and "uid 0" in r[2] and r[1] == "", show(r))
+    ok("EPERM reply", r[0] == 1 and "[EPERM]" in r[2] and "uid 0" in r[2] and r[1] == ""
+       and "promote: promote:" not in r[2], show(r))
     r = run("--socket", sock2, "--json", "evict", "models--org--good", cwd="/")
     ok("EPERM with --json: reply on stdout too",
        r[0] == 1 and json.loads(r[1])["errno"] == "EPERM" and "[EPERM]" in r[2], show(r))
@@ -552,6 +553,8 @@ def body(t, work):
     ok("status is allowed, pin is not", r[0] == 1 and "EPERM" in r[2], show(r))
     r = run("--socket", sock2, "status", cwd="/")
     ok("status without privilege", r[0] == 0, show(r))
+    r = run("--socket", sock2, "promote", "--dry-run", "models--org--good", cwd="/")
+    ok("dry run without privilege", r[0] == 0, show(r))
     srv2.close()
     r = run("promote", "models--org--nothere", cwd=root)
     ok("daemon error names the path", r[0] == 1 and "models--org--nothere: no such file" in r[2]

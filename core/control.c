@@ -51,6 +51,8 @@ static void set_unique(struct blob_set *set)
 {
 	size_t w = 0;
 
+	if (!set->n)
+		return;
 	qsort(set->v, set->n, sizeof(*set->v), ptr_cmp);
 	for (size_t i = 0; i < set->n; i++)
 		if (!w || set->v[w - 1] != set->v[i])
@@ -538,6 +540,28 @@ static void serve_one(struct control *c, int fd)
 	free(buf);
 }
 
+struct conn {
+	struct control *c;
+	int fd;
+};
+
+/* One thread per client: a long "verify --full" must not hold up the
+ * progress polls of a "promote --wait". */
+static void *serve_conn(void *arg)
+{
+	struct conn *k = arg;
+	struct control *c = k->c;
+
+	serve_one(c, k->fd);
+	close(k->fd);
+	free(k);
+	pthread_mutex_lock(&c->lock);
+	c->active--;
+	pthread_cond_broadcast(&c->idle);
+	pthread_mutex_unlock(&c->lock);
+	return NULL;
+}
+
 static void *serve(void *arg)
 {
 	struct control *c = arg;
@@ -547,6 +571,8 @@ static void *serve(void *arg)
 	};
 
 	for (;;) {
+		struct conn *k;
+		pthread_t t;
 		int fd;
 
 		if (poll(pfd, 2, -1) < 0)
@@ -556,9 +582,30 @@ static void *serve(void *arg)
 		fd = accept4(c->listen_fd, NULL, NULL, SOCK_CLOEXEC);
 		if (fd < 0)
 			continue;
-		serve_one(c, fd);
+		k = malloc(sizeof(*k));
+		pthread_mutex_lock(&c->lock);
+		c->active++;
+		pthread_mutex_unlock(&c->lock);
+		if (k) {
+			k->c = c;
+			k->fd = fd;
+			if (pthread_create(&t, NULL, serve_conn, k) == 0) {
+				pthread_detach(t);
+				continue;
+			}
+			free(k);
+		}
+		serve_one(c, fd); /* no thread to be had: serve it here */
 		close(fd);
+		pthread_mutex_lock(&c->lock);
+		c->active--;
+		pthread_mutex_unlock(&c->lock);
 	}
+	/* The store goes away after us: wait for the clients being served. */
+	pthread_mutex_lock(&c->lock);
+	while (c->active)
+		pthread_cond_wait(&c->idle, &c->lock);
+	pthread_mutex_unlock(&c->lock);
 	return NULL;
 }
 
@@ -588,7 +635,11 @@ int control_bind(struct control *c)
 
 int control_start(struct control *c)
 {
-	int r = pthread_create(&c->thread, NULL, serve, c);
+	int r;
+
+	pthread_mutex_init(&c->lock, NULL);
+	pthread_cond_init(&c->idle, NULL);
+	r = pthread_create(&c->thread, NULL, serve, c);
 
 	if (r)
 		return -r;

@@ -25,6 +25,9 @@ struct control {
 	char sock_path[PATH_MAX];
 	int listen_fd, wake[2];
 	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t idle;
+	int active; /* clients being served */
 	int running;
 };
 

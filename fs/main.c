@@ -308,6 +308,14 @@ static int check_paths(struct wfs *w)
 		fprintf(stderr, "wfs: LOCAL_STORE %s: not a directory\n", o->local);
 		return -1;
 	}
+	/* The daemon leaves its working directory ("/") when it detaches:
+	 * relative paths must be made absolute now. */
+	if (!realpath(o->local, w->local_abs) || !realpath(o->mnt, w->mnt_abs)) {
+		fprintf(stderr, "wfs: %s: %s\n", o->local, strerror(errno));
+		return -1;
+	}
+	o->local = w->local_abs;
+	o->mnt = w->mnt_abs;
 	return 0;
 }
 

@@ -40,6 +40,7 @@ struct wfs {
 	struct store store;
 	struct control ctl;
 	int store_open;
+	char local_abs[PATH_MAX], mnt_abs[PATH_MAX];
 	pthread_t ra_thread;
 	int ra_started;
 };

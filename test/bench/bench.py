@@ -574,8 +574,11 @@ def promote_tree(ctx, mnt, rel, timeout=1800):
     note = ""
     if rc != 0:
         first = err.strip().splitlines()[-1] if err.strip() else f"exit {rc}"
-        note = f"`promote --wait` failed ({first}); waited by polling status"
-        log(f"  {note}")
+        log(f"  `wfsctl promote --wait {rel}` failed: {first}; waiting by polling status")
+        note = "promote --wait FAILED"
+        if "64 KiB" in first:
+            note += " (progress request > 64 KiB)"
+        note += "; polled status instead"
         if rc != 0 and (reply is None or reply.get("ok") is not True):
             # the queueing may not have happened: make sure it did
             wfsctl(ctx, "promote", path, check=False)
@@ -665,6 +668,10 @@ def m_promote(ctx):
     if sv.f_bavail * sv.f_frsize < 2 * size + (256 << 20):
         raise Skip(f"not enough free space in {cpdir} for two copies of {size} bytes")
     ensure_nas(ctx, mp)
+    # guest caches are dropped before every pass, but a VM's host may cache
+    # the disk too: read the NAS file once, untimed, so that every pass
+    # (promote and the baselines alike) starts from the same host state
+    seq_read(nas)
     t = {k: None for k in ("wfs", "cp", "cp+sync", "cp+sha", "cp+sha+sync")}
     dcpu = None
     ccpu = {}
@@ -903,6 +910,9 @@ def m_startup(ctx):
             pid = find_daemon(mnt, local)
             cpu = proc_cpu_s(pid) if pid else None
             lr = next((x for x in reply.get("repos", []) if x.get("repo") == repo), {})
+            if lr.get("local_files") != r["local_files"]:
+                log(f"  NOTE: first status shows {lr.get('local_files')} local files of "
+                    f"{r['local_files']} promoted")
             res[mode].append({"total": t3 - t0, "mount": t1 - t0, "status": t2 - t1,
                               "read": t3 - t2, "daemon_cpu_s": cpu,
                               "local_files": lr.get("local_files"),
@@ -912,15 +922,16 @@ def m_startup(ctx):
                 f"{lr.get('local_files')} local files at first status")
             do_unmount()
     ctx.extra_mounts.remove(m)
-    for mode in ("cold", "warm"):
+    for i, mode in enumerate(("cold", "warm")):
         runs = res[mode]
         b = min(runs, key=lambda x: x["total"])
         worst = max(x["total"] for x in runs)
         ctx.row(f"startup {mode}, {r['local_files']} local blobs (store {blobs})", "s",
                 None, b["total"], "info",
                 f"target: well under 1 s; wfs {b['mount']:.3f} + status {b['status']:.3f} + "
-                f"first local read {b['read']:.3f}; worst of {len(runs)} {worst:.3f}"
-                + (f"; {pnote}" if pnote else ""),
+                f"read {b['read']:.3f}; worst of {len(runs)} {worst:.3f}; "
+                f"{b['local_files']} local at 1st status"
+                + (f"; {pnote}" if pnote and i == 0 else ""),
                 extra={"daemon_cpu_s": b["daemon_cpu_s"], "runs": runs,
                        "promote_s": dt, "promote_note": pnote})
 

@@ -1,0 +1,268 @@
+/* file.c - open, read, release: where a file's bytes come from.
+ *
+ * A file is read from its blob's verified local copy when there is one and
+ * from the NAS otherwise, deciding at every read, so an open file moves to
+ * the copy the moment it is verified.
+ */
+#include "wfs.h"
+#include "ops.h"
+#include "path.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <syslog.h>
+#include <unistd.h>
+#include <linux/openat2.h>
+#include <sys/syscall.h>
+#include <time.h>
+
+
+/* An open file.  It reads from whichever side its blob is on at the time
+ * of each read: opened from the NAS, it moves to the local copy as soon as
+ * the copy is verified, and back if the copy is demoted.  Both descriptors
+ * stay open until release, so a read in flight never loses its fd. */
+struct wfs_fh {
+	pthread_mutex_t lock;
+	struct blob *blob;
+	char *nas_path;
+	int nas_fd, nas_direct;
+	int local_fd, local_direct;
+	int local_failed;
+};
+
+/* Open a resolved NAS path without following any link a racing change on
+ * the NAS could have put in it. */
+static int open_backing(const char *path, int flags)
+{
+	struct open_how how = {
+		.flags = (uint64_t)(O_RDONLY | O_CLOEXEC | O_NOCTTY | flags),
+		.resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+	};
+	int fd = (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof(how));
+
+	if (fd < 0 && errno == ENOSYS)
+		fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | flags);
+	return fd < 0 ? -errno : fd;
+}
+
+/* Open @path with O_DIRECT where its filesystem allows it. */
+static int open_direct(const char *path, int *direct)
+{
+	int fd = open_backing(path, O_DIRECT);
+
+	*direct = 1;
+	if (fd == -EINVAL) { /* tmpfs and friends: buffered, pages dropped */
+		*direct = 0;
+		fd = open_backing(path, 0);
+	}
+	return fd;
+}
+
+static int fh_nas_fd(struct wfs *w, struct wfs_fh *fh, int *direct)
+{
+	int fd;
+
+	pthread_mutex_lock(&fh->lock);
+	if (fh->nas_fd < 0) {
+		fd = open_direct(fh->nas_path, &fh->nas_direct);
+		if (fd < 0)
+			wfs_log(w, LOG_WARNING, "open %s: %s", fh->nas_path, strerror(-fd));
+		else
+			fh->nas_fd = fd;
+	}
+	fd = fh->nas_fd;
+	*direct = fh->nas_direct;
+	pthread_mutex_unlock(&fh->lock);
+	return fd;
+}
+
+static int fh_local_fd(struct wfs *w, struct wfs_fh *fh, int *direct)
+{
+	char path[PATH_MAX + 64];
+	int fd;
+
+	pthread_mutex_lock(&fh->lock);
+	if (fh->local_fd < 0 && !fh->local_failed) {
+		pthread_mutex_lock(&w->store.lock);
+		store_local_path(&w->store, fh->blob, path, sizeof(path));
+		pthread_mutex_unlock(&w->store.lock);
+		fd = open_direct(path, &fh->local_direct);
+		if (fd < 0) {
+			fh->local_failed = 1;
+			wfs_log(w, LOG_WARNING, "open local copy %s of %s: %s; reading the NAS",
+				path, fh->nas_path, strerror(-fd));
+		} else {
+			fh->local_fd = fd;
+		}
+	}
+	fd = fh->local_fd;
+	*direct = fh->local_direct;
+	pthread_mutex_unlock(&fh->lock);
+	return fd;
+}
+
+static void fh_free(struct wfs_fh *fh)
+{
+	if (fh->nas_fd >= 0)
+		close(fh->nas_fd);
+	if (fh->local_fd >= 0)
+		close(fh->local_fd);
+	pthread_mutex_destroy(&fh->lock);
+	free(fh->nas_path);
+	free(fh);
+}
+
+void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct wfs *w = W(req);
+	struct node *n = N(w, ino);
+	char path[PATH_MAX];
+	struct wfs_fh *fh;
+	struct stat st;
+	int fd, direct, local = 0;
+
+	if (n->kind != NS_FILE) {
+		fuse_reply_err(req, n->kind == NS_DIR ? EISDIR : ELOOP);
+		return;
+	}
+	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
+		node_rel(w, n, path, sizeof(path));
+		wfs_log(w, LOG_NOTICE, "refused write open of %s: read-only filesystem", path);
+		fuse_reply_err(req, EROFS);
+		return;
+	}
+	fh = calloc(1, sizeof(*fh));
+	if (!fh) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	pthread_mutex_init(&fh->lock, NULL);
+	fh->nas_fd = fh->local_fd = -1;
+	fh->blob = __atomic_load_n(&n->blob, __ATOMIC_ACQUIRE);
+	pthread_mutex_lock(&w->nodes.lock);
+	fh->nas_path = strdup(n->backing);
+	pthread_mutex_unlock(&w->nodes.lock);
+	if (!fh->nas_path) {
+		fh_free(fh);
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	if (fh->blob) {
+		fh->blob->opens++;
+		fh->blob->last_used = (int64_t)time(NULL);
+		/* First local read since start-up: is the source still the same? */
+		local = store_check_source(&w->store, fh->blob) && fh_local_fd(w, fh, &direct) >= 0;
+	}
+	/* The NAS side is opened even for a local blob: it proves the name still
+	 * resolves, gives the attributes, and is the fallback. */
+	fd = fh_nas_fd(w, fh, &direct);
+	if (fd < 0) {
+		fuse_reply_err(req, -fd == ELOOP ? EIO : -fd);
+		fh_free(fh);
+		return;
+	}
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		wfs_log(w, LOG_WARNING, "open %s: not a regular file any more", fh->nas_path);
+		fuse_reply_err(req, EIO);
+		fh_free(fh);
+		return;
+	}
+	(void)local;
+	/* The content under a name is immutable, so the kernel may keep its
+	 * pages across opens -- unless the NAS shows a new size or mtime. */
+	pthread_mutex_lock(&w->nodes.lock);
+	if (st.st_size == n->st.st_size && st.st_mtim.tv_sec == n->st.st_mtim.tv_sec &&
+	    st.st_mtim.tv_nsec == n->st.st_mtim.tv_nsec && n->cache_ok)
+		fi->keep_cache = 1;
+	n->cache_ok = 1;
+	n->st.st_size = st.st_size;
+	n->st.st_mtim = st.st_mtim;
+	pthread_mutex_unlock(&w->nodes.lock);
+	fi->fh = (uint64_t)(uintptr_t)fh;
+	fi->noflush = 1;
+	if (fuse_reply_open(req, fi) == -ENOENT)
+		fh_free(fh); /* the opener was interrupted */
+}
+
+/* Reads of NAS files use O_DIRECT where the filesystem allows it: the bytes
+ * land only in the FUSE inode's page cache, never in the NAS file's too, and
+ * an NFS client's stale cache is not consulted.  Aligned requests (all of
+ * the kernel's page-cache reads) are spliced from the descriptor; others
+ * are read into an aligned bounce buffer. */
+#define DIO_ALIGN 4096
+
+static void read_bounce(fuse_req_t req, int fd, size_t size, off_t off, int drop)
+{
+	off_t aoff = off & ~(off_t)(DIO_ALIGN - 1);
+	size_t alen = (size_t)(off - aoff) + size;
+	ssize_t n;
+	void *buf;
+
+	alen = (alen + DIO_ALIGN - 1) & ~(size_t)(DIO_ALIGN - 1);
+	if (posix_memalign(&buf, DIO_ALIGN, alen)) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	n = pread(fd, buf, alen, aoff);
+	if (drop) /* the bytes live on in the FUSE inode's page cache */
+		posix_fadvise(fd, aoff, (off_t)alen, POSIX_FADV_DONTNEED);
+	if (n < 0) {
+		fuse_reply_err(req, errno);
+	} else if (n <= off - aoff) {
+		fuse_reply_buf(req, NULL, 0);
+	} else {
+		size_t avail = (size_t)(n - (off - aoff));
+
+		fuse_reply_buf(req, (char *)buf + (off - aoff), avail < size ? avail : size);
+	}
+	free(buf);
+}
+
+void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		    struct fuse_file_info *fi)
+{
+	struct fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
+	struct wfs_fh *fh = (struct wfs_fh *)(uintptr_t)fi->fh;
+	struct wfs *w = W(req);
+	struct blob *b = fh->blob;
+	int fd = -1, direct = 0;
+	(void)ino;
+
+	if (b && __atomic_load_n(&b->state, __ATOMIC_ACQUIRE) == BLOB_LOCAL) {
+		fd = fh_local_fd(w, fh, &direct);
+		if (fd >= 0)
+			b->local_bytes += size;
+	}
+	if (fd < 0) {
+		fd = fh_nas_fd(w, fh, &direct);
+		if (fd < 0) {
+			fuse_reply_err(req, EIO);
+			return;
+		}
+		if (b)
+			b->nas_bytes += size;
+	}
+	/* Nothing of fh may be touched after the reply: the file can be
+	 * released as soon as the kernel has the bytes. */
+	if (!direct || ((off | (off_t)size) & (DIO_ALIGN - 1))) {
+		read_bounce(req, fd, size, off, !direct);
+		return;
+	}
+	buf.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
+	buf.buf[0].fd = fd;
+	buf.buf[0].pos = off;
+	fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
+}
+
+void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct wfs_fh *fh = (struct wfs_fh *)(uintptr_t)fi->fh;
+	(void)ino;
+
+	fh_free(fh);
+	fuse_reply_err(req, 0);
+}
+

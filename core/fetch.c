@@ -31,7 +31,7 @@
 #define CHUNK ((size_t)1 << 20)
 #define ALIGN ((size_t)4096)
 #define NSRC 8  /* source reads / copy writes in flight */
-#define NVER 4  /* verification reads in flight */
+#define NVER 8  /* verification reads in flight */
 /* room for the over-read that shows a source longer than expected */
 #define SLOT_BYTES (CHUNK + ALIGN)
 #define SEG_MIN ((uint64_t)4 << 20)
@@ -42,8 +42,6 @@
 
 enum { OP_READ = 0, OP_WRITE = 1, OP_SYNC = 2 };
 enum { SLOT_FREE, SLOT_READING, SLOT_READY, SLOT_WRITING, SLOT_WRITTEN };
-
-struct stream;
 
 struct slot {
 	struct stream *st;
@@ -108,10 +106,8 @@ static size_t round_up(size_t n, size_t a)
 	return (n + a - 1) / a * a;
 }
 
-static void fail(struct job *j, int err, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void fail(struct job *j, int err, const char *fmt, ...)
+static void __attribute__((format(printf, 3, 4)))
+fail(struct job *j, int err, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -366,8 +362,12 @@ static void write_done(struct job *j, struct slot *sl, int res)
 		atomic_store(&j->prog->bytes_done, s->done);
 }
 
-static void sync_done(struct job *j, uint64_t target, int res)
+/* @final: the fsync after the last write, else the periodic fdatasync (one
+ * at a time, so its target is still j->sync_asked) */
+static void sync_done(struct job *j, int final, int res)
 {
+	uint64_t target = final ? j->size : j->sync_asked;
+
 	j->syncs--;
 	if (res < 0) {
 		fail_write(j, res, "fsync failed on");
@@ -375,28 +375,21 @@ static void sync_done(struct job *j, uint64_t target, int res)
 	}
 	if (target > j->ver.limit)
 		j->ver.limit = target;
-	if (j->finalized && target == j->size)
-		j->final_synced = 1;
+	j->final_synced |= final;
 }
 
 static void complete(struct job *j, uint64_t ud, int res)
 {
 	struct slot *sl = (struct slot *)(uintptr_t)(ud & ~(uint64_t)3);
 
-	/* after a failure, in-flight operations are only drained */
-	if (j->err && (ud & 3) != OP_SYNC)
-		return;
-	switch (ud & 3) {
-	case OP_READ:
+	if ((ud & 3) == OP_SYNC)
+		sync_done(j, (int)(ud >> 2), res);
+	else if (j->err)
+		return;  /* after a failure, operations in flight are only drained */
+	else if ((ud & 3) == OP_READ)
 		read_done(j, sl, res);
-		break;
-	case OP_WRITE:
+	else
 		write_done(j, sl, res);
-		break;
-	default:
-		sync_done(j, ud >> 2, res);
-		break;
-	}
 }
 
 /* Sleep-based token bucket: a read may start whenever the bucket is not in
@@ -444,16 +437,20 @@ static void src_hash(struct job *j)
 	}
 }
 
-static void src_read_more(struct job *j)
+/* Start reads into the free slots, up to s->limit: the source's size, or
+ * for the verification the prefix of the copy known durable. */
+static void read_more(struct job *j, struct stream *s)
 {
-	struct stream *s = &j->src;
-
-	while (s->sub < j->size) {
+	while (s->sub < s->limit) {
 		struct slot *sl = slot_at(s, s->sub);
 		size_t want = j->size - s->sub < CHUNK ? (size_t)(j->size - s->sub) : CHUNK;
 
-		if (sl->state != SLOT_FREE || !throttle_take(j, want))
+		if (sl->state != SLOT_FREE || (s->is_src && !throttle_take(j, want)))
 			break;
+		/* a buffered re-read must come from the disk: drop the (clean,
+		 * synced) cached pages first */
+		if (!s->is_src && !s->direct)
+			posix_fadvise(s->fd, (off_t)s->sub, (off_t)want, POSIX_FADV_DONTNEED);
 		sl->off = s->sub;
 		sl->want = want;
 		sl->got = 0;
@@ -495,7 +492,7 @@ static void src_finish(struct job *j)
 		return;
 	}
 	j->syncs++;
-	eng_sync(&j->eng, j->ver.fd, 0, (j->size << 2) | OP_SYNC);
+	eng_sync(&j->eng, j->ver.fd, 0, (1 << 2) | OP_SYNC);
 }
 
 static void sync_more(struct job *j)
@@ -506,7 +503,7 @@ static void sync_more(struct job *j)
 		return;
 	j->sync_asked = s->done;
 	j->syncs++;
-	eng_sync(&j->eng, j->ver.fd, 1, (s->done << 2) | OP_SYNC);
+	eng_sync(&j->eng, j->ver.fd, 1, OP_SYNC);
 }
 
 static void ver_hash(struct job *j)
@@ -528,29 +525,6 @@ static void ver_hash(struct job *j)
 	}
 }
 
-static void ver_read_more(struct job *j)
-{
-	struct stream *v = &j->ver;
-
-	while (v->sub < v->limit) {
-		struct slot *sl = slot_at(v, v->sub);
-		size_t want = j->size - v->sub < CHUNK ? (size_t)(j->size - v->sub) : CHUNK;
-
-		if (sl->state != SLOT_FREE)
-			break;
-		/* buffered, the bytes must come from the disk: drop the (clean,
-		 * synced) cached pages first */
-		if (!v->direct)
-			posix_fadvise(v->fd, (off_t)v->sub, (off_t)want, POSIX_FADV_DONTNEED);
-		sl->off = v->sub;
-		sl->want = want;
-		sl->got = 0;
-		sl->state = SLOT_READING;
-		submit_read(j, v, sl);
-		v->sub += want;
-	}
-}
-
 static void advance(struct job *j)
 {
 	j->wait_ns = 0;
@@ -563,11 +537,11 @@ static void advance(struct job *j)
 		src_finish(j);
 		sync_more(j);
 		if (!j->err)
-			src_read_more(j);
+			read_more(j, &j->src);
 	}
 	ver_hash(j);
 	if (!j->err)
-		ver_read_more(j);
+		read_more(j, &j->ver);
 }
 
 static int finished(struct job *j)
@@ -654,16 +628,14 @@ static void job_free(struct job *j, void *mem)
 static int open_source(struct job *j, const char *path)
 {
 	struct stat st;
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
 
-	if (fd < 0 && errno == EINVAL)
-		fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
 		fail(j, -errno, "cannot open %s: %s", path, strerror(errno));
 		return -1;
 	}
 	j->src.fd = fd;
-	j->src.direct = (fcntl(fd, F_GETFL) & O_DIRECT) != 0;
+	j->src.direct = try_direct(fd);
 	if (fstat(fd, &st) < 0) {
 		fail(j, -errno, "cannot stat %s: %s", path, strerror(errno));
 		return -1;
@@ -694,10 +666,6 @@ int fetch_copy_verify(const char *src_path, uint64_t size, const char *tmp_path,
 		res = &spare;
 	memset(res, 0, sizeof(*res));
 	res->id_check = -1;
-	if (size > (UINT64_MAX >> 2)) {
-		snprintf(res->reason, sizeof(res->reason), "%s: size too large", src_path);
-		return -EFBIG;
-	}
 	j = job_new(size, prog, res);
 	if (!j) {
 		snprintf(res->reason, sizeof(res->reason), "out of memory");
@@ -711,6 +679,7 @@ int fetch_copy_verify(const char *src_path, uint64_t size, const char *tmp_path,
 		snprintf(j->dir, sizeof(j->dir), "%.*s", slash == tmp_path ? 1 : (int)(slash - tmp_path),
 			 tmp_path);
 	j->src.is_src = 1;
+	j->src.limit = size;
 	j->src.path = src_path;
 	j->ver.path = tmp_path;
 
@@ -744,8 +713,9 @@ int fetch_copy_verify(const char *src_path, uint64_t size, const char *tmp_path,
 
 	stream_init(&j->src, j->src.fd, src_path, j->slots, NSRC, mem);
 	stream_init(&j->ver, j->ver.fd, tmp_path, j->slots + NSRC, NVER, mem + NSRC * SLOT_BYTES);
-	/* about 16 syncs per file: enough overlap, few journal commits */
-	j->seg = round_up(size / 16, CHUNK);
+	/* about 32 syncs per file: a short tail to re-read after the last
+	 * one, and few journal commits */
+	j->seg = round_up(size / 32, CHUNK);
 	j->seg = j->seg < SEG_MIN ? SEG_MIN : j->seg > SEG_MAX ? SEG_MAX : j->seg;
 	j->rate = (double)bw_limit;
 	clock_gettime(CLOCK_MONOTONIC, &j->last);

@@ -27,11 +27,19 @@
 struct wfs_fh {
 	pthread_mutex_t lock;
 	struct blob *blob;
+	struct node *node;
 	char *nas_path;
 	int nas_fd, nas_direct;
 	int local_fd, local_direct;
 	int local_failed;
+	int backing_id; /* > 0: the kernel reads the local copy itself */
+	int counted;    /* counted in the node's open tallies */
 };
+
+int fh_backing_id(uint64_t fh)
+{
+	return ((struct wfs_fh *)(uintptr_t)fh)->backing_id;
+}
 
 /* Open a resolved NAS path without following any link a racing change on
  * the NAS could have put in it. */
@@ -104,6 +112,74 @@ static int fh_local_fd(struct wfs *w, struct wfs_fh *fh, int *direct)
 	return fd;
 }
 
+/* Choose how this open is served.  The kernel wants every open of an inode
+ * at one time alike, so: an inode already open daemon-served stays so (it
+ * reads the local copy through us) until its last open closes; otherwise a
+ * local blob goes passthrough, sharing one backing id between opens. */
+static void choose_mode(struct wfs *w, struct node *n, struct wfs_fh *fh, int local)
+{
+	char path[PATH_MAX + 64];
+	int id = 0, fd, refused_now = 0;
+
+	pthread_mutex_lock(&w->nodes.lock);
+	if (n->pt_opens > 0) {
+		id = n->backing_id; /* join the opens already passed through */
+	} else if (local && n->daemon_opens == 0 && passthrough_usable(&w->pt)) {
+		pthread_mutex_lock(&w->store.lock);
+		store_local_path(&w->store, fh->blob, path, sizeof(path));
+		pthread_mutex_unlock(&w->store.lock);
+		/* Buffered: the kernel serves reads from this file's page cache,
+		 * the only copy of the bytes. */
+		fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		if (fd >= 0) {
+			id = passthrough_open_backing(&w->pt, fd);
+			close(fd); /* the kernel holds its own reference */
+			if (id < 0) {
+				refused_now = !w->pt_warned;
+				w->pt_warned = 1;
+				wfs_log(w, refused_now ? LOG_WARNING : LOG_DEBUG,
+					"passthrough refused for %s (%s): reads are daemon-served",
+					path, strerror(-id));
+				id = 0;
+			}
+			n->backing_id = id;
+		}
+	}
+	if (id > 0) {
+		n->pt_opens++;
+		fh->backing_id = id;
+		w->pt_opens_total++;
+	} else {
+		n->daemon_opens++;
+	}
+	fh->counted = 1;
+	pthread_mutex_unlock(&w->nodes.lock);
+}
+
+/* The open is over (released, or its reply never reached the opener). */
+static void fh_uncount(struct wfs *w, struct wfs_fh *fh)
+{
+	struct node *n = fh->node;
+	int close_id = 0;
+
+	if (!fh->counted)
+		return;
+	pthread_mutex_lock(&w->nodes.lock);
+	if (fh->backing_id) {
+		if (--n->pt_opens == 0) {
+			close_id = n->backing_id;
+			n->backing_id = 0;
+		}
+	} else {
+		n->daemon_opens--;
+	}
+	pthread_mutex_unlock(&w->nodes.lock);
+	/* Only now: the kernel has released every open that used it. */
+	if (close_id > 0)
+		passthrough_close_backing(&w->pt, close_id);
+	fh->counted = 0;
+}
+
 static void fh_free(struct wfs_fh *fh)
 {
 	if (fh->nas_fd >= 0)
@@ -141,6 +217,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	pthread_mutex_init(&fh->lock, NULL);
 	fh->nas_fd = fh->local_fd = -1;
+	fh->node = n;
 	fh->blob = __atomic_load_n(&n->blob, __ATOMIC_ACQUIRE);
 	pthread_mutex_lock(&w->nodes.lock);
 	fh->nas_path = strdup(n->backing);
@@ -170,7 +247,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fh_free(fh);
 		return;
 	}
-	(void)local;
+	choose_mode(w, n, fh, local);
 	/* The content under a name is immutable, so the kernel may keep its
 	 * pages across opens -- unless the NAS shows a new size or mtime. */
 	pthread_mutex_lock(&w->nodes.lock);
@@ -183,8 +260,10 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	pthread_mutex_unlock(&w->nodes.lock);
 	fi->fh = (uint64_t)(uintptr_t)fh;
 	fi->noflush = 1;
-	if (fuse_reply_open(req, fi) == -ENOENT)
-		fh_free(fh); /* the opener was interrupted */
+	if (fuse_reply_open(req, fi) == -ENOENT) {
+		fh_uncount(w, fh); /* the opener was interrupted */
+		fh_free(fh);
+	}
 }
 
 /* Reads of NAS files use O_DIRECT where the filesystem allows it: the bytes
@@ -229,8 +308,8 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	struct wfs *w = W(req);
 	struct blob *b = fh->blob;
 	int fd = -1, direct = 0;
-	(void)ino;
 
+	__atomic_add_fetch(&N(w, ino)->daemon_reads, 1, __ATOMIC_RELAXED);
 	if (b && __atomic_load_n(&b->state, __ATOMIC_ACQUIRE) == BLOB_LOCAL) {
 		fd = fh_local_fd(w, fh, &direct);
 		if (fd >= 0)
@@ -262,6 +341,7 @@ void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct wfs_fh *fh = (struct wfs_fh *)(uintptr_t)fi->fh;
 	(void)ino;
 
+	fh_uncount(W(req), fh);
 	fh_free(fh);
 	fuse_reply_err(req, 0);
 }

@@ -49,6 +49,9 @@ static void usage(FILE *f)
 "                       syslog in the background)\n"
 "  max_threads=N        FUSE worker threads (default 16)\n"
 "  copy_workers=N       concurrent promotions (default 2)\n"
+"  passthrough=on|off   let the kernel read local copies itself (FUSE\n"
+"                       passthrough, kernel >= 6.9; default on, falls back\n"
+"                       to daemon-served reads when the kernel refuses)\n"
 "  readahead_kb=N       kernel read-ahead of the mount (default 4096; 0 leaves\n"
 "                       the kernel's 128)\n"
 "  promote_mbps=N       cap on promotion reads from the NAS, MB/s (default 0:\n"
@@ -147,6 +150,15 @@ static int parse_o(struct wfs_opts *o, char *arg, struct arglist *fuse_o)
 				return -1;
 			}
 			o->log_set = 1;
+		} else if (KEY("passthrough")) {
+			if (!strcmp(val, "on") || !*val)
+				o->passthrough = 1;
+			else if (!strcmp(val, "off"))
+				o->passthrough = 0;
+			else {
+				fprintf(stderr, "wfs: -o passthrough=%s: expected on or off\n", val);
+				return -1;
+			}
 		} else if (KEY("readahead_kb")) {
 			o->readahead_kb = (unsigned)strtoul(val, NULL, 10);
 		} else if (KEY("copy_workers")) {
@@ -426,6 +438,7 @@ int main(int argc, char **argv)
 	w.opt.max_threads = 16;
 	w.opt.copy_workers = 2;
 	w.opt.readahead_kb = 4096;
+	w.opt.passthrough = 1;
 	w.lock_fd = -1;
 	if (arg_add(&fa, argv[0]))
 		goto out_args;
@@ -494,6 +507,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "wfs: MOUNTPOINT %s: mount failed (is /dev/fuse there? root or "
 			"fusermount3 needed)\n", w.opt.mnt);
 		goto out_signals;
+	}
+	if ((r = passthrough_install(&w.pt, w.se, w.opt.passthrough, fh_backing_id)) < 0) {
+		fprintf(stderr, "wfs: cannot install the passthrough hooks: %s\n", strerror(-r));
+		goto out_unmount;
 	}
 	if (fuse_daemonize(w.opt.foreground) != 0)
 		goto out_unmount;

@@ -29,6 +29,10 @@ struct node {
 	struct stat st;   /* last attributes presented */
 	int cache_ok;     /* FILE: size and mtime unchanged since the last open */
 	struct blob *blob; /* FILE: the blob (never freed while mounted) */
+	/* Open tallies (under the table lock): the kernel wants all opens of
+	 * an inode alike, passthrough with one backing id or daemon-served. */
+	int pt_opens, daemon_opens, backing_id;
+	uint64_t daemon_reads; /* READ requests we served (atomic) */
 };
 
 struct node_table {

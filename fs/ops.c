@@ -26,6 +26,8 @@
 #define XATTR_STATE "user.wfs.state"
 #define XATTR_ID "user.wfs.id"
 #define XATTR_SOCKET "user.wfs.socket" /* on the root: how wfsctl finds us */
+#define XATTR_DAEMON_READS "user.wfs.daemon_reads" /* READ requests we served */
+#define XATTR_PASSTHROUGH "user.wfs.passthrough"   /* opens the kernel serves */
 
 struct wfs *W(fuse_req_t req)
 {
@@ -234,6 +236,19 @@ static int xattr_value(struct wfs *w, struct node *n, const char *name, char *bu
 						  : BLOB_NAS));
 	if (!strcmp(name, XATTR_ID) && n->blob_id[0])
 		return snprintf(buf, sz, "%s", n->blob_id);
+	/* How reads are served: proof, for tests and operators, that the
+	 * kernel reads a local copy itself. */
+	if (!strcmp(name, XATTR_DAEMON_READS))
+		return snprintf(buf, sz, "%llu", (unsigned long long)__atomic_load_n(
+					&n->daemon_reads, __ATOMIC_RELAXED));
+	if (!strcmp(name, XATTR_PASSTHROUGH)) {
+		int k;
+
+		pthread_mutex_lock(&w->nodes.lock);
+		k = n->pt_opens;
+		pthread_mutex_unlock(&w->nodes.lock);
+		return snprintf(buf, sz, "%d", k);
+	}
 	return -ENODATA;
 }
 

@@ -9,6 +9,7 @@
 
 #include "control.h"
 #include "node.h"
+#include "passthrough.h"
 #include "store.h"
 #include "resolve.h"
 
@@ -28,10 +29,13 @@ struct wfs_opts {
 	unsigned max_threads;
 	unsigned copy_workers;
 	unsigned readahead_kb;
+	int passthrough;
 	uint64_t promote_bw; /* bytes/s, 0 = unlimited */
 };
 
 struct wfs {
+	/* First: the passthrough hooks get the session's userdata, this. */
+	struct passthrough pt;
 	struct wfs_opts opt;
 	struct hub_roots roots;
 	struct node_table nodes;
@@ -43,7 +47,12 @@ struct wfs {
 	char local_abs[PATH_MAX], mnt_abs[PATH_MAX];
 	pthread_t ra_thread;
 	int ra_started;
+	int pt_warned;
+	uint64_t pt_opens_total;
 };
+
+/* The backing id an open announces (fs/file.c; for passthrough.c). */
+int fh_backing_id(uint64_t fh);
 
 extern const struct fuse_lowlevel_ops wfs_ops;
 

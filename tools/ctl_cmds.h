@@ -15,6 +15,7 @@ struct ctl_opts {
 	const char *socket; /* --socket, or NULL to find it from the mount */
 	bool json;          /* print the daemon's reply instead of tables */
 	bool wait, pin, dry_run, force, full;
+	bool prometheus;    /* stats --prometheus */
 	char **paths;       /* PATH arguments as typed */
 	size_t npaths;
 };
@@ -25,6 +26,7 @@ int cmd_pin(const struct ctl_opts *o);
 int cmd_unpin(const struct ctl_opts *o);
 int cmd_verify(const struct ctl_opts *o);
 int cmd_promote(const struct ctl_opts *o); /* ctl_promote.c */
+int cmd_stats(const struct ctl_opts *o);   /* ctl_stats.c */
 
 /* The resolved paths as a JSON array of strings, or NULL (out of memory). */
 json_t *ctl_paths_json(const struct ctl_target *t);

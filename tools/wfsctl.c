@@ -21,6 +21,7 @@ enum {
 	F_DRY_RUN = 1 << 2,
 	F_FORCE = 1 << 3,
 	F_FULL = 1 << 4,
+	F_PROMETHEUS = 1 << 5,
 };
 
 struct cmd {
@@ -91,6 +92,19 @@ COMMON_OPTS },
 "options:\n"
 "  --full          also re-hash every local copy in full (a scrub; reads\n"
 "                  all of it)\n"
+COMMON_OPTS },
+	{ "stats", cmd_stats, F_PROMETHEUS, 0, 1, "[--prometheus] [PATH]",
+"Print the daemon's counters (since it started) and gauges: bytes served\n"
+"from local disk and from the NAS, opens (and passthrough opens),\n"
+"promotions started, verified, failed (by reason) and cancelled, the queue,\n"
+"content-address mismatches, demotions, evictions, the local store's blobs,\n"
+"bytes and free space, and blobs per state.  PATH (default: the current\n"
+"directory) only says which mount's daemon to ask.\n"
+"\n"
+"options:\n"
+"  --prometheus    print Prometheus text exposition format instead (metric\n"
+"                  names wfs_*; see wfsctl(1)); for periodic files, prefer\n"
+"                  wfs -o metrics_file=PATH\n"
 COMMON_OPTS },
 };
 
@@ -174,7 +188,7 @@ static const struct {
 	unsigned flag;
 } flag_names[] = {
 	{ "--wait", F_WAIT }, { "--pin", F_PIN }, { "--dry-run", F_DRY_RUN },
-	{ "--force", F_FORCE }, { "--full", F_FULL },
+	{ "--force", F_FORCE }, { "--full", F_FULL }, { "--prometheus", F_PROMETHEUS },
 };
 
 /* Options and PATHs after the command, in any order ("--" ends options). */
@@ -224,6 +238,7 @@ static int parse_cmd_args(const struct cmd *c, int argc, char **argv, int i,
 	o->dry_run = flags & F_DRY_RUN;
 	o->force = flags & F_FORCE;
 	o->full = flags & F_FULL;
+	o->prometheus = flags & F_PROMETHEUS;
 	if (o->wait && o->dry_run)
 		return usage_error(c, "%s: a dry run copies nothing to wait for",
 				   "--wait with --dry-run");

@@ -1,0 +1,398 @@
+/* metrics.c - counters and gauges for operators; see metrics.h. */
+#include "metrics.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <syslog.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef WFS_VERSION
+#define WFS_VERSION "unknown"
+#endif
+
+const char *const metrics_fail_reason[STORE_FAIL_N] = {
+	[STORE_FAIL_NO_SPACE] = "no_space",
+	[STORE_FAIL_SOURCE_CHANGED] = "source_changed",
+	[STORE_FAIL_IO] = "io_error",
+	[STORE_FAIL_OTHER] = "other",
+};
+
+/* ---- collecting ---- */
+
+static void sum_blob(void *arg, const struct blob *b)
+{
+	struct metrics *m = arg;
+
+	m->served_local_bytes += b->local_bytes;
+	m->served_nas_bytes += b->nas_bytes;
+	m->opens += b->opens;
+	if ((unsigned)b->state <= BLOB_FAILED)
+		m->blobs_by_state[b->state]++;
+	m->blobs_known++;
+}
+
+void metrics_collect(struct store *s, struct metrics *m)
+{
+	struct store_usage u;
+
+	memset(m, 0, sizeof(*m));
+	store_each(s, sum_blob, m);
+	store_usage(s, &u);
+	m->store_blobs = u.blobs;
+	m->store_bytes = u.bytes;
+	m->free_bytes = u.free_bytes;
+	m->queued = u.queued;
+	m->copying = u.copying;
+	m->passthrough_opens = s->passthrough_opens;
+	m->promotions_started = s->started;
+	m->promotions_verified = s->promoted;
+	m->promotions_cancelled = s->cancelled;
+	for (int i = 0; i < STORE_FAIL_N; i++) {
+		m->failed_by[i] = s->failed_by[i];
+		m->promotions_failed += m->failed_by[i];
+	}
+	m->mismatches = s->mismatches;
+	m->demotions = s->demoted;
+	m->evictions = s->evicted;
+}
+
+/* ---- Prometheus text ---- */
+
+struct buf {
+	char *p;
+	size_t len, cap;
+	int oom;
+};
+
+static void put(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void put(struct buf *b, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	if (b->oom)
+		return;
+	for (;;) {
+		va_start(ap, fmt);
+		n = vsnprintf(b->p ? b->p + b->len : NULL, b->p ? b->cap - b->len : 0, fmt, ap);
+		va_end(ap);
+		if (n < 0) {
+			b->oom = 1;
+			return;
+		}
+		if (b->p && b->len + (size_t)n < b->cap) {
+			b->len += (size_t)n;
+			return;
+		}
+		size_t cap = b->cap ? b->cap : 4096;
+		while (cap <= b->len + (size_t)n)
+			cap *= 2;
+		char *p = realloc(b->p, cap);
+
+		if (!p) {
+			b->oom = 1;
+			return;
+		}
+		b->p = p;
+		b->cap = cap;
+	}
+}
+
+static void family(struct buf *b, const char *name, const char *type, const char *help)
+{
+	put(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void sample(struct buf *b, const char *name, uint64_t v)
+{
+	put(b, "%s %llu\n", name, (unsigned long long)v);
+}
+
+/* Label values here are fixed words (states, reasons) and the version:
+ * escape anyway, as the format requires. */
+static void sample_l(struct buf *b, const char *name, const char *label, const char *val,
+		     uint64_t v)
+{
+	put(b, "%s{%s=\"", name, label);
+	for (const char *c = val; *c; c++) {
+		if (*c == '\\' || *c == '"')
+			put(b, "\\%c", *c);
+		else if (*c == '\n')
+			put(b, "\\n");
+		else
+			put(b, "%c", *c);
+	}
+	put(b, "\"} %llu\n", (unsigned long long)v);
+}
+
+char *metrics_prometheus(const struct metrics *m)
+{
+	struct buf b = {0};
+
+	family(&b, "wfs_info", "gauge", "wfs daemon running (always 1), with its version.");
+	sample_l(&b, "wfs_info", "version", WFS_VERSION, 1);
+
+	family(&b, "wfs_served_bytes_total", "counter",
+	       "Bytes read through the mount, by where they were served from.");
+	sample_l(&b, "wfs_served_bytes_total", "source", "local", m->served_local_bytes);
+	sample_l(&b, "wfs_served_bytes_total", "source", "nas", m->served_nas_bytes);
+
+	family(&b, "wfs_opens_total", "counter", "Opens of files in the mount.");
+	sample(&b, "wfs_opens_total", m->opens);
+	family(&b, "wfs_passthrough_opens_total", "counter",
+	       "Opens served by FUSE passthrough (reads go to the local copy in the kernel).");
+	sample(&b, "wfs_passthrough_opens_total", m->passthrough_opens);
+
+	family(&b, "wfs_promotions_started_total", "counter",
+	       "Promotions (verified copies to the local store) started.");
+	sample(&b, "wfs_promotions_started_total", m->promotions_started);
+	family(&b, "wfs_promotions_verified_total", "counter",
+	       "Promotions that ended with a verified local copy.");
+	sample(&b, "wfs_promotions_verified_total", m->promotions_verified);
+	family(&b, "wfs_promotions_failed_total", "counter",
+	       "Promotions that failed, by reason; the blob stays on the NAS.");
+	for (int i = 0; i < STORE_FAIL_N; i++)
+		sample_l(&b, "wfs_promotions_failed_total", "reason", metrics_fail_reason[i],
+			 m->failed_by[i]);
+	family(&b, "wfs_promotions_cancelled_total", "counter",
+	       "Promotions cancelled (evicted while copying, or shutdown).");
+	sample(&b, "wfs_promotions_cancelled_total", m->promotions_cancelled);
+	family(&b, "wfs_verification_mismatches_total", "counter",
+	       "Copies whose content did not match the blob's content-address name "
+	       "(the NAS holds wrong bytes under that name).");
+	sample(&b, "wfs_verification_mismatches_total", m->mismatches);
+	family(&b, "wfs_demotions_total", "counter",
+	       "Local copies dropped because the source changed or the copy failed a check.");
+	sample(&b, "wfs_demotions_total", m->demotions);
+	family(&b, "wfs_evictions_total", "counter", "Local copies evicted.");
+	sample(&b, "wfs_evictions_total", m->evictions);
+
+	family(&b, "wfs_store_blobs", "gauge", "Verified local copies in the local store.");
+	sample(&b, "wfs_store_blobs", m->store_blobs);
+	family(&b, "wfs_store_bytes", "gauge", "Bytes of verified local copies.");
+	sample(&b, "wfs_store_bytes", m->store_bytes);
+	family(&b, "wfs_store_free_bytes", "gauge",
+	       "Free bytes on the file system of the local store (for unprivileged users).");
+	sample(&b, "wfs_store_free_bytes", m->free_bytes);
+	family(&b, "wfs_promotion_queue_depth", "gauge", "Blobs queued for promotion.");
+	sample(&b, "wfs_promotion_queue_depth", m->queued);
+	family(&b, "wfs_promotions_in_flight", "gauge", "Blobs being copied or verified.");
+	sample(&b, "wfs_promotions_in_flight", m->copying);
+	family(&b, "wfs_blobs", "gauge",
+	       "Blobs the daemon knows (opened, promoted or indexed), by state.");
+	for (int st = 0; st <= BLOB_FAILED; st++)
+		sample_l(&b, "wfs_blobs", "state", blob_state_name((enum blob_state)st),
+			 m->blobs_by_state[st]);
+	if (b.oom) {
+		free(b.p);
+		return NULL;
+	}
+	return b.p;
+}
+
+/* ---- JSON ---- */
+
+json_t *metrics_json(const struct metrics *m)
+{
+	json_t *failed = json_object(), *states = json_object(), *o;
+
+	for (int i = 0; i < STORE_FAIL_N; i++)
+		json_object_set_new(failed, metrics_fail_reason[i],
+				    json_integer((json_int_t)m->failed_by[i]));
+	for (int st = 0; st <= BLOB_FAILED; st++)
+		json_object_set_new(states, blob_state_name((enum blob_state)st),
+				    json_integer((json_int_t)m->blobs_by_state[st]));
+	o = json_pack("{s:s, s:{s:I, s:I}, s:I, s:I, "
+		      "s:{s:I, s:I, s:I, s:I, s:o}, s:I, s:I, s:I, "
+		      "s:{s:I, s:I, s:I}, s:{s:I, s:I}, s:o}",
+		"version", WFS_VERSION,
+		"served", "local_bytes", (json_int_t)m->served_local_bytes,
+			  "nas_bytes", (json_int_t)m->served_nas_bytes,
+		"opens", (json_int_t)m->opens,
+		"passthrough_opens", (json_int_t)m->passthrough_opens,
+		"promotions", "started", (json_int_t)m->promotions_started,
+			      "verified", (json_int_t)m->promotions_verified,
+			      "cancelled", (json_int_t)m->promotions_cancelled,
+			      "failed", (json_int_t)m->promotions_failed,
+			      "failed_by_reason", failed,
+		"mismatches", (json_int_t)m->mismatches,
+		"demotions", (json_int_t)m->demotions,
+		"evictions", (json_int_t)m->evictions,
+		"store", "blobs", (json_int_t)m->store_blobs, "bytes", (json_int_t)m->store_bytes,
+			 "free_bytes", (json_int_t)m->free_bytes,
+		"queue", "queued", (json_int_t)m->queued, "in_flight", (json_int_t)m->copying,
+		"blobs", states);
+	return o;
+}
+
+json_t *metrics_reply(struct store *s, const json_t *req)
+{
+	struct metrics m;
+	json_t *rep, *mj;
+
+	metrics_collect(s, &m);
+	mj = metrics_json(&m);
+	if (!mj)
+		return NULL;
+	rep = json_pack("{s:b, s:o}", "ok", 1, "metrics", mj);
+	if (rep && json_is_true(json_object_get(req, "prometheus"))) {
+		char *text = metrics_prometheus(&m);
+
+		if (!text || json_object_set_new(rep, "prometheus", json_string(text))) {
+			free(text);
+			json_decref(rep);
+			return NULL;
+		}
+		free(text);
+	}
+	return rep;
+}
+
+/* ---- the textfile ---- */
+
+int metrics_write_file(struct store *s, const char *path)
+{
+	struct metrics m;
+	char *text, *tmp;
+	size_t len, off = 0;
+	int fd, r = 0;
+
+	if (asprintf(&tmp, "%s.%d.tmp", path, (int)getpid()) < 0)
+		return -ENOMEM;
+	metrics_collect(s, &m);
+	text = metrics_prometheus(&m);
+	if (!text) {
+		free(tmp);
+		return -ENOMEM;
+	}
+	len = strlen(text);
+	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
+	if (fd < 0) {
+		r = -errno;
+		goto out;
+	}
+	if (fchmod(fd, 0644) < 0)
+		r = -errno;
+	while (r == 0 && off < len) {
+		ssize_t n = write(fd, text + off, len - off);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			r = n < 0 ? -errno : -EIO;
+		else
+			off += (size_t)n;
+	}
+	if (close(fd) < 0 && r == 0)
+		r = -errno;
+	if (r == 0 && rename(tmp, path) < 0)
+		r = -errno;
+	if (r < 0)
+		unlink(tmp);
+out:
+	free(text);
+	free(tmp);
+	return r;
+}
+
+static void wlog(struct metrics_writer *mw, int prio, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static void wlog(struct metrics_writer *mw, int prio, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+
+	if (!mw->store->hooks.log)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	mw->store->hooks.log(mw->store->hooks.arg, prio, msg);
+}
+
+static void write_once(struct metrics_writer *mw)
+{
+	int r = metrics_write_file(mw->store, mw->path);
+
+	if (r < 0 && r != mw->last_err)
+		wlog(mw, LOG_WARNING, "cannot write metrics file %s: %s", mw->path, strerror(-r));
+	else if (r == 0 && mw->last_err)
+		wlog(mw, LOG_NOTICE, "metrics file %s written again", mw->path);
+	mw->last_err = r;
+}
+
+static void *writer(void *arg)
+{
+	struct metrics_writer *mw = arg;
+	struct timespec next;
+
+	clock_gettime(CLOCK_MONOTONIC, &next);
+	pthread_mutex_lock(&mw->lock);
+	while (!mw->stop) {
+		pthread_mutex_unlock(&mw->lock);
+		write_once(mw);
+		pthread_mutex_lock(&mw->lock);
+		next.tv_sec += mw->interval_s;
+		while (!mw->stop && pthread_cond_timedwait(&mw->cond, &mw->lock, &next) != ETIMEDOUT)
+			;
+	}
+	pthread_mutex_unlock(&mw->lock);
+	return NULL;
+}
+
+int metrics_writer_start(struct metrics_writer *mw, const char *path, unsigned interval_s,
+			 struct store *s)
+{
+	pthread_condattr_t ca;
+	int r;
+
+	memset(mw, 0, sizeof(*mw));
+	if (!path || !*path || !s)
+		return -EINVAL;
+	mw->store = s;
+	mw->interval_s = interval_s ? interval_s : 1;
+	mw->path = strdup(path);
+	if (!mw->path)
+		return -ENOMEM;
+	pthread_mutex_init(&mw->lock, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&mw->cond, &ca);
+	pthread_condattr_destroy(&ca);
+	r = pthread_create(&mw->thread, NULL, writer, mw);
+	if (r) {
+		pthread_cond_destroy(&mw->cond);
+		pthread_mutex_destroy(&mw->lock);
+		free(mw->path);
+		mw->path = NULL;
+		return -r;
+	}
+	mw->running = 1;
+	return 0;
+}
+
+void metrics_writer_stop(struct metrics_writer *mw)
+{
+	if (!mw->running)
+		return;
+	pthread_mutex_lock(&mw->lock);
+	mw->stop = 1;
+	pthread_cond_broadcast(&mw->cond);
+	pthread_mutex_unlock(&mw->lock);
+	pthread_join(mw->thread, NULL);
+	mw->running = 0;
+	if (unlink(mw->path) < 0 && errno != ENOENT)
+		wlog(mw, LOG_WARNING, "cannot remove metrics file %s: %s", mw->path,
+		     strerror(errno));
+	pthread_cond_destroy(&mw->cond);
+	pthread_mutex_destroy(&mw->lock);
+	free(mw->path);
+	mw->path = NULL;
+}

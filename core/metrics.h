@@ -1,0 +1,74 @@
+/* metrics.h - the store's counters and gauges, for operators: as a JSON
+ * object (wfsctl stats --json), as Prometheus text exposition format 0.0.4
+ * (wfsctl stats --prometheus), and as a node-exporter textfile rewritten
+ * atomically every few seconds (wfs -o metrics_file=PATH).
+ *
+ * Counters count since the daemon started (Prometheus treats a restart as
+ * a counter reset).  Knows nothing of FUSE: the daemon's own counters
+ * (passthrough opens) live in struct store, where the daemon adds to them.
+ */
+#ifndef WFS_METRICS_H
+#define WFS_METRICS_H
+
+#include "store.h"
+
+#include <jansson.h>
+#include <pthread.h>
+
+/* Label values of wfs_promotions_failed_total{reason=...}, by enum store_fail. */
+extern const char *const metrics_fail_reason[STORE_FAIL_N];
+
+struct metrics {
+	uint64_t served_local_bytes, served_nas_bytes;
+	uint64_t opens, passthrough_opens;
+	uint64_t promotions_started, promotions_verified, promotions_cancelled;
+	uint64_t promotions_failed;             /* sum of failed_by */
+	uint64_t failed_by[STORE_FAIL_N];
+	uint64_t mismatches, demotions, evictions;
+	uint64_t store_blobs, store_bytes, free_bytes;
+	uint64_t queued, copying;
+	uint64_t blobs_by_state[BLOB_FAILED + 1];
+	uint64_t blobs_known;
+};
+
+/* One consistent reading of the store (takes its lock briefly). */
+void metrics_collect(struct store *s, struct metrics *m);
+
+/* Prometheus text exposition format: malloc'ed, NUL-terminated, ends with
+ * a newline.  NULL only on ENOMEM. */
+char *metrics_prometheus(const struct metrics *m);
+
+/* The same figures as a JSON object (new reference; NULL on ENOMEM). */
+json_t *metrics_json(const struct metrics *m);
+
+/* The control server's reply to {"op":"stats"} (optionally with
+ * "prometheus":true, which adds the text as "prometheus"):
+ * {"ok":true,"metrics":{...},"prometheus":"..."}.  NULL on ENOMEM. */
+json_t *metrics_reply(struct store *s, const json_t *req);
+
+/* Write the Prometheus text to @path atomically: a temporary file in the
+ * same directory ("<path>.<pid>.tmp", which node-exporter's *.prom glob
+ * skips), mode 0644, renamed over @path.  Returns 0 or -errno. */
+int metrics_write_file(struct store *s, const char *path);
+
+/* A thread that calls metrics_write_file() every @interval_s seconds (first
+ * at once).  Failures are logged through the store's log hook, once until
+ * the next success.  _stop wakes it, joins it and removes @path (a stopped
+ * daemon's figures must not look current: alert on absent(wfs_info)).
+ * _start returns 0 or -errno; _stop is safe on a writer never started. */
+struct metrics_writer {
+	struct store *store;
+	char *path;
+	unsigned interval_s;
+	pthread_t thread;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int stop, running;
+	int last_err;
+};
+
+int metrics_writer_start(struct metrics_writer *mw, const char *path, unsigned interval_s,
+			 struct store *s);
+void metrics_writer_stop(struct metrics_writer *mw);
+
+#endif

@@ -1,0 +1,53 @@
+/* passthrough.h - FUSE passthrough on a libfuse that has no API for it.
+ *
+ * Kernel >= 6.9 can serve read() and mmap() of an open FUSE file straight
+ * from a backing file.  libfuse 3.14 cannot ask for it, so we speak the
+ * protocol ourselves through fuse_session_custom_io(): the read hook notes
+ * which requests are INIT and OPEN, the writev hook edits their replies
+ * (FUSE_PASSTHROUGH in INIT, FOPEN_PASSTHROUGH + backing id in OPEN), and
+ * backing files are registered with ioctls on the device fd.
+ *
+ * Rules the kernel enforces (and callers must follow): all opens of an inode
+ * at one time are alike -- passthrough with one backing id, or not; a
+ * backing id is closed only after the kernel has released the open; no
+ * FOPEN_KEEP_CACHE or FOPEN_DIRECT_IO with passthrough.
+ */
+#ifndef WFS_PASSTHROUGH_H
+#define WFS_PASSTHROUGH_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+struct fuse_session;
+
+#define PT_MAX_PENDING 256
+
+struct passthrough {
+	int devfd;
+	int wanted;          /* not turned off by the operator */
+	int offered;         /* the kernel's INIT offered it */
+	int negotiated;      /* we accepted it in our INIT reply */
+	int refused;         /* a registration failed: daemon-served from now on */
+	pthread_mutex_t lock;
+	uint64_t init_unique;
+	uint64_t pending[PT_MAX_PENDING]; /* OPEN requests not yet answered */
+	int npending;
+	/* Called for an OPEN reply: the backing id to announce for this fh,
+	 * or 0 for a daemon-served open. */
+	int (*backing_of)(uint64_t fh);
+};
+
+/* Install the hooks on a mounted session.  Returns -errno. */
+int passthrough_install(struct passthrough *pt, struct fuse_session *se, int wanted,
+			int (*backing_of)(uint64_t fh));
+
+/* May this open use passthrough at all (negotiated and not refused)? */
+int passthrough_usable(const struct passthrough *pt);
+
+/* Register @fd (a local copy, opened read-only) as a backing file.
+ * Returns the backing id (> 0) or -errno; -EPERM means the kernel will not
+ * have it (not negotiated, no CAP_SYS_ADMIN): the caller falls back. */
+int passthrough_open_backing(struct passthrough *pt, int fd);
+void passthrough_close_backing(struct passthrough *pt, int backing_id);
+
+#endif

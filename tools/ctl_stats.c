@@ -1,0 +1,110 @@
+/* ctl_stats.c - wfsctl stats: the daemon's counters and gauges, as a table,
+ * as the daemon's JSON reply (--json) or as Prometheus text (--prometheus,
+ * for a scrape script or node-exporter's textfile collector). */
+#include "ctl_cmds.h"
+#include "ctl_conn.h"
+#include "ctl_fmt.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* "no_space=1 io_error=2", the non-zero entries of an object of counts. */
+static void counts_cell(const json_t *obj, char *buf, size_t sz)
+{
+	size_t len = 0;
+	const char *k;
+	json_t *v;
+
+	buf[0] = '\0';
+	json_object_foreach((json_t *)obj, k, v) {
+		if (json_integer_value(v) > 0 && len < sz)
+			len += (size_t)snprintf(buf + len, sz - len, "%s%s=%lld", len ? " " : "", k,
+						(long long)json_integer_value(v));
+	}
+	if (!len)
+		snprintf(buf, sz, "-");
+}
+
+static void print_stats(const json_t *m)
+{
+	const json_t *served = json_object_get(m, "served");
+	const json_t *prom = json_object_get(m, "promotions");
+	const json_t *store = json_object_get(m, "store");
+	const json_t *queue = json_object_get(m, "queue");
+	uint64_t sl = jget_u64(served, "local_bytes"), sn = jget_u64(served, "nas_bytes");
+	char a[32], b[32], cell[512];
+
+	printf("wfs %s: counters since the daemon started\n\n", jget_str(m, "version"));
+	printf("served          %s local, %s from the NAS", fmt_bytes(sl, a, sizeof(a)),
+	       fmt_bytes(sn, b, sizeof(b)));
+	if (sl + sn)
+		printf(" (%.0f%% local)", 100.0 * (double)sl / (double)(sl + sn));
+	printf("\nopens           %llu (%llu by passthrough)\n",
+	       (unsigned long long)jget_u64(m, "opens"),
+	       (unsigned long long)jget_u64(m, "passthrough_opens"));
+	printf("promotions      %llu started, %llu verified, %llu failed, %llu cancelled\n",
+	       (unsigned long long)jget_u64(prom, "started"),
+	       (unsigned long long)jget_u64(prom, "verified"),
+	       (unsigned long long)jget_u64(prom, "failed"),
+	       (unsigned long long)jget_u64(prom, "cancelled"));
+	counts_cell(json_object_get(prom, "failed_by_reason"), cell, sizeof(cell));
+	printf("  failed by     %s\n", cell);
+	printf("queue           %llu queued, %llu in flight\n",
+	       (unsigned long long)jget_u64(queue, "queued"),
+	       (unsigned long long)jget_u64(queue, "in_flight"));
+	printf("mismatches      %llu%s\n", (unsigned long long)jget_u64(m, "mismatches"),
+	       jget_u64(m, "mismatches") ? "  !!! the NAS holds wrong bytes: see wfsctl status" : "");
+	printf("demotions       %llu\n", (unsigned long long)jget_u64(m, "demotions"));
+	printf("evictions       %llu\n", (unsigned long long)jget_u64(m, "evictions"));
+	printf("store           %llu blobs, %s used, %s free\n",
+	       (unsigned long long)jget_u64(store, "blobs"),
+	       fmt_bytes(jget_u64(store, "bytes"), a, sizeof(a)),
+	       fmt_bytes(jget_u64(store, "free_bytes"), b, sizeof(b)));
+	counts_cell(json_object_get(m, "blobs"), cell, sizeof(cell));
+	printf("blobs by state  %s\n", cell);
+}
+
+int cmd_stats(const struct ctl_opts *o)
+{
+	struct ctl_target t;
+	struct ctl_reply rep;
+	json_t *req;
+	int r;
+
+	if (o->json && o->prometheus) {
+		fprintf(stderr, "wfsctl: stats: --json and --prometheus are two formats: "
+			"choose one\n");
+		return 2;
+	}
+	/* PATH only says which mount's daemon to ask. */
+	if (ctl_target_resolve(&t, o->socket, o->paths, o->npaths))
+		return 1;
+	req = json_pack("{s:s, s:b}", "op", "stats", "prometheus", o->prometheus);
+	if (!req) {
+		ctl_target_free(&t);
+		fprintf(stderr, "wfsctl: out of memory\n");
+		return 1;
+	}
+	r = ctl_call(t.socket, "stats", req, o->json, &rep);
+	json_decref(req);
+	ctl_target_free(&t);
+	if (r)
+		return 1;
+	if (o->json) {
+		ctl_print_raw(&rep);
+	} else if (o->prometheus) {
+		const char *text = json_string_value(json_object_get(rep.obj, "prometheus"));
+
+		if (!text) {
+			fprintf(stderr, "wfsctl: stats: the daemon sent no Prometheus text "
+				"(an older wfs?)\n");
+			ctl_reply_free(&rep);
+			return 1;
+		}
+		fputs(text, stdout);
+	} else {
+		print_stats(json_object_get(rep.obj, "metrics"));
+	}
+	ctl_reply_free(&rep);
+	return 0;
+}

@@ -63,6 +63,30 @@ static void note_via(const struct hub_roots *roots, const char *via_dir, const c
 		strcpy(out->via, name);
 }
 
+/* @done is a physical path (no links) and @path a normalised one, both
+ * relative to the same root: keep in @done the components they share, and
+ * put the rest of @path in @todo. */
+static void keep_common_prefix(char *done, const char *path, char *todo)
+{
+	size_t i = 0, keep = 0;
+
+	for (;; i++) {
+		if (done[i] == '\0' && (path[i] == '/' || path[i] == '\0')) {
+			keep = i;
+			break;
+		}
+		if (done[i] != path[i])
+			break;
+		if (done[i] == '/')
+			keep = i;
+	}
+	done[keep] = '\0';
+	path += keep;
+	while (*path == '/')
+		path++;
+	memmove(todo, path, strlen(path) + 1);
+}
+
 int hub_resolve(const struct hub_roots *roots, const char *rel, const char *via_dir,
 		struct hub_res *out)
 {
@@ -76,10 +100,16 @@ int hub_resolve(const struct hub_roots *roots, const char *rel, const char *via_
 	memset(out, 0, sizeof(*out));
 	if (strlen(rel) >= sizeof(todo))
 		return -ENAMETOOLONG;
-	strcpy(todo, rel);
-	done[0] = '\0';
-	if (lstat(roots->path[0], &st) < 0)
-		return -errno;
+	/* The directories above @rel are physical (see resolve.h): start the
+	 * walk at its last component. */
+	{
+		const char *slash = strrchr(rel, '/');
+		size_t n = slash ? (size_t)(slash - rel) : 0;
+
+		memcpy(done, rel, n);
+		done[n] = '\0';
+		strcpy(todo, slash ? slash + 1 : rel);
+	}
 
 	for (;;) {
 		char *p = todo, *comp;
@@ -155,6 +185,7 @@ relocate:
 		/* Decide from the text alone where the chain goes next. */
 		{
 			const char *rest = NULL;
+			int prev_root = root;
 
 			if (strlen(joined) >= sizeof(lex))
 				return -ENAMETOOLONG;
@@ -167,8 +198,14 @@ relocate:
 				return 0;
 			}
 			note_via(roots, via_dir, lex, out);
-			strcpy(todo, rest);
-			done[0] = '\0';
+			/* What the new path shares with the physical path walked so
+			 * far (same root) needs no second walk. */
+			if (root == prev_root)
+				keep_common_prefix(done, rest, todo);
+			else {
+				done[0] = '\0';
+				strcpy(todo, rest);
+			}
 		}
 	}
 
@@ -200,4 +237,27 @@ const char *hub_res_kind_name(enum hub_res_kind kind)
 	case HUB_RES_ESCAPE: return "escapes";
 	}
 	return "?";
+}
+
+int hub_check_parents(const struct hub_roots *roots, const char *rel)
+{
+	char path[PATH_MAX];
+	const char *p = rel;
+	size_t base = strlen(roots->path[0]);
+
+	if (base + 1 + strlen(rel) >= sizeof(path))
+		return -ENAMETOOLONG;
+	strcpy(path, roots->path[0]);
+	while ((p = strchr(p, '/'))) {
+		struct stat st;
+		size_t n = (size_t)(p - rel);
+
+		path[base] = '/';
+		memcpy(path + base + 1, rel, n);
+		path[base + 1 + n] = '\0';
+		if (lstat(path, &st) < 0 || !S_ISDIR(st.st_mode))
+			return -ENOENT;
+		p++;
+	}
+	return 0;
 }

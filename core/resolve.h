@@ -42,7 +42,10 @@ struct hub_res {
 /* Add a root; canonicalises @path.  Returns -errno. */
 int hub_roots_add(struct hub_roots *roots, const char *path);
 
-/* Resolve @rel (relative to root 0; "" is the root itself).  When @via_dir
+/* Resolve @rel (relative to root 0; "" is the root itself).  The
+ * directories above @rel must be physical directories of the NAS (no
+ * links): the FUSE lookup path guarantees it, other callers check it with
+ * hub_check_parents().  When @via_dir
  * (relative to root 0) is given, out->via receives the name of the first
  * point of the chain that is a direct child of @via_dir, or "" if the chain
  * never passes there.  Returns 0 with out->kind set, or -errno for errors
@@ -51,5 +54,10 @@ int hub_resolve(const struct hub_roots *roots, const char *rel, const char *via_
 		struct hub_res *out);
 
 const char *hub_res_kind_name(enum hub_res_kind kind);
+
+/* 0 when every directory above @rel (relative to root 0) is a directory and
+ * not a link, -ENOENT otherwise: a path given by a client must not reach
+ * through a link the namespace would not follow. */
+int hub_check_parents(const struct hub_roots *roots, const char *rel);
 
 #endif

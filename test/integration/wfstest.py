@@ -688,3 +688,47 @@ class LoopFs:
 
 def main():
     unittest.main(verbosity=2)
+
+
+# ---------------------------------------------------------------- passthrough (issue 5)
+
+XATTR_DAEMON_READS = "user.wfs.daemon_reads"   # READ requests the daemon served for the inode
+XATTR_PASSTHROUGH = "user.wfs.passthrough"     # opens of the inode the kernel serves itself
+
+
+def xattr_int(path, name):
+    """An integer-valued xattr of a path in the mount."""
+    v = os.getxattr(path, name).decode(errors="replace").strip()
+    try:
+        return int(v)
+    except ValueError:
+        raise AssertionError("xattr %s of %s is not an integer: %r" % (name, path, v))
+
+
+def daemon_reads(path):
+    return xattr_int(path, XATTR_DAEMON_READS)
+
+
+def passthrough_opens(path):
+    return xattr_int(path, XATTR_PASSTHROUGH)
+
+
+def kernel_version():
+    """(major, minor) of the running kernel."""
+    import re
+    m = re.match(r"(\d+)\.(\d+)", os.uname().release)
+    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
+
+
+def kernel_has_fuse_passthrough():
+    """FUSE passthrough (FUSE_PASSTHROUGH, backing ids) is in Linux >= 6.9."""
+    return kernel_version() >= (6, 9)
+
+
+def served_bytes(tc, mnt):
+    """(local_bytes, nas_bytes) of `wfsctl --json status`'s "served"."""
+    st = ctl_json(tc, ["status", mnt])
+    s = st.get("served") or {}
+    tc.assertIn("local_bytes", s, "wfsctl --json status has no served.local_bytes: %s" % s)
+    tc.assertIn("nas_bytes", s, "wfsctl --json status has no served.nas_bytes: %s" % s)
+    return s["local_bytes"], s["nas_bytes"]

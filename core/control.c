@@ -1,5 +1,7 @@
 /* control.c - the control server; see control.h. */
 #include "control.h"
+#include "metrics.h"
+#include "collect.h"
 #include "ns.h"
 #include "path.h"
 
@@ -16,111 +18,6 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
-
-/* ---- collecting the blobs under a path ---- */
-
-struct blob_set {
-	struct blob **v;
-	size_t n, cap;
-};
-
-static int set_add(struct blob_set *set, struct blob *b)
-{
-	if (set->n == set->cap) {
-		size_t cap = set->cap ? set->cap * 2 : 64;
-		struct blob **v = realloc(set->v, cap * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		set->v = v;
-		set->cap = cap;
-	}
-	set->v[set->n++] = b;
-	return 0;
-}
-
-static int ptr_cmp(const void *a, const void *b)
-{
-	const void *x = *(void *const *)a, *y = *(void *const *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-/* Sort and drop duplicates: two names of one NAS file are one blob. */
-static void set_unique(struct blob_set *set)
-{
-	size_t w = 0;
-
-	if (!set->n)
-		return;
-	qsort(set->v, set->n, sizeof(*set->v), ptr_cmp);
-	for (size_t i = 0; i < set->n; i++)
-		if (!w || set->v[w - 1] != set->v[i])
-			set->v[w++] = set->v[i];
-	set->n = w;
-}
-
-/* Walking a directory, leave out what changes on the NAS or is not data:
- * refs move, markers and file lists are tiny, locks are the clients'.  A
- * path named explicitly is always taken. */
-static int worth_copying(const char *rel)
-{
-	const char *slash = strchr(rel, '/');
-	const char *area = slash ? slash + 1 : NULL;
-
-	if (!slash)
-		return strchr(rel, '-') != NULL && strstr(rel, "--") != NULL; /* repos only */
-	if (strchr(area, '/'))
-		return 1;
-	return strcmp(area, "refs") && strcmp(area, ".no_exist") && strcmp(area, "trees");
-}
-
-/* Every blob @rel is or contains: files, resolved links to files, and
- * everything under a directory.  Links to directories are not followed. */
-static int collect(struct control *c, const char *rel, struct blob_set *set, int depth)
-{
-	struct ns_entry *e = malloc(sizeof(*e));
-	struct stat st;
-	int r;
-
-	if (!e)
-		return -ENOMEM;
-	r = ns_classify(c->roots, rel, e);
-	if (r < 0)
-		goto out;
-	if (e->kind == NS_FILE ||
-	    (e->kind == NS_LINK && e->link_state == NS_LINK_RESOLVED && e->backing[0])) {
-		if (stat(e->backing, &st) == 0 && S_ISREG(st.st_mode)) {
-			struct blob *b = store_blob(c->store, e->backing, &st, e->blob_id);
-
-			r = b ? set_add(set, b) : -ENOMEM;
-		}
-	} else if (e->kind == NS_DIR && depth < 64) {
-		DIR *d = opendir(e->backing);
-		struct dirent *de;
-
-		if (!d) {
-			r = -errno;
-			goto out;
-		}
-		while ((de = readdir(d)) && r == 0) {
-			char child[PATH_MAX];
-
-			if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-				continue;
-			if (path_join(rel, de->d_name, child, sizeof(child)) < 0 ||
-			    !worth_copying(child))
-				continue;
-			r = collect(c, child, set, depth + 1);
-			if (r == -ENOENT)
-				r = 0; /* vanished or hidden */
-		}
-		closedir(d);
-	}
-out:
-	free(e);
-	return r;
-}
 
 /* ---- replies ---- */
 
@@ -150,82 +47,149 @@ static json_t *blob_json(struct control *c, struct blob *b)
 			 "pinned", snap.pinned, "reason", snap.reason);
 }
 
-/* Validate and normalise the request's "paths" (or "path"), then collect. */
-static json_t *gather(struct control *c, json_t *req, struct blob_set *set)
+static const struct policy_opts *pol_of(struct control *c)
 {
-	json_t *paths = json_object_get(req, "paths"), *p;
+	return c->store->opt.policy;
+}
+
+/* The request's "paths" (or "path"; none: the mount root), validated and
+ * normalised: a new array of strings, or NULL with *@err set. */
+static json_t *req_paths(struct control *c, json_t *req, json_t **err)
+{
+	json_t *paths = json_object_get(req, "paths"), *p, *out;
 	json_t *one = json_object_get(req, "path");
 	size_t i;
 
 	if (!paths && one)
 		paths = one;
 	if (!paths)
-		paths = json_string("");
-	else
-		json_incref(paths);
-	if (json_is_string(paths)) {
-		json_t *arr = json_array();
-
-		json_array_append_new(arr, paths);
-		paths = arr;
-	}
+		return json_pack("[s]", "");
+	if (json_is_string(paths))
+		return json_pack("[O]", paths);
 	if (!json_is_array(paths)) {
-		json_decref(paths);
-		return error_reply(EINVAL, "\"paths\" must be a list of mount-relative paths");
+		*err = error_reply(EINVAL, "\"paths\" must be a list of mount-relative paths");
+		return NULL;
 	}
+	out = json_array();
 	json_array_foreach(paths, i, p) {
 		char norm[PATH_MAX];
 		const char *rel = json_string_value(p);
-		int r;
 
 		if (!rel || rel[0] == '/' || path_normalize(rel, norm, sizeof(norm)) < 0) {
-			json_t *e = error_reply(EINVAL, "%s: not a path inside the mount %s",
-						rel ? rel : "(not a string)", c->mount);
-
-			json_decref(paths);
-			return e;
+			*err = error_reply(EINVAL, "%s: not a path inside the mount %s",
+					   rel ? rel : "(not a string)", c->mount);
+			json_decref(out);
+			return NULL;
 		}
-		r = collect(c, norm, set, 0);
-		if (r < 0) {
-			json_t *e = error_reply(-r, "%s: %s", *norm ? norm : "/", strerror(-r));
+		json_array_append_new(out, json_string(norm));
+	}
+	return out;
+}
 
-			json_decref(paths);
-			return e;
+static json_t *collect_error(const char *rel, int r)
+{
+	return error_reply(-r, "%s: %s", *rel ? rel : "/", strerror(-r));
+}
+
+/* Collect the blobs of every path of the request into @set. */
+static json_t *gather(struct control *c, json_t *req, struct blob_set *set)
+{
+	json_t *err = NULL, *paths = req_paths(c, req, &err), *p;
+	size_t i;
+
+	if (!paths)
+		return err;
+	json_array_foreach(paths, i, p) {
+		int r = collect(c->roots, c->store, pol_of(c), json_string_value(p), set);
+
+		if (r < 0) {
+			err = collect_error(json_string_value(p), r);
+			break;
 		}
 	}
 	json_decref(paths);
-	set_unique(set);
-	return NULL;
+	blob_set_unique(set);
+	return err;
 }
 
+static json_t *excluded_json(const struct blob_set *set, size_t i)
+{
+	return json_pack("{s:s, s:s, s:s?, s:s, s:I}", "key", set->v[i]->key, "id", set->v[i]->id,
+			 "path", set->name[i], "glob", set->glob[i], "size",
+			 (json_int_t)set->v[i]->size);
+}
+
+/* Promote every blob under the paths.  An excluded name keeps its blob on
+ * the NAS unless "force": a path that is all excluded is refused (named in
+ * "refused"), excluded blobs inside a larger path are skipped (listed in
+ * "excluded"). */
 static json_t *op_promote(struct control *c, json_t *req)
 {
-	struct blob_set set = {0};
+	struct blob_set set = {0}, one = {0};
 	int pin = json_is_true(json_object_get(req, "pin"));
 	int dry = json_is_true(json_object_get(req, "dry_run"));
-	json_t *err = gather(c, req, &set), *list;
-	struct store_usage u;
-	uint64_t need = 0;
+	int force = json_is_true(json_object_get(req, "force"));
+	json_t *err = NULL, *paths = req_paths(c, req, &err), *p, *list, *excl, *refused;
+	uint64_t need = 0, evictable = 0, room;
+	size_t i;
 
-	if (err)
-		goto out;
-	for (size_t i = 0; i < set.n; i++) {
+	if (!paths)
+		return err;
+	refused = json_array();
+	json_array_foreach(paths, i, p) {
+		const char *rel = json_string_value(p);
+		size_t nex = 0;
+		int r;
+
+		blob_set_clear(&one);
+		r = collect(c->roots, c->store, pol_of(c), rel, &one);
+		if (r < 0) {
+			err = collect_error(rel, r);
+			goto out;
+		}
+		for (size_t k = 0; k < one.n; k++) {
+			nex += one.glob[k] != NULL;
+			if (blob_set_add(&set, one.v[k]) < 0) {
+				err = error_reply(ENOMEM, "out of memory");
+				goto out;
+			}
+			/* keep the exclusion with the blob */
+			set.glob[set.n - 1] = one.glob[k];
+			set.name[set.n - 1] = one.name[k];
+			one.name[k] = NULL;
+		}
+		if (!force && one.n && nex == one.n)
+			json_array_append_new(refused, json_pack("{s:s, s:s, s:s?}", "path", rel,
+				"glob", one.glob[0], "name", set.name[set.n - one.n]));
+	}
+	blob_set_unique(&set);
+	list = json_array();
+	excl = json_array();
+	for (i = 0; i < set.n; i++) {
 		struct blob snap;
+		int skip = set.glob[i] && !force;
 
 		blob_snapshot(c->store, set.v[i], &snap);
+		if (skip) {
+			json_array_append_new(excl, excluded_json(&set, i));
+			continue;
+		}
 		if (snap.state != BLOB_LOCAL && snap.state != BLOB_MISMATCH)
 			need += snap.size;
 		if (!dry && snap.state != BLOB_MISMATCH)
 			store_promote(c->store, set.v[i], pin, 1);
-	}
-	list = json_array();
-	for (size_t i = 0; i < set.n; i++)
 		json_array_append_new(list, blob_json(c, set.v[i]));
-	store_usage(c->store, &u);
-	err = json_pack("{s:b, s:o, s:I, s:I, s:b}", "ok", 1, "blobs", list, "bytes_to_copy",
-			(json_int_t)need, "space_available", (json_int_t)u.free_bytes, "dry_run", dry);
+	}
+	room = store_room(c->store, &evictable);
+	err = json_pack("{s:b, s:o, s:I, s:I, s:I, s:b, s:o, s:O}", "ok", 1, "blobs", list,
+			"bytes_to_copy", (json_int_t)need, "space_available", (json_int_t)room,
+			"evictable_bytes", (json_int_t)evictable, "dry_run", dry, "excluded", excl,
+			"refused", refused);
 out:
-	free(set.v);
+	json_decref(refused);
+	json_decref(paths);
+	blob_set_free(&one);
+	blob_set_free(&set);
 	return err;
 }
 
@@ -297,14 +261,49 @@ static json_t *op_each(struct control *c, json_t *req, const char *op)
 out:
 	json_decref(skipped);
 	json_decref(demoted);
-	free(set.v);
+	blob_set_free(&set);
 	return err;
+}
+
+/* pin/unpin --ref: {"op":"pin","ref":"main","paths":["<repo>"]} */
+static json_t *op_ref(struct control *c, json_t *req, int pin)
+{
+	const char *ref = json_string_value(json_object_get(req, "ref"));
+	json_t *err = NULL, *paths = req_paths(c, req, &err), *rep;
+	char repo[PATH_MAX], commit[NAME_MAX + 1] = "";
+	const char *rel;
+	int r;
+
+	if (!paths)
+		return err;
+	rel = json_array_size(paths) == 1 ? json_string_value(json_array_get(paths, 0)) : NULL;
+	if (!ref || !*ref || !rel || !*rel) {
+		json_decref(paths);
+		return error_reply(EINVAL, "%s --ref needs a ref name and one repo", pin ? "pin" :
+				   "unpin");
+	}
+	snprintf(repo, sizeof(repo), "%.*s", (int)strcspn(rel, "/"), rel);
+	json_decref(paths);
+	r = pin ? store_ref_pin(c->store, repo, ref, commit, sizeof(commit))
+		: store_ref_unpin(c->store, repo, ref);
+	if (r == -ENOENT && pin)
+		return error_reply(ENOENT, "%s: no refs/%s, or no snapshot of the revision it names",
+				   repo, ref);
+	if (r == -ENOENT)
+		return error_reply(ENOENT, "%s: refs/%s is not pinned", repo, ref);
+	if (r < 0)
+		return error_reply(-r, "%s: refs/%s: %s", repo, ref, strerror(-r));
+	rep = json_pack("{s:b, s:s, s:s, s:I}", "ok", 1, "repo", repo, "ref", ref, "count",
+			(json_int_t)r);
+	if (pin)
+		json_object_set_new(rep, "commit", json_string(commit));
+	return rep;
 }
 
 /* ---- status ---- */
 
 struct tally {
-	json_int_t files, bytes, local_files, local_bytes;
+	json_int_t files, bytes, local_files, local_bytes, pinned_files;
 	json_int_t per_state[BLOB_FAILED + 1];
 };
 
@@ -318,6 +317,7 @@ static void tally_set(struct control *c, struct blob_set *set, struct tally *t)
 		t->files++;
 		t->bytes += (json_int_t)snap.size;
 		t->per_state[snap.state]++;
+		t->pinned_files += snap.pinned;
 		if (snap.state == BLOB_LOCAL) {
 			t->local_files++;
 			t->local_bytes += (json_int_t)snap.size;
@@ -333,9 +333,9 @@ static json_t *tally_json(const struct tally *t)
 		if (t->per_state[st])
 			json_object_set_new(states, blob_state_name((enum blob_state)st),
 					    json_integer(t->per_state[st]));
-	return json_pack("{s:I, s:I, s:I, s:I, s:o}", "files", t->files, "bytes", t->bytes,
+	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:o}", "files", t->files, "bytes", t->bytes,
 			 "local_files", t->local_files, "local_bytes", t->local_bytes,
-			 "states", states);
+			 "pinned_files", t->pinned_files, "states", states);
 }
 
 /* One repo: totals, and one line per revision. */
@@ -348,8 +348,8 @@ static json_t *repo_json(struct control *c, const char *repo)
 	DIR *d;
 	struct dirent *de;
 
-	collect(c, repo, &set, 0);
-	set_unique(&set);
+	collect(c->roots, c->store, NULL, repo, &set);
+	blob_set_unique(&set);
 	tally_set(c, &set, &t);
 	o = tally_json(&t);
 	json_object_set_new(o, "repo", json_string(repo));
@@ -363,9 +363,9 @@ static json_t *repo_json(struct control *c, const char *repo)
 		if (de->d_name[0] == '.')
 			continue;
 		snprintf(rel, sizeof(rel), "%s/%s", snaps, de->d_name);
-		set.n = 0;
-		collect(c, rel, &set, 0);
-		set_unique(&set);
+		blob_set_clear(&set);
+		collect(c->roots, c->store, NULL, rel, &set);
+		blob_set_unique(&set);
 		tally_set(c, &set, &t);
 		r = tally_json(&t);
 		json_object_set_new(r, "rev", json_string(de->d_name));
@@ -374,13 +374,15 @@ static json_t *repo_json(struct control *c, const char *repo)
 	if (d)
 		closedir(d);
 	json_object_set_new(o, "revisions", revs);
-	free(set.v);
+	blob_set_free(&set);
 	return o;
 }
 
+#define HELD_LIST_MAX 200 /* status lists at most this many blobs kept on the NAS */
+
 struct sums {
-	json_int_t local_bytes, nas_bytes, opens;
-	json_t *copies, *flagged;
+	json_int_t local_bytes, nas_bytes, opens, held;
+	json_t *copies, *flagged, *held_list;
 };
 
 static void sum_blob(void *arg, const struct blob *b)
@@ -397,20 +399,82 @@ static void sum_blob(void *arg, const struct blob *b)
 	if (b->state == BLOB_MISMATCH || b->state == BLOB_FAILED)
 		json_array_append_new(s->flagged, json_pack("{s:s, s:s, s:s, s:s}", "key", b->key,
 			"id", b->id, "state", blob_state_name(b->state), "reason", b->reason));
+	/* Why what was wanted is not local: the operator's first question. */
+	if (b->hold != HOLD_NONE && b->state == BLOB_NAS && s->held++ < HELD_LIST_MAX)
+		json_array_append_new(s->held_list, json_pack("{s:s, s:s, s:s, s:s, s:I, s:s?}",
+			"key", b->key, "id", b->id,
+			"hold", b->hold == HOLD_EXCLUDED ? "excluded" : "no_room",
+			"reason", b->reason, "size", (json_int_t)b->size, "name", b->name));
+}
+
+static json_t *policy_json(const struct policy_opts *p)
+{
+	json_t *ex;
+
+	if (!p)
+		return json_pack("{s:b}", "auto", 0);
+	ex = json_array();
+	for (size_t i = 0; i < p->nexclude; i++)
+		json_array_append_new(ex, json_string(p->exclude[i]));
+	return json_pack("{s:b, s:I, s:I, s:f, s:b, s:o, s:I, s:I, s:I, s:f}",
+		"auto", p->auto_on, "auto_bytes", (json_int_t)p->auto_bytes,
+		"auto_opens", (json_int_t)p->auto_opens, "auto_mbps", (double)p->auto_bw / 1e6,
+		"siblings", p->siblings, "exclude", ex, "store_max", (json_int_t)p->store_max,
+		"min_free", (json_int_t)p->min_free, "min_free_pct", (json_int_t)p->min_free_pct,
+		"ref_poll", p->ref_poll);
+}
+
+/* The ref pins, with how much of their revisions is local. */
+static json_t *refs_json(struct control *c)
+{
+	size_t n;
+	struct store_ref *v = store_refs(c->store, &n);
+	json_t *out = json_array();
+
+	for (size_t i = 0; v && i < n; i++) {
+		const char *revs[2] = { v[i].commit, v[i].pending };
+		struct tally t[2];
+		json_t *o;
+
+		for (int k = 0; k < 2; k++) {
+			struct blob_set set = {0};
+			char rel[PATH_MAX];
+
+			memset(&t[k], 0, sizeof(t[k]));
+			if (!*revs[k])
+				continue;
+			snprintf(rel, sizeof(rel), "%s/snapshots/%s", v[i].repo, revs[k]);
+			collect(c->roots, c->store, NULL, rel, &set);
+			blob_set_unique(&set);
+			tally_set(c, &set, &t[k]);
+			blob_set_free(&set);
+		}
+		o = json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I}", "repo", v[i].repo,
+			      "ref", v[i].ref, "commit", v[i].commit, "pending", v[i].pending,
+			      "reason", v[i].reason, "files", t[0].files,
+			      "local_files", t[0].local_files, "pending_files", t[1].files,
+			      "pending_local_files", t[1].local_files);
+		json_array_append_new(out, o);
+	}
+	free(v);
+	return out;
 }
 
 static json_t *control_status(struct control *c, json_t *req)
 {
 	const char *path = json_string_value(json_object_get(req, "path"));
 	char norm[PATH_MAX], repo[PATH_MAX];
-	struct sums sums = { .copies = json_array(), .flagged = json_array() };
+	struct sums sums = { .copies = json_array(), .flagged = json_array(),
+			     .held_list = json_array() };
 	struct store_usage u;
-	json_t *repos = json_array();
+	json_t *repos = json_array(), *rep;
+	uint64_t evictable = 0, room;
 
 	if (path && (path[0] == '/' || path_normalize(path, norm, sizeof(norm)) < 0)) {
 		json_decref(repos);
 		json_decref(sums.copies);
 		json_decref(sums.flagged);
+		json_decref(sums.held_list);
 		return error_reply(EINVAL, "%s: not a path inside the mount %s", path, c->mount);
 	}
 	if (path && *norm) {
@@ -422,6 +486,7 @@ static json_t *control_status(struct control *c, json_t *req)
 			json_decref(repos);
 			json_decref(sums.copies);
 			json_decref(sums.flagged);
+			json_decref(sums.held_list);
 			return error_reply(-r, "%s: %s", norm, strerror(-r));
 		}
 		snprintf(repo, sizeof(repo), "%.*s", (int)strcspn(norm, "/"), norm);
@@ -439,16 +504,37 @@ static json_t *control_status(struct control *c, json_t *req)
 	}
 	store_each(c->store, sum_blob, &sums);
 	store_usage(c->store, &u);
-	return json_pack("{s:b, s:s, s:s, s:s, s:o, s:o, s:{s:I, s:I, s:I}, s:o, "
-			 "s:{s:I, s:I, s:I, s:I, s:I}}",
+	room = store_room(c->store, &evictable);
+	rep = json_pack("{s:b, s:s, s:s, s:s, s:o, s:o, s:{s:I, s:I, s:I}, s:o, s:o, s:I}",
 		"ok", 1, "nas", c->roots->path[0], "local", c->local, "mount", c->mount,
 		"repos", repos, "copies", sums.copies,
 		"served", "local_bytes", sums.local_bytes, "nas_bytes", sums.nas_bytes,
 		"opens", sums.opens,
-		"flagged", sums.flagged,
-		"store", "blobs", (json_int_t)u.blobs, "bytes", (json_int_t)u.bytes,
+		"flagged", sums.flagged, "held", sums.held_list, "held_total", sums.held);
+	if (!rep)
+		return NULL;
+	json_object_set_new(rep, "store", json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
+		"s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
+		"blobs", (json_int_t)u.blobs, "bytes", (json_int_t)u.bytes,
 		"free_bytes", (json_int_t)u.free_bytes, "queued", (json_int_t)u.queued,
-		"copying", (json_int_t)u.copying);
+		"copying", (json_int_t)u.copying, "used_bytes", (json_int_t)u.used,
+		"limit_bytes", (json_int_t)u.limit, "min_free_bytes", (json_int_t)u.floor,
+		"fs_bytes", (json_int_t)u.fs_bytes, "reserved_bytes", (json_int_t)u.reserved,
+		"held_bytes", (json_int_t)u.held, "pinned_bytes", (json_int_t)u.pinned_bytes,
+		"open_bytes", (json_int_t)u.open_bytes, "available_bytes", (json_int_t)room,
+		"evictable_bytes", (json_int_t)evictable));
+	json_object_set_new(rep, "policy", policy_json(pol_of(c)));
+	json_object_set_new(rep, "ref_pins", refs_json(c));
+	json_object_set_new(rep, "auto", json_pack("{s:I, s:I, s:I}",
+		"queued", (json_int_t)c->store->auto_queued,
+		"no_room", (json_int_t)c->store->no_room,
+		"excluded", (json_int_t)c->store->excluded));
+	json_object_set_new(rep, "counters", json_pack("{s:I, s:I, s:I, s:I}",
+		"promoted", (json_int_t)c->store->promoted,
+		"evicted", (json_int_t)c->store->evicted,
+		"demoted", (json_int_t)c->store->demoted,
+		"failed", (json_int_t)c->store->failed));
+	return rep;
 }
 
 static int changes_state(const char *op, json_t *req)
@@ -477,8 +563,13 @@ char *control_handle(struct control *c, const char *line, size_t len, uid_t peer
 		rep = control_status(c, req);
 	} else if (!strcmp(op, "promote")) {
 		rep = op_promote(c, req);
+	} else if (!strcmp(op, "stats")) {
+		rep = metrics_reply(c->store, req);
 	} else if (!strcmp(op, "progress")) {
 		rep = op_progress(c, req);
+	} else if ((!strcmp(op, "pin") || !strcmp(op, "unpin")) &&
+		   json_object_get(req, "ref")) {
+		rep = op_ref(c, req, !strcmp(op, "pin"));
 	} else if (!strcmp(op, "evict") || !strcmp(op, "pin") || !strcmp(op, "unpin") ||
 		   !strcmp(op, "verify")) {
 		rep = op_each(c, req, op);

@@ -628,7 +628,8 @@ static void job_free(struct job *j, void *mem)
 static int open_source(struct job *j, const char *path)
 {
 	struct stat st;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	/* the caller resolved every link; one appearing now is not followed */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 
 	if (fd < 0) {
 		fail(j, -errno, "cannot open %s: %s", path, strerror(errno));
@@ -747,7 +748,7 @@ int fetch_hash_file(const char *path, char xxh_hex[33], struct fetch_progress *p
 	unsigned char *mem = NULL;
 	int fd, err;
 
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0)
 		return -errno;
 	err = fstat(fd, &st) < 0 ? -errno : !S_ISREG(st.st_mode) ? -EINVAL : 0;

@@ -24,6 +24,8 @@ struct fetch_progress {
 	_Atomic int cancel;           /* set non-zero to abort (-ECANCELED) */
 };
 
+/* xxh, sample and id_check are filled once the whole source has been read,
+ * so also when the copy fails after that (e.g. -EBADMSG). */
 struct fetch_result {
 	char xxh[33];     /* XXH3-128 of the source bytes (= of the copy when 0) */
 	char sample[33];  /* source_sample() of those same bytes */
@@ -42,18 +44,22 @@ struct fetch_result {
  *     fsync at the end) and each durable segment is re-read from the disk with
  *     O_DIRECT, not from the page cache, and hashed; the two XXH3-128 must be
  *     equal;
- *   - the source must hold exactly @size bytes throughout.
+ *   - the source must hold exactly @size bytes throughout;
+ *   - @src_path is opened O_NOFOLLOW: the caller passes the resolved path,
+ *     and a link swapped in since is refused (-ELOOP), never followed.
  * O_DIRECT is used for source reads and copy writes where the filesystem
  * allows it; otherwise buffered I/O, and the pages read are dropped.
- * @bw_limit (bytes/s, 0 = unlimited) caps the source reads.  @prog may be NULL.
+ * @bw_limit (bytes/s, 0 = unlimited) caps the source reads.  @prog and @res
+ * may be NULL.
  *
  * Returns 0 when verified: @tmp_path is complete, mode 0444, fsynced, left for
  * the caller to rename (and to fsync the directory).  Otherwise @tmp_path is
  * unlinked (unless it already existed), res->reason says why, and:
  *   -EBADMSG    content does not match its name (res->id_check == 0)
  *   -EIO        the copy read back differs from the source, or a short write
- *   -ESTALE     the source changed size (shorter: "short read ...", or longer)
- *   -ENOSPC     no space left on the directory of @tmp_path (also -EDQUOT)
+ *   -ESTALE     the source is not @size bytes, or changed size while copied
+ *               ("short read on ... at offset N", or longer)
+ *   -ENOSPC     "no space left on <dir of @tmp_path>" (-EDQUOT: quota)
  *   -ECANCELED  prog->cancel was set
  *   other       -errno of the failing call (open, read, write, fsync, ...) */
 int fetch_copy_verify(const char *src_path, uint64_t size, const char *tmp_path,
@@ -62,7 +68,9 @@ int fetch_copy_verify(const char *src_path, uint64_t size, const char *tmp_path,
 
 /* Full re-hash of an existing local copy (scrub), read with O_DIRECT where
  * possible (otherwise its cached pages are dropped before reading).  Fills
- * @xxh_hex with the XXH3-128 of the whole file.  @prog may be NULL. */
+ * @xxh_hex with the XXH3-128 of the whole file.  @prog may be NULL (when
+ * set, bytes_done counts bytes hashed and cancel gives -ECANCELED).  @path
+ * is opened O_NOFOLLOW; not a regular file: -EINVAL; short read: -EIO. */
 int fetch_hash_file(const char *path, char xxh_hex[33], struct fetch_progress *prog);
 
 #endif

@@ -19,14 +19,27 @@ struct index_rec {
 	const char *reason;
 	uint64_t size;
 	struct timespec mtime, ctime;
-	int64_t last_used;
+	int64_t last_used;  /* seconds */
+	uint64_t use_ns;    /* the same, finer (the LRU order); 0 in older indexes */
 	int pinned;
 };
 
-/* Call @fn for each record; a missing index is an empty one.  Returns
- * -errno, or -EINVAL for an index that cannot be parsed. */
-int index_read(const char *path, int (*fn)(void *arg, const struct index_rec *r), void *arg);
+/* A ref pin (wfsctl pin --ref): the revision kept, and the one it moves to. */
+struct index_ref {
+	const char *repo, *ref, *commit, *pending;
+};
 
-int index_write(const char *path, const struct index_rec *recs, size_t n);
+struct index_cb {
+	void *arg;
+	int (*blob)(void *arg, const struct index_rec *r);
+	int (*ref)(void *arg, const struct index_ref *r); /* may be NULL */
+};
+
+/* Call the callbacks for each record; a missing index is an empty one.
+ * Returns -errno, or -EINVAL for an index that cannot be parsed. */
+int index_read(const char *path, const struct index_cb *cb);
+
+int index_write(const char *path, const struct index_rec *recs, size_t n,
+		const struct index_ref *refs, size_t nrefs);
 
 #endif

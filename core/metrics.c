@@ -48,6 +48,13 @@ void metrics_collect(struct store *s, struct metrics *m)
 	m->free_bytes = u.free_bytes;
 	m->queued = u.queued;
 	m->copying = u.copying;
+	m->limit = u.limit;
+	m->floor = u.floor;
+	m->reserved = u.reserved;
+	m->pinned_bytes = u.pinned_bytes;
+	m->auto_queued = s->auto_queued;
+	m->held_no_room = s->no_room;
+	m->held_excluded = s->excluded;
 	m->passthrough_opens = s->passthrough_opens;
 	m->promotions_started = s->started;
 	m->promotions_verified = s->promoted;
@@ -160,6 +167,14 @@ char *metrics_prometheus(const struct metrics *m)
 	for (int i = 0; i < STORE_FAIL_N; i++)
 		sample_l(&b, "wfs_promotions_failed_total", "reason", metrics_fail_reason[i],
 			 m->failed_by[i]);
+	family(&b, "wfs_promotions_auto_queued_total", "counter",
+	       "Blobs queued for promotion by themselves (read often from the NAS).");
+	sample(&b, "wfs_promotions_auto_queued_total", m->auto_queued);
+	family(&b, "wfs_promotions_held_total", "counter",
+	       "Promotions not made: the blob stays on the NAS, by reason (no_room: the size "
+	       "limit or free-space floor; excluded: an exclusion glob).");
+	sample_l(&b, "wfs_promotions_held_total", "reason", "no_room", m->held_no_room);
+	sample_l(&b, "wfs_promotions_held_total", "reason", "excluded", m->held_excluded);
 	family(&b, "wfs_promotions_cancelled_total", "counter",
 	       "Promotions cancelled (evicted while copying, or shutdown).");
 	sample(&b, "wfs_promotions_cancelled_total", m->promotions_cancelled);
@@ -180,6 +195,17 @@ char *metrics_prometheus(const struct metrics *m)
 	family(&b, "wfs_store_free_bytes", "gauge",
 	       "Free bytes on the file system of the local store (for unprivileged users).");
 	sample(&b, "wfs_store_free_bytes", m->free_bytes);
+	family(&b, "wfs_store_limit_bytes", "gauge",
+	       "Size limit of the local store (0: none but the free-space floor).");
+	sample(&b, "wfs_store_limit_bytes", m->limit);
+	family(&b, "wfs_store_free_floor_bytes", "gauge",
+	       "Free space the local store always leaves on its file system.");
+	sample(&b, "wfs_store_free_floor_bytes", m->floor);
+	family(&b, "wfs_store_reserved_bytes", "gauge", "Space reserved by copies in flight.");
+	sample(&b, "wfs_store_reserved_bytes", m->reserved);
+	family(&b, "wfs_store_pinned_bytes", "gauge",
+	       "Bytes of pinned local copies (never evicted for room).");
+	sample(&b, "wfs_store_pinned_bytes", m->pinned_bytes);
 	family(&b, "wfs_promotion_queue_depth", "gauge", "Blobs queued for promotion.");
 	sample(&b, "wfs_promotion_queue_depth", m->queued);
 	family(&b, "wfs_promotions_in_flight", "gauge", "Blobs being copied or verified.");
@@ -209,8 +235,8 @@ json_t *metrics_json(const struct metrics *m)
 		json_object_set_new(states, blob_state_name((enum blob_state)st),
 				    json_integer((json_int_t)m->blobs_by_state[st]));
 	o = json_pack("{s:s, s:{s:I, s:I}, s:I, s:I, "
-		      "s:{s:I, s:I, s:I, s:I, s:o}, s:I, s:I, s:I, "
-		      "s:{s:I, s:I, s:I}, s:{s:I, s:I}, s:o}",
+		      "s:{s:I, s:I, s:I, s:I, s:o, s:I, s:{s:I, s:I}}, s:I, s:I, s:I, "
+		      "s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I}, s:{s:I, s:I}, s:o}",
 		"version", WFS_VERSION,
 		"served", "local_bytes", (json_int_t)m->served_local_bytes,
 			  "nas_bytes", (json_int_t)m->served_nas_bytes,
@@ -221,11 +247,16 @@ json_t *metrics_json(const struct metrics *m)
 			      "cancelled", (json_int_t)m->promotions_cancelled,
 			      "failed", (json_int_t)m->promotions_failed,
 			      "failed_by_reason", failed,
+			      "auto_queued", (json_int_t)m->auto_queued,
+			      "held", "no_room", (json_int_t)m->held_no_room,
+				      "excluded", (json_int_t)m->held_excluded,
 		"mismatches", (json_int_t)m->mismatches,
 		"demotions", (json_int_t)m->demotions,
 		"evictions", (json_int_t)m->evictions,
 		"store", "blobs", (json_int_t)m->store_blobs, "bytes", (json_int_t)m->store_bytes,
-			 "free_bytes", (json_int_t)m->free_bytes,
+			 "free_bytes", (json_int_t)m->free_bytes, "limit", (json_int_t)m->limit,
+			 "free_floor", (json_int_t)m->floor, "reserved", (json_int_t)m->reserved,
+			 "pinned_bytes", (json_int_t)m->pinned_bytes,
 		"queue", "queued", (json_int_t)m->queued, "in_flight", (json_int_t)m->copying,
 		"blobs", states);
 	return o;

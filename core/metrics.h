@@ -25,7 +25,9 @@ struct metrics {
 	uint64_t promotions_failed;             /* sum of failed_by */
 	uint64_t failed_by[STORE_FAIL_N];
 	uint64_t mismatches, demotions, evictions;
+	uint64_t auto_queued, held_no_room, held_excluded;
 	uint64_t store_blobs, store_bytes, free_bytes;
+	uint64_t limit, floor, reserved, pinned_bytes;
 	uint64_t queued, copying;
 	uint64_t blobs_by_state[BLOB_FAILED + 1];
 	uint64_t blobs_known;

@@ -1,11 +1,9 @@
-/* store.c - blob table, promotion queue and workers; see store.h.
- *
- * Locking: s->lock guards the table, the queue and every blob's state
- * fields.  Copies, hashing and NAS reads run without it.
+/* store.c - blob table, the daemon's hooks, promotion queue and workers;
+ * see store.h (and store_int.h for the locking rule).
  */
 #include "store.h"
+#include "store_int.h"
 #include "hash.h"
-#include "index.h"
 #include "path.h"
 
 #include <dirent.h>
@@ -33,10 +31,7 @@ const char *blob_state_name(enum blob_state st)
 	return "?";
 }
 
-static void slog(struct store *s, int prio, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static void slog(struct store *s, int prio, const char *fmt, ...)
+void store_log(struct store *s, int prio, const char *fmt, ...)
 {
 	char msg[1024];
 	va_list ap;
@@ -49,6 +44,15 @@ static void slog(struct store *s, int prio, const char *fmt, ...)
 	s->hooks.log(s->hooks.arg, prio, msg);
 }
 
+uint64_t store_now_ns(void)
+{
+	struct timespec ts;
+
+	/* Coarse is enough for an LRU order and costs no syscall. */
+	clock_gettime(CLOCK_REALTIME_COARSE, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 static uint64_t hash_str(const char *p)
 {
 	uint64_t h = 1469598103934665603ull;
@@ -58,14 +62,9 @@ static uint64_t hash_str(const char *p)
 	return h;
 }
 
-static int64_t now_s(void)
-{
-	return (int64_t)time(NULL);
-}
-
 /* ---- the table ---- */
 
-static struct blob *find_locked(struct store *s, const char *key)
+struct blob *store_find_locked(struct store *s, const char *key)
 {
 	struct blob *b = s->buckets[hash_str(key) & (s->nbuckets - 1)];
 
@@ -98,7 +97,7 @@ static void grow_locked(struct store *s)
 	s->nbuckets = nb;
 }
 
-static struct blob *insert_locked(struct store *s, const char *key)
+struct blob *store_insert_locked(struct store *s, const char *key)
 {
 	struct blob *b = calloc(1, sizeof(*b));
 	size_t h;
@@ -122,7 +121,7 @@ struct blob *store_find(struct store *s, const char *key)
 	struct blob *b;
 
 	pthread_mutex_lock(&s->lock);
-	b = find_locked(s, key);
+	b = store_find_locked(s, key);
 	pthread_mutex_unlock(&s->lock);
 	return b;
 }
@@ -134,82 +133,39 @@ int store_local_path(struct store *s, const struct blob *b, char *out, size_t sz
 	return n < 0 || (size_t)n >= sz ? -ENAMETOOLONG : 0;
 }
 
-/* Remove @b's local copy unless another local blob has the same bytes. */
-static void drop_copy_locked(struct store *s, struct blob *b)
+/* Remove @b's local copy unless another local blob has the same bytes.
+ * Returns 1 when the file was unlinked. */
+static int drop_copy_locked(struct store *s, struct blob *b)
 {
 	char path[PATH_MAX + 64];
 
 	for (size_t i = 0; i < s->nbuckets; i++)
 		for (struct blob *o = s->buckets[i]; o; o = o->hnext)
 			if (o != b && o->state == BLOB_LOCAL && !strcmp(o->xxh, b->xxh))
-				return;
-	if (b->xxh[0] && store_local_path(s, b, path, sizeof(path)) == 0)
-		unlink(path);
+				return 0;
+	return b->xxh[0] && store_local_path(s, b, path, sizeof(path)) == 0 && unlink(path) == 0;
 }
 
-/* A LOCAL blob goes back to the NAS. */
-static void demote_locked(struct store *s, struct blob *b, const char *why)
+void store_demote_locked(struct store *s, struct blob *b, const char *why, int invalidate)
 {
 	uint64_t ino = b->fs_ino;
 
 	if (b->state != BLOB_LOCAL)
 		return;
 	b->state = BLOB_NAS;
-	drop_copy_locked(s, b);
+	if (drop_copy_locked(s, b))
+		space_unlinked_locked(s, b);
 	b->xxh[0] = '\0';
 	snprintf(b->reason, sizeof(b->reason), "%s", why);
+	auto_reset_locked(s, b);
+	if (!invalidate) {
+		store_log(s, LOG_INFO, "evicted %s (%s): %s", b->key, b->id, why);
+		return;
+	}
 	s->demoted++;
-	slog(s, LOG_WARNING, "demoted %s (%s): %s", b->key, b->id, why);
+	store_log(s, LOG_WARNING, "demoted %s (%s): %s", b->key, b->id, why);
 	if (s->hooks.changed && ino)
 		s->hooks.changed(s->hooks.arg, ino);
-}
-
-static int sample_source(const char *key, uint64_t size, char out[33])
-{
-	int fd = open(key, O_RDONLY | O_CLOEXEC | O_NOFOLLOW), r;
-
-	if (fd < 0)
-		return -errno;
-	r = source_sample(fd, size, out);
-	close(fd);
-	return r;
-}
-
-int store_check_source(struct store *s, struct blob *b)
-{
-	char sample[33], key[PATH_MAX];
-	uint64_t size;
-	int r;
-
-	pthread_mutex_lock(&s->lock);
-	if (b->state != BLOB_LOCAL || b->checked) {
-		r = b->state == BLOB_LOCAL;
-		pthread_mutex_unlock(&s->lock);
-		return r;
-	}
-	snprintf(key, sizeof(key), "%s", b->key);
-	size = b->size;
-	pthread_mutex_unlock(&s->lock);
-
-	r = sample_source(key, size, sample);
-	pthread_mutex_lock(&s->lock);
-	if (b->state == BLOB_LOCAL) {
-		if (r < 0) {
-			char why[128];
-
-			snprintf(why, sizeof(why), "source unreadable: %s", strerror(-r));
-			demote_locked(s, b, why);
-		} else if (strcmp(sample, b->sample)) {
-			demote_locked(s, b, "source changed (sampled hash differs)");
-		} else {
-			b->checked = 1;
-		}
-	}
-	r = b->state == BLOB_LOCAL;
-	pthread_mutex_unlock(&s->lock);
-	if (!r)
-		store_write_index(s);
-	return r;
 }
 
 struct blob *store_blob(struct store *s, const char *key, const struct stat *st, const char *id)
@@ -218,9 +174,9 @@ struct blob *store_blob(struct store *s, const char *key, const struct stat *st,
 	int changed = 0;
 
 	pthread_mutex_lock(&s->lock);
-	b = find_locked(s, key);
+	b = store_find_locked(s, key);
 	if (!b) {
-		b = insert_locked(s, key);
+		b = store_insert_locked(s, key);
 		if (!b) {
 			pthread_mutex_unlock(&s->lock);
 			return NULL;
@@ -235,8 +191,8 @@ struct blob *store_blob(struct store *s, const char *key, const struct stat *st,
 		   b->nas_ctime.tv_nsec != st->st_ctim.tv_nsec) {
 		/* The NAS shows new attributes: re-check before serving locally. */
 		if (b->size != (uint64_t)st->st_size)
-			demote_locked(s, b, "source size changed");
-		b->size = (uint64_t)st->st_size;
+			store_demote_locked(s, b, "source size changed", 1);
+		__atomic_store_n(&b->size, (uint64_t)st->st_size, __ATOMIC_RELAXED);
 		b->nas_mtime = st->st_mtim;
 		b->nas_ctime = st->st_ctim;
 		b->checked = 0;
@@ -255,7 +211,9 @@ void blob_snapshot(struct store *s, const struct blob *b, struct blob *out)
 	pthread_mutex_lock(&s->lock);
 	memcpy(out, b, sizeof(*out));
 	pthread_mutex_unlock(&s->lock);
-	out->key = NULL; /* not owned by the copy */
+	/* not owned by the copy */
+	out->key = out->name = out->tmp = NULL;
+	out->hnext = out->qnext = out->hot_next = NULL;
 }
 
 void store_each(struct store *s, void (*fn)(void *arg, const struct blob *b), void *arg)
@@ -267,7 +225,123 @@ void store_each(struct store *s, void (*fn)(void *arg, const struct blob *b), vo
 	pthread_mutex_unlock(&s->lock);
 }
 
+/* ---- the daemon's hooks ---- */
+
+static int is_snapshot_name(const char *rel)
+{
+	char dir[PATH_MAX];
+
+	return hub_snapshot_blob_dir(rel, dir, sizeof(dir));
+}
+
+void store_note_open(struct store *s, struct blob *b, const char *rel)
+{
+	const struct policy_opts *pol = s->opt.policy;
+	uint64_t now = store_now_ns();
+
+	pthread_mutex_lock(&s->lock);
+	b->open_count++;
+	b->opens++;
+	b->use_ns = now;
+	b->last_used = (int64_t)(now / 1000000000u);
+	/* Remember a name for the policy thread, a snapshot name rather than
+	 * blobs/<id>: the exclusion globs and the shard rule look at those. */
+	if (rel && *rel && (!b->name || (!is_snapshot_name(b->name) && is_snapshot_name(rel)))) {
+		char *n = strdup(rel);
+
+		if (n) {
+			free(b->name);
+			b->name = n;
+		}
+	}
+	if (b->state != BLOB_LOCAL) {
+		uint64_t opens = ++b->nas_opens;
+
+		if (pol && pol->auto_on && !b->hot &&
+		    policy_is_hot(pol, b->size, b->nas_bytes - b->hot_bytes, opens - b->hot_opens))
+			auto_hot_locked(s, b);
+	}
+	pthread_mutex_unlock(&s->lock);
+}
+
+void store_note_read(struct store *s, struct blob *b, uint64_t bytes, int local)
+{
+	const struct policy_opts *pol = s->opt.policy;
+	uint64_t n, size, base;
+
+	if (local) {
+		b->local_bytes += bytes;
+		atomic_store_explicit(&b->use_ns, store_now_ns(), memory_order_relaxed);
+		return;
+	}
+	n = atomic_fetch_add(&b->nas_bytes, bytes) + bytes;
+	if (!pol || !pol->auto_on || atomic_load_explicit(&b->hot, memory_order_relaxed))
+		return;
+	/* A first look without the lock: most reads are far from the mark. */
+	size = __atomic_load_n(&b->size, __ATOMIC_RELAXED);
+	base = __atomic_load_n(&b->hot_bytes, __ATOMIC_RELAXED);
+	if (!policy_is_hot(pol, size, n - base, 0))
+		return;
+	pthread_mutex_lock(&s->lock);
+	if (!b->hot && policy_is_hot(pol, b->size, b->nas_bytes - b->hot_bytes,
+				     b->nas_opens - b->hot_opens))
+		auto_hot_locked(s, b);
+	pthread_mutex_unlock(&s->lock);
+}
+
+void store_note_close(struct store *s, struct blob *b)
+{
+	pthread_mutex_lock(&s->lock);
+	if (b->open_count > 0 && --b->open_count == 0)
+		space_closed_locked(s, b);
+	pthread_mutex_unlock(&s->lock);
+}
+
 /* ---- the queue ---- */
+
+void store_unqueue_locked(struct store *s, struct blob *b)
+{
+	struct blob **pp = &s->qhead, *prev = NULL;
+
+	if (!b->in_queue)
+		return;
+	while (*pp && *pp != b) {
+		prev = *pp;
+		pp = &(*pp)->qnext;
+	}
+	if (*pp) {
+		*pp = b->qnext;
+		if (s->qtail == b)
+			s->qtail = prev;
+	}
+	b->qnext = NULL;
+	b->in_queue = 0;
+}
+
+static void enqueue_locked(struct store *s, struct blob *b)
+{
+	store_unqueue_locked(s, b);
+	if (b->explicit_req) {
+		/* Before the first automatic request. */
+		struct blob **pp = &s->qhead;
+
+		while (*pp && (*pp)->explicit_req)
+			pp = &(*pp)->qnext;
+		b->qnext = *pp;
+		*pp = b;
+		if (!b->qnext)
+			s->qtail = b;
+	} else {
+		b->qnext = NULL;
+		if (s->qtail)
+			s->qtail->qnext = b;
+		else
+			s->qhead = b;
+		s->qtail = b;
+	}
+	b->in_queue = 1;
+	pthread_cond_broadcast(&s->cond);
+}
 
 int store_promote(struct store *s, struct blob *b, int pin, int explicit_req)
 {
@@ -277,28 +351,18 @@ int store_promote(struct store *s, struct blob *b, int pin, int explicit_req)
 	if (b->state == BLOB_NAS || b->state == BLOB_FAILED) {
 		b->state = BLOB_QUEUED;
 		b->reason[0] = '\0';
+		b->hold = HOLD_NONE;
 		b->explicit_req = explicit_req;
 		b->prog.bytes_done = 0;
 		b->prog.cancel = 0;
-		b->qnext = NULL;
-		if (explicit_req) {
-			/* Before the first automatic request. */
-			struct blob **pp = &s->qhead;
-
-			while (*pp && (*pp)->explicit_req)
-				pp = &(*pp)->qnext;
-			b->qnext = *pp;
-			*pp = b;
-			if (!b->qnext)
-				s->qtail = b;
-		} else {
-			if (s->qtail)
-				s->qtail->qnext = b;
-			else
-				s->qhead = b;
-			s->qtail = b;
-		}
-		pthread_cond_broadcast(&s->cond);
+		b->want_ns = store_now_ns();
+		if (!explicit_req)
+			s->auto_queued++;
+		enqueue_locked(s, b);
+	} else if (b->state == BLOB_QUEUED && explicit_req && !b->explicit_req) {
+		b->explicit_req = 1; /* asked for now: ahead of the automatic ones */
+		b->want_ns = store_now_ns();
+		enqueue_locked(s, b);
 	}
 	pthread_mutex_unlock(&s->lock);
 	if (pin)
@@ -306,16 +370,29 @@ int store_promote(struct store *s, struct blob *b, int pin, int explicit_req)
 	return 0;
 }
 
+/* The next copy to make: explicit requests first; an automatic one only
+ * while fewer than auto_max automatic copies run, so one worker is always
+ * free for what an operator asks. */
 static struct blob *dequeue_locked(struct store *s)
 {
-	struct blob *b = s->qhead;
+	struct blob *b;
 
-	if (b) {
-		s->qhead = b->qnext;
-		if (!s->qhead)
-			s->qtail = NULL;
+	while ((b = s->qhead) && b->state != BLOB_QUEUED) {
+		s->qhead = b->qnext; /* cancelled while queued */
 		b->qnext = NULL;
+		b->in_queue = 0;
 	}
+	if (!b) {
+		s->qtail = NULL;
+		return NULL;
+	}
+	if (!b->explicit_req && s->auto_running >= s->auto_max)
+		return NULL;
+	s->qhead = b->qnext;
+	if (!s->qhead)
+		s->qtail = NULL;
+	b->qnext = NULL;
+	b->in_queue = 0;
 	return b;
 }
 
@@ -344,68 +421,124 @@ static int publish(struct store *s, const char *tmp, const char *xxh)
 	return 0;
 }
 
-static void copy_one(struct store *s, struct blob *b)
+/* Bytes/s this copy may read: a cap is shared by every copy that may run
+ * at once under it. */
+static uint64_t copy_rate(struct store *s, int auto_copy)
 {
-	char key[PATH_MAX], id[NAME_MAX + 1], tmp[PATH_MAX + 64];
-	struct fetch_result res;
-	struct statvfs sv;
-	uint64_t size;
-	int r;
+	const struct policy_opts *pol = s->opt.policy;
+	uint64_t total = s->opt.bw_limit;
 
-	snprintf(key, sizeof(key), "%s", b->key);
-	snprintf(id, sizeof(id), "%s", b->id);
-	size = b->size;
-	snprintf(tmp, sizeof(tmp), "%s/%llu.%d.part", s->tmp_dir,
-		 (unsigned long long)++s->tmp_serial, (int)getpid());
-	b->state = BLOB_COPYING;
-	pthread_mutex_unlock(&s->lock);
+	if (!auto_copy)
+		return policy_share(total, s->opt.workers);
+	if (pol && pol->auto_bw && (!total || pol->auto_bw < total))
+		total = pol->auto_bw;
+	return policy_share(total, s->auto_max);
+}
 
-	memset(&res, 0, sizeof(res));
-	if (statvfs(s->dir, &sv) == 0 && (uint64_t)sv.f_bavail * sv.f_frsize < size + (1u << 20)) {
-		r = -ENOSPC;
-		snprintf(res.reason, sizeof(res.reason), "not enough space in %s: %llu bytes free, "
-			 "%llu needed", s->dir, (unsigned long long)sv.f_bavail * sv.f_frsize,
-			 (unsigned long long)size);
-	} else {
-		slog(s, LOG_INFO, "promoting %s (%s, %llu bytes)", key, id,
-		     (unsigned long long)size);
-		r = fetch_copy_verify(key, size, tmp, id, s->opt.bw_limit, &b->prog, &res);
-	}
-	if (r == 0)
-		r = publish(s, tmp, res.xxh);
-	if (r < 0)
-		unlink(tmp);
-
-	pthread_mutex_lock(&s->lock);
+static void copy_done_locked(struct store *s, struct blob *b, int r, uint64_t size,
+			     const struct fetch_result *res, const char *key, const char *id)
+{
 	if (r == 0 && b->size == size) {
 		b->state = BLOB_LOCAL;
-		snprintf(b->xxh, sizeof(b->xxh), "%s", res.xxh);
-		snprintf(b->sample, sizeof(b->sample), "%s", res.sample);
+		snprintf(b->xxh, sizeof(b->xxh), "%s", res->xxh);
+		snprintf(b->sample, sizeof(b->sample), "%s", res->sample);
 		b->checked = 1;
 		b->reason[0] = '\0';
-		b->last_used = now_s();
+		b->hold = HOLD_NONE;
+		b->last_used = (int64_t)time(NULL);
+		b->use_ns = store_now_ns();
 		s->promoted++;
-		slog(s, LOG_INFO, "verified %s (%s): local copy %s", key, id, res.xxh);
-	} else if (r == -ECANCELED) {
+		store_log(s, LOG_INFO, "verified %s (%s): local copy %s", key, id, res->xxh);
+		return;
+	}
+	auto_reset_locked(s, b);
+	if (r == -ECANCELED) {
 		b->state = BLOB_NAS;
 		snprintf(b->reason, sizeof(b->reason), "copy cancelled");
-		slog(s, LOG_INFO, "promotion of %s cancelled", key);
+		s->cancelled++;
+		store_log(s, LOG_INFO, "promotion of %s cancelled", key);
 	} else if (r == -EBADMSG) {
 		b->state = BLOB_MISMATCH;
-		snprintf(b->reason, sizeof(b->reason), "%s", res.reason);
+		snprintf(b->reason, sizeof(b->reason), "%s", res->reason);
 		s->mismatches++;
-		slog(s, LOG_ERR, "MISMATCH %s: %s; not promoted, served from the NAS", key,
-		     res.reason);
+		store_log(s, LOG_ERR, "MISMATCH %s: %s; not promoted, served from the NAS", key,
+			  res->reason);
+	} else if (r == -ENOSPC || r == -EDQUOT) {
+		/* Someone else filled the disk under us: not the blob's fault. */
+		b->state = BLOB_NAS;
+		b->hold = HOLD_NO_ROOM;
+		snprintf(b->reason, sizeof(b->reason), "no room: %s",
+			 res->reason[0] ? res->reason : strerror(-r));
+		s->failed_by[STORE_FAIL_NO_SPACE]++;
+		s->no_room++;
+		store_log(s, LOG_WARNING, "promotion of %s stopped: %s; served from the NAS", key,
+			  b->reason);
 	} else {
 		b->state = BLOB_FAILED;
 		if (r == 0)
 			snprintf(b->reason, sizeof(b->reason), "source size changed during copy");
 		else
 			snprintf(b->reason, sizeof(b->reason), "%s",
-				 res.reason[0] ? res.reason : strerror(-r));
+				 res->reason[0] ? res->reason : strerror(-r));
 		s->failed++;
-		slog(s, LOG_WARNING, "promotion of %s failed: %s", key, b->reason);
+		s->failed_by[r == 0 || r == -ESTALE ? STORE_FAIL_SOURCE_CHANGED :
+			     r == -EIO ? STORE_FAIL_IO : STORE_FAIL_OTHER]++;
+		store_log(s, LOG_WARNING, "promotion of %s failed: %s", key, b->reason);
 	}
+}
+
+/* Called and returns with the lock held. */
+static void copy_one(struct store *s, struct blob *b)
+{
+	char key[PATH_MAX], id[NAME_MAX + 1], tmp[PATH_MAX + 64], why[256];
+	int auto_copy = !b->explicit_req, evicted = 0, r;
+	struct fetch_result res;
+	uint64_t size, rate;
+
+	snprintf(key, sizeof(key), "%s", b->key);
+	snprintf(id, sizeof(id), "%s", b->id);
+	size = b->size;
+	if (space_reserve_locked(s, b, why, sizeof(why), &evicted) < 0) {
+		b->state = BLOB_NAS;
+		b->hold = HOLD_NO_ROOM;
+		snprintf(b->reason, sizeof(b->reason), "%s", why);
+		s->no_room++;
+		auto_reset_locked(s, b); /* hot again later: tried again then */
+		store_log(s, LOG_NOTICE, "not promoting %s (%s): %s; served from the NAS", key,
+			  id, why);
+		pthread_mutex_unlock(&s->lock);
+		if (evicted)
+			store_write_index(s);
+		pthread_mutex_lock(&s->lock);
+		return;
+	}
+	snprintf(tmp, sizeof(tmp), "%s/%llu.%d.part", s->tmp_dir,
+		 (unsigned long long)++s->tmp_serial, (int)getpid());
+	b->tmp = strdup(tmp);
+	b->state = BLOB_COPYING;
+	s->auto_running += auto_copy;
+	s->started++;
+	rate = copy_rate(s, auto_copy);
+	pthread_mutex_unlock(&s->lock);
+
+	if (evicted)
+		store_write_index(s);
+	memset(&res, 0, sizeof(res));
+	store_log(s, LOG_INFO, "promoting %s (%s, %llu bytes%s)", key, id,
+		  (unsigned long long)size, auto_copy ? ", automatic" : "");
+	r = fetch_copy_verify(key, size, tmp, id, rate, &b->prog, &res);
+	if (r == 0)
+		r = publish(s, tmp, res.xxh);
+	if (r < 0)
+		unlink(tmp);
+
+	pthread_mutex_lock(&s->lock);
+	space_release_locked(s, b);
+	free(b->tmp);
+	b->tmp = NULL;
+	s->auto_running -= auto_copy;
+	copy_done_locked(s, b, r, size, &res, key, id);
+	pthread_cond_broadcast(&s->cond); /* an automatic slot may be free */
 	pthread_mutex_unlock(&s->lock);
 	store_write_index(s);
 	pthread_mutex_lock(&s->lock);
@@ -423,15 +556,13 @@ static void *worker(void *arg)
 			pthread_cond_wait(&s->cond, &s->lock);
 			continue;
 		}
-		if (b->state != BLOB_QUEUED)
-			continue;
 		copy_one(s, b);
 	}
 	pthread_mutex_unlock(&s->lock);
 	return NULL;
 }
 
-/* ---- evict, pin, verify ---- */
+/* ---- evict, pin, verify, exclude ---- */
 
 int store_evict(struct store *s, struct blob *b, int force)
 {
@@ -442,14 +573,19 @@ int store_evict(struct store *s, struct blob *b, int force)
 		r = -EBUSY;
 	} else if (b->state == BLOB_LOCAL) {
 		b->pinned = 0;
-		demote_locked(s, b, "evicted");
+		/* The bytes are the same on the NAS: nothing for the kernel to
+		 * forget; a reader with the copy open keeps reading it. */
+		store_demote_locked(s, b, "evicted", 0);
 		b->reason[0] = '\0';
 		s->evicted++;
 		r = 1;
 	} else if (b->state == BLOB_QUEUED || b->state == BLOB_COPYING) {
 		b->prog.cancel = 1; /* the worker removes its temporary file */
-		if (b->state == BLOB_QUEUED)
+		if (b->state == BLOB_QUEUED) {
 			b->state = BLOB_NAS;
+			store_unqueue_locked(s, b);
+			auto_reset_locked(s, b);
+		}
 		r = 1;
 	}
 	pthread_mutex_unlock(&s->lock);
@@ -466,253 +602,41 @@ int store_pin(struct store *s, struct blob *b, int pin)
 	return store_write_index(s);
 }
 
-int store_verify(struct store *s, struct blob *b, int full, char *reason, size_t rsz)
+void store_exclude(struct store *s, struct blob *b, const char *why)
 {
-	char key[PATH_MAX], local[PATH_MAX + 64], xxh[33], want[33];
-	int r, demoted = 0;
-
 	pthread_mutex_lock(&s->lock);
-	if (b->state != BLOB_LOCAL) {
-		pthread_mutex_unlock(&s->lock);
-		return 0;
-	}
-	b->checked = 0;
-	snprintf(key, sizeof(key), "%s", b->key);
-	snprintf(want, sizeof(want), "%s", b->xxh);
-	store_local_path(s, b, local, sizeof(local));
-	pthread_mutex_unlock(&s->lock);
-
-	if (!store_check_source(s, b)) {
-		snprintf(reason, rsz, "%s", b->reason);
-		return 1;
-	}
-	if (!full)
-		return 0;
-	r = fetch_hash_file(local, xxh, NULL);
-	pthread_mutex_lock(&s->lock);
-	if (b->state == BLOB_LOCAL && (r < 0 || strcmp(xxh, want))) {
-		if (r < 0)
-			snprintf(reason, rsz, "local copy unreadable: %s", strerror(-r));
-		else
-			snprintf(reason, rsz, "local copy corrupt: xxh128 %s, expected %s", xxh, want);
-		demote_locked(s, b, reason);
-		demoted = 1;
+	if (b->state == BLOB_NAS || b->state == BLOB_FAILED) {
+		b->hold = HOLD_EXCLUDED;
+		snprintf(b->reason, sizeof(b->reason), "%s", why);
+		s->excluded++;
 	}
 	pthread_mutex_unlock(&s->lock);
-	if (demoted)
-		store_write_index(s);
-	return demoted;
-}
-
-void store_usage(struct store *s, struct store_usage *u)
-{
-	struct statvfs sv;
-
-	memset(u, 0, sizeof(*u));
-	pthread_mutex_lock(&s->lock);
-	for (size_t i = 0; i < s->nbuckets; i++)
-		for (struct blob *b = s->buckets[i]; b; b = b->hnext) {
-			if (b->state == BLOB_LOCAL) {
-				u->blobs++;
-				u->bytes += b->size;
-			} else if (b->state == BLOB_QUEUED) {
-				u->queued++;
-			} else if (b->state == BLOB_COPYING || b->state == BLOB_VERIFYING) {
-				u->copying++;
-			}
-		}
-	pthread_mutex_unlock(&s->lock);
-	if (statvfs(s->dir, &sv) == 0)
-		u->free_bytes = (uint64_t)sv.f_bavail * sv.f_frsize;
-}
-
-/* ---- the index ---- */
-
-static int load_rec(void *arg, const struct index_rec *r)
-{
-	struct store *s = arg;
-	char local[PATH_MAX + 64];
-	struct stat lst, nst;
-	struct blob *b;
-	int local_ok;
-
-	b = insert_locked(s, r->key);
-	if (!b)
-		return -ENOMEM;
-	snprintf(b->id, sizeof(b->id), "%s", r->id);
-	b->size = r->size;
-	b->nas_mtime = r->mtime;
-	b->nas_ctime = r->ctime;
-	b->pinned = r->pinned;
-	b->last_used = r->last_used;
-	if (!strcmp(r->state, "mismatch")) {
-		b->state = BLOB_MISMATCH;
-		snprintf(b->reason, sizeof(b->reason), "%s", r->reason);
-		return 0;
-	}
-	if (strcmp(r->state, "local"))
-		return 0;
-	snprintf(b->xxh, sizeof(b->xxh), "%s", r->xxh);
-	snprintf(b->sample, sizeof(b->sample), "%s", r->sample);
-	store_local_path(s, b, local, sizeof(local));
-	/* The quick check: both sides still have the recorded size.  The
-	 * source's sampled hash is compared before the first local read. */
-	local_ok = strlen(r->xxh) == 32 && stat(local, &lst) == 0 && S_ISREG(lst.st_mode) &&
-		   (uint64_t)lst.st_size == r->size;
-	if (local_ok && stat(r->key, &nst) == 0 && (uint64_t)nst.st_size == r->size) {
-		b->state = BLOB_LOCAL;
-	} else {
-		slog(s, LOG_NOTICE, "start-up: dropped local copy of %s (%s)", r->key,
-		     local_ok ? "source changed size or vanished" : "local copy missing or wrong size");
-		b->xxh[0] = '\0';
-	}
-	return 0;
-}
-
-/* Local files no index entry names are leftovers: remove them. */
-static void drop_orphans(struct store *s)
-{
-	DIR *top = opendir(s->data_dir);
-	struct dirent *de;
-
-	if (!top)
-		return;
-	while ((de = readdir(top))) {
-		char sub[PATH_MAX + 300];
-		struct dirent *fe;
-		DIR *d;
-
-		if (de->d_name[0] == '.')
-			continue;
-		snprintf(sub, sizeof(sub), "%s/%s", s->data_dir, de->d_name);
-		d = opendir(sub);
-		if (!d)
-			continue;
-		while ((fe = readdir(d))) {
-			int used = 0;
-
-			if (fe->d_name[0] == '.')
-				continue;
-			for (size_t i = 0; i < s->nbuckets && !used; i++)
-				for (struct blob *b = s->buckets[i]; b && !used; b = b->hnext)
-					used = b->state == BLOB_LOCAL && !strcmp(b->xxh, fe->d_name);
-			if (!used && unlinkat(dirfd(d), fe->d_name, 0) == 0)
-				slog(s, LOG_NOTICE, "start-up: removed unreferenced copy %s/%s", sub,
-				     fe->d_name);
-		}
-		closedir(d);
-	}
-	closedir(top);
-}
-
-static int index_load(struct store *s)
-{
-	int r;
-
-	pthread_mutex_lock(&s->lock);
-	r = index_read(s->index_path, load_rec, s);
-	if (r == -EINVAL)
-		slog(s, LOG_ERR, "index %s unreadable: starting empty", s->index_path);
-	drop_orphans(s);
-	pthread_mutex_unlock(&s->lock);
-	return r == -EINVAL ? 0 : r;
-}
-
-int store_write_index(struct store *s)
-{
-	struct index_rec *recs;
-	struct rec_strings {
-		char *key;
-		char id[NAME_MAX + 1], xxh[33], sample[33], reason[256];
-	} *str;
-	size_t n = 0, cap;
-	int r;
-
-	pthread_mutex_lock(&s->index_lock);
-	pthread_mutex_lock(&s->lock);
-	cap = s->count ? s->count : 1;
-	recs = calloc(cap, sizeof(*recs));
-	str = calloc(cap, sizeof(*str));
-	if (!recs || !str) {
-		free(recs);
-		free(str);
-		pthread_mutex_unlock(&s->lock);
-		pthread_mutex_unlock(&s->index_lock);
-		return -ENOMEM;
-	}
-	for (size_t i = 0; i < s->nbuckets; i++)
-		for (struct blob *b = s->buckets[i]; b; b = b->hnext) {
-			const char *state = b->state == BLOB_LOCAL ? "local" :
-					    b->state == BLOB_MISMATCH ? "mismatch" : "nas";
-
-			if (!strcmp(state, "nas") && !b->pinned)
-				continue;
-			/* Copies: the fields change under other threads once we
-			 * let go of the lock. */
-			str[n].key = strdup(b->key);
-			memcpy(str[n].id, b->id, sizeof(str[n].id));
-			memcpy(str[n].xxh, b->xxh, sizeof(str[n].xxh));
-			memcpy(str[n].sample, b->sample, sizeof(str[n].sample));
-			memcpy(str[n].reason, b->reason, sizeof(str[n].reason));
-			if (!str[n].key)
-				continue;
-			recs[n] = (struct index_rec){
-				.key = str[n].key, .id = str[n].id, .state = state,
-				.xxh = str[n].xxh, .sample = str[n].sample, .reason = str[n].reason,
-				.size = b->size, .mtime = b->nas_mtime, .ctime = b->nas_ctime,
-				.last_used = b->last_used, .pinned = b->pinned,
-			};
-			n++;
-		}
-	pthread_mutex_unlock(&s->lock);
-	r = index_write(s->index_path, recs, n);
-	pthread_mutex_unlock(&s->index_lock);
-	for (size_t i = 0; i < n; i++)
-		free(str[i].key);
-	free(str);
-	free(recs);
-	if (r < 0)
-		slog(s, LOG_ERR, "cannot write index %s: %s", s->index_path, strerror(-r));
-	return r;
 }
 
 /* ---- life cycle ---- */
 
-static void empty_tmp(struct store *s)
-{
-	DIR *d = opendir(s->tmp_dir);
-	struct dirent *de;
-	int n = 0;
-
-	if (!d)
-		return;
-	while ((de = readdir(d))) {
-		if (de->d_name[0] == '.')
-			continue;
-		if (unlinkat(dirfd(d), de->d_name, 0) == 0)
-			n++;
-	}
-	closedir(d);
-	if (n)
-		slog(s, LOG_NOTICE, "start-up: discarded %d unverified copies in %s", n, s->tmp_dir);
-}
-
 int store_open(struct store *s, const char *dir, const struct store_opts *opt,
 	       const struct store_hooks *hooks)
 {
+	struct statvfs sv;
+
 	memset(s, 0, sizeof(*s));
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_cond_init(&s->cond, NULL);
+	pthread_cond_init(&s->auto_cond, NULL);
 	pthread_mutex_init(&s->index_lock, NULL);
 	if (hooks)
 		s->hooks = *hooks;
 	s->opt = *opt;
 	if (!s->opt.workers)
 		s->opt.workers = 1;
+	/* One worker stays free for explicit requests when there are two. */
+	s->auto_max = s->opt.workers > 1 ? s->opt.workers - 1 : 1;
 	snprintf(s->dir, sizeof(s->dir), "%s", dir);
 	snprintf(s->data_dir, sizeof(s->data_dir), "%s/data", dir);
 	snprintf(s->tmp_dir, sizeof(s->tmp_dir), "%s/tmp", dir);
 	snprintf(s->index_path, sizeof(s->index_path), "%s/index.json", dir);
+	s->blk = statvfs(dir, &sv) == 0 && sv.f_frsize ? (uint64_t)sv.f_frsize : 4096;
 	s->nbuckets = 1024;
 	s->buckets = calloc(s->nbuckets, sizeof(*s->buckets));
 	if (!s->buckets)
@@ -720,45 +644,29 @@ int store_open(struct store *s, const char *dir, const struct store_opts *opt,
 	if ((mkdir(s->data_dir, 0755) < 0 && errno != EEXIST) ||
 	    (mkdir(s->tmp_dir, 0700) < 0 && errno != EEXIST))
 		return -errno;
-	empty_tmp(s);
+	store_empty_tmp(s);
 	return index_load(s);
-}
-
-/* Re-check every local copy's source once after start-up, in the
- * background; an open of an unchecked blob checks it first anyway. */
-static void *recheck_sweep(void *arg)
-{
-	struct store *s = arg;
-
-	for (;;) {
-		struct blob *todo = NULL;
-
-		pthread_mutex_lock(&s->lock);
-		for (size_t i = 0; i < s->nbuckets && !todo; i++)
-			for (struct blob *b = s->buckets[i]; b && !todo; b = b->hnext)
-				if (b->state == BLOB_LOCAL && !b->checked)
-					todo = b;
-		pthread_mutex_unlock(&s->lock);
-		if (!todo || s->stop)
-			return NULL;
-		store_check_source(s, todo);
-	}
 }
 
 int store_start(struct store *s)
 {
-	s->threads = calloc(s->opt.workers + 1, sizeof(*s->threads));
+	int r;
+
+	s->threads = calloc(s->opt.workers + 2, sizeof(*s->threads));
 	if (!s->threads)
 		return -ENOMEM;
-	if (pthread_create(&s->threads[s->nthreads], NULL, recheck_sweep, s) == 0)
+	if (pthread_create(&s->threads[s->nthreads], NULL, store_recheck_sweep, s) == 0)
 		s->nthreads++;
 	for (unsigned i = 0; i < s->opt.workers; i++) {
-		int r = pthread_create(&s->threads[i], NULL, worker, s);
-
+		r = pthread_create(&s->threads[s->nthreads], NULL, worker, s);
 		if (r)
 			return -r;
 		s->nthreads++;
 	}
+	r = auto_start(s, &s->threads[s->nthreads]);
+	if (r < 0)
+		return r;
+	s->nthreads += r;
 	return 0;
 }
 
@@ -771,10 +679,13 @@ void store_close(struct store *s)
 			if (b->state == BLOB_COPYING || b->state == BLOB_VERIFYING)
 				b->prog.cancel = 1;
 	pthread_cond_broadcast(&s->cond);
+	pthread_cond_broadcast(&s->auto_cond);
 	pthread_mutex_unlock(&s->lock);
 	for (unsigned i = 0; i < s->nthreads; i++)
 		pthread_join(s->threads[i], NULL);
 	free(s->threads);
+	s->threads = NULL;
+	s->nthreads = 0;
 	/* Whatever was queued or cancelled is simply on the NAS next time. */
 	for (size_t i = 0; s->buckets && i < s->nbuckets; i++)
 		for (struct blob *b = s->buckets[i]; b; b = b->hnext)
@@ -789,12 +700,17 @@ void store_close(struct store *s)
 		for (; b; b = next) {
 			next = b->hnext;
 			free(b->key);
+			free(b->name);
+			free(b->tmp);
 			free(b);
 		}
 	}
 	free(s->buckets);
 	s->buckets = NULL;
+	free(s->refs);
+	s->refs = NULL;
 	pthread_mutex_destroy(&s->index_lock);
+	pthread_cond_destroy(&s->auto_cond);
 	pthread_cond_destroy(&s->cond);
 	pthread_mutex_destroy(&s->lock);
 }

@@ -34,6 +34,7 @@ struct wfs_fh {
 	int local_failed;
 	int backing_id; /* > 0: the kernel reads the local copy itself */
 	int counted;    /* counted in the node's open tallies */
+	int noted;      /* store_note_open() was called: store_note_close() is due */
 };
 
 int fh_backing_id(uint64_t fh)
@@ -149,6 +150,7 @@ static void choose_mode(struct wfs *w, struct node *n, struct wfs_fh *fh, int lo
 		n->pt_opens++;
 		fh->backing_id = id;
 		w->pt_opens_total++;
+		w->store.passthrough_opens++;
 	} else {
 		n->daemon_opens++;
 	}
@@ -180,8 +182,10 @@ static void fh_uncount(struct wfs *w, struct wfs_fh *fh)
 	fh->counted = 0;
 }
 
-static void fh_free(struct wfs_fh *fh)
+static void fh_free(struct wfs *w, struct wfs_fh *fh)
 {
+	struct blob *noted = fh->noted ? fh->blob : NULL;
+
 	if (fh->nas_fd >= 0)
 		close(fh->nas_fd);
 	if (fh->local_fd >= 0)
@@ -189,6 +193,10 @@ static void fh_free(struct wfs_fh *fh)
 	pthread_mutex_destroy(&fh->lock);
 	free(fh->nas_path);
 	free(fh);
+	/* After our descriptors are closed: the space of a copy evicted while
+	 * open comes back now. */
+	if (noted)
+		store_note_close(&w->store, noted);
 }
 
 void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -223,13 +231,14 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	fh->nas_path = strdup(n->backing);
 	pthread_mutex_unlock(&w->nodes.lock);
 	if (!fh->nas_path) {
-		fh_free(fh);
+		fh_free(w, fh);
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
 	if (fh->blob) {
-		fh->blob->opens++;
-		fh->blob->last_used = (int64_t)time(NULL);
+		node_rel(w, n, path, sizeof(path));
+		store_note_open(&w->store, fh->blob, path);
+		fh->noted = 1;
 		/* First local read since start-up: is the source still the same? */
 		local = store_check_source(&w->store, fh->blob) && fh_local_fd(w, fh, &direct) >= 0;
 	}
@@ -238,13 +247,13 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	fd = fh_nas_fd(w, fh, &direct);
 	if (fd < 0) {
 		fuse_reply_err(req, -fd == ELOOP ? EIO : -fd);
-		fh_free(fh);
+		fh_free(w, fh);
 		return;
 	}
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
 		wfs_log(w, LOG_WARNING, "open %s: not a regular file any more", fh->nas_path);
 		fuse_reply_err(req, EIO);
-		fh_free(fh);
+		fh_free(w, fh);
 		return;
 	}
 	choose_mode(w, n, fh, local);
@@ -262,7 +271,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	fi->noflush = 1;
 	if (fuse_reply_open(req, fi) == -ENOENT) {
 		fh_uncount(w, fh); /* the opener was interrupted */
-		fh_free(fh);
+		fh_free(w, fh);
 	}
 }
 
@@ -313,7 +322,7 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	if (b && __atomic_load_n(&b->state, __ATOMIC_ACQUIRE) == BLOB_LOCAL) {
 		fd = fh_local_fd(w, fh, &direct);
 		if (fd >= 0)
-			b->local_bytes += size;
+			store_note_read(&w->store, b, size, 1);
 	}
 	if (fd < 0) {
 		fd = fh_nas_fd(w, fh, &direct);
@@ -322,7 +331,7 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			return;
 		}
 		if (b)
-			b->nas_bytes += size;
+			store_note_read(&w->store, b, size, 0);
 	}
 	/* Nothing of fh may be touched after the reply: the file can be
 	 * released as soon as the kernel has the bytes. */
@@ -342,7 +351,7 @@ void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	(void)ino;
 
 	fh_uncount(W(req), fh);
-	fh_free(fh);
+	fh_free(W(req), fh);
 	fuse_reply_err(req, 0);
 }
 

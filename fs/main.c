@@ -54,8 +54,15 @@ static void usage(FILE *f)
 "                       to daemon-served reads when the kernel refuses)\n"
 "  readahead_kb=N       kernel read-ahead of the mount (default 4096; 0 leaves\n"
 "                       the kernel's 128)\n"
-"  promote_mbps=N       cap on promotion reads from the NAS, MB/s (default 0:\n"
-"                       no cap)\n"
+"  promote_mbps=N       cap on promotion reads from the NAS, MB/s, all copies\n"
+"                       together (default 0: no cap)\n"
+"  metrics_file=PATH    write Prometheus metrics to PATH (absolute; e.g. a\n"
+"                       node-exporter textfile directory's wfs.prom),\n"
+"                       replaced atomically; removed at exit\n"
+"  metrics_interval=S   how often metrics_file is rewritten (default 15)\n"
+	);
+	policy_usage(f);
+	fprintf(f,
 "\n"
 "FUSE -o options passed on: allow_other, allow_root, ro, fsname=, subtype=,\n"
 "auto_unmount, nosuid, nodev, noatime, ...  fstab-only words (defaults,\n"
@@ -176,6 +183,22 @@ static int parse_o(struct wfs_opts *o, char *arg, struct arglist *fuse_o)
 				return -1;
 			}
 			o->promote_bw = (uint64_t)(mb * 1e6);
+		} else if (KEY("metrics_file")) {
+			if (val[0] != '/') {
+				fprintf(stderr, "wfs: -o metrics_file=%s: must be an absolute path\n", val);
+				return -1;
+			}
+			free(o->metrics_file);
+			o->metrics_file = strdup(val);
+		} else if (KEY("metrics_interval")) {
+			char *end;
+			unsigned long s = strtoul(val, &end, 10);
+
+			if (!*val || *end || s < 1 || s > 86400) {
+				fprintf(stderr, "wfs: -o metrics_interval=%s: expected 1..86400 seconds\n", val);
+				return -1;
+			}
+			o->metrics_interval = (unsigned)s;
 		} else if (KEY("max_threads")) {
 			o->max_threads = (unsigned)strtoul(val, NULL, 10);
 			if (o->max_threads < 1 || o->max_threads > 1024) {
@@ -183,7 +206,16 @@ static int parse_o(struct wfs_opts *o, char *arg, struct arglist *fuse_o)
 				return -1;
 			}
 		} else {
-			if (arg_add(fuse_o, "-o") || arg_add(fuse_o, tok))
+			char key[64], err[PATH_MAX + 128];
+			int pr;
+
+			snprintf(key, sizeof(key), "%.*s", (int)klen, tok);
+			pr = policy_parse_opt(&o->policy, key, val, err, sizeof(err));
+			if (pr < 0) {
+				fprintf(stderr, "wfs: %s\n", err);
+				return -1;
+			}
+			if (pr == 0 && (arg_add(fuse_o, "-o") || arg_add(fuse_o, tok)))
 				return -1;
 		}
 #undef KEY
@@ -438,7 +470,9 @@ int main(int argc, char **argv)
 	w.opt.max_threads = 16;
 	w.opt.copy_workers = 2;
 	w.opt.readahead_kb = 4096;
+	w.opt.metrics_interval = 15;
 	w.opt.passthrough = 1;
+	policy_opts_init(&w.opt.policy);
 	w.lock_fd = -1;
 	if (arg_add(&fa, argv[0]))
 		goto out_args;
@@ -463,7 +497,8 @@ int main(int argc, char **argv)
 	}
 	{
 		struct store_opts so = { .workers = w.opt.copy_workers,
-					 .bw_limit = w.opt.promote_bw };
+					 .bw_limit = w.opt.promote_bw,
+					 .policy = &w.opt.policy, .roots = &w.roots };
 		struct store_hooks hooks = { .arg = &w, .log = store_log,
 					     .changed = store_changed };
 
@@ -473,6 +508,11 @@ int main(int argc, char **argv)
 			fprintf(stderr, "wfs: LOCAL_STORE %s: %s\n", w.opt.local, strerror(-r));
 			goto out_nodes;
 		}
+	}
+	if (w.opt.metrics_file && (r = metrics_write_file(&w.store, w.opt.metrics_file)) < 0) {
+		fprintf(stderr, "wfs: -o metrics_file=%s: cannot write: %s\n", w.opt.metrics_file,
+			strerror(-r));
+		goto out_nodes;
 	}
 	w.ctl.roots = &w.roots;
 	w.ctl.store = &w.store;
@@ -523,6 +563,11 @@ int main(int argc, char **argv)
 			w.opt.local, strerror(-r));
 		goto out_unmount;
 	}
+	if (w.opt.metrics_file &&
+	    (r = metrics_writer_start(&w.metrics, w.opt.metrics_file, w.opt.metrics_interval,
+				      &w.store)) < 0)
+		wfs_log(&w, LOG_ERR, "cannot start the metrics writer for %s: %s",
+			w.opt.metrics_file, strerror(-r));
 
 	if (w.opt.single_thread) {
 		ret = fuse_session_loop(w.se) ? 1 : 0;
@@ -546,6 +591,9 @@ out_session:
 out:
 out_nodes:
 	control_stop(&w.ctl);
+	metrics_writer_stop(&w.metrics); /* removes the file */
+	if (w.opt.metrics_file)
+		unlink(w.opt.metrics_file); /* the start-up check may have written it */
 	if (w.store_open)
 		store_close(&w.store); /* cancels copies, writes the index */
 	node_table_destroy(&w.nodes);
@@ -554,6 +602,8 @@ out_args:
 		free(fa.v[i]);
 	free(fa.v);
 	free((char *)w.opt.local_owned);
+	policy_opts_free(&w.opt.policy);
+	free(w.opt.metrics_file);
 	for (int i = 0; i < w.opt.n_extra_roots; i++)
 		free(w.opt.extra_roots[i]);
 	if (w.lock_fd >= 0)

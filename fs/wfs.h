@@ -8,6 +8,7 @@
 #include <fuse_lowlevel.h>
 
 #include "control.h"
+#include "metrics.h"
 #include "node.h"
 #include "passthrough.h"
 #include "store.h"
@@ -31,6 +32,9 @@ struct wfs_opts {
 	unsigned readahead_kb;
 	int passthrough;
 	uint64_t promote_bw; /* bytes/s, 0 = unlimited */
+	struct policy_opts policy; /* automatic promotion, capacity (core/policy.h) */
+	char *metrics_file;  /* -o metrics_file= (absolute) */
+	unsigned metrics_interval;
 };
 
 struct wfs {
@@ -47,6 +51,7 @@ struct wfs {
 	char local_abs[PATH_MAX], mnt_abs[PATH_MAX];
 	pthread_t ra_thread;
 	int ra_started;
+	struct metrics_writer metrics;
 	int pt_warned;
 	uint64_t pt_opens_total;
 };

@@ -99,11 +99,12 @@ static void states_cell(const json_t *states, char *buf, size_t sz)
 static int add_count_row(struct table *tb, const char *name, const json_t *o,
 			 const char *states)
 {
-	char files[24], local[24], bytes[32], lbytes[32];
-	const char *row[6] = { name, files, local, bytes, lbytes, states };
+	char files[24], local[24], pinned[24], bytes[32], lbytes[32];
+	const char *row[7] = { name, files, local, pinned, bytes, lbytes, states };
 
 	snprintf(files, sizeof(files), "%llu", (unsigned long long)jget_u64(o, "files"));
 	snprintf(local, sizeof(local), "%llu", (unsigned long long)jget_u64(o, "local_files"));
+	snprintf(pinned, sizeof(pinned), "%llu", (unsigned long long)jget_u64(o, "pinned_files"));
 	fmt_bytes(jget_u64(o, "bytes"), bytes, sizeof(bytes));
 	fmt_bytes(jget_u64(o, "local_bytes"), lbytes, sizeof(lbytes));
 	return table_add(tb, row);
@@ -111,14 +112,14 @@ static int add_count_row(struct table *tb, const char *name, const json_t *o,
 
 static int print_repos(const json_t *repos, bool revisions)
 {
-	static const char *const hdr[] = { "REPO", "FILES", "LOCAL", "BYTES",
+	static const char *const hdr[] = { "REPO", "FILES", "LOCAL", "PINNED", "BYTES",
 					   "LOCAL-BYTES", "STATES" };
 	struct table tb;
 	size_t i, j;
 	json_t *repo, *rev;
 	int r = 0;
 
-	table_init(&tb, 6, hdr, "lrrrrl");
+	table_init(&tb, 7, hdr, "lrrrrrl");
 	json_array_foreach(repos, i, repo) {
 		char states[512];
 
@@ -174,10 +175,129 @@ static int print_copies(const json_t *copies)
 	return r;
 }
 
+/* "limit 20.0 GiB" / "no limit" */
+static const char *size_or(uint64_t n, const char *none, char *buf, size_t sz)
+{
+	if (!n) {
+		snprintf(buf, sz, "%s", none);
+		return buf;
+	}
+	return fmt_bytes(n, buf, sz);
+}
+
+static void print_store(const json_t *store)
+{
+	char a[32], b[32], c[32], d[32];
+	uint64_t used = jget_u64(store, "used_bytes"), limit = jget_u64(store, "limit_bytes");
+
+	printf("\nstore: %llu blobs, %s used", (unsigned long long)jget_u64(store, "blobs"),
+	       fmt_bytes(used ? used : jget_u64(store, "bytes"), a, sizeof(a)));
+	if (limit)
+		printf(" of %s (store_max, %.0f%%)", fmt_bytes(limit, b, sizeof(b)),
+		       100.0 * (double)used / (double)limit);
+	else
+		printf(" (no store_max)");
+	printf("; %s free on its filesystem, %s kept free (min_free)\n",
+	       fmt_bytes(jget_u64(store, "free_bytes"), c, sizeof(c)),
+	       fmt_bytes(jget_u64(store, "min_free_bytes"), d, sizeof(d)));
+	printf("       room for new copies %s (+%s by evicting unpinned, unopened copies); "
+	       "pinned %s, open %s\n",
+	       fmt_bytes(jget_u64(store, "available_bytes"), a, sizeof(a)),
+	       fmt_bytes(jget_u64(store, "evictable_bytes"), b, sizeof(b)),
+	       fmt_bytes(jget_u64(store, "pinned_bytes"), c, sizeof(c)),
+	       fmt_bytes(jget_u64(store, "open_bytes"), d, sizeof(d)));
+	if (jget_u64(store, "reserved_bytes") || jget_u64(store, "held_bytes"))
+		printf("       %s reserved by copies in flight, %s held by evicted copies "
+		       "still open\n", fmt_bytes(jget_u64(store, "reserved_bytes"), a, sizeof(a)),
+		       fmt_bytes(jget_u64(store, "held_bytes"), b, sizeof(b)));
+	if (jget_u64(store, "queued") || jget_u64(store, "copying"))
+		printf("       %llu queued, %llu copying\n",
+		       (unsigned long long)jget_u64(store, "queued"),
+		       (unsigned long long)jget_u64(store, "copying"));
+}
+
+static void print_policy(const json_t *pol, const json_t *counts)
+{
+	const json_t *ex = json_object_get(pol, "exclude");
+	char a[32];
+	json_t *g;
+	size_t i;
+
+	if (!pol)
+		return;
+	if (!jget_bool(pol, "auto")) {
+		printf("auto-promotion: off\n");
+	} else {
+		printf("auto-promotion: on, hot after %s", size_or(jget_u64(pol, "auto_bytes"),
+		       "-", a, sizeof(a)));
+		if (jget_u64(pol, "auto_opens"))
+			printf(" or %llu opens", (unsigned long long)jget_u64(pol, "auto_opens"));
+		printf(" from the NAS; ");
+		if (json_real_value(json_object_get(pol, "auto_mbps")) > 0)
+			printf("%.0f MB/s cap", json_real_value(json_object_get(pol, "auto_mbps")));
+		else
+			printf("no bandwidth cap");
+		printf("; sibling shards %s; %llu queued, %llu kept for lack of room, %llu "
+		       "excluded so far\n", jget_bool(pol, "siblings") ? "on" : "off",
+		       (unsigned long long)jget_u64(counts, "queued"),
+		       (unsigned long long)jget_u64(counts, "no_room"),
+		       (unsigned long long)jget_u64(counts, "excluded"));
+	}
+	if (json_array_size(ex)) {
+		printf("excluded (kept on the NAS):");
+		json_array_foreach(ex, i, g)
+			printf(" %s", json_string_value(g));
+		putchar('\n');
+	}
+}
+
+static void print_refs(const json_t *refs)
+{
+	json_t *r;
+	size_t i;
+
+	if (!json_array_size(refs))
+		return;
+	printf("\nref pins:\n");
+	json_array_foreach(refs, i, r) {
+		printf("  %s refs/%s -> %s (%llu/%llu local)", jget_str(r, "repo"), jget_str(r, "ref"),
+		       *jget_str(r, "commit") ? jget_str(r, "commit") : "(none yet)",
+		       (unsigned long long)jget_u64(r, "local_files"),
+		       (unsigned long long)jget_u64(r, "files"));
+		if (*jget_str(r, "pending"))
+			printf("; moving to %s (%llu/%llu local)", jget_str(r, "pending"),
+			       (unsigned long long)jget_u64(r, "pending_local_files"),
+			       (unsigned long long)jget_u64(r, "pending_files"));
+		putchar('\n');
+		if (*jget_str(r, "reason"))
+			printf("      %s\n", jget_str(r, "reason"));
+	}
+}
+
+/* Blobs that were wanted (hot, asked for) and stay on the NAS, and why. */
+static void print_held(const json_t *held, uint64_t total)
+{
+	json_t *h;
+	size_t i;
+
+	if (!json_array_size(held))
+		return;
+	printf("\nnot local (%llu), served from the NAS:\n", (unsigned long long)total);
+	json_array_foreach(held, i, h) {
+		char name[1024], sz[32];
+
+		printf("  %-8s %s  %s: %s\n", jget_str(h, "hold"),
+		       fmt_bytes(jget_u64(h, "size"), sz, sizeof(sz)),
+		       *jget_str(h, "name") ? jget_str(h, "name") : fmt_blob(h, name, sizeof(name)),
+		       jget_str(h, "reason"));
+	}
+	if (total > json_array_size(held))
+		printf("  ... and %llu more\n", (unsigned long long)(total - json_array_size(held)));
+}
+
 static void print_status(const json_t *st, bool revisions)
 {
 	const json_t *served = json_object_get(st, "served");
-	const json_t *store = json_object_get(st, "store");
 	const json_t *flagged = json_object_get(st, "flagged");
 	uint64_t sl = jget_u64(served, "local_bytes"), sn = jget_u64(served, "nas_bytes");
 	char a[32], b[32];
@@ -193,15 +313,11 @@ static void print_status(const json_t *st, bool revisions)
 	       fmt_bytes(sn, b, sizeof(b)));
 	if (sl + sn)
 		printf(" (%.0f%% local)", 100.0 * (double)sl / (double)(sl + sn));
-	printf("\nstore: %llu blobs, %s used, %s free",
-	       (unsigned long long)jget_u64(store, "blobs"),
-	       fmt_bytes(jget_u64(store, "bytes"), a, sizeof(a)),
-	       fmt_bytes(jget_u64(store, "free_bytes"), b, sizeof(b)));
-	/* beyond the spec, shown when the daemon sends them */
-	if (jget_u64(store, "queued") || jget_u64(store, "copying"))
-		printf("; %llu queued, %llu copying", (unsigned long long)jget_u64(store, "queued"),
-		       (unsigned long long)jget_u64(store, "copying"));
 	putchar('\n');
+	print_store(json_object_get(st, "store"));
+	print_policy(json_object_get(st, "policy"), json_object_get(st, "auto"));
+	print_refs(json_object_get(st, "ref_pins"));
+	print_held(json_object_get(st, "held"), jget_u64(st, "held_total"));
 	if (!json_array_size(flagged))
 		return;
 	/* Loud on purpose: a mismatch means the NAS holds wrong bytes under a
@@ -299,6 +415,21 @@ static int pin_call(const struct ctl_opts *o, const char *op, const char *done)
 	struct ctl_reply rep;
 	uint64_t n;
 
+	if (o->ref) {
+		if (simple_call(o, op, json_pack("{s:s, s:s}", "op", op, "ref", o->ref), true, &rep))
+			return 1;
+		n = jget_u64(rep.obj, "count");
+		if (!o->json && !strcmp(op, "pin"))
+			printf("pinned %s refs/%s (revision %s, %llu blob%s); it follows the ref\n",
+			       jget_str(rep.obj, "repo"), o->ref, jget_str(rep.obj, "commit"),
+			       (unsigned long long)n, n == 1 ? "" : "s");
+		else if (!o->json)
+			printf("dropped the pin of %s refs/%s; %llu blob%s unpinned\n",
+			       jget_str(rep.obj, "repo"), o->ref, (unsigned long long)n,
+			       n == 1 ? "" : "s");
+		ctl_reply_free(&rep);
+		return 0;
+	}
 	if (simple_call(o, op, json_pack("{s:s}", "op", op), true, &rep))
 		return 1;
 	n = jget_u64(rep.obj, "count");

@@ -16,6 +16,7 @@ struct ctl_opts {
 	bool json;          /* print the daemon's reply instead of tables */
 	bool wait, pin, dry_run, force, full;
 	bool prometheus;    /* stats --prometheus */
+	const char *ref;    /* pin/unpin --ref REF */
 	char **paths;       /* PATH arguments as typed */
 	size_t npaths;
 };

@@ -245,15 +245,55 @@ static size_t report_failures(const json_t *blobs, const json_t *seen_keys)
 	return bad;
 }
 
+/* Keys per progress request: a repo can have thousands of blobs, and one
+ * request must stay under the daemon's 64 KiB limit. */
+#define PROGRESS_BATCH 200
+
+/* One progress poll of every key, in batches; the replies' "blobs" are
+ * merged into @rep (whose raw line is rebuilt for --json). */
+static int progress_all(struct waiter *w, struct ctl_reply *rep)
+{
+	size_t n = json_array_size(w->keys);
+	json_t *all = json_array();
+
+	if (!all)
+		return oom();
+	for (size_t at = 0; at < n || at == 0; at += PROGRESS_BATCH) {
+		json_t *keys = json_array(), *req;
+		struct ctl_reply part = { 0 };
+		int r;
+
+		for (size_t i = at; i < n && i < at + PROGRESS_BATCH; i++)
+			json_array_append(keys, json_array_get(w->keys, i));
+		req = json_pack("{s:s,s:o}", "op", "progress", "keys", keys);
+		r = req ? ctl_call_ex(w->sock, "promote", req, w->json,
+				      w->bar && w->tty && w->last_len ? "\n" : "", &part) : -ENOMEM;
+		json_decref(req);
+		if (r) {
+			json_decref(all);
+			return r;
+		}
+		json_array_extend(all, json_object_get(part.obj, "blobs"));
+		if (!rep->obj) {
+			*rep = part;
+		} else {
+			ctl_reply_free(&part);
+		}
+		if (n == 0)
+			break;
+	}
+	json_object_set_new(rep->obj, "blobs", all);
+	free(rep->raw);
+	rep->raw = json_dumps(rep->obj, JSON_COMPACT);
+	return rep->raw ? 0 : oom();
+}
+
 /* Poll progress until every blob is local, failed or dropped. */
 static int wait_all(struct waiter *w)
 {
-	json_t *req = json_pack("{s:s,s:O}", "op", "progress", "keys", w->keys);
 	struct ctl_reply rep = { 0 };
 	int ret = 1;
 
-	if (!req)
-		return oom();
 	w->start = now();
 	for (;;) {
 		json_t *blobs, *bl, *seen = json_object();
@@ -261,8 +301,7 @@ static int wait_all(struct waiter *w)
 		uint64_t done = 0;
 
 		ctl_reply_free(&rep);
-		if (!seen || ctl_call_ex(w->sock, "promote", req, w->json,
-					 w->bar && w->tty && w->last_len ? "\n" : "", &rep)) {
+		if (!seen || progress_all(w, &rep)) {
 			json_decref(seen);
 			break;
 		}
@@ -316,8 +355,37 @@ static int wait_all(struct waiter *w)
 		break;
 	}
 	ctl_reply_free(&rep);
-	json_decref(req);
 	return ret;
+}
+
+/* Exclusion globs keep some paths on the NAS: say which were skipped, and
+ * refuse (exit 1) the PATHs that were nothing but excluded.  Returns how
+ * many PATHs were refused. */
+static size_t report_excluded(const json_t *rep, bool json)
+{
+	const json_t *excl = json_object_get(rep, "excluded");
+	const json_t *refused = json_object_get(rep, "refused");
+	uint64_t bytes = 0;
+	json_t *e;
+	size_t i;
+
+	json_array_foreach(refused, i, e)
+		fprintf(stderr, "wfsctl: promote: %s: excluded by '%s' (wfs -o exclude): kept on the "
+			"NAS; --force promotes it anyway\n", jget_str(e, "path"), jget_str(e, "glob"));
+	if (json_array_size(excl) > json_array_size(refused) || (json_array_size(excl) &&
+							      !json_array_size(refused))) {
+		char a[32];
+
+		json_array_foreach(excl, i, e)
+			bytes += jget_u64(e, "size");
+		if (!json)
+			printf("promote: %zu excluded blob%s (%s) kept on the NAS (e.g. %s, by '%s'); "
+			       "--force to promote them\n", json_array_size(excl),
+			       json_array_size(excl) == 1 ? "" : "s", fmt_bytes(bytes, a, sizeof(a)),
+			       jget_str(json_array_get(excl, 0), "path"),
+			       jget_str(json_array_get(excl, 0), "glob"));
+	}
+	return json_array_size(refused);
 }
 
 int cmd_promote(const struct ctl_opts *o)
@@ -326,13 +394,14 @@ int cmd_promote(const struct ctl_opts *o)
 	struct ctl_reply rep;
 	struct waiter w = { 0 };
 	json_t *req, *paths;
+	size_t refused;
 	int ret;
 
 	if (ctl_target_resolve(&t, o->socket, o->paths, o->npaths))
 		return 1;
 	paths = ctl_paths_json(&t);
-	req = paths ? json_pack("{s:s,s:o,s:b,s:b}", "op", "promote", "paths", paths,
-				"pin", o->pin, "dry_run", o->dry_run) : NULL;
+	req = paths ? json_pack("{s:s,s:o,s:b,s:b,s:b}", "op", "promote", "paths", paths,
+				"pin", o->pin, "dry_run", o->dry_run, "force", o->force) : NULL;
 	if (!req) {
 		ctl_target_free(&t);
 		return oom();
@@ -349,6 +418,7 @@ int cmd_promote(const struct ctl_opts *o)
 		print_dry_run(rep.obj);
 	else if (!o->json)
 		print_queued(rep.obj, o->wait);
+	refused = report_excluded(rep.obj, o->json);
 	if (o->wait) {
 		w.sock = t.socket;
 		w.json = o->json;
@@ -366,5 +436,5 @@ int cmd_promote(const struct ctl_opts *o)
 	}
 	ctl_reply_free(&rep);
 	ctl_target_free(&t);
-	return ret;
+	return ret ? ret : refused ? 1 : 0;
 }

@@ -49,6 +49,10 @@ static void print_stats(const json_t *m)
 	       (unsigned long long)jget_u64(prom, "cancelled"));
 	counts_cell(json_object_get(prom, "failed_by_reason"), cell, sizeof(cell));
 	printf("  failed by     %s\n", cell);
+	counts_cell(json_object_get(prom, "held"), cell, sizeof(cell));
+	printf("  held back     %s  (stayed on the NAS)\n", cell);
+	printf("  automatic     %llu queued because hot\n",
+	       (unsigned long long)jget_u64(prom, "auto_queued"));
 	printf("queue           %llu queued, %llu in flight\n",
 	       (unsigned long long)jget_u64(queue, "queued"),
 	       (unsigned long long)jget_u64(queue, "in_flight"));
@@ -56,10 +60,19 @@ static void print_stats(const json_t *m)
 	       jget_u64(m, "mismatches") ? "  !!! the NAS holds wrong bytes: see wfsctl status" : "");
 	printf("demotions       %llu\n", (unsigned long long)jget_u64(m, "demotions"));
 	printf("evictions       %llu\n", (unsigned long long)jget_u64(m, "evictions"));
-	printf("store           %llu blobs, %s used, %s free\n",
+	printf("store           %llu blobs, %s used, %s free",
 	       (unsigned long long)jget_u64(store, "blobs"),
 	       fmt_bytes(jget_u64(store, "bytes"), a, sizeof(a)),
 	       fmt_bytes(jget_u64(store, "free_bytes"), b, sizeof(b)));
+	if (jget_u64(store, "limit"))
+		printf("; limit %s", fmt_bytes(jget_u64(store, "limit"), a, sizeof(a)));
+	if (jget_u64(store, "free_floor"))
+		printf("; floor %s", fmt_bytes(jget_u64(store, "free_floor"), a, sizeof(a)));
+	if (jget_u64(store, "reserved"))
+		printf("; %s reserved", fmt_bytes(jget_u64(store, "reserved"), a, sizeof(a)));
+	if (jget_u64(store, "pinned_bytes"))
+		printf("; %s pinned", fmt_bytes(jget_u64(store, "pinned_bytes"), a, sizeof(a)));
+	putchar('\n');
 	counts_cell(json_object_get(m, "blobs"), cell, sizeof(cell));
 	printf("blobs by state  %s\n", cell);
 }

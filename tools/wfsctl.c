@@ -22,6 +22,7 @@ enum {
 	F_FORCE = 1 << 3,
 	F_FULL = 1 << 4,
 	F_PROMETHEUS = 1 << 5,
+	F_REF = 1 << 6,           /* --ref REF (takes a value) */
 };
 
 struct cmd {
@@ -48,8 +49,8 @@ static const struct cmd cmds[] = {
 "With PATH, only that part of the hub, with a line per revision.\n"
 "\n"
 "options:\n" COMMON_OPTS },
-	{ "promote", cmd_promote, F_WAIT | F_PIN | F_DRY_RUN, 1, SIZE_MAX,
-	  "[--wait] [--pin] [--dry-run] PATH...",
+	{ "promote", cmd_promote, F_WAIT | F_PIN | F_DRY_RUN | F_FORCE, 1, SIZE_MAX,
+	  "[--wait] [--pin] [--dry-run] [--force] PATH...",
 "Copy every blob under each PATH (a repo, a revision, a directory, a file or\n"
 "a glob) to the local store, verified, so reads stop going to the NAS.\n"
 "Prints how many blobs and bytes were queued.\n"
@@ -62,6 +63,10 @@ static const struct cmd cmds[] = {
 "  --pin           keep the copies: never evict them to make room\n"
 "  --dry-run       change nothing; list each blob (id, size, state) and the\n"
 "                  bytes to copy against the space available\n"
+"  --force         promote paths an exclusion glob (wfs -o exclude=) keeps\n"
+"                  on the NAS too.  Without it, a PATH that is all excluded\n"
+"                  is refused (exit 1) and excluded blobs under a larger\n"
+"                  PATH are skipped and counted\n"
 COMMON_OPTS
 "\n"
 "With --wait --json the final progress reply is printed.\n" },
@@ -74,15 +79,27 @@ COMMON_OPTS
 "options:\n"
 "  --force         evict pinned copies too (and unpin them)\n"
 COMMON_OPTS },
-	{ "pin", cmd_pin, 0, 1, SIZE_MAX, "PATH...",
+	{ "pin", cmd_pin, F_REF, 1, SIZE_MAX, "PATH... | --ref REF REPO",
 "Pin the blobs under each PATH: their local copies are never evicted to make\n"
-"room, and wfsctl evict skips them unless --force.\n"
+"room, and wfsctl evict skips them unless --force.  PATH is not promoted:\n"
+"use promote --pin for that.\n"
 "\n"
-"options:\n" COMMON_OPTS },
-	{ "unpin", cmd_unpin, 0, 1, SIZE_MAX, "PATH...",
+"With --ref REF REPO, pin a ref instead: the revision REPO/refs/REF names is\n"
+"promoted and pinned now, and whenever the ref moves on the NAS the new\n"
+"revision is promoted and pinned, and the old one's blobs are unpinned once\n"
+"the new one is fully local.  Kept across restarts; see wfsctl status.\n"
+"\n"
+"options:\n"
+"  --ref REF       pin the ref REF (main, pr/1, ...) of the repo REPO\n"
+COMMON_OPTS },
+	{ "unpin", cmd_unpin, F_REF, 1, SIZE_MAX, "PATH... | --ref REF REPO",
 "Unpin the blobs under each PATH: their local copies may be evicted again.\n"
+"With --ref REF REPO, drop that ref pin and unpin its revision's blobs\n"
+"(unless another ref pin keeps them).\n"
 "\n"
-"options:\n" COMMON_OPTS },
+"options:\n"
+"  --ref REF       drop the pin of the ref REF of the repo REPO\n"
+COMMON_OPTS },
 	{ "verify", cmd_verify, F_FULL, 0, SIZE_MAX, "[--full] [PATH...]",
 "Re-check that each local copy under PATH (default: the whole mount) still\n"
 "matches its NAS source (size and sampled hash); a copy that does not is\n"
@@ -226,6 +243,12 @@ static int parse_cmd_args(const struct cmd *c, int argc, char **argv, int i,
 			i += n;
 			continue;
 		}
+		if ((c->flags & F_REF) && (!strcmp(a, "--ref") || !strncmp(a, "--ref=", 6))) {
+			o->ref = a[5] == '=' ? a + 6 : (i + 1 < argc ? argv[++i] : NULL);
+			if (!o->ref || !*o->ref)
+				return usage_error(c, "%s needs a ref name (main, pr/1, ...)", "--ref");
+			continue;
+		}
 		for (k = 0; k < sizeof(flag_names) / sizeof(flag_names[0]); k++)
 			if (!strcmp(a, flag_names[k].name) && (c->flags & flag_names[k].flag))
 				break;
@@ -242,6 +265,8 @@ static int parse_cmd_args(const struct cmd *c, int argc, char **argv, int i,
 	if (o->wait && o->dry_run)
 		return usage_error(c, "%s: a dry run copies nothing to wait for",
 				   "--wait with --dry-run");
+	if (o->ref && o->npaths != 1)
+		return usage_error(c, "%s", "--ref takes one REPO (models--org--name)");
 	if (o->npaths < c->min_paths)
 		return usage_error(c, "%s", "needs a PATH (a repo, revision, directory or file in the mount)");
 	if (o->npaths > c->max_paths)

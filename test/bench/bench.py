@@ -549,6 +549,25 @@ def wfs_state(path):
     return os.getxattr(path, "user.wfs.state").decode(errors="replace").rstrip("\0")
 
 
+def wfs_xattr_int(path, name):
+    """An integer xattr of a file in the mount (None if the daemon has none)."""
+    try:
+        return int(os.getxattr(path, name).decode().rstrip("\0"))
+    except (OSError, ValueError):
+        return None
+
+
+def passthrough_opens(path):
+    """user.wfs.passthrough while the file is open: > 0 when the kernel reads
+    the local copy itself (FUSE passthrough), 0 when reads go to the daemon."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.pread(fd, 4096, 0)
+        return wfs_xattr_int(path, "user.wfs.passthrough")
+    finally:
+        os.close(fd)
+
+
 def evict(ctx, path):
     wfsctl(ctx, "evict", "--force", path)
     st = wfs_state(path)
@@ -787,20 +806,26 @@ def m_local(ctx):
                 if a.read(MiB) != b.read(MiB):
                     raise RuntimeError(f"local copy {lp} differs from the NAS file at {off}")
         _, st0, _ = wfsctl(ctx, "status", ctx.mnt)
+        dr0 = wfs_xattr_int(mp, "user.wfs.daemon_reads")
+        pt = passthrough_opens(mp)
         paths = {"direct": lp, "wfs": mp}
         seq_figures(ctx, paths, size, "local: ")
         mmap_figures(ctx, paths, "local: ")
         rand_figures(ctx, paths, size, "local: ")
         _, st1, _ = wfsctl(ctx, "status", ctx.mnt)
+        dr1 = wfs_xattr_int(mp, "user.wfs.daemon_reads")
         st = wfs_state(mp)
         s0, s1 = st0.get("served", {}), st1.get("served", {})
         dl = s1.get("local_bytes", 0) - s0.get("local_bytes", 0)
         dn = s1.get("nas_bytes", 0) - s0.get("nas_bytes", 0)
-        ctx.row("local: bytes served local / NAS during these reads", "GiB",
-                dn / (1 << 30), dl / (1 << 30), "info",
-                f"from wfsctl status 'served' (direct col = NAS, wfs col = local); "
+        dr = None if None in (dr0, dr1) else dr1 - dr0
+        how = ("kernel passthrough" if pt else "daemon-served") if pt is not None else "?"
+        ctx.row("local: READ requests the daemon served", "count", None, dr, "info",
+                f"reads were {how} (user.wfs.passthrough={fmt(pt)} while open); wfsctl "
+                f"'served' delta: local {dl / (1 << 30):.2f} GiB, NAS {dn / (1 << 30):.2f} GiB; "
                 f"state after: {st}",
-                extra={"served_local_bytes": dl, "served_nas_bytes": dn})
+                extra={"served_local_bytes": dl, "served_nas_bytes": dn,
+                       "daemon_reads": dr, "passthrough_opens": pt})
         if st != "local":
             raise RuntimeError(f"{mp}: state {st} after the local reads, expected local")
     finally:

@@ -15,7 +15,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import wfstest  # noqa: E402
 from wfstest import ctl_check, ctl_json, run_wfsctl, state_of, NOBODY  # noqa: E402
 
-FIX = wfstest.HubFixture(options=("allow_other",), scale_mib=4, many=0, mount=False)
+FIX = wfstest.HubFixture(options=("allow_other", "auto_promote=off"), scale_mib=4, many=0, mount=False)
 SOCK = None
 
 

@@ -15,7 +15,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import wfstest  # noqa: E402
 
-FIX = wfstest.HubFixture(options=("allow_other",))
+FIX = wfstest.HubFixture(options=("allow_other", "auto_promote=off"))
 
 
 def setUpModule():

@@ -43,7 +43,7 @@ from wfstest import ctl_check, ctl_json, daemon_reads, passthrough_opens, state_
 MiB = 1 << 20
 # promote_mbps: the mixed-mode shard's copy takes about a second under its
 # readers; the others are quick enough.
-FIX = wfstest.HubFixture(options=("promote_mbps=16",), scale_mib=32, many=0, mount=True)
+FIX = wfstest.HubFixture(options=("promote_mbps=16", "auto_promote=off"), scale_mib=32, many=0, mount=True)
 BLOB = {}        # role -> {"entry", "path" (in the mount), "want" (bytes)}
 RELEASE_WAIT = 5  # seconds for the daemon to see a RELEASE after close/munmap
 
@@ -465,7 +465,7 @@ class Fallback(unittest.TestCase):
         cls.mnt = os.path.join(FIX.gen, "mnt-nopt")
         os.mkdir(cls.mnt)
         cls.mount = None
-        cls.mount = wfstest.Mount(FIX.hub, cls.local, cls.mnt, ("passthrough=off",)).start()
+        cls.mount = wfstest.Mount(FIX.hub, cls.local, cls.mnt, ("passthrough=off", "auto_promote=off")).start()
         try:
             wfstest.wait_ctl(cls.mnt)
             cls.path = os.path.join(cls.mnt, BLOB["engaged"]["entry"]["path"])

@@ -32,7 +32,7 @@ from wfstest import ctl_check, ctl_json, run_wfsctl, state_of, wait_state  # noq
 MiB = 1 << 20
 # promote_mbps: slow enough that the swap test's copy of an 18 MiB shard takes
 # a couple of seconds under its readers, fast enough for the rest.
-FIX = wfstest.HubFixture(options=("promote_mbps=8",), scale_mib=40, many=0, mount=False)
+FIX = wfstest.HubFixture(options=("promote_mbps=8", "auto_promote=off"), scale_mib=40, many=0, mount=False)
 CORRUPT = {}   # the blob altered before mounting (Mismatch)
 
 
@@ -103,7 +103,7 @@ class LocalReads(unittest.TestCase):
             cls.fix.mnt = os.path.join(cls.base, "mnt")
             os.mkdir(cls.fix.mnt)
             os.sync()
-            cls.mount = wfstest.Mount(cls.fix.hub, cls.fix.local, cls.fix.mnt).start()
+            cls.mount = wfstest.Mount(cls.fix.hub, cls.fix.local, cls.fix.mnt, ("auto_promote=off",)).start()
             wfstest.wait_ctl(cls.fix.mnt)
         except BaseException:
             cls.cleanup(raise_problems=False)

@@ -19,7 +19,7 @@ from wfstest import ctl_check, ctl_json, run_wfsctl, state_of, wait_state  # noq
 
 MiB = 1 << 20
 # a 180 MiB shard copied at 20 MB/s: ~9 s during which to kill the daemon
-FIX = wfstest.HubFixture(options=("promote_mbps=20",), scale_mib=400, many=0, mount=False)
+FIX = wfstest.HubFixture(options=("promote_mbps=20", "auto_promote=off"), scale_mib=400, many=0, mount=False)
 
 
 def setUpModule():

@@ -12,7 +12,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import wfstest  # noqa: E402
 
-FIX = wfstest.HubFixture(options=())
+FIX = wfstest.HubFixture(options=("auto_promote=off",))
 NAS_BEFORE = None
 
 

@@ -261,14 +261,14 @@ class ReqError(Exception):
 # field -> type, per op; every other field is refused
 SCHEMA = {
     "status": {"path": str},
-    "promote": {"paths": list, "pin": bool, "dry_run": bool},
+    "promote": {"paths": list, "pin": bool, "dry_run": bool, "force": bool},
     "progress": {"keys": list},
     "evict": {"paths": list, "force": bool},
-    "pin": {"paths": list},
-    "unpin": {"paths": list},
+    "pin": {"paths": list, "ref": str},
+    "unpin": {"paths": list, "ref": str},
     "verify": {"paths": list, "full": bool},
 }
-OPTIONAL = {("status", "path")}
+OPTIONAL = {("status", "path"), ("pin", "ref"), ("unpin", "ref")}
 
 
 def check(req):
@@ -534,7 +534,8 @@ def body(t, work):
     before = [b.state for b in hub.blobs]
     r = run("promote", "--dry-run", "models--org--good", "models--org--huge", cwd=root)
     ok("dry run request", last_req() == {"op": "promote", "paths": ["models--org--good", "models--org--huge"],
-                                         "pin": False, "dry_run": True}, repr(last_req()))
+                                         "pin": False, "dry_run": True, "force": False},
+       repr(last_req()))
     ok("dry run output", r[0] == 0 and "BLOB" in r[1] and hexid("s1", 64) in r[1] and "48.0 MiB" in r[1]
        and f"models--org--huge/snapshots/{REV1}/pack.bin (id {blob_id('pack')})" in r[1]
        and "would copy 4 of 4 blobs" in r[1] and "NOT ENOUGH SPACE" in r[1], show(r))

@@ -1,0 +1,50 @@
+/* collect.h - the blobs under a mount-relative path.
+ *
+ * A repo, a revision, a directory or a file of the mount stands for every
+ * blob it is or contains: files, snapshot links resolved to their blobs,
+ * everything under a directory.  wfsctl's commands (through the control
+ * server) and the store's own policy thread (hot shards, ref pins) both
+ * work on such sets.  Paths are walked physically on the NAS: directories
+ * found by readdir, never through a link.
+ */
+#ifndef WFS_COLLECT_H
+#define WFS_COLLECT_H
+
+#include "ns.h"
+#include "policy.h"
+#include "resolve.h"
+#include "store.h"
+
+#include <stddef.h>
+
+struct blob_set {
+	struct blob **v;
+	const char **glob; /* per blob: the exclusion glob one of its names matched, or NULL */
+	char **name;       /* per blob: that name (malloc'ed), or NULL */
+	size_t n, cap;
+};
+
+/* Call @fn for each file under @rel (or @rel itself): regular files and
+ * links resolved to files, with the mount-relative name and the
+ * classification.  Directory walks leave out what is not data (refs,
+ * .no_exist, trees) unless named; links to directories are not followed.
+ * @fn returns 0 to go on, < 0 to stop with that error, > 0 to stop with 0.
+ * Returns 0 or -errno (-ENOENT: @rel does not exist or is hidden). */
+int collect_walk(const struct hub_roots *roots, const char *rel,
+		 int (*fn)(void *arg, const char *rel, const struct ns_entry *e), void *arg);
+
+/* Add every blob under @rel to @set (blobs created in the store as
+ * needed), noting for each whether a name it was found by matches an
+ * exclusion glob of @pol (may be NULL). */
+int collect(const struct hub_roots *roots, struct store *s, const struct policy_opts *pol,
+	    const char *rel, struct blob_set *set);
+
+/* Sort by blob and drop duplicates (two names of one NAS file are one
+ * blob), keeping an exclusion any of its names matched. */
+void blob_set_unique(struct blob_set *set);
+int blob_set_add(struct blob_set *set, struct blob *b);
+void blob_set_clear(struct blob_set *set); /* empty, keep the memory */
+void blob_set_free(struct blob_set *set);
+int blob_set_has(const struct blob_set *set, const struct blob *b); /* after _unique */
+
+#endif

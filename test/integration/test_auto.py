@@ -1,0 +1,317 @@
+#!/usr/bin/env python3
+"""Automatic promotion, exclusions, and revisions as the unit -- through a
+real mount, read with real system calls, no wfsctl call unless the test is
+about wfsctl:
+
+  Hot            reading a blob through the mount past the threshold makes it
+                 local by itself; less than the threshold does not
+  Off            with -o auto_promote=off nothing becomes local, however much
+                 is read
+  Siblings       a hot shard queues the other shards of its revision
+                 (model-0000N-of-0000M.*, and files a weight_map lists with it)
+  Exclusions     excluded paths stay on the NAS however hot; wfsctl promote of
+                 an excluded path says so and needs --force
+  Priority       an explicit promote is served at once while an automatic copy
+                 runs, and the automatic copy keeps to its bandwidth cap
+  RefPin         wfsctl pin --ref main: the revision is local and pinned; when
+                 refs/main moves the new one is, the old one is unpinned, and
+                 the pin survives a remount
+"""
+
+import hashlib
+import json
+import os
+import sys
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import wfstest  # noqa: E402
+from wfstest import ctl_json, run_wfsctl, state_of  # noqa: E402
+
+MiB = 1 << 20
+REPO = "models--acme--auto"
+REFREPO = "models--acme--ref"
+AUTO_MBPS = 4          # the automatic copies' cap in this file (MB/s)
+# hot after 2 MiB from the NAS; opens do not count (reads are what the tests drive)
+OPTS = ["auto_bytes=2M", "auto_opens=0", "auto_mbps=%d" % AUTO_MBPS, "exclude=*/pack/*",
+        "exclude=*.gguf", "ref_poll=0.3", "copy_workers=2"]
+
+
+class Fix:
+    base = hub = None
+    mounts = {}
+    files = {}      # snapshot name -> bytes
+    rev = None
+
+
+def snap(name, repo=REPO, rev=None):
+    return os.path.join(Fix.mounts["on"].mnt, repo, "snapshots", rev or Fix.rev, name)
+
+
+def build_hub(hub):
+    f = {}
+    for i in range(1, 5):
+        f["model-%05d-of-00004.safetensors" % i] = wfstest.det_bytes("shard%d" % i, 3 * MiB)
+    f["model.safetensors.index.json"] = json.dumps({"metadata": {}, "weight_map": {
+        "w%d" % i: "model-%05d-of-00004.safetensors" % i for i in range(1, 5)}}).encode()
+    for p in "abc":
+        f["part-%s.safetensors" % p] = wfstest.det_bytes("part" + p, 3 * MiB)
+    f["consolidated.safetensors.index.json"] = json.dumps({"weight_map": {
+        "x": "part-a.safetensors", "y": "part-b.safetensors"}}).encode()
+    f["big.bin"] = wfstest.det_bytes("big", 8 * MiB)
+    f["partial.bin"] = wfstest.det_bytes("partial", 8 * MiB)
+    f["slow.bin"] = wfstest.det_bytes("slow", 16 * MiB)
+    f["fast.bin"] = wfstest.det_bytes("fast", 4 * MiB)
+    f["config.json"] = b'{"model_type": "test"}\n'
+    f["q4.gguf"] = wfstest.det_bytes("gguf", 3 * MiB)
+    f["pack/extra.bin"] = wfstest.det_bytes("pack", 3 * MiB)
+    Fix.files = f
+    Fix.rev = wfstest.make_hf_repo(hub, REPO, f, real=("pack/extra.bin",))
+    Fix.ref_rev1 = wfstest.make_hf_repo(hub, REFREPO, {
+        "a.bin": wfstest.det_bytes("ref-a", MiB), "shared.bin": wfstest.det_bytes("ref-s", MiB)},
+        commit="1" * 40)
+
+
+def setUpModule():
+    wfstest.require_mount_capability()
+    wfstest.require_wfsctl()
+    Fix.base = wfstest.make_base("wfs-it-auto-")
+    try:
+        Fix.hub = os.path.join(Fix.base, "hub")
+        build_hub(Fix.hub)
+        for name, opts in (("on", OPTS), ("off", ["auto_promote=off"])):
+            local, mnt = os.path.join(Fix.base, "local-" + name), os.path.join(Fix.base, "mnt-" + name)
+            os.mkdir(mnt)
+            Fix.mounts[name] = wfstest.Mount(Fix.hub, local, mnt, opts).start()
+            wfstest.wait_ctl(mnt)
+    except BaseException:
+        tearDownModule(raise_problems=False)
+        raise
+
+
+def tearDownModule(raise_problems=True):
+    problems = []
+    for m in Fix.mounts.values():
+        problems += m.stop()
+    Fix.mounts = {}
+    if Fix.base and not any(wfstest.is_mounted(os.path.join(Fix.base, d))
+                            for d in os.listdir(Fix.base) if d.startswith("mnt")):
+        import shutil
+        shutil.rmtree(Fix.base, ignore_errors=True)
+    if problems and raise_problems:
+        raise AssertionError("teardown: " + "; ".join(problems))
+
+
+def read_through(path, limit=None):
+    """Read a file through the mount with plain read(2): all of it, or the
+    first `limit` bytes."""
+    out = bytearray()
+    with open(path, "rb", buffering=0) as f:
+        while limit is None or len(out) < limit:
+            b = f.read(MiB if limit is None else min(MiB, limit - len(out)))
+            if not b:
+                break
+            out += b
+    return bytes(out)
+
+
+def drop_pages(path):
+    """Make the next read of `path` reach the daemon again."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+class Hot(unittest.TestCase):
+    def test_read_past_threshold_promotes_without_wfsctl(self):
+        p = snap("big.bin")
+        self.assertEqual(state_of(p), "nas")
+        t0 = time.monotonic()
+        self.assertTrue(read_through(p) == Fix.files["big.bin"], "bytes read from the NAS differ")
+        left = wfstest.wait_states([p], "local", 30)
+        took = time.monotonic() - t0
+        self.assertEqual(left, {}, "8 MiB read through the mount (threshold 2 MiB): not promoted")
+        print("\n  big.bin (8 MiB) read once: local %.1f s later (auto cap %d MB/s)"
+              % (took, AUTO_MBPS), file=sys.stderr)
+        drop_pages(p)
+        self.assertTrue(read_through(p) == Fix.files["big.bin"], "bytes read from the copy differ")
+        st = ctl_json(self, ["status", Fix.mounts["on"].mnt])
+        self.assertGreaterEqual(st.get("auto", {}).get("queued", 0), 1, st.get("auto"))
+
+    def test_read_below_threshold_stays_on_nas(self):
+        p = snap("partial.bin")
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            # no read-ahead: the daemon counts what it serves, read-ahead included
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+            self.assertEqual(os.pread(fd, MiB, 0), Fix.files["partial.bin"][:MiB])
+        finally:
+            os.close(fd)
+        time.sleep(1.5)
+        self.assertEqual(state_of(p), "nas", "1 MiB of 8 read (threshold 2 MiB)")
+        st = ctl_json(self, ["status", Fix.mounts["on"].mnt])
+        self.assertLess(st["served"]["nas_bytes"], 100 * MiB)
+
+
+class Off(unittest.TestCase):
+    def test_auto_off_promotes_nothing(self):
+        m = Fix.mounts["off"]
+        snapdir = os.path.join(m.mnt, REPO, "snapshots", Fix.rev)
+        paths = [os.path.join(snapdir, n) for n in Fix.files]
+        for _ in range(3):
+            for p in paths:
+                self.assertTrue(read_through(p) == Fix.files[os.path.relpath(p, snapdir)], p)
+                drop_pages(p)
+        time.sleep(2.0)
+        states = {os.path.relpath(p, snapdir): state_of(p) for p in paths}
+        self.assertEqual({k: v for k, v in states.items() if v != "nas"}, {},
+                         "with auto_promote=off, reading everything 3 times promoted these")
+        self.assertEqual(wfstest.store_files(m.local), {}, "LOCAL_STORE/data is not empty")
+        st = ctl_json(self, ["status", m.mnt])
+        self.assertIs(st.get("policy", {}).get("auto"), False, st.get("policy"))
+        self.assertGreater(st["served"]["nas_bytes"], 3 * sum(map(len, Fix.files.values())) // 2)
+
+
+class Siblings(unittest.TestCase):
+    def test_hot_shard_queues_its_siblings(self):
+        shards = [snap("model-%05d-of-00004.safetensors" % i) for i in range(1, 5)]
+        self.assertEqual({state_of(p) for p in shards}, {"nas"})
+        # the engine opens the snapshot name; the kernel follows the link to blobs/<id>
+        self.assertTrue(read_through(shards[1]) == Fix.files["model-00002-of-00004.safetensors"])
+        t0 = time.monotonic()
+        left = wfstest.wait_states(shards, "local", 40)
+        self.assertEqual(left, {}, "reading shard 2 of 4 did not bring its siblings local")
+        print("\n  shard 2 of 4 read: all 4 shards (12 MiB) local %.1f s later"
+              % (time.monotonic() - t0), file=sys.stderr)
+        for i, p in enumerate(shards, 1):
+            drop_pages(p)
+            self.assertTrue(read_through(p) == Fix.files["model-%05d-of-00004.safetensors" % i], p)
+
+    def test_weight_map_lists_siblings(self):
+        a, b, c = (snap("part-%s.safetensors" % x) for x in "abc")
+        self.assertTrue(read_through(b) == Fix.files["part-b.safetensors"])
+        left = wfstest.wait_states([a, b], "local", 30)
+        self.assertEqual(left, {}, "part-b read; part-a is in the same weight_map")
+        time.sleep(0.5)
+        self.assertEqual(state_of(c), "nas", "part-c is in no weight_map with part-b")
+
+
+class Exclusions(unittest.TestCase):
+    def test_excluded_paths_stay_on_nas(self):
+        pack, gguf = snap("pack/extra.bin"), snap("q4.gguf")
+        for _ in range(3):
+            for p, n in ((pack, "pack/extra.bin"), (gguf, "q4.gguf")):
+                self.assertTrue(read_through(p) == Fix.files[n], p)
+                drop_pages(p)
+        time.sleep(1.5)
+        self.assertEqual((state_of(pack), state_of(gguf)), ("nas", "nas"),
+                         "excluded files read 3 times past the threshold")
+        st = ctl_json(self, ["status", Fix.mounts["on"].mnt])
+        held = {h.get("id"): h for h in st.get("held", [])}
+        gid = hashlib.sha256(Fix.files["q4.gguf"]).hexdigest()
+        self.assertIn(gid, held, "status held: %s" % st.get("held"))
+        self.assertEqual(held[gid].get("hold"), "excluded")
+        self.assertIn("*.gguf", held[gid].get("reason", ""))
+        out = run_wfsctl(["status", Fix.mounts["on"].mnt])[1]
+        self.assertIn("excluded by '*/pack/*'", out, "human status:\n" + out)
+
+    def test_explicit_promote_of_excluded_path_needs_force(self):
+        pack = snap("pack/extra.bin")
+        rc, out, err = run_wfsctl(["promote", "--wait", pack])
+        self.assertEqual(rc, 1, "promote of an excluded path exited %s\n%s%s" % (rc, out, err))
+        self.assertIn("excluded", err, "no word of the exclusion:\n" + err)
+        self.assertIn("--force", err)
+        self.assertEqual(state_of(pack), "nas")
+        # a repo holding excluded files: the rest is promoted, the excluded are not
+        gguf = snap("q4.gguf")
+        rc, out, err = run_wfsctl(["promote", "--wait", os.path.join(Fix.mounts["on"].mnt, REPO)])
+        self.assertEqual(rc, 0, "promote of the repo: rc %s\n%s%s" % (rc, out, err))
+        self.assertIn("excluded", out)
+        self.assertEqual((state_of(gguf), state_of(pack)), ("nas", "nas"))
+        self.assertEqual(state_of(snap("config.json")), "local")
+        # --force
+        wfstest.ctl_check(self, ["promote", "--wait", "--force", pack])
+        self.assertEqual(state_of(pack), "local")
+        self.assertTrue(read_through(pack) == Fix.files["pack/extra.bin"])
+        wfstest.ctl_check(self, ["evict", os.path.join(Fix.mounts["on"].mnt, REPO)])
+
+
+class Priority(unittest.TestCase):
+    def test_explicit_goes_first_and_auto_keeps_its_cap(self):
+        slow, fast = snap("slow.bin"), snap("fast.bin")
+        t0 = time.monotonic()
+        self.assertTrue(read_through(slow, 3 * MiB) == Fix.files["slow.bin"][:3 * MiB])
+        st = wfstest.wait_state(slow, ("copying",), 10, step=0.01)
+        self.assertEqual(st, "copying", "the automatic copy of slow.bin did not start")
+        t1 = time.monotonic()
+        wfstest.ctl_check(self, ["promote", "--wait", fast])
+        t2 = time.monotonic()
+        during = state_of(slow)
+        left = wfstest.wait_states([slow], "local", 60)
+        t3 = time.monotonic()
+        self.assertEqual(left, {}, "slow.bin never became local")
+        size = len(Fix.files["slow.bin"])
+        print("\n  explicit promote of fast.bin (4 MiB) took %.2f s while automatic slow.bin "
+              "(16 MiB, cap %d MB/s) copied for %.1f s (%.1f MB/s)"
+              % (t2 - t1, AUTO_MBPS, t3 - t0, size / 1e6 / (t3 - t0)), file=sys.stderr)
+        self.assertEqual(during, "copying", "the automatic copy should still be running when "
+                         "the explicit one is done")
+        self.assertLess(t2 - t1, 3.0, "the explicit promote waited behind the automatic copy")
+        self.assertGreater(t3 - t0, size / (AUTO_MBPS * 1e6) * 0.8,
+                           "the automatic copy ran faster than its cap")
+
+
+class RefPin(unittest.TestCase):
+    def test_pin_ref_follows_the_ref(self):
+        m = Fix.mounts["on"]
+        repo = os.path.join(m.mnt, REFREPO)
+        rev1, rev2 = Fix.ref_rev1, "2" * 40
+        a1 = os.path.join(repo, "snapshots", rev1, "a.bin")
+        out, _ = wfstest.ctl_check(self, ["pin", "--ref", "main", repo])
+        self.assertIn(rev1, out)
+
+        def pin_state():
+            st = ctl_json(self, ["status", m.mnt])
+            return next((r for r in st.get("ref_pins", []) if r.get("repo") == REFREPO), None)
+        ok = wfstest.wait_until(lambda: (pin_state() or {}).get("commit") == rev1, 20, 0.2)
+        self.assertTrue(ok, "the ref pin never settled on %s: %s" % (rev1, pin_state()))
+        files1 = [os.path.join(repo, "snapshots", rev1, n) for n in ("a.bin", "shared.bin")]
+        self.assertEqual(wfstest.wait_states(files1, "local", 5), {})
+        self.assertTrue(wfstest.blob_pinned(self, a1), "rev1 blobs are not pinned")
+
+        # refs/main moves on the NAS to a revision sharing one blob
+        wfstest.make_hf_repo(Fix.hub, REFREPO, {"b.bin": wfstest.det_bytes("ref-b", MiB),
+                                                "shared.bin": wfstest.det_bytes("ref-s", MiB)},
+                             commit=rev2)
+        t0 = time.monotonic()
+        ok = wfstest.wait_until(lambda: (pin_state() or {}).get("commit") == rev2
+                                and not pin_state().get("pending"), 30, 0.2)
+        self.assertTrue(ok, "the ref pin did not follow refs/main to %s: %s" % (rev2, pin_state()))
+        print("\n  refs/main moved: the pin followed in %.1f s" % (time.monotonic() - t0),
+              file=sys.stderr)
+        b2 = os.path.join(repo, "snapshots", rev2, "b.bin")
+        s2 = os.path.join(repo, "snapshots", rev2, "shared.bin")
+        self.assertEqual(wfstest.wait_states([b2, s2], "local", 5), {})
+        self.assertTrue(wfstest.blob_pinned(self, b2), "rev2's new blob is not pinned")
+        self.assertTrue(wfstest.blob_pinned(self, s2), "the blob both revisions share was unpinned")
+        self.assertFalse(wfstest.blob_pinned(self, a1), "rev1's own blob is still pinned")
+        self.assertTrue(read_through(b2) == wfstest.det_bytes("ref-b", MiB))
+
+        # kept across a remount
+        problems = m.stop()
+        self.assertEqual(problems, [])
+        Fix.mounts["on"] = m = wfstest.Mount(Fix.hub, m.local, m.mnt, OPTS).start()
+        wfstest.wait_ctl(m.mnt)
+        self.assertEqual((pin_state() or {}).get("commit"), rev2, "ref pin lost at the remount")
+        rc, out, err = run_wfsctl(["status", m.mnt])
+        self.assertIn("%s refs/main -> %s" % (REFREPO, rev2), out, "human status:\n" + out)
+        wfstest.ctl_check(self, ["unpin", "--ref", "main", repo])
+        self.assertFalse(wfstest.blob_pinned(self, b2))
+        self.assertIsNone(pin_state())
+
+
+if __name__ == "__main__":
+    wfstest.main()

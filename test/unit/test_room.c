@@ -1,0 +1,521 @@
+/* test_room.c - the store's room, its automatic promotion and its ref pins,
+ * without mounting: a hub tree on disk, the store driven through the same
+ * calls the daemon makes (store_note_open/read/close) and the control
+ * protocol.
+ *
+ *   room     the size limit counts copies, copies in flight and evicted
+ *            copies still open; eviction is least recently used, never a
+ *            pinned or open copy; what does not fit stays on the NAS with
+ *            the reason; the limit holds while copies are in flight
+ *   auto     NAS reads past the threshold promote; a hot shard queues its
+ *            siblings (by name and by weight_map); exclusions hold; off is off
+ *   refs     a ref pin follows its ref, unpins the old revision once the new
+ *            one is local, and survives a restart
+ */
+#include "check.h"
+#include "control.h"
+#include "store.h"
+#include "store_int.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define KiB 1024u
+#define BLOB (256 * KiB)
+
+static char top[PATH_MAX];
+static struct check_count c;
+
+static void put(const char *rel, size_t n, unsigned seed)
+{
+	char p[PATH_MAX * 2], *buf = malloc(n ? n : 1);
+	int fd;
+
+	for (size_t i = 0; i < n; i++)
+		buf[i] = (char)(seed * 131 + i * 7 + i / 4093);
+	snprintf(p, sizeof(p), "%s/%s", top, rel);
+	fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	if (fd < 0 || write(fd, buf, n) != (ssize_t)n) {
+		perror(p);
+		exit(2);
+	}
+	close(fd);
+	free(buf);
+}
+
+static void mkdirs(const char *rel)
+{
+	char cmd[PATH_MAX * 2];
+
+	snprintf(cmd, sizeof(cmd), "mkdir -p '%s/%s'", top, rel);
+	if (system(cmd) != 0)
+		exit(2);
+}
+
+/* <repo>/blobs/<blob> and <repo>/snapshots/<rev>/<name> -> ../../blobs/<blob> */
+static void snap_link(const char *repo, const char *rev, const char *name, const char *blob)
+{
+	char p[PATH_MAX * 2], t[PATH_MAX];
+
+	snprintf(p, sizeof(p), "hub/%s/snapshots/%s", repo, rev);
+	mkdirs(p);
+	snprintf(p, sizeof(p), "%s/hub/%s/snapshots/%s/%s", top, repo, rev, name);
+	snprintf(t, sizeof(t), "../../blobs/%s", blob);
+	if (symlink(t, p) < 0) {
+		perror(p);
+		exit(2);
+	}
+}
+
+static void set_ref(const char *repo, const char *rev)
+{
+	char p[PATH_MAX * 2], q[PATH_MAX * 2];
+	int fd;
+
+	snprintf(p, sizeof(p), "%s/refs", repo);
+	snprintf(q, sizeof(q), "hub/%s", p);
+	mkdirs(q);
+	snprintf(p, sizeof(p), "%s/hub/%s/refs/main.tmp", top, repo);
+	snprintf(q, sizeof(q), "%s/hub/%s/refs/main", top, repo);
+	fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	if (fd < 0 || write(fd, rev, strlen(rev)) < 0 || close(fd) < 0 || rename(p, q) < 0)
+		exit(2);
+}
+
+static struct blob *blob_at(struct store *s, const char *hubrel)
+{
+	char p[PATH_MAX * 2];
+	struct stat st;
+
+	snprintf(p, sizeof(p), "%s/hub/%s", top, hubrel);
+	if (stat(p, &st) < 0)
+		return NULL;
+	return store_blob(s, p, &st, strrchr(p, '/') + 1);
+}
+
+static int settled(enum blob_state st)
+{
+	return st != BLOB_QUEUED && st != BLOB_COPYING && st != BLOB_VERIFYING;
+}
+
+static enum blob_state wait_settled(struct blob *b)
+{
+	for (int i = 0; i < 1000; i++) {
+		enum blob_state st = __atomic_load_n(&b->state, __ATOMIC_ACQUIRE);
+
+		if (settled(st))
+			return st;
+		usleep(5000);
+	}
+	return b->state;
+}
+
+static int wait_state(struct blob *b, enum blob_state want, int ms)
+{
+	for (int i = 0; i < ms / 5; i++) {
+		if (__atomic_load_n(&b->state, __ATOMIC_ACQUIRE) == want)
+			return 1;
+		usleep(5000);
+	}
+	return __atomic_load_n(&b->state, __ATOMIC_ACQUIRE) == want;
+}
+
+/* Blocks of every regular file under LOCAL_STORE/data and tmp: what the
+ * limit promises to bound. */
+static uint64_t du_copies(const char *local)
+{
+	char cmd[PATH_MAX * 2];
+	unsigned long long kb = 0;
+	FILE *f;
+
+	snprintf(cmd, sizeof(cmd), "find '%s/data' '%s/tmp' -type f -printf '%%k\\n' | "
+		 "awk '{s+=$1} END {print s+0}'", local, local);
+	f = popen(cmd, "r");
+	if (!f || fscanf(f, "%llu", &kb) != 1)
+		kb = ~0ull;
+	if (f)
+		pclose(f);
+	return kb * 1024;
+}
+
+struct sampler {
+	struct store *s;
+	const char *local;
+	uint64_t limit, worst_accounted, worst_du;
+	atomic_int stop;
+};
+
+static void *sample(void *arg)
+{
+	struct sampler *sm = arg;
+
+	while (!atomic_load(&sm->stop)) {
+		struct store_usage u;
+		uint64_t d;
+
+		store_usage(sm->s, &u);
+		if (u.used + u.reserved + u.held > sm->worst_accounted)
+			sm->worst_accounted = u.used + u.reserved + u.held;
+		d = du_copies(sm->local);
+		if (d > sm->worst_du)
+			sm->worst_du = d;
+	}
+	return NULL;
+}
+
+static void test_room(void)
+{
+	struct policy_opts pol;
+	struct store_opts opt = { .workers = 2, .policy = &pol };
+	struct store s;
+	struct store_usage u;
+	struct blob *b[8];
+	char local[PATH_MAX * 2], name[64];
+	uint64_t ch;
+
+	policy_opts_init(&pol);
+	pol.auto_on = 0;
+	pol.min_free_pct = 0;
+	snprintf(local, sizeof(local), "%s/local-room", top);
+	mkdirs("local-room");
+	mkdirs("hub/models--t--room/blobs");
+	for (int i = 0; i < 8; i++) {
+		snprintf(name, sizeof(name), "hub/models--t--room/blobs/b%d", i);
+		put(name, BLOB, (unsigned)i + 1);
+	}
+	CHECK(&c, store_open(&s, local, &opt, NULL) == 0, "open");
+	ch = store_charge(&s, BLOB);
+	CHECK(&c, ch >= BLOB && ch <= BLOB + 2 * 4096, "charge of %u bytes: %llu", BLOB,
+	      (unsigned long long)ch);
+	pol.store_max = 3 * ch + ch / 2; /* room for three */
+	CHECK(&c, store_start(&s) == 0, "start");
+	for (int i = 0; i < 8; i++) {
+		snprintf(name, sizeof(name), "models--t--room/blobs/b%d", i);
+		b[i] = blob_at(&s, name);
+	}
+	for (int i = 0; i < 3; i++) {
+		store_promote(&s, b[i], 0, 1);
+		CHECK(&c, wait_settled(b[i]) == BLOB_LOCAL, "b%d local: %s", i, b[i]->reason);
+		usleep(20000); /* distinct use times */
+	}
+	/* b0 used again: b1 is now the least recently used */
+	store_note_open(&s, b[0], "models--t--room/blobs/b0");
+	store_note_read(&s, b[0], 4096, 1);
+	store_note_close(&s, b[0]);
+	usleep(20000);
+	store_promote(&s, b[3], 0, 1);
+	CHECK(&c, wait_settled(b[3]) == BLOB_LOCAL, "b3 local: %s", b[3]->reason);
+	CHECK(&c, b[1]->state == BLOB_NAS && b[0]->state == BLOB_LOCAL && b[2]->state == BLOB_LOCAL,
+	      "LRU evicted b1 (states %s %s %s)", blob_state_name(b[0]->state),
+	      blob_state_name(b[1]->state), blob_state_name(b[2]->state));
+	store_usage(&s, &u);
+	CHECK(&c, u.used <= pol.store_max && u.blobs == 3, "within the limit: %llu of %llu",
+	      (unsigned long long)u.used, (unsigned long long)pol.store_max);
+
+	/* pinned and open copies are not evicted: only b0 can go */
+	store_pin(&s, b[2], 1);
+	store_note_open(&s, b[3], "models--t--room/blobs/b3");
+	usleep(20000);
+	store_promote(&s, b[4], 0, 1);
+	CHECK(&c, wait_settled(b[4]) == BLOB_LOCAL, "b4 local: %s", b[4]->reason);
+	CHECK(&c, b[0]->state == BLOB_NAS && b[2]->state == BLOB_LOCAL && b[3]->state == BLOB_LOCAL,
+	      "b0 evicted, pinned b2 and open b3 kept");
+	/* now only b4 is evictable: b5 takes its place; then nothing is */
+	store_note_open(&s, b[4], NULL);
+	store_promote(&s, b[5], 0, 1);
+	CHECK(&c, wait_settled(b[5]) == BLOB_NAS, "b5 stays on the NAS: %s",
+	      blob_state_name(b[5]->state));
+	CHECK(&c, b[5]->hold == HOLD_NO_ROOM && strstr(b[5]->reason, "no room") &&
+	      strstr(b[5]->reason, "pinned") && strstr(b[5]->reason, "open"),
+	      "the reason says why: %s", b[5]->reason);
+	CHECK(&c, b[2]->state == BLOB_LOCAL && b[3]->state == BLOB_LOCAL &&
+	      b[4]->state == BLOB_LOCAL, "nothing evicted for a copy that cannot fit");
+
+	/* an evicted copy still open keeps its space until the last close */
+	CHECK(&c, store_evict(&s, b[3], 0) == 1, "evict while open");
+	store_usage(&s, &u);
+	CHECK(&c, u.held == ch, "held while open: %llu", (unsigned long long)u.held);
+	store_promote(&s, b[6], 0, 1);
+	CHECK(&c, wait_settled(b[6]) == BLOB_NAS && strstr(b[6]->reason, "evicted but still open"),
+	      "the held space still counts: %s", b[6]->reason);
+	store_note_close(&s, b[3]);
+	store_usage(&s, &u);
+	CHECK(&c, u.held == 0, "back at the close: %llu", (unsigned long long)u.held);
+	store_promote(&s, b[6], 0, 1);
+	CHECK(&c, wait_settled(b[6]) == BLOB_LOCAL, "then it fits: %s", b[6]->reason);
+	store_note_close(&s, b[4]);
+
+	/* bigger than the limit */
+	put("hub/models--t--room/blobs/huge", 4 * BLOB, 99);
+	{
+		struct blob *h = blob_at(&s, "models--t--room/blobs/huge");
+
+		store_promote(&s, h, 0, 1);
+		CHECK(&c, wait_settled(h) == BLOB_NAS && strstr(h->reason, "more than store_max"),
+		      "too big: %s", h->reason);
+	}
+
+	/* while copies are in flight the limit holds, in the accounting and on disk */
+	{
+		struct sampler sm = { .s = &s, .local = local, .limit = pol.store_max };
+		pthread_t t;
+
+		store_pin(&s, b[2], 0);
+		s.opt.bw_limit = 1000000; /* 0.5 MB/s each: copies last ~0.5 s */
+		pthread_create(&t, NULL, sample, &sm);
+		for (int i = 0; i < 8; i++)
+			store_promote(&s, b[i], 0, 1);
+		for (int i = 0; i < 8; i++)
+			wait_settled(b[i]);
+		for (int i = 0; i < 8; i++)
+			store_promote(&s, b[7 - i], 0, 1);
+		for (int i = 0; i < 8; i++)
+			wait_settled(b[i]);
+		atomic_store(&sm.stop, 1);
+		pthread_join(t, NULL);
+		fprintf(stderr, "room: limit %llu; worst accounted %llu, worst du of data/+tmp/ "
+			"%llu\n", (unsigned long long)pol.store_max,
+			(unsigned long long)sm.worst_accounted, (unsigned long long)sm.worst_du);
+		CHECK(&c, sm.worst_accounted <= pol.store_max,
+		      "accounted (copies + reservations) never above the limit: %llu > %llu",
+		      (unsigned long long)sm.worst_accounted, (unsigned long long)pol.store_max);
+		CHECK(&c, sm.worst_du <= pol.store_max, "blocks on disk never above the limit: "
+		      "%llu > %llu", (unsigned long long)sm.worst_du, (unsigned long long)pol.store_max);
+		store_usage(&s, &u);
+		CHECK(&c, u.blobs == 3 && u.reserved == 0, "three local, nothing reserved: %llu, %llu",
+		      (unsigned long long)u.blobs, (unsigned long long)u.reserved);
+		s.opt.bw_limit = 0;
+	}
+	store_close(&s);
+	policy_opts_free(&pol);
+}
+
+/* models--t--shards: shards 1..4 of 4, a weight-mapped pair, a gguf, a big blob */
+static void make_shards(void)
+{
+	char name[128], blob[64];
+
+	mkdirs("hub/models--t--shards/blobs");
+	for (int i = 1; i <= 4; i++) {
+		snprintf(blob, sizeof(blob), "s%d", i);
+		snprintf(name, sizeof(name), "hub/models--t--shards/blobs/%s", blob);
+		put(name, 64 * KiB, 10u + (unsigned)i);
+		snprintf(name, sizeof(name), "model-%05d-of-00004.safetensors", i);
+		snap_link("models--t--shards", "r1", name, blob);
+	}
+	for (int i = 0; i < 3; i++) {
+		snprintf(blob, sizeof(blob), "w%d", i);
+		snprintf(name, sizeof(name), "hub/models--t--shards/blobs/%s", blob);
+		put(name, 64 * KiB, 20u + (unsigned)i);
+		snprintf(name, sizeof(name), "part-%c.safetensors", 'a' + i);
+		snap_link("models--t--shards", "r1", name, blob);
+	}
+	{
+		char p[PATH_MAX * 2];
+		int fd;
+		const char *idx = "{\"weight_map\":{\"x\":\"part-a.safetensors\","
+				  "\"y\":\"part-b.safetensors\"}}";
+
+		snprintf(p, sizeof(p), "%s/hub/models--t--shards/snapshots/r1/"
+			 "consolidated.safetensors.index.json", top);
+		fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		if (fd < 0 || write(fd, idx, strlen(idx)) < 0 || close(fd) < 0)
+			exit(2);
+	}
+	put("hub/models--t--shards/blobs/g", 64 * KiB, 30);
+	snap_link("models--t--shards", "r1", "q4.gguf", "g");
+	put("hub/models--t--shards/blobs/big", 512 * KiB, 31);
+	snap_link("models--t--shards", "r1", "big.bin", "big");
+	set_ref("models--t--shards", "r1");
+}
+
+static void test_auto(void)
+{
+	struct policy_opts pol;
+	struct hub_roots roots = {0};
+	struct store_opts opt = { .workers = 2, .policy = &pol, .roots = &roots };
+	struct store s;
+	struct blob *sh[5], *w[3], *g, *big;
+	char local[PATH_MAX * 2], name[128], err[256];
+
+	make_shards();
+	snprintf(local, sizeof(local), "%s/hub", top);
+	hub_roots_add(&roots, local);
+	policy_opts_init(&pol);
+	pol.auto_bytes = 100 * KiB;
+	pol.auto_opens = 3;
+	pol.min_free_pct = 0;
+	policy_parse_opt(&pol, "exclude", "*.gguf", err, sizeof(err));
+	snprintf(local, sizeof(local), "%s/local-auto", top);
+	mkdirs("local-auto");
+	CHECK(&c, store_open(&s, local, &opt, NULL) == 0 && store_start(&s) == 0, "open auto");
+	for (int i = 1; i <= 4; i++) {
+		snprintf(name, sizeof(name), "models--t--shards/blobs/s%d", i);
+		sh[i] = blob_at(&s, name);
+	}
+	for (int i = 0; i < 3; i++) {
+		snprintf(name, sizeof(name), "models--t--shards/blobs/w%d", i);
+		w[i] = blob_at(&s, name);
+	}
+	g = blob_at(&s, "models--t--shards/blobs/g");
+	big = blob_at(&s, "models--t--shards/blobs/big");
+
+	/* below the threshold: nothing */
+	store_note_open(&s, big, "models--t--shards/blobs/big");
+	store_note_read(&s, big, 64 * KiB, 0);
+	usleep(200000);
+	CHECK(&c, big->state == BLOB_NAS, "64 KiB of 512: still nas (%s)",
+	      blob_state_name(big->state));
+	store_note_read(&s, big, 64 * KiB, 0);
+	CHECK(&c, wait_state(big, BLOB_LOCAL, 5000), "128 KiB read: promoted (%s)",
+	      blob_state_name(big->state));
+	store_note_close(&s, big);
+	CHECK(&c, sh[1]->state == BLOB_NAS, "big.bin has no siblings");
+
+	/* a hot shard, opened the way the kernel opens it (blobs/<id>): every
+	 * sibling of its revision is queued */
+	store_note_open(&s, sh[2], "models--t--shards/blobs/s2");
+	store_note_read(&s, sh[2], 64 * KiB, 0);
+	store_note_close(&s, sh[2]);
+	for (int i = 1; i <= 4; i++)
+		CHECK(&c, wait_state(sh[i], BLOB_LOCAL, 5000), "shard %d local (%s)", i,
+		      blob_state_name(sh[i]->state));
+	CHECK(&c, w[0]->state == BLOB_NAS, "the weight-mapped files are not its siblings");
+
+	/* weight map: part-b is listed with part-a, part-c is not */
+	store_note_open(&s, w[1], "models--t--shards/snapshots/r1/part-b.safetensors");
+	store_note_read(&s, w[1], 64 * KiB, 0);
+	store_note_close(&s, w[1]);
+	CHECK(&c, wait_state(w[1], BLOB_LOCAL, 5000) && wait_state(w[0], BLOB_LOCAL, 5000),
+	      "part-b and its weight_map sibling part-a local (%s, %s)",
+	      blob_state_name(w[1]->state), blob_state_name(w[0]->state));
+	usleep(100000);
+	CHECK(&c, w[2]->state == BLOB_NAS, "part-c (not in the map) stays: %s",
+	      blob_state_name(w[2]->state));
+
+	/* opens count too; an excluded name keeps its blob on the NAS */
+	for (int i = 0; i < 3; i++) {
+		store_note_open(&s, g, "models--t--shards/blobs/g");
+		store_note_close(&s, g);
+	}
+	usleep(300000);
+	CHECK(&c, g->state == BLOB_NAS && g->hold == HOLD_EXCLUDED && strstr(g->reason, "*.gguf"),
+	      "q4.gguf excluded: %s %s", blob_state_name(g->state), g->reason);
+	for (int i = 0; i < 3; i++) {
+		store_note_open(&s, w[2], NULL);
+		store_note_close(&s, w[2]);
+	}
+	CHECK(&c, wait_state(w[2], BLOB_LOCAL, 5000), "3 opens from the NAS: promoted");
+
+	/* off is off */
+	store_evict(&s, big, 1);
+	pol.auto_on = 0;
+	store_note_open(&s, big, NULL);
+	store_note_read(&s, big, 512 * KiB, 0);
+	store_note_close(&s, big);
+	usleep(300000);
+	CHECK(&c, big->state == BLOB_NAS, "auto off: %s", blob_state_name(big->state));
+	CHECK(&c, s.auto_queued >= 7, "auto_queued counted: %llu",
+	      (unsigned long long)s.auto_queued);
+	store_close(&s);
+	policy_opts_free(&pol);
+}
+
+static int pinned(struct blob *b)
+{
+	return __atomic_load_n(&b->pinned, __ATOMIC_RELAXED);
+}
+
+static void test_refs(void)
+{
+	struct policy_opts pol;
+	struct hub_roots roots = {0};
+	struct store_opts opt = { .workers = 2, .policy = &pol, .roots = &roots };
+	struct store s;
+	struct blob *a, *sh, *b2;
+	char local[PATH_MAX * 2], commit[64];
+	size_t n;
+	struct store_ref *refs;
+	int ok = 0;
+
+	mkdirs("hub/models--t--ref/blobs");
+	put("hub/models--t--ref/blobs/a", 64 * KiB, 40);
+	put("hub/models--t--ref/blobs/shared", 64 * KiB, 41);
+	put("hub/models--t--ref/blobs/b", 64 * KiB, 42);
+	snap_link("models--t--ref", "rev1", "a.bin", "a");
+	snap_link("models--t--ref", "rev1", "shared.bin", "shared");
+	set_ref("models--t--ref", "rev1");
+	snprintf(local, sizeof(local), "%s/hub", top);
+	hub_roots_add(&roots, local);
+	policy_opts_init(&pol);
+	pol.auto_on = 0;
+	pol.ref_poll = 0.2;
+	snprintf(local, sizeof(local), "%s/local-refs", top);
+	mkdirs("local-refs");
+	CHECK(&c, store_open(&s, local, &opt, NULL) == 0 && store_start(&s) == 0, "open refs");
+	CHECK(&c, store_ref_pin(&s, "models--t--ref", "main", commit, sizeof(commit)) == 2 &&
+	      !strcmp(commit, "rev1"), "pin --ref main: rev1, 2 blobs (%s)", commit);
+	CHECK(&c, store_ref_pin(&s, "models--t--nope", "main", commit, sizeof(commit)) == -ENOENT,
+	      "no such repo");
+	CHECK(&c, store_ref_pin(&s, "models--t--ref", "../x", commit, sizeof(commit)) == -EINVAL,
+	      "a ref leaving refs/");
+	a = blob_at(&s, "models--t--ref/blobs/a");
+	sh = blob_at(&s, "models--t--ref/blobs/shared");
+	b2 = blob_at(&s, "models--t--ref/blobs/b");
+	CHECK(&c, wait_state(a, BLOB_LOCAL, 5000) && wait_state(sh, BLOB_LOCAL, 5000) &&
+	      pinned(a) && pinned(sh), "rev1 local and pinned");
+
+	/* the ref moves: rev2 keeps shared, drops a, adds b */
+	snap_link("models--t--ref", "rev2", "b.bin", "b");
+	snap_link("models--t--ref", "rev2", "shared.bin", "shared");
+	set_ref("models--t--ref", "rev2");
+	for (int i = 0; i < 400 && !ok; i++) {
+		refs = store_refs(&s, &n);
+		ok = n == 1 && !strcmp(refs[0].commit, "rev2") && !refs[0].pending[0];
+		free(refs);
+		usleep(10000);
+	}
+	CHECK(&c, ok, "the pin moved to rev2");
+	CHECK(&c, b2->state == BLOB_LOCAL && pinned(b2) && pinned(sh), "rev2 local and pinned");
+	CHECK(&c, !pinned(a) && a->state == BLOB_LOCAL, "rev1's own blob unpinned (still local)");
+
+	/* it survives a restart */
+	store_close(&s);
+	CHECK(&c, store_open(&s, local, &opt, NULL) == 0, "reopen");
+	refs = store_refs(&s, &n);
+	CHECK(&c, n == 1 && !strcmp(refs[0].repo, "models--t--ref") && !strcmp(refs[0].ref, "main") &&
+	      !strcmp(refs[0].commit, "rev2"), "ref pin in the index");
+	free(refs);
+	CHECK(&c, store_ref_unpin(&s, "models--t--ref", "main") == 2, "unpin --ref: 2 blobs");
+	CHECK(&c, store_ref_unpin(&s, "models--t--ref", "main") == -ENOENT, "not pinned any more");
+	b2 = blob_at(&s, "models--t--ref/blobs/b");
+	CHECK(&c, !pinned(b2), "unpinned");
+	store_close(&s);
+	policy_opts_free(&pol);
+}
+
+int main(void)
+{
+	snprintf(top, sizeof(top), "/var/tmp/wfs-room-XXXXXX");
+	if (!mkdtemp(top))
+		return 2;
+	mkdirs("hub");
+	test_room();
+	test_auto();
+	test_refs();
+	{
+		char cmd[PATH_MAX * 2];
+
+		snprintf(cmd, sizeof(cmd), "rm -rf %s", top);
+		if (system(cmd) != 0)
+			fprintf(stderr, "could not remove %s\n", top);
+	}
+	printf("room: %d passed, %d failed\n", c.passed, c.failed);
+	return c.failed ? 1 : 0;
+}

@@ -488,6 +488,14 @@ static void copy_done_locked(struct store *s, struct blob *b, int r, uint64_t si
 }
 
 /* Called and returns with the lock held. */
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 static void copy_one(struct store *s, struct blob *b)
 {
 	char key[PATH_MAX], id[NAME_MAX + 1], tmp[PATH_MAX + 64], why[256];
@@ -539,6 +547,15 @@ static void copy_one(struct store *s, struct blob *b)
 	s->auto_running -= auto_copy;
 	copy_done_locked(s, b, r, size, &res, key, id);
 	pthread_cond_broadcast(&s->cond); /* an automatic slot may be free */
+	/* With more queued, write the index at most once a second: a copy not
+	 * yet named by it is only an orphan after a crash (removed at start-up,
+	 * copied again), never served unverified. */
+	if (s->qhead && now_ms() - s->index_written_ms < 1000) {
+		s->index_dirty = 1;
+		return;
+	}
+	s->index_dirty = 0;
+	s->index_written_ms = now_ms();
 	pthread_mutex_unlock(&s->lock);
 	store_write_index(s);
 	pthread_mutex_lock(&s->lock);
@@ -553,6 +570,14 @@ static void *worker(void *arg)
 		struct blob *b = dequeue_locked(s);
 
 		if (!b) {
+			if (s->index_dirty) { /* the queue drained: record it now */
+				s->index_dirty = 0;
+				s->index_written_ms = now_ms();
+				pthread_mutex_unlock(&s->lock);
+				store_write_index(s);
+				pthread_mutex_lock(&s->lock);
+				continue;
+			}
 			pthread_cond_wait(&s->cond, &s->lock);
 			continue;
 		}

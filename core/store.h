@@ -132,6 +132,8 @@ struct store {
 	unsigned nthreads;
 	struct store_opts opt;
 	struct store_hooks hooks;
+	int index_dirty;          /* verified copies the index does not name yet */
+	int64_t index_written_ms;
 	uint64_t tmp_serial;
 	/* room (under the lock) */
 	uint64_t reserved;          /* by copies in flight */

@@ -396,12 +396,26 @@ static void store_log(void *arg, int prio, const char *msg)
 }
 
 /* The bytes of a blob may have changed: the kernel must forget its pages. */
+/* The store calls this holding its lock, and the kernel's invalidation
+ * waits for pages that a read in flight holds -- a read that may need the
+ * store lock.  So the node id goes through a pipe to a thread of its own. */
 static void store_changed(void *arg, uint64_t ino)
 {
 	struct wfs *w = arg;
 
-	if (w->se)
+	if (w->inval_pipe[1] > 0 && write(w->inval_pipe[1], &ino, sizeof(ino)) != sizeof(ino))
+		wfs_log(w, LOG_WARNING, "cannot queue cache invalidation of inode %llu",
+			(unsigned long long)ino);
+}
+
+static void *invalidator(void *arg)
+{
+	struct wfs *w = arg;
+	uint64_t ino;
+
+	while (read(w->inval_pipe[0], &ino, sizeof(ino)) == sizeof(ino))
 		fuse_lowlevel_notify_inval_inode(w->se, (fuse_ino_t)ino, 0, 0);
+	return NULL;
 }
 
 /* The kernel caps a FUSE mount's read-ahead at 128 KiB during INIT; large
@@ -558,6 +572,9 @@ int main(int argc, char **argv)
 	/* Threads only now: fuse_daemonize() forks. */
 	if (w.opt.readahead_kb && pthread_create(&w.ra_thread, NULL, raise_readahead, &w) == 0)
 		w.ra_started = 1;
+	if (pipe2(w.inval_pipe, O_CLOEXEC) == 0 &&
+	    pthread_create(&w.inval_thread, NULL, invalidator, &w) == 0)
+		w.inval_started = 1;
 	if ((r = store_start(&w.store)) < 0 || (r = control_start(&w.ctl)) < 0) {
 		wfs_log(&w, LOG_ERR, "cannot start promotion or control socket in %s: %s",
 			w.opt.local, strerror(-r));
@@ -581,6 +598,17 @@ int main(int argc, char **argv)
 	control_stop(&w.ctl);
 	if (w.ra_started)
 		pthread_join(w.ra_thread, NULL);
+	metrics_writer_stop(&w.metrics); /* reads the store; removes the file */
+	/* Before the session goes: the invalidator still talks to it. */
+	store_close(&w.store); /* cancels copies, writes the index */
+	w.store_open = 0;
+	if (w.inval_started) {
+		close(w.inval_pipe[1]); /* the thread sees end of file */
+		w.inval_pipe[1] = -1;
+		pthread_join(w.inval_thread, NULL);
+		close(w.inval_pipe[0]);
+		w.inval_started = 0;
+	}
 
 out_unmount:
 	fuse_session_unmount(w.se);
@@ -595,7 +623,7 @@ out_nodes:
 	if (w.opt.metrics_file)
 		unlink(w.opt.metrics_file); /* the start-up check may have written it */
 	if (w.store_open)
-		store_close(&w.store); /* cancels copies, writes the index */
+		store_close(&w.store);
 	node_table_destroy(&w.nodes);
 out_args:
 	for (int i = 0; i < fa.n; i++)

@@ -53,6 +53,9 @@ struct wfs {
 	int ra_started;
 	struct metrics_writer metrics;
 	int pt_warned;
+	int inval_pipe[2];
+	pthread_t inval_thread;
+	int inval_started;
 	uint64_t pt_opens_total;
 };
 

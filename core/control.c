@@ -1,5 +1,6 @@
 /* control.c - the control server; see control.h. */
 #include "control.h"
+#include "doctor.h"
 #include "metrics.h"
 #include "collect.h"
 #include "ns.h"
@@ -563,6 +564,14 @@ char *control_handle(struct control *c, const char *line, size_t len, uid_t peer
 		rep = control_status(c, req);
 	} else if (!strcmp(op, "promote")) {
 		rep = op_promote(c, req);
+	} else if (!strcmp(op, "doctor")) {
+		const char *path = json_string_value(json_object_get(req, "path"));
+		char norm[PATH_MAX];
+
+		if (path && (path[0] == '/' || path_normalize(path, norm, sizeof(norm)) < 0))
+			rep = error_reply(EINVAL, "%s: not a path inside the mount %s", path, c->mount);
+		else
+			rep = doctor_reply(c->roots, c->store, path ? norm : "");
 	} else if (!strcmp(op, "stats")) {
 		rep = metrics_reply(c->store, req);
 	} else if (!strcmp(op, "progress")) {

@@ -28,6 +28,7 @@ int cmd_unpin(const struct ctl_opts *o);
 int cmd_verify(const struct ctl_opts *o);
 int cmd_promote(const struct ctl_opts *o); /* ctl_promote.c */
 int cmd_stats(const struct ctl_opts *o);   /* ctl_stats.c */
+int cmd_doctor(const struct ctl_opts *o);  /* ctl_doctor.c */
 
 /* The resolved paths as a JSON array of strings, or NULL (out of memory). */
 json_t *ctl_paths_json(const struct ctl_target *t);

@@ -110,6 +110,13 @@ COMMON_OPTS },
 "  --full          also re-hash every local copy in full (a scrub; reads\n"
 "                  all of it)\n"
 COMMON_OPTS },
+	{ "doctor", cmd_doctor, 0, 0, 1, "[PATH]",
+"Check the tree under PATH (default: the whole mount) for links the mount\n"
+"shows as they are because wfs will not follow them -- they dangle, loop, or\n"
+"lead outside NAS_HUB -- and list blobs verification flagged: mismatch (the\n"
+"NAS holds bytes that do not match the blob's content address) or failed\n"
+"copies, with the reason.  Exit 1 when anything is listed.\n"
+COMMON_OPTS },
 	{ "stats", cmd_stats, F_PROMETHEUS, 0, 1, "[--prometheus] [PATH]",
 "Print the daemon's counters (since it started) and gauges: bytes served\n"
 "from local disk and from the NAS, opens (and passthrough opens),\n"

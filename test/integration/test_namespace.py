@@ -6,6 +6,7 @@ xattrs."""
 import ctypes
 import errno
 import hashlib
+import json
 import os
 import stat
 import sys
@@ -463,6 +464,29 @@ class Modes(Base):
             if got != want:
                 bad.append("%s: mode %o, NAS mode minus write bits is %o" % (e["path"], got, want))
         self.assertNone(bad, "modes")
+
+
+class Doctor(Base):
+    """`wfsctl doctor` lists exactly the links the mount shows as they are."""
+
+    def test_doctor_lists_broken_links(self):
+        want = {e["path"]: {"ENOENT": "dangling", "ELOOP": "loop", "escape": "escapes"}[e["follow"]]
+                for e in FIX.manifest["entries"]
+                if e["type"] == "link" and e.get("follow") in ("ENOENT", "ELOOP", "escape")}
+        self.assertTrue(want, "the fixture has broken links")
+        rc, out, err = wfstest.run_wfsctl(["--json", "doctor", FIX.mnt])
+        self.assertEqual(rc, 1, "doctor must exit 1 when it lists problems: %s %s" % (out, err))
+        rep = json.loads(out)
+        got = {l["path"]: l["problem"] for l in rep["links"]}
+        self.assertEqual(got, want)
+        self.assertEqual(rep["link_problems"], len(want))
+        self.assertEqual(rep["entries"], len(FIX.manifest["entries"]) + 1)  # + the root
+        # a part of the tree without problems: exit 0
+        clean = next(e["path"] for e in FIX.manifest["entries"]
+                     if e["path"].count("/") == 0 and e["path"].startswith("models--")
+                     and "broken" not in e["path"])
+        rc, out, err = wfstest.run_wfsctl(["doctor", os.path.join(FIX.mnt, clean)])
+        self.assertEqual(rc, 0, "doctor of %s: %s %s" % (clean, out, err))
 
 
 class Xattrs(Base):

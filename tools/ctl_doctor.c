@@ -1,0 +1,63 @@
+/* ctl_doctor.c - wfsctl doctor: links the mount shows as they are (they
+ * dangle, loop or leave NAS_HUB, so wfs never follows them) and blobs that
+ * verification flagged.  Exit 1 when anything is wrong. */
+#include "ctl_cmds.h"
+#include "ctl_conn.h"
+#include "ctl_fmt.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const char *problem_text(const char *p)
+{
+	if (!strcmp(p, "dangling"))
+		return "DANGLING";
+	if (!strcmp(p, "loop"))
+		return "LOOP";
+	if (!strcmp(p, "escapes"))
+		return "ESCAPES";
+	return "FOREIGN";
+}
+
+int cmd_doctor(const struct ctl_opts *o)
+{
+	struct ctl_target t;
+	struct ctl_reply rep;
+	json_t *req, *links, *flags, *e;
+	uint64_t problems;
+	size_t i;
+	int r;
+
+	if (ctl_target_resolve(&t, o->socket, o->paths, o->npaths))
+		return 1;
+	req = json_pack("{s:s, s:s}", "op", "doctor", "path", t.nrel ? t.rel[0] : "");
+	r = req ? ctl_call(t.socket, "doctor", req, o->json, &rep) : -1;
+	json_decref(req);
+	ctl_target_free(&t);
+	if (r)
+		return 1;
+	links = json_object_get(rep.obj, "links");
+	flags = json_object_get(rep.obj, "flagged");
+	problems = jget_u64(rep.obj, "link_problems");
+	if (o->json) {
+		ctl_print_raw(&rep);
+	} else {
+		printf("checked %llu entries: %llu link%s shown as links and never followed, "
+		       "%zu flagged blob%s\n", (unsigned long long)jget_u64(rep.obj, "entries"),
+		       (unsigned long long)problems, problems == 1 ? "" : "s",
+		       json_array_size(flags), json_array_size(flags) == 1 ? "" : "s");
+		json_array_foreach(links, i, e)
+			printf("  %-8s %s -> %s\n", problem_text(jget_str(e, "problem")),
+			       jget_str(e, "path"), jget_str(e, "target"));
+		if (problems > json_array_size(links))
+			printf("  ... and %llu more\n",
+			       (unsigned long long)(problems - json_array_size(links)));
+		json_array_foreach(flags, i, e)
+			printf("  %-8s %s (id %s): %s\n",
+			       !strcmp(jget_str(e, "state"), "mismatch") ? "MISMATCH" : "FAILED",
+			       jget_str(e, "key"), jget_str(e, "id"), jget_str(e, "reason"));
+	}
+	r = problems || json_array_size(flags);
+	ctl_reply_free(&rep);
+	return r ? 1 : 0;
+}

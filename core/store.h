@@ -63,7 +63,9 @@ enum store_fail {
 struct blob {
 	struct blob *hnext, *qnext, *hot_next;
 	char *key;                  /* physical NAS path */
-	char id[NAME_MAX + 1];      /* blob id (the repo's name for it) */
+	/* The repo's name for it: a content address (64 or 40 hex) as a rule;
+	 * a longer name is cut, which no content address is. */
+	char id[96];
 	uint64_t size;
 	struct timespec nas_mtime, nas_ctime;
 	enum blob_state state;

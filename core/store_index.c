@@ -165,10 +165,10 @@ int store_write_index(struct store *s)
 			/* Copies: the fields change under other threads once we
 			 * let go of the lock. */
 			str[n].key = strdup(b->key);
-			memcpy(str[n].id, b->id, sizeof(str[n].id));
+			snprintf(str[n].id, sizeof(str[n].id), "%s", b->id);
 			memcpy(str[n].xxh, b->xxh, sizeof(str[n].xxh));
 			memcpy(str[n].sample, b->sample, sizeof(str[n].sample));
-			memcpy(str[n].reason, b->reason, sizeof(str[n].reason));
+			snprintf(str[n].reason, sizeof(str[n].reason), "%s", b->reason);
 			if (!str[n].key)
 				continue;
 			recs[n] = (struct index_rec){

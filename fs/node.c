@@ -33,6 +33,7 @@ static void node_free(struct node *n)
 	free(n->rel);
 	free(n->backing);
 	free(n->target);
+	free(n->blob_id);
 	free(n);
 }
 
@@ -73,8 +74,12 @@ static int node_update(struct node *n, const char *rel, const struct ns_entry *e
 			free(n->backing);
 			n->backing = b;
 		}
-		if (!n->blob_id[0] && e->blob_id[0])
-			strcpy(n->blob_id, e->blob_id);
+		/* Set once: read without the lock by xattr and timeout code. */
+		if (!n->blob_id && e->blob_id[0]) {
+			char *id = strdup(e->blob_id);
+
+			__atomic_store_n(&n->blob_id, id, __ATOMIC_RELEASE);
+		}
 	} else {
 		if (e->kind == NS_LINK && (!n->target || strcmp(n->target, e->target))) {
 			char *tg = strdup(e->target);
@@ -84,7 +89,6 @@ static int node_update(struct node *n, const char *rel, const struct ns_entry *e
 			free(n->target);
 			n->target = tg;
 		}
-		strcpy(n->blob_id, e->blob_id);
 	}
 	if (!n->rel) {
 		n->rel = strdup(rel);

@@ -25,7 +25,7 @@ struct node {
 	char *rel;        /* DIR/LINK: the path; FILE: the first name it was seen by */
 	char *backing;    /* FILE: physical NAS path */
 	char *target;     /* LINK: readlink text */
-	char blob_id[NAME_MAX + 1];
+	char *blob_id;    /* FILE: the repo's name for it (set once), or NULL */
 	struct stat st;   /* last attributes presented */
 	int cache_ok;     /* FILE: size and mtime unchanged since the last open */
 	struct blob *blob; /* FILE: the blob (never freed while mounted) */

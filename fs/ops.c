@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <stdio.h>
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/statvfs.h>
@@ -73,7 +74,9 @@ static void init(void *data, struct fuse_conn_info *conn)
  * everything else (refs, snapshot listings) must follow the NAS closely. */
 static double timeout_for(struct wfs *w, struct node *n, int attr)
 {
-	if (n->kind == NS_FILE && hub_id_kind(n->blob_id) != HUB_ID_NONE)
+	const char *id = __atomic_load_n(&n->blob_id, __ATOMIC_ACQUIRE);
+
+	if (n->kind == NS_FILE && id && hub_id_kind(id) != HUB_ID_NONE)
 		return w->opt.blob_timeout;
 	return attr ? w->opt.attr_timeout : w->opt.entry_timeout;
 }
@@ -167,6 +170,10 @@ static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_dat
 	for (size_t i = 0; i < count; i++)
 		node_forget(&w->nodes, N(w, f[i].ino), f[i].nlookup);
 	fuse_reply_none(req);
+	/* The kernel dropping many inodes at once (memory pressure, a cache
+	 * drop): give the freed nodes' memory back. */
+	if (count >= 256)
+		malloc_trim(0);
 }
 
 static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -234,7 +241,7 @@ static int xattr_value(struct wfs *w, struct node *n, const char *name, char *bu
 		return snprintf(buf, sz, "%s",
 				blob_state_name(b ? __atomic_load_n(&b->state, __ATOMIC_ACQUIRE)
 						  : BLOB_NAS));
-	if (!strcmp(name, XATTR_ID) && n->blob_id[0])
+	if (!strcmp(name, XATTR_ID) && __atomic_load_n(&n->blob_id, __ATOMIC_ACQUIRE))
 		return snprintf(buf, sz, "%s", n->blob_id);
 	/* How reads are served: proof, for tests and operators, that the
 	 * kernel reads a local copy itself. */
@@ -281,7 +288,7 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 	} else if (n->kind == NS_FILE) {
 		memcpy(list, XATTR_STATE, sizeof(XATTR_STATE));
 		len = sizeof(XATTR_STATE);
-		if (n->blob_id[0]) {
+		if (__atomic_load_n(&n->blob_id, __ATOMIC_ACQUIRE)) {
 			memcpy(list + len, XATTR_ID, sizeof(XATTR_ID));
 			len += sizeof(XATTR_ID);
 		}

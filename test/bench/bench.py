@@ -25,6 +25,21 @@ Promotion figures (need wfsctl, build/tools/wfsctl or WFSCTL_BIN):
 Both promote and local evict the copy afterwards, so the order of figures
 does not matter.
 
+Comparison and daemon figures:
+  compare  the NAS-side read figures (seq, mmap, rand, walk, page-cache
+           growth) through kernel overlayfs (the NAS hub as the single,
+           read-only lowerdir) and bindfs -r over the same files; columns
+           "overlayfs ratio" / "bindfs ratio" = that fs / direct, direct
+           re-measured in the same pass.  bindfs is apt-get installed if
+           missing (not with --no-install); a filesystem that cannot mount is
+           skipped with a note.
+  memory   a separate fixture with --many 100000 (--memory-many): wfs mounted
+           on it, every entry walked through the mount, then the daemon's
+           VmRSS (pid from LOCAL_STORE/wfs.lock) vs the 64 MiB target, and its
+           utime+stime over 10 s of idleness (--idle-seconds) after the walk.
+startup and memory make their own fixtures: run alone (--only), they skip
+the main one.
+
 Extension point: every figure is a function `m_<name>(ctx)` registered in
 MEASUREMENTS below.  A measurement adds rows with ctx.row(...).  To add a
 figure, write a function and append a Measurement to the list.
@@ -311,7 +326,10 @@ class Ctx:
         self.big = None         # dict: path (mount-relative), nas_real, size
         self.daemon_pid = None
         self.read_ahead = None
-        self.extra_mounts = []  # [{"mnt", "local"}] mounted by a measurement
+        self.extra_mounts = []  # [{"mnt", "local"} (wfs) or {"mnt", "proc"} (bindfs)
+        #                         or {"mnt"} (overlayfs)] mounted by a measurement
+        self.alt_names = []     # comparison filesystems with columns in the table
+        self.compare_info = None
 
     # paths of the big shard on each side
     def big_path(self, side):
@@ -321,9 +339,11 @@ class Ctx:
     def root(self, side):
         return self.hub if side == "direct" else self.mnt
 
-    def order(self, rep):
-        """Direct first on even repetitions, wfs first on odd ones."""
-        return ("direct", "wfs") if rep % 2 == 0 else ("wfs", "direct")
+    def order(self, rep, sides=("direct", "wfs")):
+        """The sides rotated by rep: with two, direct first on even
+        repetitions, wfs first on odd ones."""
+        k = rep % len(sides)
+        return tuple(sides[k:]) + tuple(sides[:k])
 
     def daemon_cpu(self):
         return proc_cpu_s(self.daemon_pid) if self.daemon_pid else None
@@ -355,6 +375,25 @@ class Ctx:
         log(f"  {metric}: direct={fmt(direct)} wfs={fmt(wfs)} ratio={fmt(ratio, 3)} {note}")
 
 
+    def alt(self, metric, unit, kind, direct, values, note=""):
+        """Comparison figures (compare): values = {fs name: value}, direct =
+        the direct figure measured in the same pass.  Attached to the row of
+        the same metric if the wfs figures made one, else a row without wfs."""
+        r = next((x for x in self.rows if x["metric"] == metric), None)
+        if r is None:
+            self.row(metric, unit, direct, None, kind, note)
+            r = self.rows[-1]
+        elif note:
+            r["note"] = (r["note"] + "; " if r["note"] else "") + note
+        alt = r.setdefault("alt", {})
+        for name, v in values.items():
+            if name not in self.alt_names:
+                self.alt_names.append(name)
+            ratio = v / direct if (v is not None and direct not in (None, 0)) else None
+            alt[name] = {"value": v, "direct": direct, "ratio": ratio}
+            log(f"  {metric}: {name}={fmt(v)} direct={fmt(direct)} ratio={fmt(ratio, 3)}")
+
+
 def fmt(v, digits=None):
     if v is None:
         return "-"
@@ -377,12 +416,15 @@ def fmt(v, digits=None):
 # --------------------------------------------------------------------------
 # measurements: one function each
 
-def seq_figures(ctx, paths, size, prefix=""):
-    """Sequential 1 MiB reads, cold then warm; paths = {side: path}."""
-    best = {s: {"cold": 0.0, "warm": 0.0} for s in ("direct", "wfs")}
+def seq_measure(ctx, paths, size):
+    """Sequential 1 MiB reads, cold then warm; paths = {side: path}, sides
+    interleaved (rotated every repetition).  Returns figures: [{"metric",
+    "unit", "kind", "values": {side: best}, "daemon_cpu_s"}]."""
+    sides = tuple(paths)
+    best = {s: {"cold": 0.0, "warm": 0.0} for s in sides}
     dcpu = {"cold": None, "warm": None}
     for rep in range(ctx.args.repeat):
-        for side in ctx.order(rep):
+        for side in ctx.order(rep, sides):
             p = paths[side]
             drop_caches()
             (n, dt), dc, _ = ctx.run_side(side, lambda: seq_read(p))
@@ -396,38 +438,39 @@ def seq_figures(ctx, paths, size, prefix=""):
             if side == "wfs":
                 dcpu["warm"] = dc
     gib = size / (1 << 30)
-    for k in ("cold", "warm"):
-        ctx.row(f"{prefix}seq read 1 MiB {k} ({gib:.2f} GiB)", "MB/s",
-                best["direct"][k], best["wfs"][k], "rate",
-                extra={"daemon_cpu_s": dcpu[k]})
+    return [{"metric": f"seq read 1 MiB {k} ({gib:.2f} GiB)", "unit": "MB/s", "kind": "rate",
+             "values": {s: best[s][k] for s in sides}, "daemon_cpu_s": dcpu[k]}
+            for k in ("cold", "warm")]
 
 
-def mmap_figures(ctx, paths, prefix=""):
+def mmap_measure(ctx, paths):
     """mmap the file and touch (copy out) every page, cold."""
-    best = {"direct": 0.0, "wfs": 0.0}
+    sides = tuple(paths)
+    best = {s: 0.0 for s in sides}
     dcpu = None
     for rep in range(ctx.args.repeat):
-        for side in ctx.order(rep):
+        for side in ctx.order(rep, sides):
             p = paths[side]
             drop_caches()
             (n, dt), dc, _ = ctx.run_side(side, lambda: mmap_read(p))
             best[side] = max(best[side], n / dt / 1e6)
             if side == "wfs":
                 dcpu = dc
-    ctx.row(f"{prefix}mmap read cold (every page)", "MB/s", best["direct"], best["wfs"],
-            "rate", extra={"daemon_cpu_s": dcpu})
+    return [{"metric": "mmap read cold (every page)", "unit": "MB/s", "kind": "rate",
+             "values": best, "daemon_cpu_s": dcpu}]
 
 
-def rand_figures(ctx, paths, size, prefix=""):
+def rand_measure(ctx, paths, size):
     """4 KiB random aligned preads, cold then warm; the same offsets (fixed
-    seed) for both sides."""
+    seed) for every side."""
+    sides = tuple(paths)
     rng = random.Random(ctx.args.seed)
     nblk = size // 4096
     offs = [rng.randrange(nblk) * 4096 for _ in range(ctx.args.random_count)]
-    best = {s: {"cold": 0.0, "warm": 0.0} for s in ("direct", "wfs")}
+    best = {s: {"cold": 0.0, "warm": 0.0} for s in sides}
     dcpu = {"cold": None, "warm": None}
     for rep in range(ctx.args.repeat):
-        for side in ctx.order(rep):
+        for side in ctx.order(rep, sides):
             p = paths[side]
             drop_caches()
             (n, dt), dc, _ = ctx.run_side(side, lambda: rand_read(p, offs))
@@ -438,10 +481,81 @@ def rand_figures(ctx, paths, size, prefix=""):
             best[side]["warm"] = max(best[side]["warm"], n / dt)
             if side == "wfs":
                 dcpu["warm"] = dc
-    for k in ("cold", "warm"):
-        ctx.row(f"{prefix}rand read 4 KiB {k} ({len(offs)} ops)", "IOPS",
-                best["direct"][k], best["wfs"][k], "rate",
-                extra={"daemon_cpu_s": dcpu[k]})
+    return [{"metric": f"rand read 4 KiB {k} ({len(offs)} ops)", "unit": "IOPS", "kind": "rate",
+             "values": {s: best[s][k] for s in sides}, "daemon_cpu_s": dcpu[k]}
+            for k in ("cold", "warm")]
+
+
+def walk_measure(ctx, roots):
+    """find + lstat over the whole tree below each root, cold (caches
+    dropped) then warm; seconds, best of the repetitions."""
+    sides = tuple(roots)
+    best = {s: {"cold": None, "warm": None} for s in sides}
+    count = {}
+    dcpu = {"cold": None, "warm": None}
+    for rep in range(ctx.args.repeat):
+        for side in ctx.order(rep, sides):
+            root = roots[side]
+            drop_caches()
+            for k in ("cold", "warm"):
+                (n, dt), dc, _ = ctx.run_side(side, lambda: tree_walk(root))
+                count[side] = n
+                b = best[side][k]
+                best[side][k] = dt if b is None else min(b, dt)
+                if side == "wfs":
+                    dcpu[k] = dc
+    note = ""
+    if len(set(count.values())) > 1:
+        note = "ENTRY COUNT DIFFERS " + " ".join(f"{s}={count[s]}" for s in sides)
+    return [{"metric": f"walk find+lstat {k} ({count.get('direct')} entries)", "unit": "s",
+             "kind": "time", "values": {s: best[s][k] for s in sides},
+             "daemon_cpu_s": dcpu[k], "note": note, "entries": count}
+            for k in ("cold", "warm")]
+
+
+def pagecache_measure(ctx, paths, size, nas_path):
+    """Page-cache growth (MemInfo Cached) from one cold sequential read of
+    each side's path, as a fraction of the file size, and what is resident
+    afterwards of the NAS file and of the file read."""
+    res = {}
+    for side, p in paths.items():
+        drop_caches()
+        time.sleep(0.5)
+        before = meminfo("Cached")
+        seq_read(p)
+        after = meminfo("Cached")
+        nas_res = resident_bytes(nas_path)
+        mnt_res = None
+        if p != nas_path:
+            try:
+                mnt_res = resident_bytes(p)
+            except OSError:
+                mnt_res = None
+        res[side] = {"growth": (after - before) / size,
+                     "nas_resident": None if nas_res is None else nas_res / size,
+                     "mnt_resident": None if mnt_res is None else mnt_res / size}
+    return res
+
+
+def row_figures(ctx, figs, prefix=""):
+    """Rows for figures measured on the sides direct and wfs."""
+    for f in figs:
+        ctx.row(prefix + f["metric"], f["unit"], f["values"]["direct"], f["values"]["wfs"],
+                f["kind"], f.get("note", ""),
+                extra={"daemon_cpu_s": f["daemon_cpu_s"],
+                       **({"entries": f["entries"]} if "entries" in f else {})})
+
+
+def seq_figures(ctx, paths, size, prefix=""):
+    row_figures(ctx, seq_measure(ctx, paths, size), prefix)
+
+
+def mmap_figures(ctx, paths, prefix=""):
+    row_figures(ctx, mmap_measure(ctx, paths), prefix)
+
+
+def rand_figures(ctx, paths, size, prefix=""):
+    row_figures(ctx, rand_measure(ctx, paths, size), prefix)
 
 
 def nas_paths(ctx):
@@ -465,52 +579,20 @@ def m_rand(ctx):
 
 def m_walk(ctx):
     """find + lstat over the whole tree, cold (caches dropped) then warm."""
-    best = {s: {"cold": None, "warm": None} for s in ("direct", "wfs")}
-    count = {}
-    dcpu = {"cold": None, "warm": None}
-    for rep in range(ctx.args.repeat):
-        for side in ctx.order(rep):
-            root = ctx.root(side)
-            drop_caches()
-            for k in ("cold", "warm"):
-                (n, dt), dc, _ = ctx.run_side(side, lambda: tree_walk(root))
-                count[side] = n
-                b = best[side][k]
-                best[side][k] = dt if b is None else min(b, dt)
-                if side == "wfs":
-                    dcpu[k] = dc
-    note = "time ratio: lower is better"
-    if count.get("direct") != count.get("wfs"):
-        note += f"; ENTRY COUNT DIFFERS direct={count.get('direct')} wfs={count.get('wfs')}"
-    for k in ("cold", "warm"):
-        ctx.row(f"walk find+lstat {k} ({count.get('direct')} entries)", "s",
-                best["direct"][k], best["wfs"][k], "time", note,
-                extra={"daemon_cpu_s": dcpu[k], "entries": count})
+    figs = walk_measure(ctx, {s: ctx.root(s) for s in ("direct", "wfs")})
+    for f in figs:
+        f["note"] = "time ratio: lower is better" + ("; " + f["note"] if f["note"] else "")
+    row_figures(ctx, figs)
+
+
+PAGECACHE_METRIC = "page cache growth / file size (cold read)"
 
 
 def m_pagecache(ctx):
     """Page-cache growth from one cold sequential read, as a fraction of the
     file size, and what stays resident of the NAS file after a mount read."""
-    size = ctx.big["size"]
-    res = {}
-    for side in ("direct", "wfs"):
-        p = ctx.big_path(side)
-        drop_caches()
-        time.sleep(0.5)
-        before = meminfo("Cached")
-        seq_read(p)
-        after = meminfo("Cached")
-        nas_res = resident_bytes(ctx.big_path("direct"))
-        mnt_res = None
-        if side == "wfs":
-            try:
-                mnt_res = resident_bytes(p)
-            except OSError:
-                mnt_res = None
-        res[side] = {"growth": (after - before) / size,
-                     "nas_resident": None if nas_res is None else nas_res / size,
-                     "mnt_resident": None if mnt_res is None else mnt_res / size}
-    ctx.row("page cache growth / file size (cold read)", "x",
+    res = pagecache_measure(ctx, nas_paths(ctx), ctx.big["size"], ctx.big_path("direct"))
+    ctx.row(PAGECACHE_METRIC, "x",
             res["direct"]["growth"], res["wfs"]["growth"], "frac",
             "ideal wfs ~1.0 (one copy); ~2.0 = two copies")
     ctx.row("NAS file resident after read / size", "x",
@@ -961,9 +1043,292 @@ def m_startup(ctx):
                        "promote_s": dt, "promote_note": pnote})
 
 
+# ---- comparison filesystems: kernel overlayfs and bindfs ------------------
+
+def wait_mounted(mnt, proc=None, timeout=15.0):
+    deadline = time.perf_counter() + timeout
+    while not is_mounted(mnt):
+        if proc is not None and proc.poll() is not None:
+            return False
+        if time.perf_counter() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def mount_overlay(ctx, hub, mnt):
+    """Read-only kernel overlayfs over the NAS hub (no upperdir).  Tries the
+    NAS hub as the single lowerdir; kernels that want at least two lower
+    layers without an upper one (6.18 says "at least 2 lowerdir are needed
+    while upperdir nonexistent") get lowerdir=HUB:EMPTY, an empty directory
+    below the hub.  Returns (None, the lowerdir used) or (reason, None)."""
+    os.makedirs(mnt, exist_ok=True)
+    empty = os.path.join(os.path.dirname(mnt), "overlay-empty")
+    os.makedirs(empty, exist_ok=True)
+    errs = []
+    for lower, shown in ((hub, "NAS_HUB"), (f"{hub}:{empty}", "NAS_HUB:EMPTY")):
+        cmd = ["mount", "-t", "overlay", "overlay", "-o", f"lowerdir={lower}", mnt]
+        log("  mounting:", " ".join(cmd))
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        if r.returncode == 0 and is_mounted(mnt):
+            ctx.extra_mounts.append({"mnt": mnt})
+            return None, shown
+        if is_mounted(mnt):
+            subprocess.run(["umount", mnt], capture_output=True)
+        errs.append(f"lowerdir={shown}: exit {r.returncode}: "
+                    + " ".join(r.stderr.split()[:12]))
+    return "mount -t overlay failed: " + "; ".join(errs), None
+
+
+def ensure_bindfs(ctx):
+    """Path of bindfs, installing the Debian package if missing (unless
+    --no-install).  Returns (path or None, note)."""
+    b = shutil.which("bindfs")
+    if b:
+        return b, ""
+    if ctx.args.no_install:
+        return None, "bindfs not installed (--no-install)"
+    if not shutil.which("apt-get"):
+        return None, "bindfs not installed and no apt-get"
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    log("  bindfs missing: apt-get install -y bindfs")
+    for cmds in ([["apt-get", "install", "-y", "-q", "bindfs"]],
+                 [["apt-get", "update", "-q"], ["apt-get", "install", "-y", "-q", "bindfs"]]):
+        try:
+            for c in cmds:
+                r = subprocess.run(c, capture_output=True, text=True, timeout=600, env=env,
+                                   stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.SubprocessError) as e:
+            r = None
+            err = str(e)
+        b = shutil.which("bindfs")
+        if b:
+            return b, "bindfs installed by the bench (apt-get)"
+        err = r.stderr.strip().splitlines()[-1] if r is not None and r.stderr.strip() else \
+            (err if r is None else f"exit {r.returncode}")
+    return None, f"bindfs not installed and apt-get install failed: {err}"
+
+
+def bindfs_version(b):
+    try:
+        r = subprocess.run([b, "--version"], capture_output=True, text=True, timeout=10)
+        return (r.stdout or r.stderr).strip().splitlines()[0]
+    except (OSError, subprocess.SubprocessError, IndexError):
+        return "bindfs"
+
+
+def mount_bindfs(ctx, b, hub, mnt):
+    """bindfs -r (read-only mirror, default options otherwise) in the
+    foreground as a child of ours, so its pid is known.  Returns (None, proc)
+    or (reason, None)."""
+    os.makedirs(mnt, exist_ok=True)
+    logf = open(os.path.join(ctx.workdir, "bindfs.log"), "w")
+    cmd = [b, "-f", "-r", hub, mnt]
+    log("  mounting:", " ".join(cmd))
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=logf, stderr=logf,
+                            start_new_session=True)
+    logf.close()
+    m = {"mnt": mnt, "proc": proc}
+    ctx.extra_mounts.append(m)
+    if not wait_mounted(mnt, proc):
+        unmount_extra(ctx, m)
+        with open(os.path.join(ctx.workdir, "bindfs.log")) as f:
+            err = f.read().strip()
+        return f"bindfs did not mount (exit {proc.returncode}): {' '.join(err.split())}", None
+    if ctx.args.fuse_read_ahead_kb is not None:
+        with open(bdi_read_ahead_path(mnt), "w") as f:
+            f.write(f"{ctx.args.fuse_read_ahead_kb}\n")
+    return None, proc
+
+
+def m_compare(ctx):
+    """The NAS-side read figures (seq cold/warm, mmap cold, rand 4 KiB
+    cold/warm, walk cold/warm, page-cache growth) through kernel overlayfs
+    (mount -t overlay, the NAS hub as its single read-only lowerdir) and
+    bindfs (-r, default options; installed with apt-get if missing) over the
+    same files, as ratios to direct measured in the same pass (sides
+    interleaved).  They land in columns of the rows the wfs figures made."""
+    hub = ctx.hub
+    rel = ctx.big["nas_real"]
+    size = ctx.big["size"]
+    cdir = os.path.join(ctx.workdir, "compare")
+    notes = []
+    mnts = {}
+    b, bnote = ensure_bindfs(ctx)
+    if bnote:
+        notes.append(bnote)
+    try:
+        why, lower = mount_overlay(ctx, hub, os.path.join(cdir, "overlay"))
+        if why:
+            notes.append(f"overlayfs rows skipped: {why}")
+        else:
+            mnts["overlayfs"] = os.path.join(cdir, "overlay")
+        if b:
+            why, proc = mount_bindfs(ctx, b, hub, os.path.join(cdir, "bindfs"))
+            if why:
+                notes.append(f"bindfs rows skipped: {why}")
+            else:
+                mnts["bindfs"] = os.path.join(cdir, "bindfs")
+        else:
+            notes.append("bindfs rows skipped")
+        for n in notes:
+            ctx.errors.append({"measurement": "compare", "status": "note", "message": n})
+        if not mnts:
+            raise Skip("; ".join(notes))
+        ra = {k: read_ahead_kb(v) for k, v in mnts.items()}
+        parts = []
+        if "overlayfs" in mnts:
+            parts.append(f"overlayfs = mount -t overlay -o lowerdir={lower} (read-only, "
+                         "no upperdir" + (", EMPTY an empty dir: the kernel wants 2 lower "
+                                          "layers without an upper" if ":" in lower else "")
+                         + ")")
+        if "bindfs" in mnts:
+            parts.append(f"bindfs = {bindfs_version(b)} -r NAS_HUB (FUSE, default options), "
+                         f"bdi read_ahead_kb {ra['bindfs']}")
+        ctx.compare_info = "; ".join(parts)
+        names = list(mnts)
+        paths = {"direct": os.path.join(hub, rel)}
+        paths.update({k: os.path.join(v, rel) for k, v in mnts.items()})
+        for k, p in paths.items():
+            if os.stat(p).st_size != size:
+                raise RuntimeError(f"{k}: {p} is not {size} bytes")
+
+        def alt_rows(figs):
+            for f in figs:
+                ctx.alt(f["metric"], f["unit"], f["kind"], f["values"]["direct"],
+                        {k: f["values"][k] for k in names}, f.get("note", ""))
+
+        alt_rows(seq_measure(ctx, paths, size))
+        alt_rows(mmap_measure(ctx, paths))
+        alt_rows(rand_measure(ctx, paths, size))
+        roots = {"direct": hub}
+        roots.update(mnts)
+        alt_rows(walk_measure(ctx, roots))
+        res = pagecache_measure(ctx, paths, size, paths["direct"])
+        ctx.alt(PAGECACHE_METRIC, "x", "frac", res["direct"]["growth"],
+                {k: res[k]["growth"] for k in names})
+        for k in names:
+            log(f"  {k}: NAS file resident after its read {fmt(res[k]['nas_resident'])}, "
+                f"mount file {fmt(res[k]['mnt_resident'])} (x size)")
+    finally:
+        for m in [m for m in ctx.extra_mounts if m["mnt"].startswith(cdir + "/")]:
+            unmount_extra(ctx, m)
+
+
+# ---- daemon memory and idle CPU with a large hub ---------------------------
+
+def proc_status(pid, keys=("VmRSS", "VmHWM", "RssAnon", "RssFile", "Threads")):
+    """Fields of /proc/PID/status: kB fields in bytes, others as ints."""
+    out = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            if k in keys:
+                v = v.split()
+                out[k] = int(v[0]) * (1024 if len(v) > 1 and v[1] == "kB" else 1)
+    return out
+
+
+def proc_ticks(pid):
+    """utime+stime of a process in clock ticks (None if gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return int(fields[11]) + int(fields[12])
+
+
+def m_memory(ctx):
+    """Daemon memory with a large hub: a fixture of its own from `wfs-mkhub
+    --scale-mib 1 --many N` (--memory-many, default 100,000), a fresh wfs
+    mount, every entry walked through it (find + lstat, caches dropped
+    first), then VmRSS of the daemon (pid from LOCAL_STORE/wfs.lock) against
+    the 64 MiB target.  Then idle: --idle-seconds (default 10) of nothing,
+    and the daemon's utime+stime delta over them (target ~0).  Finally the
+    RSS again after dropping the kernel's caches (the kernel FORGETs the
+    inodes: what the daemon gives back)."""
+    a = ctx.args
+    n = a.memory_many
+    mdir = os.path.join(ctx.workdir, "memory")
+    fx = os.path.join(mdir, "fixture")
+    os.makedirs(mdir, exist_ok=True)
+    cmd = [a.mkhub, "--scale-mib", "1", "--many", str(n), "--seed", str(a.seed), fx]
+    log("  generating:", " ".join(cmd))
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=sys.stderr)
+    gen_s = time.perf_counter() - t0
+    log(f"  generated in {gen_s:.1f} s")
+    with open(os.path.join(fx, "manifest.json")) as f:
+        man = json.load(f)
+    hub = man.get("hub") or os.path.join(fx, "hub")
+    del man
+    local = os.path.join(mdir, "local")
+    mnt = os.path.join(mdir, "mnt")
+    os.makedirs(mnt, exist_ok=True)
+    wcmd = [a.wfs] + sum((["-o", o] for o in a.wfs_opt), []) + [hub, local, mnt]
+    m = {"mnt": mnt, "local": local}
+    ctx.extra_mounts.append(m)
+    try:
+        log("  mounting:", " ".join(wcmd))
+        r = subprocess.run(wcmd, timeout=120, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"wfs exited {r.returncode}: {r.stderr.strip()}")
+        if not wait_mounted(mnt):
+            raise RuntimeError(f"wfs returned 0 but {mnt} is not a mount")
+        with open(os.path.join(local, "wfs.lock")) as f:
+            pid = int(f.read().split()[0])
+        if os.path.basename(os.readlink(f"/proc/{pid}/exe")) != "wfs":
+            raise RuntimeError(f"pid {pid} in {local}/wfs.lock is not wfs")
+        st0 = proc_status(pid)
+        drop_caches()
+        (nd, dtd) = tree_walk(hub)
+        drop_caches()
+        c0 = proc_cpu_s(pid)
+        (nw, dtw) = tree_walk(mnt)
+        walk_cpu = proc_cpu_s(pid) - c0
+        st1 = proc_status(pid)
+        log(f"  walked {nw} entries in {dtw:.2f} s (direct {nd} in {dtd:.2f} s); daemon "
+            f"VmRSS {st0['VmRSS'] / MiB:.1f} MiB at mount -> {st1['VmRSS'] / MiB:.1f} MiB")
+        k0, w0 = proc_ticks(pid), time.perf_counter()
+        time.sleep(a.idle_seconds)
+        k1, w1 = proc_ticks(pid), time.perf_counter()
+        idle_ticks = k1 - k0
+        idle_s = idle_ticks / os.sysconf("SC_CLK_TCK")
+        st2 = proc_status(pid)
+        drop_caches()
+        time.sleep(2)
+        st3 = proc_status(pid)
+        log(f"  idle {w1 - w0:.1f} s: {idle_ticks} ticks ({idle_s:.2f} s) of daemon CPU; "
+            f"VmRSS after dropping caches {st3['VmRSS'] / MiB:.1f} MiB")
+    finally:
+        unmount_extra(ctx, m)
+    rss = st1["VmRSS"] / MiB
+    target = 64
+    verdict = "met" if rss <= target else f"NOT met ({rss / target:.1f}x the target)"
+    cnote = "" if nd == nw else f"; ENTRY COUNT DIFFERS direct={nd} wfs={nw}"
+    ctx.row(f"daemon VmRSS after walking {nw} entries ({n}-file hub)", "MiB", None, rss, "info",
+            f"target <= {target} MiB: {verdict}; at mount {st0['VmRSS'] / MiB:.1f}, "
+            f"anon {st1.get('RssAnon', 0) / MiB:.1f}, HWM {st1['VmHWM'] / MiB:.1f}, "
+            f"{st1.get('Threads')} threads; walk {dtw:.1f} s vs direct {dtd:.1f} s; "
+            f"fixture made in {gen_s:.0f} s{cnote}",
+            extra={"daemon_cpu_s": walk_cpu, "status_at_mount": st0, "status_after_walk": st1,
+                   "status_after_idle": st2, "status_after_drop": st3,
+                   "entries": {"direct": nd, "wfs": nw}, "walk_s": {"direct": dtd, "wfs": dtw},
+                   "mkhub_s": gen_s})
+    ctx.row("daemon VmRSS after drop_caches (kernel forgot inodes)", "MiB", None,
+            st3["VmRSS"] / MiB, "info", "what the daemon gives back once the kernel FORGETs")
+    ctx.row(f"daemon CPU while idle {w1 - w0:.0f} s after the walk", "s", None, idle_s, "info",
+            f"target ~0; utime+stime delta {idle_ticks} ticks "
+            f"(1 tick = 1/{os.sysconf('SC_CLK_TCK')} s)",
+            extra={"daemon_cpu_s": idle_s, "ticks": idle_ticks})
+
+
 class Measurement:
-    def __init__(self, name, fn, default=True):
-        self.name, self.fn, self.default = name, fn, default
+    """needs_main: the measurement uses the main fixture and mount (when no
+    selected one does, neither is made)."""
+    def __init__(self, name, fn, default=True, needs_main=True):
+        self.name, self.fn, self.default, self.needs_main = name, fn, default, needs_main
 
 
 MEASUREMENTS = [
@@ -972,9 +1337,11 @@ MEASUREMENTS = [
     Measurement("rand", m_rand),
     Measurement("walk", m_walk),
     Measurement("pagecache", m_pagecache),
+    Measurement("compare", m_compare),
     Measurement("promote", m_promote),
     Measurement("local", m_local),
-    Measurement("startup", m_startup),
+    Measurement("startup", m_startup, needs_main=False),
+    Measurement("memory", m_memory, needs_main=False),
 ]
 
 
@@ -1059,14 +1426,37 @@ def mount(ctx):
         f"bdi read_ahead_kb direct={ctx.read_ahead['direct_kb']} wfs={ctx.read_ahead['wfs_kb']}")
 
 
-def unmount(ctx):
-    for m in list(ctx.extra_mounts):
-        try:
+def unmount_extra(ctx, m):
+    """Unmount one of ctx.extra_mounts and forget it: a wfs mount ("local":
+    its daemon is waited for), bindfs ("proc": our child, waited for, else
+    SIGTERM), or a kernel mount (overlayfs)."""
+    try:
+        if "local" in m:
             unmount_one(m["mnt"], find_daemon(m["mnt"], m["local"])
                         if is_mounted(m["mnt"]) else None)
-        except OSError as e:
-            log(f"unmounting {m['mnt']}: {e}")
+        else:
+            unmount_one(m["mnt"], None)
+        proc = m.get("proc")
+        if proc is not None:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                log(f"{proc.args[0]} {proc.pid} still alive after unmount; SIGTERM")
+                proc.terminate()
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+    except OSError as e:
+        log(f"unmounting {m['mnt']}: {e}")
+    if m in ctx.extra_mounts:
         ctx.extra_mounts.remove(m)
+
+
+def unmount(ctx):
+    for m in list(reversed(ctx.extra_mounts)):
+        unmount_extra(ctx, m)
     if not ctx.mnt:
         return
     unmount_one(ctx.mnt, ctx.daemon_pid)
@@ -1099,8 +1489,9 @@ def cleanup(ctx):
         unmount(ctx)
     finally:
         if ctx.workdir and not ctx.args.keep:
-            still = [p for p in [ctx.mnt] + [m["mnt"] for m in ctx.extra_mounts]
-                     if p and is_mounted(p)]
+            # every mount below the work dir, whoever made it: never rmtree into one
+            wd = os.path.realpath(ctx.workdir)
+            still = [mp for mp, _, _ in mountinfo() if mp == wd or mp.startswith(wd + "/")]
             if still:
                 log(f"NOT removing {ctx.workdir}: {', '.join(still)} still mounted")
             else:
@@ -1123,14 +1514,22 @@ def print_table(ctx, machine, out):
     if ctx.big:
         print(f"big file: {ctx.big['path']} ({ctx.big['size'] / MiB:.0f} MiB); "
               f"repeat={ctx.args.repeat} (best of)", file=out)
-    head = ["metric", "unit", "direct", "wfs", "ratio", "daemon CPU s", "note"]
+    if ctx.compare_info:
+        print(f"compare: {ctx.compare_info}", file=out)
+    alts = ctx.alt_names
+    head = ["metric", "unit", "direct", "wfs", "ratio"] + [f"{a} ratio" for a in alts] + \
+        ["daemon CPU s", "note"]
     rows = []
     for r in ctx.rows:
         ratio = fmt(r["ratio"], 3) if r["ratio"] is not None else "-"
         if r["kind"] == "time" and r["ratio"] is not None:
             ratio += " (time)"
-        rows.append([r["metric"], r["unit"], fmt(r["direct"]), fmt(r["wfs"]), ratio,
-                     fmt(r.get("daemon_cpu_s"), 2) if r.get("daemon_cpu_s") is not None else "-",
+        acells = []
+        for a in alts:
+            x = r.get("alt", {}).get(a)
+            acells.append(fmt(x["ratio"], 3) if x and x["ratio"] is not None else "-")
+        rows.append([r["metric"], r["unit"], fmt(r["direct"]), fmt(r["wfs"]), ratio] + acells +
+                    [fmt(r.get("daemon_cpu_s"), 2) if r.get("daemon_cpu_s") is not None else "-",
                      r["note"]])
     w = [max(len(str(x[i])) for x in rows + [head]) for i in range(len(head))]
     line = lambda x: " | ".join(str(c).ljust(w[i]) for i, c in enumerate(x)).rstrip()
@@ -1140,6 +1539,10 @@ def print_table(ctx, machine, out):
         print(line(x), file=out)
     print("ratio = wfs/direct; rates: higher is better (1.0 = parity); "
           "(time) rows: lower is better", file=out)
+    if alts:
+        print(", ".join(f"{a} ratio" for a in alts) + " = that filesystem/direct over the "
+              "same NAS file or tree, with direct measured again in the same pass (sides "
+              "interleaved), so each column is its own in-run comparison", file=out)
     if any(r["metric"].startswith("promote") for r in ctx.rows):
         print("promote rows: direct = the named baseline (cp of the NAS file into "
               "LOCAL_STORE's filesystem, caches dropped), wfs = wfsctl promote --wait",
@@ -1185,6 +1588,15 @@ def parse_args(argv):
                         "(default: leave the kernel's value; the header shows both sides)")
     p.add_argument("--startup-many", type=int, default=1000,
                    help="verified blobs for the startup figure (wfs-mkhub --many; default 1000)")
+    p.add_argument("--memory-many", type=int, default=100000,
+                   help="files in the hub of the memory figure (wfs-mkhub --many; "
+                        "default 100000)")
+    p.add_argument("--idle-seconds", type=float, default=10.0,
+                   help="idle time over which the memory figure reads the daemon's CPU "
+                        "(default 10)")
+    p.add_argument("--no-install", action="store_true",
+                   help="compare: do not apt-get install bindfs when it is missing "
+                        "(its rows are then skipped)")
     p.add_argument("--keep", action="store_true", help="keep the work dir")
     p.add_argument("--json", action="store_true", help="print results as JSON on stdout")
     a = p.parse_args(argv)
@@ -1221,7 +1633,8 @@ def main(argv=None):
         if what == "WFSCTL_BIN" and not need_ctl:
             continue
         if not (what == "WFS_MKHUB" and a.fixture and not any(
-                m.name == "startup" for m in a.selected)) and not os.access(path, os.X_OK):
+                m.name in ("startup", "memory") for m in a.selected)) and \
+                not os.access(path, os.X_OK):
             sys.exit(f"{what}: {path} is not an executable")
     for s in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(s, _on_signal)
@@ -1235,8 +1648,11 @@ def main(argv=None):
     rc = 0
     try:
         try:
-            generate(ctx)
-            mount(ctx)
+            if any(m.needs_main for m in a.selected):
+                generate(ctx)
+                mount(ctx)
+            else:
+                log("no selected measurement needs the main fixture: not generated")
         except (OSError, RuntimeError, subprocess.SubprocessError, KeyError, ValueError) as e:
             log(f"setup failed: {type(e).__name__}: {e}")
             ctx.errors.append({"measurement": "setup", "status": "error",
@@ -1257,7 +1673,7 @@ def main(argv=None):
                                    "message": f"{type(e).__name__}: {e}"})
                 log(f"  ERROR: {type(e).__name__}: {e}")
                 rc = 1
-                if not is_mounted(ctx.mnt):
+                if ctx.mnt and not is_mounted(ctx.mnt):
                     log("mount is gone; stopping")
                     break
     finally:

@@ -94,8 +94,8 @@ int hub_resolve(const struct hub_roots *roots, const char *rel, const char *via_
 	 * and the components still to walk. */
 	char done[PATH_MAX], todo[PATH_MAX], cand[PATH_MAX], lex[PATH_MAX];
 	char link[PATH_MAX], joined[3 * PATH_MAX];
-	int root = 0, r;
-	struct stat st;
+	int root = 0, r, have_last = 0;
+	struct stat st, last;
 
 	memset(out, 0, sizeof(*out));
 	if (strlen(rel) >= sizeof(todo))
@@ -134,6 +134,7 @@ int hub_resolve(const struct hub_roots *roots, const char *rel, const char *via_
 		if (n == 2 && comp[0] == '.' && comp[1] == '.') {
 			if (done[0]) {
 				path_dirname(done, done, sizeof(done));
+				have_last = 0;
 				memmove(todo, p, strlen(p) + 1);
 				continue;
 			}
@@ -174,6 +175,8 @@ int hub_resolve(const struct hub_roots *roots, const char *rel, const char *via_
 		if (done[0])
 			strcat(done, "/");
 		strncat(done, comp, n);
+		last = st; /* the attributes of done, as it now stands */
+		have_last = 1;
 		if (!S_ISDIR(st.st_mode) && *p) {
 			out->kind = HUB_RES_DANGLING; /* "file/more": ENOTDIR */
 			return 0;
@@ -198,6 +201,7 @@ relocate:
 				return 0;
 			}
 			note_via(roots, via_dir, lex, out);
+			have_last = 0;
 			/* What the new path shares with the physical path walked so
 			 * far (same root) needs no second walk. */
 			if (root == prev_root)
@@ -212,7 +216,9 @@ relocate:
 	if (snprintf(out->real, sizeof(out->real), "%s%s%s", roots->path[root],
 		     done[0] ? "/" : "", done) >= (int)sizeof(out->real))
 		return -ENAMETOOLONG;
-	if (lstat(out->real, &out->st) < 0)
+	if (have_last)
+		out->st = last;
+	else if (lstat(out->real, &out->st) < 0)
 		return -errno;
 	out->root = root;
 	if (via_dir)

@@ -226,7 +226,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	pthread_mutex_init(&fh->lock, NULL);
 	fh->nas_fd = fh->local_fd = -1;
 	fh->node = n;
-	fh->blob = __atomic_load_n(&n->blob, __ATOMIC_ACQUIRE);
+	fh->blob = node_blob(w, n);
 	pthread_mutex_lock(&w->nodes.lock);
 	fh->nas_path = strdup(n->backing);
 	pthread_mutex_unlock(&w->nodes.lock);

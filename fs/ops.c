@@ -66,6 +66,12 @@ static void init(void *data, struct fuse_conn_info *conn)
 	conn->max_background = 64;
 	conn->congestion_threshold = 48;
 	conn->want &= ~FUSE_CAP_WRITEBACK_CACHE;
+	/* Always READDIRPLUS: "auto" uses it for a directory's first batch
+	 * only, and a walk then pays one LOOKUP round trip per later entry. */
+	if (conn->capable & FUSE_CAP_READDIRPLUS) {
+		conn->want |= FUSE_CAP_READDIRPLUS;
+		conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
+	}
 	wfs_log(w, LOG_INFO, "mounted %s on %s (max_write %u, readahead %u)", w->opt.nas,
 		w->opt.mnt, conn->max_write, conn->max_readahead);
 }
@@ -122,17 +128,34 @@ int do_lookup(struct wfs *w, struct node *parent, const char *name,
 		else
 			fill_entry(w, n, e);
 	}
-	if (r == 0 && ent->kind == NS_FILE) {
-		/* A blob per NAS file; a changed source is noticed here too. */
-		struct blob *b = store_blob(&w->store, ent->backing, &ent->st, ent->blob_id);
-
-		if (b) {
-			__atomic_store_n(&b->fs_ino, e->ino, __ATOMIC_RELAXED);
-			__atomic_store_n(&n->blob, b, __ATOMIC_RELEASE);
-		}
-	}
+	/* A file that has a blob already: a changed source is noticed here.
+	 * Others get theirs when first opened or asked about (node_blob), so a
+	 * walk over a large hub does not build one per file. */
+	if (r == 0 && ent->kind == NS_FILE && __atomic_load_n(&n->blob, __ATOMIC_ACQUIRE))
+		store_blob(&w->store, ent->backing, &ent->st, ent->blob_id);
 	free(ent);
 	return r;
+}
+
+struct blob *node_blob(struct wfs *w, struct node *n)
+{
+	struct blob *b = __atomic_load_n(&n->blob, __ATOMIC_ACQUIRE);
+	char backing[PATH_MAX], id[NAME_MAX + 1];
+	struct stat st;
+
+	if (b || n->kind != NS_FILE)
+		return b;
+	pthread_mutex_lock(&w->nodes.lock);
+	snprintf(backing, sizeof(backing), "%s", n->backing);
+	snprintf(id, sizeof(id), "%s", n->blob_id ? n->blob_id : "");
+	st = n->st;
+	pthread_mutex_unlock(&w->nodes.lock);
+	b = store_blob(&w->store, backing, &st, id);
+	if (b) {
+		__atomic_store_n(&b->fs_ino, ino_of(w, n), __ATOMIC_RELAXED);
+		__atomic_store_n(&n->blob, b, __ATOMIC_RELEASE);
+	}
+	return b;
 }
 
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -231,7 +254,7 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 
 static int xattr_value(struct wfs *w, struct node *n, const char *name, char *buf, size_t sz)
 {
-	struct blob *b = __atomic_load_n(&n->blob, __ATOMIC_ACQUIRE);
+	struct blob *b = node_blob(w, n);
 
 	if (n == w->nodes.root && !strcmp(name, XATTR_SOCKET))
 		return snprintf(buf, sz, "%s", w->ctl.sock_path);

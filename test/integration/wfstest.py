@@ -168,9 +168,14 @@ def run_wfs(args, timeout=WFS_TIMEOUT):
     """Run the wfs binary, stdout/stderr captured through files (a daemon that
     keeps the caller's pipes open would otherwise hang the test).  Returns
     (returncode or None on timeout, stdout, stderr)."""
+    return run_captured([wfs_bin()] + list(args), timeout)
+
+
+def run_captured(cmd, timeout, **popen_kw):
+    """Run `cmd` with no stdin and stdout/stderr in files.  Returns
+    (returncode or None on timeout, stdout, stderr)."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        p = subprocess.Popen([wfs_bin()] + list(args), stdin=subprocess.DEVNULL,
-                             stdout=out, stderr=err)
+        p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err, **popen_kw)
         try:
             rc = p.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -437,18 +442,7 @@ def run_wfsctl(args, uid=None, timeout=CTL_TIMEOUT):
     kw = {}
     if uid is not None:
         kw = dict(user=uid, group=uid, extra_groups=[])
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        p = subprocess.Popen([wfsctl_bin()] + list(args), stdin=subprocess.DEVNULL,
-                             stdout=out, stderr=err, cwd="/", **kw)
-        try:
-            rc = p.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-            rc = None
-        out.seek(0)
-        err.seek(0)
-        return rc, out.read().decode(errors="replace"), err.read().decode(errors="replace")
+    return run_captured([wfsctl_bin()] + list(args), timeout, cwd="/", **kw)
 
 
 def parse_json_out(text):

@@ -80,6 +80,15 @@ void path_dirname(const char *p, char *out, size_t outsz)
 	out[n] = '\0';
 }
 
+uint64_t path_hash(const char *s)
+{
+	uint64_t h = 1469598103934665603ull; /* FNV-1a */
+
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 1099511628211ull;
+	return h;
+}
+
 int path_join(const char *a, const char *b, char *out, size_t outsz)
 {
 	int n;

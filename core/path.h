@@ -8,6 +8,7 @@
 #define WFS_PATH_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* Collapse "//", "." and ".." in @in.  An absolute path stays absolute ("/.."
  * is "/").  A relative path that climbs above its start returns -EXDEV: for
@@ -24,6 +25,9 @@ int path_relative(const char *from_dir, const char *to, char *out, size_t outsz)
 
 /* Directory part of a normalised relative path ("a/b" -> "a", "a" -> ""). */
 void path_dirname(const char *p, char *out, size_t outsz);
+
+/* A hash of a path (or any key string) for the daemon's hash tables. */
+uint64_t path_hash(const char *s);
 
 /* Join two path pieces with one '/', either may be "". */
 int path_join(const char *a, const char *b, char *out, size_t outsz);

@@ -53,20 +53,11 @@ uint64_t store_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-static uint64_t hash_str(const char *p)
-{
-	uint64_t h = 1469598103934665603ull;
-
-	for (; *p; p++)
-		h = (h ^ (unsigned char)*p) * 1099511628211ull;
-	return h;
-}
-
 /* ---- the table ---- */
 
 struct blob *store_find_locked(struct store *s, const char *key)
 {
-	struct blob *b = s->buckets[hash_str(key) & (s->nbuckets - 1)];
+	struct blob *b = s->buckets[path_hash(key) & (s->nbuckets - 1)];
 
 	for (; b; b = b->hnext)
 		if (!strcmp(b->key, key))
@@ -85,7 +76,7 @@ static void grow_locked(struct store *s)
 		struct blob *b = s->buckets[i], *next;
 
 		for (; b; b = next) {
-			size_t h = hash_str(b->key) & (nb - 1);
+			size_t h = path_hash(b->key) & (nb - 1);
 
 			next = b->hnext;
 			b->hnext = nbk[h];
@@ -109,7 +100,7 @@ struct blob *store_insert_locked(struct store *s, const char *key)
 	}
 	if (s->count + 1 > s->nbuckets)
 		grow_locked(s);
-	h = hash_str(key) & (s->nbuckets - 1);
+	h = path_hash(key) & (s->nbuckets - 1);
 	b->hnext = s->buckets[h];
 	s->buckets[h] = b;
 	s->count++;

@@ -1,19 +1,11 @@
 /* node.c - the inode table; see node.h. */
 #include "node.h"
+#include "path.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static uint64_t hash_str(const char *s)
-{
-	uint64_t h = 1469598103934665603ull; /* FNV-1a */
-
-	for (; *s; s++)
-		h = (h ^ (unsigned char)*s) * 1099511628211ull;
-	return h;
-}
 
 static int make_key(const char *rel, const struct ns_entry *e, char *buf, size_t sz)
 {
@@ -48,7 +40,7 @@ static int grow(struct node_table *t)
 		struct node *n = t->buckets[i], *next;
 
 		for (; n; n = next) {
-			size_t h = hash_str(n->key) & (nb - 1);
+			size_t h = path_hash(n->key) & (nb - 1);
 
 			next = n->hnext;
 			n->hnext = b[h];
@@ -154,7 +146,7 @@ struct node *node_get(struct node_table *t, const char *rel, const struct ns_ent
 		pthread_mutex_unlock(&t->lock);
 		return t->root;
 	}
-	h = hash_str(key);
+	h = path_hash(key);
 	pthread_mutex_lock(&t->lock);
 	for (n = t->buckets[h & (t->nbuckets - 1)]; n; n = n->hnext)
 		if (!strcmp(n->key, key))
@@ -194,7 +186,7 @@ void node_forget(struct node_table *t, struct node *n, uint64_t nlookup)
 		pthread_mutex_unlock(&t->lock);
 		return;
 	}
-	pp = &t->buckets[hash_str(n->key) & (t->nbuckets - 1)];
+	pp = &t->buckets[path_hash(n->key) & (t->nbuckets - 1)];
 	for (; *pp; pp = &(*pp)->hnext) {
 		if (*pp == n) {
 			*pp = n->hnext;

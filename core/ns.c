@@ -59,7 +59,7 @@ int ns_classify(const struct hub_roots *roots, const char *rel, struct ns_entry 
 
 	if (hub_snapshot_blob_dir(rel, blob_dir, sizeof(blob_dir)))
 		via_dir = blob_dir;
-	r = hub_resolve(roots, rel, via_dir, &res);
+	r = hub_resolve(roots, rel, via_dir, &lst, &res);
 	if (r < 0)
 		return r;
 

@@ -88,7 +88,7 @@ static void keep_common_prefix(char *done, const char *path, char *todo)
 }
 
 int hub_resolve(const struct hub_roots *roots, const char *rel, const char *via_dir,
-		struct hub_res *out)
+		const struct stat *entry_st, struct hub_res *out)
 {
 	/* State: a root, the physical path walked so far inside it (no links),
 	 * and the components still to walk. */
@@ -110,6 +110,9 @@ int hub_resolve(const struct hub_roots *roots, const char *rel, const char *via_
 		done[n] = '\0';
 		strcpy(todo, slash ? slash + 1 : rel);
 	}
+	/* The caller's lstat of the entry stands for the walk's first one. */
+	if (!strcmp(todo, ".") || !strcmp(todo, ".."))
+		entry_st = NULL;
 
 	for (;;) {
 		char *p = todo, *comp;
@@ -145,7 +148,10 @@ int hub_resolve(const struct hub_roots *roots, const char *rel, const char *via_
 		if (snprintf(cand, sizeof(cand), "%s%s%s/%.*s", roots->path[root],
 			     done[0] ? "/" : "", done, (int)n, comp) >= (int)sizeof(cand))
 			return -ENAMETOOLONG;
-		if (lstat(cand, &st) < 0) {
+		if (entry_st) {
+			st = *entry_st;
+			entry_st = NULL;
+		} else if (lstat(cand, &st) < 0) {
 			if (errno == ENOENT || errno == ENOTDIR) {
 				out->kind = HUB_RES_DANGLING;
 				return 0;

@@ -48,10 +48,11 @@ int hub_roots_add(struct hub_roots *roots, const char *path);
  * hub_check_parents().  When @via_dir
  * (relative to root 0) is given, out->via receives the name of the first
  * point of the chain that is a direct child of @via_dir, or "" if the chain
- * never passes there.  Returns 0 with out->kind set, or -errno for errors
+ * never passes there.  @entry_st, when not NULL, is the caller's lstat of
+ * @rel itself (saves the walk that syscall).  Returns 0 with out->kind set, or -errno for errors
  * that say nothing about the link (EACCES, EIO, ENAMETOOLONG). */
 int hub_resolve(const struct hub_roots *roots, const char *rel, const char *via_dir,
-		struct hub_res *out);
+		const struct stat *entry_st, struct hub_res *out);
 
 const char *hub_res_kind_name(enum hub_res_kind kind);
 

@@ -214,12 +214,12 @@ static void test_ns(struct check_count *c)
 		    NS_LINK_ESCAPE);
 
 	/* The escape is decided from the link text: the secret is never touched. */
-	CHECK(c, hub_resolve(&roots, "models--o--store/snapshots/" REV "/escape-abs", NULL, &res) == 0 &&
+	CHECK(c, hub_resolve(&roots, "models--o--store/snapshots/" REV "/escape-abs", NULL, NULL, &res) == 0 &&
 	      res.kind == HUB_RES_ESCAPE && res.hops == 1, "escape after one hop");
 	/* An extra root lets the same link resolve. */
 	snprintf(p, sizeof(p), "%s/outside", top);
 	CHECK(c, hub_roots_add(&roots, p) == 0, "extra root");
-	CHECK(c, hub_resolve(&roots, "models--o--store/snapshots/" REV "/escape-abs", NULL, &res) == 0 &&
+	CHECK(c, hub_resolve(&roots, "models--o--store/snapshots/" REV "/escape-abs", NULL, NULL, &res) == 0 &&
 	      res.kind == HUB_RES_FILE && res.root == 1, "escape allowed by extra root");
 	expect_file(c, &roots, "models--o--store/snapshots/" REV "/escape-rel", "../outside/secret", "");
 }

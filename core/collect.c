@@ -120,21 +120,6 @@ void blob_set_free(struct blob_set *set)
 	memset(set, 0, sizeof(*set));
 }
 
-/* Walking a directory, leave out what changes on the NAS or is not data:
- * refs move, markers and file lists are tiny, locks are the clients'.  A
- * path named explicitly is always taken. */
-static int worth_copying(const char *rel)
-{
-	const char *slash = strchr(rel, '/');
-	const char *area = slash ? slash + 1 : NULL;
-
-	if (!slash)
-		return strchr(rel, '-') != NULL && strstr(rel, "--") != NULL; /* repos only */
-	if (strchr(area, '/'))
-		return 1;
-	return strcmp(area, "refs") && strcmp(area, ".no_exist") && strcmp(area, "trees");
-}
-
 struct walk {
 	const struct hub_roots *roots;
 	int (*fn)(void *arg, const char *rel, const struct ns_entry *e);
@@ -165,7 +150,7 @@ static int walk(struct walk *wk, const char *rel, int depth)
 
 		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
 			continue;
-		if (path_join(rel, de->d_name, child, sizeof(child)) < 0 || !worth_copying(child))
+		if (path_join(rel, de->d_name, child, sizeof(child)) < 0 || !hub_holds_weights(child))
 			continue;
 		r = walk(wk, child, depth + 1);
 		if (r == -ENOENT)
@@ -220,5 +205,7 @@ int collect(const struct hub_roots *roots, struct store *s, const struct policy_
 {
 	struct collecting c = { s, pol, set };
 
+	if (!hub_holds_weights(rel))
+		return -EMEDIUMTYPE;
 	return collect_walk(roots, rel, collect_one, &c);
 }

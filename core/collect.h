@@ -26,8 +26,8 @@ struct blob_set {
 
 /* Call @fn for each file under @rel (or @rel itself): regular files and
  * links resolved to files, with the mount-relative name and the
- * classification.  Directory walks leave out what is not data (refs,
- * .no_exist, trees) unless named; links to directories are not followed.
+ * classification.  Directory walks leave out what is not weight data
+ * (see hub_holds_weights); links to directories are not followed.
  * @fn returns 0 to go on, < 0 to stop with that error, > 0 to stop with 0.
  * Returns 0 or -errno (-ENOENT: @rel does not exist or is hidden). */
 int collect_walk(const struct hub_roots *roots, const char *rel,
@@ -35,7 +35,8 @@ int collect_walk(const struct hub_roots *roots, const char *rel,
 
 /* Add every blob under @rel to @set (blobs created in the store as
  * needed), noting for each whether a name it was found by matches an
- * exclusion glob of @pol (may be NULL). */
+ * exclusion glob of @pol (may be NULL).  -EMEDIUMTYPE: @rel is not weight
+ * data (a ref, a marker, a client's file): it is always read from the NAS. */
 int collect(const struct hub_roots *roots, struct store *s, const struct policy_opts *pol,
 	    const char *rel, struct blob_set *set);
 

@@ -89,6 +89,11 @@ static json_t *req_paths(struct control *c, json_t *req, json_t **err)
 
 static json_t *collect_error(const char *rel, int r)
 {
+	if (r == -EMEDIUMTYPE)
+		return error_reply(EINVAL, "%s: not weight data (refs, .no_exist, trees/ and files "
+				   "outside a repo's blobs/ and snapshots/ change on the NAS or "
+				   "belong to its clients): always read from the NAS, never copied",
+				   rel);
 	return error_reply(-r, "%s: %s", *rel ? rel : "/", strerror(-r));
 }
 

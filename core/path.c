@@ -191,3 +191,19 @@ const char *hub_repo_blob_name(const char *rel)
 		return NULL;
 	return name;
 }
+
+int hub_holds_weights(const char *rel)
+{
+	size_t repo = first_len(rel), area;
+
+	if (!*rel)
+		return 1;
+	if (!memmem(rel, repo, "--", 2))
+		return 0;
+	if (!rel[repo])
+		return 1;
+	rel += repo + 1;
+	area = first_len(rel);
+	return (area == 5 && !strncmp(rel, "blobs", 5)) ||
+	       (area == 9 && !strncmp(rel, "snapshots", 9));
+}

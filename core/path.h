@@ -49,4 +49,11 @@ int hub_snapshot_blob_dir(const char *rel, char *out, size_t outsz);
 /* For "<repo>/blobs/<name>" return a pointer to <name>, else NULL. */
 const char *hub_repo_blob_name(const char *rel);
 
+/* Can @rel (mount-relative, normalised; "" is the root) be or hold weight
+ * data: the root, a repo folder ("<type>s--<org>--<name>"), or anything
+ * under a repo's blobs/ or snapshots/.  Everything else -- refs (they move
+ * in place), .no_exist markers, trees/ file lists, .locks and top-level
+ * files -- is never copied and always read from the NAS. */
+int hub_holds_weights(const char *rel);
+
 #endif

@@ -159,6 +159,37 @@ void store_demote_locked(struct store *s, struct blob *b, const char *why, int i
 		s->hooks.changed(s->hooks.arg, ino);
 }
 
+/* The NAS shows @st for @b's source: new attributes mean a re-check
+ * before the next local read (a new size, a demotion).  Returns 1 if they
+ * were new. */
+static int source_attrs_locked(struct store *s, struct blob *b, const struct stat *st)
+{
+	if (b->size == (uint64_t)st->st_size &&
+	    b->nas_mtime.tv_sec == st->st_mtim.tv_sec &&
+	    b->nas_mtime.tv_nsec == st->st_mtim.tv_nsec &&
+	    b->nas_ctime.tv_sec == st->st_ctim.tv_sec &&
+	    b->nas_ctime.tv_nsec == st->st_ctim.tv_nsec)
+		return 0;
+	if (b->size != (uint64_t)st->st_size)
+		store_demote_locked(s, b, "source size changed", 1);
+	__atomic_store_n(&b->size, (uint64_t)st->st_size, __ATOMIC_RELAXED);
+	b->nas_mtime = st->st_mtim;
+	b->nas_ctime = st->st_ctim;
+	b->checked = 0;
+	return 1;
+}
+
+void store_source_attrs(struct store *s, struct blob *b, const struct stat *st)
+{
+	int changed;
+
+	pthread_mutex_lock(&s->lock);
+	changed = source_attrs_locked(s, b, st);
+	pthread_mutex_unlock(&s->lock);
+	if (changed)
+		store_write_index(s);
+}
+
 struct blob *store_blob(struct store *s, const char *key, const struct stat *st, const char *id)
 {
 	struct blob *b;
@@ -175,19 +206,8 @@ struct blob *store_blob(struct store *s, const char *key, const struct stat *st,
 		b->size = (uint64_t)st->st_size;
 		b->nas_mtime = st->st_mtim;
 		b->nas_ctime = st->st_ctim;
-	} else if (b->size != (uint64_t)st->st_size ||
-		   b->nas_mtime.tv_sec != st->st_mtim.tv_sec ||
-		   b->nas_mtime.tv_nsec != st->st_mtim.tv_nsec ||
-		   b->nas_ctime.tv_sec != st->st_ctim.tv_sec ||
-		   b->nas_ctime.tv_nsec != st->st_ctim.tv_nsec) {
-		/* The NAS shows new attributes: re-check before serving locally. */
-		if (b->size != (uint64_t)st->st_size)
-			store_demote_locked(s, b, "source size changed", 1);
-		__atomic_store_n(&b->size, (uint64_t)st->st_size, __ATOMIC_RELAXED);
-		b->nas_mtime = st->st_mtim;
-		b->nas_ctime = st->st_ctim;
-		b->checked = 0;
-		changed = 1;
+	} else {
+		changed = source_attrs_locked(s, b, st);
 	}
 	if (id && *id && (!b->id[0] || (hub_id_kind(id) && !hub_id_kind(b->id))))
 		snprintf(b->id, sizeof(b->id), "%s", id);

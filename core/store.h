@@ -173,6 +173,9 @@ void store_close(struct store *s);
  * that no longer matches is demoted).  Never NULL except on ENOMEM. */
 struct blob *store_blob(struct store *s, const char *key, const struct stat *st, const char *id);
 
+/* The NAS shows @st for @b's source (an open's fstat): as store_blob. */
+void store_source_attrs(struct store *s, struct blob *b, const struct stat *st);
+
 /* The blob if known, else NULL. */
 struct blob *store_find(struct store *s, const char *key);
 

@@ -235,13 +235,6 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	if (fh->blob) {
-		node_rel(w, n, path, sizeof(path));
-		store_note_open(&w->store, fh->blob, path);
-		fh->noted = 1;
-		/* First local read since start-up: is the source still the same? */
-		local = store_check_source(&w->store, fh->blob) && fh_local_fd(w, fh, &direct) >= 0;
-	}
 	/* The NAS side is opened even for a local blob: it proves the name still
 	 * resolves, gives the attributes, and is the fallback. */
 	fd = fh_nas_fd(w, fh, &direct);
@@ -256,11 +249,22 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fh_free(w, fh);
 		return;
 	}
+	if (fh->blob) {
+		node_rel(w, n, path, sizeof(path));
+		store_note_open(&w->store, fh->blob, path);
+		fh->noted = 1;
+		/* Attributes the kernel has not asked about yet count too: a
+		 * source that changed is checked before its copy serves. */
+		store_source_attrs(&w->store, fh->blob, &st);
+		local = store_check_source(&w->store, fh->blob) && fh_local_fd(w, fh, &direct) >= 0;
+	}
 	choose_mode(w, n, fh, local);
-	/* The content under a name is immutable, so the kernel may keep its
-	 * pages across opens -- unless the NAS shows a new size or mtime. */
+	/* The content under a blob's name is immutable, so the kernel may keep
+	 * its pages across opens -- unless the NAS shows a new size or mtime.
+	 * Refs and other small files are rewritten in place, maybe within one
+	 * timestamp tick: always read afresh. */
 	pthread_mutex_lock(&w->nodes.lock);
-	if (st.st_size == n->st.st_size && st.st_mtim.tv_sec == n->st.st_mtim.tv_sec &&
+	if (fh->blob && st.st_size == n->st.st_size && st.st_mtim.tv_sec == n->st.st_mtim.tv_sec &&
 	    st.st_mtim.tv_nsec == n->st.st_mtim.tv_nsec && n->cache_ok)
 		fi->keep_cache = 1;
 	n->cache_ok = 1;

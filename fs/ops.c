@@ -146,6 +146,11 @@ struct blob *node_blob(struct wfs *w, struct node *n)
 	if (b || n->kind != NS_FILE)
 		return b;
 	pthread_mutex_lock(&w->nodes.lock);
+	if (!n->rel || !hub_holds_weights(n->rel)) {
+		/* a ref, a marker, a client's file: never copied */
+		pthread_mutex_unlock(&w->nodes.lock);
+		return NULL;
+	}
 	snprintf(backing, sizeof(backing), "%s", n->backing);
 	snprintf(id, sizeof(id), "%s", n->blob_id ? n->blob_id : "");
 	st = n->st;

@@ -155,6 +155,34 @@ class Hot(unittest.TestCase):
         st = ctl_json(self, ["status", Fix.mounts["on"].mnt])
         self.assertLess(st["served"]["nas_bytes"], 100 * MiB)
 
+    def test_refs_are_never_copied(self):
+        # A ref is rewritten in place on the NAS: a copy of it would serve
+        # an old commit.  Read past every threshold (its size), it stays on
+        # the NAS, a rewrite shows on the next open, and promote refuses it.
+        ref = os.path.join(Fix.mounts["on"].mnt, REPO, "refs", "main")
+        nas = os.path.join(Fix.hub, REPO, "refs", "main")
+        with open(nas, "rb") as f:
+            orig = f.read()
+
+        def restore():
+            with open(nas, "wb") as f:
+                f.write(orig)
+        for _ in range(5):
+            self.assertEqual(read_through(ref), orig)
+        time.sleep(1.0)
+        self.assertEqual(state_of(ref), "nas", "refs/main read 5 times (hot threshold: its size)")
+        self.addCleanup(restore)
+        new = hashlib.sha1(orig).hexdigest().encode()
+        with open(nas, "wb") as f:   # in place, as huggingface_hub writes it
+            f.write(new)
+        self.assertEqual(read_through(ref), new, "the open right after the rewrite")
+        rc, out, err = run_wfsctl(["promote", ref])
+        self.assertIsNotNone(rc, "wfsctl promote did not finish")
+        self.assertNotEqual(rc, 0, "wfsctl promote of a ref exited 0: %s%s" % (out, err))
+        self.assertIn(REPO + "/refs/main", err)
+        self.assertIn("not weight data", err)
+        self.assertEqual(state_of(ref), "nas")
+
 
 class Off(unittest.TestCase):
     def test_auto_off_promotes_nothing(self):

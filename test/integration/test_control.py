@@ -100,7 +100,7 @@ class Permissions(unittest.TestCase):
 
     def test_root_may(self):
         # the same request that nobody was refused works for root
-        p = FIX.m(FIX.by_path["models--acme--standard/refs/main"]["path"])
+        p = FIX.m(a_shard()["path"])
         ctl_check(self, ["promote", "--wait", p])
         self.assertEqual(state_of(p), "local")
         ctl_check(self, ["evict", p])

@@ -443,6 +443,33 @@ class SourceChanged(unittest.TestCase):
         finally:
             os.close(fd)
 
+    def test_rewritten_source_read_at_once_gives_new_bytes(self):
+        # The NAS file changes with a new mtime and is opened again at once,
+        # long before the kernel asks for attributes (blob_timeout): the open
+        # itself must notice, and the stale copy must not serve.
+        e = snapshot_entry(FIX, "models--acme--standard", "model-00001-of-00002.safetensors", "refs/pr/1")
+        path, nas = FIX.m(e["path"]), FIX.n(e["nas_real"])
+        ctl_check(self, ["promote", "--wait", path])
+        self.assertEqual(state_of(path), "local")
+        old = read_mount(path)
+        self.assertEqual(hashlib.sha256(old).hexdigest(), e["sha256"])
+        new = bytearray(old)
+        new[-5000:] = bytes(b ^ 0x5A for b in new[-5000:])   # inside the sampled tail
+        new = bytes(new)
+        def restore():
+            with open(nas, "r+b") as f:
+                f.seek(len(old) - 5000)
+                f.write(old[-5000:])
+        self.addCleanup(restore)
+        with open(nas, "r+b") as f:
+            f.seek(len(old) - 5000)
+            f.write(new[-5000:])
+        got = read_mount(path)
+        self.assertTrue(got == new, "an open right after the NAS change reads %s bytes"
+                        % ("the OLD (stale local copy)" if got == old else "wrong"))
+        self.assertEqual(state_of(path), "nas", "state after the source changed")
+
+
 
 # ------------------------------------------------------------------ 8
 

@@ -88,6 +88,18 @@ static void test_path(struct check_count *c)
 	CHECK(c, hub_repo_blob_name("m/blobs/" SHA_A) && !strcmp(hub_repo_blob_name("m/blobs/" SHA_A), SHA_A),
 	      "blob name");
 	CHECK(c, hub_repo_blob_name("m/blobs/4d/" SHA_B) == NULL, "nested is not a repo blob");
+	/* what may be copied: blobs and snapshots of repos, nothing else */
+	CHECK(c, hub_holds_weights(""), "the root");
+	CHECK(c, hub_holds_weights("models--o--n"), "a repo");
+	CHECK(c, hub_holds_weights("models--o--n/blobs/" SHA_A), "a blob");
+	CHECK(c, hub_holds_weights("datasets--o--n/snapshots/" REV "/sub/x.bin"), "a snapshot file");
+	CHECK(c, !hub_holds_weights("models--o--n/refs/main"), "a ref");
+	CHECK(c, !hub_holds_weights("models--o--n/refs"), "refs/");
+	CHECK(c, !hub_holds_weights("models--o--n/.no_exist/" REV "/x"), "a marker");
+	CHECK(c, !hub_holds_weights("models--o--n/trees/" REV ".json"), "a file list");
+	CHECK(c, !hub_holds_weights("models--o--n/blobsx/y"), "blobs is a whole name");
+	CHECK(c, !hub_holds_weights(".locks/models--o--n/x.lock"), "a lock");
+	CHECK(c, !hub_holds_weights("version.txt"), "a top-level file");
 }
 
 static void build_tree(void)

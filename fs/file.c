@@ -227,9 +227,8 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	fh->nas_fd = fh->local_fd = -1;
 	fh->node = n;
 	fh->blob = node_blob(w, n);
-	pthread_mutex_lock(&w->nodes.lock);
-	fh->nas_path = strdup(n->backing);
-	pthread_mutex_unlock(&w->nodes.lock);
+	node_backing(&w->nodes, n, path, sizeof(path));
+	fh->nas_path = strdup(path);
 	if (!fh->nas_path) {
 		fh_free(w, fh);
 		fuse_reply_err(req, ENOMEM);
@@ -264,12 +263,9 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	 * Refs and other small files are rewritten in place, maybe within one
 	 * timestamp tick: always read afresh. */
 	pthread_mutex_lock(&w->nodes.lock);
-	if (fh->blob && st.st_size == n->st.st_size && st.st_mtim.tv_sec == n->st.st_mtim.tv_sec &&
-	    st.st_mtim.tv_nsec == n->st.st_mtim.tv_nsec && n->cache_ok)
+	if (!node_set_stat_locked(n, &st) && n->cache_ok && fh->blob)
 		fi->keep_cache = 1;
 	n->cache_ok = 1;
-	n->st.st_size = st.st_size;
-	n->st.st_mtim = st.st_mtim;
 	pthread_mutex_unlock(&w->nodes.lock);
 	fi->fh = (uint64_t)(uintptr_t)fh;
 	fi->noflush = 1;

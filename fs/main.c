@@ -502,7 +502,7 @@ int main(int argc, char **argv)
 	root = calloc(1, sizeof(*root));
 	r = root ? ns_classify(&w.roots, "", root) : -ENOMEM;
 	if (r == 0)
-		r = node_table_init(&w.nodes, root);
+		r = node_table_init(&w.nodes, w.roots.path[0], root);
 	free(root);
 	if (r < 0) {
 		fprintf(stderr, "wfs: NAS_HUB %s: cannot read the root: %s\n", w.opt.nas,

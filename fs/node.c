@@ -7,25 +7,133 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int make_key(const char *rel, const struct ns_entry *e, char *buf, size_t sz)
+static uint64_t mix(uint64_t h)
 {
-	int n;
+	h ^= h >> 33;
+	h *= 0xff51afd7ed558ccdULL;
+	h ^= h >> 33;
+	return h;
+}
 
-	if (e->kind == NS_FILE)
-		n = snprintf(buf, sz, "f:%llx:%llx", (unsigned long long)e->st.st_dev,
-			     (unsigned long long)e->st.st_ino);
-	else
-		n = snprintf(buf, sz, "%c:%s", e->kind == NS_DIR ? 'd' : 'l', rel);
-	return n < 0 || (size_t)n >= sz ? -ENAMETOOLONG : 0;
+static uint64_t file_hash(uint64_t dev, uint64_t ino)
+{
+	return mix(dev * 0x9e3779b97f4a7c15ULL ^ ino);
+}
+
+static uint64_t name_hash(const struct node *parent, int kind, const char *name)
+{
+	return mix((uint64_t)(uintptr_t)parent ^ path_hash(name) ^ (uint64_t)kind);
+}
+
+static uint64_t node_hash(const struct node *n)
+{
+	return n->kind == NS_FILE ? file_hash(n->dev, n->serial)
+				  : name_hash(n->parent, n->kind, n->name);
+}
+
+int node_path(const struct node *n, char *buf, size_t sz)
+{
+	size_t len = 0, at;
+	const struct node *p;
+
+	for (p = n; p->parent; p = p->parent)
+		len += strlen(p->name) + (p != n);
+	if (len + 1 > sz) {
+		if (sz)
+			buf[0] = '\0';
+		return -ENAMETOOLONG;
+	}
+	at = len;
+	buf[at] = '\0';
+	for (p = n; p->parent; p = p->parent) {
+		size_t l = strlen(p->name);
+
+		if (p != n)
+			buf[--at] = '/';
+		at -= l;
+		memcpy(buf + at, p->name, l);
+	}
+	return 0;
+}
+
+/* NAS_HUB/<path>: where a file's NAS path usually is. */
+static int natural_backing(const struct node_table *t, const struct node *n, char *buf, size_t sz)
+{
+	char rel[PATH_MAX];
+	int r = node_path(n, rel, sizeof(rel));
+
+	return r < 0 ? r : path_join(t->nas, rel, buf, sz);
+}
+
+void node_backing(struct node_table *t, const struct node *n, char *buf, size_t sz)
+{
+	pthread_mutex_lock(&t->lock);
+	if (n->aux)
+		snprintf(buf, sz, "%s", n->aux);
+	else if (natural_backing(t, n, buf, sz) < 0 && sz)
+		buf[0] = '\0';
+	pthread_mutex_unlock(&t->lock);
+}
+
+void node_target(struct node_table *t, const struct node *n, char *buf, size_t sz)
+{
+	pthread_mutex_lock(&t->lock);
+	snprintf(buf, sz, "%s", n->aux ? n->aux : "");
+	pthread_mutex_unlock(&t->lock);
+}
+
+static void put_stat(struct node_stat *s, const struct stat *st)
+{
+	s->size = (uint64_t)st->st_size;
+	s->blocks = (uint64_t)st->st_blocks;
+	s->atime = st->st_atim.tv_sec;
+	s->atime_ns = (uint32_t)st->st_atim.tv_nsec;
+	s->mtime = st->st_mtim.tv_sec;
+	s->mtime_ns = (uint32_t)st->st_mtim.tv_nsec;
+	s->ctime = st->st_ctim.tv_sec;
+	s->ctime_ns = (uint32_t)st->st_ctim.tv_nsec;
+	s->mode = st->st_mode & ~(mode_t)0222; /* read-only, whatever the NAS says */
+	s->nlink = (uint32_t)st->st_nlink;
+	s->uid = st->st_uid;
+	s->gid = st->st_gid;
+}
+
+int node_set_stat_locked(struct node *n, const struct stat *st)
+{
+	int changed = n->st.size != (uint64_t)st->st_size || n->st.mtime != st->st_mtim.tv_sec ||
+		      n->st.mtime_ns != (uint32_t)st->st_mtim.tv_nsec;
+
+	if (changed)
+		n->cache_ok = 0;
+	put_stat(&n->st, st);
+	return changed;
+}
+
+void node_attr(struct node_table *t, struct node *n, struct stat *st)
+{
+	memset(st, 0, sizeof(*st));
+	pthread_mutex_lock(&t->lock);
+	st->st_ino = n->serial;
+	st->st_mode = n->st.mode;
+	st->st_nlink = n->st.nlink;
+	st->st_uid = n->st.uid;
+	st->st_gid = n->st.gid;
+	st->st_size = (off_t)n->st.size;
+	st->st_blocks = (blkcnt_t)n->st.blocks;
+	st->st_atim.tv_sec = n->st.atime;
+	st->st_atim.tv_nsec = n->st.atime_ns;
+	st->st_mtim.tv_sec = n->st.mtime;
+	st->st_mtim.tv_nsec = n->st.mtime_ns;
+	st->st_ctim.tv_sec = n->st.ctime;
+	st->st_ctim.tv_nsec = n->st.ctime_ns;
+	pthread_mutex_unlock(&t->lock);
 }
 
 static void node_free(struct node *n)
 {
-	free(n->key);
-	free(n->rel);
-	free(n->backing);
-	free(n->target);
-	free(n->blob_id);
+	free(n->aux);
+	if (n->own_id)
+		free((char *)n->blob_id);
 	free(n);
 }
 
@@ -40,7 +148,7 @@ static int grow(struct node_table *t)
 		struct node *n = t->buckets[i], *next;
 
 		for (; n; n = next) {
-			size_t h = path_hash(n->key) & (nb - 1);
+			size_t h = node_hash(n) & (nb - 1);
 
 			next = n->hnext;
 			n->hnext = b[h];
@@ -53,62 +161,90 @@ static int grow(struct node_table *t)
 	return 0;
 }
 
-/* Refresh what may have changed on the NAS since the node was made. */
-static int node_update(struct node *n, const char *rel, const struct ns_entry *e)
+/* Replace a malloc'ed string if it changed. */
+static int set_aux(struct node *n, const char *s)
 {
-	n->kind = e->kind;
-	if (e->kind == NS_FILE) {
-		if (!n->backing || strcmp(n->backing, e->backing)) {
-			char *b = strdup(e->backing);
+	char *c;
 
-			if (!b)
-				return -ENOMEM;
-			free(n->backing);
-			n->backing = b;
-		}
-		/* Set once: read without the lock by xattr and timeout code. */
-		if (!n->blob_id && e->blob_id[0]) {
-			char *id = strdup(e->blob_id);
-
-			__atomic_store_n(&n->blob_id, id, __ATOMIC_RELEASE);
-		}
-	} else {
-		if (e->kind == NS_LINK && (!n->target || strcmp(n->target, e->target))) {
-			char *tg = strdup(e->target);
-
-			if (!tg)
-				return -ENOMEM;
-			free(n->target);
-			n->target = tg;
-		}
+	if (!s) {
+		free(n->aux);
+		n->aux = NULL;
+		return 0;
 	}
-	if (!n->rel) {
-		n->rel = strdup(rel);
-		if (!n->rel)
-			return -ENOMEM;
-	}
-	if (n->st.st_size != e->st.st_size || n->st.st_mtim.tv_sec != e->st.st_mtim.tv_sec ||
-	    n->st.st_mtim.tv_nsec != e->st.st_mtim.tv_nsec)
-		n->cache_ok = 0;
-	n->st = e->st;
-	n->serial = e->st.st_ino;
+	if (n->aux && !strcmp(n->aux, s))
+		return 0;
+	c = strdup(s);
+	if (!c)
+		return -ENOMEM;
+	free(n->aux);
+	n->aux = c;
 	return 0;
 }
 
-int node_table_init(struct node_table *t, const struct ns_entry *root_entry)
+/* Refresh what may have changed on the NAS since the node was made. */
+static int node_update(struct node_table *t, struct node *n, const struct ns_entry *e)
+{
+	char natural[PATH_MAX];
+	int r = 0;
+
+	if (e->kind == NS_FILE) {
+		if (natural_backing(t, n, natural, sizeof(natural)) == 0 &&
+		    !strcmp(natural, e->backing))
+			r = set_aux(n, NULL);
+		else
+			r = set_aux(n, e->backing);
+		/* Set once: read without the lock by xattr and timeout code.
+		 * A blob's name is usually the node's own. */
+		if (r == 0 && !n->blob_id && e->blob_id[0]) {
+			const char *id = n->name;
+
+			if (strcmp(id, e->blob_id)) {
+				id = strdup(e->blob_id);
+				n->own_id = id != NULL;
+			}
+			__atomic_store_n(&n->blob_id, id, __ATOMIC_RELEASE);
+		}
+	} else {
+		if (e->kind == NS_LINK)
+			r = set_aux(n, e->target);
+		n->serial = e->st.st_ino; /* files are keyed by theirs */
+	}
+	if (r < 0)
+		return r;
+	node_set_stat_locked(n, &e->st);
+	return 0;
+}
+
+static struct node *node_new(struct node *parent, const char *name, const struct ns_entry *e)
+{
+	size_t len = strlen(name);
+	struct node *n = calloc(1, sizeof(*n) + len + 1);
+
+	if (!n)
+		return NULL;
+	memcpy(n->name, name, len + 1);
+	n->kind = (uint8_t)e->kind;
+	n->parent = parent;
+	n->dev = e->kind == NS_FILE ? (uint64_t)e->st.st_dev : 0;
+	n->serial = e->st.st_ino;
+	parent->children++;
+	return n;
+}
+
+int node_table_init(struct node_table *t, const char *nas, const struct ns_entry *root_entry)
 {
 	memset(t, 0, sizeof(*t));
 	pthread_mutex_init(&t->lock, NULL);
+	t->nas = nas;
 	t->nbuckets = 1024;
 	t->buckets = calloc(t->nbuckets, sizeof(*t->buckets));
-	t->root = calloc(1, sizeof(*t->root));
+	t->root = calloc(1, sizeof(*t->root) + 1);
 	if (!t->buckets || !t->root)
 		return -ENOMEM;
 	t->root->nlookup = 1;
-	t->root->key = strdup("root");
-	if (!t->root->key)
-		return -ENOMEM;
-	return node_update(t->root, "", root_entry);
+	t->root->kind = NS_DIR;
+	t->root->serial = root_entry->st.st_ino;
+	return node_update(t, t->root, root_entry);
 }
 
 void node_table_destroy(struct node_table *t)
@@ -127,80 +263,96 @@ void node_table_destroy(struct node_table *t)
 	pthread_mutex_destroy(&t->lock);
 }
 
-struct node *node_get(struct node_table *t, const char *rel, const struct ns_entry *e)
+static int node_matches(const struct node *n, const struct node *parent, const char *name,
+			const struct ns_entry *e)
 {
-	char key[PATH_MAX + 8];
-	struct node *n;
-	size_t h;
-	int r;
+	if (n->kind != e->kind)
+		return 0;
+	if (e->kind == NS_FILE)
+		return n->dev == (uint64_t)e->st.st_dev && n->serial == (uint64_t)e->st.st_ino;
+	return n->parent == parent && !strcmp(n->name, name);
+}
 
-	r = make_key(rel, e, key, sizeof(key));
-	if (r < 0) {
-		errno = -r;
-		return NULL;
-	}
-	if (e->kind == NS_DIR && !*rel) {
-		pthread_mutex_lock(&t->lock);
-		t->root->nlookup++;
-		node_update(t->root, rel, e);
-		pthread_mutex_unlock(&t->lock);
-		return t->root;
-	}
-	h = path_hash(key);
+struct node *node_get(struct node_table *t, struct node *parent, const char *name,
+		      const struct ns_entry *e)
+{
+	struct node *n;
+	uint64_t h;
+	int r, made = 0;
+
+	h = e->kind == NS_FILE ? file_hash((uint64_t)e->st.st_dev, e->st.st_ino)
+			       : name_hash(parent, e->kind, name);
 	pthread_mutex_lock(&t->lock);
 	for (n = t->buckets[h & (t->nbuckets - 1)]; n; n = n->hnext)
-		if (!strcmp(n->key, key))
+		if (node_matches(n, parent, name, e))
 			break;
 	if (!n) {
-		n = calloc(1, sizeof(*n));
-		if (!n || !(n->key = strdup(key))) {
-			free(n);
+		n = node_new(parent, name, e);
+		if (!n) {
 			pthread_mutex_unlock(&t->lock);
 			errno = ENOMEM;
 			return NULL;
 		}
-		if (t->count + 1 > t->nbuckets)
-			grow(t);
-		n->hnext = t->buckets[h & (t->nbuckets - 1)];
-		t->buckets[h & (t->nbuckets - 1)] = n;
-		t->count++;
+		made = 1;
 	}
-	r = node_update(n, rel, e);
-	if (r == 0)
+	r = node_update(t, n, e);
+	if (r == 0) {
 		n->nlookup++;
+		if (made) {
+			if (t->count + 1 > t->nbuckets)
+				grow(t);
+			n->hnext = t->buckets[h & (t->nbuckets - 1)];
+			t->buckets[h & (t->nbuckets - 1)] = n;
+			t->count++;
+		}
+	} else if (made) {
+		parent->children--;
+	}
 	pthread_mutex_unlock(&t->lock);
 	if (r < 0) {
+		if (made)
+			node_free(n);
 		errno = -r;
 		return NULL;
 	}
 	return n;
 }
 
-void node_forget(struct node_table *t, struct node *n, uint64_t nlookup)
+/* Unlink @n from the table (lock held). */
+static void unhash(struct node_table *t, struct node *n)
 {
-	struct node **pp;
+	struct node **pp = &t->buckets[node_hash(n) & (t->nbuckets - 1)];
 
-	pthread_mutex_lock(&t->lock);
-	n->nlookup = nlookup > n->nlookup ? 0 : n->nlookup - nlookup;
-	if (n->nlookup || n == t->root) {
-		pthread_mutex_unlock(&t->lock);
-		return;
-	}
-	pp = &t->buckets[path_hash(n->key) & (t->nbuckets - 1)];
 	for (; *pp; pp = &(*pp)->hnext) {
 		if (*pp == n) {
 			*pp = n->hnext;
 			t->count--;
-			break;
+			return;
 		}
 	}
-	pthread_mutex_unlock(&t->lock);
-	node_free(n);
 }
 
-void node_attr(struct node_table *t, struct node *n, struct stat *st)
+void node_forget(struct node_table *t, struct node *n, uint64_t nlookup)
 {
+	struct node *dead = NULL;
+
 	pthread_mutex_lock(&t->lock);
-	*st = n->st;
+	n->nlookup = nlookup > n->nlookup ? 0 : n->nlookup - nlookup;
+	/* Free @n and every parent it leaves with neither lookups nor children. */
+	while (n && n != t->root && n->nlookup == 0 && n->children == 0) {
+		struct node *parent = n->parent;
+
+		unhash(t, n);
+		parent->children--;
+		n->hnext = dead;
+		dead = n;
+		n = parent;
+	}
 	pthread_mutex_unlock(&t->lock);
+	while (dead) {
+		struct node *next = dead->hnext;
+
+		node_free(dead);
+		dead = next;
+	}
 }

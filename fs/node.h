@@ -1,9 +1,16 @@
 /* node.h - the daemon's inode table.
  *
  * A node is what the kernel holds a FUSE node id for.  Files are keyed by
- * the NAS file they resolve to, so two names that reach the same NAS file
- * are one node (one blob, one st_ino); directories and links are keyed by
- * their path.  Node ids are the node's address, as in passthrough_ll.
+ * the NAS file they resolve to (device and inode), so two names that reach
+ * the same NAS file are one node (one blob, one st_ino); directories and
+ * links are keyed by their parent node and name.  Node ids are the node's
+ * address, as in passthrough_ll.
+ *
+ * Memory is what limits a large hub (the kernel may hold a node for every
+ * entry), so a node keeps its name, not its path: the path is rebuilt from
+ * the parent chain (a node holds a reference on its parent), the NAS path
+ * of a file only when it differs from NAS_HUB/<path>, and its attributes
+ * without the fields a stat of ours never shows.
  */
 #ifndef WFS_NODE_H
 #define WFS_NODE_H
@@ -15,24 +22,34 @@
 #include <stdint.h>
 #include <sys/stat.h>
 
+/* The attributes shown for a node, from the NAS's stat. */
+struct node_stat {
+	uint64_t size, blocks;
+	int64_t atime, mtime, ctime;
+	uint32_t atime_ns, mtime_ns, ctime_ns;
+	uint32_t mode, nlink, uid, gid;
+};
+
 struct node {
 	struct node *hnext;
-	char *key;
-	uint64_t nlookup;
-	uint64_t serial;  /* st_ino shown: the NAS inode of the key object, so
-			   * readdir's d_ino and stat agree */
-	enum ns_kind kind;
-	char *rel;        /* DIR/LINK: the path; FILE: the first name it was seen by */
-	char *backing;    /* FILE: physical NAS path */
-	char *target;     /* LINK: readlink text */
-	char *blob_id;    /* FILE: the repo's name for it (set once), or NULL */
-	struct stat st;   /* last attributes presented */
-	int cache_ok;     /* FILE: size and mtime unchanged since the last open */
-	struct blob *blob; /* FILE: the blob (never freed while mounted) */
+	struct node *parent;  /* referenced; NULL for the root */
+	uint64_t nlookup;     /* the kernel's lookups */
+	uint32_t children;    /* nodes whose parent this is */
+	uint8_t kind;         /* enum ns_kind */
+	uint8_t cache_ok;     /* FILE: size and mtime unchanged since the last open */
+	uint8_t own_id;       /* blob_id is malloc'ed, not inside name */
+	uint64_t dev;         /* FILE: the key object's device */
+	uint64_t serial;      /* st_ino shown: the NAS inode of the key object, so
+			       * readdir's d_ino and stat agree */
+	char *aux;            /* FILE: NAS path when not NAS_HUB/<path>; LINK: link text */
+	const char *blob_id;  /* FILE: the repo's name for it (set once), or NULL */
+	struct blob *blob;    /* FILE: the blob (never freed while mounted) */
 	/* Open tallies (under the table lock): the kernel wants all opens of
 	 * an inode alike, passthrough with one backing id or daemon-served. */
 	int pt_opens, daemon_opens, backing_id;
 	uint64_t daemon_reads; /* READ requests we served (atomic) */
+	struct node_stat st;  /* last attributes presented */
+	char name[];          /* FILE: the first name it was seen by */
 };
 
 struct node_table {
@@ -40,19 +57,34 @@ struct node_table {
 	struct node **buckets;
 	size_t nbuckets, count;
 	struct node *root;
+	const char *nas;      /* NAS_HUB: file paths are stored relative to it */
 };
 
-int node_table_init(struct node_table *t, const struct ns_entry *root_entry);
+int node_table_init(struct node_table *t, const char *nas, const struct ns_entry *root_entry);
 void node_table_destroy(struct node_table *t);
 
-/* Find or create the node for @rel classified as @e, take one lookup
- * reference, refresh its attributes.  Returns NULL with errno set. */
-struct node *node_get(struct node_table *t, const char *rel, const struct ns_entry *e);
+/* Find or create the node for @name in @parent, classified as @e, take one
+ * lookup reference, refresh its attributes.  Returns NULL with errno set. */
+struct node *node_get(struct node_table *t, struct node *parent, const char *name,
+		      const struct ns_entry *e);
 
-/* Drop @n lookups; frees the node at zero (never the root). */
+/* Drop @n lookups; frees the node (and parents left unused) at zero. */
 void node_forget(struct node_table *t, struct node *n, uint64_t nlookup);
+
+/* The node's mount-relative path ("" for the root); -ENAMETOOLONG. */
+int node_path(const struct node *n, char *buf, size_t sz);
+
+/* FILE: the NAS path it reads (under the table lock). */
+void node_backing(struct node_table *t, const struct node *n, char *buf, size_t sz);
+
+/* LINK: the link text shown (under the table lock). */
+void node_target(struct node_table *t, const struct node *n, char *buf, size_t sz);
 
 /* Copy a node's attributes under the table lock. */
 void node_attr(struct node_table *t, struct node *n, struct stat *st);
+
+/* With the table lock held: record @st as presented; returns 1 if size or
+ * mtime differ from what was (and clears cache_ok then). */
+int node_set_stat_locked(struct node *n, const struct stat *st);
 
 #endif

@@ -45,12 +45,11 @@ fuse_ino_t ino_of(struct wfs *w, struct node *n)
 	return n == w->nodes.root ? FUSE_ROOT_ID : (fuse_ino_t)(uintptr_t)n;
 }
 
-/* The node's path, copied under the table lock (a lookup may replace it). */
+/* The node's mount-relative path (names never change: no lock). */
 void node_rel(struct wfs *w, struct node *n, char *buf, size_t sz)
 {
-	pthread_mutex_lock(&w->nodes.lock);
-	snprintf(buf, sz, "%s", n->rel ? n->rel : "");
-	pthread_mutex_unlock(&w->nodes.lock);
+	(void)w;
+	node_path(n, buf, sz);
 }
 
 static void init(void *data, struct fuse_conn_info *conn)
@@ -122,7 +121,7 @@ int do_lookup(struct wfs *w, struct node *parent, const char *name,
 		wfs_log(w, LOG_DEBUG, "link %s shown as is: %s", rel,
 			ns_link_state_name(ent->link_state));
 	if (r == 0) {
-		n = node_get(&w->nodes, rel, ent);
+		n = node_get(&w->nodes, parent, name, ent);
 		if (!n)
 			r = -errno;
 		else
@@ -140,22 +139,18 @@ int do_lookup(struct wfs *w, struct node *parent, const char *name,
 struct blob *node_blob(struct wfs *w, struct node *n)
 {
 	struct blob *b = __atomic_load_n(&n->blob, __ATOMIC_ACQUIRE);
-	char backing[PATH_MAX], id[NAME_MAX + 1];
+	char backing[PATH_MAX], rel[PATH_MAX];
+	const char *id;
 	struct stat st;
 
 	if (b || n->kind != NS_FILE)
 		return b;
-	pthread_mutex_lock(&w->nodes.lock);
-	if (!n->rel || !hub_holds_weights(n->rel)) {
-		/* a ref, a marker, a client's file: never copied */
-		pthread_mutex_unlock(&w->nodes.lock);
-		return NULL;
-	}
-	snprintf(backing, sizeof(backing), "%s", n->backing);
-	snprintf(id, sizeof(id), "%s", n->blob_id ? n->blob_id : "");
-	st = n->st;
-	pthread_mutex_unlock(&w->nodes.lock);
-	b = store_blob(&w->store, backing, &st, id);
+	if (node_path(n, rel, sizeof(rel)) < 0 || !hub_holds_weights(rel))
+		return NULL; /* a ref, a marker, a client's file: never copied */
+	node_backing(&w->nodes, n, backing, sizeof(backing));
+	id = __atomic_load_n(&n->blob_id, __ATOMIC_ACQUIRE);
+	node_attr(&w->nodes, n, &st);
+	b = store_blob(&w->store, backing, &st, id ? id : "");
 	if (b) {
 		__atomic_store_n(&b->fs_ino, ino_of(w, n), __ATOMIC_RELAXED);
 		__atomic_store_n(&n->blob, b, __ATOMIC_RELEASE);
@@ -214,25 +209,23 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 
 	/* Refresh from the NAS: a file's size or mtime may change there. */
 	if (n->kind != NS_LINK) {
-		pthread_mutex_lock(&w->nodes.lock);
-		if (n->kind == NS_FILE)
-			snprintf(path, sizeof(path), "%s", n->backing);
-		else
-			path_join(w->roots.path[0], n->rel, path, sizeof(path));
-		pthread_mutex_unlock(&w->nodes.lock);
+		struct blob *b = __atomic_load_n(&n->blob, __ATOMIC_ACQUIRE);
+
+		if (n->kind == NS_FILE) {
+			node_backing(&w->nodes, n, path, sizeof(path));
+		} else {
+			char rel[PATH_MAX];
+
+			node_path(n, rel, sizeof(rel));
+			path_join(w->roots.path[0], rel, path, sizeof(path));
+		}
 		if (stat(path, &st) == 0) {
 			pthread_mutex_lock(&w->nodes.lock);
-			if (st.st_size != n->st.st_size ||
-			    st.st_mtim.tv_sec != n->st.st_mtim.tv_sec ||
-			    st.st_mtim.tv_nsec != n->st.st_mtim.tv_nsec)
-				n->cache_ok = 0;
-			st.st_ino = n->serial;
-			st.st_mode &= ~(mode_t)0222;
-			n->st = st;
+			node_set_stat_locked(n, &st);
 			pthread_mutex_unlock(&w->nodes.lock);
 			/* New NAS attributes make the blob re-check its source. */
-			if (n->kind == NS_FILE && n->blob)
-				store_blob(&w->store, path, &st, NULL);
+			if (n->kind == NS_FILE && b)
+				store_source_attrs(&w->store, b, &st);
 		}
 	}
 	node_attr(&w->nodes, n, &st);
@@ -249,9 +242,7 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
-	pthread_mutex_lock(&w->nodes.lock);
-	snprintf(buf, sizeof(buf), "%s", n->target);
-	pthread_mutex_unlock(&w->nodes.lock);
+	node_target(&w->nodes, n, buf, sizeof(buf));
 	fuse_reply_readlink(req, buf);
 }
 

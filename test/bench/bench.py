@@ -1406,7 +1406,10 @@ def mount(ctx):
     ctx.local = os.path.join(ctx.workdir, "local")
     ctx.mnt = os.path.join(ctx.workdir, "mnt")
     os.makedirs(ctx.mnt, exist_ok=True)
-    cmd = [a.wfs] + sum((["-o", o] for o in a.wfs_opt), []) + [ctx.hub, ctx.local, ctx.mnt]
+    # NAS-path figures must stay NAS-path: nothing becomes local unless a
+    # measurement promotes it (an --wfs-opt auto_promote=... overrides).
+    opts = ["auto_promote=off"] + list(a.wfs_opt)
+    cmd = [a.wfs] + sum((["-o", o] for o in opts), []) + [ctx.hub, ctx.local, ctx.mnt]
     log("mounting:", " ".join(cmd))
     r = subprocess.run(cmd, timeout=120, capture_output=True, text=True)
     if r.returncode != 0:

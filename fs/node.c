@@ -274,7 +274,7 @@ static int node_matches(const struct node *n, const struct node *parent, const c
 }
 
 struct node *node_get(struct node_table *t, struct node *parent, const char *name,
-		      const struct ns_entry *e)
+		      const struct ns_entry *e, int weights)
 {
 	struct node *n;
 	uint64_t h;
@@ -298,6 +298,8 @@ struct node *node_get(struct node_table *t, struct node *parent, const char *nam
 	r = node_update(t, n, e);
 	if (r == 0) {
 		n->nlookup++;
+		if (weights)
+			__atomic_store_n(&n->weights, 1, __ATOMIC_RELAXED);
 		if (made) {
 			if (t->count + 1 > t->nbuckets)
 				grow(t);

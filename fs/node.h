@@ -38,6 +38,8 @@ struct node {
 	uint8_t kind;         /* enum ns_kind */
 	uint8_t cache_ok;     /* FILE: size and mtime unchanged since the last open */
 	uint8_t own_id;       /* blob_id is malloc'ed, not inside name */
+	uint8_t weights;      /* FILE: reached by a name that may be copied
+			       * (hub_holds_weights), under any of its names */
 	uint64_t dev;         /* FILE: the key object's device */
 	uint64_t serial;      /* st_ino shown: the NAS inode of the key object, so
 			       * readdir's d_ino and stat agree */
@@ -64,9 +66,10 @@ int node_table_init(struct node_table *t, const char *nas, const struct ns_entry
 void node_table_destroy(struct node_table *t);
 
 /* Find or create the node for @name in @parent, classified as @e, take one
- * lookup reference, refresh its attributes.  Returns NULL with errno set. */
+ * lookup reference, refresh its attributes.  @weights: this name may be
+ * copied (hub_holds_weights).  Returns NULL with errno set. */
 struct node *node_get(struct node_table *t, struct node *parent, const char *name,
-		      const struct ns_entry *e);
+		      const struct ns_entry *e, int weights);
 
 /* Drop @n lookups; frees the node (and parents left unused) at zero. */
 void node_forget(struct node_table *t, struct node *n, uint64_t nlookup);

@@ -121,7 +121,7 @@ int do_lookup(struct wfs *w, struct node *parent, const char *name,
 		wfs_log(w, LOG_DEBUG, "link %s shown as is: %s", rel,
 			ns_link_state_name(ent->link_state));
 	if (r == 0) {
-		n = node_get(&w->nodes, parent, name, ent);
+		n = node_get(&w->nodes, parent, name, ent, hub_holds_weights(rel));
 		if (!n)
 			r = -errno;
 		else
@@ -139,14 +139,17 @@ int do_lookup(struct wfs *w, struct node *parent, const char *name,
 struct blob *node_blob(struct wfs *w, struct node *n)
 {
 	struct blob *b = __atomic_load_n(&n->blob, __ATOMIC_ACQUIRE);
-	char backing[PATH_MAX], rel[PATH_MAX];
+	char backing[PATH_MAX];
 	const char *id;
 	struct stat st;
 
 	if (b || n->kind != NS_FILE)
 		return b;
-	if (node_path(n, rel, sizeof(rel)) < 0 || !hub_holds_weights(rel))
-		return NULL; /* a ref, a marker, a client's file: never copied */
+	/* A ref, a marker, a client's file: never copied.  A NAS file with a
+	 * name under a repo's blobs/ or snapshots/ is, whatever name it was
+	 * first seen by (a hub-level blob store walked first, say). */
+	if (!__atomic_load_n(&n->weights, __ATOMIC_RELAXED))
+		return NULL;
 	node_backing(&w->nodes, n, backing, sizeof(backing));
 	id = __atomic_load_n(&n->blob_id, __ATOMIC_ACQUIRE);
 	node_attr(&w->nodes, n, &st);

@@ -396,6 +396,27 @@ class EqualSizePacks(unittest.TestCase):
             os.close(fb)
 
 
+class HubLevelStore(unittest.TestCase):
+    def test_blob_first_seen_outside_a_repo_is_still_served_local(self):
+        # A site keeps its blobs in <hub>/blobs/, the repo's blobs/ link
+        # there.  A walk that reaches the hub-level name first must not make
+        # the repo's name of the same NAS file uncopyable.
+        e = next(e for e in FIX.of("file") if e["path"].startswith("models--acme--hubstore/blobs/")
+                 and e["nas_real"].startswith("blobs/") and e["size"] > 1000)
+        top = FIX.m(e["nas_real"])
+        self.assertEqual(os.stat(top).st_size, e["size"])   # the kernel now holds this name
+        self.assertEqual(hashlib.sha256(read_mount(top)).hexdigest(), e["sha256"])
+        path = FIX.m(e["path"])
+        self.assertEqual(os.stat(path).st_ino, os.stat(top).st_ino, "one NAS file, one inode")
+        self.addCleanup(lambda: run_wfsctl(["evict", "--force", path]))
+        ctl_check(self, ["promote", "--wait", path])
+        self.assertEqual(state_of(path), "local", "the repo's name after promote --wait")
+        self.assertEqual(hashlib.sha256(read_mount(path)).hexdigest(), e["sha256"])
+        rc, out, err = run_wfsctl(["promote", top])
+        self.assertNotEqual(rc, 0, "promote of the hub-level name (not weight data) exited 0")
+        self.assertIn("not weight data", err)
+
+
 # ------------------------------------------------------------------ 6
 
 class SourceChanged(unittest.TestCase):

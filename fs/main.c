@@ -604,11 +604,17 @@ int main(int argc, char **argv)
 		fuse_loop_cfg_destroy(cfg);
 	}
 	wfs_log(&w, LOG_INFO, "unmounting %s", w.opt.mnt);
+	/* First: closing the device ends every request still waiting for an
+	 * answer we will not give.  Our read-ahead thread may be in a stat()
+	 * of the mount (a SIGTERM right after start-up), and anyone else's
+	 * stat would hang until then too. */
+	fuse_session_unmount(w.se);
 	control_stop(&w.ctl);
 	if (w.ra_started)
 		pthread_join(w.ra_thread, NULL);
 	metrics_writer_stop(&w.metrics); /* reads the store; removes the file */
-	/* Before the session goes: the invalidator still talks to it. */
+	/* Before the session goes: the invalidator still talks to it (with
+	 * the device closed its notices fail at once instead of waiting). */
 	store_close(&w.store); /* cancels copies, writes the index */
 	w.store_open = 0;
 	if (w.inval_started) {

@@ -53,6 +53,8 @@ static const struct cmd cmds[] = {
 	  "[--wait] [--pin] [--dry-run] [--force] PATH...",
 "Copy every blob under each PATH (a repo, a revision, a directory, a file or\n"
 "a glob) to the local store, verified, so reads stop going to the NAS.\n"
+"Only a repo's blobs/ and snapshots/ are copied: refs, .no_exist, trees/,\n"
+".locks and top-level files are always read from the NAS (named, refused).\n"
 "Prints how many blobs and bytes were queued.\n"
 "\n"
 "options:\n"

@@ -278,8 +278,9 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 /* Reads of NAS files use O_DIRECT where the filesystem allows it: the bytes
  * land only in the FUSE inode's page cache, never in the NAS file's too, and
  * an NFS client's stale cache is not consulted.  Aligned requests (all of
- * the kernel's page-cache reads) are spliced from the descriptor; others
- * are read into an aligned bounce buffer. */
+ * the kernel's page-cache reads) are handed to libfuse as the descriptor,
+ * which splices them when the reply fits its pipe and otherwise reads them
+ * into a buffer of its own; others are read into an aligned bounce buffer. */
 #define DIO_ALIGN 4096
 
 static void read_bounce(fuse_req_t req, int fd, size_t size, off_t off, int drop)

@@ -96,6 +96,7 @@ static void put_stat(struct node_stat *s, const struct stat *st)
 	s->nlink = (uint32_t)st->st_nlink;
 	s->uid = st->st_uid;
 	s->gid = st->st_gid;
+	s->blksize = (uint32_t)st->st_blksize; /* an I/O size hint readers use */
 }
 
 int node_set_stat_locked(struct node *n, const struct stat *st)
@@ -120,6 +121,7 @@ void node_attr(struct node_table *t, struct node *n, struct stat *st)
 	st->st_gid = n->st.gid;
 	st->st_size = (off_t)n->st.size;
 	st->st_blocks = (blkcnt_t)n->st.blocks;
+	st->st_blksize = (blksize_t)n->st.blksize;
 	st->st_atim.tv_sec = n->st.atime;
 	st->st_atim.tv_nsec = n->st.atime_ns;
 	st->st_mtim.tv_sec = n->st.mtime;

@@ -27,7 +27,7 @@ struct node_stat {
 	uint64_t size, blocks;
 	int64_t atime, mtime, ctime;
 	uint32_t atime_ns, mtime_ns, ctime_ns;
-	uint32_t mode, nlink, uid, gid;
+	uint32_t mode, nlink, uid, gid, blksize;
 };
 
 struct node {

@@ -104,26 +104,17 @@ def pid_from_lock(local):
 
 def _read_all(root, entries):
     """As the reader: every file's bytes through `root`; the problems."""
-    import hashlib
     bad, total = [], 0
     for path, sha, size in entries:
-        h = hashlib.sha256()
-        n = 0
         try:
-            with open(os.path.join(root, path), "rb", buffering=0) as f:
-                while True:
-                    b = f.read(MiB)
-                    if not b:
-                        break
-                    h.update(b)
-                    n += len(b)
+            got, n = wfstest.sha256_file(os.path.join(root, path))
         except OSError as e:
             bad.append("%s: %s" % (path, wfstest.errname(e.errno)))
             continue
         total += n
-        if (h.hexdigest(), n) != (sha, size):
+        if (got, n) != (sha, size):
             bad.append("%s: read %d bytes sha256 %s, NAS has %d bytes %s"
-                       % (path, n, h.hexdigest()[:12], size, sha[:12]))
+                       % (path, n, got[:12], size, sha[:12]))
     return bad, total
 
 

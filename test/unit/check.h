@@ -2,7 +2,10 @@
 #ifndef WFS_CHECK_H
 #define WFS_CHECK_H
 
+#include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 struct check_count {
 	int passed, failed;
@@ -19,5 +22,17 @@ struct check_count {
 			fputc('\n', stderr);                                   \
 		}                                                              \
 	} while (0)
+
+/* Write @n bytes of @buf to @path (created or truncated): a fixture the
+ * test cannot do without, so a failure ends the test program (exit 2). */
+static inline void check_write_file(const char *path, const void *buf, size_t n)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+
+	if (fd < 0 || (n && write(fd, buf, n) != (ssize_t)n) || close(fd) < 0) {
+		perror(path);
+		exit(2);
+	}
+}
 
 #endif

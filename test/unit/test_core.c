@@ -22,15 +22,9 @@ static char top[PATH_MAX];
 static void mk(const char *rel, const char *content)
 {
 	char p[PATH_MAX * 2];
-	int fd;
 
 	snprintf(p, sizeof(p), "%s/%s", top, rel);
-	fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-	if (fd < 0 || write(fd, content, strlen(content)) < 0) {
-		perror(p);
-		exit(2);
-	}
-	close(fd);
+	check_write_file(p, content, strlen(content));
 }
 
 static void dir(const char *rel)

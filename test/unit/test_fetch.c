@@ -36,15 +36,6 @@ static unsigned char *pattern(size_t n, uint64_t seed)
 	return b;
 }
 
-static void put(const char *path, const void *buf, size_t n)
-{
-	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-
-	if (fd < 0 || (n && write(fd, buf, n) != (ssize_t)n) || close(fd) < 0) {
-		perror(path);
-		exit(2);
-	}
-}
 
 /* The whole file, or NULL; *n gets its size. */
 static unsigned char *get(const char *path, size_t *n)
@@ -162,29 +153,29 @@ static void test_sample(struct check_count *c)
 	int fd;
 
 	path_of(p, "sample");
-	put(p, buf, n);
+	check_write_file(p, buf, n);
 	fd = open(p, O_RDONLY);
 	CHECK(c, source_sample(fd, n, a) == 0, "sample");
 	close(fd);
 	buf[n / 2] ^= 1;  /* in the middle region */
-	put(p, buf, n);
+	check_write_file(p, buf, n);
 	fd = open(p, O_RDONLY);
 	CHECK(c, source_sample(fd, n, b) == 0 && strcmp(a, b) != 0, "middle byte changes sample");
 	close(fd);
 	buf[n / 2] ^= 1;
 	buf[100000] ^= 1;  /* between head and middle: not sampled, by design */
-	put(p, buf, n);
+	check_write_file(p, buf, n);
 	fd = open(p, O_RDONLY);
 	CHECK(c, source_sample(fd, n, d) == 0 && strcmp(a, d) == 0, "unsampled byte");
 	CHECK(c, source_sample(fd, n + 1, d) == -ENODATA, "file shorter than size");
 	close(fd);
 	/* a small file is hashed whole, so any byte counts */
-	put(p, buf, 1000);
+	check_write_file(p, buf, 1000);
 	fd = open(p, O_RDONLY);
 	source_sample(fd, 1000, a);
 	close(fd);
 	buf[999] ^= 1;
-	put(p, buf, 1000);
+	check_write_file(p, buf, 1000);
 	fd = open(p, O_RDONLY);
 	source_sample(fd, 1000, b);
 	CHECK(c, strcmp(a, b) != 0, "small file last byte");
@@ -209,7 +200,7 @@ static void copy_ok(struct check_count *c, size_t n, const char *dir_src, const 
 		git_sha1_hex(buf, n, name);
 	snprintf(src, sizeof(src), "%s/src-%zu", dir_src, n);
 	path_of(tmp, "tmp-copy");
-	put(src, buf, n);
+	check_write_file(src, buf, n);
 	r = fetch_copy_verify(src, n, tmp, name, 0, &prog, &res);
 	CHECK(c, r == 0, "copy %zu: %d %s", n, r, res.reason);
 	back = get(tmp, &got);
@@ -286,7 +277,7 @@ static void meddled(struct check_count *c, int what, uint64_t bw, int want_err, 
 	pthread_t t;
 
 	path_of(src, "meddled");
-	put(src, buf, n);
+	check_write_file(src, buf, n);
 	pthread_create(&t, NULL, meddle, &m);
 	/* throttled: the later chunks are read well after the meddling */
 	copy_fails(c, src, n, NULL, bw, &prog, want_err, why);
@@ -306,7 +297,7 @@ static void test_failures(struct check_count *c)
 	int r;
 
 	path_of(src, "named");
-	put(src, buf, n);
+	check_write_file(src, buf, n);
 	sha256_hex(buf, n, name);
 	name[0] = name[0] == '0' ? '1' : '0';
 	copy_fails(c, src, n, name, 0, NULL, -EBADMSG, "wrong sha256 name");
@@ -327,7 +318,7 @@ static void test_failures(struct check_count *c)
 	unlink(tmp);
 
 	path_of(tmp, "exists");
-	put(tmp, "keep", 4);
+	check_write_file(tmp, "keep", 4);
 	r = fetch_copy_verify(src, n, tmp, NULL, 0, NULL, &res);
 	back = get(tmp, &got);
 	CHECK(c, r == -EEXIST, "existing tmp: %d", r);

@@ -35,17 +35,11 @@ static struct check_count c;
 static void put(const char *rel, size_t n, unsigned seed)
 {
 	char p[PATH_MAX * 2], *buf = malloc(n ? n : 1);
-	int fd;
 
 	for (size_t i = 0; i < n; i++)
 		buf[i] = (char)(seed * 131 + i * 7 + i / 4093);
 	snprintf(p, sizeof(p), "%s/%s", top, rel);
-	fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-	if (fd < 0 || write(fd, buf, n) != (ssize_t)n) {
-		perror(p);
-		exit(2);
-	}
-	close(fd);
+	check_write_file(p, buf, n);
 	free(buf);
 }
 
@@ -76,15 +70,14 @@ static void snap_link(const char *repo, const char *rev, const char *name, const
 static void set_ref(const char *repo, const char *rev)
 {
 	char p[PATH_MAX * 2], q[PATH_MAX * 2];
-	int fd;
 
 	snprintf(p, sizeof(p), "%s/refs", repo);
 	snprintf(q, sizeof(q), "hub/%s", p);
 	mkdirs(q);
 	snprintf(p, sizeof(p), "%s/hub/%s/refs/main.tmp", top, repo);
 	snprintf(q, sizeof(q), "%s/hub/%s/refs/main", top, repo);
-	fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-	if (fd < 0 || write(fd, rev, strlen(rev)) < 0 || close(fd) < 0 || rename(p, q) < 0)
+	check_write_file(p, rev, strlen(rev));
+	if (rename(p, q) < 0)
 		exit(2);
 }
 
@@ -318,15 +311,12 @@ static void make_shards(void)
 	}
 	{
 		char p[PATH_MAX * 2];
-		int fd;
 		const char *idx = "{\"weight_map\":{\"x\":\"part-a.safetensors\","
 				  "\"y\":\"part-b.safetensors\"}}";
 
 		snprintf(p, sizeof(p), "%s/hub/models--t--shards/snapshots/r1/"
 			 "consolidated.safetensors.index.json", top);
-		fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-		if (fd < 0 || write(fd, idx, strlen(idx)) < 0 || close(fd) < 0)
-			exit(2);
+		check_write_file(p, idx, strlen(idx));
 	}
 	put("hub/models--t--shards/blobs/g", 64 * KiB, 30);
 	snap_link("models--t--shards", "r1", "q4.gguf", "g");

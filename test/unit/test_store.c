@@ -17,15 +17,9 @@ static char top[PATH_MAX];
 static void put(const char *rel, const char *content, size_t n)
 {
 	char p[PATH_MAX * 2];
-	int fd;
 
 	snprintf(p, sizeof(p), "%s/%s", top, rel);
-	fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-	if (fd < 0 || write(fd, content, n) != (ssize_t)n) {
-		perror(p);
-		exit(2);
-	}
-	close(fd);
+	check_write_file(p, content, n);
 }
 
 static enum blob_state wait_settled(struct store *s, struct blob *b)

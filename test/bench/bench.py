@@ -929,6 +929,36 @@ def wait_daemon_exit(pid, timeout=10.0):
     return True
 
 
+def wfs_argv(a, hub, local, mnt, opts=()):
+    """The daemon's command line: OPTS, then --wfs-opt (which may override)."""
+    return [a.wfs] + sum((["-o", o] for o in list(opts) + list(a.wfs_opt)), []) + [hub, local, mnt]
+
+
+def many_fixture(ctx, name, n):
+    """A hub of its own, `wfs-mkhub --scale-mib 1 --many N` in WORKDIR/NAME,
+    and where to mount it.  Returns (manifest, hub, the mount's record in
+    ctx.extra_mounts ({"mnt", "local"}: cleaned up at exit), wfs argv,
+    seconds the generator took)."""
+    a = ctx.args
+    d = os.path.join(ctx.workdir, name)
+    fx = os.path.join(d, "fixture")
+    os.makedirs(d, exist_ok=True)
+    cmd = [a.mkhub, "--scale-mib", "1", "--many", str(n), "--seed", str(a.seed), fx]
+    log("  generating:", " ".join(cmd))
+    t0 = time.perf_counter()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=sys.stderr)
+    gen_s = time.perf_counter() - t0
+    log(f"  generated in {gen_s:.1f} s")
+    with open(os.path.join(fx, "manifest.json")) as f:
+        man = json.load(f)
+    hub = man.get("hub") or os.path.join(fx, "hub")
+    local, mnt = os.path.join(d, "local"), os.path.join(d, "mnt")
+    os.makedirs(mnt, exist_ok=True)
+    m = {"mnt": mnt, "local": local}
+    ctx.extra_mounts.append(m)
+    return man, hub, m, wfs_argv(a, hub, local, mnt), gen_s
+
+
 def m_startup(ctx):
     """Start-up with N verified blobs (--startup-many, default 1000): a
     separate fixture with `wfs-mkhub --many N`, its datasets--acme--many repo
@@ -937,18 +967,8 @@ def m_startup(ctx):
     with user.wfs.state = local.  Cold (caches dropped) and warm; seconds."""
     a = ctx.args
     n = a.startup_many
-    sdir = os.path.join(ctx.workdir, "startup")
-    fx = os.path.join(sdir, "fixture")
-    os.makedirs(sdir, exist_ok=True)
-    cmd = [a.mkhub, "--scale-mib", "1", "--many", str(n), "--seed", str(a.seed), fx]
-    log("  generating:", " ".join(cmd))
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=sys.stderr)
-    with open(os.path.join(fx, "manifest.json")) as f:
-        man = json.load(f)
-    hub = man.get("hub") or os.path.join(fx, "hub")
-    local = os.path.join(sdir, "local")
-    mnt = os.path.join(sdir, "mnt")
-    os.makedirs(mnt, exist_ok=True)
+    man, hub, m, wcmd, _ = many_fixture(ctx, "startup", n)
+    local, mnt = m["local"], m["mnt"]
     repo = "datasets--acme--many"
     # a snapshot entry of the repo (a link to its blob), as a loader opens it
     probe = next((e for e in man["entries"] if e["path"].startswith(repo + "/snapshots/")
@@ -956,9 +976,6 @@ def m_startup(ctx):
     if probe is None:
         raise RuntimeError(f"no snapshot link in {repo} of the startup fixture")
     probe_path = os.path.join(mnt, probe["path"])
-    wcmd = [a.wfs] + sum((["-o", o] for o in a.wfs_opt), []) + [hub, local, mnt]
-    m = {"mnt": mnt, "local": local}
-    ctx.extra_mounts.append(m)
 
     def do_mount():
         r = subprocess.run(wcmd, timeout=120, capture_output=True, text=True)
@@ -1250,25 +1267,9 @@ def m_memory(ctx):
     inodes: what the daemon gives back)."""
     a = ctx.args
     n = a.memory_many
-    mdir = os.path.join(ctx.workdir, "memory")
-    fx = os.path.join(mdir, "fixture")
-    os.makedirs(mdir, exist_ok=True)
-    cmd = [a.mkhub, "--scale-mib", "1", "--many", str(n), "--seed", str(a.seed), fx]
-    log("  generating:", " ".join(cmd))
-    t0 = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=sys.stderr)
-    gen_s = time.perf_counter() - t0
-    log(f"  generated in {gen_s:.1f} s")
-    with open(os.path.join(fx, "manifest.json")) as f:
-        man = json.load(f)
-    hub = man.get("hub") or os.path.join(fx, "hub")
+    man, hub, m, wcmd, gen_s = many_fixture(ctx, "memory", n)
+    local, mnt = m["local"], m["mnt"]
     del man
-    local = os.path.join(mdir, "local")
-    mnt = os.path.join(mdir, "mnt")
-    os.makedirs(mnt, exist_ok=True)
-    wcmd = [a.wfs] + sum((["-o", o] for o in a.wfs_opt), []) + [hub, local, mnt]
-    m = {"mnt": mnt, "local": local}
-    ctx.extra_mounts.append(m)
     try:
         log("  mounting:", " ".join(wcmd))
         r = subprocess.run(wcmd, timeout=120, capture_output=True, text=True)
@@ -1408,8 +1409,7 @@ def mount(ctx):
     os.makedirs(ctx.mnt, exist_ok=True)
     # NAS-path figures must stay NAS-path: nothing becomes local unless a
     # measurement promotes it (an --wfs-opt auto_promote=... overrides).
-    opts = ["auto_promote=off"] + list(a.wfs_opt)
-    cmd = [a.wfs] + sum((["-o", o] for o in opts), []) + [ctx.hub, ctx.local, ctx.mnt]
+    cmd = wfs_argv(a, ctx.hub, ctx.local, ctx.mnt, ["auto_promote=off"])
     log("mounting:", " ".join(cmd))
     r = subprocess.run(cmd, timeout=120, capture_output=True, text=True)
     if r.returncode != 0:

@@ -116,15 +116,6 @@ def read_through(path, limit=None):
     return bytes(out)
 
 
-def drop_pages(path):
-    """Make the next read of `path` reach the daemon again."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
 class Hot(unittest.TestCase):
     def test_read_past_threshold_promotes_without_wfsctl(self):
         p = snap("big.bin")
@@ -136,7 +127,7 @@ class Hot(unittest.TestCase):
         self.assertEqual(left, {}, "8 MiB read through the mount (threshold 2 MiB): not promoted")
         print("\n  big.bin (8 MiB) read once: local %.1f s later (auto cap %d MB/s)"
               % (took, AUTO_MBPS), file=sys.stderr)
-        drop_pages(p)
+        wfstest.drop_pages(p)
         self.assertTrue(read_through(p) == Fix.files["big.bin"], "bytes read from the copy differ")
         st = ctl_json(self, ["status", Fix.mounts["on"].mnt])
         self.assertGreaterEqual(st.get("auto", {}).get("queued", 0), 1, st.get("auto"))
@@ -192,7 +183,7 @@ class Off(unittest.TestCase):
         for _ in range(3):
             for p in paths:
                 self.assertTrue(read_through(p) == Fix.files[os.path.relpath(p, snapdir)], p)
-                drop_pages(p)
+                wfstest.drop_pages(p)
         time.sleep(2.0)
         states = {os.path.relpath(p, snapdir): state_of(p) for p in paths}
         self.assertEqual({k: v for k, v in states.items() if v != "nas"}, {},
@@ -215,7 +206,7 @@ class Siblings(unittest.TestCase):
         print("\n  shard 2 of 4 read: all 4 shards (12 MiB) local %.1f s later"
               % (time.monotonic() - t0), file=sys.stderr)
         for i, p in enumerate(shards, 1):
-            drop_pages(p)
+            wfstest.drop_pages(p)
             self.assertTrue(read_through(p) == Fix.files["model-%05d-of-00004.safetensors" % i], p)
 
     def test_weight_map_lists_siblings(self):
@@ -233,7 +224,7 @@ class Exclusions(unittest.TestCase):
         for _ in range(3):
             for p, n in ((pack, "pack/extra.bin"), (gguf, "q4.gguf")):
                 self.assertTrue(read_through(p) == Fix.files[n], p)
-                drop_pages(p)
+                wfstest.drop_pages(p)
         time.sleep(1.5)
         self.assertEqual((state_of(pack), state_of(gguf)), ("nas", "nas"),
                          "excluded files read 3 times past the threshold")

@@ -104,14 +104,6 @@ def read_ok(path, want):
     return hashlib.sha256(got).digest() == hashlib.sha256(want).digest()
 
 
-def drop_pages(path):
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
 class Limit(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -172,7 +164,7 @@ class Limit(unittest.TestCase):
                                 bad.append("%s@%d" % (n, off))
                         finally:
                             os.close(fd)
-                        drop_pages(p)
+                        wfstest.drop_pages(p)
                     except OSError as e:
                         errors.append("%s: %s" % (n, wfstest.errname(e.errno)))
         t0 = time.monotonic()

@@ -72,11 +72,6 @@ def snapshot_entry(fix, repo, rel_in_snapshot, ref="main"):
     return fix.by_path["%s/snapshots/%s/%s" % (repo, rev, rel_in_snapshot)]
 
 
-def read_mount(path):
-    with open(path, "rb", buffering=0) as f:
-        return f.read()
-
-
 # ------------------------------------------------------------------ 1
 
 class LocalReads(unittest.TestCase):
@@ -319,7 +314,7 @@ class SwapUnderLoad(unittest.TestCase):
                 m.close()
             for fd in fds:
                 os.close(fd)
-        self.assertEqual(hashlib.sha256(read_mount(path)).hexdigest(), e["sha256"])
+        self.assertEqual(hashlib.sha256(wfstest.read_file(path)).hexdigest(), e["sha256"])
 
 
 # ------------------------------------------------------------------ 4
@@ -342,7 +337,7 @@ class Mismatch(unittest.TestCase):
                       "promote --wait output does not say mismatch:\nstdout: %s\nstderr: %s" % (out, err))
         self.assertEqual(state_of(path), "mismatch")
         self.assertEqual(state_of(FIX.m(e["path"])), "mismatch")
-        self.assertTrue(read_mount(path) == nas_bytes, "reads through the mount are not the NAS bytes")
+        self.assertTrue(wfstest.read_file(path) == nas_bytes, "reads through the mount are not the NAS bytes")
 
         st = ctl_json(self, ["status", FIX.mnt])
         flagged = [f for f in st.get("flagged", []) if f.get("id") == e["blob_id"]]
@@ -405,13 +400,13 @@ class HubLevelStore(unittest.TestCase):
                  and e["nas_real"].startswith("blobs/") and e["size"] > 1000)
         top = FIX.m(e["nas_real"])
         self.assertEqual(os.stat(top).st_size, e["size"])   # the kernel now holds this name
-        self.assertEqual(hashlib.sha256(read_mount(top)).hexdigest(), e["sha256"])
+        self.assertEqual(hashlib.sha256(wfstest.read_file(top)).hexdigest(), e["sha256"])
         path = FIX.m(e["path"])
         self.assertEqual(os.stat(path).st_ino, os.stat(top).st_ino, "one NAS file, one inode")
         self.addCleanup(lambda: run_wfsctl(["evict", "--force", path]))
         ctl_check(self, ["promote", "--wait", path])
         self.assertEqual(state_of(path), "local", "the repo's name after promote --wait")
-        self.assertEqual(hashlib.sha256(read_mount(path)).hexdigest(), e["sha256"])
+        self.assertEqual(hashlib.sha256(wfstest.read_file(path)).hexdigest(), e["sha256"])
         rc, out, err = run_wfsctl(["promote", top])
         self.assertNotEqual(rc, 0, "promote of the hub-level name (not weight data) exited 0")
         self.assertIn("not weight data", err)
@@ -426,7 +421,7 @@ class SourceChanged(unittest.TestCase):
         self.assertGreater(e["size"], 4 * 65536)
         ctl_check(self, ["promote", "--wait", path])
         self.assertEqual(state_of(path), "local")
-        old = read_mount(path)        # the kernel now caches these pages
+        old = wfstest.read_file(path)        # the kernel now caches these pages
         self.assertEqual(hashlib.sha256(old).hexdigest(), e["sha256"])
 
         st = os.stat(nas)
@@ -454,7 +449,7 @@ class SourceChanged(unittest.TestCase):
                         "verify did not report %s demoted: rc %s, reply %s" % (e["path"], rc, rep))
         self.assertNotEqual(rc, 0, "wfsctl verify exited 0 though it demoted a blob")
         self.assertEqual(state_of(path), "nas", "state after the demotion")
-        got = read_mount(path)
+        got = wfstest.read_file(path)
         self.assertTrue(got == new, "after the demotion a new open reads %s bytes"
                         % ("the OLD (stale cache or stale copy)" if got == old else "wrong"))
         fd = os.open(path, os.O_RDONLY)
@@ -472,7 +467,7 @@ class SourceChanged(unittest.TestCase):
         path, nas = FIX.m(e["path"]), FIX.n(e["nas_real"])
         ctl_check(self, ["promote", "--wait", path])
         self.assertEqual(state_of(path), "local")
-        old = read_mount(path)
+        old = wfstest.read_file(path)
         self.assertEqual(hashlib.sha256(old).hexdigest(), e["sha256"])
         new = bytearray(old)
         new[-5000:] = bytes(b ^ 0x5A for b in new[-5000:])   # inside the sampled tail
@@ -485,11 +480,10 @@ class SourceChanged(unittest.TestCase):
         with open(nas, "r+b") as f:
             f.seek(len(old) - 5000)
             f.write(new[-5000:])
-        got = read_mount(path)
+        got = wfstest.read_file(path)
         self.assertTrue(got == new, "an open right after the NAS change reads %s bytes"
                         % ("the OLD (stale local copy)" if got == old else "wrong"))
         self.assertEqual(state_of(path), "nas", "state after the source changed")
-
 
 
 # ------------------------------------------------------------------ 8
@@ -545,7 +539,7 @@ class DryRunPinEvict(unittest.TestCase):
         ctl_check(self, ["evict", "--force", path])
         self.assertEqual(state_of(path), "nas")
         self.assertNotIn(added[0], wfstest.store_files(FIX.local), "evicted copy still in data/")
-        self.assertEqual(hashlib.sha256(read_mount(path)).hexdigest(), shard["sha256"])
+        self.assertEqual(hashlib.sha256(wfstest.read_file(path)).hexdigest(), shard["sha256"])
         wfstest.drop_caches()
         self.assertEqual(wfstest.sha256_file(path), (shard["sha256"], shard["size"]))
         repo, _ = wfstest.repo_status(self, FIX.mnt, self.REPO)

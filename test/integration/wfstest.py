@@ -405,6 +405,16 @@ def read_file(path):
         return f.read()
 
 
+def drop_pages(path):
+    """Drop the kernel's cached pages of one file: its next read reaches the
+    daemon (or the passthrough backing) again."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
 def errno_of(fn, *args, **kw):
     """Errno of the OSError fn raises, or None if it succeeded."""
     try:

@@ -121,6 +121,14 @@ static void sample(struct buf *b, const char *name, uint64_t v)
 	put(b, "%s %llu\n", name, (unsigned long long)v);
 }
 
+/* A family of one unlabelled sample. */
+static void metric(struct buf *b, const char *name, const char *type, const char *help,
+		   uint64_t v)
+{
+	family(b, name, type, help);
+	sample(b, name, v);
+}
+
 /* Label values here are fixed words (states, reasons) and the version:
  * escape anyway, as the format requires. */
 static void sample_l(struct buf *b, const char *name, const char *label, const char *val,
@@ -150,66 +158,56 @@ char *metrics_prometheus(const struct metrics *m)
 	sample_l(&b, "wfs_served_bytes_total", "source", "local", m->served_local_bytes);
 	sample_l(&b, "wfs_served_bytes_total", "source", "nas", m->served_nas_bytes);
 
-	family(&b, "wfs_opens_total", "counter", "Opens of files in the mount.");
-	sample(&b, "wfs_opens_total", m->opens);
-	family(&b, "wfs_passthrough_opens_total", "counter",
-	       "Opens served by FUSE passthrough (reads go to the local copy in the kernel).");
-	sample(&b, "wfs_passthrough_opens_total", m->passthrough_opens);
+	metric(&b, "wfs_opens_total", "counter", "Opens of files in the mount.", m->opens);
+	metric(&b, "wfs_passthrough_opens_total", "counter",
+	       "Opens served by FUSE passthrough (reads go to the local copy in the kernel).",
+	       m->passthrough_opens);
 
-	family(&b, "wfs_promotions_started_total", "counter",
-	       "Promotions (verified copies to the local store) started.");
-	sample(&b, "wfs_promotions_started_total", m->promotions_started);
-	family(&b, "wfs_promotions_verified_total", "counter",
-	       "Promotions that ended with a verified local copy.");
-	sample(&b, "wfs_promotions_verified_total", m->promotions_verified);
+	metric(&b, "wfs_promotions_started_total", "counter",
+	       "Promotions (verified copies to the local store) started.", m->promotions_started);
+	metric(&b, "wfs_promotions_verified_total", "counter",
+	       "Promotions that ended with a verified local copy.", m->promotions_verified);
 	family(&b, "wfs_promotions_failed_total", "counter",
 	       "Promotions that failed, by reason; the blob stays on the NAS.");
 	for (int i = 0; i < STORE_FAIL_N; i++)
 		sample_l(&b, "wfs_promotions_failed_total", "reason", metrics_fail_reason[i],
 			 m->failed_by[i]);
-	family(&b, "wfs_promotions_auto_queued_total", "counter",
-	       "Blobs queued for promotion by themselves (read often from the NAS).");
-	sample(&b, "wfs_promotions_auto_queued_total", m->auto_queued);
+	metric(&b, "wfs_promotions_auto_queued_total", "counter",
+	       "Blobs queued for promotion by themselves (read often from the NAS).",
+	       m->auto_queued);
 	family(&b, "wfs_promotions_held_total", "counter",
 	       "Promotions not made: the blob stays on the NAS, by reason (no_room: the size "
 	       "limit or free-space floor; excluded: an exclusion glob).");
 	sample_l(&b, "wfs_promotions_held_total", "reason", "no_room", m->held_no_room);
 	sample_l(&b, "wfs_promotions_held_total", "reason", "excluded", m->held_excluded);
-	family(&b, "wfs_promotions_cancelled_total", "counter",
-	       "Promotions cancelled (evicted while copying, or shutdown).");
-	sample(&b, "wfs_promotions_cancelled_total", m->promotions_cancelled);
-	family(&b, "wfs_verification_mismatches_total", "counter",
+	metric(&b, "wfs_promotions_cancelled_total", "counter",
+	       "Promotions cancelled (evicted while copying, or shutdown).",
+	       m->promotions_cancelled);
+	metric(&b, "wfs_verification_mismatches_total", "counter",
 	       "Copies whose content did not match the blob's content-address name "
-	       "(the NAS holds wrong bytes under that name).");
-	sample(&b, "wfs_verification_mismatches_total", m->mismatches);
-	family(&b, "wfs_demotions_total", "counter",
-	       "Local copies dropped because the source changed or the copy failed a check.");
-	sample(&b, "wfs_demotions_total", m->demotions);
-	family(&b, "wfs_evictions_total", "counter", "Local copies evicted.");
-	sample(&b, "wfs_evictions_total", m->evictions);
+	       "(the NAS holds wrong bytes under that name).", m->mismatches);
+	metric(&b, "wfs_demotions_total", "counter",
+	       "Local copies dropped because the source changed or the copy failed a check.",
+	       m->demotions);
+	metric(&b, "wfs_evictions_total", "counter", "Local copies evicted.", m->evictions);
 
-	family(&b, "wfs_store_blobs", "gauge", "Verified local copies in the local store.");
-	sample(&b, "wfs_store_blobs", m->store_blobs);
-	family(&b, "wfs_store_bytes", "gauge", "Bytes of verified local copies.");
-	sample(&b, "wfs_store_bytes", m->store_bytes);
-	family(&b, "wfs_store_free_bytes", "gauge",
-	       "Free bytes on the file system of the local store (for unprivileged users).");
-	sample(&b, "wfs_store_free_bytes", m->free_bytes);
-	family(&b, "wfs_store_limit_bytes", "gauge",
-	       "Size limit of the local store (0: none but the free-space floor).");
-	sample(&b, "wfs_store_limit_bytes", m->limit);
-	family(&b, "wfs_store_free_floor_bytes", "gauge",
-	       "Free space the local store always leaves on its file system.");
-	sample(&b, "wfs_store_free_floor_bytes", m->floor);
-	family(&b, "wfs_store_reserved_bytes", "gauge", "Space reserved by copies in flight.");
-	sample(&b, "wfs_store_reserved_bytes", m->reserved);
-	family(&b, "wfs_store_pinned_bytes", "gauge",
-	       "Bytes of pinned local copies (never evicted for room).");
-	sample(&b, "wfs_store_pinned_bytes", m->pinned_bytes);
-	family(&b, "wfs_promotion_queue_depth", "gauge", "Blobs queued for promotion.");
-	sample(&b, "wfs_promotion_queue_depth", m->queued);
-	family(&b, "wfs_promotions_in_flight", "gauge", "Blobs being copied or verified.");
-	sample(&b, "wfs_promotions_in_flight", m->copying);
+	metric(&b, "wfs_store_blobs", "gauge", "Verified local copies in the local store.",
+	       m->store_blobs);
+	metric(&b, "wfs_store_bytes", "gauge", "Bytes of verified local copies.", m->store_bytes);
+	metric(&b, "wfs_store_free_bytes", "gauge",
+	       "Free bytes on the file system of the local store (for unprivileged users).",
+	       m->free_bytes);
+	metric(&b, "wfs_store_limit_bytes", "gauge",
+	       "Size limit of the local store (0: none but the free-space floor).", m->limit);
+	metric(&b, "wfs_store_free_floor_bytes", "gauge",
+	       "Free space the local store always leaves on its file system.", m->floor);
+	metric(&b, "wfs_store_reserved_bytes", "gauge", "Space reserved by copies in flight.",
+	       m->reserved);
+	metric(&b, "wfs_store_pinned_bytes", "gauge",
+	       "Bytes of pinned local copies (never evicted for room).", m->pinned_bytes);
+	metric(&b, "wfs_promotion_queue_depth", "gauge", "Blobs queued for promotion.", m->queued);
+	metric(&b, "wfs_promotions_in_flight", "gauge", "Blobs being copied or verified.",
+	       m->copying);
 	family(&b, "wfs_blobs", "gauge",
 	       "Blobs the daemon knows (opened, promoted or indexed), by state.");
 	for (int st = 0; st <= BLOB_FAILED; st++)

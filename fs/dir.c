@@ -53,7 +53,7 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	node_rel(w, n, d->rel, sizeof(d->rel));
+	node_path(n, d->rel, sizeof(d->rel));
 	path_join(w->roots.path[0], d->rel, path, sizeof(path));
 	fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	dp = fd < 0 ? NULL : fdopendir(fd);

@@ -213,7 +213,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
-		node_rel(w, n, path, sizeof(path));
+		node_path(n, path, sizeof(path));
 		wfs_log(w, LOG_NOTICE, "refused write open of %s: read-only filesystem", path);
 		fuse_reply_err(req, EROFS);
 		return;
@@ -249,7 +249,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	if (fh->blob) {
-		node_rel(w, n, path, sizeof(path));
+		node_path(n, path, sizeof(path));
 		store_note_open(&w->store, fh->blob, path);
 		fh->noted = 1;
 		/* Attributes the kernel has not asked about yet count too: a

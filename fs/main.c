@@ -7,8 +7,8 @@
 #include "wfs.h"
 
 #include <errno.h>
-#include <malloc.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

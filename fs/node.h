@@ -51,7 +51,7 @@ struct node {
 	int pt_opens, daemon_opens, backing_id;
 	uint64_t daemon_reads; /* READ requests we served (atomic) */
 	struct node_stat st;  /* last attributes presented */
-	char name[];          /* FILE: the first name it was seen by */
+	char name[];          /* its name in the parent (FILE: the first seen) */
 };
 
 struct node_table {

@@ -45,13 +45,6 @@ fuse_ino_t ino_of(struct wfs *w, struct node *n)
 	return n == w->nodes.root ? FUSE_ROOT_ID : (fuse_ino_t)(uintptr_t)n;
 }
 
-/* The node's mount-relative path (names never change: no lock). */
-void node_rel(struct wfs *w, struct node *n, char *buf, size_t sz)
-{
-	(void)w;
-	node_path(n, buf, sz);
-}
-
 static void init(void *data, struct fuse_conn_info *conn)
 {
 	struct wfs *w = data;
@@ -109,8 +102,9 @@ int do_lookup(struct wfs *w, struct node *parent, const char *name,
 		return -ENOTDIR;
 	if (strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, ".."))
 		return -ENOENT;
-	node_rel(w, parent, prel, sizeof(prel));
-	r = path_join(prel, name, rel, sizeof(rel));
+	r = node_path(parent, prel, sizeof(prel));
+	if (r == 0)
+		r = path_join(prel, name, rel, sizeof(rel));
 	if (r < 0)
 		return r;
 	ent = malloc(sizeof(*ent));

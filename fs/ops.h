@@ -9,8 +9,6 @@
 struct wfs *W(fuse_req_t req);
 struct node *N(struct wfs *w, fuse_ino_t ino);
 fuse_ino_t ino_of(struct wfs *w, struct node *n);
-/* The node's path, copied under the table lock (a lookup may replace it). */
-void node_rel(struct wfs *w, struct node *n, char *buf, size_t sz);
 /* The node's blob, made on first need (NULL for non-files or ENOMEM). */
 struct blob *node_blob(struct wfs *w, struct node *n);
 /* Classify parent/name and take a lookup reference. */

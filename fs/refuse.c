@@ -17,7 +17,7 @@ static void refuse(fuse_req_t req, fuse_ino_t parent, const char *name, const ch
 	struct wfs *w = W(req);
 	char rel[PATH_MAX], full[PATH_MAX];
 
-	node_rel(w, N(w, parent), rel, sizeof(rel));
+	node_path(N(w, parent), rel, sizeof(rel));
 	if (name)
 		path_join(rel, name, full, sizeof(full));
 	else

@@ -9,7 +9,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define MAX_DEPTH 64
 
 static int set_add(struct blob_set *set, struct blob *b, const char *glob, const char *name)
 {
@@ -120,64 +119,27 @@ void blob_set_free(struct blob_set *set)
 	memset(set, 0, sizeof(*set));
 }
 
-struct walk {
-	const struct hub_roots *roots;
+struct file_walk {
 	int (*fn)(void *arg, const char *rel, const struct ns_entry *e);
 	void *arg;
-	struct ns_entry e; /* one per walk: only used between readdir calls */
 };
 
-static int walk(struct walk *wk, const char *rel, int depth)
+static int file_only(void *arg, const char *rel, const struct ns_entry *e)
 {
-	char backing[PATH_MAX];
-	DIR *d;
-	struct dirent *de;
-	int r = ns_classify(wk->roots, rel, &wk->e);
+	struct file_walk *fw = arg;
 
-	if (r < 0)
-		return r;
-	if (wk->e.kind == NS_FILE ||
-	    (wk->e.kind == NS_LINK && wk->e.link_state == NS_LINK_RESOLVED && wk->e.backing[0]))
-		return wk->fn(wk->arg, rel, &wk->e);
-	if (wk->e.kind != NS_DIR || depth >= MAX_DEPTH)
-		return 0;
-	snprintf(backing, sizeof(backing), "%s", wk->e.backing);
-	d = opendir(backing);
-	if (!d)
-		return -errno;
-	while ((de = readdir(d)) && r == 0) {
-		char child[PATH_MAX];
-
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-			continue;
-		if (path_join(rel, de->d_name, child, sizeof(child)) < 0 || !hub_holds_weights(child))
-			continue;
-		r = walk(wk, child, depth + 1);
-		if (r == -ENOENT)
-			r = 0; /* vanished or hidden */
-	}
-	closedir(d);
-	return r;
+	if (e->kind == NS_FILE ||
+	    (e->kind == NS_LINK && e->link_state == NS_LINK_RESOLVED && e->backing[0]))
+		return fw->fn(fw->arg, rel, e);
+	return 0;
 }
 
 int collect_walk(const struct hub_roots *roots, const char *rel,
 		 int (*fn)(void *arg, const char *rel, const struct ns_entry *e), void *arg)
 {
-	struct walk *wk = malloc(sizeof(*wk));
-	int r;
+	struct file_walk fw = { fn, arg };
 
-	if (!wk)
-		return -ENOMEM;
-	wk->roots = roots;
-	wk->fn = fn;
-	wk->arg = arg;
-	/* A path from a client or from a ref file must not reach through a
-	 * link the namespace would not follow. */
-	r = hub_check_parents(roots, rel);
-	if (r == 0)
-		r = walk(wk, rel, 0);
-	free(wk);
-	return r > 0 ? 0 : r;
+	return ns_walk(roots, rel, NS_WALK_WEIGHTS, file_only, &fw);
 }
 
 struct collecting {

@@ -4,6 +4,7 @@
 #include "metrics.h"
 #include "collect.h"
 #include "ns.h"
+#include "pins.h"
 #include "path.h"
 
 #include <dirent.h>
@@ -38,14 +39,13 @@ static json_t *error_reply(int err, const char *fmt, ...)
 
 static json_t *blob_json(struct control *c, struct blob *b)
 {
-	struct blob snap;
+	struct blob_info in;
 
-	blob_snapshot(c->store, b, &snap);
-	return json_pack("{s:s, s:s, s:s, s:I, s:I, s:b, s:s}", "key", b->key, "id", snap.id,
-			 "state", blob_state_name(snap.state), "size", (json_int_t)snap.size,
-			 "bytes_done", (json_int_t)(snap.state == BLOB_LOCAL ? snap.size :
-						    snap.prog.bytes_done),
-			 "pinned", snap.pinned, "reason", snap.reason);
+	blob_info(c->store, b, &in);
+	return json_pack("{s:s, s:s, s:s, s:I, s:I, s:b, s:s}", "key", in.key, "id", in.id,
+			 "state", blob_state_name(in.state), "size", (json_int_t)in.size,
+			 "bytes_done", (json_int_t)in.bytes_done, "pinned", in.pinned,
+			 "reason", in.reason);
 }
 
 static const struct policy_opts *pol_of(struct control *c)
@@ -172,10 +172,10 @@ static json_t *op_promote(struct control *c, json_t *req)
 	list = json_array();
 	excl = json_array();
 	for (i = 0; i < set.n; i++) {
-		struct blob snap;
+		struct blob_info snap;
 		int skip = set.glob[i] && !force;
 
-		blob_snapshot(c->store, set.v[i], &snap);
+		blob_info(c->store, set.v[i], &snap);
 		if (skip) {
 			json_array_append_new(excl, excluded_json(&set, i));
 			continue;
@@ -233,29 +233,28 @@ static json_t *op_each(struct control *c, json_t *req, const char *op)
 		goto out;
 	for (size_t i = 0; i < set.n; i++) {
 		struct blob *b = set.v[i];
+		struct blob_info in;
 		char reason[512];
 
+		blob_info(c->store, b, &in);
 		if (!strcmp(op, "evict")) {
 			int r = store_evict(c->store, b, force);
 
 			if (r == -EBUSY)
-				json_array_append_new(skipped, json_pack("{s:s, s:s, s:s}", "key", b->key,
-					"id", b->id, "reason", "pinned (evict --force to drop it)"));
+				json_array_append_new(skipped, json_pack("{s:s, s:s, s:s}", "key", in.key,
+					"id", in.id, "reason", "pinned (evict --force to drop it)"));
 			else if (r > 0)
 				count++;
 		} else if (!strcmp(op, "pin") || !strcmp(op, "unpin")) {
 			store_pin(c->store, b, !strcmp(op, "pin"));
 			count++;
 		} else {
-			struct blob snap;
-
-			blob_snapshot(c->store, b, &snap);
-			if (snap.state != BLOB_LOCAL)
+			if (in.state != BLOB_LOCAL)
 				continue;
 			count++;
 			if (store_verify(c->store, b, full, reason, sizeof(reason)) > 0)
 				json_array_append_new(demoted, json_pack("{s:s, s:s, s:s}", "key",
-					b->key, "id", b->id, "reason", reason));
+					in.key, "id", in.id, "reason", reason));
 		}
 	}
 	if (!strcmp(op, "evict"))
@@ -290,8 +289,10 @@ static json_t *op_ref(struct control *c, json_t *req, int pin)
 	}
 	snprintf(repo, sizeof(repo), "%.*s", (int)strcspn(rel, "/"), rel);
 	json_decref(paths);
-	r = pin ? store_ref_pin(c->store, repo, ref, commit, sizeof(commit))
-		: store_ref_unpin(c->store, repo, ref);
+	if (!c->pins)
+		return error_reply(ENOTSUP, "ref pins are not available on this mount");
+	r = pin ? pins_pin(c->pins, repo, ref, commit, sizeof(commit))
+		: pins_unpin(c->pins, repo, ref);
 	if (r == -ENOENT && pin)
 		return error_reply(ENOENT, "%s: no refs/%s, or no snapshot of the revision it names",
 				   repo, ref);
@@ -310,16 +311,16 @@ static json_t *op_ref(struct control *c, json_t *req, int pin)
 
 struct tally {
 	json_int_t files, bytes, local_files, local_bytes, pinned_files;
-	json_int_t per_state[BLOB_FAILED + 1];
+	json_int_t per_state[BLOB_NSTATES];
 };
 
 static void tally_set(struct control *c, struct blob_set *set, struct tally *t)
 {
 	memset(t, 0, sizeof(*t));
 	for (size_t i = 0; i < set->n; i++) {
-		struct blob snap;
+		struct blob_info snap;
 
-		blob_snapshot(c->store, set->v[i], &snap);
+		blob_info(c->store, set->v[i], &snap);
 		t->files++;
 		t->bytes += (json_int_t)snap.size;
 		t->per_state[snap.state]++;
@@ -335,7 +336,7 @@ static json_t *tally_json(const struct tally *t)
 {
 	json_t *states = json_object();
 
-	for (int st = 0; st <= BLOB_FAILED; st++)
+	for (int st = 0; st < BLOB_NSTATES; st++)
 		if (t->per_state[st])
 			json_object_set_new(states, blob_state_name((enum blob_state)st),
 					    json_integer(t->per_state[st]));
@@ -391,17 +392,17 @@ struct sums {
 	json_t *copies, *flagged, *held_list;
 };
 
-static void sum_blob(void *arg, const struct blob *b)
+static void sum_blob(void *arg, const struct blob_info *b)
 {
 	struct sums *s = arg;
 
 	s->local_bytes += (json_int_t)b->local_bytes;
 	s->nas_bytes += (json_int_t)b->nas_bytes;
 	s->opens += (json_int_t)b->opens;
-	if (b->state == BLOB_COPYING || b->state == BLOB_VERIFYING)
+	if (b->state == BLOB_COPYING)
 		json_array_append_new(s->copies, json_pack("{s:s, s:s, s:s, s:I, s:I}", "key",
 			b->key, "id", b->id, "state", blob_state_name(b->state),
-			"bytes_done", (json_int_t)b->prog.bytes_done, "size", (json_int_t)b->size));
+			"bytes_done", (json_int_t)b->bytes_done, "size", (json_int_t)b->size));
 	if (b->state == BLOB_MISMATCH || b->state == BLOB_FAILED)
 		json_array_append_new(s->flagged, json_pack("{s:s, s:s, s:s, s:s}", "key", b->key,
 			"id", b->id, "state", blob_state_name(b->state), "reason", b->reason));
@@ -433,8 +434,8 @@ static json_t *policy_json(const struct policy_opts *p)
 /* The ref pins, with how much of their revisions is local. */
 static json_t *refs_json(struct control *c)
 {
-	size_t n;
-	struct store_ref *v = store_refs(c->store, &n);
+	size_t n = 0;
+	struct pin *v = c->pins ? pins_list(c->pins, &n) : NULL;
 	json_t *out = json_array();
 
 	for (size_t i = 0; v && i < n; i++) {
@@ -543,52 +544,94 @@ static json_t *control_status(struct control *c, json_t *req)
 	return rep;
 }
 
-static int changes_state(const char *op, json_t *req)
+static json_t *op_status(struct control *c, json_t *req, const char *op)
 {
-	if (!strcmp(op, "promote"))
-		return !json_is_true(json_object_get(req, "dry_run"));
-	return !strcmp(op, "evict") || !strcmp(op, "pin") || !strcmp(op, "unpin") ||
-	       !strcmp(op, "verify");
+	(void)op;
+	return control_status(c, req);
 }
+
+static json_t *op_promote_req(struct control *c, json_t *req, const char *op)
+{
+	(void)op;
+	return op_promote(c, req);
+}
+
+static json_t *op_progress_req(struct control *c, json_t *req, const char *op)
+{
+	(void)op;
+	return op_progress(c, req);
+}
+
+static json_t *op_doctor(struct control *c, json_t *req, const char *op)
+{
+	const char *path = json_string_value(json_object_get(req, "path"));
+	char norm[PATH_MAX];
+
+	(void)op;
+	if (path && (path[0] == '/' || path_normalize(path, norm, sizeof(norm)) < 0))
+		return error_reply(EINVAL, "%s: not a path inside the mount %s", path, c->mount);
+	return doctor_reply(c->roots, c->store, path ? norm : "");
+}
+
+static json_t *op_stats(struct control *c, json_t *req, const char *op)
+{
+	(void)op;
+	return metrics_reply(c->store, req);
+}
+
+/* pin and unpin: of blobs, or with "ref" a ref pin */
+static json_t *op_pin(struct control *c, json_t *req, const char *op)
+{
+	if (json_object_get(req, "ref"))
+		return op_ref(c, req, !strcmp(op, "pin"));
+	return op_each(c, req, op);
+}
+
+static const struct control_op {
+	const char *name;
+	json_t *(*fn)(struct control *c, json_t *req, const char *op);
+	int changes;  /* changes state: root or the mount's owner only */
+} control_ops[] = {
+	{ "status", op_status, 0 },
+	{ "promote", op_promote_req, 1 }, /* a dry run changes nothing: see below */
+	{ "progress", op_progress_req, 0 },
+	{ "doctor", op_doctor, 0 },
+	{ "stats", op_stats, 0 },
+	{ "evict", op_each, 1 },
+	{ "verify", op_each, 1 },
+	{ "pin", op_pin, 1 },
+	{ "unpin", op_pin, 1 },
+};
 
 char *control_handle(struct control *c, const char *line, size_t len, uid_t peer)
 {
 	json_error_t jerr;
 	json_t *req = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr), *rep;
-	const char *op;
+	const struct control_op *o = NULL;
+	const char *op = NULL;
 	char *out;
 
+	if (req && json_is_object(req) && (op = json_string_value(json_object_get(req, "op"))))
+		for (size_t i = 0; i < sizeof(control_ops) / sizeof(control_ops[0]) && !o; i++)
+			if (!strcmp(control_ops[i].name, op))
+				o = &control_ops[i];
 	if (!req || !json_is_object(req)) {
 		rep = error_reply(EINVAL, "malformed request: %s", req ? "not an object" : jerr.text);
-	} else if (!(op = json_string_value(json_object_get(req, "op")))) {
+	} else if (!op) {
 		rep = error_reply(EINVAL, "request has no \"op\"");
-	} else if (changes_state(op, req) && peer != 0 && peer != c->owner) {
+	} else if (!o) {
+		rep = error_reply(EINVAL, "unknown op \"%s\"", op);
+	} else if (o->changes && !(o->fn == op_promote_req &&
+				  json_is_true(json_object_get(req, "dry_run"))) &&
+		   peer != 0 && peer != c->owner) {
 		rep = error_reply(EPERM, "%s: only root or the mount's owner (uid %u) may do this",
 				  op, (unsigned)c->owner);
-	} else if (!strcmp(op, "status")) {
-		rep = control_status(c, req);
-	} else if (!strcmp(op, "promote")) {
-		rep = op_promote(c, req);
-	} else if (!strcmp(op, "doctor")) {
-		const char *path = json_string_value(json_object_get(req, "path"));
-		char norm[PATH_MAX];
-
-		if (path && (path[0] == '/' || path_normalize(path, norm, sizeof(norm)) < 0))
-			rep = error_reply(EINVAL, "%s: not a path inside the mount %s", path, c->mount);
-		else
-			rep = doctor_reply(c->roots, c->store, path ? norm : "");
-	} else if (!strcmp(op, "stats")) {
-		rep = metrics_reply(c->store, req);
-	} else if (!strcmp(op, "progress")) {
-		rep = op_progress(c, req);
-	} else if ((!strcmp(op, "pin") || !strcmp(op, "unpin")) &&
-		   json_object_get(req, "ref")) {
-		rep = op_ref(c, req, !strcmp(op, "pin"));
-	} else if (!strcmp(op, "evict") || !strcmp(op, "pin") || !strcmp(op, "unpin") ||
-		   !strcmp(op, "verify")) {
-		rep = op_each(c, req, op);
 	} else {
-		rep = error_reply(EINVAL, "unknown op \"%s\"", op);
+		rep = o->fn(c, req, op);
+		/* One index write for the whole request, however many blobs it
+		 * touched; durable before the reply. */
+		if (o->changes)
+			store_sync(c->store);
 	}
 	json_decref(req);
 	if (!rep)
@@ -597,8 +640,6 @@ char *control_handle(struct control *c, const char *line, size_t len, uid_t peer
 	json_decref(rep);
 	return out;
 }
-
-/* ---- the socket ---- */
 
 static void serve_one(struct control *c, int fd)
 {

@@ -12,14 +12,19 @@
 #include "resolve.h"
 #include "store.h"
 
+struct pins;
+
 #include <pthread.h>
 #include <sys/types.h>
 
 #define CONTROL_MAX_REQUEST (64 * 1024)
 
+/* Fields are set before control_start and read-only after it, except
+ * @active and @running (under @lock). */
 struct control {
 	const struct hub_roots *roots;
 	struct store *store;
+	struct pins *pins;  /* NULL: no ref pins */
 	const char *mount, *local;
 	uid_t owner;
 	char sock_path[PATH_MAX];

@@ -3,51 +3,32 @@
 #include "ns.h"
 #include "path.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define DOCTOR_MAX_LISTED 1000 /* a broken hub can have many; the count is exact */
 
-struct walk {
-	const struct hub_roots *roots;
-	struct ns_entry *e;
+struct findings {
 	json_t *links;
 	json_int_t entries, problems;
 };
 
-static void walk(struct walk *w, const char *rel, int depth)
+static int look(void *arg, const char *rel, const struct ns_entry *e)
 {
-	char child[PATH_MAX];
-	struct dirent *de;
-	DIR *d;
+	struct findings *f = arg;
 
-	if (ns_classify(w->roots, rel, w->e) < 0)
-		return;
-	w->entries++;
-	if (w->e->kind == NS_LINK && w->e->link_state != NS_LINK_RESOLVED) {
-		w->problems++;
-		if (json_array_size(w->links) < DOCTOR_MAX_LISTED)
-			json_array_append_new(w->links, json_pack("{s:s, s:s, s:s}", "path", rel,
-				"target", w->e->target, "problem",
-				ns_link_state_name(w->e->link_state)));
-		return;
+	f->entries++;
+	if (e->kind == NS_LINK && e->link_state != NS_LINK_RESOLVED) {
+		f->problems++;
+		if (json_array_size(f->links) < DOCTOR_MAX_LISTED)
+			json_array_append_new(f->links, json_pack("{s:s, s:s, s:s}", "path", rel,
+				"target", e->target, "problem", ns_link_state_name(e->link_state)));
 	}
-	if (w->e->kind != NS_DIR || depth > 64)
-		return;
-	d = opendir(w->e->backing);
-	while (d && (de = readdir(d))) {
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-			continue;
-		if (path_join(rel, de->d_name, child, sizeof(child)) == 0)
-			walk(w, child, depth + 1);
-	}
-	if (d)
-		closedir(d);
+	return 0;
 }
 
-static void flagged(void *arg, const struct blob *b)
+static void flagged(void *arg, const struct blob_info *b)
 {
 	json_t *list = arg;
 
@@ -58,20 +39,16 @@ static void flagged(void *arg, const struct blob *b)
 
 json_t *doctor_reply(const struct hub_roots *roots, struct store *s, const char *rel)
 {
-	struct walk w = { .roots = roots, .links = json_array() };
+	struct findings f = { .links = json_array() };
 	json_t *flags = json_array();
 
-	w.e = malloc(sizeof(*w.e));
-	if (!w.e || !w.links || !flags) {
-		free(w.e);
-		json_decref(w.links);
+	if (!f.links || !flags) {
+		json_decref(f.links);
 		json_decref(flags);
 		return NULL;
 	}
-	if (hub_check_parents(roots, rel) == 0)
-		walk(&w, rel, 0);
-	free(w.e);
+	ns_walk(roots, rel, 0, look, &f);
 	store_each(s, flagged, flags);
-	return json_pack("{s:b, s:I, s:I, s:o, s:o}", "ok", 1, "entries", w.entries,
-			 "link_problems", w.problems, "links", w.links, "flagged", flags);
+	return json_pack("{s:b, s:I, s:I, s:o, s:o}", "ok", 1, "entries", f.entries,
+			 "link_problems", f.problems, "links", f.links, "flagged", flags);
 }

@@ -1,5 +1,6 @@
 /* index.c - atomic JSON state index; see index.h. */
 #include "index.h"
+#include "durable.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -93,29 +94,12 @@ int index_read(const char *path, const struct index_cb *cb)
 	return r;
 }
 
-static int fsync_dir_of(const char *path)
-{
-	char buf[PATH_MAX];
-	int fd, r = 0;
-
-	snprintf(buf, sizeof(buf), "%s", path);
-	fd = open(dirname(buf), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	if (fsync(fd) < 0)
-		r = -errno;
-	close(fd);
-	return r;
-}
-
 int index_write(const char *path, const struct index_rec *recs, size_t n,
 		const struct index_ref *refs, size_t nrefs)
 {
-	char tmp[PATH_MAX + 8];
 	json_t *root = json_object(), *blobs = json_array(), *jrefs;
 	char *text;
-	size_t len;
-	int fd, r = 0;
+	int r;
 
 	if (!root || !blobs) {
 		json_decref(root);
@@ -156,35 +140,7 @@ int index_write(const char *path, const struct index_rec *recs, size_t n,
 	json_decref(root);
 	if (!text)
 		return -ENOMEM;
-	len = strlen(text);
-
-	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (fd < 0) {
-		r = -errno;
-		goto out;
-	}
-	for (size_t off = 0; off < len;) {
-		ssize_t w = write(fd, text + off, len - off);
-
-		if (w < 0) {
-			if (errno == EINTR)
-				continue;
-			r = -errno;
-			break;
-		}
-		off += (size_t)w;
-	}
-	if (r == 0 && fsync(fd) < 0)
-		r = -errno;
-	close(fd);
-	if (r == 0 && rename(tmp, path) < 0)
-		r = -errno;
-	if (r == 0)
-		r = fsync_dir_of(path);
-	else
-		unlink(tmp);
-out:
+	r = durable_replace(path, text, strlen(text), 0644, 1);
 	free(text);
 	return r;
 }

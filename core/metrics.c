@@ -1,5 +1,6 @@
 /* metrics.c - counters and gauges for operators; see metrics.h. */
 #include "metrics.h"
+#include "durable.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -24,14 +25,14 @@ const char *const metrics_fail_reason[STORE_FAIL_N] = {
 
 /* ---- collecting ---- */
 
-static void sum_blob(void *arg, const struct blob *b)
+static void sum_blob(void *arg, const struct blob_info *b)
 {
 	struct metrics *m = arg;
 
 	m->served_local_bytes += b->local_bytes;
 	m->served_nas_bytes += b->nas_bytes;
 	m->opens += b->opens;
-	if ((unsigned)b->state <= BLOB_FAILED)
+	if ((unsigned)b->state < BLOB_NSTATES)
 		m->blobs_by_state[b->state]++;
 	m->blobs_known++;
 }
@@ -66,6 +67,7 @@ void metrics_collect(struct store *s, struct metrics *m)
 	m->mismatches = s->mismatches;
 	m->demotions = s->demoted;
 	m->evictions = s->evicted;
+	m->index_writes = s->index_writes;
 }
 
 /* ---- Prometheus text ---- */
@@ -163,6 +165,9 @@ char *metrics_prometheus(const struct metrics *m)
 	       "Opens served by FUSE passthrough (reads go to the local copy in the kernel).",
 	       m->passthrough_opens);
 
+	metric(&b, "wfs_index_writes_total", "counter",
+	       "Writes of the local store's index (one per request or batch of copies).",
+	       m->index_writes);
 	metric(&b, "wfs_promotions_started_total", "counter",
 	       "Promotions (verified copies to the local store) started.", m->promotions_started);
 	metric(&b, "wfs_promotions_verified_total", "counter",
@@ -210,7 +215,7 @@ char *metrics_prometheus(const struct metrics *m)
 	       m->copying);
 	family(&b, "wfs_blobs", "gauge",
 	       "Blobs the daemon knows (opened, promoted or indexed), by state.");
-	for (int st = 0; st <= BLOB_FAILED; st++)
+	for (int st = 0; st < BLOB_NSTATES; st++)
 		sample_l(&b, "wfs_blobs", "state", blob_state_name((enum blob_state)st),
 			 m->blobs_by_state[st]);
 	if (b.oom) {
@@ -229,11 +234,11 @@ json_t *metrics_json(const struct metrics *m)
 	for (int i = 0; i < STORE_FAIL_N; i++)
 		json_object_set_new(failed, metrics_fail_reason[i],
 				    json_integer((json_int_t)m->failed_by[i]));
-	for (int st = 0; st <= BLOB_FAILED; st++)
+	for (int st = 0; st < BLOB_NSTATES; st++)
 		json_object_set_new(states, blob_state_name((enum blob_state)st),
 				    json_integer((json_int_t)m->blobs_by_state[st]));
 	o = json_pack("{s:s, s:{s:I, s:I}, s:I, s:I, "
-		      "s:{s:I, s:I, s:I, s:I, s:o, s:I, s:{s:I, s:I}}, s:I, s:I, s:I, "
+		      "s:{s:I, s:I, s:I, s:I, s:o, s:I, s:{s:I, s:I}}, s:I, s:I, s:I, s:I, "
 		      "s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I}, s:{s:I, s:I}, s:o}",
 		"version", WFS_VERSION,
 		"served", "local_bytes", (json_int_t)m->served_local_bytes,
@@ -251,6 +256,7 @@ json_t *metrics_json(const struct metrics *m)
 		"mismatches", (json_int_t)m->mismatches,
 		"demotions", (json_int_t)m->demotions,
 		"evictions", (json_int_t)m->evictions,
+		"index_writes", (json_int_t)m->index_writes,
 		"store", "blobs", (json_int_t)m->store_blobs, "bytes", (json_int_t)m->store_bytes,
 			 "free_bytes", (json_int_t)m->free_bytes, "limit", (json_int_t)m->limit,
 			 "free_floor", (json_int_t)m->floor, "reserved", (json_int_t)m->reserved,
@@ -288,45 +294,17 @@ json_t *metrics_reply(struct store *s, const json_t *req)
 int metrics_write_file(struct store *s, const char *path)
 {
 	struct metrics m;
-	char *text, *tmp;
-	size_t len, off = 0;
-	int fd, r = 0;
+	char *text;
+	int r;
 
-	if (asprintf(&tmp, "%s.%d.tmp", path, (int)getpid()) < 0)
-		return -ENOMEM;
 	metrics_collect(s, &m);
 	text = metrics_prometheus(&m);
-	if (!text) {
-		free(tmp);
+	if (!text)
 		return -ENOMEM;
-	}
-	len = strlen(text);
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
-	if (fd < 0) {
-		r = -errno;
-		goto out;
-	}
-	if (fchmod(fd, 0644) < 0)
-		r = -errno;
-	while (r == 0 && off < len) {
-		ssize_t n = write(fd, text + off, len - off);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			r = n < 0 ? -errno : -EIO;
-		else
-			off += (size_t)n;
-	}
-	if (close(fd) < 0 && r == 0)
-		r = -errno;
-	if (r == 0 && rename(tmp, path) < 0)
-		r = -errno;
-	if (r < 0)
-		unlink(tmp);
-out:
+	/* Scrapers must never read half a file; a crash may lose it (it is
+	 * rewritten every interval). */
+	r = durable_replace(path, text, strlen(text), 0644, 0);
 	free(text);
-	free(tmp);
 	return r;
 }
 

@@ -29,7 +29,8 @@ struct metrics {
 	uint64_t store_blobs, store_bytes, free_bytes;
 	uint64_t limit, floor, reserved, pinned_bytes;
 	uint64_t queued, copying;
-	uint64_t blobs_by_state[BLOB_FAILED + 1];
+	uint64_t blobs_by_state[BLOB_NSTATES];
+	uint64_t index_writes;
 	uint64_t blobs_known;
 };
 
@@ -59,14 +60,14 @@ int metrics_write_file(struct store *s, const char *path);
  * daemon's figures must not look current: alert on absent(wfs_info)).
  * _start returns 0 or -errno; _stop is safe on a writer never started. */
 struct metrics_writer {
-	struct store *store;
+	struct store *store;        /* set before the thread starts, then read-only */
 	char *path;
 	unsigned interval_s;
 	pthread_t thread;
 	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	int stop, running;
-	int last_err;
+	pthread_cond_t cond;        /* with @lock; CLOCK_MONOTONIC */
+	int stop, running;          /* stop: @lock; running: the owner thread only */
+	int last_err;               /* the writer thread only */
 };
 
 int metrics_writer_start(struct metrics_writer *mw, const char *path, unsigned interval_s,

@@ -2,7 +2,9 @@
 #include "ns.h"
 #include "path.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -124,4 +126,60 @@ const char *ns_link_state_name(enum ns_link_state s)
 	case NS_LINK_FOREIGN: return "foreign";
 	}
 	return "?";
+}
+
+struct walk {
+	const struct hub_roots *roots;
+	int flags;
+	int (*fn)(void *arg, const char *rel, const struct ns_entry *e);
+	void *arg;
+	struct ns_entry e; /* one per walk: only used between readdir calls */
+};
+
+static int walk(struct walk *wk, const char *rel, int depth)
+{
+	char backing[PATH_MAX];
+	struct dirent *de;
+	DIR *d;
+	int r = ns_classify(wk->roots, rel, &wk->e);
+
+	if (r < 0)
+		return r;
+	r = wk->fn(wk->arg, rel, &wk->e);
+	if (r != 0 || wk->e.kind != NS_DIR || depth >= NS_WALK_DEPTH)
+		return r;
+	snprintf(backing, sizeof(backing), "%s", wk->e.backing);
+	d = opendir(backing);
+	if (!d)
+		return -errno;
+	while ((de = readdir(d)) && r == 0) {
+		char child[PATH_MAX];
+
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		if (path_join(rel, de->d_name, child, sizeof(child)) < 0 ||
+		    ((wk->flags & NS_WALK_WEIGHTS) && !hub_holds_weights(child)))
+			continue;
+		r = walk(wk, child, depth + 1);
+		if (r == -ENOENT)
+			r = 0; /* vanished or hidden */
+	}
+	closedir(d);
+	return r;
+}
+
+int ns_walk(const struct hub_roots *roots, const char *rel, int flags,
+	    int (*fn)(void *arg, const char *rel, const struct ns_entry *e), void *arg)
+{
+	struct walk *wk = malloc(sizeof(*wk));
+	int r;
+
+	if (!wk)
+		return -ENOMEM;
+	*wk = (struct walk){ .roots = roots, .flags = flags, .fn = fn, .arg = arg };
+	r = hub_check_parents(roots, rel);
+	if (r == 0)
+		r = walk(wk, rel, 0);
+	free(wk);
+	return r > 0 ? 0 : r;
 }

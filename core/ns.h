@@ -39,4 +39,18 @@ int ns_classify(const struct hub_roots *roots, const char *rel, struct ns_entry 
 
 const char *ns_link_state_name(enum ns_link_state s);
 
+/* The one tree walker: call @fn for @rel and every entry under it, parents
+ * before children, with the entry's classification (@fn must copy what it
+ * keeps).  Directories are listed physically on the NAS and walked by
+ * readdir, never through a link, at most NS_WALK_DEPTH deep.  With
+ * NS_WALK_WEIGHTS, names that cannot hold weight data (hub_holds_weights)
+ * are skipped.  @fn returns 0 to go on, < 0 to stop with that error, > 0 to
+ * stop with 0.  A path from a client must not reach through a link the
+ * namespace would not follow: @rel's parents are checked first.  Returns 0
+ * or -errno (-ENOENT: @rel does not exist or is hidden). */
+#define NS_WALK_WEIGHTS 1
+#define NS_WALK_DEPTH 64
+int ns_walk(const struct hub_roots *roots, const char *rel, int flags,
+	    int (*fn)(void *arg, const char *rel, const struct ns_entry *e), void *arg);
+
 #endif

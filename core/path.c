@@ -2,6 +2,7 @@
 #include "path.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -177,6 +178,13 @@ int hub_snapshot_blob_dir(const char *rel, char *out, size_t outsz)
 		return 0;
 	n = snprintf(out, outsz, "%.*s/blobs", (int)repo, rel);
 	return n > 0 && (size_t)n < outsz;
+}
+
+int hub_is_snapshot_name(const char *rel)
+{
+	char dir[PATH_MAX];
+
+	return hub_snapshot_blob_dir(rel, dir, sizeof(dir));
 }
 
 const char *hub_repo_blob_name(const char *rel)

@@ -46,6 +46,9 @@ enum hub_id_kind hub_id_kind(const char *name);
  * any other path. */
 int hub_snapshot_blob_dir(const char *rel, char *out, size_t outsz);
 
+/* Is @rel a file name inside a snapshot ("<repo>/snapshots/<rev>/<path>")? */
+int hub_is_snapshot_name(const char *rel);
+
 /* For "<repo>/blobs/<name>" return a pointer to <name>, else NULL. */
 const char *hub_repo_blob_name(const char *rel);
 

@@ -6,6 +6,7 @@
 #include <fnmatch.h>
 #include <jansson.h>
 #include <math.h>
+#include <stddef.h>
 #include <sys/stat.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -43,45 +44,6 @@ bad(char *err, size_t errsz, const char *fmt, ...)
 		va_end(ap);
 	}
 	return -1;
-}
-
-/* "256M", "1.5G", "4096", "2GiB": powers of 1024.  Returns 0 or -EINVAL. */
-static int parse_size(const char *val, uint64_t *out)
-{
-	static const char units[] = "KMGTP";
-	char *end;
-	double v, mul = 1;
-	const char *u;
-
-	if (!*val || !(isdigit((unsigned char)*val) || *val == '.'))
-		return -EINVAL;
-	v = strtod(val, &end);
-	if (end == val || v < 0 || !isfinite(v))
-		return -EINVAL;
-	if (*end && (u = strchr(units, toupper((unsigned char)*end)))) {
-		for (const char *k = units; k <= u; k++)
-			mul *= 1024.0;
-		end++;
-		if (*end == 'i' || *end == 'I')
-			end++;
-	}
-	if (*end == 'B' || *end == 'b')
-		end++;
-	if (*end || v * mul >= 18446744073709551615.0)
-		return -EINVAL;
-	*out = (uint64_t)(v * mul);
-	return 0;
-}
-
-static int parse_onoff(const char *val, int *out)
-{
-	if (!*val || !strcmp(val, "on") || !strcmp(val, "1") || !strcmp(val, "yes"))
-		*out = 1;
-	else if (!strcmp(val, "off") || !strcmp(val, "0") || !strcmp(val, "no"))
-		*out = 0;
-	else
-		return -EINVAL;
-	return 0;
 }
 
 int policy_add_exclude(struct policy_opts *o, const char *glob)
@@ -131,103 +93,454 @@ int policy_read_excludes(struct policy_opts *o, const char *path, char *err, siz
 	return r;
 }
 
+/* ---- -o options (see policy.h for the syntax of each kind) ---- */
+
+/* Digits with at most one '.' and at least one digit: what strtod takes
+ * without signs, exponents, hex, "inf", "nan" or spaces.  Returns the end
+ * (@s itself when there is no number). */
+static const char *scan_decimal(const char *s)
+{
+	const char *p = s;
+	int digits = 0, dot = 0;
+
+	for (;; p++) {
+		if (isdigit((unsigned char)*p))
+			digits = 1;
+		else if (*p == '.' && !dot)
+			dot = 1;
+		else
+			break;
+	}
+	return digits ? p : s;
+}
+
+/* A decimal number (scan_decimal) and nothing after it, within the row's
+ * range. */
+static int take_decimal(const struct opt_row *r, const char *val, double *out)
+{
+	const char *end = scan_decimal(val);
+	double d;
+
+	if (end == val || *end)
+		return -EINVAL;
+	d = strtod(val, NULL);
+	if (d < r->min || d > r->max)
+		return -ERANGE;
+	*out = d;
+	return 0;
+}
+
+static int take_bool(const struct opt_row *r, void *field, const char *val)
+{
+	static const struct {
+		const char *word;
+		int on;
+	} words[] = {
+		{ "on", 1 }, { "yes", 1 }, { "true", 1 }, { "1", 1 },
+		{ "off", 0 }, { "no", 0 }, { "false", 0 }, { "0", 0 },
+	};
+
+	(void)r;
+	for (size_t i = 0; i < sizeof(words) / sizeof(words[0]); i++) {
+		if (!strcmp(val, words[i].word)) {
+			*(int *)field = words[i].on;
+			return 0;
+		}
+	}
+	return -EINVAL;
+}
+
+static int take_uint(const struct opt_row *r, void *field, const char *val)
+{
+	unsigned long long n;
+
+	if (!*val)
+		return -EINVAL;
+	for (const char *p = val; *p; p++)
+		if (!isdigit((unsigned char)*p))
+			return -EINVAL;
+	errno = 0;
+	n = strtoull(val, NULL, 10);
+	if (errno == ERANGE || (double)n < r->min || (double)n > r->max)
+		return -ERANGE;
+	*(unsigned *)field = (unsigned)n;
+	return 0;
+}
+
+static int take_seconds(const struct opt_row *r, void *field, const char *val)
+{
+	return take_decimal(r, val, (double *)field);
+}
+
+static int take_mbps(const struct opt_row *r, void *field, const char *val)
+{
+	double mb;
+	int e = take_decimal(r, val, &mb);
+
+	if (e == 0)
+		*(uint64_t *)field = (uint64_t)(mb * 1e6 + 0.5);
+	return e;
+}
+
+static int take_size(const struct opt_row *r, void *field, const char *val)
+{
+	static const char units[] = "KMGT";
+	const char *end = scan_decimal(val), *u;
+	double v, mul = 1;
+
+	(void)r;
+	if (end == val)
+		return -EINVAL;
+	v = strtod(val, NULL);
+	if (*end && (u = strchr(units, toupper((unsigned char)*end)))) {
+		for (const char *k = units; k <= u; k++)
+			mul *= 1024.0;
+		end++;
+		if ((end[0] == 'i' || end[0] == 'I') && (end[1] == 'B' || end[1] == 'b'))
+			end++;
+	} else if (memchr(val, '.', (size_t)(end - val))) {
+		return -EINVAL; /* bytes are whole */
+	}
+	if (*end == 'B' || *end == 'b')
+		end++;
+	if (*end)
+		return -EINVAL;
+	if (v * mul >= 18446744073709551616.0)
+		return -ERANGE;
+	*(uint64_t *)field = (uint64_t)(v * mul);
+	return 0;
+}
+
+static int take_string(const struct opt_row *r, void *field, const char *val)
+{
+	char *copy = strdup(val);
+
+	(void)r;
+	if (!copy)
+		return -ENOMEM;
+	free(*(char **)field);
+	*(char **)field = copy;
+	return 0;
+}
+
+/* A number as a person writes it: "1048576", not "1.04858e+06". */
+static void fmt_number(double d, char *buf, size_t sz)
+{
+	if (d == floor(d) && fabs(d) < 1e15)
+		snprintf(buf, sz, "%.0f", d);
+	else
+		snprintf(buf, sz, "%g", d);
+}
+
+static void expects_range(const struct opt_row *r, const char *what, char *buf, size_t sz)
+{
+	char lo[32], hi[32];
+
+	fmt_number(r->min, lo, sizeof(lo));
+	fmt_number(r->max, hi, sizeof(hi));
+	snprintf(buf, sz, "%s (%s-%s)", what, lo, hi);
+}
+
+static void expects_bool(const struct opt_row *r, char *buf, size_t sz)
+{
+	(void)r;
+	snprintf(buf, sz, "on or off (or yes/no, true/false, 1/0)");
+}
+
+static void expects_uint(const struct opt_row *r, char *buf, size_t sz)
+{
+	char what[64];
+
+	snprintf(what, sizeof(what), "a whole number of %s", r->unit ? r->unit : "units");
+	expects_range(r, what, buf, sz);
+}
+
+static void expects_seconds(const struct opt_row *r, char *buf, size_t sz)
+{
+	expects_range(r, "a number of seconds", buf, sz);
+}
+
+static void expects_mbps(const struct opt_row *r, char *buf, size_t sz)
+{
+	expects_range(r, "a number of MB/s", buf, sz);
+}
+
+static void expects_size(const struct opt_row *r, char *buf, size_t sz)
+{
+	(void)r;
+	snprintf(buf, sz, "a size in bytes, optionally with a K, M, G or T suffix "
+		 "(256M, 1.5G, 2TiB)");
+}
+
+static void expects_text(const struct opt_row *r, char *buf, size_t sz)
+{
+	snprintf(buf, sz, "%s", r->expects ? r->expects : "a value");
+}
+
+static void show_bool(const void *field, char *buf, size_t sz)
+{
+	snprintf(buf, sz, "%s", *(const int *)field ? "on" : "off");
+}
+
+static void show_uint(const void *field, char *buf, size_t sz)
+{
+	snprintf(buf, sz, "%u", *(const unsigned *)field);
+}
+
+static void show_seconds(const void *field, char *buf, size_t sz)
+{
+	fmt_number(*(const double *)field, buf, sz);
+}
+
+static void show_mbps(const void *field, char *buf, size_t sz)
+{
+	fmt_number((double)*(const uint64_t *)field / 1e6, buf, sz);
+}
+
+/* The largest unit that divides the size: 256M, not 268435456. */
+static void show_size(const void *field, char *buf, size_t sz)
+{
+	static const char units[] = "KMGT";
+	uint64_t v = *(const uint64_t *)field;
+	int u = -1;
+
+	while (v && v % 1024 == 0 && u + 1 < (int)sizeof(units) - 1) {
+		v /= 1024;
+		u++;
+	}
+	if (u < 0)
+		snprintf(buf, sz, "%llu", (unsigned long long)v);
+	else
+		snprintf(buf, sz, "%llu%c", (unsigned long long)v, units[u]);
+}
+
+static void show_string(const void *field, char *buf, size_t sz)
+{
+	const char *s = *(char *const *)field;
+
+	snprintf(buf, sz, "%s", s ? s : "none");
+}
+
+/* What each kind of value means: how it is taken, what a bad one should
+ * have been, how its default is shown. */
+static const struct {
+	const char *arg; /* --help: the value's name */
+	int (*take)(const struct opt_row *r, void *field, const char *val);
+	void (*expects)(const struct opt_row *r, char *buf, size_t sz);
+	void (*show)(const void *field, char *buf, size_t sz);
+} kinds[] = {
+	[OPT_BOOL] = { "on|off", take_bool, expects_bool, show_bool },
+	[OPT_UINT] = { "N", take_uint, expects_uint, show_uint },
+	[OPT_SECONDS] = { "S", take_seconds, expects_seconds, show_seconds },
+	[OPT_MBPS] = { "N", take_mbps, expects_mbps, show_mbps },
+	[OPT_SIZE] = { "SIZE", take_size, expects_size, show_size },
+	[OPT_STRING] = { "VALUE", take_string, expects_text, show_string },
+	[OPT_CUSTOM] = { "VALUE", NULL, expects_text, NULL },
+};
+
+const struct opt_row *opt_row_find(const struct opt_row *rows, const char *name)
+{
+	for (const struct opt_row *r = rows; r->name; r++)
+		if (!strcmp(r->name, name))
+			return r;
+	return NULL;
+}
+
+int opt_row_set(const struct opt_row *row, void *base, const char *val, char *err,
+		size_t errsz)
+{
+	char why[512] = "";
+	int r;
+
+	if (!val && row->kind == OPT_BOOL)
+		val = "on";
+	if (!val || !*val)
+		r = -EINVAL;
+	else if (row->kind == OPT_CUSTOM)
+		r = row->set(base, val, why, sizeof(why));
+	else
+		r = kinds[row->kind].take(row, (char *)base + row->off, val);
+	if (r == 0)
+		return 0;
+	if (!*why && (r == -EINVAL || r == -ERANGE)) {
+		memcpy(why, "expects ", 8);
+		kinds[row->kind].expects(row, why + 8, sizeof(why) - 8);
+	} else if (!*why) {
+		snprintf(why, sizeof(why), "%s", strerror(-r));
+	}
+	bad(err, errsz, "-o %s%s%s: %s", row->name, val ? "=" : "", val ? val : "", why);
+	return r;
+}
+
+/* The default of @r, read from @defaults, and its range if it has one:
+ * "4096; 0-1048576". */
+static void show_default(const struct opt_row *r, const void *defaults, char *buf, size_t sz)
+{
+	size_t n;
+
+	if (r->dflt)
+		snprintf(buf, sz, "%s", r->dflt);
+	else if (r->kind == OPT_CUSTOM && r->show)
+		r->show(defaults, buf, sz);
+	else if (kinds[r->kind].show)
+		kinds[r->kind].show((const char *)defaults + r->off, buf, sz);
+	else
+		snprintf(buf, sz, "none");
+	n = strlen(buf);
+	if (r->kind == OPT_UINT || r->kind == OPT_SECONDS || r->kind == OPT_MBPS) {
+		char lo[32], hi[32];
+
+		fmt_number(r->min, lo, sizeof(lo));
+		fmt_number(r->max, hi, sizeof(hi));
+		snprintf(buf + n, sz - n, "; %s-%s", lo, hi);
+	}
+}
+
+#define USAGE_INDENT 23 /* where the help text starts */
+#define USAGE_WIDTH 79
+
+void opt_rows_usage(FILE *f, const struct opt_row *rows, const void *defaults)
+{
+	for (const struct opt_row *r = rows; r->name; r++) {
+		char left[64], dflt[128];
+		const char *line = r->help ? r->help : "";
+		int col;
+
+		snprintf(left, sizeof(left), "%s=%s", r->name, r->arg ? r->arg : kinds[r->kind].arg);
+		show_default(r, defaults, dflt, sizeof(dflt));
+		col = fprintf(f, "  %-*s", USAGE_INDENT - 3, left);
+		if (col > USAGE_INDENT - 1)
+			col = fprintf(f, "\n%*s", USAGE_INDENT - 1, "") - 1;
+		for (;;) {
+			size_t len = strcspn(line, "\n");
+
+			col += fprintf(f, " %.*s", (int)len, line);
+			if (!line[len])
+				break;
+			line += len + 1;
+			col = fprintf(f, "\n%*s", USAGE_INDENT - 1, "") - 1;
+		}
+		if (col + (int)strlen(dflt) + 11 > USAGE_WIDTH)
+			fprintf(f, "\n%*s(default %s)\n", USAGE_INDENT, "", dflt);
+		else
+			fprintf(f, " (default %s)\n", dflt);
+	}
+}
+
+static int set_exclude(void *base, const char *val, char *why, size_t whysz)
+{
+	(void)why;
+	(void)whysz;
+	return policy_add_exclude(base, val);
+}
+
+static int set_exclude_from(void *base, const char *val, char *why, size_t whysz)
+{
+	(void)why;
+	(void)whysz;
+	return policy_read_excludes(base, val, NULL, 0);
+}
+
+/* SIZE, or N% of LOCAL_STORE's filesystem: one replaces the other. */
+static int set_min_free(void *base, const char *val, char *why, size_t whysz)
+{
+	static const struct opt_row pct = { .name = "min_free", .kind = OPT_UINT, .max = 99 };
+	struct policy_opts *o = base;
+	size_t n = strlen(val);
+	char digits[16];
+	unsigned p;
+	uint64_t sz;
+
+	(void)why;
+	(void)whysz;
+	if (val[n - 1] == '%') {
+		if (n - 1 == 0 || n - 1 >= sizeof(digits))
+			return -EINVAL;
+		memcpy(digits, val, n - 1);
+		digits[n - 1] = '\0';
+		if (take_uint(&pct, &p, digits))
+			return -EINVAL;
+		o->min_free = 0;
+		o->min_free_pct = p;
+		return 0;
+	}
+	if (take_size(NULL, &sz, val))
+		return -EINVAL;
+	o->min_free = sz;
+	o->min_free_pct = 0;
+	return 0;
+}
+
+static void show_min_free(const void *base, char *buf, size_t sz)
+{
+	const struct policy_opts *o = base;
+
+	if (o->min_free)
+		show_size(&o->min_free, buf, sz);
+	else
+		snprintf(buf, sz, "%u%%", o->min_free_pct);
+}
+
+#define POLICY_OFF(field) offsetof(struct policy_opts, field)
+
+const struct opt_row policy_opt_rows[] = {
+	{ .name = "auto_promote", .kind = OPT_BOOL, .off = POLICY_OFF(auto_on),
+	  .help = "copy what is read from the NAS to local disk by itself" },
+	{ .name = "auto_bytes", .kind = OPT_SIZE, .off = POLICY_OFF(auto_bytes),
+	  .help = "a blob is hot once this much of it was read from the\n"
+		  "NAS (a smaller blob: once read in full); 0: bytes do\n"
+		  "not count" },
+	{ .name = "auto_opens", .kind = OPT_UINT, .off = POLICY_OFF(auto_opens),
+	  .max = 1000000, .unit = "opens",
+	  .help = "... or once opened N times from the NAS (0: opens do\n"
+		  "not count)" },
+	{ .name = "auto_mbps", .kind = OPT_MBPS, .off = POLICY_OFF(auto_bw), .max = 1000000,
+	  .help = "cap on NAS reads of all automatic copies together, MB/s\n"
+		  "(0: no cap); explicit promotes go first and one copy\n"
+		  "worker is kept for them" },
+	{ .name = "auto_siblings", .kind = OPT_BOOL, .off = POLICY_OFF(siblings),
+	  .help = "a hot shard (model-00003-of-00042.*, or a file named in\n"
+		  "a *.index.json weight_map) queues the other shards of\n"
+		  "its revision" },
+	{ .name = "exclude", .kind = OPT_CUSTOM, .arg = "GLOB", .expects = "a glob",
+	  .set = set_exclude,
+	  .help = "keep matching paths on the NAS: never promoted by\n"
+		  "themselves, and wfsctl promote needs --force\n"
+		  "(repeatable; '*.gguf' matches names, 'a/b*' mount\n"
+		  "paths, where '*' also matches '/')" },
+	{ .name = "exclude_from", .kind = OPT_CUSTOM, .arg = "FILE",
+	  .expects = "a readable file of globs", .set = set_exclude_from,
+	  .help = "exclusion globs from FILE, one a line, # comments" },
+	{ .name = "store_max", .kind = OPT_SIZE, .off = POLICY_OFF(store_max),
+	  .help = "the most the local copies may take (0: no limit)" },
+	{ .name = "min_free", .kind = OPT_CUSTOM, .arg = "SIZE|N%",
+	  .expects = "a size (20G) or a percentage of the filesystem (0%-99%)",
+	  .set = set_min_free, .show = show_min_free,
+	  .help = "free space always left on LOCAL_STORE's filesystem" },
+	{ .name = "ref_poll", .kind = OPT_SECONDS, .off = POLICY_OFF(ref_poll),
+	  .min = 0.1, .max = 86400,
+	  .help = "how often pinned refs (wfsctl pin --ref) are read on\n"
+		  "the NAS" },
+	{ .name = NULL },
+};
+
 int policy_parse_opt(struct policy_opts *o, const char *key, const char *val, char *err,
 		     size_t errsz)
 {
-	char *end;
+	const struct opt_row *row = opt_row_find(policy_opt_rows, key);
 
-	if (!strcmp(key, "auto_promote")) {
-		if (parse_onoff(val, &o->auto_on))
-			return bad(err, errsz, "-o auto_promote=%s: expected on or off", val);
-	} else if (!strcmp(key, "auto_bytes")) {
-		if (parse_size(val, &o->auto_bytes))
-			return bad(err, errsz, "-o auto_bytes=%s: expected a size (256M, 1G, ...; "
-				   "0: bytes do not count)", val);
-	} else if (!strcmp(key, "auto_opens")) {
-		unsigned long n = strtoul(val, &end, 10);
-
-		if (!*val || *end || n > 1000000)
-			return bad(err, errsz, "-o auto_opens=%s: expected a count (0: opens do "
-				   "not count)", val);
-		o->auto_opens = (unsigned)n;
-	} else if (!strcmp(key, "auto_mbps")) {
-		double mb = strtod(val, &end);
-
-		if (!*val || *end || !(mb >= 0) || mb > 1e9)
-			return bad(err, errsz, "-o auto_mbps=%s: expected MB/s (0: no cap)", val);
-		o->auto_bw = (uint64_t)(mb * 1e6);
-	} else if (!strcmp(key, "auto_siblings")) {
-		if (parse_onoff(val, &o->siblings))
-			return bad(err, errsz, "-o auto_siblings=%s: expected on or off", val);
-	} else if (!strcmp(key, "exclude")) {
-		int r = policy_add_exclude(o, val);
-
-		if (r < 0)
-			return bad(err, errsz, "-o exclude=%s: %s", val,
-				   r == -EINVAL ? "expected a glob" : strerror(-r));
-	} else if (!strcmp(key, "exclude_from")) {
-		if (policy_read_excludes(o, val, err, errsz) < 0)
-			return -1;
-	} else if (!strcmp(key, "store_max")) {
-		if (parse_size(val, &o->store_max))
-			return bad(err, errsz, "-o store_max=%s: expected a size (500G, 2T, ...; "
-				   "0: no limit)", val);
-	} else if (!strcmp(key, "min_free")) {
-		size_t n = strlen(val);
-
-		if (n > 1 && val[n - 1] == '%') {
-			unsigned long pct = strtoul(val, &end, 10);
-
-			if (end != val + n - 1 || pct > 99)
-				return bad(err, errsz, "-o min_free=%s: expected 0%%..99%%", val);
-			o->min_free = 0;
-			o->min_free_pct = (unsigned)pct;
-		} else {
-			if (parse_size(val, &o->min_free))
-				return bad(err, errsz, "-o min_free=%s: expected a size (20G) or a "
-					   "percentage (10%%)", val);
-			o->min_free_pct = 0;
-		}
-	} else if (!strcmp(key, "ref_poll")) {
-		double s = strtod(val, &end);
-
-		if (!*val || *end || !(s >= 0.1) || s > 86400)
-			return bad(err, errsz, "-o ref_poll=%s: expected seconds (0.1 .. 86400)", val);
-		o->ref_poll = s;
-	} else {
+	if (!row)
 		return 0;
-	}
-	return 1;
+	return opt_row_set(row, o, *val ? val : NULL, err, errsz) < 0 ? -1 : 1;
 }
 
 void policy_usage(FILE *f)
 {
-	fprintf(f,
-"  auto_promote=on|off  copy what is read from the NAS to local disk by itself\n"
-"                       (default on)\n"
-"  auto_bytes=SIZE      a blob is hot once this much of it was read from the\n"
-"                       NAS (a smaller blob: once read in full); default 256M,\n"
-"                       0: bytes do not count\n"
-"  auto_opens=N         ... or once opened N times from the NAS (default 4;\n"
-"                       0: opens do not count)\n"
-"  auto_mbps=N          cap on NAS reads of all automatic copies together, MB/s\n"
-"                       (default 200; 0: no cap); explicit promotes go first\n"
-"                       and one copy worker is kept for them\n"
-"  auto_siblings=on|off a hot shard (model-00003-of-00042.*, or a file named in\n"
-"                       a *.index.json weight_map) queues the other shards of\n"
-"                       its revision (default on)\n"
-"  exclude=GLOB         keep matching paths on the NAS: never promoted by\n"
-"                       themselves, and wfsctl promote needs --force\n"
-"                       (repeatable; '*.gguf' matches names, 'a/b*' mount\n"
-"                       paths, where '*' also matches '/')\n"
-"  exclude_from=FILE    exclusion globs from FILE, one a line, # comments\n"
-"  store_max=SIZE       the most the local copies may take (default 0: no\n"
-"                       limit); SIZE: 500G, 1.5T, ... (powers of 1024)\n"
-"  min_free=SIZE|N%%     free space always left on LOCAL_STORE's filesystem\n"
-"                       (default %u%%)\n"
-"  ref_poll=S           how often pinned refs (wfsctl pin --ref) are read on\n"
-"                       the NAS (default %g)\n",
-		POLICY_MIN_FREE_PCT, POLICY_REF_POLL);
+	struct policy_opts defaults;
+
+	policy_opts_init(&defaults);
+	opt_rows_usage(f, policy_opt_rows, &defaults);
+	policy_opts_free(&defaults);
 }
 
 const char *policy_excluded(const struct policy_opts *o, const char *rel)

@@ -37,9 +37,64 @@ struct policy_opts {
 void policy_opts_init(struct policy_opts *o);
 void policy_opts_free(struct policy_opts *o);
 
-/* One -o KEY=VAL.  Returns 1 when the key is a policy option and @val was
- * taken, 0 when the key is not ours, -1 for a bad value (the reason, naming
- * the option, in @err). */
+/* ---- -o options: one row each, one syntax per kind of value ----
+ *
+ * A row names an option, the kind of value it takes, where the value goes
+ * (an offset into the options struct its table is for) and the range it
+ * must lie in.  The policy options' rows are policy_opt_rows (into struct
+ * policy_opts); the daemon's own are in fs/opts.c, which parses both with
+ * opt_row_set(), so the same kind takes the same spellings in every option:
+ *   OPT_BOOL     on, yes, true, 1 / off, no, false, 0; the bare name is on
+ *   OPT_UINT     decimal digits only, within [min, max]
+ *   OPT_SECONDS  decimal digits with at most one '.', within [min, max]
+ *   OPT_MBPS     the same, in MB/s (10^6 bytes), stored as bytes/s (uint64_t)
+ *   OPT_SIZE     bytes: digits with an optional '.' fraction and K, M, G or T
+ *                suffix (powers of 1024, any case, "iB" or "B" may follow:
+ *                256M, 1.5G, 2GiB); a fraction needs a suffix
+ *   OPT_STRING   any text (a malloc'ed char *, replaced when given again)
+ *   OPT_CUSTOM   parsed by the row's set() (globs, a size or a percentage)
+ * Never accepted: an empty value, a bare name (but a boolean's), signs,
+ * exponents, hex, spaces, "inf", trailing characters. */
+enum opt_kind { OPT_BOOL, OPT_UINT, OPT_SECONDS, OPT_MBPS, OPT_SIZE, OPT_STRING, OPT_CUSTOM };
+
+struct opt_row {
+	const char *name;
+	enum opt_kind kind;
+	size_t off;            /* offsetof() the field (not OPT_CUSTOM) */
+	double min, max;       /* OPT_UINT, OPT_SECONDS, OPT_MBPS */
+	const char *unit;      /* OPT_UINT: what it counts, for messages ("KiB") */
+	const char *arg;       /* --help: the value's name when not the kind's */
+	const char *expects;   /* OPT_STRING, OPT_CUSTOM: what the value must be */
+	const char *dflt;      /* --help: the default, when not read from the field */
+	const char *help;      /* --help: '\n' starts another line */
+	/* OPT_CUSTOM: take @val (non-empty) into @base.  Returns 0 or -errno,
+	 * with -EINVAL for a value that is not what the row expects; may say
+	 * why in @err (without the option's name). */
+	int (*set)(void *base, const char *val, char *err, size_t errsz);
+	/* OPT_CUSTOM: the default, read from @base (else dflt, else "none"). */
+	void (*show)(const void *base, char *buf, size_t sz);
+};
+
+/* The rows of the policy options (into struct policy_opts); the table ends
+ * with a row whose name is NULL. */
+extern const struct opt_row policy_opt_rows[];
+
+/* The row named @name in @rows, or NULL. */
+const struct opt_row *opt_row_find(const struct opt_row *rows, const char *name);
+
+/* Take one value into @base (the struct the row's table is for).  @val
+ * NULL is the bare name ("-o passthrough").  Returns 0, or -errno (-EINVAL
+ * for a bad value) with the message in @err: "-o NAME=VAL: expects ...". */
+int opt_row_set(const struct opt_row *row, void *base, const char *val, char *err,
+		size_t errsz);
+
+/* --help lines for @rows, with the defaults read from @defaults. */
+void opt_rows_usage(FILE *f, const struct opt_row *rows, const void *defaults);
+
+/* One -o KEY=VAL of a policy option (an empty @val is the bare KEY).
+ * Returns 1 when the key is a policy option and @val was taken, 0 when the
+ * key is not ours, -1 for a bad value (the reason, naming the option, in
+ * @err). */
 int policy_parse_opt(struct policy_opts *o, const char *key, const char *val, char *err,
 		     size_t errsz);
 

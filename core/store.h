@@ -1,47 +1,73 @@
-/* store.h - the blob table and the local store: which NAS files have a
- * verified local copy, the promotion queue and its workers, the room the
- * copies may take, what gets promoted by itself, the index.
+/* store.h - the store: the blob table, the verified local copies and the
+ * room they take, the copy queue and its workers, the index on disk.
+ *
+ * Layers (DESIGN.md "Layers"), read top to bottom; no file calls up:
+ *   fs/ (FUSE glue), control.c (control server), metrics.c, doctor.c
+ *   auto.c (automatic promotion), pins.c (ref pins), collect.c (which blobs
+ *     a repo, revision, path or glob means)          -- the promotion policy
+ *   store.c (table, state, hooks), store_copy.c (queue, workers, publish),
+ *     store_space.c (room), store_verify.c (every check that lets a copy
+ *     serve), store_index.c (index.json)              -- the store
+ *   ns.c, resolve.c (namespace), fetch.c (the verified copy), index.c,
+ *     hash.c, policy.c (pure rules), path.c, file.c   -- below the store
  *
  * A blob is one NAS file (keyed by its physical path).  Its state moves
- *   NAS -> QUEUED -> COPYING -> VERIFYING -> LOCAL
+ *   NAS -> QUEUED -> COPYING -> LOCAL
  * and back to NAS on failure, eviction, or a source that changed.  A copy
  * serves reads only once LOCAL: copied, re-read from disk, hashes equal,
- * content address checked, renamed into data/.  Knows nothing of FUSE; the
- * daemon tells it of opens, reads and closes (store_note_*), and is told of
- * demotions through a callback.
+ * content address checked, renamed into data/ (store_verify.c says where
+ * each of those checks is made).  Knows nothing of FUSE; the daemon tells
+ * it of opens, reads and closes (store_note_*), and is told of demotions
+ * through a hook.
  *
  * Room: every copy reserves its size (in blocks) before it starts; the
  * copies, the reservations of copies in flight and evicted copies still
  * open never pass the size limit, and the filesystem keeps its free-space
  * floor.  What does not fit evicts least recently used copies that are
  * neither pinned nor open; what still does not fit stays on the NAS with
- * the reason in blob->reason.
+ * the reason in the blob's reason.
  *
- * Files: store.c (table, queue, workers, hooks), store_space.c (room),
- * store_auto.c (the policy thread: hot blobs, sibling shards), store_refs.c
- * (ref pins), store_index.c (the index and the source checks).
+ * The index: changes mark it dirty; it is written once per control request
+ * (the server calls store_sync), when a batch of copies ends (the worker
+ * that finds the queue empty), when it has been dirty for INDEX_FLUSH_MS
+ * (long batches; changes the read path noticed), and at close -- never
+ * once per blob.  A copy the index does not name yet is an orphan after a
+ * crash: removed at start-up, never served; a demotion it does not record
+ * yet is found again by the checks at start-up or first open.
+ *
+ * LOCK ORDER, for the whole daemon (take left before right, never the
+ * reverse; a lock not listed is a leaf taken with nothing else held):
+ *   pins.lock -> fs locks (fh.lock, nodes.lock) -> store.index_lock
+ *     -> store.lock -> hook locks (the fs invalidation queue's lock)
+ * store.lock is never held across NAS I/O, copies or hashing (a statvfs of
+ * LOCAL_STORE and unlinks of its files are the exceptions); the hooks are
+ * called with it held and must not block or call the store.
  */
 #ifndef WFS_STORE_H
 #define WFS_STORE_H
 
 #include "fetch.h"
+#include "htab.h"
 #include "policy.h"
 #include "resolve.h"
 
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <sys/stat.h>
 #include <time.h>
+
+#define INDEX_FLUSH_MS 2000
 
 enum blob_state {
 	BLOB_NAS = 0,
 	BLOB_QUEUED,
 	BLOB_COPYING,
-	BLOB_VERIFYING,
 	BLOB_LOCAL,
 	BLOB_MISMATCH, /* the NAS bytes do not match the content-address name */
 	BLOB_FAILED,   /* the last copy failed; served from the NAS */
+	BLOB_NSTATES,
 };
 
 /* Why a blob that was wanted stays on the NAS (its reason says more). */
@@ -60,44 +86,69 @@ enum store_fail {
 	STORE_FAIL_N,
 };
 
+/* One NAS file.  Outside the store, a struct blob is a handle: read it
+ * only through blob_state() and blob_info().  Rules, field by field:
+ * IMMUTABLE once inserted; LOCK: read and written under store.lock only;
+ * ATOMIC: written under store.lock with a release store (or, for counters,
+ * by anyone with relaxed adds), readable without the lock. */
 struct blob {
-	struct blob *hnext, *qnext, *hot_next;
-	char *key;                  /* physical NAS path */
-	/* The repo's name for it: a content address (64 or 40 hex) as a rule;
-	 * a longer name is cut, which no content address is. */
+	struct hlink hl;            /* LOCK: in the table (htab.h) */
+	struct blob *qnext, *hot_next; /* LOCK: queue, hot list */
+	char *key;                  /* IMMUTABLE: physical NAS path */
+	/* LOCK: the repo's name for it: a content address (64 or 40 hex) as a
+	 * rule; a longer name is cut, which no content address is. */
 	char id[96];
-	uint64_t size;
-	struct timespec nas_mtime, nas_ctime;
+	_Atomic uint64_t size;      /* ATOMIC (the read path's hotness check) */
+	struct timespec nas_mtime, nas_ctime; /* LOCK */
+	_Atomic enum blob_state state; /* ATOMIC: acquire loads in the read path */
+	int pinned, explicit_req;   /* LOCK */
+	int in_queue;               /* LOCK: linked in the queue (maybe no longer QUEUED) */
+	int checked;                /* LOCK: source sample re-checked since start-up */
+	char xxh[33];               /* LOCK: content hash of the local copy */
+	char sample[33];            /* LOCK: source identity: size + sampled hash */
+	char reason[256];           /* LOCK: why the last promotion failed / it stays on the NAS */
+	enum blob_hold hold;        /* LOCK */
+	int64_t last_used;          /* LOCK: seconds (index, status) */
+	_Atomic uint64_t use_ns;    /* ATOMIC: last open or local read, CLOCK_REALTIME_COARSE:
+				     * the LRU order (a hint: relaxed) */
+	uint64_t want_ns;           /* LOCK: when it was queued: room is made only from
+				     * copies used before that (no churn within a request) */
+	_Atomic uint64_t fs_ino;    /* ATOMIC: the daemon's node for it, for invalidation */
+	struct fetch_progress prog; /* ATOMIC (fetch.h) */
+	_Atomic uint64_t nas_bytes, local_bytes, opens, nas_opens; /* ATOMIC counters */
+	char *name;                 /* LOCK: a mount-relative name it was opened by, or NULL */
+	int open_count;             /* LOCK: opens in the daemon now: never evicted for room */
+	uint64_t held;              /* LOCK: an evicted copy still open: its space, until
+				     * the last close */
+	uint64_t reserved;          /* LOCK: space reserved by the copy in flight */
+	char *tmp;                  /* LOCK: the copy in flight's temporary file */
+	_Atomic int hot;            /* ATOMIC: handed to the policy; not again until reset */
+	int hot_listed;             /* LOCK: on the hot list */
+	_Atomic uint64_t hot_bytes; /* ATOMIC: nas_bytes when @hot was last reset */
+	uint64_t hot_opens;         /* LOCK: nas_opens then */
+};
+
+/* What a blob is now, copied under the lock (for status, doctor, metrics). */
+struct blob_info {
+	const char *key;            /* the blob's own (immutable) */
+	char id[96];
 	enum blob_state state;
-	int pinned, explicit_req;
-	int in_queue;               /* linked in the queue (maybe no longer QUEUED) */
-	int checked;                /* source sample re-checked since start-up */
-	char xxh[33];               /* content hash of the local copy */
-	char sample[33];            /* source identity: size + sampled hash */
-	char reason[256];           /* why the last promotion failed / it stays on the NAS */
 	enum blob_hold hold;
-	int64_t last_used;          /* seconds (index, status) */
-	_Atomic uint64_t use_ns;    /* last open or local read, CLOCK_REALTIME: the LRU order */
-	uint64_t want_ns;           /* when it was queued: room is made only from copies
-				     * used before that (no churn within one request) */
-	uint64_t fs_ino;            /* the daemon's node for it, for invalidation */
-	struct fetch_progress prog;
-	_Atomic uint64_t nas_bytes, local_bytes, opens, nas_opens;
-	/* under the lock: */
-	char *name;                 /* a mount-relative name it was opened by, or NULL */
-	int open_count;             /* opens in the daemon now: never evicted for room */
-	uint64_t held;              /* an evicted copy still open: its space, until the last close */
-	uint64_t reserved;          /* space reserved by the copy in flight */
-	char *tmp;                  /* the copy in flight's temporary file */
-	_Atomic int hot;            /* handed to the policy thread; not again until reset */
-	int hot_listed;             /* on the policy thread's list */
-	uint64_t hot_bytes, hot_opens; /* nas_bytes, nas_opens when @hot was last reset */
+	uint64_t size, bytes_done;  /* bytes_done: of the copy in flight, or size when LOCAL */
+	int pinned, open_count;
+	char reason[256];
+	uint64_t nas_bytes, local_bytes, opens, nas_opens;
+	int64_t last_used;
+	char xxh[33];               /* the local copy's content hash ("" if none) */
+	const char *name;           /* a name it was opened by: in store_each's callback
+				     * only (NULL from blob_info) */
 };
 
 struct store_hooks {
 	void *arg;
 	void (*log)(void *arg, int prio, const char *msg);
-	/* The bytes under this blob may have changed: drop cached pages. */
+	/* The bytes under this blob may have changed: drop cached pages.
+	 * Called with store.lock held: must queue, never block. */
 	void (*changed)(void *arg, uint64_t fs_ino);
 };
 
@@ -105,63 +156,72 @@ struct store_opts {
 	unsigned workers;     /* concurrent copies */
 	uint64_t bw_limit;    /* bytes/s for promotion reads, all copies together; 0 = none */
 	const struct policy_opts *policy; /* NULL: no automatic promotion, no limits */
-	const struct hub_roots *roots;    /* NULL: names unknown (siblings, exclusion by
-					   * snapshot name, ref pins are off) */
 };
 
-/* A ref pin: keep the revision a ref of a repo names local and pinned,
- * following the ref when it moves. */
-struct store_ref {
+/* A ref pin as the index keeps it (the policy layer, pins.c, owns them;
+ * the store only persists them with the blobs, in one write). */
+struct store_ref_rec {
 	char repo[NAME_MAX + 1];
-	char ref[NAME_MAX + 1];     /* "main", "pr/1": a file under <repo>/refs */
-	char commit[NAME_MAX + 1];  /* the revision kept ("" until the first is local) */
-	char pending[NAME_MAX + 1]; /* the revision it moves to, being promoted */
-	char reason[256];           /* why it is not moving on, if it is stuck */
-	time_t retry_at;            /* failed copies of @pending are retried after */
+	char ref[NAME_MAX + 1];
+	char commit[NAME_MAX + 1];
+	char pending[NAME_MAX + 1];
 };
 
+/* Rules: IMMUTABLE after store_open; LOCK (store.lock); ATOMIC. */
 struct store {
 	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	pthread_mutex_t index_lock; /* one index writer at a time */
-	char dir[PATH_MAX], data_dir[PATH_MAX + 8], tmp_dir[PATH_MAX + 8];
-	char index_path[PATH_MAX + 16];
-	struct blob **buckets;
-	size_t nbuckets, count;
-	struct blob *qhead, *qtail;
-	int stop;
-	pthread_t *threads;
+	pthread_cond_t cond;        /* the queue, stop, a dirty index (with @lock) */
+	pthread_cond_t hot_cond;    /* the hot list, wake-ups (with @lock; CLOCK_MONOTONIC) */
+	pthread_mutex_t index_lock; /* one index writer at a time; before @lock */
+	char dir[PATH_MAX], data_dir[PATH_MAX + 8], tmp_dir[PATH_MAX + 8]; /* IMMUTABLE */
+	char index_path[PATH_MAX + 16]; /* IMMUTABLE */
+	struct htab blobs;          /* LOCK: keyed by path_hash(key) */
+	struct blob *qhead, *qtail; /* LOCK */
+	int stop;                   /* LOCK */
+	pthread_t *threads;         /* owner thread (store_start/close) */
 	unsigned nthreads;
-	struct store_opts opt;
-	struct store_hooks hooks;
-	int index_dirty;          /* verified copies the index does not name yet */
-	int64_t index_written_ms;
-	uint64_t tmp_serial;
-	/* room (under the lock) */
-	uint64_t reserved;          /* by copies in flight */
-	uint64_t held;              /* by evicted copies still open */
-	uint64_t blk;               /* block size of LOCAL_STORE's filesystem */
-	unsigned auto_max, auto_running; /* automatic copies at once: at most, now */
-	/* the policy thread (under the lock) */
-	pthread_cond_t auto_cond;
-	struct blob *hot_head, *hot_tail;
-	struct store_ref *refs;
-	size_t nrefs;
-	int refs_poked;             /* look at the refs now */
-	/* counters since start */
+	struct store_opts opt;      /* IMMUTABLE (bw_limit: ATOMIC, store_set_bw_limit) */
+	_Atomic uint64_t bw_limit;
+	struct store_hooks hooks;   /* IMMUTABLE */
+	int index_dirty;            /* LOCK: the index on disk is behind the table */
+	int64_t dirty_since_ms;     /* LOCK: CLOCK_MONOTONIC, when it became so */
+	int copies_unrecorded;      /* LOCK: copies verified since the last write */
+	uint64_t tmp_serial;        /* LOCK */
+	uint64_t reserved;          /* LOCK: room reserved by copies in flight */
+	uint64_t held;              /* LOCK: by evicted copies still open */
+	uint64_t blk;               /* IMMUTABLE: block size of LOCAL_STORE's filesystem */
+	unsigned auto_max, auto_running; /* IMMUTABLE, LOCK: automatic copies at once: at most, now */
+	struct blob *hot_head, *hot_tail; /* LOCK */
+	int hot_woken;              /* LOCK: store_wake_hot() since the last wait */
+	struct store_ref_rec *refs; /* LOCK: the ref pins to persist */
+	size_t nrefs;               /* LOCK */
+	/* ATOMIC counters since start */
 	_Atomic uint64_t promoted, failed, mismatches, demoted, evicted;
 	_Atomic uint64_t started, cancelled, failed_by[STORE_FAIL_N];
-	_Atomic uint64_t auto_queued, no_room, excluded;
-	_Atomic uint64_t passthrough_opens; /* the daemon adds to it */
+	_Atomic uint64_t auto_queued, no_room, excluded, index_writes;
+	_Atomic uint64_t passthrough_opens;
 };
 
 const char *blob_state_name(enum blob_state s);
 
+/* The blob's state now, without the lock. */
+static inline enum blob_state blob_state(const struct blob *b)
+{
+	return atomic_load_explicit(&((struct blob *)b)->state, memory_order_acquire);
+}
+void blob_info(struct store *s, const struct blob *b, struct blob_info *out);
+/* Wait until @b is neither queued nor copying, at most @timeout_ms;
+ * returns its state then (tests, and callers that promised to wait). */
+enum blob_state store_wait_settled(struct store *s, struct blob *b, int64_t timeout_ms);
+/* The daemon's node for @b (for the changed hook). */
+void blob_set_fs_ino(struct blob *b, uint64_t ino);
+
 /* Create the store's directories, empty tmp/, load the index (a quick check
- * per entry: local file size, NAS size).  Returns -errno. */
+ * per entry: local file size, NAS size; store_verify.c).  Linear in the
+ * number of blobs and files.  Returns -errno. */
 int store_open(struct store *s, const char *dir, const struct store_opts *opt,
 	       const struct store_hooks *hooks);
-/* Start the copy workers, the source re-check sweep and the policy thread. */
+/* Start the copy workers and the source re-check sweep. */
 int store_start(struct store *s);
 /* Cancel copies in flight (their temporary files are removed), stop the
  * threads, write the index. */
@@ -179,35 +239,77 @@ void store_source_attrs(struct store *s, struct blob *b, const struct stat *st);
 /* The blob if known, else NULL. */
 struct blob *store_find(struct store *s, const char *key);
 
-/* Path of the verified local copy of @b (valid while LOCAL). */
+/* Path of the verified local copy of @b: 0, or -ENOENT when @b is not
+ * LOCAL.  The path stays valid until the blob is demoted or evicted (an open
+ * descriptor of it keeps the bytes). */
 int store_local_path(struct store *s, const struct blob *b, char *out, size_t sz);
+/* An open was handed to the kernel's passthrough (for the metrics). */
+void store_count_passthrough_open(struct store *s);
 
 /* Before serving a LOCAL blob for the first time since start-up, compare
- * the source's sampled hash.  Returns 1 if it may be served locally. */
+ * the source's sampled hash (store_verify.c).  Returns 1 if it may be
+ * served locally. */
 int store_check_source(struct store *s, struct blob *b);
 
 /* ---- the daemon's hooks (fs/file.c) ----
  * open: @b was opened by the mount-relative name @rel (may be NULL); it is
  * not evicted for room until the matching close.  read: @bytes were served,
  * from the local copy or the NAS: NAS bytes and opens make a blob hot, and a
- * hot blob is promoted in the background.  close: after the daemon has
- * closed its descriptors of this open (the space of an evicted copy comes
- * back then).  All are cheap; read takes no lock unless the blob turns hot. */
+ * hot blob is handed to the policy (store_wait_hot).  close: after the
+ * daemon has closed its descriptors of this open (the space of an evicted
+ * copy comes back then).  All are cheap; read takes no lock unless the blob
+ * turns hot. */
 void store_note_open(struct store *s, struct blob *b, const char *rel);
 void store_note_read(struct store *s, struct blob *b, uint64_t bytes, int local);
 void store_note_close(struct store *s, struct blob *b);
 
-/* Queue a promotion; explicit requests go before automatic ones. */
+/* ---- requests (the control server, the policy) ----
+ * Each marks the index dirty; the caller makes it durable with one
+ * store_sync() per request, however many blobs it touched. */
+
+/* Queue a promotion; explicit requests go before automatic ones.  With
+ * @pin the blob is pinned too. */
 int store_promote(struct store *s, struct blob *b, int pin, int explicit_req);
 /* Drop the local copy (pinned ones only with @force).  Returns 1 when
  * evicted, 0 when nothing to do, -EBUSY when pinned. */
 int store_evict(struct store *s, struct blob *b, int force);
-int store_pin(struct store *s, struct blob *b, int pin);
+void store_pin(struct store *s, struct blob *b, int pin);
 /* Re-check the source (and with @full re-hash the local copy).  Returns 1
  * when the blob was demoted, with @reason set. */
 int store_verify(struct store *s, struct blob *b, int full, char *reason, size_t rsz);
 /* Mark @b as kept on the NAS by an exclusion glob (@why says which). */
 void store_exclude(struct store *s, struct blob *b, const char *why);
+/* Write the index if anything changed since it was last written.
+ * Returns -errno of the write (logged too). */
+int store_sync(struct store *s);
+/* Change the promotion bandwidth cap (bytes/s, 0: none) for copies that
+ * start from now on. */
+void store_set_bw_limit(struct store *s, uint64_t bw);
+
+/* ---- for the policy (auto.c) ----
+ * A blob the daemon's reads made hot, in the order they turned hot; waits
+ * until one is, @deadline_ms (CLOCK_MONOTONIC, store_now_ms; < 0: none)
+ * passes, store_wake_hot() is called, or the store stops: then NULL. */
+struct blob *store_wait_hot(struct store *s, int64_t deadline_ms);
+void store_wake_hot(struct store *s);
+/* @b may become hot again, after as many NAS bytes/opens again. */
+void store_reset_hot(struct store *s, struct blob *b);
+/* A blob the policy is about to queue itself: its own reads need not. */
+void store_mark_hot(struct store *s, struct blob *b);
+/* A mount-relative name @b was opened by (a snapshot name if it had one),
+ * copied into @out; "" if none. */
+void store_blob_name(struct store *s, const struct blob *b, char *out, size_t sz);
+/* One log line through the daemon's hook (syslog priorities). */
+void store_log_msg(struct store *s, int prio, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* Is the store stopping? */
+int store_stopping(struct store *s);
+int64_t store_now_ms(void); /* CLOCK_MONOTONIC, milliseconds */
+
+/* ---- the ref pins to persist (pins.c owns their meaning) ---- */
+int store_set_refs(struct store *s, const struct store_ref_rec *v, size_t n);
+/* A copy of the ref pins loaded or last set (malloc'ed, *n entries). */
+struct store_ref_rec *store_get_refs(struct store *s, size_t *n);
 
 struct store_usage {
 	uint64_t blobs, bytes, free_bytes, queued, copying;
@@ -225,26 +327,8 @@ void store_usage(struct store *s, struct store_usage *u);
  * copy neither pinned nor open would add. */
 uint64_t store_room(struct store *s, uint64_t *evictable);
 
-/* Copy of a blob's state fields under the lock (not its strings). */
-void blob_snapshot(struct store *s, const struct blob *b, struct blob *out);
-
-/* Call @fn for every blob (under the lock: @fn must not call the store). */
-void store_each(struct store *s, void (*fn)(void *arg, const struct blob *b), void *arg);
-
-int store_write_index(struct store *s);
-
-/* ---- ref pins (store_refs.c) ----
- * Pin the revision refs/@ref of @repo names: its blobs are pinned and
- * promoted now; when the ref moves, the new revision is, and the old one's
- * blobs are unpinned once the new one is local.  Persisted in the index.
- * @commit receives the revision.  -ENOENT: no such repo/ref/revision. */
-int store_ref_pin(struct store *s, const char *repo, const char *ref, char *commit, size_t csz);
-/* Drop the ref pin and unpin its revisions' blobs (unless another ref pin
- * keeps them).  -ENOENT when there was none. */
-int store_ref_unpin(struct store *s, const char *repo, const char *ref);
-/* A copy of the ref pins (malloc'ed; *n entries). */
-struct store_ref *store_refs(struct store *s, size_t *n);
-/* Wake the policy thread to look at the refs now. */
-void store_refs_poke(struct store *s);
+/* Call @fn with the info of every blob (under the lock: @fn must not call
+ * the store). */
+void store_each(struct store *s, void (*fn)(void *arg, const struct blob_info *b), void *arg);
 
 #endif

@@ -1,31 +1,45 @@
-/* store_int.h - what the parts of the store (store.c, store_space.c,
- * store_auto.c, store_refs.c, store_index.c) share; not for other modules.
+/* store_int.h - what the files of the store share; not for other modules.
  *
- * Locking: s->lock guards the table, the queue, every blob's state fields,
- * the room accounting, the hot list and the ref pins.  Copies, hashing, NAS
- * reads and walks run without it.  Functions named *_locked expect it held.
+ * The files, each calling only those listed before it:
+ *   store_table.c   the blob table, blob_info, the dirty flag, log, clocks
+ *   store_space.c   the room; demotion (a copy gives its room back)
+ *   store_verify.c  the checks that let a copy serve (with fetch.c)
+ *   store_index.c   index.json: load (checked by store_verify.c), write
+ *   store_copy.c    the queue and the copy workers
+ *   store.c         the API the layers above use; life cycle
+ *
+ * Locking: store.lock guards the table, the queue, the hot list, the room
+ * accounting, the ref records and every blob field marked LOCK in store.h.
+ * Functions named *_locked expect it held.
  */
 #ifndef WFS_STORE_INT_H
 #define WFS_STORE_INT_H
 
 #include "store.h"
 
-void store_log(struct store *s, int prio, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-uint64_t store_now_ns(void);
+uint64_t store_now_ns(void); /* CLOCK_REALTIME_COARSE: the LRU order, last_used */
 
+/* Every blob of the table: STORE_EACH(s, b) { ... } (lock held; no
+ * insertion inside). */
+#define STORE_EACH(s, b) \
+	HTAB_EACH(&(s)->blobs, i_, l_) \
+		for (struct blob *b = htab_entry(l_, struct blob, hl); b; b = NULL)
+
+/* ---- store_table.c ---- */
+int store_local_path_locked(struct store *s, const struct blob *b, char *out, size_t sz);
 struct blob *store_find_locked(struct store *s, const char *key);
 struct blob *store_insert_locked(struct store *s, const char *key);
+/* The index is behind the table: a worker or store_sync writes it. */
+void store_dirty_locked(struct store *s);
+/* @b may turn hot again after as many NAS bytes and opens again. */
+void store_reset_hot_locked(struct store *s, struct blob *b);
+
+/* ---- store_space.c ---- */
 
 /* A LOCAL blob goes back to the NAS; its copy is removed unless another
  * local blob has the same bytes.  @invalidate: the bytes may differ from
  * what the kernel cached (a demotion), not merely moved (an eviction). */
 void store_demote_locked(struct store *s, struct blob *b, const char *why, int invalidate);
-
-/* Take @b out of the queue if it is linked there. */
-void store_unqueue_locked(struct store *s, struct blob *b);
-
-/* ---- store_space.c ---- */
 
 /* The space a copy of @size bytes takes, in whole blocks (with room for
  * the filesystem's own extent blocks). */
@@ -41,28 +55,24 @@ void space_unlinked_locked(struct store *s, struct blob *b);
 /* The last open of @b closed. */
 void space_closed_locked(struct store *s, struct blob *b);
 
-/* ---- store_auto.c ---- */
+/* ---- store_verify.c: the checks before a copy serves ---- */
 
-/* Hand @b to the policy thread (once, until reset_hot). */
-void auto_hot_locked(struct store *s, struct blob *b);
-/* @b may become hot again, after as many NAS bytes/opens again. */
-void auto_reset_locked(struct store *s, struct blob *b);
-int auto_start(struct store *s, pthread_t *t);
-
-/* ---- store_refs.c ---- */
-
-/* Read <repo>/refs/<ref> on the NAS: a revision name.  Returns -errno. */
-int refs_read(const struct hub_roots *roots, const char *repo, const char *ref, char *out,
-	      size_t sz);
-/* Follow every ref pin once (the policy thread, every ref_poll seconds). */
-void refs_poll(struct store *s);
-/* A ref pin loaded from the index. */
-int auto_ref_add_locked(struct store *s, const struct store_ref *r);
+/* At load: may the index's record @b (state LOCAL as recorded) serve
+ * until its source is sampled?  Both sides must still have its size.
+ * Returns 1, or 0 with the blob dropped to NAS and the reason logged. */
+int verify_loaded_locked(struct store *s, struct blob *b);
+/* A copy just verified by fetch_copy_verify: record what proves it. */
+void verify_record_locked(struct blob *b, const struct fetch_result *res);
+void *store_recheck_sweep(void *arg); /* a thread: every source checked once */
 
 /* ---- store_index.c ---- */
-
 int index_load(struct store *s);
+int store_write_index(struct store *s);
 void store_empty_tmp(struct store *s);
-void *store_recheck_sweep(void *arg); /* a thread: every source checked once */
+
+/* ---- store_copy.c: the queue and the workers ---- */
+void store_unqueue_locked(struct store *s, struct blob *b);
+void store_enqueue_locked(struct store *s, struct blob *b);
+void *store_worker(void *arg);
 
 #endif

@@ -10,6 +10,7 @@
  */
 #include "store.h"
 #include "store_int.h"
+#include "fmt.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -18,6 +19,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <syslog.h>
+#include <unistd.h>
 
 /* A file of more than a few extents needs extent blocks of its own (ext4
  * keeps 4 in the inode, each up to 128 MiB; a fragmented file needs more):
@@ -34,44 +36,26 @@ uint64_t store_charge(const struct store *s, uint64_t size)
 	return data;
 }
 
-static const char *human(uint64_t n, char *buf, size_t sz)
-{
-	static const char *const unit[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB" };
-	double v = (double)n;
-	int u = 0;
-
-	while (v >= 1024 && u < 5) {
-		v /= 1024;
-		u++;
-	}
-	if (u == 0)
-		snprintf(buf, sz, "%llu B", (unsigned long long)n);
-	else
-		snprintf(buf, sz, "%.1f %s", v, unit[u]);
-	return buf;
-}
-
 static void tally_locked(struct store *s, struct store_usage *u)
 {
 	memset(u, 0, sizeof(*u));
-	for (size_t i = 0; i < s->nbuckets; i++)
-		for (struct blob *b = s->buckets[i]; b; b = b->hnext) {
-			if (b->state == BLOB_LOCAL) {
-				uint64_t c = store_charge(s, b->size);
+	STORE_EACH(s, b) {
+		if (b->state == BLOB_LOCAL) {
+			uint64_t c = store_charge(s, b->size);
 
-				u->blobs++;
-				u->bytes += b->size;
-				u->used += c;
-				if (b->pinned)
-					u->pinned_bytes += c;
-				else if (b->open_count)
-					u->open_bytes += c;
-			} else if (b->state == BLOB_QUEUED) {
-				u->queued++;
-			} else if (b->state == BLOB_COPYING || b->state == BLOB_VERIFYING) {
-				u->copying++;
-			}
+			u->blobs++;
+			u->bytes += b->size;
+			u->used += c;
+			if (b->pinned)
+				u->pinned_bytes += c;
+			else if (b->open_count)
+				u->open_bytes += c;
+		} else if (b->state == BLOB_QUEUED) {
+			u->queued++;
+		} else if (b->state == BLOB_COPYING) {
+			u->copying++;
 		}
+	}
 	u->reserved = s->reserved;
 	u->held = s->held;
 	u->limit = s->opt.policy ? s->opt.policy->store_max : 0;
@@ -106,10 +90,9 @@ uint64_t store_room(struct store *s, uint64_t *evictable)
 	pthread_mutex_lock(&s->lock);
 	tally_locked(s, &u);
 	pending = unallocated_locked(s);
-	for (size_t i = 0; i < s->nbuckets; i++)
-		for (struct blob *b = s->buckets[i]; b; b = b->hnext)
-			if (b->state == BLOB_LOCAL && !b->pinned && !b->open_count)
-				ev += store_charge(s, b->size);
+	STORE_EACH(s, b)
+		if (b->state == BLOB_LOCAL && !b->pinned && !b->open_count)
+			ev += store_charge(s, b->size);
 	pthread_mutex_unlock(&s->lock);
 	fs_space(s, &u);
 	taken = u.used + u.reserved + u.held;
@@ -133,19 +116,18 @@ static uint64_t unallocated_locked(struct store *s)
 {
 	uint64_t n = 0;
 
-	for (size_t i = 0; i < s->nbuckets; i++)
-		for (struct blob *b = s->buckets[i]; b; b = b->hnext) {
-			struct stat st;
-			uint64_t have = 0;
+	STORE_EACH(s, b) {
+		struct stat st;
+		uint64_t have = 0;
 
-			if (!b->reserved)
-				continue;
-			if (b->tmp && stat(b->tmp, &st) == 0)
-				have = (uint64_t)st.st_blocks * 512;
-			else if (b->prog.bytes_done >= b->size)
-				have = b->reserved; /* written, renamed into data/ */
-			n += b->reserved > have ? b->reserved - have : 0;
-		}
+		if (!b->reserved)
+			continue;
+		if (b->tmp && stat(b->tmp, &st) == 0)
+			have = (uint64_t)st.st_blocks * 512;
+		else if (atomic_load(&b->prog.bytes_done) >= b->size)
+			have = b->reserved; /* written, renamed into data/ */
+		n += b->reserved > have ? b->reserved - have : 0;
+	}
 	return n;
 }
 
@@ -179,24 +161,24 @@ static void explain(const struct room *m, const struct store_usage *u,
 {
 	char need[32], lim[32], used[32], pin[32], open[32], res[32], held[32], ev[32];
 
-	human(m->need, need, sizeof(need));
-	human(m->limit, lim, sizeof(lim));
-	human(evictable, ev, sizeof(ev));
+	fmt_bytes(m->need, need, sizeof(need));
+	fmt_bytes(m->limit, lim, sizeof(lim));
+	fmt_bytes(evictable, ev, sizeof(ev));
 	/* "evictable": neither pinned nor open, and last used before the request */
 	if (m->limit && m->need > m->limit) {
 		snprintf(why, wsz, "no room: needs %s, more than store_max (%s)", need, lim);
 	} else if (m->limit && m->used + m->need > m->limit + evictable) {
 		snprintf(why, wsz, "no room: needs %s; store_max %s holds %s of copies (%s pinned, "
 			 "%s open), %s reserved in flight, %s evicted but still open; evictable "
-			 "copies would free %s", need, lim, human(u->used, used, sizeof(used)),
-			 human(u->pinned_bytes, pin, sizeof(pin)),
-			 human(u->open_bytes, open, sizeof(open)),
-			 human(u->reserved, res, sizeof(res)), human(u->held, held, sizeof(held)), ev);
+			 "copies would free %s", need, lim, fmt_bytes(u->used, used, sizeof(used)),
+			 fmt_bytes(u->pinned_bytes, pin, sizeof(pin)),
+			 fmt_bytes(u->open_bytes, open, sizeof(open)),
+			 fmt_bytes(u->reserved, res, sizeof(res)), fmt_bytes(u->held, held, sizeof(held)), ev);
 	} else {
 		snprintf(why, wsz, "no room: needs %s; the store's filesystem has %s free and keeps "
 			 "%s (min_free), %s more reserved in flight; evictable copies would free %s",
-			 need, human(m->avail, used, sizeof(used)), human(m->floor, pin, sizeof(pin)),
-			 human(m->pending, res, sizeof(res)), ev);
+			 need, fmt_bytes(m->avail, used, sizeof(used)), fmt_bytes(m->floor, pin, sizeof(pin)),
+			 fmt_bytes(m->pending, res, sizeof(res)), ev);
 	}
 }
 
@@ -227,8 +209,8 @@ int space_reserve_locked(struct store *s, struct blob *b, char *why, size_t wsz,
 	 * before @b was asked for -- so the blobs of one request (a repo
 	 * larger than the room) do not evict each other in turn. */
 	cand = malloc((u.blobs ? u.blobs : 1) * sizeof(*cand));
-	for (size_t i = 0; cand && i < s->nbuckets; i++)
-		for (struct blob *o = s->buckets[i]; o; o = o->hnext)
+	if (cand)
+		STORE_EACH(s, o)
 			if (o != b && o->state == BLOB_LOCAL && !o->pinned && !o->open_count &&
 			    o->use_ns < b->want_ns && ncand < u.blobs) {
 				cand[ncand++] = o;
@@ -288,4 +270,42 @@ void space_closed_locked(struct store *s, struct blob *b)
 {
 	s->held -= b->held < s->held ? b->held : s->held;
 	b->held = 0;
+}
+
+
+/* ---- demotion: a copy gives its room back ---- */
+
+/* Remove @b's local copy unless another local blob has the same bytes.
+ * Returns 1 when the file was unlinked. */
+static int drop_copy_locked(struct store *s, struct blob *b)
+{
+	char path[PATH_MAX + 64];
+
+	STORE_EACH(s, o)
+		if (o != b && o->state == BLOB_LOCAL && !strcmp(o->xxh, b->xxh))
+			return 0;
+	return b->xxh[0] && store_local_path_locked(s, b, path, sizeof(path)) == 0 && unlink(path) == 0;
+}
+
+void store_demote_locked(struct store *s, struct blob *b, const char *why, int invalidate)
+{
+	uint64_t ino = atomic_load_explicit(&b->fs_ino, memory_order_relaxed);
+
+	if (b->state != BLOB_LOCAL)
+		return;
+	b->state = BLOB_NAS;
+	if (drop_copy_locked(s, b))
+		space_unlinked_locked(s, b);
+	b->xxh[0] = '\0';
+	snprintf(b->reason, sizeof(b->reason), "%s", why);
+	store_reset_hot_locked(s, b);
+	store_dirty_locked(s);
+	if (!invalidate) {
+		store_log_msg(s, LOG_INFO, "evicted %s (%s): %s", b->key, b->id, why);
+		return;
+	}
+	s->demoted++;
+	store_log_msg(s, LOG_WARNING, "demoted %s (%s): %s", b->key, b->id, why);
+	if (s->hooks.changed && ino)
+		s->hooks.changed(s->hooks.arg, ino);
 }

@@ -90,15 +90,14 @@ static int fh_nas_fd(struct wfs *w, struct wfs_fh *fh, int *direct)
 
 static int fh_local_fd(struct wfs *w, struct wfs_fh *fh, int *direct)
 {
-	char path[PATH_MAX + 64];
+	char path[PATH_MAX + 64] = "";
 	int fd;
 
 	pthread_mutex_lock(&fh->lock);
 	if (fh->local_fd < 0 && !fh->local_failed) {
-		pthread_mutex_lock(&w->store.lock);
-		store_local_path(&w->store, fh->blob, path, sizeof(path));
-		pthread_mutex_unlock(&w->store.lock);
-		fd = open_direct(path, &fh->local_direct);
+		fd = store_local_path(&w->store, fh->blob, path, sizeof(path));
+		if (fd == 0)
+			fd = open_direct(path, &fh->local_direct);
 		if (fd < 0) {
 			fh->local_failed = 1;
 			wfs_log(w, LOG_WARNING, "open local copy %s of %s: %s; reading the NAS",
@@ -126,12 +125,11 @@ static void choose_mode(struct wfs *w, struct node *n, struct wfs_fh *fh, int lo
 	if (n->pt_opens > 0) {
 		id = n->backing_id; /* join the opens already passed through */
 	} else if (local && n->daemon_opens == 0 && passthrough_usable(&w->pt)) {
-		pthread_mutex_lock(&w->store.lock);
-		store_local_path(&w->store, fh->blob, path, sizeof(path));
-		pthread_mutex_unlock(&w->store.lock);
 		/* Buffered: the kernel serves reads from this file's page cache,
 		 * the only copy of the bytes. */
-		fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		fd = store_local_path(&w->store, fh->blob, path, sizeof(path));
+		if (fd == 0)
+			fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 		if (fd >= 0) {
 			id = passthrough_open_backing(&w->pt, fd);
 			close(fd); /* the kernel holds its own reference */
@@ -150,7 +148,7 @@ static void choose_mode(struct wfs *w, struct node *n, struct wfs_fh *fh, int lo
 		n->pt_opens++;
 		fh->backing_id = id;
 		w->pt_opens_total++;
-		w->store.passthrough_opens++;
+		store_count_passthrough_open(&w->store);
 	} else {
 		n->daemon_opens++;
 	}
@@ -320,7 +318,7 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	int fd = -1, direct = 0;
 
 	__atomic_add_fetch(&N(w, ino)->daemon_reads, 1, __ATOMIC_RELAXED);
-	if (b && __atomic_load_n(&b->state, __ATOMIC_ACQUIRE) == BLOB_LOCAL) {
+	if (b && blob_state(b) == BLOB_LOCAL) {
 		fd = fh_local_fd(w, fh, &direct);
 		if (fd >= 0)
 			store_note_read(&w->store, b, size, 1);

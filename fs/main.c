@@ -4,6 +4,8 @@
  * leaves a stray mount), takes the LOCAL_STORE lock, mounts, and only then
  * detaches, so a script can use the mount on its next line.
  */
+#include "ops.h"
+#include "opts.h"
 #include "wfs.h"
 
 #include <errno.h>
@@ -17,269 +19,6 @@
 #include <sys/stat.h>
 #include <syslog.h>
 #include <unistd.h>
-
-static void usage(FILE *f)
-{
-	fprintf(f,
-"usage: wfs [-f] [-d] [-o OPT[,OPT...]] NAS_HUB LOCAL_STORE MOUNTPOINT\n"
-"       wfs NAS_HUB MOUNTPOINT -o local=LOCAL_STORE[,OPT...]   (mount -t fuse.wfs)\n"
-"\n"
-"Present the Hugging Face hub cache at NAS_HUB, read-only, at MOUNTPOINT.\n"
-"LOCAL_STORE is a directory on local disk owned by wfs (created if missing).\n"
-"Without -f, wfs returns once the mount is ready and keeps serving in the\n"
-"background.\n"
-"\n"
-"options:\n"
-"  -f                   stay in the foreground (logs to stderr)\n"
-"  -d                   debug logging (implies -f)\n"
-"  -s                   single-threaded (for debugging)\n"
-"  -h, --help           this text\n"
-"  -V, --version        print the version\n"
-"\n"
-"wfs -o options:\n"
-"  local=DIR            LOCAL_STORE, for the two-argument (fstab) form\n"
-"  root=DIR             a further read-only root that NAS links may resolve\n"
-"                       into (repeatable); other links leaving NAS_HUB are\n"
-"                       shown as links and never followed\n"
-"  entry_timeout=S      kernel cache time of names (default 1)\n"
-"  attr_timeout=S       kernel cache time of attributes (default 1)\n"
-"  negative_timeout=S   kernel cache time of missing names (default 1)\n"
-"  blob_timeout=S       name and attribute cache time of content-addressed\n"
-"                       blobs, whose content never changes (default 60)\n"
-"  log=stderr|syslog    where log lines go (default: stderr with -f,\n"
-"                       syslog in the background)\n"
-"  max_threads=N        FUSE worker threads (default 16)\n"
-"  copy_workers=N       concurrent promotions (default 2)\n"
-"  passthrough=on|off   let the kernel read local copies itself (FUSE\n"
-"                       passthrough, kernel >= 6.9; default on, falls back\n"
-"                       to daemon-served reads when the kernel refuses)\n"
-"  readahead_kb=N       kernel read-ahead of the mount (default 4096; 0 leaves\n"
-"                       the kernel's 128)\n"
-"  promote_mbps=N       cap on promotion reads from the NAS, MB/s, all copies\n"
-"                       together (default 0: no cap)\n"
-"  metrics_file=PATH    write Prometheus metrics to PATH (absolute; e.g. a\n"
-"                       node-exporter textfile directory's wfs.prom),\n"
-"                       replaced atomically; removed at exit\n"
-"  metrics_interval=S   how often metrics_file is rewritten (default 15)\n"
-	);
-	policy_usage(f);
-	fprintf(f,
-"\n"
-"FUSE -o options passed on: allow_other, allow_root, ro, fsname=, subtype=,\n"
-"auto_unmount, nosuid, nodev, noatime, ...  fstab-only words (defaults,\n"
-"nofail, noauto, auto, user, users, _netdev, x-*) are ignored.\n"
-"\n"
-"A revision added to the NAS shows up within max(negative_timeout,\n"
-"entry_timeout) seconds.  Every write gets EROFS.\n");
-}
-
-struct arglist {
-	char **v;
-	int n;
-};
-
-static int arg_add(struct arglist *a, const char *s)
-{
-	char **nv = realloc(a->v, (size_t)(a->n + 2) * sizeof(*nv));
-
-	if (!nv)
-		return -ENOMEM;
-	a->v = nv;
-	a->v[a->n] = strdup(s);
-	if (!a->v[a->n])
-		return -ENOMEM;
-	a->v[++a->n] = NULL;
-	return 0;
-}
-
-static int parse_seconds(const char *opt, const char *val, double *out)
-{
-	char *end;
-	double d = strtod(val, &end);
-
-	if (*val == '\0' || *end || d < 0) {
-		fprintf(stderr, "wfs: -o %s=%s: not a number of seconds\n", opt, val);
-		return -1;
-	}
-	*out = d;
-	return 0;
-}
-
-/* Split one -o argument: wfs options are taken, fstab-only words dropped,
- * the rest collected for libfuse. */
-static int parse_o(struct wfs_opts *o, char *arg, struct arglist *fuse_o)
-{
-	static const char *const ignored[] = {
-		"defaults", "nofail", "noauto", "auto", "user", "users", "nouser",
-		"_netdev", "rw", NULL,
-	};
-	char *save = NULL;
-
-	for (char *tok = strtok_r(arg, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-		char *eq = strchr(tok, '=');
-		const char *val = eq ? eq + 1 : "";
-		size_t klen = eq ? (size_t)(eq - tok) : strlen(tok);
-		int skip = 0;
-
-#define KEY(k) (klen == strlen(k) && !strncmp(tok, k, klen))
-		for (int i = 0; ignored[i]; i++)
-			if (!strcmp(tok, ignored[i]))
-				skip = 1;
-		if (skip || !strncmp(tok, "x-", 2) || !strncmp(tok, "comment=", 8))
-			continue;
-		if (KEY("local")) {
-			free(o->local_owned);
-			o->local = o->local_owned = strdup(val);
-		} else if (KEY("root")) {
-			if (o->n_extra_roots >= HUB_MAX_ROOTS - 1) {
-				fprintf(stderr, "wfs: at most %d root= options\n", HUB_MAX_ROOTS - 1);
-				return -1;
-			}
-			o->extra_roots[o->n_extra_roots++] = strdup(val);
-		} else if (KEY("entry_timeout")) {
-			if (parse_seconds("entry_timeout", val, &o->entry_timeout))
-				return -1;
-		} else if (KEY("attr_timeout")) {
-			if (parse_seconds("attr_timeout", val, &o->attr_timeout))
-				return -1;
-		} else if (KEY("negative_timeout")) {
-			if (parse_seconds("negative_timeout", val, &o->negative_timeout))
-				return -1;
-		} else if (KEY("blob_timeout")) {
-			if (parse_seconds("blob_timeout", val, &o->blob_timeout))
-				return -1;
-		} else if (KEY("log")) {
-			if (!strcmp(val, "stderr"))
-				o->log = WFS_LOG_STDERR;
-			else if (!strcmp(val, "syslog"))
-				o->log = WFS_LOG_SYSLOG;
-			else {
-				fprintf(stderr, "wfs: -o log=%s: expected stderr or syslog\n", val);
-				return -1;
-			}
-			o->log_set = 1;
-		} else if (KEY("passthrough")) {
-			if (!strcmp(val, "on") || !*val)
-				o->passthrough = 1;
-			else if (!strcmp(val, "off"))
-				o->passthrough = 0;
-			else {
-				fprintf(stderr, "wfs: -o passthrough=%s: expected on or off\n", val);
-				return -1;
-			}
-		} else if (KEY("readahead_kb")) {
-			o->readahead_kb = (unsigned)strtoul(val, NULL, 10);
-		} else if (KEY("copy_workers")) {
-			o->copy_workers = (unsigned)strtoul(val, NULL, 10);
-			if (o->copy_workers < 1 || o->copy_workers > 64) {
-				fprintf(stderr, "wfs: -o copy_workers=%s: expected 1..64\n", val);
-				return -1;
-			}
-		} else if (KEY("promote_mbps")) {
-			char *end;
-			double mb = strtod(val, &end);
-
-			if (!*val || *end || mb < 0) {
-				fprintf(stderr, "wfs: -o promote_mbps=%s: expected MB/s (0: no cap)\n", val);
-				return -1;
-			}
-			o->promote_bw = (uint64_t)(mb * 1e6);
-		} else if (KEY("metrics_file")) {
-			if (val[0] != '/') {
-				fprintf(stderr, "wfs: -o metrics_file=%s: must be an absolute path\n", val);
-				return -1;
-			}
-			free(o->metrics_file);
-			o->metrics_file = strdup(val);
-		} else if (KEY("metrics_interval")) {
-			char *end;
-			unsigned long s = strtoul(val, &end, 10);
-
-			if (!*val || *end || s < 1 || s > 86400) {
-				fprintf(stderr, "wfs: -o metrics_interval=%s: expected 1..86400 seconds\n", val);
-				return -1;
-			}
-			o->metrics_interval = (unsigned)s;
-		} else if (KEY("max_threads")) {
-			o->max_threads = (unsigned)strtoul(val, NULL, 10);
-			if (o->max_threads < 1 || o->max_threads > 1024) {
-				fprintf(stderr, "wfs: -o max_threads=%s: expected 1..1024\n", val);
-				return -1;
-			}
-		} else {
-			char key[64], err[PATH_MAX + 128];
-			int pr;
-
-			snprintf(key, sizeof(key), "%.*s", (int)klen, tok);
-			pr = policy_parse_opt(&o->policy, key, val, err, sizeof(err));
-			if (pr < 0) {
-				fprintf(stderr, "wfs: %s\n", err);
-				return -1;
-			}
-			if (pr == 0 && (arg_add(fuse_o, "-o") || arg_add(fuse_o, tok)))
-				return -1;
-		}
-#undef KEY
-	}
-	return 0;
-}
-
-static int parse_args(int argc, char **argv, struct wfs_opts *o, struct arglist *fuse_o)
-{
-	const char *pos[3];
-	int npos = 0;
-
-	for (int i = 1; i < argc; i++) {
-		char *a = argv[i];
-
-		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-			usage(stdout);
-			exit(0);
-		} else if (!strcmp(a, "-V") || !strcmp(a, "--version")) {
-			printf("wfs %s (libfuse %s)\n", WFS_VERSION, fuse_pkgversion());
-			exit(0);
-		} else if (!strcmp(a, "-f")) {
-			o->foreground = 1;
-		} else if (!strcmp(a, "-d")) {
-			o->debug = o->foreground = 1;
-		} else if (!strcmp(a, "-s")) {
-			o->single_thread = 1;
-		} else if (!strncmp(a, "-o", 2)) {
-			char *val = a[2] ? a + 2 : (i + 1 < argc ? argv[++i] : NULL);
-
-			if (!val) {
-				fprintf(stderr, "wfs: -o needs an argument\n");
-				return -1;
-			}
-			if (parse_o(o, val, fuse_o))
-				return -1;
-		} else if (a[0] == '-' && a[1]) {
-			fprintf(stderr, "wfs: unknown option %s (see wfs --help)\n", a);
-			return -1;
-		} else if (npos < 3) {
-			pos[npos++] = a;
-		} else {
-			fprintf(stderr, "wfs: too many arguments: %s (see wfs --help)\n", a);
-			return -1;
-		}
-	}
-	if (npos == 3) {
-		if (o->local) {
-			fprintf(stderr, "wfs: LOCAL_STORE given twice (argument and -o local=)\n");
-			return -1;
-		}
-		o->nas = pos[0];
-		o->local = pos[1];
-		o->mnt = pos[2];
-	} else if (npos == 2 && o->local) {
-		o->nas = pos[0];
-		o->mnt = pos[1];
-	} else {
-		fprintf(stderr, "wfs: expected NAS_HUB LOCAL_STORE MOUNTPOINT (see wfs --help)\n");
-		return -1;
-	}
-	return 0;
-}
 
 static int mkdir_p(const char *path)
 {
@@ -396,27 +135,56 @@ static void store_log(void *arg, int prio, const char *msg)
 	wfs_log(arg, prio, "%s", msg);
 }
 
-/* The bytes of a blob may have changed: the kernel must forget its pages. */
-/* The store calls this holding its lock, and the kernel's invalidation
+/* The bytes of a blob may have changed: the kernel must forget its pages.
+ * The store calls this holding its lock, and the kernel's invalidation
  * waits for pages that a read in flight holds -- a read that may need the
- * store lock.  So the node id goes through a pipe to a thread of its own. */
+ * store lock.  So the node id is only queued (fs/inval.h: never blocks);
+ * the queue's thread tells the kernel. */
 static void store_changed(void *arg, uint64_t ino)
 {
 	struct wfs *w = arg;
 
-	if (w->inval_pipe[1] > 0 && write(w->inval_pipe[1], &ino, sizeof(ino)) != sizeof(ino))
-		wfs_log(w, LOG_WARNING, "cannot queue cache invalidation of inode %llu",
-			(unsigned long long)ino);
+	inval_push(&w->inval, ino);
 }
 
-static void *invalidator(void *arg)
+static void notify_inval(void *arg, uint64_t ino)
 {
 	struct wfs *w = arg;
-	uint64_t ino;
 
-	while (read(w->inval_pipe[0], &ino, sizeof(ino)) == sizeof(ino))
-		fuse_lowlevel_notify_inval_inode(w->se, (fuse_ino_t)ino, 0, 0);
-	return NULL;
+	fuse_lowlevel_notify_inval_inode(w->se, (fuse_ino_t)ino, 0, 0);
+}
+
+/* The queue was full, and which blobs changed is no longer known: every
+ * node with a blob forgets its pages.  Too many invalidations cost only
+ * re-reads; a missing one would serve bytes the blob no longer has.  A
+ * node without a blob has no changed hook to miss.  The ids are collected
+ * under the table lock and notified without it (an invalidation waits for
+ * readers, which may take that lock); a node forgotten meanwhile is an id
+ * the kernel no longer knows (its notice fails) or, reused, one that gets a
+ * spurious invalidation -- harmless either way. */
+static void notify_inval_all(void *arg)
+{
+	struct wfs *w = arg;
+	struct node_table *t = &w->nodes;
+	fuse_ino_t *ids;
+	size_t n = 0;
+
+	pthread_mutex_lock(&t->lock);
+	ids = malloc((t->count + 1) * sizeof(*ids));
+	for (size_t b = 0; ids && b < t->nbuckets; b++)
+		for (struct node *nd = t->buckets[b]; nd; nd = nd->hnext)
+			if (__atomic_load_n(&nd->blob, __ATOMIC_ACQUIRE))
+				ids[n++] = ino_of(w, nd);
+	pthread_mutex_unlock(&t->lock);
+	if (!ids) {
+		wfs_log(w, LOG_WARNING, "cache invalidations were coalesced, but no memory to "
+			"invalidate every blob: a file demoted meanwhile may show stale pages");
+		return;
+	}
+	wfs_log(w, LOG_INFO, "cache invalidations were coalesced: invalidating all %zu blobs", n);
+	for (size_t i = 0; i < n; i++)
+		fuse_lowlevel_notify_inval_inode(w->se, ids[i], 0, 0);
+	free(ids);
 }
 
 /* The kernel caps a FUSE mount's read-ahead at 128 KiB during INIT; large
@@ -471,8 +239,7 @@ static void write_pid(struct wfs *w)
 int main(int argc, char **argv)
 {
 	struct wfs w = {0};
-	struct arglist fa = {0};
-	struct fuse_args args;
+	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
 	struct fuse_loop_config *cfg;
 	struct ns_entry *root;
 	char fsname[PATH_MAX + 16];
@@ -486,20 +253,19 @@ int main(int argc, char **argv)
 	mallopt(M_MMAP_THRESHOLD, 16 << 20);
 	mallopt(M_TRIM_THRESHOLD, 64 << 20);
 
-	w.opt.entry_timeout = 1.0;
-	w.opt.attr_timeout = 1.0;
-	w.opt.negative_timeout = 1.0;
-	w.opt.blob_timeout = 60.0;
-	w.opt.max_threads = 16;
-	w.opt.copy_workers = 2;
-	w.opt.readahead_kb = 4096;
-	w.opt.metrics_interval = 15;
-	w.opt.passthrough = 1;
-	policy_opts_init(&w.opt.policy);
+	opts_init(&w.opt);
 	w.lock_fd = -1;
-	if (arg_add(&fa, argv[0]))
+	/* Every option is checked here, before anything is opened or mounted. */
+	r = opts_parse(&w.opt, &args);
+	if (r == OPTS_HELP || r == OPTS_VERSION) {
+		if (r == OPTS_HELP)
+			opts_usage(stdout);
+		else
+			printf("wfs %s (libfuse %s)\n", WFS_VERSION, fuse_pkgversion());
+		ret = 0;
 		goto out_args;
-	if (parse_args(argc, argv, &w.opt, &fa)) {
+	}
+	if (r < 0) {
 		ret = 2;
 		goto out_args;
 	}
@@ -518,15 +284,27 @@ int main(int argc, char **argv)
 			strerror(-r));
 		goto out_nodes;
 	}
+	/* Before the store: opening it may demote copies already. */
+	{
+		struct inval_hooks ih = { .arg = &w, .notify = notify_inval,
+					  .notify_all = notify_inval_all };
+
+		if ((r = inval_init(&w.inval, 0, &ih)) < 0) {
+			fprintf(stderr, "wfs: %s\n", strerror(-r));
+			goto out_nodes;
+		}
+	}
 	{
 		struct store_opts so = { .workers = w.opt.copy_workers,
 					 .bw_limit = w.opt.promote_bw,
-					 .policy = &w.opt.policy, .roots = &w.roots };
+					 .policy = &w.opt.policy };
 		struct store_hooks hooks = { .arg = &w, .log = store_log,
 					     .changed = store_changed };
 
 		r = store_open(&w.store, w.opt.local, &so, &hooks);
 		w.store_open = 1;
+		if (r == 0 && (r = pins_open(&w.pins, &w.store, &w.roots, &w.opt.policy)) == 0)
+			w.pins_open = 1;
 		if (r < 0) {
 			fprintf(stderr, "wfs: LOCAL_STORE %s: %s\n", w.opt.local, strerror(-r));
 			goto out_nodes;
@@ -539,18 +317,15 @@ int main(int argc, char **argv)
 	}
 	w.ctl.roots = &w.roots;
 	w.ctl.store = &w.store;
+	w.ctl.pins = &w.pins;
 	w.ctl.mount = w.opt.mnt;
 	w.ctl.local = w.opt.local;
 	w.ctl.owner = getuid();
 
 	snprintf(fsname, sizeof(fsname), "fsname=%s", w.roots.path[0]);
-	if (arg_add(&fa, "-o") || arg_add(&fa, fsname) || arg_add(&fa, "-o") ||
-	    arg_add(&fa, "subtype=wfs") || arg_add(&fa, "-o") ||
-	    arg_add(&fa, "default_permissions"))
+	if (fuse_opt_add_arg(&args, "-o") || fuse_opt_add_arg(&args, fsname) ||
+	    fuse_opt_add_arg(&args, "-osubtype=wfs,default_permissions"))
 		goto out_nodes;
-	args.argc = fa.n;
-	args.argv = fa.v;
-	args.allocated = 0;
 
 	wfs_log_open(&w);
 	w.se = fuse_session_new(&args, &wfs_ops, sizeof(wfs_ops), &w);
@@ -581,10 +356,12 @@ int main(int argc, char **argv)
 	/* Threads only now: fuse_daemonize() forks. */
 	if (w.opt.readahead_kb && pthread_create(&w.ra_thread, NULL, raise_readahead, &w) == 0)
 		w.ra_started = 1;
-	if (pipe2(w.inval_pipe, O_CLOEXEC) == 0 &&
-	    pthread_create(&w.inval_thread, NULL, invalidator, &w) == 0)
-		w.inval_started = 1;
-	if ((r = store_start(&w.store)) < 0 || (r = control_start(&w.ctl)) < 0) {
+	if ((r = inval_start(&w.inval)) < 0)
+		wfs_log(&w, LOG_WARNING, "cannot start the cache invalidation thread: %s; "
+			"demoted files may show stale pages", strerror(-r));
+	if ((r = store_start(&w.store)) < 0 ||
+	    (r = auto_start(&w.autop, &w.store, &w.roots, &w.opt.policy, &w.pins)) < 0 ||
+	    (r = control_start(&w.ctl)) < 0) {
 		wfs_log(&w, LOG_ERR, "cannot start promotion or control socket in %s: %s",
 			w.opt.local, strerror(-r));
 		goto out_unmount;
@@ -615,18 +392,14 @@ int main(int argc, char **argv)
 	metrics_writer_stop(&w.metrics); /* reads the store; removes the file */
 	/* Before the session goes: the invalidator still talks to it (with
 	 * the device closed its notices fail at once instead of waiting). */
+	auto_stop(&w.autop); /* the policy uses the store */
 	store_close(&w.store); /* cancels copies, writes the index */
 	w.store_open = 0;
-	if (w.inval_started) {
-		close(w.inval_pipe[1]); /* the thread sees end of file */
-		w.inval_pipe[1] = -1;
-		pthread_join(w.inval_thread, NULL);
-		close(w.inval_pipe[0]);
-		w.inval_started = 0;
-	}
+	inval_stop(&w.inval); /* drops what is left: the kernel's cache went with the mount */
 
 out_unmount:
 	fuse_session_unmount(w.se);
+	inval_stop(&w.inval); /* before the session goes: the thread uses it */
 out_signals:
 	fuse_remove_signal_handlers(w.se);
 out_session:
@@ -637,18 +410,16 @@ out_nodes:
 	metrics_writer_stop(&w.metrics); /* removes the file */
 	if (w.opt.metrics_file)
 		unlink(w.opt.metrics_file); /* the start-up check may have written it */
+	auto_stop(&w.autop);
 	if (w.store_open)
 		store_close(&w.store);
+	if (w.pins_open)
+		pins_close(&w.pins);
+	inval_destroy(&w.inval); /* after the store: its close may still report */
 	node_table_destroy(&w.nodes);
 out_args:
-	for (int i = 0; i < fa.n; i++)
-		free(fa.v[i]);
-	free(fa.v);
-	free((char *)w.opt.local_owned);
-	policy_opts_free(&w.opt.policy);
-	free(w.opt.metrics_file);
-	for (int i = 0; i < w.opt.n_extra_roots; i++)
-		free(w.opt.extra_roots[i]);
+	fuse_opt_free_args(&args);
+	opts_free(&w.opt);
 	if (w.lock_fd >= 0)
 		close(w.lock_fd);
 	return ret;

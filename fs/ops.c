@@ -149,7 +149,7 @@ struct blob *node_blob(struct wfs *w, struct node *n)
 	node_attr(&w->nodes, n, &st);
 	b = store_blob(&w->store, backing, &st, id ? id : "");
 	if (b) {
-		__atomic_store_n(&b->fs_ino, ino_of(w, n), __ATOMIC_RELAXED);
+		blob_set_fs_ino(b, ino_of(w, n));
 		__atomic_store_n(&n->blob, b, __ATOMIC_RELEASE);
 	}
 	return b;
@@ -255,7 +255,7 @@ static int xattr_value(struct wfs *w, struct node *n, const char *name, char *bu
 		return -ENODATA;
 	if (!strcmp(name, XATTR_STATE))
 		return snprintf(buf, sz, "%s",
-				blob_state_name(b ? __atomic_load_n(&b->state, __ATOMIC_ACQUIRE)
+				blob_state_name(b ? blob_state(b)
 						  : BLOB_NAS));
 	if (!strcmp(name, XATTR_ID) && __atomic_load_n(&n->blob_id, __ATOMIC_ACQUIRE))
 		return snprintf(buf, sz, "%s", n->blob_id);

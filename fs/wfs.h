@@ -7,7 +7,9 @@
 #define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
 
+#include "auto.h"
 #include "control.h"
+#include "inval.h"
 #include "metrics.h"
 #include "node.h"
 #include "passthrough.h"
@@ -46,16 +48,18 @@ struct wfs {
 	struct fuse_session *se;
 	int lock_fd;
 	struct store store;
+	struct pins pins;          /* ref pins (core/pins.h) */
+	struct auto_promoter autop; /* the policy thread (core/auto.h) */
 	struct control ctl;
-	int store_open;
+	int store_open, pins_open;
 	char local_abs[PATH_MAX], mnt_abs[PATH_MAX];
 	pthread_t ra_thread;
 	int ra_started;
 	struct metrics_writer metrics;
 	int pt_warned;
-	int inval_pipe[2];
-	pthread_t inval_thread;
-	int inval_started;
+	/* Blobs whose bytes changed, for the kernel to forget (fs/inval.h):
+	 * pushed by the store's changed hook, drained by its own thread. */
+	struct inval_queue inval;
 	uint64_t pt_opens_total;
 };
 

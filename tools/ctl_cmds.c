@@ -71,8 +71,8 @@ static int simple_call(const struct ctl_opts *o, const char *cmd, json_t *req,
  * this wfsctl does not know, so a newer daemon's states still show. */
 static void states_cell(const json_t *states, char *buf, size_t sz)
 {
-	static const char *const order[] = { "nas", "queued", "copying", "verifying",
-					     "local", "mismatch", "failed" };
+	static const char *const order[] = { "nas", "queued", "copying", "local",
+					     "mismatch", "failed" };
 	size_t len = 0, i;
 	const char *k;
 	json_t *v;

@@ -12,8 +12,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-/* "512 B", "1.5 KiB", ..., "3.2 TiB" into @buf; returns @buf. */
-const char *fmt_bytes(uint64_t n, char *buf, size_t sz);
+#include "fmt.h" /* fmt_bytes (core/fmt.c) */
 
 /* "0:05", "12:34", "1:02:03"; returns @buf. */
 const char *fmt_duration(double seconds, char *buf, size_t sz);

@@ -25,8 +25,7 @@ enum blob_fate blob_fate(const char *state)
 		return FATE_DROPPED;
 	/* Only the in-flight states of the protocol keep --wait waiting: a
 	 * state it does not define must end the wait, not hang it. */
-	if (!strcmp(state, "queued") || !strcmp(state, "copying") ||
-	    !strcmp(state, "verifying"))
+	if (!strcmp(state, "queued") || !strcmp(state, "copying"))
 		return FATE_PENDING;
 	return FATE_FAILED;
 }

@@ -13,7 +13,7 @@
 
 /* Where a blob stands for someone waiting on it. */
 enum blob_fate {
-	FATE_PENDING, /* queued, copying, verifying */
+	FATE_PENDING, /* queued, copying (which verifies as it goes) */
 	FATE_LOCAL,   /* done */
 	FATE_FAILED,  /* failed, mismatch, or a state outside the protocol
 		       * ("unknown": the daemon no longer knows the key): it

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """wfs benchmark harness.
 
-Generates a NAS hub fixture with tools/wfs-mkhub, mounts it with the wfs
+Generates a NAS hub fixture with test/mkhub, mounts it with the wfs
 daemon, and measures every figure twice in the same run: once reading the NAS
 file directly ("direct") and once through the mount ("wfs").  Each figure is
 reported as a ratio wfs/direct.
@@ -67,7 +67,7 @@ import time
 MiB = 1 << 20
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_WFS = os.path.join(REPO, "build", "fs", "wfs")
-DEFAULT_MKHUB = os.path.join(REPO, "tools", "wfs-mkhub")
+DEFAULT_MKHUB = os.path.join(REPO, "test", "mkhub")
 DEFAULT_WFSCTL = os.path.join(REPO, "build", "tools", "wfsctl")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -935,7 +935,7 @@ def wfs_argv(a, hub, local, mnt, opts=()):
 
 
 def many_fixture(ctx, name, n):
-    """A hub of its own, `wfs-mkhub --scale-mib 1 --many N` in WORKDIR/NAME,
+    """A hub of its own, `mkhub --scale-mib 1 --many N` in WORKDIR/NAME,
     and where to mount it.  Returns (manifest, hub, the mount's record in
     ctx.extra_mounts ({"mnt", "local"}: cleaned up at exit), wfs argv,
     seconds the generator took)."""
@@ -961,7 +961,7 @@ def many_fixture(ctx, name, n):
 
 def m_startup(ctx):
     """Start-up with N verified blobs (--startup-many, default 1000): a
-    separate fixture with `wfs-mkhub --many N`, its datasets--acme--many repo
+    separate fixture with `mkhub --many N`, its datasets--acme--many repo
     promoted, unmounted; then time `wfs` (returns when mounted) until
     `wfsctl status` answers and one promoted file reads back (right bytes)
     with user.wfs.state = local.  Cold (caches dropped) and warm; seconds."""
@@ -1257,7 +1257,7 @@ def proc_ticks(pid):
 
 
 def m_memory(ctx):
-    """Daemon memory with a large hub: a fixture of its own from `wfs-mkhub
+    """Daemon memory with a large hub: a fixture of its own from `mkhub
     --scale-mib 1 --many N` (--memory-many, default 100,000), a fresh wfs
     mount, every entry walked through it (find + lstat, caches dropped
     first), then VmRSS of the daemon (pid from LOCAL_STORE/wfs.lock) against
@@ -1571,10 +1571,10 @@ def parse_args(argv):
     p.add_argument("--dir", default="/var/tmp",
                    help="parent of the temporary work dir (default /var/tmp)")
     p.add_argument("--size-mib", type=int, default=None,
-                   help="wfs-mkhub --scale-mib (default 4600: the largest shard is 0.45 of it, "
+                   help="mkhub --scale-mib (default 4600: the largest shard is 0.45 of it, "
                         "so >= 2 GiB; 256 with --quick)")
     p.add_argument("--many", type=int, default=None,
-                   help="wfs-mkhub --many (default 10000; 2000 with --quick)")
+                   help="mkhub --many (default 10000; 2000 with --quick)")
     p.add_argument("--seed", type=int, default=1, help="fixture and random-offset seed")
     p.add_argument("--repeat", type=int, default=1, help="repetitions per figure, best kept")
     p.add_argument("--random-count", type=int, default=20000, help="4 KiB random reads per pass")
@@ -1583,16 +1583,16 @@ def parse_args(argv):
     p.add_argument("--only", default=None,
                    help="comma-separated measurements to run (" + ",".join(names) + ")")
     p.add_argument("--fixture", default=None,
-                   help="reuse an existing wfs-mkhub OUTDIR instead of generating (not deleted)")
+                   help="reuse an existing mkhub OUTDIR instead of generating (not deleted)")
     p.add_argument("--wfs-opt", action="append", default=[],
                    help="extra -o option for wfs (repeatable)")
     p.add_argument("--fuse-read-ahead-kb", type=int, default=None,
                    help="set the mount's /sys/class/bdi/.../read_ahead_kb after mounting "
                         "(default: leave the kernel's value; the header shows both sides)")
     p.add_argument("--startup-many", type=int, default=1000,
-                   help="verified blobs for the startup figure (wfs-mkhub --many; default 1000)")
+                   help="verified blobs for the startup figure (mkhub --many; default 1000)")
     p.add_argument("--memory-many", type=int, default=100000,
-                   help="files in the hub of the memory figure (wfs-mkhub --many; "
+                   help="files in the hub of the memory figure (mkhub --many; "
                         "default 100000)")
     p.add_argument("--idle-seconds", type=float, default=10.0,
                    help="idle time over which the memory figure reads the daemon's CPU "

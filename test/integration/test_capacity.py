@@ -136,7 +136,7 @@ class Limit(unittest.TestCase):
     def promote(self, *names, pin=False):
         args = ["promote", "--wait"] + (["--pin"] if pin else [])
         ctl_check(self, args + [self.s.path(n) for n in names])
-        time.sleep(0.05)   # distinct last-use times
+        wfstest.next_use_tick()
 
     def states(self):
         return {n: state_of(self.s.path(n)) for n in self.names()}
@@ -202,7 +202,7 @@ class Limit(unittest.TestCase):
         self.assertEqual(wfstest.wait_states([s.path(n) for n in first], "local", 5), {})
         # f00 used again: f01 is now the least recently used
         self.assertTrue(read_ok(s.path("f00.bin"), Fix.files["f00.bin"]))
-        time.sleep(0.05)
+        wfstest.next_use_tick()
         self.promote("f07.bin")
         st = self.states()
         self.assertEqual((st["f00.bin"], st["f01.bin"], st["f07.bin"]), ("local", "nas", "local"),
@@ -223,7 +223,7 @@ class Limit(unittest.TestCase):
             for n in self.names()[2:]:
                 rc, out, err = run_wfsctl(["promote", "--wait", s.path(n)])
                 self.assertEqual(rc, 0, "promote %s: %s%s" % (n, out, err))
-                time.sleep(0.05)
+                wfstest.next_use_tick()
             st = self.states()
             self.assertEqual((st["f00.bin"], st["f01.bin"]), ("local", "local"),
                              "pinned f00 / open f01 evicted: %s" % st)

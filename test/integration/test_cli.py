@@ -7,6 +7,7 @@ import collections
 import hashlib
 import os
 import random
+import re
 import subprocess
 import sys
 import time
@@ -137,6 +138,111 @@ class Cli(unittest.TestCase):
         data = wfstest.read_file(os.path.join(mnt1, e["path"]))
         self.assertEqual(hashlib.sha256(data).hexdigest(), e["sha256"], "first mount broken by the attempt")
         self.assertEqual(m1.stop(), [])
+
+    # ------------------------------------------------------------ -o values
+
+    # (option, what is wrong with it): each must be refused with exit status
+    # 2, the option named on stderr, before anything is created or mounted
+    BAD_VALUES = [
+        ("readahead_kb=abc", "not a number"),
+        ("readahead_kb=4096x", "trailing junk"),
+        ("max_threads=16x", "trailing junk"),
+        ("metrics_interval=15s", "trailing unit"),
+        ("max_threads= 4", "leading space"),
+        ("readahead_kb=-1", "a sign"),
+        ("readahead_kb=0x10", "hex"),
+        ("readahead_kb=2000000", "above range"),
+        ("readahead_kb=99999999999999999999999", "overflows"),
+        ("max_threads=0", "below range"),
+        ("copy_workers=65", "above range"),
+        ("metrics_interval=0", "below range"),
+        ("auto_opens=three", "not a number"),
+        ("entry_timeout=abc", "not a number"),
+        ("attr_timeout=1s", "trailing junk"),
+        ("entry_timeout=1e3", "exponent"),
+        ("negative_timeout=inf", "not a number"),
+        ("blob_timeout=-1", "a sign"),
+        ("blob_timeout=1.2.3", "two dots"),
+        ("ref_poll=0", "below range"),
+        ("promote_mbps=fast", "not a number"),
+        ("auto_mbps=-3", "a sign"),
+        ("store_max=10X", "bad suffix"),
+        ("store_max=1.5", "a fraction of a byte"),
+        ("auto_bytes=1MM", "trailing junk"),
+        ("min_free=100%", "above range"),
+        ("min_free=x%", "not a number"),
+        ("passthrough=maybe", "bad boolean"),
+        ("passthrough=ON", "booleans are lower case"),
+        ("auto_promote=enabled", "bad boolean"),
+        ("auto_siblings=2", "bad boolean"),
+        ("readahead_kb=", "empty value"),
+        ("passthrough=", "empty value"),
+        ("auto_promote=", "empty value"),
+        ("store_max=", "empty value"),
+        ("exclude=", "empty value"),
+        ("readahead_kb", "no value"),
+        ("log=file", "not a log target"),
+        ("metrics_file=relative/wfs.prom", "not absolute"),
+        ("exclude_from=/nonexistent/globs", "missing file"),
+    ]
+
+    def mounted_at(self, path):
+        """Mount entries at `path` in /proc/self/mountinfo (field 5)."""
+        path = os.path.realpath(path)
+        unescape = lambda s: re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), s)  # noqa: E731
+        with open("/proc/self/mountinfo") as f:
+            return [l for l in f.read().splitlines()
+                    if len(l.split(" ")) > 4 and unescape(l.split(" ")[4]) == path]
+
+    def test_bad_option_values(self):
+        mnt = self.new_mnt()
+        for opt, why in self.BAD_VALUES:
+            with self.subTest(opt=opt, why=why):
+                local = self.path("local-" + re.sub(r"[^a-z0-9]+", "_", opt))
+                args = ["-o", opt, FIX.hub, local, mnt]
+                rc, out, err = wfstest.run_wfs(args, timeout=20)
+                if self.mounted_at(mnt):
+                    self.cleanup_mount(mnt)
+                    self.fail("wfs %s (%s) left a mount" % (" ".join(args), why))
+                self.assertEqual(rc, 2, "wfs -o %s (%s): exit status %s, stderr %r" % (opt, why, rc, err))
+                name = opt.split("=", 1)[0]
+                self.assertIn("wfs: -o " + name, err,
+                              "wfs -o %s (%s): stderr does not name the option: %r" % (opt, why, err))
+                self.assertFalse(os.path.exists(local),
+                                 "wfs -o %s (%s) created LOCAL_STORE before refusing" % (opt, why))
+                self.assertEqual(out, "", "wfs -o %s: stdout %r" % (opt, out))
+
+    def test_bad_option_value_says_what_it_expects(self):
+        rc, out, err = wfstest.run_wfs(["-o", "readahead_kb=abc", FIX.hub, self.path("local"),
+                                        self.new_mnt()], timeout=20)
+        self.assertEqual(rc, 2)
+        self.assertIn("wfs: -o readahead_kb=abc: expects a whole number of KiB (0-1048576)", err)
+
+    # option sets that must mount: every boolean spelling (on/off, yes/no,
+    # true/false, 1/0, the bare name), sizes with suffixes, decimals, and
+    # the fstab words mount(8) passes along with FUSE options
+    GOOD_VALUES = [
+        ["passthrough=on", "auto_promote=off", "auto_siblings=yes"],
+        ["passthrough=no", "auto_promote=true", "auto_siblings=false"],
+        ["passthrough=1", "auto_promote=0", "auto_siblings"],
+        ["store_max=2GiB", "auto_bytes=1.5M", "min_free=512m", "readahead_kb=8192",
+         "entry_timeout=0.5", "blob_timeout=120", "promote_mbps=2.5", "auto_mbps=100",
+         "max_threads=8", "auto_opens=0", "ref_poll=.5", "exclude=*.gguf"],
+        ["min_free=5%", "store_max=1T", "auto_bytes=4096"],
+        ["defaults", "rw", "_netdev", "nofail", "x-systemd.automount", "comment=x", "nodev", "nosuid"],
+    ]
+
+    def test_good_option_values(self):
+        mnt = self.new_mnt()
+        for i, opts in enumerate(self.GOOD_VALUES):
+            with self.subTest(opts=",".join(opts)):
+                m = self.start(self.path("local%d" % i), mnt, opts)
+                self.assertEqual(sorted(os.listdir(mnt)), FIX.children()[""])
+                if "nosuid" in opts:
+                    mopts = self.mounted_at(mnt)[0].split(" ")[5].split(",")
+                    self.assertIn("nosuid", mopts, "FUSE option nosuid not passed on")
+                    self.assertIn("nodev", mopts, "FUSE option nodev not passed on")
+                self.assertEqual(m.stop(), [])
 
     # ------------------------------------------------------------ help / version
 

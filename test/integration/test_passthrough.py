@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""FUSE passthrough for local blobs (issue 5), proven rather than assumed.
+"""FUSE passthrough for local blobs, proven rather than assumed.
 
 The daemon exposes, per file: user.wfs.daemon_reads (READ requests it served
 for the inode, a counter) and user.wfs.passthrough (opens of the inode the
@@ -33,7 +33,6 @@ import os
 import random
 import sys
 import threading
-import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -45,7 +44,8 @@ MiB = 1 << 20
 # readers; the others are quick enough.
 FIX = wfstest.HubFixture(options=("promote_mbps=16", "auto_promote=off"), scale_mib=32, many=0, mount=True)
 BLOB = {}        # role -> {"entry", "path" (in the mount), "want" (bytes)}
-RELEASE_WAIT = 5  # seconds for the daemon to see a RELEASE after close/munmap
+FENCE = None     # a small local blob only release_fence() opens
+RELEASE_WAIT = 30  # seconds for the daemon to see a RELEASE after close/munmap
 
 
 def setUpModule():
@@ -71,6 +71,11 @@ def setUpModule():
                 "fixture: NAS bytes of %s do not match the manifest" % e["path"]
             BLOB[role] = {"entry": e, "path": FIX.m(e["path"]), "want": want}
         assert len({b["entry"]["nas_real"] for b in BLOB.values()}) == 3, "fixture: blobs not distinct"
+        global FENCE
+        FENCE = FIX.m(std[-1]["path"])
+        assert std[-1]["nas_real"] not in {b["entry"]["nas_real"] for b in BLOB.values()}
+        rc, out, err = wfstest.run_wfsctl(["promote", "--wait", FENCE])
+        assert rc == 0 and state_of(FENCE) == "local", "promote --wait %s: %s%s" % (FENCE, out, err)
     except BaseException:
         FIX.teardown(raise_problems=False)
         raise
@@ -137,6 +142,23 @@ def read_problems(fd, want, rng, label, whole=True, n_random=16):
     return probs
 
 
+def release_fence():
+    """Wait until the daemon has handled every RELEASE the kernel sent before
+    this call.  The kernel queues RELEASEs in order (they are background
+    requests, whatever the file): one more open and close of a local blob,
+    its RELEASE seen by the daemon (user.wfs.passthrough back down), fences
+    every earlier one."""
+    fd = os.open(FENCE, os.O_RDONLY)
+    try:
+        n = passthrough_opens(FENCE)
+    finally:
+        os.close(fd)
+    assert n >= 1, "the fence blob %s, local, was not passed through" % FENCE
+    if not wfstest.wait_until(lambda: passthrough_opens(FENCE) < n, RELEASE_WAIT, 0.01):
+        raise AssertionError("the daemon did not see the RELEASE of %s within %d s"
+                             % (FENCE, RELEASE_WAIT))
+
+
 def wait_passthrough(path, want, timeout=RELEASE_WAIT):
     """Poll user.wfs.passthrough until it equals `want`; return the last value."""
     last = [None]
@@ -184,7 +206,6 @@ class Reader:
                                           % (os.getpid(), ph), n_random=6)
                 except OSError as e:
                     errs.append("phase %d: %s (%s)" % (ph, e, errno.errorcode.get(e.errno, e.errno)))
-                    time.sleep(0.01)
                 except Exception as e:  # noqa: BLE001 -- report everything
                     errs.append("phase %d: %r" % (ph, e))
                 self.iters[ph] += 1
@@ -299,7 +320,7 @@ class Engaged(unittest.TestCase):
         try:
             self.assertEqual(hashlib.sha256(mm[:]).hexdigest(), BLOB["engaged"]["entry"]["sha256"],
                              "mmap of a passthrough open (after close of its fd)")
-            time.sleep(0.3)   # a RELEASE would have come by now
+            release_fence()
             pt_mapped = passthrough_opens(p)
             self.assertEqual(pt_mapped, 1, "user.wfs.passthrough after close() while the file is "
                              "still mapped (the mapping keeps the open)")
@@ -426,21 +447,14 @@ class MixedModes(unittest.TestCase):
             self.assertEqual(r.proc.exitcode, 0)
         totals = [list(r.iters) for r, _ in results]
 
-        # -- every early open is closed: the next open goes passthrough (the
-        # daemon learns of the closes asynchronously, by RELEASE)
-        t0 = time.monotonic()
-        attempts, fd = 0, -1
-        while True:
-            attempts += 1
-            fd = os.open(p, os.O_RDONLY)
-            if passthrough_opens(p) >= 1 or time.monotonic() - t0 > RELEASE_WAIT:
-                break
-            os.close(fd)
-            time.sleep(0.05)
+        # -- every early open is closed (the readers have exited) and the
+        # daemon has seen their RELEASEs: the next open goes passthrough
+        release_fence()
+        fd = os.open(p, os.O_RDONLY)
         try:
             pt = passthrough_opens(p)
-            self.assertEqual(pt, 1, "%d opens over %.1f s after every earlier open was closed: none was "
-                             "passed through" % (attempts, time.monotonic() - t0))
+            self.assertEqual(pt, 1, "the first open after every earlier open was closed (and its "
+                             "RELEASE handled) was not passed through")
             wfstest.drop_caches()
             d0 = daemon_reads(p)
             probs = read_problems(fd, want, random.Random(40), "passthrough open after the early closed")
@@ -450,8 +464,8 @@ class MixedModes(unittest.TestCase):
         self.assertEqual(probs, [])
         self.assertEqual(d1, d0, "the daemon served %d READs for the passthrough open" % (d1 - d0))
         self.assertEqual(wait_passthrough(p, 0), 0)
-        print("\n  mixed: reader iterations per phase (NAS, promoting, local, late opens) %s; "
-              "passthrough on open #%d after the last close" % (totals, attempts), file=sys.stderr)
+        print("\n  mixed: reader iterations per phase (NAS, promoting, local, late opens) %s"
+              % totals, file=sys.stderr)
 
 
 # ------------------------------------------------------------------ 3
@@ -553,7 +567,7 @@ class EvictOpen(unittest.TestCase):
             d1 = daemon_reads(p)
             os.close(fd)
             fd = -1
-            time.sleep(0.1)
+            release_fence()
             if mm[:] != want:
                 probs.append("mmap after evict and close(): " + _diff(mm[:], want))
         finally:

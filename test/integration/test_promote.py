@@ -225,7 +225,7 @@ class SwapUnderLoad(unittest.TestCase):
         try:
             maps = [mmap.mmap(fds[i], 0, prot=mmap.PROT_READ) for i in (2, 3)]
             stop = threading.Event()
-            promoted = [None]          # monotonic time the promotion finished
+            promoted = [None]          # True once the promotion has finished
             stats = [dict(reads=0, after=0, bad=0, bad_first=[], errors=[]) for _ in range(4)]
             lens = [1, 7, 4095, 4096, 4097, 65536, 131073, MiB, 3 * MiB + 5]
 
@@ -250,7 +250,6 @@ class SwapUnderLoad(unittest.TestCase):
                         got = os.pread(fd, ln, off)
                     except OSError as ex:
                         stats[i]["errors"].append("pread(%d, %d): %s" % (ln, off, wfstest.errname(ex.errno)))
-                        time.sleep(0.01)
                         continue
                     check(i, off, ln, got)
                     if stats[i]["reads"] % 40 == 0:   # make later reads reach the daemon again
@@ -276,15 +275,23 @@ class SwapUnderLoad(unittest.TestCase):
             for t in threads:
                 t.start()
             try:
-                time.sleep(0.7)
+                # every reader well into the file before the promotion ...
+                wfstest.wait_until(lambda: all(s["reads"] >= 40 or s["errors"] for s in stats), 60)
                 before = [s["reads"] for s in stats]
                 t0 = time.monotonic()
                 rc, out, err = run_wfsctl(["promote", "--wait", path])
-                promoted[0] = time.monotonic()
-                took = promoted[0] - t0
+                took = time.monotonic() - t0
+                promoted[0] = True
                 served0 = ctl_json(self, ["status", FIX.mnt])["served"]
-                time.sleep(1.5)
-                served1 = ctl_json(self, ["status", FIX.mnt])["served"]
+
+                # ... and after it, until the daemon reports local bytes served
+                def moved():
+                    served1[0] = ctl_json(self, ["status", FIX.mnt])["served"]
+                    return (served1[0].get("local_bytes", 0) > served0.get("local_bytes", 0)
+                            and all(s["after"] >= 40 or s["errors"] for s in stats))
+                served1 = [None]
+                wfstest.wait_until(moved, 60, 0.1)
+                served1 = served1[0]
             finally:
                 stop.set()
                 for t in threads:
@@ -508,7 +515,8 @@ class DryRunPinEvict(unittest.TestCase):
         self.assertGreater(rep.get("space_available", 0), 0, "dry-run space_available")
         out, _ = ctl_check(self, ["promote", "--dry-run", FIX.m(self.REPO)])
         self.assertTrue(out.strip(), "human promote --dry-run printed nothing")
-        time.sleep(1.0)
+        # promote queues its blobs before it replies: a dry run that did
+        # would show them queued now
         self.assertEqual({state_of(FIX.m(e["path"])) for e in files}, {"nas"}, "states after --dry-run")
         repo, st = wfstest.repo_status(self, FIX.mnt, self.REPO)
         self.assertEqual(repo.get("local_files"), 0, repo)

@@ -3,12 +3,13 @@
 The tests mount the real filesystem with the real daemon and use real system
 calls.  Locations:
   WFS_BIN    the daemon       (default: <repo>/build/fs/wfs)
-  WFS_MKHUB  fixture generator (default: <repo>/tools/wfs-mkhub)
+  WFS_MKHUB  fixture generator (default: <repo>/test/mkhub)
   WFSCTL_BIN the control tool  (default: <repo>/build/tools/wfsctl)
 When mounting is impossible (no /dev/fuse, not root, a binary missing) the
 module is skipped with the reason -- except under CI=true, where it fails.
 """
 
+import atexit
 import errno
 import json
 import os
@@ -34,7 +35,7 @@ def wfs_bin():
 
 
 def mkhub_bin():
-    return os.environ.get("WFS_MKHUB") or os.path.join(REPO, "tools", "wfs-mkhub")
+    return os.environ.get("WFS_MKHUB") or os.path.join(REPO, "test", "mkhub")
 
 
 def in_ci():
@@ -57,7 +58,7 @@ def require_mount_capability():
         skip_or_fail("/dev/fuse does not exist")
     if os.geteuid() != 0:
         skip_or_fail("not root (euid %d): the tests mount, drop caches and switch uid" % os.geteuid())
-    for what, path in (("wfs daemon (WFS_BIN)", wfs_bin()), ("wfs-mkhub (WFS_MKHUB)", mkhub_bin())):
+    for what, path in (("wfs daemon (WFS_BIN)", wfs_bin()), ("mkhub (WFS_MKHUB)", mkhub_bin())):
         if not (os.path.isfile(path) and os.access(path, os.X_OK)):
             skip_or_fail("%s not found or not executable: %s" % (what, path))
 
@@ -232,11 +233,11 @@ def make_base(prefix):
 
 
 def generate_hub(outdir, scale_mib=8, many=200, seed=1):
-    """Run wfs-mkhub; return the parsed manifest."""
+    """Run test/mkhub; return the parsed manifest."""
     r = subprocess.run([mkhub_bin(), "--scale-mib", str(scale_mib), "--many", str(many),
                         "--seed", str(seed), outdir], capture_output=True, text=True, timeout=300)
     if r.returncode != 0:
-        raise AssertionError("wfs-mkhub failed (rc %d): %s%s" % (r.returncode, r.stdout, r.stderr))
+        raise AssertionError("mkhub failed (rc %d): %s%s" % (r.returncode, r.stdout, r.stderr))
     with open(os.path.join(outdir, "manifest.json")) as f:
         return json.load(f)
 
@@ -444,15 +445,87 @@ def require_wfsctl():
     p = wfsctl_bin()
     if not (os.path.isfile(p) and os.access(p, os.X_OK)):
         skip_or_fail("wfsctl (WFSCTL_BIN) not found or not executable: " + p)
+    reachable(p)  # now, not in a forked child that would leave the copy behind
 
 
 def run_wfsctl(args, uid=None, timeout=CTL_TIMEOUT):
     """Run wfsctl (as uid/gid `uid` if given).  Returns (rc or None on
     timeout, stdout, stderr)."""
-    kw = {}
     if uid is not None:
-        kw = dict(user=uid, group=uid, extra_groups=[])
-    return run_captured([wfsctl_bin()] + list(args), timeout, cwd="/", **kw)
+        return run_as_uid([wfsctl_bin()] + list(args), uid, timeout)
+    return run_captured([wfsctl_bin()] + list(args), timeout, cwd="/")
+
+
+# ---------------------------------------------------------------- programs run as another uid
+#
+# The checkout may sit where other uids cannot enter (a clone in a 0700
+# `mktemp -d`).  A program a test runs as another uid is run from a copy in
+# a directory every uid can enter, and so are the files a sanitizer build is
+# told to use (ASAN/LSAN/UBSAN_OPTIONS suppressions= and log_path=, which
+# test/run points into the checkout).
+
+_REACH = {"dir": None, "copies": {}}
+
+
+def _reach_dir():
+    if _REACH["dir"] is None:
+        d = tempfile.mkdtemp(prefix="wfs-it-bin-", dir="/tmp")
+        os.chmod(d, 0o755)
+        owner = os.getpid()
+        atexit.register(lambda: os.getpid() == owner and shutil.rmtree(d, ignore_errors=True))
+        _REACH["dir"] = d
+    return _REACH["dir"]
+
+
+def reachable(path, mode=0o755):
+    """A copy of the file `path` that every uid can reach (made once per
+    test process, removed at its exit)."""
+    real = os.path.realpath(path)
+    copy = _REACH["copies"].get(real)
+    if copy is None:
+        copy = os.path.join(_reach_dir(), "%d-%s" % (len(_REACH["copies"]), os.path.basename(real)))
+        shutil.copyfile(real, copy)
+        os.chmod(copy, mode)
+        _REACH["copies"][real] = copy
+    return copy
+
+
+def _sanitizer_env(uid):
+    """os.environ with the sanitizer files made reachable by `uid`: returns
+    (env, [(log directory of the run, directory test/run reads logs from)])."""
+    env, logs = dict(os.environ), []
+    for var in ("ASAN_OPTIONS", "LSAN_OPTIONS", "UBSAN_OPTIONS"):
+        if not env.get(var):
+            continue
+        opts = []
+        for opt in env[var].split(":"):
+            key, _, val = opt.partition("=")
+            if key == "suppressions" and val:
+                opt = key + "=" + reachable(val, 0o644)
+            elif key == "log_path" and val and val not in ("stdout", "stderr"):
+                d = tempfile.mkdtemp(prefix="log-", dir=_reach_dir())
+                os.chown(d, uid, uid)
+                logs.append((d, os.path.dirname(os.path.abspath(val))))
+                opt = key + "=" + os.path.join(d, os.path.basename(val))
+            opts.append(opt)
+        env[var] = ":".join(opts)
+    return env, logs
+
+
+def run_as_uid(argv, uid, timeout):
+    """Run argv (argv[0] a path to a program) as uid/gid `uid` with no
+    supplementary groups, from / and from a copy of the program that `uid`
+    can reach; sanitizer logs it writes end up where the caller's options
+    said.  Returns (rc or None on timeout, stdout, stderr)."""
+    env, logs = _sanitizer_env(uid)
+    try:
+        return run_captured([reachable(argv[0])] + list(argv[1:]), timeout, cwd="/", env=env,
+                            user=uid, group=uid, extra_groups=[])
+    finally:
+        for tmp, dest in logs:
+            for name in os.listdir(tmp):
+                shutil.move(os.path.join(tmp, name), os.path.join(dest, name))
+            os.rmdir(tmp)
 
 
 def parse_json_out(text):
@@ -694,7 +767,7 @@ def main():
     unittest.main(verbosity=2)
 
 
-# ---------------------------------------------------------------- passthrough (issue 5)
+# ---------------------------------------------------------------- passthrough
 
 XATTR_DAEMON_READS = "user.wfs.daemon_reads"   # READ requests the daemon served for the inode
 XATTR_PASSTHROUGH = "user.wfs.passthrough"     # opens of the inode the kernel serves itself
@@ -738,7 +811,7 @@ def served_bytes(tc, mnt):
     return s["local_bytes"], s["nas_bytes"]
 
 
-# ---------------------------------------------------------------- auto-promotion, capacity (issue 4)
+# ---------------------------------------------------------------- auto-promotion, capacity
 
 def det_bytes(seed, n):
     """n deterministic pseudo-random bytes for `seed` (fast)."""
@@ -837,6 +910,20 @@ class Sampler:
         return self.max
 
 
+CLOCK_REALTIME_COARSE = getattr(time, "CLOCK_REALTIME_COARSE", 5)
+
+
+def next_use_tick(timeout=10):
+    """The store stamps each use of a copy with CLOCK_REALTIME_COARSE (its
+    LRU order; room for a request is made only from copies used before it),
+    a clock that moves a few milliseconds at a time.  Wait until it has moved
+    on: whatever the daemon stamps after this is later than every stamp it
+    made before the call."""
+    t = time.clock_gettime_ns(CLOCK_REALTIME_COARSE)
+    if not wait_until(lambda: time.clock_gettime_ns(CLOCK_REALTIME_COARSE) > t, timeout, 0.001):
+        raise AssertionError("CLOCK_REALTIME_COARSE did not move in %d s" % timeout)
+
+
 def wait_states(paths, want, timeout, step=0.05):
     """Poll until every path's user.wfs.state is in `want`; returns
     {path: last state} of those that are not."""
@@ -867,7 +954,7 @@ def blob_pinned(tc, path):
     return bool(blobs[0].get("pinned"))
 
 
-# ---------------------------------------------------------------- operations (issue 6)
+# ---------------------------------------------------------------- operations
 
 def promtool_bin():
     return shutil.which("promtool")

@@ -2,7 +2,7 @@
 """fake_ctl_server.py - a stand-in for the wfs daemon's control socket, to
 test wfsctl without a mount.
 
-It speaks the protocol of notes/SPEC.md ("Control protocol") strictly: one
+It speaks the protocol of README.md ("Control protocol") strictly: one
 JSON object per line each way, requests over 64 KiB or malformed get an error
 reply, state-changing ops are checked with SO_PEERCRED, and a request with a
 field of the wrong type or an unknown field is refused (so a wfsctl bug shows
@@ -16,7 +16,8 @@ are virtual and bytes advance at --speed MiB/s.
         run wfsctl through every case against in-process fake servers;
         prints "ok"/"FAIL" per case and exits 1 if any failed
 
-Standard library only.
+Standard library only (and test/integration/wfstest.py, for running wfsctl
+as another uid).
 """
 import json
 import os
@@ -29,7 +30,9 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
+import wfstest  # noqa: E402
 
 MiB = 1 << 20
 REQ_MAX = 64 << 10
@@ -602,23 +605,36 @@ def body(t, work):
             b.set("nas")
             b.done = 0
     hub.speed = 20 * MiB
+    n0 = len(hub.requests)
     p = subprocess.Popen([t.wfsctl, "promote", "--wait", good], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE)
-    time.sleep(1.0)
+
+    def copying():
+        with hub.lock:
+            return any(b.repo == "models--org--good" and b.state == "copying" and b.done > 0
+                       for b in hub.blobs)
+    ok("a copy under way", wfstest.wait_until(copying, 30, 0.01))
     r = run("status", good)
     ok("status shows copies in flight", "copies in flight" in r[1] and "%" in r[1], show(r))
     out, err = p.communicate(timeout=60)
     lines = err.decode().splitlines()
-    ok("non-tty: a line every ~2 s", p.returncode == 0 and 2 <= len(lines) <= 4, err.decode())
+    polls = sum(q["op"] == "progress" for q in hub.requests[n0:])
+    # 80 MiB at 20 MiB/s: at least 4 s of copying, a line every 2 s of it
+    # (never one a poll: wfsctl polls 4 times a second)
+    ok("non-tty: a heartbeat line, not one per poll",
+       p.returncode == 0 and 2 <= len(lines) <= polls // 3 + 2,
+       "%d progress polls\n%s" % (polls, err.decode()))
     hub.speed = 40 * MiB
 
     # --- a blob the daemon forgets during --wait
     r = run("evict", "--force", good)
     ok("evict a repo", r[0] == 0 and "evicted 3 blobs" in r[1], show(r))
     hub.speed = 10 * MiB
+    n0 = len(hub.requests)
     p = subprocess.Popen([t.wfsctl, "promote", "--wait", good], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE)
-    time.sleep(0.7)
+    ok("wfsctl polls progress", wfstest.wait_until(
+        lambda: any(q["op"] == "progress" for q in hub.requests[n0:]), 30, 0.01))
     with hub.lock:
         gone = [b for b in hub.blobs if b.tag == "cfg"][0]
         hub.blobs.remove(gone)
@@ -635,7 +651,8 @@ def body(t, work):
     srv3 = Server(sock3, hub3)
     p = subprocess.Popen([t.wfsctl, "--socket", sock3, "promote", "--wait", "models--org--good"],
                          cwd="/", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    time.sleep(0.8)
+    ok("wfsctl polls progress of the dying daemon", wfstest.wait_until(
+        lambda: any(q["op"] == "progress" for q in hub3.requests), 30, 0.01))
     srv3.close()
     os.unlink(sock3)
     out, err = p.communicate(timeout=30)
@@ -689,14 +706,13 @@ def body(t, work):
     ok(f"socket path of {len(s)} bytes", r[0] == 0 and "REPO" in r[1], show(r))
     longsrv.close()
     # as another user: reaching the daemon needs the socket, finding it the xattr
-    if shutil.which("setpriv") and os.getuid() == 0:
+    if os.getuid() == 0:
         os.chmod(work, 0o755)
         os.chmod(store, 0o755)
         os.chmod(sock, 0o777)
-        p = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-                            t.wfsctl, "evict", good], capture_output=True)
-        ok("as nobody: EPERM from SO_PEERCRED", p.returncode == 1 and b"[EPERM]" in p.stderr
-           and b"uid 65534" in p.stderr, p.stderr.decode())
+        rc, out, err = wfstest.run_as_uid([t.wfsctl, "evict", good], wfstest.NOBODY, 60)
+        ok("as nobody: EPERM from SO_PEERCRED", rc == 1 and "[EPERM]" in err
+           and "uid 65534" in err, err)
     srv.close()
 
 

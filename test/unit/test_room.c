@@ -16,6 +16,8 @@
 #include "control.h"
 #include "store.h"
 #include "store_int.h"
+#include "auto.h"
+#include "pins.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -92,31 +94,42 @@ static struct blob *blob_at(struct store *s, const char *hubrel)
 	return store_blob(s, p, &st, strrchr(p, '/') + 1);
 }
 
-static int settled(enum blob_state st)
-{
-	return st != BLOB_QUEUED && st != BLOB_COPYING && st != BLOB_VERIFYING;
-}
+static struct store *the_store; /* the store a test has open */
 
 static enum blob_state wait_settled(struct blob *b)
 {
-	for (int i = 0; i < 1000; i++) {
-		enum blob_state st = __atomic_load_n(&b->state, __ATOMIC_ACQUIRE);
-
-		if (settled(st))
-			return st;
-		usleep(5000);
-	}
-	return b->state;
+	return store_wait_settled(the_store, b, 30000);
 }
 
+/* Poll the state the store reports until it is @want (the policy thread
+ * queues asynchronously: nothing to wait on before that). */
 static int wait_state(struct blob *b, enum blob_state want, int ms)
 {
-	for (int i = 0; i < ms / 5; i++) {
-		if (__atomic_load_n(&b->state, __ATOMIC_ACQUIRE) == want)
-			return 1;
-		usleep(5000);
-	}
-	return __atomic_load_n(&b->state, __ATOMIC_ACQUIRE) == want;
+	int64_t end = store_now_ms() + ms;
+
+	while (blob_state(b) != want && store_now_ms() < end)
+		usleep(2000);
+	return blob_state(b) == want;
+}
+
+/* What the store says of @b now (a copy: valid until the next call). */
+static const struct blob_info *info(struct blob *b)
+{
+	static struct blob_info in;
+
+	blob_info(the_store, b, &in);
+	return &in;
+}
+
+/* Wait until the policy thread has dealt with @n hot blobs in all: what it
+ * decided is then visible. */
+static int wait_handled(struct auto_promoter *a, uint64_t n)
+{
+	int64_t end = store_now_ms() + 10000;
+
+	while (atomic_load(&a->handled) < n && store_now_ms() < end)
+		usleep(2000);
+	return atomic_load(&a->handled) >= n;
 }
 
 /* Blocks of every regular file under LOCAL_STORE/data and tmp: what the
@@ -183,6 +196,7 @@ static void test_room(void)
 		put(name, BLOB, (unsigned)i + 1);
 	}
 	CHECK(&c, store_open(&s, local, &opt, NULL) == 0, "open");
+	the_store = &s;
 	ch = store_charge(&s, BLOB);
 	CHECK(&c, ch >= BLOB && ch <= BLOB + 2 * 4096, "charge of %u bytes: %llu", BLOB,
 	      (unsigned long long)ch);
@@ -194,7 +208,7 @@ static void test_room(void)
 	}
 	for (int i = 0; i < 3; i++) {
 		store_promote(&s, b[i], 0, 1);
-		CHECK(&c, wait_settled(b[i]) == BLOB_LOCAL, "b%d local: %s", i, b[i]->reason);
+		CHECK(&c, wait_settled(b[i]) == BLOB_LOCAL, "b%d local: %s", i, info(b[i])->reason);
 		usleep(20000); /* distinct use times */
 	}
 	/* b0 used again: b1 is now the least recently used */
@@ -203,10 +217,10 @@ static void test_room(void)
 	store_note_close(&s, b[0]);
 	usleep(20000);
 	store_promote(&s, b[3], 0, 1);
-	CHECK(&c, wait_settled(b[3]) == BLOB_LOCAL, "b3 local: %s", b[3]->reason);
-	CHECK(&c, b[1]->state == BLOB_NAS && b[0]->state == BLOB_LOCAL && b[2]->state == BLOB_LOCAL,
-	      "LRU evicted b1 (states %s %s %s)", blob_state_name(b[0]->state),
-	      blob_state_name(b[1]->state), blob_state_name(b[2]->state));
+	CHECK(&c, wait_settled(b[3]) == BLOB_LOCAL, "b3 local: %s", info(b[3])->reason);
+	CHECK(&c, blob_state(b[1]) == BLOB_NAS && blob_state(b[0]) == BLOB_LOCAL && blob_state(b[2]) == BLOB_LOCAL,
+	      "LRU evicted b1 (states %s %s %s)", blob_state_name(blob_state(b[0])),
+	      blob_state_name(blob_state(b[1])), blob_state_name(blob_state(b[2])));
 	store_usage(&s, &u);
 	CHECK(&c, u.used <= pol.store_max && u.blobs == 3, "within the limit: %llu of %llu",
 	      (unsigned long long)u.used, (unsigned long long)pol.store_max);
@@ -216,32 +230,32 @@ static void test_room(void)
 	store_note_open(&s, b[3], "models--t--room/blobs/b3");
 	usleep(20000);
 	store_promote(&s, b[4], 0, 1);
-	CHECK(&c, wait_settled(b[4]) == BLOB_LOCAL, "b4 local: %s", b[4]->reason);
-	CHECK(&c, b[0]->state == BLOB_NAS && b[2]->state == BLOB_LOCAL && b[3]->state == BLOB_LOCAL,
+	CHECK(&c, wait_settled(b[4]) == BLOB_LOCAL, "b4 local: %s", info(b[4])->reason);
+	CHECK(&c, blob_state(b[0]) == BLOB_NAS && blob_state(b[2]) == BLOB_LOCAL && blob_state(b[3]) == BLOB_LOCAL,
 	      "b0 evicted, pinned b2 and open b3 kept");
 	/* now only b4 is evictable: b5 takes its place; then nothing is */
 	store_note_open(&s, b[4], NULL);
 	store_promote(&s, b[5], 0, 1);
 	CHECK(&c, wait_settled(b[5]) == BLOB_NAS, "b5 stays on the NAS: %s",
-	      blob_state_name(b[5]->state));
-	CHECK(&c, b[5]->hold == HOLD_NO_ROOM && strstr(b[5]->reason, "no room") &&
-	      strstr(b[5]->reason, "pinned") && strstr(b[5]->reason, "open"),
-	      "the reason says why: %s", b[5]->reason);
-	CHECK(&c, b[2]->state == BLOB_LOCAL && b[3]->state == BLOB_LOCAL &&
-	      b[4]->state == BLOB_LOCAL, "nothing evicted for a copy that cannot fit");
+	      blob_state_name(blob_state(b[5])));
+	CHECK(&c, info(b[5])->hold == HOLD_NO_ROOM && strstr(info(b[5])->reason, "no room") &&
+	      strstr(info(b[5])->reason, "pinned") && strstr(info(b[5])->reason, "open"),
+	      "the reason says why: %s", info(b[5])->reason);
+	CHECK(&c, blob_state(b[2]) == BLOB_LOCAL && blob_state(b[3]) == BLOB_LOCAL &&
+	      blob_state(b[4]) == BLOB_LOCAL, "nothing evicted for a copy that cannot fit");
 
 	/* an evicted copy still open keeps its space until the last close */
 	CHECK(&c, store_evict(&s, b[3], 0) == 1, "evict while open");
 	store_usage(&s, &u);
 	CHECK(&c, u.held == ch, "held while open: %llu", (unsigned long long)u.held);
 	store_promote(&s, b[6], 0, 1);
-	CHECK(&c, wait_settled(b[6]) == BLOB_NAS && strstr(b[6]->reason, "evicted but still open"),
-	      "the held space still counts: %s", b[6]->reason);
+	CHECK(&c, wait_settled(b[6]) == BLOB_NAS && strstr(info(b[6])->reason, "evicted but still open"),
+	      "the held space still counts: %s", info(b[6])->reason);
 	store_note_close(&s, b[3]);
 	store_usage(&s, &u);
 	CHECK(&c, u.held == 0, "back at the close: %llu", (unsigned long long)u.held);
 	store_promote(&s, b[6], 0, 1);
-	CHECK(&c, wait_settled(b[6]) == BLOB_LOCAL, "then it fits: %s", b[6]->reason);
+	CHECK(&c, wait_settled(b[6]) == BLOB_LOCAL, "then it fits: %s", info(b[6])->reason);
 	store_note_close(&s, b[4]);
 
 	/* bigger than the limit */
@@ -250,8 +264,8 @@ static void test_room(void)
 		struct blob *h = blob_at(&s, "models--t--room/blobs/huge");
 
 		store_promote(&s, h, 0, 1);
-		CHECK(&c, wait_settled(h) == BLOB_NAS && strstr(h->reason, "more than store_max"),
-		      "too big: %s", h->reason);
+		CHECK(&c, wait_settled(h) == BLOB_NAS && strstr(info(h)->reason, "more than store_max"),
+		      "too big: %s", info(h)->reason);
 	}
 
 	/* while copies are in flight the limit holds, in the accounting and on disk */
@@ -260,7 +274,7 @@ static void test_room(void)
 		pthread_t t;
 
 		store_pin(&s, b[2], 0);
-		s.opt.bw_limit = 1000000; /* 0.5 MB/s each: copies last ~0.5 s */
+		store_set_bw_limit(&s, 1000000); /* 0.5 MB/s each: copies last ~0.5 s */
 		pthread_create(&t, NULL, sample, &sm);
 		for (int i = 0; i < 8; i++)
 			store_promote(&s, b[i], 0, 1);
@@ -283,7 +297,7 @@ static void test_room(void)
 		store_usage(&s, &u);
 		CHECK(&c, u.blobs == 3 && u.reserved == 0, "three local, nothing reserved: %llu, %llu",
 		      (unsigned long long)u.blobs, (unsigned long long)u.reserved);
-		s.opt.bw_limit = 0;
+		store_set_bw_limit(&s, 0);
 	}
 	store_close(&s);
 	policy_opts_free(&pol);
@@ -329,7 +343,8 @@ static void test_auto(void)
 {
 	struct policy_opts pol;
 	struct hub_roots roots = {0};
-	struct store_opts opt = { .workers = 2, .policy = &pol, .roots = &roots };
+	struct store_opts opt = { .workers = 2, .policy = &pol };
+	struct auto_promoter ap;
 	struct store s;
 	struct blob *sh[5], *w[3], *g, *big;
 	char local[PATH_MAX * 2], name[128], err[256];
@@ -344,7 +359,9 @@ static void test_auto(void)
 	policy_parse_opt(&pol, "exclude", "*.gguf", err, sizeof(err));
 	snprintf(local, sizeof(local), "%s/local-auto", top);
 	mkdirs("local-auto");
-	CHECK(&c, store_open(&s, local, &opt, NULL) == 0 && store_start(&s) == 0, "open auto");
+	CHECK(&c, store_open(&s, local, &opt, NULL) == 0 && store_start(&s) == 0 &&
+	      auto_start(&ap, &s, &roots, &pol, NULL) == 0, "open auto");
+	the_store = &s;
 	for (int i = 1; i <= 4; i++) {
 		snprintf(name, sizeof(name), "models--t--shards/blobs/s%d", i);
 		sh[i] = blob_at(&s, name);
@@ -359,14 +376,15 @@ static void test_auto(void)
 	/* below the threshold: nothing */
 	store_note_open(&s, big, "models--t--shards/blobs/big");
 	store_note_read(&s, big, 64 * KiB, 0);
-	usleep(200000);
-	CHECK(&c, big->state == BLOB_NAS, "64 KiB of 512: still nas (%s)",
-	      blob_state_name(big->state));
+	/* hotness is decided in the read itself: nothing was handed over */
+	CHECK(&c, blob_state(big) == BLOB_NAS && !atomic_load(&big->hot),
+	      "64 KiB of 512: still nas (%s)", blob_state_name(blob_state(big)));
 	store_note_read(&s, big, 64 * KiB, 0);
 	CHECK(&c, wait_state(big, BLOB_LOCAL, 5000), "128 KiB read: promoted (%s)",
-	      blob_state_name(big->state));
+	      blob_state_name(blob_state(big)));
 	store_note_close(&s, big);
-	CHECK(&c, sh[1]->state == BLOB_NAS, "big.bin has no siblings");
+	CHECK(&c, wait_handled(&ap, 1), "the policy dealt with big.bin");
+	CHECK(&c, blob_state(sh[1]) == BLOB_NAS, "big.bin has no siblings");
 
 	/* a hot shard, opened the way the kernel opens it (blobs/<id>): every
 	 * sibling of its revision is queued */
@@ -375,8 +393,9 @@ static void test_auto(void)
 	store_note_close(&s, sh[2]);
 	for (int i = 1; i <= 4; i++)
 		CHECK(&c, wait_state(sh[i], BLOB_LOCAL, 5000), "shard %d local (%s)", i,
-		      blob_state_name(sh[i]->state));
-	CHECK(&c, w[0]->state == BLOB_NAS, "the weight-mapped files are not its siblings");
+		      blob_state_name(blob_state(sh[i])));
+	CHECK(&c, wait_handled(&ap, 2), "the policy dealt with the shard");
+	CHECK(&c, blob_state(w[0]) == BLOB_NAS, "the weight-mapped files are not its siblings");
 
 	/* weight map: part-b is listed with part-a, part-c is not */
 	store_note_open(&s, w[1], "models--t--shards/snapshots/r1/part-b.safetensors");
@@ -384,19 +403,20 @@ static void test_auto(void)
 	store_note_close(&s, w[1]);
 	CHECK(&c, wait_state(w[1], BLOB_LOCAL, 5000) && wait_state(w[0], BLOB_LOCAL, 5000),
 	      "part-b and its weight_map sibling part-a local (%s, %s)",
-	      blob_state_name(w[1]->state), blob_state_name(w[0]->state));
-	usleep(100000);
-	CHECK(&c, w[2]->state == BLOB_NAS, "part-c (not in the map) stays: %s",
-	      blob_state_name(w[2]->state));
+	      blob_state_name(blob_state(w[1])), blob_state_name(blob_state(w[0])));
+	CHECK(&c, wait_handled(&ap, 3), "the policy dealt with part-b");
+	CHECK(&c, blob_state(w[2]) == BLOB_NAS, "part-c (not in the map) stays: %s",
+	      blob_state_name(blob_state(w[2])));
 
 	/* opens count too; an excluded name keeps its blob on the NAS */
 	for (int i = 0; i < 3; i++) {
 		store_note_open(&s, g, "models--t--shards/blobs/g");
 		store_note_close(&s, g);
 	}
-	usleep(300000);
-	CHECK(&c, g->state == BLOB_NAS && g->hold == HOLD_EXCLUDED && strstr(g->reason, "*.gguf"),
-	      "q4.gguf excluded: %s %s", blob_state_name(g->state), g->reason);
+	CHECK(&c, wait_handled(&ap, 4), "the policy dealt with q4.gguf");
+	CHECK(&c, blob_state(g) == BLOB_NAS && info(g)->hold == HOLD_EXCLUDED &&
+	      strstr(info(g)->reason, "*.gguf"),
+	      "q4.gguf excluded: %s %s", blob_state_name(blob_state(g)), info(g)->reason);
 	for (int i = 0; i < 3; i++) {
 		store_note_open(&s, w[2], NULL);
 		store_note_close(&s, w[2]);
@@ -409,29 +429,49 @@ static void test_auto(void)
 	store_note_open(&s, big, NULL);
 	store_note_read(&s, big, 512 * KiB, 0);
 	store_note_close(&s, big);
-	usleep(300000);
-	CHECK(&c, big->state == BLOB_NAS, "auto off: %s", blob_state_name(big->state));
+	CHECK(&c, blob_state(big) == BLOB_NAS && !atomic_load(&big->hot),
+	      "auto off: %s", blob_state_name(blob_state(big)));
 	CHECK(&c, s.auto_queued >= 7, "auto_queued counted: %llu",
 	      (unsigned long long)s.auto_queued);
+	auto_stop(&ap);
 	store_close(&s);
 	policy_opts_free(&pol);
 }
 
 static int pinned(struct blob *b)
 {
-	return __atomic_load_n(&b->pinned, __ATOMIC_RELAXED);
+	return info(b)->pinned;
+}
+
+struct poller {
+	struct pins *pins;
+	atomic_int stop, polls;
+};
+
+static void *poll_loop(void *arg)
+{
+	struct poller *pl = arg;
+
+	while (!atomic_load(&pl->stop)) {
+		pins_poll(pl->pins);
+		atomic_fetch_add(&pl->polls, 1);
+	}
+	return NULL;
 }
 
 static void test_refs(void)
 {
 	struct policy_opts pol;
 	struct hub_roots roots = {0};
-	struct store_opts opt = { .workers = 2, .policy = &pol, .roots = &roots };
+	struct store_opts opt = { .workers = 2, .policy = &pol };
+	struct auto_promoter ap;
+	struct pins pins;
 	struct store s;
 	struct blob *a, *sh, *b2;
 	char local[PATH_MAX * 2], commit[64];
 	size_t n;
-	struct store_ref *refs;
+	struct pin *refs;
+	int64_t end;
 	int ok = 0;
 
 	mkdirs("hub/models--t--ref/blobs");
@@ -448,12 +488,15 @@ static void test_refs(void)
 	pol.ref_poll = 0.2;
 	snprintf(local, sizeof(local), "%s/local-refs", top);
 	mkdirs("local-refs");
-	CHECK(&c, store_open(&s, local, &opt, NULL) == 0 && store_start(&s) == 0, "open refs");
-	CHECK(&c, store_ref_pin(&s, "models--t--ref", "main", commit, sizeof(commit)) == 2 &&
+	CHECK(&c, store_open(&s, local, &opt, NULL) == 0 && store_start(&s) == 0 &&
+	      pins_open(&pins, &s, &roots, &pol) == 0 &&
+	      auto_start(&ap, &s, &roots, &pol, &pins) == 0, "open refs");
+	the_store = &s;
+	CHECK(&c, pins_pin(&pins, "models--t--ref", "main", commit, sizeof(commit)) == 2 &&
 	      !strcmp(commit, "rev1"), "pin --ref main: rev1, 2 blobs (%s)", commit);
-	CHECK(&c, store_ref_pin(&s, "models--t--nope", "main", commit, sizeof(commit)) == -ENOENT,
+	CHECK(&c, pins_pin(&pins, "models--t--nope", "main", commit, sizeof(commit)) == -ENOENT,
 	      "no such repo");
-	CHECK(&c, store_ref_pin(&s, "models--t--ref", "../x", commit, sizeof(commit)) == -EINVAL,
+	CHECK(&c, pins_pin(&pins, "models--t--ref", "../x", commit, sizeof(commit)) == -EINVAL,
 	      "a ref leaving refs/");
 	a = blob_at(&s, "models--t--ref/blobs/a");
 	sh = blob_at(&s, "models--t--ref/blobs/shared");
@@ -465,28 +508,60 @@ static void test_refs(void)
 	snap_link("models--t--ref", "rev2", "b.bin", "b");
 	snap_link("models--t--ref", "rev2", "shared.bin", "shared");
 	set_ref("models--t--ref", "rev2");
-	for (int i = 0; i < 400 && !ok; i++) {
-		refs = store_refs(&s, &n);
+	pins_poke(&pins);
+	for (end = store_now_ms() + 10000; !ok && store_now_ms() < end;) {
+		refs = pins_list(&pins, &n);
 		ok = n == 1 && !strcmp(refs[0].commit, "rev2") && !refs[0].pending[0];
 		free(refs);
-		usleep(10000);
+		if (!ok)
+			usleep(2000);
 	}
 	CHECK(&c, ok, "the pin moved to rev2");
 	CHECK(&c, b2->state == BLOB_LOCAL && pinned(b2) && pinned(sh), "rev2 local and pinned");
-	CHECK(&c, !pinned(a) && a->state == BLOB_LOCAL, "rev1's own blob unpinned (still local)");
+	CHECK(&c, !pinned(a) && blob_state(a) == BLOB_LOCAL, "rev1's own blob unpinned (still local)");
 
 	/* it survives a restart */
+	auto_stop(&ap);
 	store_close(&s);
-	CHECK(&c, store_open(&s, local, &opt, NULL) == 0, "reopen");
-	refs = store_refs(&s, &n);
+	pins_close(&pins);
+	CHECK(&c, store_open(&s, local, &opt, NULL) == 0 && pins_open(&pins, &s, &roots, &pol) == 0,
+	      "reopen");
+	refs = pins_list(&pins, &n);
 	CHECK(&c, n == 1 && !strcmp(refs[0].repo, "models--t--ref") && !strcmp(refs[0].ref, "main") &&
 	      !strcmp(refs[0].commit, "rev2"), "ref pin in the index");
 	free(refs);
-	CHECK(&c, store_ref_unpin(&s, "models--t--ref", "main") == 2, "unpin --ref: 2 blobs");
-	CHECK(&c, store_ref_unpin(&s, "models--t--ref", "main") == -ENOENT, "not pinned any more");
+	CHECK(&c, pins_unpin(&pins, "models--t--ref", "main") == 2, "unpin --ref: 2 blobs");
+	CHECK(&c, pins_unpin(&pins, "models--t--ref", "main") == -ENOENT, "not pinned any more");
 	b2 = blob_at(&s, "models--t--ref/blobs/b");
 	CHECK(&c, !pinned(b2), "unpinned");
+
+	/* pins and unpins while polls run: none lost, none left behind */
+	{
+		struct poller pl = { .pins = &pins };
+		pthread_t t;
+		int bad = 0;
+
+		pthread_create(&t, NULL, poll_loop, &pl);
+		for (int i = 0; i < 40; i++) {
+			bad |= pins_pin(&pins, "models--t--ref", "main", commit, sizeof(commit)) != 2;
+			refs = pins_list(&pins, &n);
+			bad |= n != 1;
+			free(refs);
+			bad |= pins_unpin(&pins, "models--t--ref", "main") < 0;
+		}
+		atomic_store(&pl.stop, 1);
+		pthread_join(t, NULL);
+		refs = pins_list(&pins, &n);
+		CHECK(&c, !bad && n == 0 && atomic_load(&pl.polls) > 0,
+		      "40 pin/unpin pairs beside %d polls: every call took, no pin left",
+		      atomic_load(&pl.polls));
+		free(refs);
+		sh = blob_at(&s, "models--t--ref/blobs/shared");
+		CHECK(&c, !pinned(b2) && !pinned(sh), "no blob left pinned (b %d, shared %d)",
+		      pinned(b2), pinned(sh));
+	}
 	store_close(&s);
+	pins_close(&pins);
 	policy_opts_free(&pol);
 }
 

@@ -24,15 +24,16 @@ static void put(const char *rel, const char *content, size_t n)
 
 static enum blob_state wait_settled(struct store *s, struct blob *b)
 {
-	for (int i = 0; i < 500; i++) {
-		enum blob_state st = __atomic_load_n(&b->state, __ATOMIC_ACQUIRE);
+	return store_wait_settled(s, b, 30000);
+}
 
-		if (st != BLOB_QUEUED && st != BLOB_COPYING && st != BLOB_VERIFYING)
-			return st;
-		usleep(10000);
-	}
-	(void)s;
-	return b->state;
+/* What the store says of @b now (a copy: valid until the next call). */
+static const struct blob_info *info(struct store *s, struct blob *b)
+{
+	static struct blob_info in;
+
+	blob_info(s, b, &in);
+	return &in;
 }
 
 static struct blob *blob_of(struct store *s, const char *rel, const char *id)
@@ -106,14 +107,21 @@ int main(void)
 	store_promote(&s, big, 1, 1);
 	store_promote(&s, same1, 0, 0);
 	store_promote(&s, same2, 0, 0);
-	CHECK(&c, wait_settled(&s, a) == BLOB_LOCAL, "verified: %s", a->reason);
-	CHECK(&c, wait_settled(&s, bad) == BLOB_MISMATCH, "mismatch: %s", blob_state_name(bad->state));
-	CHECK(&c, strstr(bad->reason, "sha256") != NULL || strstr(bad->reason, "name") != NULL,
-	      "reason names the check: %s", bad->reason);
-	CHECK(&c, wait_settled(&s, big) == BLOB_LOCAL, "big: %s", big->reason);
+	CHECK(&c, wait_settled(&s, a) == BLOB_LOCAL, "verified: %s", info(&s, a)->reason);
+	CHECK(&c, wait_settled(&s, bad) == BLOB_MISMATCH, "mismatch: %s",
+	      blob_state_name(info(&s, bad)->state));
+	CHECK(&c, strstr(info(&s, bad)->reason, "sha256") != NULL ||
+	      strstr(info(&s, bad)->reason, "name") != NULL,
+	      "reason names the check: %s", info(&s, bad)->reason);
+	CHECK(&c, wait_settled(&s, big) == BLOB_LOCAL, "big: %s", info(&s, big)->reason);
 	CHECK(&c, wait_settled(&s, same1) == BLOB_LOCAL && wait_settled(&s, same2) == BLOB_LOCAL,
 	      "equal size");
-	CHECK(&c, strcmp(same1->xxh, same2->xxh) != 0, "equal size, different copies");
+	{
+		char x1[33];
+
+		snprintf(x1, sizeof(x1), "%s", info(&s, same1)->xxh);
+		CHECK(&c, strcmp(x1, info(&s, same2)->xxh) != 0, "equal size, different copies");
+	}
 	snprintf(dir, sizeof(dir), "%s/data", local);
 	CHECK(&c, count_files(dir) == 4, "four copies, got %d", count_files(dir));
 	snprintf(dir, sizeof(dir), "%s/tmp", local);
@@ -125,9 +133,10 @@ int main(void)
 	a = blob_of(&s, "nas/" HELLO_SHA, HELLO_SHA);
 	big = blob_of(&s, "nas/big", "big");
 	bad = blob_of(&s, "nas/bad", "");
-	CHECK(&c, a->state == BLOB_LOCAL && big->state == BLOB_LOCAL, "local after restart");
-	CHECK(&c, big->pinned, "pin survives restart");
-	CHECK(&c, bad->state == BLOB_MISMATCH, "mismatch flag survives restart");
+	CHECK(&c, blob_state(a) == BLOB_LOCAL && blob_state(big) == BLOB_LOCAL,
+	      "local after restart");
+	CHECK(&c, info(&s, big)->pinned, "pin survives restart");
+	CHECK(&c, blob_state(bad) == BLOB_MISMATCH, "mismatch flag survives restart");
 	CHECK(&c, store_check_source(&s, a) == 1, "source unchanged");
 
 	/* Same size, same mtime, different bytes in the sampled head. */
@@ -145,8 +154,8 @@ int main(void)
 		}
 	}
 	CHECK(&c, store_verify(&s, big, 0, reason, sizeof(reason)) == 1, "verify demotes");
-	CHECK(&c, big->state == BLOB_NAS, "back on the NAS");
-	CHECK(&c, store_evict(&s, a, 0) == 1 && a->state == BLOB_NAS, "evict");
+	CHECK(&c, blob_state(big) == BLOB_NAS, "back on the NAS");
+	CHECK(&c, store_evict(&s, a, 0) == 1 && blob_state(a) == BLOB_NAS, "evict");
 
 	/* The control protocol refuses what it must. */
 	snprintf(dir, sizeof(dir), "%s/nas", top);
@@ -182,6 +191,41 @@ int main(void)
 	rep = control_handle(&ctl, req, strlen(req), 1234);
 	CHECK(&c, rep && strstr(rep, "\"ok\":true"), "status: %s", rep);
 	free(rep);
+
+	/* One index write per request, however many blobs it touches: pinning
+	 * and unpinning a repo of MANY blobs writes the index once each. */
+	{
+		enum { MANY = 300 };
+		uint64_t before;
+		char expect[64];
+
+		for (int i = 0; i < MANY; i++) {
+			char rel[128], body[32];
+
+			snprintf(rel, sizeof(rel), "nas/models--t--many/blobs/f%03d", i);
+			if (i == 0) {
+				snprintf(dir, sizeof(dir), "%s/nas/models--t--many", top);
+				mkdir(dir, 0755);
+				snprintf(dir, sizeof(dir), "%s/nas/models--t--many/blobs", top);
+				mkdir(dir, 0755);
+			}
+			snprintf(body, sizeof(body), "blob %d", i);
+			put(rel, body, strlen(body));
+		}
+		snprintf(expect, sizeof(expect), "\"count\":%d", MANY);
+		store_sync(&s); /* what came before is on disk */
+		for (int k = 0; k < 2; k++) {
+			before = atomic_load(&s.index_writes);
+			req = k ? "{\"op\":\"unpin\",\"paths\":[\"models--t--many\"]}"
+				: "{\"op\":\"pin\",\"paths\":[\"models--t--many\"]}";
+			rep = control_handle(&ctl, req, strlen(req), 0);
+			CHECK(&c, rep && strstr(rep, expect), "%s -> %s", req, rep);
+			CHECK(&c, atomic_load(&s.index_writes) == before + 1,
+			      "%s: one index write, not %llu", req,
+			      (unsigned long long)(atomic_load(&s.index_writes) - before));
+			free(rep);
+		}
+	}
 
 	store_close(&s);
 	free(bigbuf);

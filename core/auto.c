@@ -1,13 +1,5 @@
-/* store_auto.c - the store's policy thread: what the engine reads from the
- * NAS becomes local by itself, with the shards a loader will read next; and
- * every few seconds the ref pins are followed (store_refs.c).  See store.h.
- *
- * The daemon's read path only marks a blob hot (store_note_read); the
- * walks this needs (the names of a blob, its sibling shards, a revision's
- * blobs) read NAS directories, so they run here, never in a FUSE thread.
- */
-#include "store.h"
-#include "store_int.h"
+/* auto.c - automatic promotion: the policy thread; see auto.h. */
+#include "auto.h"
 #include "collect.h"
 #include "path.h"
 
@@ -22,32 +14,6 @@
 #include <syslog.h>
 #include <time.h>
 #include <unistd.h>
-
-/* ---- hot blobs ---- */
-
-void auto_hot_locked(struct store *s, struct blob *b)
-{
-	b->hot = 1;
-	if (b->hot_listed || (b->state != BLOB_NAS && b->state != BLOB_FAILED) ||
-	    b->hold == HOLD_EXCLUDED)
-		return;
-	b->hot_listed = 1;
-	b->hot_next = NULL;
-	if (s->hot_tail)
-		s->hot_tail->hot_next = b;
-	else
-		s->hot_head = b;
-	s->hot_tail = b;
-	pthread_cond_broadcast(&s->auto_cond);
-}
-
-void auto_reset_locked(struct store *s, struct blob *b)
-{
-	(void)s;
-	__atomic_store_n(&b->hot_bytes, atomic_load(&b->nas_bytes), __ATOMIC_RELAXED);
-	b->hot_opens = b->nas_opens;
-	b->hot = 0;
-}
 
 struct names {
 	char **v;
@@ -80,13 +46,6 @@ static void names_free(struct names *nm)
 		free(nm->v[i]);
 	free(nm->v);
 	memset(nm, 0, sizeof(*nm));
-}
-
-static int is_snapshot_name(const char *rel)
-{
-	char dir[PATH_MAX];
-
-	return hub_snapshot_blob_dir(rel, dir, sizeof(dir));
 }
 
 /* The revisions some ref of @repo names (refs/main, refs/pr/1, ...). */
@@ -148,10 +107,10 @@ static int add_listed(void *arg, const char *file)
 /* The files of @dir (mount-relative) a loader reads with @base: shards of
  * the same checkpoint, and the files a *.index.json weight_map lists with
  * it. */
-static void find_siblings(struct store *s, const char *dir, const char *base,
+static void find_siblings(struct auto_promoter *a, const char *dir, const char *base,
 			  struct names *files)
 {
-	const struct hub_roots *roots = s->opt.roots;
+	const struct hub_roots *roots = a->roots;
 	struct ns_entry *e = malloc(sizeof(*e));
 	struct sibling_scan sc = { base, files };
 	char path[PATH_MAX];
@@ -185,9 +144,10 @@ static void find_siblings(struct store *s, const char *dir, const char *base,
 }
 
 /* Queue the sibling shards of the snapshot name @name. */
-static void queue_siblings(struct store *s, const char *name)
+static void queue_siblings(struct auto_promoter *a, const char *name)
 {
-	const struct policy_opts *pol = s->opt.policy;
+	const struct policy_opts *pol = a->policy;
+	struct store *s = a->store;
 	struct names files = { 0 };
 	struct blob_set set = { 0 };
 	char dir[PATH_MAX];
@@ -195,16 +155,17 @@ static void queue_siblings(struct store *s, const char *name)
 	size_t queued = 0, excluded = 0;
 
 	path_dirname(name, dir, sizeof(dir));
-	find_siblings(s, dir, base, &files);
+	find_siblings(a, dir, base, &files);
 	for (size_t i = 0; i < files.n; i++) {
 		char rel[PATH_MAX];
 
 		if (path_join(dir, files.v[i], rel, sizeof(rel)) == 0)
-			collect(s->opt.roots, s, pol, rel, &set);
+			collect(a->roots, s, pol, rel, &set);
 	}
 	blob_set_unique(&set);
 	for (size_t i = 0; i < set.n; i++) {
 		struct blob *b = set.v[i];
+		struct blob_info info;
 		int go;
 
 		if (set.glob[i]) {
@@ -216,18 +177,17 @@ static void queue_siblings(struct store *s, const char *name)
 			excluded++;
 			continue;
 		}
-		pthread_mutex_lock(&s->lock);
-		go = (b->state == BLOB_NAS || b->state == BLOB_FAILED) && b->hold != HOLD_EXCLUDED;
-		if (go)
-			b->hot = 1; /* queued now: its own reads need not queue it again */
-		pthread_mutex_unlock(&s->lock);
+		blob_info(s, b, &info);
+		go = (info.state == BLOB_NAS || info.state == BLOB_FAILED) &&
+		     info.hold != HOLD_EXCLUDED;
 		if (go) {
+			store_mark_hot(s, b); /* queued now: its own reads need not */
 			store_promote(s, b, 0, 0);
 			queued++;
 		}
 	}
 	if (queued || excluded)
-		store_log(s, LOG_INFO, "%s is hot: queued %zu sibling shard%s of it (%zu excluded)",
+		store_log_msg(s, LOG_INFO, "%s is hot: queued %zu sibling shard%s of it (%zu excluded)",
 			  name, queued, queued == 1 ? "" : "s", excluded);
 	blob_set_free(&set);
 	names_free(&files);
@@ -241,7 +201,7 @@ static void queue_siblings(struct store *s, const char *name)
 
 struct name_cache {
 	char repo[NAME_MAX + 1];
-	time_t at;
+	int64_t at_ms;             /* CLOCK_MONOTONIC */
 	json_t *map;           /* NAS key -> [mount-relative names] */
 	size_t n;
 };
@@ -262,49 +222,49 @@ static int cache_one(void *arg, const char *rel, const struct ns_entry *e)
 	return json_array_append_new(v, json_string(rel)) < 0 ? -ENOMEM : 0;
 }
 
-static void names_of(struct store *s, struct name_cache *nc, const char *repo, const char *key,
-		     struct names *out)
+static void names_of(struct auto_promoter *a, struct name_cache *nc, const char *repo,
+		     const char *key, struct names *out)
 {
-	time_t now = time(NULL);
+	int64_t now = store_now_ms();
 	json_t *v, *name;
 	size_t i;
 
-	/* a blob the cache does not know may be in a revision newer than it */
-	if (nc->map && !strcmp(nc->repo, repo) && now > nc->at &&
+	/* a blob the cache does not know may be in a revision newer than it
+	 * (a second later: not one walk per unknown blob) */
+	if (nc->map && !strcmp(nc->repo, repo) && now - nc->at_ms >= 1000 &&
 	    !json_object_get(nc->map, key))
-		nc->at = 0;
-	if (strcmp(nc->repo, repo) || now - nc->at > NAME_CACHE_S || !nc->map) {
+		nc->map = (json_decref(nc->map), NULL);
+	if (strcmp(nc->repo, repo) || now - nc->at_ms > NAME_CACHE_S * 1000 || !nc->map) {
 		char snaps[PATH_MAX];
 
 		json_decref(nc->map);
 		nc->map = json_object();
 		nc->n = 0;
-		nc->at = now;
+		nc->at_ms = now;
 		snprintf(nc->repo, sizeof(nc->repo), "%s", repo);
 		snprintf(snaps, sizeof(snaps), "%s/snapshots", repo);
 		if (nc->map)
-			collect_walk(s->opt.roots, snaps, cache_one, nc);
+			collect_walk(a->roots, snaps, cache_one, nc);
 	}
 	v = json_object_get(nc->map, key);
 	json_array_foreach(v, i, name)
 		names_add(out, json_string_value(name));
 }
 
-static void handle_hot(struct store *s, struct blob *b, struct name_cache *nc)
+static void handle_hot(struct auto_promoter *a, struct blob *b, struct name_cache *nc)
 {
-	const struct policy_opts *pol = s->opt.policy;
-	const struct hub_roots *roots = s->opt.roots;
+	const struct policy_opts *pol = a->policy;
+	const struct hub_roots *roots = a->roots;
+	struct store *s = a->store;
 	struct names names = { 0 }, refs = { 0 };
-	char key[PATH_MAX], repo[NAME_MAX + 1] = "";
+	char repo[NAME_MAX + 1] = "", name[PATH_MAX];
+	const char *key = b->key; /* immutable */
 	const char *glob = NULL, *gname = NULL;
-	enum blob_state st;
+	enum blob_state st = blob_state(b);
 
-	pthread_mutex_lock(&s->lock);
-	snprintf(key, sizeof(key), "%s", b->key);
-	st = b->state;
-	if (b->name)
-		names_add(&names, b->name);
-	pthread_mutex_unlock(&s->lock);
+	store_blob_name(s, b, name, sizeof(name));
+	if (*name)
+		names_add(&names, name);
 	if (st != BLOB_NAS && st != BLOB_FAILED)
 		goto out;
 	if (roots) {
@@ -314,8 +274,8 @@ static void handle_hot(struct store *s, struct blob *b, struct name_cache *nc)
 			snprintf(repo, sizeof(repo), "%.*s", (int)strcspn(rel, "/"), rel);
 		/* Opened as <repo>/blobs/<id> (a snapshot link followed by the
 		 * kernel): its snapshot names are what globs and shards speak of. */
-		if (*repo && (!names.n || !is_snapshot_name(names.v[0])))
-			names_of(s, nc, repo, key, &names);
+		if (*repo && (!names.n || !hub_is_snapshot_name(names.v[0])))
+			names_of(a, nc, repo, key, &names);
 	}
 	for (size_t i = 0; i < names.n && !glob; i++)
 		if ((glob = policy_excluded(pol, names.v[i])))
@@ -325,10 +285,10 @@ static void handle_hot(struct store *s, struct blob *b, struct name_cache *nc)
 
 		snprintf(why, sizeof(why), "excluded by '%s' (%s): kept on the NAS", glob, gname);
 		store_exclude(s, b, why);
-		store_log(s, LOG_INFO, "hot, not promoted: %s %s", key, why);
+		store_log_msg(s, LOG_INFO, "hot, not promoted: %s %s", key, why);
 		goto out;
 	}
-	store_log(s, LOG_INFO, "hot (read from the NAS): promoting %s%s%s%s", key,
+	store_log_msg(s, LOG_INFO, "hot (read from the NAS): promoting %s%s%s%s", key,
 		  names.n ? " (" : "", names.n ? names.v[0] : "", names.n ? ")" : "");
 	store_promote(s, b, 0, 0);
 	if (!pol->siblings || !roots || !*repo)
@@ -343,19 +303,19 @@ static void handle_hot(struct store *s, struct blob *b, struct name_cache *nc)
 
 			rev_of(names.v[i], rev, sizeof(rev));
 			for (size_t k = 0; k < refs.n && !any_ref; k++)
-				any_ref = is_snapshot_name(names.v[i]) && !strcmp(rev, refs.v[k]);
+				any_ref = hub_is_snapshot_name(names.v[i]) && !strcmp(rev, refs.v[k]);
 		}
 		for (size_t i = 0; i < names.n; i++) {
 			char rev[NAME_MAX + 1];
 			int named = 0;
 
-			if (!is_snapshot_name(names.v[i]))
+			if (!hub_is_snapshot_name(names.v[i]))
 				continue;
 			rev_of(names.v[i], rev, sizeof(rev));
 			for (size_t k = 0; k < refs.n; k++)
 				named |= !strcmp(rev, refs.v[k]);
 			if (!any_ref || named)
-				queue_siblings(s, names.v[i]);
+				queue_siblings(a, names.v[i]);
 		}
 	}
 out:
@@ -367,60 +327,56 @@ out:
 
 static void *auto_thread(void *arg)
 {
-	struct store *s = arg;
-	double poll = s->opt.policy ? s->opt.policy->ref_poll : POLICY_REF_POLL;
+	struct auto_promoter *a = arg;
+	double poll = a->policy ? a->policy->ref_poll : POLICY_REF_POLL;
+	int64_t period = (int64_t)(poll * 1000), next = store_now_ms();
 	struct name_cache nc = { .map = NULL };
-	struct timespec next;
 
-	clock_gettime(CLOCK_REALTIME, &next);
-	pthread_mutex_lock(&s->lock);
-	while (!s->stop) {
-		struct blob *b = s->hot_head;
-		struct timespec now;
+	while (!atomic_load(&a->stop)) {
+		struct blob *b;
 
-		if (b) {
-			s->hot_head = b->hot_next;
-			if (!s->hot_head)
-				s->hot_tail = NULL;
-			b->hot_next = NULL;
-			b->hot_listed = 0;
-			pthread_mutex_unlock(&s->lock);
-			handle_hot(s, b, &nc);
-			pthread_mutex_lock(&s->lock);
+		if (a->pins && (pins_take_poke(a->pins) || store_now_ms() >= next)) {
+			pins_poll(a->pins);
+			next = store_now_ms() + period;
 			continue;
 		}
-		clock_gettime(CLOCK_REALTIME, &now);
-		if (s->opt.roots && (s->refs_poked || now.tv_sec > next.tv_sec ||
-				     (now.tv_sec == next.tv_sec && now.tv_nsec >= next.tv_nsec))) {
-			s->refs_poked = 0;
-			pthread_mutex_unlock(&s->lock);
-			refs_poll(s);
-			pthread_mutex_lock(&s->lock);
-			clock_gettime(CLOCK_REALTIME, &next);
-			next.tv_sec += (time_t)poll;
-			next.tv_nsec += (long)((poll - (double)(time_t)poll) * 1e9);
-			if (next.tv_nsec >= 1000000000L) {
-				next.tv_sec++;
-				next.tv_nsec -= 1000000000L;
-			}
-			continue;
-		}
-		if (s->opt.roots)
-			pthread_cond_timedwait(&s->auto_cond, &s->lock, &next);
-		else
-			pthread_cond_wait(&s->auto_cond, &s->lock);
+		b = store_wait_hot(a->store, a->pins ? next : -1);
+		if (!b && store_stopping(a->store))
+			break;
+		if (b && a->policy)
+			handle_hot(a, b, &nc);
+		if (b)
+			atomic_fetch_add(&a->handled, 1);
 	}
-	pthread_mutex_unlock(&s->lock);
 	json_decref(nc.map);
 	return NULL;
 }
 
-int auto_start(struct store *s, pthread_t *t)
+int auto_start(struct auto_promoter *a, struct store *s, const struct hub_roots *roots,
+	       const struct policy_opts *policy, struct pins *pins)
 {
 	int r;
 
-	if (!s->opt.policy && !s->opt.roots)
+	memset(a, 0, sizeof(*a));
+	a->store = s;
+	a->roots = roots;
+	a->policy = policy;
+	a->pins = roots ? pins : NULL;
+	if (!policy && !a->pins)
 		return 0;
-	r = pthread_create(t, NULL, auto_thread, s);
-	return r ? -r : 1;
+	r = pthread_create(&a->thread, NULL, auto_thread, a);
+	if (r)
+		return -r;
+	a->started = 1;
+	return 0;
+}
+
+void auto_stop(struct auto_promoter *a)
+{
+	if (!a->started)
+		return;
+	atomic_store(&a->stop, 1);
+	store_wake_hot(a->store);
+	pthread_join(a->thread, NULL);
+	a->started = 0;
 }

@@ -1,0 +1,40 @@
+/* auto.h - automatic promotion: the policy thread.
+ *
+ * What the engine reads from the NAS becomes local by itself: the store
+ * hands over blobs its reads made hot (store_wait_hot), and this thread
+ * decides -- exclusion globs, the snapshot names of a blob, the sibling
+ * shards a loader will read next (policy.c's rules, collect.c's sets) --
+ * and queues them at the automatic priority.  Every ref_poll seconds (or
+ * when poked) it follows the ref pins (pins_poll).  The walks this needs
+ * read NAS directories, so they run here, never in a FUSE thread.
+ */
+#ifndef WFS_AUTO_H
+#define WFS_AUTO_H
+
+#include "pins.h"
+#include "policy.h"
+#include "resolve.h"
+#include "store.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+struct auto_promoter {
+	struct store *store;          /* IMMUTABLE after auto_start */
+	const struct hub_roots *roots; /* NULL: names unknown (no siblings, no globs by
+					* snapshot name, no ref pins) */
+	const struct policy_opts *policy;
+	struct pins *pins;            /* may be NULL */
+	pthread_t thread;
+	int started;
+	_Atomic int stop;
+	_Atomic uint64_t handled;     /* hot blobs dealt with (tests wait on it) */
+};
+
+/* Start the policy thread (a no-op without a policy and roots). */
+int auto_start(struct auto_promoter *a, struct store *s, const struct hub_roots *roots,
+	       const struct policy_opts *policy, struct pins *pins);
+/* Stop and join it; before store_close. */
+void auto_stop(struct auto_promoter *a);
+
+#endif

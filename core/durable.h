@@ -1,0 +1,22 @@
+/* durable.h - replacing a file so that a crash leaves the old content or
+ * the new, never a mix, and making a rename survive a crash.  The one
+ * writer of whole files for the index and the metrics file.
+ */
+#ifndef WFS_DURABLE_H
+#define WFS_DURABLE_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+/* Write @len bytes of @data to "@path.<pid>.tmp" (created O_EXCL-free but
+ * O_NOFOLLOW, mode @mode whatever the umask), with @sync: fsync it, rename
+ * it over @path, then fsync @path's directory; without @sync only the
+ * rename (a file readers must never see half-written, but that a crash may
+ * lose).  On failure the temporary file is removed and @path is untouched.
+ * Returns 0 or -errno. */
+int durable_replace(const char *path, const void *data, size_t len, mode_t mode, int sync);
+
+/* fsync the directory @dir (after a rename into it).  Returns 0 or -errno. */
+int durable_fsync_dir(const char *dir);
+
+#endif

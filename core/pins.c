@@ -1,0 +1,475 @@
+/* pins.c - ref pins: the revision a ref of a repo names is kept local and
+ * pinned, and follows the ref when it moves on the NAS.  See pins.h (the
+ * locking rule: every operation whole under op_lock).
+ */
+#include "pins.h"
+#include "collect.h"
+#include "path.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <syslog.h>
+#include <time.h>
+#include <unistd.h>
+
+#define RETRY_FAILED_S 60 /* failed copies of a revision being moved to: retried this often */
+
+/* Read <repo>/refs/<ref> on the NAS: a revision name.  Returns -errno. */
+int refs_read(const struct hub_roots *roots, const char *repo, const char *ref, char *out,
+	      size_t sz)
+{
+	char rel[PATH_MAX], path[PATH_MAX], buf[NAME_MAX + 2];
+	struct stat st;
+	ssize_t n;
+	int fd, r;
+
+	if (snprintf(rel, sizeof(rel), "%s/refs/%s", repo, ref) >= (int)sizeof(rel) ||
+	    path_join(roots->path[0], rel, path, sizeof(path)) < 0)
+		return -ENAMETOOLONG;
+	r = hub_check_parents(roots, rel);
+	if (r < 0)
+		return r;
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return -EINVAL; /* a ref is a small regular file; nothing else is read */
+	}
+	n = read(fd, buf, sizeof(buf) - 1);
+	r = n < 0 ? -errno : 0;
+	close(fd);
+	if (r < 0)
+		return r;
+	buf[n] = '\0';
+	buf[strcspn(buf, " \t\r\n")] = '\0';
+	if (!*buf || strchr(buf, '/') || !strcmp(buf, ".") || !strcmp(buf, ".."))
+		return -EINVAL;
+	snprintf(out, sz, "%s", buf);
+	return 0;
+}
+
+static struct pin *find_locked(struct pins *p, const char *repo, const char *ref)
+{
+	for (size_t i = 0; i < p->n; i++)
+		if (!strcmp(p->v[i].repo, repo) && !strcmp(p->v[i].ref, ref))
+			return &p->v[i];
+	return NULL;
+}
+
+struct pin *pins_list(struct pins *p, size_t *n)
+{
+	struct pin *v;
+
+	pthread_mutex_lock(&p->lock);
+	*n = p->n;
+	v = malloc((p->n ? p->n : 1) * sizeof(*v));
+	if (v && p->n)
+		memcpy(v, p->v, p->n * sizeof(*v));
+	if (!v)
+		*n = 0;
+	pthread_mutex_unlock(&p->lock);
+	return v;
+}
+
+void pins_poke(struct pins *p)
+{
+	atomic_store(&p->poked, 1);
+	store_wake_hot(p->store);
+}
+
+int pins_take_poke(struct pins *p)
+{
+	return atomic_exchange(&p->poked, 0);
+}
+
+/* Hand the store the pins to persist with its index (op_lock held). */
+static void persist(struct pins *p)
+{
+	struct store_ref_rec *v = calloc(p->n ? p->n : 1, sizeof(*v));
+
+	if (!v) {
+		store_log_msg(p->store, LOG_ERR, "ref pins: out of memory: not persisted");
+		return;
+	}
+	pthread_mutex_lock(&p->lock);
+	for (size_t i = 0; i < p->n; i++) {
+		memcpy(v[i].repo, p->v[i].repo, sizeof(v[i].repo));
+		memcpy(v[i].ref, p->v[i].ref, sizeof(v[i].ref));
+		memcpy(v[i].commit, p->v[i].commit, sizeof(v[i].commit));
+		memcpy(v[i].pending, p->v[i].pending, sizeof(v[i].pending));
+	}
+	pthread_mutex_unlock(&p->lock);
+	store_set_refs(p->store, v, p->n);
+	free(v);
+	store_sync(p->store);
+}
+
+/* Replace the pin (@r's repo, ref) by @r, or add it (op_lock held). */
+static int put(struct pins *p, const struct pin *r)
+{
+	struct pin *old, *v;
+	int err = 0;
+
+	pthread_mutex_lock(&p->lock);
+	old = find_locked(p, r->repo, r->ref);
+	if (old) {
+		*old = *r;
+	} else if ((v = realloc(p->v, (p->n + 1) * sizeof(*v)))) {
+		p->v = v;
+		p->v[p->n++] = *r;
+	} else {
+		err = -ENOMEM;
+	}
+	pthread_mutex_unlock(&p->lock);
+	return err;
+}
+
+/* A copy of the pin (@repo, @ref); 0, or -ENOENT (op_lock held). */
+static int get(struct pins *p, const char *repo, const char *ref, struct pin *out)
+{
+	struct pin *r;
+
+	pthread_mutex_lock(&p->lock);
+	r = find_locked(p, repo, ref);
+	if (r)
+		*out = *r;
+	pthread_mutex_unlock(&p->lock);
+	return r ? 0 : -ENOENT;
+}
+
+static int revision_set(struct pins *p, const char *repo, const char *rev, struct blob_set *set)
+{
+	char rel[PATH_MAX];
+	int r;
+
+	if (!*rev)
+		return 0;
+	if (snprintf(rel, sizeof(rel), "%s/snapshots/%s", repo, rev) >= (int)sizeof(rel))
+		return -ENAMETOOLONG;
+	r = collect(p->roots, p->store, p->policy, rel, set);
+	blob_set_unique(set);
+	return r;
+}
+
+/* What the ref pins other than (@repo, @ref) keep pinned. */
+static void kept_by_others(struct pins *p, const char *repo, const char *ref,
+			   struct blob_set *keep)
+{
+	size_t n;
+	struct pin *v = pins_list(p, &n);
+
+	for (size_t i = 0; v && i < n; i++) {
+		if (!strcmp(v[i].repo, repo) && !strcmp(v[i].ref, ref))
+			continue;
+		revision_set(p, v[i].repo, v[i].commit, keep);
+		revision_set(p, v[i].repo, v[i].pending, keep);
+	}
+	blob_set_unique(keep);
+	free(v);
+}
+
+/* Pin and queue (explicitly) every blob of @set but the excluded ones;
+ * returns how many are not local yet, with the first reason in @why. */
+static size_t pin_set(struct pins *p, const struct blob_set *set, int retry_failed, char *why,
+		      size_t wsz)
+{
+	size_t missing = 0;
+
+	for (size_t i = 0; i < set->n; i++) {
+		struct blob *b = set->v[i];
+		struct blob_info info;
+
+		if (set->glob[i])
+			continue;
+		store_pin(p->store, b, 1);
+		blob_info(p->store, b, &info);
+		if (info.state != BLOB_LOCAL) {
+			missing++;
+			if (!*why && info.reason[0])
+				snprintf(why, wsz, "%s: %s", info.id[0] ? info.id : info.key,
+					 info.reason);
+		}
+		if (info.state == BLOB_NAS || (info.state == BLOB_FAILED && retry_failed))
+			store_promote(p->store, b, 0, 1);
+	}
+	return missing;
+}
+
+static size_t unpin_unless_kept(struct pins *p, const struct blob_set *set,
+				const struct blob_set *keep)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < set->n; i++) {
+		struct blob_info info;
+
+		blob_info(p->store, set->v[i], &info);
+		if (info.pinned && !blob_set_has(keep, set->v[i])) {
+			store_pin(p->store, set->v[i], 0);
+			n++;
+		}
+	}
+	return n;
+}
+
+static int valid_name(const char *repo, const char *ref)
+{
+	char norm[PATH_MAX];
+
+	return *repo && !strchr(repo, '/') && strcmp(repo, ".") && strcmp(repo, "..") && *ref &&
+	       ref[0] != '/' && path_normalize(ref, norm, sizeof(norm)) == 0 &&
+	       !strcmp(norm, ref) && strlen(repo) <= NAME_MAX && strlen(ref) <= NAME_MAX;
+}
+
+static int snapshot_exists(const struct hub_roots *roots, const char *repo, const char *rev)
+{
+	char rel[PATH_MAX];
+	struct ns_entry *e = malloc(sizeof(*e));
+	int ok;
+
+	snprintf(rel, sizeof(rel), "%s/snapshots/%s", repo, rev);
+	ok = e && hub_check_parents(roots, rel) == 0 && ns_classify(roots, rel, e) == 0 &&
+	     e->kind == NS_DIR;
+	free(e);
+	return ok;
+}
+
+int pins_pin(struct pins *p, const char *repo, const char *ref, char *commit, size_t csz)
+{
+	struct blob_set set = { 0 };
+	struct pin r;
+	char c[NAME_MAX + 1], why[512] = "";
+	int err;
+
+	if (!p->roots)
+		return -ENOTSUP;
+	if (!valid_name(repo, ref))
+		return -EINVAL;
+	pthread_mutex_lock(&p->op_lock);
+	err = refs_read(p->roots, repo, ref, c, sizeof(c));
+	if (err == 0 && !snapshot_exists(p->roots, repo, c))
+		err = -ENOENT;
+	if (err < 0)
+		goto out;
+	if (get(p, repo, ref, &r) == 0) {
+		snprintf(r.pending, sizeof(r.pending), "%s", strcmp(r.commit, c) ? c : "");
+	} else {
+		memset(&r, 0, sizeof(r));
+		snprintf(r.repo, sizeof(r.repo), "%s", repo);
+		snprintf(r.ref, sizeof(r.ref), "%s", ref);
+		snprintf(r.pending, sizeof(r.pending), "%s", c);
+	}
+	err = put(p, &r);
+	if (err < 0)
+		goto out;
+	err = revision_set(p, repo, c, &set);
+	if (err >= 0) {
+		pin_set(p, &set, 1, why, sizeof(why));
+		err = (int)set.n;
+	}
+	blob_set_free(&set);
+	persist(p);
+	store_log_msg(p->store, LOG_NOTICE, "ref pin %s refs/%s: revision %s", repo, ref, c);
+	snprintf(commit, csz, "%s", c);
+out:
+	pthread_mutex_unlock(&p->op_lock);
+	if (err >= 0)
+		pins_poke(p);
+	return err;
+}
+
+int pins_unpin(struct pins *p, const char *repo, const char *ref)
+{
+	struct blob_set keep = { 0 }, set = { 0 };
+	struct pin gone, *r;
+	size_t n = 0;
+
+	pthread_mutex_lock(&p->op_lock);
+	pthread_mutex_lock(&p->lock);
+	r = find_locked(p, repo, ref);
+	if (r) {
+		gone = *r;
+		memmove(r, r + 1, (size_t)(p->v + p->n - (r + 1)) * sizeof(*r));
+		p->n--;
+	}
+	pthread_mutex_unlock(&p->lock);
+	if (!r) {
+		pthread_mutex_unlock(&p->op_lock);
+		return -ENOENT;
+	}
+	kept_by_others(p, repo, ref, &keep);
+	revision_set(p, repo, gone.commit, &set);
+	revision_set(p, repo, gone.pending, &set);
+	blob_set_unique(&set);
+	n = unpin_unless_kept(p, &set, &keep);
+	blob_set_free(&set);
+	blob_set_free(&keep);
+	persist(p);
+	pthread_mutex_unlock(&p->op_lock);
+	store_log_msg(p->store, LOG_NOTICE, "ref pin %s refs/%s dropped: %zu blobs unpinned", repo,
+		      ref, n);
+	return (int)n;
+}
+
+/* The pending revision of @r: pin and queue it; once all of it is local it
+ * becomes the kept one, and the old one's blobs (unless another ref pin or
+ * the new revision has them) are unpinned.  Returns 1 when @r changed. */
+static int settle(struct pins *p, struct pin *r)
+{
+	struct blob_set set = { 0 }, keep = { 0 }, old = { 0 };
+	int64_t now = store_now_ms();
+	int retry = now >= r->retry_at_ms;
+	char why[512] = "";
+	size_t missing, n = 0;
+
+	if (!r->pending[0])
+		return 0;
+	if (retry)
+		r->retry_at_ms = now + RETRY_FAILED_S * 1000;
+	if (revision_set(p, r->repo, r->pending, &set) < 0) {
+		snprintf(r->reason, sizeof(r->reason), "cannot list %s/snapshots/%s", r->repo,
+			 r->pending);
+		blob_set_free(&set);
+		return 0;
+	}
+	missing = pin_set(p, &set, retry, why, sizeof(why));
+	if (missing) {
+		snprintf(r->reason, sizeof(r->reason), "moving to %s: %zu of %zu blobs not local "
+			 "yet%s%s", r->pending, missing, set.n, *why ? "; " : "", why);
+		blob_set_free(&set);
+		return 0;
+	}
+	if (r->commit[0] && strcmp(r->commit, r->pending)) {
+		kept_by_others(p, r->repo, r->ref, &keep);
+		for (size_t i = 0; i < set.n; i++)
+			if (!set.glob[i] && blob_set_add(&keep, set.v[i]) < 0)
+				break;
+		blob_set_unique(&keep);
+		revision_set(p, r->repo, r->commit, &old);
+		n = unpin_unless_kept(p, &old, &keep);
+	}
+	store_log_msg(p->store, LOG_NOTICE, "ref pin %s refs/%s: revision %s is local (%zu blobs)%s%s%s",
+		  r->repo, r->ref, r->pending, set.n, n ? "; unpinned what only " : "",
+		  n ? r->commit : "", n ? " had" : "");
+	snprintf(r->commit, sizeof(r->commit), "%s", r->pending);
+	r->pending[0] = '\0';
+	r->reason[0] = '\0';
+	r->retry_at_ms = 0;
+	blob_set_free(&keep);
+	blob_set_free(&old);
+	blob_set_free(&set);
+	return 1;
+}
+
+/* The ref moved on while @r->pending was still being copied: that revision
+ * is not wanted any more; unpin what neither the kept revision, the new one
+ * nor another ref pin has. */
+static void drop_pending(struct pins *p, struct pin *r, const char *next)
+{
+	struct blob_set keep = { 0 }, gone = { 0 };
+
+	kept_by_others(p, r->repo, r->ref, &keep);
+	revision_set(p, r->repo, r->commit, &keep);
+	revision_set(p, r->repo, next, &keep);
+	blob_set_unique(&keep);
+	revision_set(p, r->repo, r->pending, &gone);
+	unpin_unless_kept(p, &gone, &keep);
+	blob_set_free(&keep);
+	blob_set_free(&gone);
+}
+
+/* One ref pin: follow the ref, promote the revision it moved to, and once
+ * that is all local, let the old one go.  Returns 1 when the pin changed. */
+static int follow_ref(struct pins *p, struct pin *r)
+{
+	char cur[NAME_MAX + 1];
+	int err, changed;
+
+	/* First what is under way: a revision local by now is the kept one
+	 * before the ref is looked at again. */
+	changed = settle(p, r);
+	err = refs_read(p->roots, r->repo, r->ref, cur, sizeof(cur));
+	if (err < 0) {
+		snprintf(r->reason, sizeof(r->reason), "cannot read %s/refs/%s: %s", r->repo, r->ref,
+			 strerror(-err));
+		return changed;
+	}
+	if (!strcmp(cur, r->commit) || !strcmp(cur, r->pending))
+		return changed;
+	if (!snapshot_exists(p->roots, r->repo, cur)) {
+		snprintf(r->reason, sizeof(r->reason), "refs/%s names %s, which has no snapshot yet",
+			 r->ref, cur);
+		return changed;
+	}
+	store_log_msg(p->store, LOG_NOTICE, "ref %s refs/%s moved from %s to %s: promoting it", r->repo,
+		  r->ref, r->commit[0] ? r->commit : "(none)", cur);
+	if (r->pending[0])
+		drop_pending(p, r, cur);
+	snprintf(r->pending, sizeof(r->pending), "%s", cur);
+	r->retry_at_ms = 0;
+	settle(p, r);
+	return 1;
+}
+
+void pins_poll(struct pins *p)
+{
+	size_t n;
+	struct pin *v;
+	int changed = 0;
+
+	pthread_mutex_lock(&p->op_lock);
+	v = pins_list(p, &n);
+	for (size_t i = 0; v && i < n; i++) {
+		changed |= follow_ref(p, &v[i]);
+		put(p, &v[i]); /* what we learnt; no one else changed it meanwhile */
+	}
+	free(v);
+	if (changed)
+		persist(p);
+	pthread_mutex_unlock(&p->op_lock);
+}
+
+int pins_open(struct pins *p, struct store *s, const struct hub_roots *roots,
+	      const struct policy_opts *policy)
+{
+	struct store_ref_rec *v;
+	size_t n;
+
+	memset(p, 0, sizeof(*p));
+	pthread_mutex_init(&p->op_lock, NULL);
+	pthread_mutex_init(&p->lock, NULL);
+	p->store = s;
+	p->roots = roots;
+	p->policy = policy;
+	v = store_get_refs(s, &n);
+	if (!v)
+		return -ENOMEM;
+	p->v = calloc(n ? n : 1, sizeof(*p->v));
+	if (!p->v) {
+		free(v);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < n; i++) {
+		memcpy(p->v[i].repo, v[i].repo, sizeof(v[i].repo));
+		memcpy(p->v[i].ref, v[i].ref, sizeof(v[i].ref));
+		memcpy(p->v[i].commit, v[i].commit, sizeof(v[i].commit));
+		memcpy(p->v[i].pending, v[i].pending, sizeof(v[i].pending));
+	}
+	p->n = n;
+	free(v);
+	return 0;
+}
+
+void pins_close(struct pins *p)
+{
+	free(p->v);
+	p->v = NULL;
+	p->n = 0;
+	pthread_mutex_destroy(&p->lock);
+	pthread_mutex_destroy(&p->op_lock);
+}

@@ -1,0 +1,77 @@
+/* pins.h - ref pins: "keep the revision refs/<ref> of <repo> names local
+ * and pinned, and follow the ref when it moves" (wfsctl pin --ref).
+ *
+ * Part of the promotion policy, above the store: it decides which blobs a
+ * revision means (collect.c) and pins and queues them through the store;
+ * the store only persists the pins with its index.  When the ref moves,
+ * the new revision is promoted, and once all of it is local the old one's
+ * blobs are unpinned (unless another pin keeps them).  The policy thread
+ * (auto.c) calls pins_poll every ref_poll seconds.
+ *
+ * Concurrency: every operation (pin, unpin, poll) runs whole under
+ * @op_lock, so none sees another's half-done work or writes back a stale
+ * copy (no lost pin, no orphaned one); @lock guards the table for the
+ * quick readers (status).  Lock order: op_lock -> store locks; @lock is a
+ * leaf (nothing is called while it is held).
+ */
+#ifndef WFS_PINS_H
+#define WFS_PINS_H
+
+#include "policy.h"
+#include "resolve.h"
+#include "store.h"
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+
+struct pin {
+	char repo[NAME_MAX + 1];
+	char ref[NAME_MAX + 1];     /* "main", "pr/1": a file under <repo>/refs */
+	char commit[NAME_MAX + 1];  /* the revision kept ("" until the first is local) */
+	char pending[NAME_MAX + 1]; /* the revision it moves to, being promoted */
+	char reason[256];           /* why it is not moving on, if it is stuck */
+	int64_t retry_at_ms;        /* CLOCK_MONOTONIC: failed copies of @pending are
+				     * retried after this */
+};
+
+struct pins {
+	pthread_mutex_t op_lock;    /* one operation at a time (see above) */
+	pthread_mutex_t lock;       /* @v, @n */
+	struct store *store;        /* IMMUTABLE after pins_open */
+	const struct hub_roots *roots;
+	const struct policy_opts *policy;
+	struct pin *v;              /* @lock to read; @op_lock and @lock to change */
+	size_t n;
+	_Atomic int poked;          /* look at the refs now (pins_poke) */
+};
+
+/* The pins the store's index holds.  @roots NULL: pins are unavailable
+ * (-ENOTSUP).  Returns -errno. */
+int pins_open(struct pins *p, struct store *s, const struct hub_roots *roots,
+	      const struct policy_opts *policy);
+void pins_close(struct pins *p);
+
+/* Pin the revision refs/@ref of @repo names: its blobs are pinned and
+ * queued now, the pin persisted before the return.  @commit receives the
+ * revision.  Returns the number of blobs, -ENOENT (no such repo, ref or
+ * revision), -EINVAL (a bad name), -ENOTSUP. */
+int pins_pin(struct pins *p, const char *repo, const char *ref, char *commit, size_t csz);
+/* Drop the pin and unpin its revisions' blobs (unless another pin keeps
+ * them).  Returns the number unpinned, -ENOENT when there was no pin. */
+int pins_unpin(struct pins *p, const char *repo, const char *ref);
+/* A copy of the pins (malloc'ed; *n entries). */
+struct pin *pins_list(struct pins *p, size_t *n);
+
+/* Follow every pin once (the policy thread). */
+void pins_poll(struct pins *p);
+/* Ask the policy thread to poll now. */
+void pins_poke(struct pins *p);
+/* Was pins_poke called since the last call? */
+int pins_take_poke(struct pins *p);
+
+/* Read <repo>/refs/<ref> on the NAS: a revision name.  Returns -errno. */
+int refs_read(const struct hub_roots *roots, const char *repo, const char *ref, char *out,
+	      size_t sz);
+
+#endif

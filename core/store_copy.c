@@ -1,0 +1,268 @@
+/* store_copy.c - the promotion queue and its workers: a queued blob is
+ * copied by fetch_copy_verify() (fetch.c: the copy, the hashes, the re-read
+ * from disk, the content address), renamed into data/, and only then made
+ * LOCAL (verify_record_locked, store_verify.c).  See store.h.
+ */
+#include "store.h"
+#include "store_int.h"
+#include "durable.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <syslog.h>
+#include <unistd.h>
+
+/* ---- the queue ---- */
+
+void store_unqueue_locked(struct store *s, struct blob *b)
+{
+	struct blob **pp = &s->qhead, *prev = NULL;
+
+	if (!b->in_queue)
+		return;
+	while (*pp && *pp != b) {
+		prev = *pp;
+		pp = &(*pp)->qnext;
+	}
+	if (*pp) {
+		*pp = b->qnext;
+		if (s->qtail == b)
+			s->qtail = prev;
+	}
+	b->qnext = NULL;
+	b->in_queue = 0;
+}
+
+void store_enqueue_locked(struct store *s, struct blob *b)
+{
+	store_unqueue_locked(s, b);
+	if (b->explicit_req) {
+		/* Before the first automatic request. */
+		struct blob **pp = &s->qhead;
+
+		while (*pp && (*pp)->explicit_req)
+			pp = &(*pp)->qnext;
+		b->qnext = *pp;
+		*pp = b;
+		if (!b->qnext)
+			s->qtail = b;
+	} else {
+		b->qnext = NULL;
+		if (s->qtail)
+			s->qtail->qnext = b;
+		else
+			s->qhead = b;
+		s->qtail = b;
+	}
+	b->in_queue = 1;
+	pthread_cond_broadcast(&s->cond);
+}
+
+/* The next copy to make: explicit requests first; an automatic one only
+ * while fewer than auto_max automatic copies run, so one worker is always
+ * free for what an operator asks. */
+static struct blob *dequeue_locked(struct store *s)
+{
+	struct blob *b;
+
+	while ((b = s->qhead) && b->state != BLOB_QUEUED) {
+		s->qhead = b->qnext; /* cancelled while queued */
+		b->qnext = NULL;
+		b->in_queue = 0;
+	}
+	if (!b) {
+		s->qtail = NULL;
+		return NULL;
+	}
+	if (!b->explicit_req && s->auto_running >= s->auto_max)
+		return NULL;
+	s->qhead = b->qnext;
+	if (!s->qhead)
+		s->qtail = NULL;
+	b->qnext = NULL;
+	b->in_queue = 0;
+	return b;
+}
+
+/* Rename the verified copy @tmp into data/; the rename is durable (the
+ * directory fsynced) before the index may name it. */
+static int publish(struct store *s, const char *tmp, const char *xxh)
+{
+	char dir[PATH_MAX + 16], dst[PATH_MAX + 64];
+
+	snprintf(dir, sizeof(dir), "%s/%.2s", s->data_dir, xxh);
+	if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+		return -errno;
+	snprintf(dst, sizeof(dst), "%s/%s", dir, xxh);
+	if (access(dst, F_OK) == 0) {
+		/* The same bytes are already here (equal full hashes). */
+		unlink(tmp);
+		return 0;
+	}
+	if (rename(tmp, dst) < 0)
+		return -errno;
+	return durable_fsync_dir(dir);
+}
+
+/* Bytes/s this copy may read: a cap is shared by every copy that may run
+ * at once under it. */
+static uint64_t copy_rate(struct store *s, int auto_copy)
+{
+	const struct policy_opts *pol = s->opt.policy;
+	uint64_t total = atomic_load_explicit(&s->bw_limit, memory_order_relaxed);
+
+	if (!auto_copy)
+		return policy_share(total, s->opt.workers);
+	if (pol && pol->auto_bw && (!total || pol->auto_bw < total))
+		total = pol->auto_bw;
+	return policy_share(total, s->auto_max);
+}
+
+static void copy_done_locked(struct store *s, struct blob *b, int r, uint64_t size,
+			     const struct fetch_result *res, const char *key, const char *id)
+{
+	if (r == 0 && b->size == size) {
+		verify_record_locked(b, res);
+		b->reason[0] = '\0';
+		b->hold = HOLD_NONE;
+		b->last_used = (int64_t)time(NULL);
+		atomic_store_explicit(&b->use_ns, store_now_ns(), memory_order_relaxed);
+		/* Last: a lock-free reader that sees LOCAL sees the rest (release). */
+		atomic_store_explicit(&b->state, BLOB_LOCAL, memory_order_release);
+		s->promoted++;
+		s->copies_unrecorded = 1;
+		store_dirty_locked(s);
+		store_log_msg(s, LOG_INFO, "verified %s (%s): local copy %s", key, id, res->xxh);
+		return;
+	}
+	store_reset_hot_locked(s, b);
+	if (r == -ECANCELED) {
+		b->state = BLOB_NAS;
+		snprintf(b->reason, sizeof(b->reason), "copy cancelled");
+		s->cancelled++;
+		store_log_msg(s, LOG_INFO, "promotion of %s cancelled", key);
+	} else if (r == -EBADMSG) {
+		b->state = BLOB_MISMATCH;
+		snprintf(b->reason, sizeof(b->reason), "%s", res->reason);
+		s->mismatches++;
+		store_log_msg(s, LOG_ERR, "MISMATCH %s: %s; not promoted, served from the NAS", key,
+			  res->reason);
+	} else if (r == -ENOSPC || r == -EDQUOT) {
+		/* Someone else filled the disk under us: not the blob's fault. */
+		b->state = BLOB_NAS;
+		b->hold = HOLD_NO_ROOM;
+		snprintf(b->reason, sizeof(b->reason), "no room: %s",
+			 res->reason[0] ? res->reason : strerror(-r));
+		s->failed_by[STORE_FAIL_NO_SPACE]++;
+		s->no_room++;
+		store_log_msg(s, LOG_WARNING, "promotion of %s stopped: %s; served from the NAS", key,
+			  b->reason);
+	} else {
+		b->state = BLOB_FAILED;
+		if (r == 0)
+			snprintf(b->reason, sizeof(b->reason), "source size changed during copy");
+		else
+			snprintf(b->reason, sizeof(b->reason), "%s",
+				 res->reason[0] ? res->reason : strerror(-r));
+		s->failed++;
+		s->failed_by[r == 0 || r == -ESTALE ? STORE_FAIL_SOURCE_CHANGED :
+			     r == -EIO ? STORE_FAIL_IO : STORE_FAIL_OTHER]++;
+		store_log_msg(s, LOG_WARNING, "promotion of %s failed: %s", key, b->reason);
+	}
+}
+
+/* Called and returns with the lock held. */
+static void copy_one(struct store *s, struct blob *b)
+{
+	char key[PATH_MAX], id[NAME_MAX + 1], tmp[PATH_MAX + 64], why[256];
+	int auto_copy = !b->explicit_req, evicted = 0, r;
+	struct fetch_result res;
+	uint64_t size, rate;
+
+	snprintf(key, sizeof(key), "%s", b->key);
+	snprintf(id, sizeof(id), "%s", b->id);
+	size = b->size;
+	if (space_reserve_locked(s, b, why, sizeof(why), &evicted) < 0) {
+		b->state = BLOB_NAS;
+		b->hold = HOLD_NO_ROOM;
+		snprintf(b->reason, sizeof(b->reason), "%s", why);
+		s->no_room++;
+		store_reset_hot_locked(s, b); /* hot again later: tried again then */
+		store_log_msg(s, LOG_NOTICE, "not promoting %s (%s): %s; served from the NAS", key,
+			  id, why);
+		return;
+	}
+	snprintf(tmp, sizeof(tmp), "%s/%llu.%d.part", s->tmp_dir,
+		 (unsigned long long)++s->tmp_serial, (int)getpid());
+	b->tmp = strdup(tmp);
+	b->state = BLOB_COPYING;
+	s->auto_running += auto_copy;
+	s->started++;
+	rate = copy_rate(s, auto_copy);
+	pthread_mutex_unlock(&s->lock);
+
+	/* Evicted copies are gone from data/ already: the index must stop
+	 * naming them before this copy can be named in their place. */
+	if (evicted)
+		store_write_index(s);
+	memset(&res, 0, sizeof(res));
+	store_log_msg(s, LOG_INFO, "promoting %s (%s, %llu bytes%s)", key, id,
+		  (unsigned long long)size, auto_copy ? ", automatic" : "");
+	r = fetch_copy_verify(key, size, tmp, id, rate, &b->prog, &res);
+	if (r == 0)
+		r = publish(s, tmp, res.xxh);
+	if (r < 0)
+		unlink(tmp);
+
+	pthread_mutex_lock(&s->lock);
+	space_release_locked(s, b);
+	free(b->tmp);
+	b->tmp = NULL;
+	s->auto_running -= auto_copy;
+	copy_done_locked(s, b, r, size, &res, key, id);
+}
+
+/* When a worker writes the index (store.h): at the end of a batch of
+ * copies, or once it has been dirty for INDEX_FLUSH_MS. */
+static int index_due_locked(struct store *s, int idle)
+{
+	return s->index_dirty && ((idle && s->copies_unrecorded) ||
+				  store_now_ms() - s->dirty_since_ms >= INDEX_FLUSH_MS);
+}
+
+void *store_worker(void *arg)
+{
+	struct store *s = arg;
+
+	pthread_mutex_lock(&s->lock);
+	while (!s->stop) {
+		struct blob *b = index_due_locked(s, 0) ? NULL : dequeue_locked(s);
+
+		if (index_due_locked(s, !b)) {
+			pthread_mutex_unlock(&s->lock);
+			store_write_index(s);
+			pthread_mutex_lock(&s->lock);
+			continue;
+		}
+		if (!b && s->index_dirty) {
+			int64_t due = s->dirty_since_ms + INDEX_FLUSH_MS;
+			struct timespec ts = { (time_t)(due / 1000), (long)(due % 1000) * 1000000L };
+
+			pthread_cond_timedwait(&s->cond, &s->lock, &ts);
+			continue;
+		}
+		if (!b) {
+			pthread_cond_wait(&s->cond, &s->lock);
+			continue;
+		}
+		copy_one(s, b);
+		/* a settled blob (store_wait_settled), an automatic slot free */
+		pthread_cond_broadcast(&s->cond);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return NULL;
+}
+

@@ -1,0 +1,200 @@
+/* store_table.c - the bottom of the store: the blob table (a hash table
+ * keyed by NAS path), what a blob is now (blob_info), the index's dirty
+ * flag, the log hook and the clocks.  Everything else in the store is
+ * built on these; this file calls none of it.  See store.h for the rule of
+ * every field.
+ */
+#include "store.h"
+#include "store_int.h"
+#include "path.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+const char *blob_state_name(enum blob_state st)
+{
+	switch (st) {
+	case BLOB_NAS: return "nas";
+	case BLOB_QUEUED: return "queued";
+	case BLOB_COPYING: return "copying";
+	case BLOB_LOCAL: return "local";
+	case BLOB_MISMATCH: return "mismatch";
+	case BLOB_FAILED: return "failed";
+	case BLOB_NSTATES: break;
+	}
+	return "?";
+}
+
+void store_log_msg(struct store *s, int prio, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+
+	if (!s->hooks.log)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	s->hooks.log(s->hooks.arg, prio, msg);
+}
+
+int64_t store_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+uint64_t store_now_ns(void)
+{
+	struct timespec ts;
+
+	/* Coarse is enough for an LRU order and costs no syscall. */
+	clock_gettime(CLOCK_REALTIME_COARSE, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+struct blob *store_find_locked(struct store *s, const char *key)
+{
+	uint64_t h = path_hash(key);
+
+	for (struct hlink *l = htab_chain(&s->blobs, h); l; l = l->next) {
+		struct blob *b = htab_entry(l, struct blob, hl);
+
+		if (l->hash == h && !strcmp(b->key, key))
+			return b;
+	}
+	return NULL;
+}
+
+struct blob *store_insert_locked(struct store *s, const char *key)
+{
+	struct blob *b = calloc(1, sizeof(*b));
+
+	if (!b || !(b->key = strdup(key))) {
+		free(b);
+		errno = ENOMEM;
+		return NULL;
+	}
+	htab_add(&s->blobs, &b->hl, path_hash(key));
+	return b;
+}
+
+struct blob *store_find(struct store *s, const char *key)
+{
+	struct blob *b;
+
+	pthread_mutex_lock(&s->lock);
+	b = store_find_locked(s, key);
+	pthread_mutex_unlock(&s->lock);
+	return b;
+}
+
+int store_local_path_locked(struct store *s, const struct blob *b, char *out, size_t sz)
+{
+	int n = snprintf(out, sz, "%s/%.2s/%s", s->data_dir, b->xxh, b->xxh);
+
+	return n < 0 || (size_t)n >= sz ? -ENAMETOOLONG : 0;
+}
+
+int store_local_path(struct store *s, const struct blob *b, char *out, size_t sz)
+{
+	int r = -ENOENT;
+
+	pthread_mutex_lock(&s->lock);
+	if (b->state == BLOB_LOCAL)
+		r = store_local_path_locked(s, b, out, sz);
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}
+
+void store_count_passthrough_open(struct store *s)
+{
+	atomic_fetch_add_explicit(&s->passthrough_opens, 1, memory_order_relaxed);
+}
+
+void store_dirty_locked(struct store *s)
+{
+	if (!s->index_dirty) {
+		s->index_dirty = 1;
+		s->dirty_since_ms = store_now_ms();
+		pthread_cond_broadcast(&s->cond); /* an idle worker starts its clock */
+	}
+}
+
+static void info_locked(const struct blob *b, struct blob_info *out)
+{
+	enum blob_state st = blob_state(b);
+
+	out->key = b->key;
+	memcpy(out->id, b->id, sizeof(out->id));
+	memcpy(out->reason, b->reason, sizeof(out->reason));
+	memcpy(out->xxh, b->xxh, sizeof(out->xxh));
+	out->state = st;
+	out->hold = b->hold;
+	out->size = atomic_load(&b->size);
+	out->bytes_done = st == BLOB_LOCAL ? out->size : atomic_load(&b->prog.bytes_done);
+	out->pinned = b->pinned;
+	out->open_count = b->open_count;
+	out->nas_bytes = atomic_load_explicit(&b->nas_bytes, memory_order_relaxed);
+	out->local_bytes = atomic_load_explicit(&b->local_bytes, memory_order_relaxed);
+	out->opens = atomic_load_explicit(&b->opens, memory_order_relaxed);
+	out->nas_opens = atomic_load_explicit(&b->nas_opens, memory_order_relaxed);
+	out->last_used = b->last_used;
+	out->name = NULL;
+}
+
+void blob_info(struct store *s, const struct blob *b, struct blob_info *out)
+{
+	pthread_mutex_lock(&s->lock);
+	info_locked(b, out);
+	pthread_mutex_unlock(&s->lock);
+}
+
+void blob_set_fs_ino(struct blob *b, uint64_t ino)
+{
+	atomic_store_explicit(&b->fs_ino, ino, memory_order_relaxed);
+}
+
+void store_each(struct store *s, void (*fn)(void *arg, const struct blob_info *b), void *arg)
+{
+	struct blob_info info;
+
+	pthread_mutex_lock(&s->lock);
+	STORE_EACH(s, b) {
+		info_locked(b, &info);
+		info.name = b->name;
+		fn(arg, &info);
+	}
+	pthread_mutex_unlock(&s->lock);
+}
+
+void store_reset_hot_locked(struct store *s, struct blob *b)
+{
+	(void)s;
+	atomic_store_explicit(&b->hot_bytes, atomic_load(&b->nas_bytes), memory_order_relaxed);
+	b->hot_opens = atomic_load(&b->nas_opens);
+	atomic_store_explicit(&b->hot, 0, memory_order_relaxed);
+}
+
+void store_blob_name(struct store *s, const struct blob *b, char *out, size_t sz)
+{
+	pthread_mutex_lock(&s->lock);
+	snprintf(out, sz, "%s", b->name ? b->name : "");
+	pthread_mutex_unlock(&s->lock);
+}
+
+int store_stopping(struct store *s)
+{
+	int r;
+
+	pthread_mutex_lock(&s->lock);
+	r = s->stop;
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}

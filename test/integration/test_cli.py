@@ -340,14 +340,17 @@ class Cli(unittest.TestCase):
 
         checks = {"snapshots/ lists the new commit": ok_list, "new links read back": ok_link,
                   "new link gives the blob bytes": ok_bytes, "refs/main reads the new commit": ok_ref}
+        # The promise is a bound, not a speed: the cache timeouts (1 s by
+        # default) pass, then the NAS is asked again.  15 s is that bound
+        # with room for a loaded machine.
         seen = {}
-        while time.monotonic() - t0 < 3.0 and len(seen) < len(checks):
+        while time.monotonic() - t0 < 15.0 and len(seen) < len(checks):
             for name, fn in checks.items():
                 if name not in seen and fn():
                     seen[name] = time.monotonic() - t0
             time.sleep(0.05)
         late = [name for name in checks if name not in seen]
-        self.assertEqual(late, [], "not visible within 3 s of the NAS change (visible: %s; old ref %r; "
+        self.assertEqual(late, [], "not visible within 15 s of the NAS change (visible: %s; old ref %r; "
                          "snapshots before: %s)" % ({k: round(v, 2) for k, v in seen.items()}, old, before))
 
     def test_unmount_leaves_nothing(self):

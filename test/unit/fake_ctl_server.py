@@ -36,7 +36,7 @@ import wfstest  # noqa: E402
 
 MiB = 1 << 20
 REQ_MAX = 64 << 10
-STATES = ("nas", "queued", "copying", "verifying", "local", "mismatch", "failed")
+STATES = ("nas", "queued", "copying", "local", "mismatch", "failed")
 CHANGING = ("promote", "evict", "pin", "unpin", "verify")
 
 
@@ -124,14 +124,8 @@ class Hub:
 
     def tick(self, dt):
         with self.lock:
-            active = [b for b in self.blobs if b.state in ("copying", "verifying")]
+            active = [b for b in self.blobs if b.state == "copying"]
             for b in active:
-                if b.state == "verifying":
-                    if b.behaviour == "mismatch":
-                        b.set("mismatch", f"sha256 of the NAS content is {hexid('x', 64)}, not {b.id}")
-                    else:
-                        b.set("local")
-                    continue
                 b.done = min(b.size, b.done + int(self.speed * dt))
                 if b.behaviour == "fail" and b.done >= b.size // 2:
                     b.done = b.size // 2
@@ -139,8 +133,10 @@ class Hub:
                 elif b.behaviour == "drop" and b.done >= b.size // 3:
                     b.done = 0
                     b.set("nas", "evicted to make room for a pinned blob; store full")
+                elif b.done >= b.size and b.behaviour == "mismatch":
+                    b.set("mismatch", f"sha256 of the NAS content is {hexid('x', 64)}, not {b.id}")
                 elif b.done >= b.size:
-                    b.set("verifying")
+                    b.set("local")
             if len([b for b in self.blobs if b.state == "copying"]) < 2:
                 for b in self.blobs:
                     if b.state == "queued":
@@ -168,7 +164,7 @@ class Hub:
                 "repos": repos,
                 "copies": [{"key": b.key, "id": b.id, "state": b.state, "bytes_done": b.done,
                             "size": b.size}
-                           for b in self.blobs if b.state in ("copying", "verifying")],
+                           for b in self.blobs if b.state == "copying"],
                 "served": {"local_bytes": self.served[0], "nas_bytes": self.served[1], "opens": 0},
                 "flagged": [{"key": b.key, "id": b.id, "state": b.state, "reason": b.reason}
                             for b in self.blobs if b.state in ("mismatch", "failed")],
@@ -184,7 +180,7 @@ class Hub:
         for b in sel:
             if req["pin"]:
                 b.pinned = True
-            if req["dry_run"] or b.state in ("local", "queued", "copying", "verifying"):
+            if req["dry_run"] or b.state in ("local", "queued", "copying"):
                 continue
             if b.behaviour == "nospace":
                 b.set("nas", f"does not fit: needs {b.size} bytes, {CAPACITY - self.local_bytes()} available")
@@ -570,8 +566,8 @@ def body(t, work):
     ok("promote --wait: summary", "promote: 3 blobs, 80.0 MiB to copy (0 already local)" in r[1]
        and "promote: 3 blobs local" in r[1], show(r))
     hist = {b.key: b.history for b in hub.blobs if b.repo == "models--org--good"}
-    ok("states went queued -> copying -> verifying -> local",
-       all(h[-4:] == ["queued", "copying", "verifying", "local"] for h in hist.values()), repr(hist))
+    ok("states went queued -> copying -> local",
+       all(h[-3:] == ["queued", "copying", "local"] for h in hist.values()), repr(hist))
     ok("progress polled", sum(q["op"] == "progress" for q in hub.requests) >= 5)
     ok("tty bar redrawn in place, ascii", "\r[" in r[2] and "100%" in r[2] and "MiB/s" in r[2]
        and "ETA" in r[2] and r[2].endswith("\n"), show(r))

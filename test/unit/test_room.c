@@ -22,6 +22,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,6 +96,16 @@ static struct blob *blob_at(struct store *s, const char *hubrel)
 }
 
 static struct store *the_store; /* the store a test has open */
+
+/* Wait until the clock the store stamps last use with has ticked: two
+ * uses either side of this are ordered (the LRU order). */
+static void next_use_tick(void)
+{
+	uint64_t t0 = store_now_ns();
+
+	while (store_now_ns() == t0)
+		sched_yield();
+}
 
 static enum blob_state wait_settled(struct blob *b)
 {
@@ -209,13 +220,13 @@ static void test_room(void)
 	for (int i = 0; i < 3; i++) {
 		store_promote(&s, b[i], 0, 1);
 		CHECK(&c, wait_settled(b[i]) == BLOB_LOCAL, "b%d local: %s", i, info(b[i])->reason);
-		usleep(20000); /* distinct use times */
+		next_use_tick(); /* distinct use times */
 	}
 	/* b0 used again: b1 is now the least recently used */
 	store_note_open(&s, b[0], "models--t--room/blobs/b0");
 	store_note_read(&s, b[0], 4096, 1);
 	store_note_close(&s, b[0]);
-	usleep(20000);
+	next_use_tick();
 	store_promote(&s, b[3], 0, 1);
 	CHECK(&c, wait_settled(b[3]) == BLOB_LOCAL, "b3 local: %s", info(b[3])->reason);
 	CHECK(&c, blob_state(b[1]) == BLOB_NAS && blob_state(b[0]) == BLOB_LOCAL && blob_state(b[2]) == BLOB_LOCAL,
@@ -228,7 +239,7 @@ static void test_room(void)
 	/* pinned and open copies are not evicted: only b0 can go */
 	store_pin(&s, b[2], 1);
 	store_note_open(&s, b[3], "models--t--room/blobs/b3");
-	usleep(20000);
+	next_use_tick();
 	store_promote(&s, b[4], 0, 1);
 	CHECK(&c, wait_settled(b[4]) == BLOB_LOCAL, "b4 local: %s", info(b[4])->reason);
 	CHECK(&c, blob_state(b[0]) == BLOB_NAS && blob_state(b[2]) == BLOB_LOCAL && blob_state(b[3]) == BLOB_LOCAL,

@@ -19,6 +19,8 @@ struct dir_entry {
 	unsigned char nas_type;
 };
 
+/* Filled by opendir before the open is answered, read-only after (every
+ * readdir of the handle comes after that reply). */
 struct dir_handle {
 	struct dir_entry *ents;
 	size_t n;
@@ -106,6 +108,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	char *buf = calloc(1, size), rel[PATH_MAX];
 	struct ns_entry *ent = malloc(sizeof(*ent));
 	size_t used = 0;
+	uint64_t dot_ino = node_serial(&w->nodes, dn);
 
 	if (!buf || !ent) {
 		free(buf);
@@ -125,7 +128,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		if (i < 2) {
 			name = i == 0 ? "." : "..";
 			st.st_mode = S_IFDIR;
-			st.st_ino = i == 0 ? dn->serial : 1; /* ".." is not ours to know */
+			st.st_ino = i == 0 ? dot_ino : 1; /* ".." is not ours to know */
 			e.attr = st;
 		} else {
 			const struct dir_entry *de = &d->ents[i - 2];

@@ -23,18 +23,23 @@
 /* An open file.  It reads from whichever side its blob is on at the time
  * of each read: opened from the NAS, it moves to the local copy as soon as
  * the copy is verified, and back if the copy is demoted.  Both descriptors
- * stay open until release, so a read in flight never loses its fd. */
+ * stay open until release, so a read in flight never loses its fd.
+ * Who may touch a field (one rule each):
+ *   OPEN   set by op_open before the open is answered, read-only after
+ *          (the kernel sends every READ and the RELEASE after that reply);
+ *   FH     under @lock;
+ *   TABLE  under w->nodes.lock (with the node's open tallies). */
 struct wfs_fh {
 	pthread_mutex_t lock;
-	struct blob *blob;
-	struct node *node;
-	char *nas_path;
-	int nas_fd, nas_direct;
-	int local_fd, local_direct;
-	int local_failed;
-	int backing_id; /* > 0: the kernel reads the local copy itself */
-	int counted;    /* counted in the node's open tallies */
-	int noted;      /* store_note_open() was called: store_note_close() is due */
+	struct blob *blob;          /* OPEN */
+	struct node *node;          /* OPEN */
+	char *nas_path;             /* OPEN */
+	int nas_fd, nas_direct;     /* FH */
+	int local_fd, local_direct; /* FH */
+	int local_failed;           /* FH */
+	int backing_id; /* OPEN: > 0: the kernel reads the local copy itself */
+	int counted;    /* TABLE: counted in the node's open tallies */
+	int noted;      /* OPEN: store_note_open() was called: store_note_close() is due */
 };
 
 int fh_backing_id(uint64_t fh)
@@ -115,7 +120,8 @@ static int fh_local_fd(struct wfs *w, struct wfs_fh *fh, int *direct)
 /* Choose how this open is served.  The kernel wants every open of an inode
  * at one time alike, so: an inode already open daemon-served stays so (it
  * reads the local copy through us) until its last open closes; otherwise a
- * local blob goes passthrough, sharing one backing id between opens. */
+ * local blob goes passthrough, sharing one backing id between opens.
+ * The table lock also guards w->pt_warned and w->pt_opens_total. */
 static void choose_mode(struct wfs *w, struct node *n, struct wfs_fh *fh, int local)
 {
 	char path[PATH_MAX + 64];
@@ -162,9 +168,12 @@ static void fh_uncount(struct wfs *w, struct wfs_fh *fh)
 	struct node *n = fh->node;
 	int close_id = 0;
 
-	if (!fh->counted)
-		return;
 	pthread_mutex_lock(&w->nodes.lock);
+	if (!fh->counted) {
+		pthread_mutex_unlock(&w->nodes.lock);
+		return;
+	}
+	fh->counted = 0;
 	if (fh->backing_id) {
 		if (--n->pt_opens == 0) {
 			close_id = n->backing_id;
@@ -177,17 +186,21 @@ static void fh_uncount(struct wfs *w, struct wfs_fh *fh)
 	/* Only now: the kernel has released every open that used it. */
 	if (close_id > 0)
 		passthrough_close_backing(&w->pt, close_id);
-	fh->counted = 0;
 }
 
 static void fh_free(struct wfs *w, struct wfs_fh *fh)
 {
 	struct blob *noted = fh->noted ? fh->blob : NULL;
+	int nas_fd, local_fd;
 
-	if (fh->nas_fd >= 0)
-		close(fh->nas_fd);
-	if (fh->local_fd >= 0)
-		close(fh->local_fd);
+	pthread_mutex_lock(&fh->lock);
+	nas_fd = fh->nas_fd;
+	local_fd = fh->local_fd;
+	pthread_mutex_unlock(&fh->lock);
+	if (nas_fd >= 0)
+		close(nas_fd);
+	if (local_fd >= 0)
+		close(local_fd);
 	pthread_mutex_destroy(&fh->lock);
 	free(fh->nas_path);
 	free(fh);

@@ -191,31 +191,38 @@ static void notify_inval_all(void *arg)
  * sequential reads of weights want more.  Raised through sysfs once the
  * mount answers (stat blocks until INIT is done), from a thread because the
  * answer comes from our own loop. */
-static void *raise_readahead(void *arg)
+/* The connection's read-ahead, past the 128 KiB the kernel caps a FUSE
+ * mount at during INIT (large sequential reads of weights want more), set
+ * through sysfs.  Called right after the INIT reply is written (the kernel
+ * has applied it then), on a FUSE worker: the mount is found in
+ * /proc/self/mountinfo by its path, never by a stat() of the mount point,
+ * which would hold the mount busy against an umount racing start-up. */
+static void raise_readahead(void *arg)
 {
 	struct wfs *w = arg;
-	unsigned maj = 0, min = 0;
-	char line[4096], path[128], mnt[PATH_MAX];
-	struct stat st;
-	FILE *f;
+	unsigned maj = 0, min = 0, m1, m2;
+	char line[4096], path[128];
+	FILE *f = fopen("/proc/self/mountinfo", "r");
 	int found = 0;
 
-	if (stat(w->opt.mnt, &st) < 0 || !realpath(w->opt.mnt, mnt))
-		return NULL;
-	f = fopen("/proc/self/mountinfo", "r");
 	while (f && fgets(line, sizeof(line), f)) {
 		char point[PATH_MAX];
 
-		if (sscanf(line, "%*d %*d %u:%u %*s %4095s", &maj, &min, point) == 3 &&
-		    !strcmp(point, mnt) && makedev(maj, min) == st.st_dev)
+		/* the last match is the newest mount on that path: ours */
+		if (sscanf(line, "%*d %*d %u:%u %*s %4095s", &m1, &m2, point) == 3 &&
+		    !strcmp(point, w->mnt_abs) && strstr(line, " - fuse")) {
+			maj = m1;
+			min = m2;
 			found = 1;
-		if (found)
-			break;
+		}
 	}
 	if (f)
 		fclose(f);
-	if (!found)
-		return NULL;
+	if (!found) {
+		wfs_log(w, LOG_INFO, "cannot set read-ahead of %s: not found in /proc/self/mountinfo",
+			w->opt.mnt);
+		return;
+	}
 	snprintf(path, sizeof(path), "/sys/class/bdi/%u:%u/read_ahead_kb", maj, min);
 	f = fopen(path, "w");
 	if (!f || fprintf(f, "%u\n", w->opt.readahead_kb) < 0 || fclose(f) != 0)
@@ -224,7 +231,6 @@ static void *raise_readahead(void *arg)
 	else
 		wfs_log(w, LOG_DEBUG, "read-ahead of %s set to %u KiB", w->opt.mnt,
 			w->opt.readahead_kb);
-	return NULL;
 }
 
 static void write_pid(struct wfs *w)
@@ -346,6 +352,10 @@ int main(int argc, char **argv)
 			"fusermount3 needed)\n", w.opt.mnt);
 		goto out_signals;
 	}
+	if (w.opt.readahead_kb) {
+		w.pt.init_done = raise_readahead;
+		w.pt.init_done_arg = &w;
+	}
 	if ((r = passthrough_install(&w.pt, w.se, w.opt.passthrough, fh_backing_id)) < 0) {
 		fprintf(stderr, "wfs: cannot install the passthrough hooks: %s\n", strerror(-r));
 		goto out_unmount;
@@ -354,8 +364,6 @@ int main(int argc, char **argv)
 		goto out_unmount;
 	write_pid(&w);
 	/* Threads only now: fuse_daemonize() forks. */
-	if (w.opt.readahead_kb && pthread_create(&w.ra_thread, NULL, raise_readahead, &w) == 0)
-		w.ra_started = 1;
 	if ((r = inval_start(&w.inval)) < 0)
 		wfs_log(&w, LOG_WARNING, "cannot start the cache invalidation thread: %s; "
 			"demoted files may show stale pages", strerror(-r));
@@ -387,8 +395,6 @@ int main(int argc, char **argv)
 	 * stat would hang until then too. */
 	fuse_session_unmount(w.se);
 	control_stop(&w.ctl);
-	if (w.ra_started)
-		pthread_join(w.ra_thread, NULL);
 	metrics_writer_stop(&w.metrics); /* reads the store; removes the file */
 	/* Before the session goes: the invalidator still talks to it (with
 	 * the device closed its notices fail at once instead of waiting). */

@@ -110,6 +110,16 @@ int node_set_stat_locked(struct node *n, const struct stat *st)
 	return changed;
 }
 
+uint64_t node_serial(struct node_table *t, const struct node *n)
+{
+	uint64_t serial;
+
+	pthread_mutex_lock(&t->lock);
+	serial = n->serial;
+	pthread_mutex_unlock(&t->lock);
+	return serial;
+}
+
 void node_attr(struct node_table *t, struct node *n, struct stat *st)
 {
 	memset(st, 0, sizeof(*st));
@@ -195,8 +205,8 @@ static int node_update(struct node_table *t, struct node *n, const struct ns_ent
 			r = set_aux(n, NULL);
 		else
 			r = set_aux(n, e->backing);
-		/* Set once: read without the lock by xattr and timeout code.
-		 * A blob's name is usually the node's own. */
+		/* Set once (ATOMIC): read without the lock by xattr and
+		 * timeout code.  A blob's name is usually the node's own. */
 		if (r == 0 && !n->blob_id && e->blob_id[0]) {
 			const char *id = n->name;
 
@@ -301,7 +311,7 @@ struct node *node_get(struct node_table *t, struct node *parent, const char *nam
 	if (r == 0) {
 		n->nlookup++;
 		if (weights)
-			__atomic_store_n(&n->weights, 1, __ATOMIC_RELAXED);
+			__atomic_store_n(&n->weights, 1, __ATOMIC_RELEASE);
 		if (made) {
 			if (t->count + 1 > t->nbuckets)
 				grow(t);

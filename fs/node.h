@@ -30,36 +30,45 @@ struct node_stat {
 	uint32_t mode, nlink, uid, gid, blksize;
 };
 
+/* Who may touch a field (one rule each):
+ *   IMMUTABLE  set before the node is in the table, never changed;
+ *   TABLE      read and written under node_table.lock only;
+ *   ATOMIC     goes from 0 to its one value (never back) by release
+ *              stores, read with acquire loads; no lock (two racing
+ *              setters store the same value);
+ *   COUNTER    relaxed atomic adds and loads: it orders nothing. */
 struct node {
-	struct node *hnext;
-	struct node *parent;  /* referenced; NULL for the root */
-	uint64_t nlookup;     /* the kernel's lookups */
-	uint32_t children;    /* nodes whose parent this is */
-	uint8_t kind;         /* enum ns_kind */
-	uint8_t cache_ok;     /* FILE: size and mtime unchanged since the last open */
-	uint8_t own_id;       /* blob_id is malloc'ed, not inside name */
-	uint8_t weights;      /* FILE: reached by a name that may be copied
+	struct node *hnext;   /* TABLE */
+	struct node *parent;  /* IMMUTABLE: referenced; NULL for the root */
+	uint64_t nlookup;     /* TABLE: the kernel's lookups */
+	uint32_t children;    /* TABLE: nodes whose parent this is */
+	uint8_t kind;         /* IMMUTABLE: enum ns_kind */
+	uint8_t cache_ok;     /* TABLE: FILE: size and mtime unchanged since the last open */
+	uint8_t own_id;       /* TABLE: blob_id is malloc'ed, not inside name */
+	uint8_t weights;      /* ATOMIC: FILE: reached by a name that may be copied
 			       * (hub_holds_weights), under any of its names */
-	uint64_t dev;         /* FILE: the key object's device */
-	uint64_t serial;      /* st_ino shown: the NAS inode of the key object, so
-			       * readdir's d_ino and stat agree */
-	char *aux;            /* FILE: NAS path when not NAS_HUB/<path>; LINK: link text */
-	const char *blob_id;  /* FILE: the repo's name for it (set once), or NULL */
-	struct blob *blob;    /* FILE: the blob (never freed while mounted) */
-	/* Open tallies (under the table lock): the kernel wants all opens of
-	 * an inode alike, passthrough with one backing id or daemon-served. */
+	uint64_t dev;         /* IMMUTABLE: FILE: the key object's device */
+	uint64_t serial;      /* TABLE: st_ino shown: the NAS inode of the key object,
+			       * so readdir's d_ino and stat agree (a directory's
+			       * changes when the NAS replaces it) */
+	char *aux;            /* TABLE: FILE: NAS path when not NAS_HUB/<path>;
+			       * LINK: link text */
+	const char *blob_id;  /* ATOMIC: FILE: the repo's name for it, or NULL */
+	struct blob *blob;    /* ATOMIC: FILE: the blob (never freed while mounted) */
+	/* TABLE: open tallies: the kernel wants all opens of an inode alike,
+	 * passthrough with one backing id or daemon-served. */
 	int pt_opens, daemon_opens, backing_id;
-	uint64_t daemon_reads; /* READ requests we served (atomic) */
-	struct node_stat st;  /* last attributes presented */
-	char name[];          /* its name in the parent (FILE: the first seen) */
+	uint64_t daemon_reads; /* COUNTER: READ requests we served */
+	struct node_stat st;  /* TABLE: last attributes presented */
+	char name[];          /* IMMUTABLE: its name in the parent (FILE: the first seen) */
 };
 
 struct node_table {
 	pthread_mutex_t lock;
-	struct node **buckets;
-	size_t nbuckets, count;
-	struct node *root;
-	const char *nas;      /* NAS_HUB: file paths are stored relative to it */
+	struct node **buckets; /* TABLE */
+	size_t nbuckets, count; /* TABLE */
+	struct node *root;    /* IMMUTABLE after node_table_init */
+	const char *nas;      /* IMMUTABLE: NAS_HUB: file paths are stored relative to it */
 };
 
 int node_table_init(struct node_table *t, const char *nas, const struct ns_entry *root_entry);
@@ -82,6 +91,9 @@ void node_backing(struct node_table *t, const struct node *n, char *buf, size_t 
 
 /* LINK: the link text shown (under the table lock). */
 void node_target(struct node_table *t, const struct node *n, char *buf, size_t sz);
+
+/* The st_ino shown for @n (under the table lock). */
+uint64_t node_serial(struct node_table *t, const struct node *n);
 
 /* Copy a node's attributes under the table lock. */
 void node_attr(struct node_table *t, struct node *n, struct stat *st);

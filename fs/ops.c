@@ -142,7 +142,7 @@ struct blob *node_blob(struct wfs *w, struct node *n)
 	/* A ref, a marker, a client's file: never copied.  A NAS file with a
 	 * name under a repo's blobs/ or snapshots/ is, whatever name it was
 	 * first seen by (a hub-level blob store walked first, say). */
-	if (!__atomic_load_n(&n->weights, __ATOMIC_RELAXED))
+	if (!__atomic_load_n(&n->weights, __ATOMIC_ACQUIRE))
 		return NULL;
 	node_backing(&w->nodes, n, backing, sizeof(backing));
 	id = __atomic_load_n(&n->blob_id, __ATOMIC_ACQUIRE);
@@ -248,6 +248,7 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 static int xattr_value(struct wfs *w, struct node *n, const char *name, char *buf, size_t sz)
 {
 	struct blob *b = node_blob(w, n);
+	const char *id = __atomic_load_n(&n->blob_id, __ATOMIC_ACQUIRE);
 
 	if (n == w->nodes.root && !strcmp(name, XATTR_SOCKET))
 		return snprintf(buf, sz, "%s", w->ctl.sock_path);
@@ -257,8 +258,8 @@ static int xattr_value(struct wfs *w, struct node *n, const char *name, char *bu
 		return snprintf(buf, sz, "%s",
 				blob_state_name(b ? blob_state(b)
 						  : BLOB_NAS));
-	if (!strcmp(name, XATTR_ID) && __atomic_load_n(&n->blob_id, __ATOMIC_ACQUIRE))
-		return snprintf(buf, sz, "%s", n->blob_id);
+	if (!strcmp(name, XATTR_ID) && id)
+		return snprintf(buf, sz, "%s", id);
 	/* How reads are served: proof, for tests and operators, that the
 	 * kernel reads a local copy itself. */
 	if (!strcmp(name, XATTR_DAEMON_READS))

@@ -22,19 +22,27 @@ struct fuse_session;
 
 #define PT_MAX_PENDING 256
 
+/* Rules, field by field: SET-UP: written by passthrough_install() before
+ * any request is read, then read-only; LOCK: under @lock; ATOMIC: a release
+ * store, read with acquire loads, no lock. */
 struct passthrough {
-	int devfd;
-	int wanted;          /* not turned off by the operator */
-	int offered;         /* the kernel's INIT offered it */
-	int negotiated;      /* we accepted it in our INIT reply */
-	int refused;         /* a registration failed: daemon-served from now on */
+	int devfd;           /* SET-UP */
+	int wanted;          /* SET-UP: not turned off by the operator */
+	int offered;         /* LOCK: the kernel's INIT offered it */
+	int negotiated;      /* ATOMIC: we accepted it in our INIT reply */
+	int refused;         /* ATOMIC: a registration failed: daemon-served from now on */
 	pthread_mutex_t lock;
-	uint64_t init_unique;
-	uint64_t pending[PT_MAX_PENDING]; /* OPEN requests not yet answered */
-	int npending;
-	/* Called for an OPEN reply: the backing id to announce for this fh,
-	 * or 0 for a daemon-served open. */
+	uint64_t init_unique; /* LOCK */
+	uint64_t pending[PT_MAX_PENDING]; /* LOCK: OPEN requests not yet answered */
+	int npending;        /* LOCK */
+	/* SET-UP.  Called for an OPEN reply: the backing id to announce for
+	 * this fh, or 0 for a daemon-served open. */
 	int (*backing_of)(uint64_t fh);
+	/* SET-UP (may be NULL).  Called once the INIT reply is written: the
+	 * kernel applies an INIT reply inside the write, so the connection's
+	 * settings (read-ahead) are final when this runs. */
+	void (*init_done)(void *arg);
+	void *init_done_arg;
 };
 
 /* Install the hooks on a mounted session.  Returns -errno. */

@@ -53,8 +53,6 @@ struct wfs {
 	struct control ctl;
 	int store_open, pins_open;
 	char local_abs[PATH_MAX], mnt_abs[PATH_MAX];
-	pthread_t ra_thread;
-	int ra_started;
 	struct metrics_writer metrics;
 	int pt_warned;
 	/* Blobs whose bytes changed, for the kernel to forget (fs/inval.h):

@@ -353,6 +353,23 @@ class Cli(unittest.TestCase):
         self.assertEqual(late, [], "not visible within 15 s of the NAS change (visible: %s; old ref %r; "
                          "snapshots before: %s)" % ({k: round(v, 2) for k, v in seen.items()}, old, before))
 
+    def test_readahead_raised(self):
+        """-o readahead_kb= reaches the mount's bdi once INIT is answered."""
+        mnt = self.new_mnt()
+        self.start(self.path("local"), mnt, ["readahead_kb=4096"])
+
+        def bdi():
+            with open("/proc/self/mountinfo") as f:
+                lines = [l for l in f if l.split(" ")[4] == os.path.realpath(mnt)]
+            return lines[-1].split(" ")[2] if lines else None
+
+        dev = bdi()
+        self.assertIsNotNone(dev, "mount not in mountinfo")
+        ra = "/sys/class/bdi/%s/read_ahead_kb" % dev
+        os.stat(mnt)  # the mount answers: INIT is done, and the hook ran before
+        with open(ra) as f:
+            self.assertEqual(f.read().strip(), "4096", ra)
+
     def test_unmount_leaves_nothing(self):
         local, mnt = self.path("local"), self.new_mnt()
         m = self.start(local, mnt)

@@ -170,11 +170,14 @@ static void notify_inval_all(void *arg)
 	size_t n = 0;
 
 	pthread_mutex_lock(&t->lock);
-	ids = malloc((t->count + 1) * sizeof(*ids));
-	for (size_t b = 0; ids && b < t->nbuckets; b++)
-		for (struct node *nd = t->buckets[b]; nd; nd = nd->hnext)
+	ids = malloc((t->nodes.count + 1) * sizeof(*ids));
+	if (ids)
+		HTAB_EACH(&t->nodes, b, l) {
+			struct node *nd = htab_entry(l, struct node, hl);
+
 			if (__atomic_load_n(&nd->blob, __ATOMIC_ACQUIRE))
 				ids[n++] = ino_of(w, nd);
+		}
 	pthread_mutex_unlock(&t->lock);
 	if (!ids) {
 		wfs_log(w, LOG_WARNING, "cache invalidations were coalesced, but no memory to "
@@ -187,10 +190,6 @@ static void notify_inval_all(void *arg)
 	free(ids);
 }
 
-/* The kernel caps a FUSE mount's read-ahead at 128 KiB during INIT; large
- * sequential reads of weights want more.  Raised through sysfs once the
- * mount answers (stat blocks until INIT is done), from a thread because the
- * answer comes from our own loop. */
 /* The connection's read-ahead, past the 128 KiB the kernel caps a FUSE
  * mount at during INIT (large sequential reads of weights want more), set
  * through sysfs.  Called right after the INIT reply is written (the kernel

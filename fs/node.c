@@ -25,12 +25,6 @@ static uint64_t name_hash(const struct node *parent, int kind, const char *name)
 	return mix((uint64_t)(uintptr_t)parent ^ path_hash(name) ^ (uint64_t)kind);
 }
 
-static uint64_t node_hash(const struct node *n)
-{
-	return n->kind == NS_FILE ? file_hash(n->dev, n->serial)
-				  : name_hash(n->parent, n->kind, n->name);
-}
-
 int node_path(const struct node *n, char *buf, size_t sz)
 {
 	size_t len = 0, at;
@@ -149,29 +143,6 @@ static void node_free(struct node *n)
 	free(n);
 }
 
-static int grow(struct node_table *t)
-{
-	size_t nb = t->nbuckets * 2;
-	struct node **b = calloc(nb, sizeof(*b));
-
-	if (!b)
-		return -ENOMEM;
-	for (size_t i = 0; i < t->nbuckets; i++) {
-		struct node *n = t->buckets[i], *next;
-
-		for (; n; n = next) {
-			size_t h = node_hash(n) & (nb - 1);
-
-			next = n->hnext;
-			n->hnext = b[h];
-			b[h] = n;
-		}
-	}
-	free(t->buckets);
-	t->buckets = b;
-	t->nbuckets = nb;
-	return 0;
-}
 
 /* Replace a malloc'ed string if it changed. */
 static int set_aux(struct node *n, const char *s)
@@ -248,10 +219,8 @@ int node_table_init(struct node_table *t, const char *nas, const struct ns_entry
 	memset(t, 0, sizeof(*t));
 	pthread_mutex_init(&t->lock, NULL);
 	t->nas = nas;
-	t->nbuckets = 1024;
-	t->buckets = calloc(t->nbuckets, sizeof(*t->buckets));
 	t->root = calloc(1, sizeof(*t->root) + 1);
-	if (!t->buckets || !t->root)
+	if (htab_init(&t->nodes, 1024) < 0 || !t->root)
 		return -ENOMEM;
 	t->root->nlookup = 1;
 	t->root->kind = NS_DIR;
@@ -261,15 +230,15 @@ int node_table_init(struct node_table *t, const char *nas, const struct ns_entry
 
 void node_table_destroy(struct node_table *t)
 {
-	for (size_t i = 0; t->buckets && i < t->nbuckets; i++) {
-		struct node *n = t->buckets[i], *next;
+	for (size_t i = 0; i < t->nodes.nb; i++) {
+		struct hlink *l = t->nodes.b[i], *next;
 
-		for (; n; n = next) {
-			next = n->hnext;
-			node_free(n);
+		for (; l; l = next) {
+			next = l->next;
+			node_free(htab_entry(l, struct node, hl));
 		}
 	}
-	free(t->buckets);
+	htab_free(&t->nodes);
 	if (t->root)
 		node_free(t->root);
 	pthread_mutex_destroy(&t->lock);
@@ -295,9 +264,10 @@ struct node *node_get(struct node_table *t, struct node *parent, const char *nam
 	h = e->kind == NS_FILE ? file_hash((uint64_t)e->st.st_dev, e->st.st_ino)
 			       : name_hash(parent, e->kind, name);
 	pthread_mutex_lock(&t->lock);
-	for (n = t->buckets[h & (t->nbuckets - 1)]; n; n = n->hnext)
-		if (node_matches(n, parent, name, e))
-			break;
+	n = NULL;
+	for (struct hlink *l = htab_chain(&t->nodes, h); l && !n; l = l->next)
+		if (l->hash == h && node_matches(htab_entry(l, struct node, hl), parent, name, e))
+			n = htab_entry(l, struct node, hl);
 	if (!n) {
 		n = node_new(parent, name, e);
 		if (!n) {
@@ -312,13 +282,8 @@ struct node *node_get(struct node_table *t, struct node *parent, const char *nam
 		n->nlookup++;
 		if (weights)
 			__atomic_store_n(&n->weights, 1, __ATOMIC_RELEASE);
-		if (made) {
-			if (t->count + 1 > t->nbuckets)
-				grow(t);
-			n->hnext = t->buckets[h & (t->nbuckets - 1)];
-			t->buckets[h & (t->nbuckets - 1)] = n;
-			t->count++;
-		}
+		if (made)
+			htab_add(&t->nodes, &n->hl, h);
 	} else if (made) {
 		parent->children--;
 	}
@@ -332,20 +297,6 @@ struct node *node_get(struct node_table *t, struct node *parent, const char *nam
 	return n;
 }
 
-/* Unlink @n from the table (lock held). */
-static void unhash(struct node_table *t, struct node *n)
-{
-	struct node **pp = &t->buckets[node_hash(n) & (t->nbuckets - 1)];
-
-	for (; *pp; pp = &(*pp)->hnext) {
-		if (*pp == n) {
-			*pp = n->hnext;
-			t->count--;
-			return;
-		}
-	}
-}
-
 void node_forget(struct node_table *t, struct node *n, uint64_t nlookup)
 {
 	struct node *dead = NULL;
@@ -356,15 +307,16 @@ void node_forget(struct node_table *t, struct node *n, uint64_t nlookup)
 	while (n && n != t->root && n->nlookup == 0 && n->children == 0) {
 		struct node *parent = n->parent;
 
-		unhash(t, n);
+		htab_del(&t->nodes, &n->hl);
 		parent->children--;
-		n->hnext = dead;
+		n->hl.next = dead ? &dead->hl : NULL; /* unlinked: the link chains the dead */
 		dead = n;
 		n = parent;
 	}
 	pthread_mutex_unlock(&t->lock);
 	while (dead) {
-		struct node *next = dead->hnext;
+		struct node *next = dead->hl.next ? htab_entry(dead->hl.next, struct node, hl)
+						  : NULL;
 
 		node_free(dead);
 		dead = next;

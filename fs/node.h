@@ -15,6 +15,7 @@
 #ifndef WFS_NODE_H
 #define WFS_NODE_H
 
+#include "htab.h"
 #include "ns.h"
 #include "store.h"
 
@@ -38,7 +39,7 @@ struct node_stat {
  *              setters store the same value);
  *   COUNTER    relaxed atomic adds and loads: it orders nothing. */
 struct node {
-	struct node *hnext;   /* TABLE */
+	struct hlink hl;      /* TABLE: in the table (core/htab.h) */
 	struct node *parent;  /* IMMUTABLE: referenced; NULL for the root */
 	uint64_t nlookup;     /* TABLE: the kernel's lookups */
 	uint32_t children;    /* TABLE: nodes whose parent this is */
@@ -65,8 +66,7 @@ struct node {
 
 struct node_table {
 	pthread_mutex_t lock;
-	struct node **buckets; /* TABLE */
-	size_t nbuckets, count; /* TABLE */
+	struct htab nodes;    /* TABLE: every node but the root */
 	struct node *root;    /* IMMUTABLE after node_table_init */
 	const char *nas;      /* IMMUTABLE: NAS_HUB: file paths are stored relative to it */
 };

@@ -5,14 +5,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
-#include <libgen.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
-
-#define INDEX_VERSION 1
 
 static const char *str_or(json_t *o, const char *k, const char *dflt)
 {
@@ -51,17 +49,79 @@ static int read_refs(json_t *root, const struct index_cb *cb)
 	return r;
 }
 
+/* The whole file, after its size was checked: the size cap holds for
+ * what is parsed, not for what a stat showed before (one descriptor). */
+static int slurp(const char *path, char **out, size_t *len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW), r = 0;
+	struct stat st;
+	size_t got = 0;
+	char *buf;
+
+	if (fd < 0)
+		return errno == ENOENT ? 1 : -errno;
+	if (fstat(fd, &st) < 0)
+		r = -errno;
+	else if (!S_ISREG(st.st_mode))
+		r = -EINVAL;
+	if (r) {
+		close(fd);
+		return r;
+	}
+	if (st.st_size > INDEX_MAX_BYTES) {
+		close(fd);
+		return -EFBIG;
+	}
+	buf = malloc((size_t)st.st_size + 1);
+	if (!buf) {
+		close(fd);
+		return -ENOMEM;
+	}
+	/* One byte more than the size: a file that grew since the fstat is
+	 * refused, never parsed cut short, nor past the cap. */
+	while (got <= (size_t)st.st_size) {
+		ssize_t n = read(fd, buf + got, (size_t)st.st_size + 1 - got);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			r = -errno;
+			break;
+		}
+		if (n == 0)
+			break;
+		got += (size_t)n;
+	}
+	close(fd);
+	if (!r && got > (size_t)st.st_size)
+		r = -EFBIG;
+	if (r) {
+		free(buf);
+		return r;
+	}
+	*out = buf;
+	*len = got;
+	return 0;
+}
+
 int index_read(const char *path, const struct index_cb *cb)
 {
 	json_error_t err;
 	json_t *root, *blobs, *o;
-	size_t i;
-	int r = 0;
+	json_int_t version;
+	size_t i, len = 0;
+	char *text = NULL;
+	int r;
 
-	root = json_load_file(path, 0, &err);
+	r = slurp(path, &text, &len);
+	if (r)
+		return r > 0 ? 0 : r;
+	root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
+	free(text);
 	if (!root)
-		return access(path, F_OK) < 0 && errno == ENOENT ? 0 : -EINVAL;
-	if (json_integer_value(json_object_get(root, "version")) != INDEX_VERSION ||
+		return -EINVAL;
+	version = json_integer_value(json_object_get(root, "version"));
+	if ((version != 1 && version != INDEX_VERSION) ||
 	    !json_is_array(blobs = json_object_get(root, "blobs"))) {
 		json_decref(root);
 		return -EINVAL;
@@ -84,6 +144,15 @@ int index_read(const char *path, const struct index_cb *cb)
 
 		if (!rec.key)
 			continue;
+		/* Version 1 wrote no proof of the copy: none is read from it
+		 * even if a hand-edited file has the fields. */
+		if (version >= 2) {
+			rec.copy_ino = (uint64_t)int_or(o, "copy_ino");
+			rec.copy_mtime = (struct timespec){ (time_t)int_or(o, "copy_mtime_s"),
+							    (long)int_or(o, "copy_mtime_ns") };
+			rec.copy_ctime = (struct timespec){ (time_t)int_or(o, "copy_ctime_s"),
+							    (long)int_or(o, "copy_ctime_ns") };
+		}
 		r = cb->blob(cb->arg, &rec);
 		if (r < 0)
 			break;
@@ -91,7 +160,7 @@ int index_read(const char *path, const struct index_cb *cb)
 	if (r >= 0)
 		r = read_refs(root, cb);
 	json_decref(root);
-	return r;
+	return r < 0 ? r : (int)version;
 }
 
 int index_write(const char *path, const struct index_rec *recs, size_t n,
@@ -119,6 +188,23 @@ int index_write(const char *path, const struct index_rec *recs, size_t n,
 			"last_used", (json_int_t)e->last_used,
 			"last_used_ns", (json_int_t)e->use_ns, "pinned", e->pinned);
 
+		/* The copy's proof (index.h); a local copy whose identity
+		 * could not be taken has none, and is re-verified at the next
+		 * start-up. */
+		if (o && e->copy_ino) {
+			json_t *id = json_pack("{s:I, s:I, s:I, s:I, s:I}",
+				"copy_ino", (json_int_t)e->copy_ino,
+				"copy_mtime_s", (json_int_t)e->copy_mtime.tv_sec,
+				"copy_mtime_ns", (json_int_t)e->copy_mtime.tv_nsec,
+				"copy_ctime_s", (json_int_t)e->copy_ctime.tv_sec,
+				"copy_ctime_ns", (json_int_t)e->copy_ctime.tv_nsec);
+
+			if (!id || json_object_update(o, id) < 0) {
+				json_decref(o);
+				o = NULL;
+			}
+			json_decref(id);
+		}
 		if (!o || json_array_append_new(blobs, o) < 0) {
 			json_decref(root);
 			json_decref(blobs);
@@ -140,7 +226,8 @@ int index_write(const char *path, const struct index_rec *recs, size_t n,
 	json_decref(root);
 	if (!text)
 		return -ENOMEM;
-	r = durable_replace(path, text, strlen(text), 0644, 1);
+	r = strlen(text) > (size_t)INDEX_MAX_BYTES ? -EFBIG :
+	    durable_replace(path, text, strlen(text), 0600, 1);
 	free(text);
 	return r;
 }

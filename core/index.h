@@ -3,12 +3,25 @@
  * One JSON document (jansson), replaced atomically: written to a temporary
  * file, fsynced, renamed over the old one, directory fsynced.  A crash
  * leaves either the old index or the new one, never a mix.
+ *
+ * Versions: 2 records, per local copy, what proves the file untouched since
+ * it was verified (its inode number, mtime and ctime; its size is the
+ * blob's).  1 (before) did not; it is still read, its copies then carry no
+ * proof (copy_ino 0).  Only 2 is written.
  */
 #ifndef WFS_INDEX_H
 #define WFS_INDEX_H
 
 #include <stdint.h>
 #include <time.h>
+
+#define INDEX_VERSION 2
+/* An index is refused unread past this size: a damaged or hostile file
+ * must not make the daemon parse gigabytes at start-up.  A record takes
+ * about 700 bytes, so this is some 350,000 local copies and pins; a store
+ * that outgrows it cannot write its index (index_write: -EFBIG) and keeps
+ * the last one that fit. */
+#define INDEX_MAX_BYTES ((long long)256 << 20)
 
 struct index_rec {
 	const char *key;    /* physical NAS path */
@@ -22,6 +35,10 @@ struct index_rec {
 	int64_t last_used;  /* seconds */
 	uint64_t use_ns;    /* the same, finer (the LRU order); 0 in older indexes */
 	int pinned;
+	/* "local" only: the copy's identity when it was verified; copy_ino 0:
+	 * none recorded (a version 1 index) */
+	uint64_t copy_ino;
+	struct timespec copy_mtime, copy_ctime;
 };
 
 /* A ref pin (wfsctl pin --ref): the revision kept, and the one it moves to. */
@@ -35,10 +52,17 @@ struct index_cb {
 	int (*ref)(void *arg, const struct index_ref *r); /* may be NULL */
 };
 
-/* Call the callbacks for each record; a missing index is an empty one.
- * Returns -errno, or -EINVAL for an index that cannot be parsed. */
+/* Call the callbacks for each record.  Returns the version read (1 or 2),
+ * 0 when there is no index, a callback's error, or what makes the file
+ * unreadable, before any callback is called:
+ *   -EFBIG   larger than INDEX_MAX_BYTES (not read at all)
+ *   -EINVAL  not JSON, truncated, not an index, or a version not known
+ *   other    -errno of open or read (-ELOOP: a symbolic link) */
 int index_read(const char *path, const struct index_cb *cb);
 
+/* Write the index (version 2, mode 0600: only the owner may read what is
+ * local and where).  Returns 0 or -errno; -EFBIG past INDEX_MAX_BYTES, the
+ * old index untouched. */
 int index_write(const char *path, const struct index_rec *recs, size_t n,
 		const struct index_ref *refs, size_t nrefs);
 

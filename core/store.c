@@ -383,9 +383,9 @@ int store_open(struct store *s, const char *dir, const struct store_opts *opt,
 	s->blk = statvfs(dir, &sv) == 0 && sv.f_frsize ? (uint64_t)sv.f_frsize : 4096;
 	if (htab_init(&s->blobs, 1024) < 0)
 		return -ENOMEM;
-	if ((mkdir(s->data_dir, 0755) < 0 && errno != EEXIST) ||
-	    (mkdir(s->tmp_dir, 0700) < 0 && errno != EEXIST))
-		return -errno;
+	/* Damage or a read-only or full store is logged, never fatal: the
+	 * mount serves from the NAS what cannot be served locally. */
+	store_layout(s);
 	store_empty_tmp(s);
 	return index_load(s);
 }

@@ -16,9 +16,11 @@
  * and back to NAS on failure, eviction, or a source that changed.  A copy
  * serves reads only once LOCAL: copied, re-read from disk, hashes equal,
  * content address checked, renamed into data/ (store_verify.c says where
- * each of those checks is made).  Knows nothing of FUSE; the daemon tells
- * it of opens, reads and closes (store_note_*), and is told of demotions
- * through a hook.
+ * each of those checks is made).  A copy the index names but cannot prove
+ * untouched since (index.h: inode, size, mtime, ctime) starts in COPYING,
+ * re-hashed in the background, and goes LOCAL or, removed, to NAS.  Knows
+ * nothing of FUSE; the daemon tells it of opens, reads and closes
+ * (store_note_*), and is told of demotions through a hook.
  *
  * Room: every copy reserves its size (in blocks) before it starts; the
  * copies, the reservations of copies in flight and evicted copies still
@@ -40,8 +42,8 @@
  *   pins.lock -> fs locks (fh.lock, nodes.lock) -> store.index_lock
  *     -> store.lock -> hook locks (the fs invalidation queue's lock)
  * store.lock is never held across NAS I/O, copies or hashing (a statvfs of
- * LOCAL_STORE and unlinks of its files are the exceptions); the hooks are
- * called with it held and must not block or call the store.
+ * LOCAL_STORE, and stats and unlinks of its files, are the exceptions); the
+ * hooks are called with it held and must not block or call the store.
  */
 #ifndef WFS_STORE_H
 #define WFS_STORE_H
@@ -105,6 +107,13 @@ struct blob {
 	int in_queue;               /* LOCK: linked in the queue (maybe no longer QUEUED) */
 	int checked;                /* LOCK: source sample re-checked since start-up */
 	char xxh[33];               /* LOCK: content hash of the local copy */
+	/* LOCK: the local copy's identity when it was verified (a write to it
+	 * changes its ctime): what lets the index's copy serve after a restart
+	 * without a re-hash.  copy_ino 0: none (re-hashed at start-up). */
+	uint64_t copy_ino;
+	struct timespec copy_mtime, copy_ctime;
+	int reverify;               /* LOCK: the copy named by @xxh is re-hashed before it may
+				     * serve (state COPYING; store_verify.c) */
 	char sample[33];            /* LOCK: source identity: size + sampled hash */
 	char reason[256];           /* LOCK: why the last promotion failed / it stays on the NAS */
 	enum blob_hold hold;        /* LOCK */
@@ -120,8 +129,10 @@ struct blob {
 	int open_count;             /* LOCK: opens in the daemon now: never evicted for room */
 	uint64_t held;              /* LOCK: an evicted copy still open: its space, until
 				     * the last close */
-	uint64_t reserved;          /* LOCK: space reserved by the copy in flight */
-	char *tmp;                  /* LOCK: the copy in flight's temporary file */
+	uint64_t reserved;          /* LOCK: space reserved by the copy in flight (or the copy
+				     * being re-hashed) */
+	char *tmp;                  /* LOCK: the copy in flight's temporary file (re-hashed:
+				     * the copy itself), for its allocated size */
 	_Atomic int hot;            /* ATOMIC: handed to the policy; not again until reset */
 	int hot_listed;             /* LOCK: on the hot list */
 	_Atomic uint64_t hot_bytes; /* ATOMIC: nas_bytes when @hot was last reset */
@@ -186,6 +197,8 @@ struct store {
 	int index_dirty;            /* LOCK: the index on disk is behind the table */
 	int64_t dirty_since_ms;     /* LOCK: CLOCK_MONOTONIC, when it became so */
 	int copies_unrecorded;      /* LOCK: copies verified since the last write */
+	int index_err;              /* index_lock: errno of the last failed index write
+				     * (logged once, not at every retry); 0 after a success */
 	uint64_t tmp_serial;        /* LOCK */
 	uint64_t reserved;          /* LOCK: room reserved by copies in flight */
 	uint64_t held;              /* LOCK: by evicted copies still open */
@@ -216,9 +229,11 @@ enum blob_state store_wait_settled(struct store *s, struct blob *b, int64_t time
 /* The daemon's node for @b (for the changed hook). */
 void blob_set_fs_ino(struct blob *b, uint64_t ino);
 
-/* Create the store's directories, empty tmp/, load the index (a quick check
- * per entry: local file size, NAS size; store_verify.c).  Linear in the
- * number of blobs and files.  Returns -errno. */
+/* Create the store's directories and tighten their modes, empty tmp/, load
+ * the index (per entry: both sizes and the copy's identity, store_verify.c;
+ * an unproven copy is re-hashed after store_start).  Damage, a read-only or
+ * a full LOCAL_STORE are logged and never fatal (store_index.c).  Linear in
+ * the number of blobs and files.  Returns 0 or -ENOMEM. */
 int store_open(struct store *s, const char *dir, const struct store_opts *opt,
 	       const struct store_hooks *hooks);
 /* Start the copy workers and the source re-check sweep. */

@@ -88,21 +88,19 @@ static struct blob *dequeue_locked(struct store *s)
 }
 
 /* Rename the verified copy @tmp into data/; the rename is durable (the
- * directory fsynced) before the index may name it. */
+ * directory fsynced) before the index may name it.  Mode 0400 under 0700
+ * directories: only the daemon reads copies (a NAS file readable by root
+ * alone stays so).  A file already under that name is replaced, never
+ * trusted: it may be one the index could not prove (store_verify.c). */
 static int publish(struct store *s, const char *tmp, const char *xxh)
 {
 	char dir[PATH_MAX + 16], dst[PATH_MAX + 64];
 
 	snprintf(dir, sizeof(dir), "%s/%.2s", s->data_dir, xxh);
-	if (mkdir(dir, 0755) < 0 && errno != EEXIST)
+	if (mkdir(dir, 0700) < 0 && errno != EEXIST)
 		return -errno;
 	snprintf(dst, sizeof(dst), "%s/%s", dir, xxh);
-	if (access(dst, F_OK) == 0) {
-		/* The same bytes are already here (equal full hashes). */
-		unlink(tmp);
-		return 0;
-	}
-	if (rename(tmp, dst) < 0)
+	if (chmod(tmp, 0400) < 0 || rename(tmp, dst) < 0)
 		return -errno;
 	return durable_fsync_dir(dir);
 }
@@ -125,7 +123,7 @@ static void copy_done_locked(struct store *s, struct blob *b, int r, uint64_t si
 			     const struct fetch_result *res, const char *key, const char *id)
 {
 	if (r == 0 && b->size == size) {
-		verify_record_locked(b, res);
+		verify_record_locked(s, b, res);
 		b->reason[0] = '\0';
 		b->hold = HOLD_NONE;
 		b->last_used = (int64_t)time(NULL);

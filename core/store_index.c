@@ -1,12 +1,26 @@
-/* store_index.c - what the store keeps on disk: the index (index.c's
- * format) loaded at start-up -- each record checked by store_verify.c --
- * and written when dirty (store.h says when); tmp/ emptied and unreferenced
- * copies removed at start-up.  Linear in the number of blobs and files.
+/* store_index.c - what the store keeps on disk: LOCAL_STORE's directories
+ * and their modes (store_layout), the index (index.c's format) loaded at
+ * start-up -- each record checked by store_verify.c -- and written when
+ * dirty (store.h says when); tmp/ emptied and unreferenced copies removed
+ * at start-up.  Linear in the number of blobs and files.
+ *
+ * Modes: the daemon (root) reads NAS files other users may not, so the
+ * store must not hand their bytes out: LOCAL_STORE 0711 (its control
+ * socket stays reachable by everyone), data/ and tmp/ 0700, copies 0400,
+ * index.json 0600 (it names what is local).  A store an earlier version
+ * made (0755, copies 0444) is tightened at start-up, never widened.
+ *
+ * Damage: nothing found on disk is trusted beyond what it proves.  An
+ * index that cannot be read is moved aside and the store starts without
+ * records, data/ kept (never served, not removed either: only an index read
+ * whole says what is an orphan); a record whose copy is not the file
+ * verified is re-hashed before it serves (store_verify.c).
  */
 #include "store.h"
 #include "store_int.h"
-#include "index.h"
+#include "fmt.h"
 #include "hash.h"
+#include "index.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -15,14 +29,102 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <syslog.h>
 #include <unistd.h>
 
+/* ---- LOCAL_STORE's directories and modes ---- */
+
+/* Clear the bits @drop of @path's mode.  Logged when it changes the mode
+ * of a store that was there before (@known): one an earlier version made;
+ * a new LOCAL_STORE directory is only the mount's mkdir. */
+static void tighten(struct store *s, const char *path, mode_t drop, int known)
+{
+	struct stat st;
+	mode_t now, want;
+
+	if (stat(path, &st) < 0)
+		return;
+	now = st.st_mode & 07777;
+	want = now & ~drop;
+	if (want == now)
+		return;
+	if (chmod(path, want) < 0)
+		store_log_msg(s, LOG_WARNING, "start-up: cannot tighten the mode of %s from %04o to "
+			      "%04o: %s", path, (unsigned)now, (unsigned)want, strerror(errno));
+	else if (known)
+		store_log_msg(s, LOG_NOTICE, "start-up: tightened the mode of %s from %04o to %04o "
+			      "(made by an earlier version: other users must not read copies)",
+			      path, (unsigned)now, (unsigned)want);
+}
+
+/* @path a directory of ours; @known: the store existed before (its index
+ * did), so a missing directory is damage, not a first start. */
+static void make_dir(struct store *s, const char *path, int known)
+{
+	struct stat st;
+
+	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+		return;
+	if (mkdir(path, 0700) == 0) {
+		if (known)
+			store_log_msg(s, LOG_WARNING, "start-up: %s was missing: created again", path);
+		return;
+	}
+	store_log_msg(s, LOG_ERR, "start-up: cannot create %s: %s; no copy can be made, reads "
+		      "are served from the NAS", path, strerror(errno));
+}
+
+void store_layout(struct store *s)
+{
+	char aside[PATH_MAX + 32];
+	struct statvfs sv;
+	int known = access(s->index_path, F_OK) == 0;
+
+	make_dir(s, s->data_dir, known);
+	make_dir(s, s->tmp_dir, known);
+	snprintf(aside, sizeof(aside), "%s.damaged", s->index_path);
+	tighten(s, s->dir, S_IRGRP | S_IWGRP | S_IROTH | S_IWOTH, known);
+	tighten(s, s->data_dir, S_IRWXG | S_IRWXO, known);
+	tighten(s, s->tmp_dir, S_IRWXG | S_IRWXO, known);
+	tighten(s, s->index_path, S_IRWXG | S_IRWXO, known);
+	tighten(s, aside, S_IRWXG | S_IRWXO, known);
+	if (statvfs(s->dir, &sv) < 0)
+		return;
+	if (sv.f_flag & ST_RDONLY) {
+		store_log_msg(s, LOG_ERR, "start-up: LOCAL_STORE %s is on a read-only filesystem: "
+			      "promotions fail and reads of what is not local are served from the "
+			      "NAS; the index cannot be written", s->dir);
+	} else {
+		uint64_t avail = (uint64_t)sv.f_bavail * sv.f_frsize;
+		uint64_t floor = policy_floor(s->opt.policy, (uint64_t)sv.f_blocks * sv.f_frsize);
+		char a[32], f[32];
+
+		if (avail <= floor + s->blk)
+			store_log_msg(s, LOG_WARNING, "start-up: LOCAL_STORE %s is full (%s free, "
+				      "min_free %s): nothing can be promoted until there is room; "
+				      "reads of what is not local are served from the NAS", s->dir,
+				      fmt_bytes(avail, a, sizeof(a)), fmt_bytes(floor, f, sizeof(f)));
+	}
+}
+
+/* ---- the index ---- */
+
+struct load {
+	struct store *s;
+	size_t local, rehash, dropped, bad;
+};
+
 static int load_rec(void *arg, const struct index_rec *r)
 {
-	struct store *s = arg;
+	struct load *ld = arg;
+	struct store *s = ld->s;
 	struct blob *b;
 
+	if (r->key[0] != '/') {
+		ld->bad++; /* a key is a physical path: a damaged record */
+		return 0;
+	}
 	if (store_find_locked(s, r->key))
 		return 0; /* a damaged index naming a file twice: the first wins */
 	b = store_insert_locked(s, r->key);
@@ -45,16 +147,26 @@ static int load_rec(void *arg, const struct index_rec *r)
 		return 0;
 	snprintf(b->xxh, sizeof(b->xxh), "%s", r->xxh);
 	snprintf(b->sample, sizeof(b->sample), "%s", r->sample);
-	if (verify_loaded_locked(s, b))
-		b->state = BLOB_LOCAL;
-	else
+	b->copy_ino = r->copy_ino;
+	b->copy_mtime = r->copy_mtime;
+	b->copy_ctime = r->copy_ctime;
+	switch (verify_loaded_locked(s, b)) {
+	case 1:
+		ld->local++;
+		break;
+	case 2:
+		ld->rehash++;
+		break;
+	default:
+		ld->dropped++;
 		s->index_dirty = 1; /* the record changed: write it at the next chance */
+	}
 	return 0;
 }
 
 static int load_ref(void *arg, const struct index_ref *r)
 {
-	struct store *s = arg;
+	struct store *s = ((struct load *)arg)->s;
 	struct store_ref_rec *v = realloc(s->refs, (s->nrefs + 1) * sizeof(*v));
 
 	if (!v)
@@ -91,7 +203,7 @@ static void drop_orphans(struct store *s)
 		return; /* nothing removed: leftovers only cost space */
 	}
 	STORE_EACH(s, b)
-		if (b->state == BLOB_LOCAL)
+		if (b->state == BLOB_LOCAL || b->reverify)
 			used[n++] = b->xxh;
 	qsort(used, n, sizeof(*used), cmp_str);
 	while ((de = readdir(top))) {
@@ -120,18 +232,93 @@ static void drop_orphans(struct store *s)
 	free(used);
 }
 
+/* Regular files under data/<xx>/ (for the log). */
+static size_t count_copies(const char *data_dir)
+{
+	DIR *top = opendir(data_dir);
+	struct dirent *de;
+	size_t n = 0;
+
+	while (top && (de = readdir(top))) {
+		char sub[PATH_MAX + 300];
+		struct dirent *fe;
+		DIR *d;
+
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(sub, sizeof(sub), "%s/%s", data_dir, de->d_name);
+		d = opendir(sub);
+		while (d && (fe = readdir(d)))
+			n += fe->d_type == DT_REG;
+		if (d)
+			closedir(d);
+	}
+	if (top)
+		closedir(top);
+	return n;
+}
+
+/* The index could not be read (@err, index.h): kept for the operator as
+ * index.json.damaged, never parsed again; the store starts without
+ * records. */
+static void index_damaged(struct store *s, int err)
+{
+	char aside[PATH_MAX + 32], why[128], moved[PATH_MAX + 96];
+	size_t copies = count_copies(s->data_dir);
+
+	if (err == -EFBIG)
+		snprintf(why, sizeof(why), "larger than %lld MiB: not read",
+			 INDEX_MAX_BYTES >> 20);
+	else if (err == -EINVAL)
+		snprintf(why, sizeof(why), "truncated, not JSON, or not an index of a known version");
+	else
+		snprintf(why, sizeof(why), "%s", strerror(-err));
+	snprintf(aside, sizeof(aside), "%s.damaged", s->index_path);
+	if (rename(s->index_path, aside) == 0)
+		snprintf(moved, sizeof(moved), "moved aside to %s", aside);
+	else
+		snprintf(moved, sizeof(moved), "cannot move it aside (%s): the next index write "
+			 "replaces it", strerror(errno));
+	store_log_msg(s, LOG_ERR, "start-up: index %s unreadable (%s); %s.  Starting with no "
+		      "records: what was local is served from the NAS until promoted again; the %zu "
+		      "files in %s are kept but never served (to use them again stop wfs, put the "
+		      "index back, start it; the next start-up with a readable index removes them)",
+		      s->index_path, why, moved, copies, s->data_dir);
+}
+
 int index_load(struct store *s)
 {
-	struct index_cb cb = { .arg = s, .blob = load_rec, .ref = load_ref };
+	struct load ld = { .s = s };
+	struct index_cb cb = { .arg = &ld, .blob = load_rec, .ref = load_ref };
 	int r;
 
 	pthread_mutex_lock(&s->lock);
 	r = index_read(s->index_path, &cb);
-	if (r == -EINVAL)
-		store_log_msg(s, LOG_ERR, "index %s unreadable: starting empty", s->index_path);
+	if (r == -ENOMEM) {
+		pthread_mutex_unlock(&s->lock);
+		return r;
+	}
+	if (r < 0) {
+		/* Nothing was loaded (index_read calls back only once the
+		 * whole file parsed): no record, and no orphan either. */
+		index_damaged(s, r);
+		pthread_mutex_unlock(&s->lock);
+		return 0;
+	}
+	if (r == 1 && ld.local + ld.rehash + ld.dropped)
+		store_log_msg(s, LOG_NOTICE, "start-up: index %s was written by an earlier version "
+			      "(1, no proof of the copies): its %zu local copies are re-hashed in "
+			      "the background before they serve", s->index_path, ld.rehash);
+	if (ld.bad)
+		store_log_msg(s, LOG_WARNING, "start-up: index %s: %zu damaged records skipped",
+			      s->index_path, ld.bad);
+	if (r > 0)
+		store_log_msg(s, LOG_INFO, "start-up: index %s (version %d): %zu local copies "
+			      "served, %zu re-hashed before they serve, %zu dropped", s->index_path, r,
+			      ld.local, ld.rehash, ld.dropped);
 	drop_orphans(s);
 	pthread_mutex_unlock(&s->lock);
-	return r == -EINVAL ? 0 : r;
+	return 0;
 }
 
 struct rec_strings {
@@ -169,7 +356,9 @@ int store_write_index(struct store *s)
 		return -ENOMEM;
 	}
 	STORE_EACH(s, b) {
-		const char *state = b->state == BLOB_LOCAL ? "local" :
+		/* A copy still to be re-hashed keeps its record (and its
+		 * old proof, which fails again: re-hashed next time too). */
+		const char *state = b->state == BLOB_LOCAL || b->reverify ? "local" :
 				    b->state == BLOB_MISMATCH ? "mismatch" : "nas";
 
 		if (!strcmp(state, "nas") && !b->pinned)
@@ -189,6 +378,8 @@ int store_write_index(struct store *s)
 			.size = b->size, .mtime = b->nas_mtime, .ctime = b->nas_ctime,
 			.last_used = b->last_used, .pinned = b->pinned,
 			.use_ns = atomic_load_explicit(&b->use_ns, memory_order_relaxed),
+			.copy_ino = b->copy_ino, .copy_mtime = b->copy_mtime,
+			.copy_ctime = b->copy_ctime,
 		};
 		n++;
 	}
@@ -200,6 +391,13 @@ int store_write_index(struct store *s)
 					      rcopy[i].pending };
 	r = index_write(s->index_path, recs, n, refs, nrefs);
 	s->index_writes++;
+	/* A store that cannot be written (read-only, full) fails every
+	 * write: said once, and again once it worked in between. */
+	if (r < 0 && -r != s->index_err)
+		store_log_msg(s, LOG_ERR, "cannot write index %s: %s%s", s->index_path,
+			      strerror(-r), r == -EFBIG ? " (over the size cap; the last index "
+			      "written stays)" : "");
+	s->index_err = r < 0 ? -r : 0;
 	pthread_mutex_unlock(&s->index_lock);
 	for (size_t i = 0; i < n; i++)
 		free(str[i].key);
@@ -207,8 +405,6 @@ int store_write_index(struct store *s)
 	free(recs);
 	free(refs);
 	free(rcopy);
-	if (r < 0)
-		store_log_msg(s, LOG_ERR, "cannot write index %s: %s", s->index_path, strerror(-r));
 	return r;
 }
 

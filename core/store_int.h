@@ -4,7 +4,8 @@
  *   store_table.c   the blob table, blob_info, the dirty flag, log, clocks
  *   store_space.c   the room; demotion (a copy gives its room back)
  *   store_verify.c  the checks that let a copy serve (with fetch.c)
- *   store_index.c   index.json: load (checked by store_verify.c), write
+ *   store_index.c   LOCAL_STORE on disk: its directories and modes,
+ *                   index.json: load (checked by store_verify.c), write
  *   store_copy.c    the queue and the copy workers
  *   store.c         the API the layers above use; life cycle
  *
@@ -57,15 +58,28 @@ void space_closed_locked(struct store *s, struct blob *b);
 
 /* ---- store_verify.c: the checks before a copy serves ---- */
 
-/* At load: may the index's record @b (state LOCAL as recorded) serve
- * until its source is sampled?  Both sides must still have its size.
- * Returns 1, or 0 with the blob dropped to NAS and the reason logged. */
+/* At load: may the index's record @b (state LOCAL as recorded) serve?
+ * Both sides must still have its size, else the record is dropped: 0,
+ * state NAS, the reason logged.  A copy that is the file verified (its
+ * identity, store.h) is LOCAL at once: 1.  Otherwise it is re-hashed in
+ * the background before it may serve: 2, state COPYING, its room reserved,
+ * logged. */
 int verify_loaded_locked(struct store *s, struct blob *b);
-/* A copy just verified by fetch_copy_verify: record what proves it. */
-void verify_record_locked(struct blob *b, const struct fetch_result *res);
-void *store_recheck_sweep(void *arg); /* a thread: every source checked once */
+/* A copy just verified by fetch_copy_verify and renamed into data/:
+ * record what proves it (its hashes; its identity, taken now). */
+void verify_record_locked(struct store *s, struct blob *b, const struct fetch_result *res);
+/* A thread: every source checked once, then every copy the index could
+ * not prove re-hashed. */
+void *store_recheck_sweep(void *arg);
 
 /* ---- store_index.c ---- */
+/* LOCAL_STORE's directories made (data/, tmp/ recreated if missing) and
+ * its modes tightened; a read-only or full filesystem logged.  Never
+ * fails: a store that cannot hold copies leaves every read on the NAS. */
+void store_layout(struct store *s);
+/* Load the index (each record checked by store_verify.c).  An unreadable
+ * one is moved aside to index.json.damaged and the store starts with no
+ * records, data/ untouched.  Returns 0 or -ENOMEM. */
 int index_load(struct store *s);
 int store_write_index(struct store *s);
 void store_empty_tmp(struct store *s);

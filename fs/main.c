@@ -110,7 +110,16 @@ static int take_lock(struct wfs *w)
 	int fd;
 
 	snprintf(path, sizeof(path), "%s/wfs.lock", w->opt.local);
-	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	/* A read-only LOCAL_STORE still serves its verified copies: lock what
+	 * is there (flock needs no write access), the store itself if need be. */
+	if (fd < 0 && errno == EROFS) {
+		fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		if (fd < 0 && errno == ENOENT)
+			fd = open(w->opt.local, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (fd >= 0)
+			w->store_readonly = 1;
+	}
 	if (fd < 0) {
 		fprintf(stderr, "wfs: LOCAL_STORE %s: cannot create lock file: %s\n", w->opt.local,
 			strerror(errno));
@@ -237,6 +246,8 @@ static void write_pid(struct wfs *w)
 	char pid[32];
 	int n = snprintf(pid, sizeof(pid), "%d\n", (int)getpid());
 
+	if (w->store_readonly)
+		return;
 	if (ftruncate(w->lock_fd, 0) == 0 && pwrite(w->lock_fd, pid, (size_t)n, 0) < 0)
 		wfs_log(w, LOG_WARNING, "cannot write pid to %s/wfs.lock", w->opt.local);
 }

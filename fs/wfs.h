@@ -47,6 +47,7 @@ struct wfs {
 	struct node_table nodes;
 	struct fuse_session *se;
 	int lock_fd;
+	int store_readonly;        /* LOCAL_STORE's filesystem is read-only (set at start) */
 	struct store store;
 	struct pins pins;          /* ref pins (core/pins.h) */
 	struct auto_promoter autop; /* the policy thread (core/auto.h) */

@@ -171,3 +171,113 @@ int collect(const struct hub_roots *roots, struct store *s, const struct policy_
 		return -EMEDIUMTYPE;
 	return collect_walk(roots, rel, collect_one, &c);
 }
+
+/* ---- read-only: collect_peek ---- */
+
+static int nas_add(struct nas_set *set, const char *key, const char *id, uint64_t size,
+		   const char *glob, const char *name)
+{
+	struct nas_file *f;
+
+	if (set->n == set->cap) {
+		size_t cap = set->cap ? set->cap * 2 : 64;
+		struct nas_file *v = realloc(set->v, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		set->v = v;
+		set->cap = cap;
+	}
+	f = &set->v[set->n];
+	*f = (struct nas_file){ .key = strdup(key), .id = strdup(id), .size = size,
+				.glob = glob, .name = glob ? strdup(name) : NULL };
+	if (!f->key || !f->id || (glob && !f->name)) {
+		free(f->key);
+		free(f->id);
+		free(f->name);
+		return -ENOMEM;
+	}
+	set->n++;
+	return 0;
+}
+
+static void nas_file_free(struct nas_file *f)
+{
+	free(f->key);
+	free(f->id);
+	free(f->name);
+}
+
+static int nas_cmp(const void *a, const void *b)
+{
+	const struct nas_file *x = a, *y = b;
+	int r = strcmp(x->key, y->key);
+
+	/* an excluded name first, so that it is the one kept */
+	return r ? r : (y->glob != NULL) - (x->glob != NULL);
+}
+
+void nas_set_unique(struct nas_set *set)
+{
+	size_t w = 0;
+
+	if (set->n < 2)
+		return;
+	qsort(set->v, set->n, sizeof(*set->v), nas_cmp);
+	for (size_t i = 0; i < set->n; i++) {
+		if (w && !strcmp(set->v[w - 1].key, set->v[i].key)) {
+			nas_file_free(&set->v[i]);
+			continue;
+		}
+		set->v[w++] = set->v[i];
+	}
+	set->n = w;
+}
+
+void nas_set_clear(struct nas_set *set)
+{
+	for (size_t i = 0; i < set->n; i++)
+		nas_file_free(&set->v[i]);
+	set->n = 0;
+}
+
+void nas_set_free(struct nas_set *set)
+{
+	nas_set_clear(set);
+	free(set->v);
+	memset(set, 0, sizeof(*set));
+}
+
+struct peeking {
+	struct store *s;
+	const struct policy_opts *pol;
+	struct blob_set *known;
+	struct nas_set *unknown;
+};
+
+static int peek_one(void *arg, const char *rel, const struct ns_entry *e)
+{
+	struct peeking *p = arg;
+	const char *glob = policy_excluded(p->pol, rel);
+	struct stat st;
+	struct blob *b;
+
+	if (stat(e->backing, &st) < 0 || !S_ISREG(st.st_mode))
+		return 0;
+	/* store_find, never store_blob: a walk by any local user must not
+	 * grow the table (nor, through it, the index on disk). */
+	b = store_find(p->s, e->backing);
+	if (b)
+		return set_add(p->known, b, glob, rel);
+	return nas_add(p->unknown, e->backing, e->blob_id, (uint64_t)st.st_size, glob, rel);
+}
+
+int collect_peek(const struct hub_roots *roots, struct store *s, const struct policy_opts *pol,
+		 const char *rel, struct blob_set *known, struct nas_set *unknown)
+{
+	struct peeking p = { s, pol, known, unknown };
+
+	if (!hub_holds_weights(rel))
+		return -EMEDIUMTYPE;
+	return collect_walk(roots, rel, peek_one, &p);
+}

@@ -16,6 +16,7 @@
 #include "store.h"
 
 #include <stddef.h>
+#include <stdint.h>
 
 struct blob_set {
 	struct blob **v;
@@ -39,6 +40,35 @@ int collect_walk(const struct hub_roots *roots, const char *rel,
  * data (a ref, a marker, a client's file): it is always read from the NAS. */
 int collect(const struct hub_roots *roots, struct store *s, const struct policy_opts *pol,
 	    const char *rel, struct blob_set *set);
+
+/* A file under a path that the store has no blob for (collect_peek): what
+ * a read-only request reports of it, from the NAS.  Until a request that
+ * may change state (or an open) creates its blob, it is simply on the NAS. */
+struct nas_file {
+	char *key;         /* physical NAS path: the key its blob would get */
+	char *id;          /* the repo's name for it ("" if none) */
+	uint64_t size;     /* as the NAS shows it */
+	const char *glob;  /* as in blob_set */
+	char *name;        /* as in blob_set: malloc'ed, only with @glob */
+};
+
+struct nas_set {
+	struct nas_file *v;
+	size_t n, cap;
+};
+
+/* collect() for requests that must not change the store, status and dry
+ * runs (open to every local user): nothing is created.  Files the store
+ * knows (store_find) go to @known as collect() would add them, the others
+ * to @unknown.  A file may show up in both only if something else creates
+ * its blob meanwhile.  Returns as collect(). */
+int collect_peek(const struct hub_roots *roots, struct store *s, const struct policy_opts *pol,
+		 const char *rel, struct blob_set *known, struct nas_set *unknown);
+
+/* Sort by key and drop duplicates, keeping an exclusion any name matched. */
+void nas_set_unique(struct nas_set *set);
+void nas_set_clear(struct nas_set *set); /* empty, keep the memory */
+void nas_set_free(struct nas_set *set);
 
 /* Sort by blob and drop duplicates (two names of one NAS file are one
  * blob), keeping an exclusion any of its names matched. */

@@ -1,10 +1,10 @@
-/* control.c - the control server: the socket and its threads, each
- * request checked (JSON, the op, who may) and dispatched through one table,
- * the handlers of the requests that act on blobs (promote, evict, pin,
- * verify, progress, ref pins).  "status" is status.c, "doctor" doctor.c,
- * "stats" metrics.c.  See control.h.
+/* control.c - the control server's requests: each checked (JSON, the op,
+ * who may) and dispatched through one table; the handlers of the requests
+ * that act on blobs (promote, evict, pin, verify, progress, ref pins).
+ * "status" is status.c, "doctor" doctor.c, "stats" metrics.c; the socket,
+ * its threads and limits control_server.c.  See control.h.
  */
-#include "control.h"
+#include "control_int.h"
 #include "reply.h"
 #include "status.h"
 #include "doctor.h"
@@ -14,16 +14,10 @@
 #include "path.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <jansson.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
-#include <unistd.h>
 
 static const struct policy_opts *pol_of(struct control *c)
 {
@@ -102,13 +96,27 @@ static json_t *excluded_json(const struct blob_set *set, size_t i)
 			 (json_int_t)set->v[i]->size);
 }
 
+/* A file the store has no blob for, as reply_blob would show its blob. */
+static json_t *nas_json(const struct nas_file *f, int excluded)
+{
+	if (excluded)
+		return json_pack("{s:s, s:s, s:s?, s:s, s:I}", "key", f->key, "id", f->id,
+				 "path", f->name, "glob", f->glob, "size", (json_int_t)f->size);
+	return json_pack("{s:s, s:s, s:s, s:I, s:I, s:b, s:s}", "key", f->key, "id", f->id,
+			 "state", blob_state_name(BLOB_NAS), "size", (json_int_t)f->size,
+			 "bytes_done", (json_int_t)0, "pinned", 0, "reason", "");
+}
+
 /* Promote every blob under the paths.  An excluded name keeps its blob on
  * the NAS unless "force": a path that is all excluded is refused (named in
  * "refused"), excluded blobs inside a larger path are skipped (listed in
- * "excluded"). */
+ * "excluded").  A dry run (open to every local user) changes nothing, not
+ * even the blob table: it walks with collect_peek, and files the store
+ * does not know are reported from @nas. */
 static json_t *op_promote(struct control *c, json_t *req)
 {
 	struct blob_set set = {0}, one = {0};
+	struct nas_set nas = {0};
 	int pin = json_is_true(json_object_get(req, "pin"));
 	int dry = json_is_true(json_object_get(req, "dry_run"));
 	int force = json_is_true(json_object_get(req, "force"));
@@ -120,15 +128,23 @@ static json_t *op_promote(struct control *c, json_t *req)
 		return err;
 	refused = json_array();
 	json_array_foreach(paths, i, p) {
-		const char *rel = json_string_value(p);
-		size_t nex = 0;
+		const char *rel = json_string_value(p), *glob = NULL, *name = NULL;
+		size_t nex = 0, nas0 = nas.n;
 		int r;
 
 		blob_set_clear(&one);
-		r = collect(c->roots, c->store, pol_of(c), rel, &one);
+		r = dry ? collect_peek(c->roots, c->store, pol_of(c), rel, &one, &nas)
+			: collect(c->roots, c->store, pol_of(c), rel, &one);
 		if (r < 0) {
 			err = collect_error(rel, r);
 			goto out;
+		}
+		for (size_t k = nas0; k < nas.n; k++) {
+			nex += nas.v[k].glob != NULL;
+			if (!glob) {
+				glob = nas.v[k].glob;
+				name = nas.v[k].name;
+			}
 		}
 		for (size_t k = 0; k < one.n; k++) {
 			nex += one.glob[k] != NULL;
@@ -140,12 +156,17 @@ static json_t *op_promote(struct control *c, json_t *req)
 			set.glob[set.n - 1] = one.glob[k];
 			set.name[set.n - 1] = one.name[k];
 			one.name[k] = NULL;
+			if (k == 0) {
+				glob = set.glob[set.n - 1];
+				name = set.name[set.n - 1];
+			}
 		}
-		if (!force && one.n && nex == one.n)
+		if (!force && one.n + nas.n - nas0 && nex == one.n + nas.n - nas0)
 			json_array_append_new(refused, json_pack("{s:s, s:s, s:s?}", "path", rel,
-				"glob", one.glob[0], "name", set.name[set.n - one.n]));
+				"glob", glob, "name", name));
 	}
 	blob_set_unique(&set);
+	nas_set_unique(&nas);
 	list = json_array();
 	excl = json_array();
 	for (i = 0; i < set.n; i++) {
@@ -163,6 +184,12 @@ static json_t *op_promote(struct control *c, json_t *req)
 			store_promote(c->store, set.v[i], pin, 1);
 		json_array_append_new(list, reply_blob(c->store, set.v[i]));
 	}
+	for (i = 0; i < nas.n; i++) {
+		int skip = nas.v[i].glob && !force;
+
+		json_array_append_new(skip ? excl : list, nas_json(&nas.v[i], skip));
+		need += skip ? 0 : nas.v[i].size;
+	}
 	room = store_room(c->store, &evictable);
 	err = json_pack("{s:b, s:o, s:I, s:I, s:I, s:b, s:o, s:O}", "ok", 1, "blobs", list,
 			"bytes_to_copy", (json_int_t)need, "space_available", (json_int_t)room,
@@ -173,6 +200,7 @@ out:
 	json_decref(paths);
 	blob_set_free(&one);
 	blob_set_free(&set);
+	nas_set_free(&nas);
 	return err;
 }
 
@@ -327,229 +355,102 @@ static json_t *op_pin(struct control *c, json_t *req, const char *op)
 	return op_each(c, req, op);
 }
 
-static const struct control_op {
-	const char *name;
-	json_t *(*fn)(struct control *c, json_t *req, const char *op);
-	int changes;  /* changes state: root or the mount's owner only */
-} control_ops[] = {
-	{ "status", op_status, 0 },
-	{ "promote", op_promote_req, 1 }, /* a dry run changes nothing: see below */
-	{ "progress", op_progress_req, 0 },
-	{ "doctor", op_doctor, 0 },
-	{ "stats", op_stats, 0 },
-	{ "evict", op_each, 1 },
-	{ "verify", op_each, 1 },
-	{ "pin", op_pin, 1 },
-	{ "unpin", op_pin, 1 },
+/* Who may do what (README.md "Control protocol"): name, handler, changes
+ * (root or the mount's owner only), slow (see struct control_op). */
+static const struct control_op control_ops[] = {
+	{ "status", op_status, 0, 1 },
+	{ "promote", op_promote_req, 1, 1 }, /* a dry run changes nothing: see below */
+	{ "progress", op_progress_req, 0, 0 },
+	{ "doctor", op_doctor, 0, 1 },
+	{ "stats", op_stats, 0, 0 },
+	{ "evict", op_each, 1, 1 },
+	{ "verify", op_each, 1, 1 },
+	{ "pin", op_pin, 1, 1 },
+	{ "unpin", op_pin, 1, 1 },
 };
 
-char *control_handle(struct control *c, const char *line, size_t len, uid_t peer)
+int control_privileged(const struct control *c, uid_t uid)
+{
+	return uid == 0 || uid == c->owner;
+}
+
+const struct control_op *control_check(struct control *c, const char *line, size_t len,
+				       uid_t peer, json_t **req, json_t **rep)
 {
 	json_error_t jerr;
-	json_t *req = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr), *rep;
 	const struct control_op *o = NULL;
 	const char *op = NULL;
-	char *out;
 
-	if (req && json_is_object(req) && (op = json_string_value(json_object_get(req, "op"))))
+	*rep = NULL;
+	*req = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
+	if (*req && json_is_object(*req) && (op = json_string_value(json_object_get(*req, "op"))))
 		for (size_t i = 0; i < sizeof(control_ops) / sizeof(control_ops[0]) && !o; i++)
 			if (!strcmp(control_ops[i].name, op))
 				o = &control_ops[i];
-	if (!req || !json_is_object(req)) {
-		rep = reply_error(EINVAL, "malformed request: %s", req ? "not an object" : jerr.text);
-	} else if (!op) {
-		rep = reply_error(EINVAL, "request has no \"op\"");
-	} else if (!o) {
-		rep = reply_error(EINVAL, "unknown op \"%s\"", op);
-	} else if (o->changes && !(o->fn == op_promote_req &&
-				  json_is_true(json_object_get(req, "dry_run"))) &&
-		   peer != 0 && peer != c->owner) {
-		rep = reply_error(EPERM, "%s: only root or the mount's owner (uid %u) may do this",
-				  op, (unsigned)c->owner);
-	} else {
-		rep = o->fn(c, req, op);
-		/* One index write for the whole request, however many blobs it
-		 * touched; durable before the reply. */
-		if (o->changes)
-			store_sync(c->store);
-	}
-	json_decref(req);
+	if (!*req || !json_is_object(*req))
+		*rep = reply_error(EINVAL, "malformed request: %s", *req ? "not an object" : jerr.text);
+	else if (!op)
+		*rep = reply_error(EINVAL, "request has no \"op\"");
+	else if (!o)
+		*rep = reply_error(EINVAL, "unknown op \"%s\"", op);
+	else if (o->changes && !(o->fn == op_promote_req &&
+				 json_is_true(json_object_get(*req, "dry_run"))) &&
+		 !control_privileged(c, peer))
+		*rep = reply_error(EPERM, "%s: only root or the mount's owner (uid %u) may do this",
+				   op, (unsigned)c->owner);
+	else
+		return o;
+	json_decref(*req);
+	*req = NULL;
+	return NULL;
+}
+
+json_t *control_run(struct control *c, const struct control_op *o, json_t *req)
+{
+	json_t *rep = o->fn(c, req, o->name);
+
+	/* One index write for the whole request, however many blobs it
+	 * touched; durable before the reply. */
+	if (o->changes)
+		store_sync(c->store);
+	return rep;
+}
+
+char *control_reply_line(json_t *rep, int nl, size_t *lenp)
+{
+	char *s, *t;
+	size_t len;
+
 	if (!rep)
 		rep = reply_error(ENOMEM, "out of memory");
-	out = json_dumps(rep, JSON_COMPACT);
+	s = rep ? json_dumps(rep, JSON_COMPACT) : NULL;
 	json_decref(rep);
-	return out;
-}
-
-static void serve_one(struct control *c, int fd)
-{
-	char *buf = malloc(CONTROL_MAX_REQUEST + 1), *rep = NULL;
-	struct timeval tv = { .tv_sec = 5 };
-	struct ucred cred;
-	socklen_t clen = sizeof(cred);
-	size_t len = 0;
-	char *nl = NULL;
-
-	if (!buf)
-		return;
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) < 0) {
-		free(buf);
-		return;
-	}
-	while (len < CONTROL_MAX_REQUEST && !nl) {
-		ssize_t n = read(fd, buf + len, CONTROL_MAX_REQUEST - len);
-
-		if (n <= 0)
-			break;
-		buf[len + (size_t)n] = '\0';
-		nl = memchr(buf + len, '\n', (size_t)n);
-		len += (size_t)n;
-	}
-	if (!nl && len >= CONTROL_MAX_REQUEST) {
-		json_t *e = reply_error(E2BIG, "request larger than %d bytes", CONTROL_MAX_REQUEST);
-
-		rep = json_dumps(e, JSON_COMPACT);
-		json_decref(e);
-	} else if (len > 0) {
-		rep = control_handle(c, buf, nl ? (size_t)(nl - buf) : len, cred.uid);
-	}
-	if (rep) {
-		size_t rl = strlen(rep);
-
-		rep[rl] = '\0';
-		if (write(fd, rep, rl) == (ssize_t)rl)
-			(void)!write(fd, "\n", 1);
-	}
-	free(rep);
-	free(buf);
-}
-
-struct conn {
-	struct control *c;
-	int fd;
-};
-
-/* One thread per client: a long "verify --full" must not hold up the
- * progress polls of a "promote --wait". */
-static void *serve_conn(void *arg)
-{
-	struct conn *k = arg;
-	struct control *c = k->c;
-
-	serve_one(c, k->fd);
-	close(k->fd);
-	free(k);
-	pthread_mutex_lock(&c->lock);
-	c->active--;
-	pthread_cond_broadcast(&c->idle);
-	pthread_mutex_unlock(&c->lock);
-	return NULL;
-}
-
-static void *serve(void *arg)
-{
-	struct control *c = arg;
-	struct pollfd pfd[2] = {
-		{ .fd = c->listen_fd, .events = POLLIN },
-		{ .fd = c->wake[0], .events = POLLIN },
-	};
-
-	for (;;) {
-		struct conn *k;
-		pthread_t t;
-		int fd;
-
-		if (poll(pfd, 2, -1) < 0)
-			continue;
-		if (pfd[1].revents)
-			break;
-		fd = accept4(c->listen_fd, NULL, NULL, SOCK_CLOEXEC);
-		if (fd < 0)
-			continue;
-		k = malloc(sizeof(*k));
-		pthread_mutex_lock(&c->lock);
-		c->active++;
-		pthread_mutex_unlock(&c->lock);
-		if (k) {
-			k->c = c;
-			k->fd = fd;
-			if (pthread_create(&t, NULL, serve_conn, k) == 0) {
-				pthread_detach(t);
-				continue;
-			}
-			free(k);
+	if (!s)
+		return NULL;
+	len = strlen(s);
+	if (nl) {
+		t = realloc(s, len + 2);
+		if (!t) {
+			free(s);
+			return NULL;
 		}
-		serve_one(c, fd); /* no thread to be had: serve it here */
-		close(fd);
-		pthread_mutex_lock(&c->lock);
-		c->active--;
-		pthread_mutex_unlock(&c->lock);
+		s = t;
+		s[len++] = '\n';
+		s[len] = '\0';
 	}
-	/* The store goes away after us: wait for the clients being served. */
-	pthread_mutex_lock(&c->lock);
-	while (c->active)
-		pthread_cond_wait(&c->idle, &c->lock);
-	pthread_mutex_unlock(&c->lock);
-	return NULL;
+	if (lenp)
+		*lenp = len;
+	return s;
 }
 
-int control_bind(struct control *c)
+char *control_handle(struct control *c, const char *line, size_t len, uid_t peer)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int r;
+	json_t *req, *rep;
+	const struct control_op *o = control_check(c, line, len, peer, &req, &rep);
 
-	if (snprintf(c->sock_path, sizeof(c->sock_path), "%s/wfs.sock", c->local) >=
-	    (int)sizeof(sa.sun_path))
-		return -ENAMETOOLONG;
-	strcpy(sa.sun_path, c->sock_path);
-	c->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (c->listen_fd < 0)
-		return -errno;
-	unlink(c->sock_path); /* a stale socket: the store lock says we own it */
-	if (bind(c->listen_fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
-	    chmod(c->sock_path, 0666) < 0 || listen(c->listen_fd, 64) < 0 ||
-	    pipe2(c->wake, O_CLOEXEC) < 0) {
-		r = -errno;
-		close(c->listen_fd);
-		c->listen_fd = -1;
-		return r;
+	if (o) {
+		rep = control_run(c, o, req);
+		json_decref(req);
 	}
-	return 0;
-}
-
-int control_start(struct control *c)
-{
-	int r;
-
-	pthread_mutex_init(&c->lock, NULL);
-	pthread_cond_init(&c->idle, NULL);
-	r = pthread_create(&c->thread, NULL, serve, c);
-
-	if (r)
-		return -r;
-	c->running = 1;
-	return 0;
-}
-
-void control_stop(struct control *c)
-{
-	if (!c->running) {
-		if (c->listen_fd > 0) { /* bound, never served */
-			close(c->listen_fd);
-			close(c->wake[0]);
-			close(c->wake[1]);
-			unlink(c->sock_path);
-			c->listen_fd = -1;
-		}
-		return;
-	}
-	(void)!write(c->wake[1], "x", 1);
-	pthread_join(c->thread, NULL);
-	close(c->listen_fd);
-	close(c->wake[0]);
-	close(c->wake[1]);
-	unlink(c->sock_path);
-	c->running = 0;
+	return control_reply_line(rep, 0, NULL);
 }

@@ -1,6 +1,11 @@
 /* status.c - the reply to "status": per repo and revision how much is
  * local, copies in flight, what was wanted but stays on the NAS and why,
- * the store's room, the policy and the ref pins.  See status.h.
+ * the store's room, the policy, the ref pins and the control server's
+ * connections.  See status.h.
+ *
+ * Any local user may ask, so it changes nothing: the tree is walked with
+ * collect_peek (files the store has no blob for count as on the NAS), never
+ * collect, which would create a blob for every file walked.
  */
 #include "status.h"
 #include "collect.h"
@@ -25,13 +30,38 @@ struct tally {
 	json_int_t per_state[BLOB_NSTATES];
 };
 
-static void tally_set(struct control *c, struct blob_set *set, struct tally *t)
+/* The files under one path: @set (blobs the store knows) and @nas (files
+ * it does not: on the NAS, with the size the NAS shows). */
+struct files {
+	struct blob_set set;
+	struct nas_set nas;
+};
+
+static void files_free(struct files *f)
+{
+	blob_set_free(&f->set);
+	nas_set_free(&f->nas);
+}
+
+/* Tally every file under @rel (@f: scratch, reused between calls). */
+static void tally_path(struct control *c, const char *rel, struct files *f, struct tally *t)
 {
 	memset(t, 0, sizeof(*t));
-	for (size_t i = 0; i < set->n; i++) {
+	blob_set_clear(&f->set);
+	nas_set_clear(&f->nas);
+	/* an error leaves what was found before it: status is a best effort */
+	collect_peek(c->roots, c->store, NULL, rel, &f->set, &f->nas);
+	blob_set_unique(&f->set);
+	nas_set_unique(&f->nas);
+	for (size_t i = 0; i < f->nas.n; i++) {
+		t->files++;
+		t->bytes += (json_int_t)f->nas.v[i].size;
+		t->per_state[BLOB_NAS]++;
+	}
+	for (size_t i = 0; i < f->set.n; i++) {
 		struct blob_info snap;
 
-		blob_info(c->store, set->v[i], &snap);
+		blob_info(c->store, f->set.v[i], &snap);
 		t->files++;
 		t->bytes += (json_int_t)snap.size;
 		t->per_state[snap.state]++;
@@ -60,15 +90,13 @@ static json_t *tally_json(const struct tally *t)
 static json_t *repo_json(struct control *c, const char *repo)
 {
 	char snaps[PATH_MAX], path[PATH_MAX * 2];
-	struct blob_set set = {0};
+	struct files f = {0};
 	struct tally t;
 	json_t *o, *revs = json_array();
 	DIR *d;
 	struct dirent *de;
 
-	collect(c->roots, c->store, NULL, repo, &set);
-	blob_set_unique(&set);
-	tally_set(c, &set, &t);
+	tally_path(c, repo, &f, &t);
 	o = tally_json(&t);
 	json_object_set_new(o, "repo", json_string(repo));
 	snprintf(snaps, sizeof(snaps), "%s/snapshots", repo);
@@ -81,10 +109,7 @@ static json_t *repo_json(struct control *c, const char *repo)
 		if (de->d_name[0] == '.')
 			continue;
 		snprintf(rel, sizeof(rel), "%s/%s", snaps, de->d_name);
-		blob_set_clear(&set);
-		collect(c->roots, c->store, NULL, rel, &set);
-		blob_set_unique(&set);
-		tally_set(c, &set, &t);
+		tally_path(c, rel, &f, &t);
 		r = tally_json(&t);
 		json_object_set_new(r, "rev", json_string(de->d_name));
 		json_array_append_new(revs, r);
@@ -92,7 +117,7 @@ static json_t *repo_json(struct control *c, const char *repo)
 	if (d)
 		closedir(d);
 	json_object_set_new(o, "revisions", revs);
-	blob_set_free(&set);
+	files_free(&f);
 	return o;
 }
 
@@ -148,6 +173,7 @@ static json_t *refs_json(struct control *c)
 	size_t n = 0;
 	struct pin *v = c->pins ? pins_list(c->pins, &n) : NULL;
 	json_t *out = json_array();
+	struct files f = {0};
 
 	for (size_t i = 0; v && i < n; i++) {
 		const char *revs[2] = { v[i].commit, v[i].pending };
@@ -155,17 +181,13 @@ static json_t *refs_json(struct control *c)
 		json_t *o;
 
 		for (int k = 0; k < 2; k++) {
-			struct blob_set set = {0};
 			char rel[PATH_MAX];
 
 			memset(&t[k], 0, sizeof(t[k]));
 			if (!*revs[k])
 				continue;
 			snprintf(rel, sizeof(rel), "%s/snapshots/%s", v[i].repo, revs[k]);
-			collect(c->roots, c->store, NULL, rel, &set);
-			blob_set_unique(&set);
-			tally_set(c, &set, &t[k]);
-			blob_set_free(&set);
+			tally_path(c, rel, &f, &t[k]);
 		}
 		o = json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I}", "repo", v[i].repo,
 			      "ref", v[i].ref, "commit", v[i].commit, "pending", v[i].pending,
@@ -174,8 +196,27 @@ static json_t *refs_json(struct control *c)
 			      "pending_local_files", t[1].local_files);
 		json_array_append_new(out, o);
 	}
+	files_free(&f);
 	free(v);
 	return out;
+}
+
+/* The control server's connections and limits (control.h): what it holds
+ * now, what it turned away. */
+static json_t *control_json(struct control *c)
+{
+	return json_pack("{s:i, s:i, s:I, s:I, s:I, s:{s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i}}",
+		"connections", atomic_load_explicit(&c->conns, memory_order_relaxed),
+		"connections_other", atomic_load_explicit(&c->conns_other, memory_order_relaxed),
+		"accepted", (json_int_t)atomic_load_explicit(&c->accepted, memory_order_relaxed),
+		"refused", (json_int_t)atomic_load_explicit(&c->refused, memory_order_relaxed),
+		"timed_out", (json_int_t)atomic_load_explicit(&c->timed_out, memory_order_relaxed),
+		"limits", "connections", CONTROL_MAX_CONNS,
+		"connections_other", CONTROL_MAX_CONNS_OTHER,
+		"connections_per_uid", CONTROL_MAX_CONNS_PER_UID, "workers", CONTROL_WORKERS,
+		"workers_other", CONTROL_WORKERS_OTHER, "request_bytes", CONTROL_MAX_REQUEST,
+		"request_timeout_ms", CONTROL_REQUEST_TIMEOUT_MS,
+		"reply_timeout_ms", CONTROL_REPLY_TIMEOUT_MS);
 }
 
 json_t *status_reply(struct control *c, json_t *req)
@@ -252,6 +293,7 @@ json_t *status_reply(struct control *c, json_t *req)
 		"evicted", (json_int_t)c->store->evicted,
 		"demoted", (json_int_t)c->store->demoted,
 		"failed", (json_int_t)c->store->failed));
+	json_object_set_new(rep, "control", control_json(c));
 	return rep;
 }
 

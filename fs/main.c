@@ -259,7 +259,7 @@ int main(int argc, char **argv)
 	struct fuse_loop_config *cfg;
 	struct ns_entry *root;
 	char fsname[PATH_MAX + 16];
-	int r, ret = 1;
+	int r, ret = 1, ctl_bound = 0;
 
 	/* Each NAS read is answered from a 1 MiB buffer (libfuse copies the
 	 * reply through one: a 1 MiB reply does not fit a default-sized pipe,
@@ -352,11 +352,12 @@ int main(int argc, char **argv)
 	if (fuse_set_signal_handlers(w.se) != 0)
 		goto out_session;
 	/* Bound before we detach, so wfsctl works on the line after wfs. */
-	if ((r = control_bind(&w.ctl)) < 0) {
+	if ((r = control_bind(&w.ctl)) < 0 && !(r == -EROFS && w.store_readonly)) {
 		fprintf(stderr, "wfs: LOCAL_STORE %s: cannot create the control socket: %s\n",
 			w.opt.local, strerror(-r));
 		goto out_signals;
 	}
+	ctl_bound = r == 0;
 	if (fuse_session_mount(w.se, w.opt.mnt) != 0) {
 		fprintf(stderr, "wfs: MOUNTPOINT %s: mount failed (is /dev/fuse there? root or "
 			"fusermount3 needed)\n", w.opt.mnt);
@@ -379,11 +380,15 @@ int main(int argc, char **argv)
 			"demoted files may show stale pages", strerror(-r));
 	if ((r = store_start(&w.store)) < 0 ||
 	    (r = auto_start(&w.autop, &w.store, &w.roots, &w.opt.policy, &w.pins)) < 0 ||
-	    (r = control_start(&w.ctl)) < 0) {
+	    (ctl_bound && (r = control_start(&w.ctl)) < 0)) {
 		wfs_log(&w, LOG_ERR, "cannot start promotion or control socket in %s: %s",
 			w.opt.local, strerror(-r));
 		goto out_unmount;
 	}
+	if (!ctl_bound)
+		wfs_log(&w, LOG_WARNING, "LOCAL_STORE %s is read-only: its verified copies serve, "
+			"nothing is promoted, and there is no control socket (wfsctl cannot "
+			"reach this mount)", w.opt.local);
 	if (w.opt.metrics_file &&
 	    (r = metrics_writer_start(&w.metrics, w.opt.metrics_file, w.opt.metrics_interval,
 				      &w.store)) < 0)

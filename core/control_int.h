@@ -1,0 +1,38 @@
+/* control_int.h - between the two halves of the control server: control.c
+ * (what a request means, who may make it) and control_server.c (the socket,
+ * its threads and limits).  Not for other files.
+ */
+#ifndef WFS_CONTROL_INT_H
+#define WFS_CONTROL_INT_H
+
+#include "control.h"
+
+#include <jansson.h>
+
+/* One op of the protocol (README.md "Control protocol"). */
+struct control_op {
+	const char *name;
+	json_t *(*fn)(struct control *c, json_t *req, const char *op);
+	int changes;  /* changes state: root or the mount's owner only */
+	int slow;     /* walks a tree or hashes: at most CONTROL_WORKERS_SLOW at once */
+};
+
+/* Root or the mount's owner: may change state, and is not held to the
+ * limits set for other users. */
+int control_privileged(const struct control *c, uid_t uid);
+
+/* Parse and check a request line: the op to run (*@req the request), or
+ * NULL with *@rep the reply it gets at once (malformed, unknown op, not
+ * permitted; NULL when out of memory).  Quick: no walk, no store call. */
+const struct control_op *control_check(struct control *c, const char *line, size_t len,
+				       uid_t peer, json_t **req, json_t **rep);
+
+/* Run a checked request: its reply (NULL when out of memory). */
+json_t *control_run(struct control *c, const struct control_op *o, json_t *req);
+
+/* The line of @rep (consumed; NULL: out of memory), with a newline if @nl,
+ * malloc'ed, its length in *@lenp (may be NULL); NULL only when out of
+ * memory. */
+char *control_reply_line(json_t *rep, int nl, size_t *lenp);
+
+#endif

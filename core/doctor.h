@@ -8,8 +8,36 @@
 #include "store.h"
 
 #include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
 
 /* Walk @rel ("" for the whole hub) and build the reply object. */
 json_t *doctor_reply(const struct hub_roots *roots, struct store *s, const char *rel);
+
+/* At mount: links under the repos' blobs/ and snapshots/ that lead outside
+ * NAS_HUB (and every root=) are shown as links, and a site that keeps its
+ * blob store beside the hub sees none of its weights.  The scan counts
+ * them and logs one line naming how many and the directories they lead
+ * into, with the -o root=DIR that would serve them (a line also when there
+ * are none).  On a thread of its own, so the mount is not delayed; at most
+ * DOCTOR_SCAN_MAX entries are looked at. */
+#define DOCTOR_SCAN_MAX 200000
+struct doctor_scan {
+	const struct hub_roots *roots;
+	void (*log)(void *arg, int prio, const char *msg);
+	void *arg;
+	atomic_int stop;
+	int started;
+	pthread_t thread;
+};
+
+/* Start the scan of @roots (which must outlive doctor_scan_stop); @log gets
+ * the line (from the scan's thread).  Returns 0 or -errno. */
+int doctor_scan_start(struct doctor_scan *d, const struct hub_roots *roots,
+		      void (*log)(void *arg, int prio, const char *msg), void *arg);
+
+/* Stop the scan (it ends at its next entry) and wait for its thread.  Safe
+ * on a zeroed struct, and twice. */
+void doctor_scan_stop(struct doctor_scan *d);
 
 #endif

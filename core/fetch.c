@@ -14,6 +14,7 @@
  */
 #include "fetch.h"
 #include "hash.h"
+#include "nasopen.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -628,11 +629,17 @@ static void job_free(struct job *j, void *mem)
 static int open_source(struct job *j, const char *path)
 {
 	struct stat st;
-	/* the caller resolved every link; one appearing now is not followed */
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	/* The caller resolved every link; one appearing now, in any component,
+	 * is not followed.  No roots are known here: every component from "/"
+	 * is checked.  A FIFO or device is never opened. */
+	int fd = nas_open(NULL, path, 0);
 
+	if (fd == -EISDIR || fd == -ENXIO) {
+		fail(j, -EINVAL, "%s is not a regular file", path);
+		return -1;
+	}
 	if (fd < 0) {
-		fail(j, -errno, "cannot open %s: %s", path, strerror(errno));
+		fail(j, fd, "cannot open %s: %s", path, strerror(-fd));
 		return -1;
 	}
 	j->src.fd = fd;

@@ -45,8 +45,11 @@ struct fetch_result {
  *     O_DIRECT, not from the page cache, and hashed; the two XXH3-128 must be
  *     equal;
  *   - the source must hold exactly @size bytes throughout;
- *   - @src_path is opened O_NOFOLLOW: the caller passes the resolved path,
- *     and a link swapped in since is refused (-ELOOP), never followed.
+ *   - @src_path is absolute and physical (the caller resolved every link)
+ *     and is opened with nas_open(NULL, ...) (nasopen.h): a link swapped
+ *     into any of its components since is refused (-ELOOP), never followed;
+ *     a directory, FIFO, socket or device is never read (-EINVAL, "is not
+ *     a regular file"); a relative path or a "." or ".." component: -EINVAL.
  * O_DIRECT is used for source reads and copy writes where the filesystem
  * allows it; otherwise buffered I/O, and the pages read are dropped.
  * @bw_limit (bytes/s, 0 = unlimited) caps the source reads.  @prog and @res

@@ -1,9 +1,11 @@
 /* ns.c - the namespace rules; see ns.h and DESIGN.md "The namespace". */
 #include "ns.h"
+#include "nasopen.h"
 #include "path.h"
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -141,7 +143,7 @@ static int walk(struct walk *wk, const char *rel, int depth)
 	char backing[PATH_MAX];
 	struct dirent *de;
 	DIR *d;
-	int r = ns_classify(wk->roots, rel, &wk->e);
+	int fd, r = ns_classify(wk->roots, rel, &wk->e);
 
 	if (r < 0)
 		return r;
@@ -149,9 +151,17 @@ static int walk(struct walk *wk, const char *rel, int depth)
 	if (r != 0 || wk->e.kind != NS_DIR || depth >= NS_WALK_DEPTH)
 		return r;
 	snprintf(backing, sizeof(backing), "%s", wk->e.backing);
-	d = opendir(backing);
-	if (!d)
-		return -errno;
+	/* listed physically: no link in any component, even one swapped in
+	 * since the classification (nasopen.h) */
+	fd = nas_open(wk->roots, backing, O_DIRECTORY);
+	if (fd < 0)
+		return fd;
+	d = fdopendir(fd);
+	if (!d) {
+		r = -errno;
+		close(fd);
+		return r;
+	}
 	while ((de = readdir(d)) && r == 0) {
 		char child[PATH_MAX];
 

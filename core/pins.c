@@ -4,7 +4,9 @@
  */
 #include "pins.h"
 #include "collect.h"
+#include "nasopen.h"
 #include "path.h"
+#include "reply.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -22,8 +24,7 @@
 int refs_read(const struct hub_roots *roots, const char *repo, const char *ref, char *out,
 	      size_t sz)
 {
-	char rel[PATH_MAX], path[PATH_MAX], buf[NAME_MAX + 2];
-	struct stat st;
+	char rel[PATH_MAX], path[PATH_MAX], buf[NAME_MAX + 2], esc[4 * sizeof(buf)];
 	ssize_t n;
 	int fd, r;
 
@@ -33,13 +34,13 @@ int refs_read(const struct hub_roots *roots, const char *repo, const char *ref, 
 	r = hub_check_parents(roots, rel);
 	if (r < 0)
 		return r;
-	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-	if (fd < 0)
-		return -errno;
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-		close(fd);
+	/* no link in any component (one swapped in since the check above
+	 * included), and a FIFO is never opened (nasopen.h) */
+	fd = nas_open(roots, path, 0);
+	if (fd == -EISDIR || fd == -ENXIO)
 		return -EINVAL; /* a ref is a small regular file; nothing else is read */
-	}
+	if (fd < 0)
+		return fd;
 	n = read(fd, buf, sizeof(buf) - 1);
 	r = n < 0 ? -errno : 0;
 	close(fd);
@@ -47,7 +48,10 @@ int refs_read(const struct hub_roots *roots, const char *repo, const char *ref, 
 		return r;
 	buf[n] = '\0';
 	buf[strcspn(buf, " \t\r\n")] = '\0';
-	if (!*buf || strchr(buf, '/') || !strcmp(buf, ".") || !strcmp(buf, ".."))
+	/* a revision names a snapshot directory: one plain name, and text
+	 * (it goes into the index and replies as it is) */
+	if (!*buf || strchr(buf, '/') || !strcmp(buf, ".") || !strcmp(buf, "..") ||
+	    reply_escape(buf, esc, sizeof(esc), 1))
 		return -EINVAL;
 	snprintf(out, sz, "%s", buf);
 	return 0;

@@ -1,9 +1,124 @@
 /* reply.c - see reply.h. */
 #include "reply.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+/* The length of the valid UTF-8 character at @p, or 0; with @controls a
+ * control character (C0, DEL, C1) counts as invalid too. */
+static size_t char_len(const unsigned char *p, int controls)
+{
+	unsigned char c = p[0];
+
+	if (c < 0x80)
+		return controls && (c < 0x20 || c == 0x7f) ? 0 : 1;
+	if (c >= 0xc2 && c <= 0xdf)
+		return (p[1] & 0xc0) == 0x80 && !(controls && c == 0xc2 && p[1] < 0xa0) ? 2 : 0;
+	if (c >= 0xe0 && c <= 0xef) {
+		unsigned char lo = c == 0xe0 ? 0xa0 : 0x80, hi = c == 0xed ? 0x9f : 0xbf;
+
+		return p[1] >= lo && p[1] <= hi && (p[2] & 0xc0) == 0x80 ? 3 : 0;
+	}
+	if (c >= 0xf0 && c <= 0xf4) {
+		unsigned char lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
+
+		return p[1] >= lo && p[1] <= hi && (p[2] & 0xc0) == 0x80 &&
+		       (p[3] & 0xc0) == 0x80 ? 4 : 0;
+	}
+	return 0; /* a stray continuation byte, an overlong or too large lead */
+}
+
+static int needs_escape(const char *s, int controls)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	size_t n;
+
+	for (; *p; p += n)
+		if (!(n = char_len(p, controls)))
+			return 1;
+	return 0;
+}
+
+int reply_escape(const char *s, char *out, size_t outsz, int controls)
+{
+	const unsigned char *p = (const unsigned char *)s;
+	int esc = needs_escape(s, controls);
+	size_t used = 0, n;
+
+	for (; *p; p += n) {
+		n = char_len(p, controls);
+		if (n && !(esc && *p == '\\')) {
+			if (used + n >= outsz)
+				break;
+			memcpy(out + used, p, n);
+			used += n;
+		} else {
+			if (used + 4 >= outsz)
+				break;
+			snprintf(out + used, 5, "\\x%02x", *p);
+			used += 4;
+			n = 1;
+		}
+	}
+	out[used] = '\0';
+	return esc;
+}
+
+static int hex_digit(char c)
+{
+	return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 :
+	       c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+int reply_unescape(const char *s, char *out, size_t outsz)
+{
+	size_t used = 0;
+	int any = 0;
+
+	while (*s) {
+		int hi = s[0] == '\\' && s[1] == 'x' ? hex_digit(s[2]) : -1;
+		int lo = hi >= 0 ? hex_digit(s[3]) : -1;
+		char c;
+
+		if (lo >= 0) {
+			c = (char)(hi << 4 | lo);
+			s += 4;
+			any = 1;
+			if (!c)
+				return -EINVAL;
+		} else {
+			c = *s++;
+		}
+		if (used + 1 >= outsz)
+			return -ENAMETOOLONG;
+		out[used++] = c;
+	}
+	out[used] = '\0';
+	return any;
+}
+
+json_t *reply_path(const char *s)
+{
+	json_t *j;
+	char *buf;
+	size_t sz;
+
+	if (!s)
+		return NULL;
+	if (!needs_escape(s, 0))
+		return json_string(s); /* JSON escapes control characters itself */
+	sz = strlen(s) * 4 + 1;
+	buf = malloc(sz);
+	if (!buf)
+		return NULL;
+	reply_escape(s, buf, sz, 0);
+	j = json_string(buf);
+	free(buf);
+	return j;
+}
 
 json_t *reply_error(int err, const char *fmt, ...)
 {
@@ -13,7 +128,8 @@ json_t *reply_error(int err, const char *fmt, ...)
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	return json_pack("{s:b, s:s, s:s}", "ok", 0, "error", msg, "errno",
+	/* the message often names a path from the NAS or the request */
+	return json_pack("{s:b, s:o, s:s}", "ok", 0, "error", reply_path(msg), "errno",
 			 strerrorname_np(err) ? strerrorname_np(err) : "EIO");
 }
 
@@ -22,8 +138,8 @@ json_t *reply_blob(struct store *s, struct blob *b)
 	struct blob_info in;
 
 	blob_info(s, b, &in);
-	return json_pack("{s:s, s:s, s:s, s:I, s:I, s:b, s:s}", "key", in.key, "id", in.id,
-			 "state", blob_state_name(in.state), "size", (json_int_t)in.size,
-			 "bytes_done", (json_int_t)in.bytes_done, "pinned", in.pinned,
-			 "reason", in.reason);
+	return json_pack("{s:o, s:o, s:s, s:I, s:I, s:b, s:o}", "key", reply_path(in.key),
+			 "id", reply_path(in.id), "state", blob_state_name(in.state),
+			 "size", (json_int_t)in.size, "bytes_done", (json_int_t)in.bytes_done,
+			 "pinned", in.pinned, "reason", reply_path(in.reason));
 }

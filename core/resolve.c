@@ -203,6 +203,8 @@ relocate:
 				return r;
 			root = find_root(roots, lex, &rest);
 			if (root < 0) {
+				/* where it went: doctor_scan names the directories */
+				strcpy(out->real, lex);
 				out->kind = HUB_RES_ESCAPE;
 				return 0;
 			}

@@ -33,7 +33,8 @@ enum hub_res_kind {
 struct hub_res {
 	enum hub_res_kind kind;
 	int root;            /* root of the target (FILE, DIR, OTHER) */
-	char real[PATH_MAX]; /* absolute physical path of the target */
+	char real[PATH_MAX]; /* absolute physical path of the target; ESCAPE:
+			      * the normalised path the chain left the roots for */
 	struct stat st;      /* lstat of the target */
 	int hops;            /* links followed */
 	char via[NAME_MAX + 1]; /* see hub_resolve() */

@@ -7,6 +7,7 @@
 #include "wfs.h"
 #include "ops.h"
 #include "path.h"
+#include "nasopen.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -47,8 +48,8 @@ int fh_backing_id(uint64_t fh)
 	return ((struct wfs_fh *)(uintptr_t)fh)->backing_id;
 }
 
-/* Open a resolved NAS path without following any link a racing change on
- * the NAS could have put in it. */
+/* Open a local copy (NAS paths go through nas_open) without following any
+ * link. */
 static int open_backing(const char *path, int flags)
 {
 	struct open_how how = {
@@ -62,15 +63,17 @@ static int open_backing(const char *path, int flags)
 	return fd < 0 ? -errno : fd;
 }
 
-/* Open @path with O_DIRECT where its filesystem allows it. */
-static int open_direct(const char *path, int *direct)
+/* Open @path with O_DIRECT where its filesystem allows it: a NAS path
+ * (@roots given) with nas_open -- no link in any component, never beneath
+ * its root, no FIFO opened -- a local copy with open_backing. */
+static int open_direct(const struct hub_roots *roots, const char *path, int *direct)
 {
-	int fd = open_backing(path, O_DIRECT);
+	int fd = roots ? nas_open(roots, path, O_DIRECT) : open_backing(path, O_DIRECT);
 
 	*direct = 1;
 	if (fd == -EINVAL) { /* tmpfs and friends: buffered, pages dropped */
 		*direct = 0;
-		fd = open_backing(path, 0);
+		fd = roots ? nas_open(roots, path, 0) : open_backing(path, 0);
 	}
 	return fd;
 }
@@ -80,14 +83,14 @@ static int fh_nas_fd(struct wfs *w, struct wfs_fh *fh, int *direct)
 	int fd;
 
 	pthread_mutex_lock(&fh->lock);
-	if (fh->nas_fd < 0) {
-		fd = open_direct(fh->nas_path, &fh->nas_direct);
+	fd = fh->nas_fd;
+	if (fd < 0) { /* the caller gets the open's -errno */
+		fd = open_direct(&w->roots, fh->nas_path, &fh->nas_direct);
 		if (fd < 0)
 			wfs_log(w, LOG_WARNING, "open %s: %s", fh->nas_path, strerror(-fd));
 		else
 			fh->nas_fd = fd;
 	}
-	fd = fh->nas_fd;
 	*direct = fh->nas_direct;
 	pthread_mutex_unlock(&fh->lock);
 	return fd;
@@ -102,7 +105,7 @@ static int fh_local_fd(struct wfs *w, struct wfs_fh *fh, int *direct)
 	if (fh->local_fd < 0 && !fh->local_failed) {
 		fd = store_local_path(&w->store, fh->blob, path, sizeof(path));
 		if (fd == 0)
-			fd = open_direct(path, &fh->local_direct);
+			fd = open_direct(NULL, path, &fh->local_direct);
 		if (fd < 0) {
 			fh->local_failed = 1;
 			wfs_log(w, LOG_WARNING, "open local copy %s of %s: %s; reading the NAS",
@@ -249,7 +252,10 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	 * resolves, gives the attributes, and is the fallback. */
 	fd = fh_nas_fd(w, fh, &direct);
 	if (fd < 0) {
-		fuse_reply_err(req, -fd == ELOOP ? EIO : -fd);
+		/* a link, FIFO or other file swapped in since the lookup: the
+		 * reader gets EIO, as for any NAS file that cannot be read */
+		fuse_reply_err(req, fd == -ELOOP || fd == -ENXIO || fd == -ESTALE ||
+				    fd == -EISDIR || fd == -EXDEV || fd == -EINVAL ? EIO : -fd);
 		fh_free(w, fh);
 		return;
 	}

@@ -4,6 +4,7 @@
  * leaves a stray mount), takes the LOCAL_STORE lock, mounts, and only then
  * detaches, so a script can use the mount on its next line.
  */
+#include "doctor.h"
 #include "ops.h"
 #include "opts.h"
 #include "wfs.h"
@@ -258,6 +259,7 @@ int main(int argc, char **argv)
 	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
 	struct fuse_loop_config *cfg;
 	struct ns_entry *root;
+	struct doctor_scan links = {0}; /* links leaving NAS_HUB, counted at start-up */
 	char fsname[PATH_MAX + 16];
 	int r, ret = 1, ctl_bound = 0;
 
@@ -394,6 +396,9 @@ int main(int argc, char **argv)
 				      &w.store)) < 0)
 		wfs_log(&w, LOG_ERR, "cannot start the metrics writer for %s: %s",
 			w.opt.metrics_file, strerror(-r));
+	if ((r = doctor_scan_start(&links, &w.roots, store_log, &w)) < 0)
+		wfs_log(&w, LOG_WARNING, "cannot start the scan for links leaving NAS_HUB: %s",
+			strerror(-r));
 
 	if (w.opt.single_thread) {
 		ret = fuse_session_loop(w.se) ? 1 : 0;
@@ -427,6 +432,7 @@ out_session:
 	fuse_session_destroy(w.se);
 out:
 out_nodes:
+	doctor_scan_stop(&links); /* it logs through w */
 	control_stop(&w.ctl);
 	metrics_writer_stop(&w.metrics); /* removes the file */
 	if (w.opt.metrics_file)

@@ -1,0 +1,49 @@
+/* nasopen.h - the one way the daemon opens a file or directory of the NAS.
+ *
+ * The daemon runs as root.  A path it resolved a moment ago (every link
+ * followed, or shown as a link, by the rules of ns.h) may since have had a
+ * component swapped for a link by anyone who can write on the NAS;
+ * following it would hand a reader a file they could not read themselves.
+ * So no link is followed in any component, and the walk cannot leave the
+ * root the path lies in.  A FIFO, socket or device is never opened: an open
+ * of a FIFO for reading waits for a writer, a device's open is the driver's
+ * to define.
+ */
+#ifndef WFS_NASOPEN_H
+#define WFS_NASOPEN_H
+
+#include "resolve.h"
+
+/* Open @phys_path for reading and return the descriptor.
+ *
+ * Preconditions: @phys_path is absolute and physical (as hub_resolve's
+ * out->real or a root joined with a physical relative path): no ".", ".."
+ * or empty components.  With @roots it must lie inside one of them, and is
+ * walked from that root's directory with openat2(RESOLVE_BENEATH |
+ * RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS); @roots NULL (a caller that
+ * only kept the path) walks every component from "/" with
+ * RESOLVE_NO_SYMLINKS.  Kernels without openat2 get the same walk, one
+ * openat(O_NOFOLLOW) per component.
+ *
+ * @flags: O_RDONLY (0) plus any of O_DIRECTORY (a directory is wanted; else
+ * a regular file), O_DIRECT, O_NOATIME.  O_CLOEXEC, O_NOFOLLOW and O_NOCTTY
+ * are always added.  A regular file is first looked at through an O_PATH
+ * descriptor, then opened O_NONBLOCK (a FIFO swapped in between cannot make
+ * the open wait) and must be the same inode; O_NONBLOCK is cleared before
+ * the descriptor is returned.
+ *
+ * Returns the descriptor, or:
+ *   -ELOOP     a component is a link (now): refused, never followed
+ *   -EXDEV     @phys_path is not inside any of @roots
+ *   -EINVAL    not absolute, a ".", ".." or empty component, or @flags ask
+ *              for writing
+ *   -EISDIR    a directory where a file was wanted
+ *   -ENOTDIR   not a directory where one was wanted (a link there too), or
+ *              a component is not a directory
+ *   -ENXIO     a FIFO, socket or device: never opened
+ *   -ESTALE    the name changed to another file while it was opened
+ *   other      -errno of the failing call (ENOENT, EACCES, ENAMETOOLONG, ...;
+ *              EINVAL also where the filesystem refuses O_DIRECT) */
+int nas_open(const struct hub_roots *roots, const char *phys_path, int flags);
+
+#endif

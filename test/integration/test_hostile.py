@@ -1,0 +1,456 @@
+#!/usr/bin/env python3
+"""Hostile NAS content and other local users.
+
+A NAS tree with names holding newlines, control characters, invalid UTF-8
+and 255 bytes, a path near PATH_MAX, a 100k-entry directory, a 45-hop link
+chain, FIFOs, a socket, a device node, links into /proc and /dev, and a
+hub whose blobs are absolute links into a blob store beside it, mounted
+for real: what the mount shows (DESIGN.md "The namespace"), that nothing
+blocks on a FIFO, that replies and the log escape the names, that the
+links leaving NAS_HUB are counted at start-up with the root= to name, and
+that a link swapped into a parent component of a blob's NAS path between
+lookup and open (or copy) is refused, never followed.
+"""
+
+import errno
+import os
+import re
+import shutil
+import socket
+import stat
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import wfstest  # noqa: E402
+from wfstest import ctl_json, ctl_request, det_bytes, make_hf_repo  # noqa: E402
+
+NAMES = "models--hostile--names"    # hostile names, specials, a chain
+STORE_REPO = "models--hostile--store"  # blobs are absolute links into STORE
+SWAP = "models--hostile--swap"      # a parent swapped for a link under a reader
+HOG = "models--hostile--hog"        # keeps the one copy worker busy
+VICTIM = "models--hostile--victim"  # its parent swapped while its copy is queued
+BAD_REPO = b"models--hostile--bad\xff"  # a repo whose name is not UTF-8
+
+ODD = {  # valid UTF-8, hostile: promoted, named in replies and the log
+    b"new\nline.txt": b"newline\n",
+    b"esc\x1b[31mred\x07.txt": b"escape",
+    b"tab\there.txt": b"tab",
+    b"del\x7f.txt": b"del",
+    b"L" * 251 + b".txt": b"two hundred fifty-five",
+    "ünï 中.txt".encode(): b"unicode",
+}
+BAD_FILE = b"bad\xff\xfe.txt"
+BAD_DANGLING = b"dang\xff"
+BAD_BLOB = b"blob\xff"
+BAD_LINK = b"link\xff"
+CHAIN = 45                   # links c0 -> c1 -> ... -> c44 -> target.bin
+HOPS = 40                    # core/resolve.h HUB_MAX_HOPS
+MANY = 100000
+SPECIAL_LINKS = {"proc-link": "/proc/self/environ", "dev-link": "/dev/zero"}
+SETTLE = 60                  # seconds a start-up scan or a small copy may take
+
+MiB = 1 << 20
+F = {}                       # the fixture (setUpModule)
+
+
+def b(p):
+    return os.fsencode(p)
+
+
+def wait_log(tc, mount, pattern, timeout=SETTLE):
+    rx = re.compile(pattern)
+    if not wfstest.wait_until(lambda: rx.search(mount.log()), timeout):
+        tc.fail("no log line /%s/ within %d s; log:\n%s" % (pattern, timeout, mount.log()[-5000:]))
+    return rx.search(mount.log())
+
+
+def scan_line(mount):
+    m = re.search(r"start-up: (no link|\d+ links?) under the repos' blobs/ and snapshots/ .*",
+                  mount.log())
+    return m.group(0) if m else None
+
+
+def build_tree(base):
+    hub, store = os.path.join(base, "hub"), os.path.join(base, "store")
+    os.makedirs(hub)
+    os.makedirs(store)
+    F.update(base=base, hub=hub, store=store)
+
+    # NAMES: ordinary files, then everything hostile in sub-directories of
+    # the revision
+    rev = make_hf_repo(hub, NAMES, {"config.json": b"{}\n",
+                                    "model.safetensors": det_bytes("hostile", 200000)})
+    snap = b(os.path.join(hub, NAMES, "snapshots", rev))
+    F.update(rev=rev, snap=snap)
+    os.makedirs(os.path.join(snap, b"odd"))
+    for name, data in ODD.items():
+        with open(os.path.join(snap, b"odd", name), "wb") as f:
+            f.write(data)
+    bad = os.path.join(snap, b"bad")
+    os.makedirs(bad)
+    with open(os.path.join(bad, BAD_FILE), "wb") as f:
+        f.write(b"invalid utf-8 name")
+    os.symlink(b"nowhere\xfe", os.path.join(bad, BAD_DANGLING))
+    with open(os.path.join(b(hub), b(NAMES), b"blobs", BAD_BLOB), "wb") as f:
+        f.write(b"blob with an invalid name")
+    os.symlink(b"../../../blobs/" + BAD_BLOB, os.path.join(bad, BAD_LINK))
+
+    special = os.path.join(snap, b"special")
+    os.makedirs(special)
+    os.mkfifo(os.path.join(special, b"fifo"))
+    os.mknod(os.path.join(special, b"null"), stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    # sun_path holds 108 bytes: bind short, then move the socket in place
+    short = tempfile.mktemp(prefix="wfs-sock-", dir="/tmp")
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(short)
+    os.rename(short, os.path.join(special, b"sock"))
+    s.close()
+    os.symlink(b"fifo", os.path.join(special, b"to-fifo"))
+    for name, target in SPECIAL_LINKS.items():
+        os.symlink(target, os.path.join(special, b(name)))
+    os.mkfifo(os.path.join(b(hub), b(NAMES), b"blobs", b"fifo-blob"))
+    os.mkfifo(os.path.join(b(hub), b(NAMES), b"refs", b"fifo"))
+
+    chain = os.path.join(snap, b"chain")
+    os.makedirs(chain)
+    with open(os.path.join(chain, b"target.bin"), "wb") as f:
+        f.write(b"end of the chain")
+    for i in range(CHAIN):
+        nxt = b"c%d" % (i + 1) if i + 1 < CHAIN else b"target.bin"
+        os.symlink(nxt, os.path.join(chain, b"c%d" % i))
+
+    # STORE_REPO: huggingface_hub layout, but each blob an absolute link
+    # into a blob store beside the hub (sharded by the first two digits)
+    files = {"a.bin": det_bytes("store-a", 3000), "b.bin": det_bytes("store-b", 4000),
+             "c.bin": det_bytes("store-c", 5000)}
+    make_hf_repo(hub, STORE_REPO, files)
+    blobs = os.path.join(hub, STORE_REPO, "blobs")
+    for sha in os.listdir(blobs):
+        real = os.path.join(store, sha[:2], sha)
+        os.makedirs(os.path.dirname(real), exist_ok=True)
+        os.rename(os.path.join(blobs, sha), real)
+        os.symlink(real, os.path.join(blobs, sha))
+    F["store_escapes"] = 2 * len(files)  # each blob link and each snapshot link
+
+    # the swaps (part 5)
+    F["swap_data"] = det_bytes("swap", 64 * 1024)
+    F["swap_rev"] = make_hf_repo(hub, SWAP, {"model.safetensors": F["swap_data"]})
+    F["hog_rev"] = make_hf_repo(hub, HOG, {"model.safetensors": bytes(64 * MiB)})
+    F["victim_data"] = det_bytes("victim", MiB)
+    F["victim_rev"] = make_hf_repo(hub, VICTIM, {"model.safetensors": F["victim_data"]})
+
+    # a repo whose name is not UTF-8, with one real file in a snapshot
+    bad_snap = os.path.join(b(hub), BAD_REPO, b"snapshots", b"0" * 40)
+    os.makedirs(bad_snap)
+    os.makedirs(os.path.join(b(hub), BAD_REPO, b"blobs"))
+    with open(os.path.join(bad_snap, b"model.bin"), "wb") as f:
+        f.write(b"in a repo named badly")
+
+    # a path near PATH_MAX (4096 with its NUL) from / on the NAS and in the
+    # mount (MNT is as long as HUB), and one past it
+    deep = os.path.join(hub, "deep")
+    room = 4090 - len(deep) - len("/file.bin")
+    parts = []
+    while room > 0:
+        n = min(200, room - 1)
+        parts.append("d" * n)
+        room -= n + 1
+    F["deep_rel"] = os.path.join("deep", *parts)
+    os.makedirs(os.path.join(hub, F["deep_rel"]))
+    F["deep_file"] = os.path.join(F["deep_rel"], "file.bin")
+    with open(os.path.join(hub, F["deep_file"]), "wb") as f:
+        f.write(b"deep")
+    fd = os.open(os.path.join(hub, F["deep_rel"]), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.mkdir("o" * 100, dir_fd=fd)
+        fd2 = os.open("o" * 100, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(os.open("beyond.bin", os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd2))
+        os.close(fd2)
+    finally:
+        os.close(fd)
+
+    many = os.path.join(hub, "many")
+    os.makedirs(many)
+    for i in range(MANY):
+        os.close(os.open(os.path.join(many, "f%06d" % i), os.O_CREAT | os.O_WRONLY, 0o644))
+
+
+def setUpModule():
+    wfstest.require_mount_capability()
+    wfstest.require_wfsctl()
+    base = wfstest.make_base("wfs-hostile-")
+    F["base"] = base
+    try:
+        build_tree(base)
+        F["local"], F["mnt"] = os.path.join(base, "local"), os.path.join(base, "mnt")
+        os.makedirs(F["mnt"])
+        F["mount"] = wfstest.ForegroundMount(F["hub"], F["local"], F["mnt"],
+                                             ["allow_other", "auto_promote=off"]).start()
+        F["sock"] = wfstest.wait_ctl(F["mnt"])
+    except BaseException:
+        tearDownModule()
+        raise
+
+
+def tearDownModule():
+    mount = F.pop("mount", None)
+    if mount is not None:
+        mount.stop()
+        mount.cleanup()
+    if F.get("base"):
+        if F.get("mnt") and wfstest.is_mounted(F["mnt"]):
+            wfstest.unmount(F["mnt"])
+        shutil.rmtree(F["base"], ignore_errors=True)
+
+
+def m(*parts):
+    """A path in the mount, as bytes (names may not be UTF-8)."""
+    return os.path.join(b(F["mnt"]), *[b(p) for p in parts])
+
+
+def n(*parts):
+    """The same path on the NAS."""
+    return os.path.join(b(F["hub"]), *[b(p) for p in parts])
+
+
+def snap(*parts):
+    return m(NAMES, "snapshots", F["rev"], *parts)
+
+
+class Names(unittest.TestCase):
+    def test_hostile_names_listed_and_read(self):
+        self.assertEqual(sorted(os.listdir(snap("odd"))), sorted(ODD))
+        for name, data in ODD.items():
+            p = os.path.join(snap("odd"), name)
+            self.assertTrue(stat.S_ISREG(os.lstat(p).st_mode), name)
+            self.assertEqual(wfstest.read_file(p), data, name)
+
+    def test_invalid_utf8(self):
+        bad = snap("bad")
+        self.assertEqual(sorted(os.listdir(bad)), sorted([BAD_FILE, BAD_DANGLING, BAD_LINK]))
+        self.assertEqual(wfstest.read_file(os.path.join(bad, BAD_FILE)), b"invalid utf-8 name")
+        self.assertEqual(os.readlink(os.path.join(bad, BAD_DANGLING)), b"nowhere\xfe")
+        # a snapshot entry that is a blob of its repo: the link huggingface_hub writes
+        self.assertEqual(os.readlink(os.path.join(bad, BAD_LINK)), b"../../../blobs/" + BAD_BLOB)
+        self.assertEqual(wfstest.read_file(os.path.join(bad, BAD_LINK)),
+                         b"blob with an invalid name")
+
+    def test_path_near_path_max(self):
+        p = m(F["deep_file"])
+        self.assertGreater(len(p), 4080)
+        self.assertEqual(wfstest.read_file(p), b"deep")
+        # past PATH_MAX the daemon cannot name the NAS path: an error for
+        # that name (or the entry is left out), and the mount goes on
+        fd = os.open(m(F["deep_rel"]), os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            got = wfstest.errno_of(os.stat, "o" * 100, dir_fd=fd)
+            self.assertIn(got, (None, errno.ENAMETOOLONG, errno.ENOENT), wfstest.errname(got))
+        finally:
+            os.close(fd)
+        self.assertEqual(wfstest.read_file(snap("config.json")), b"{}\n")
+
+    def test_many_entries(self):
+        self.assertEqual(len(os.listdir(m("many"))), MANY)
+
+    def test_link_chain_at_the_resolver_limit(self):
+        chain = snap("chain")
+        for i in range(CHAIN):
+            p = os.path.join(chain, b"c%d" % i)
+            st = os.lstat(p)
+            if CHAIN - i > HOPS:  # more hops than the resolver follows: the link itself
+                self.assertTrue(stat.S_ISLNK(st.st_mode), "c%d" % i)
+                self.assertEqual(os.readlink(p), b"c%d" % (i + 1))
+            else:
+                self.assertTrue(stat.S_ISREG(st.st_mode), "c%d: mode %o" % (i, st.st_mode))
+                self.assertEqual(wfstest.read_file(p), b"end of the chain")
+
+    def test_specials_hidden_links_shown(self):
+        sp = snap("special")
+        self.assertEqual(sorted(os.listdir(sp)), sorted(b(k) for k in SPECIAL_LINKS))
+        for name in (b"fifo", b"null", b"sock", b"to-fifo"):
+            self.assertEqual(wfstest.errno_of(os.lstat, os.path.join(sp, name)), errno.ENOENT,
+                             name)
+            self.assertEqual(wfstest.errno_of(os.open, os.path.join(sp, name),
+                                              os.O_RDONLY | os.O_NONBLOCK), errno.ENOENT, name)
+        for name, target in SPECIAL_LINKS.items():
+            p = os.path.join(sp, b(name))
+            self.assertTrue(stat.S_ISLNK(os.lstat(p).st_mode), name)
+            self.assertEqual(os.readlink(p), b(target))
+        self.assertNotIn(b"fifo-blob", os.listdir(m(NAMES, "blobs")))
+        self.assertNotIn(b"fifo", os.listdir(m(NAMES, "refs")))
+
+    def test_fifo_ref_is_never_opened(self):
+        # pins read refs/<ref> on the NAS: a FIFO there is refused at once
+        rep = ctl_request(F["sock"], {"op": "pin", "ref": "fifo", "paths": [NAMES]}, timeout=30)
+        self.assertIsNotNone(rep, "no reply to a pin of a FIFO ref")
+        self.assertIs(rep.get("ok"), False, rep)
+        self.assertEqual(rep.get("errno"), "EINVAL", rep)
+        rep = ctl_request(F["sock"], {"op": "status"}, timeout=30)
+        self.assertTrue(rep and rep.get("ok"), rep)
+
+
+class Replies(unittest.TestCase):
+    def test_doctor_names_invalid_utf8(self):
+        rep = ctl_request(F["sock"], {"op": "doctor", "path": NAMES})
+        self.assertTrue(rep and rep.get("ok"), rep)
+        links = {(e["path"], e["target"], e["problem"]) for e in rep["links"]}
+        rel = "%s/snapshots/%s/" % (NAMES, F["rev"])
+        self.assertIn((rel + "bad/dang\\xff", "nowhere\\xfe", "dangling"), links)
+        for name, target in SPECIAL_LINKS.items():
+            self.assertIn((rel + "special/" + name, target, "escapes"), links)
+        loops = {p for p, t, why in links if why == "loop"}
+        self.assertEqual(loops, {rel + "chain/c%d" % i for i in range(CHAIN - HOPS)})
+
+    def test_promote_reply_names_and_log_escapes(self):
+        mount = F["mount"]
+        out = ctl_json(self, ["promote", "--wait", snap("odd").decode()])
+        self.assertTrue(out.get("ok"), out)
+        for name, data in ODD.items():
+            p = os.path.join(snap("odd"), name)
+            self.assertEqual(wfstest.state_of(p), "local", name)
+            self.assertEqual(wfstest.read_file(p), data, name)
+        # the keys, control characters and all, name the NAS files exactly
+        rep = ctl_request(F["sock"], {"op": "promote", "paths": [
+            "%s/snapshots/%s/odd" % (NAMES, F["rev"])]})
+        self.assertTrue(rep and rep.get("ok"), rep)
+        keys = {e["key"] for e in rep["blobs"]}
+        self.assertEqual(keys, {os.path.join(n(NAMES, "snapshots", F["rev"], "odd"), k).decode()
+                                for k in ODD})
+        # one event, one line: a newline or ESC in a name is written \xNN
+        key = os.path.join(n(NAMES, "snapshots", F["rev"], "odd"), b"new\nline.txt").decode()
+        esc = key.replace("\n", "\\x0a")
+        wait_log(self, mount, r"verified %s \(" % re.escape(esc), 0)
+        log = mount.log()
+        self.assertNotIn("\x1b", log)
+        self.assertNotIn("\x07", log)
+        prefix = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d wfs\[\w+\]: ")
+        bad = [ln for ln in log.splitlines() if not prefix.match(ln)]
+        self.assertEqual(bad, [], "log lines that do not start an event")
+
+    def test_refused_write_logged_escaped(self):
+        p = os.path.join(snap("bad"), BAD_FILE)
+        self.assertEqual(wfstest.errno_of(os.open, p, os.O_WRONLY), errno.EROFS)
+        with open(F["mount"].logf.name, "rb") as f:
+            raw = f.read()
+        self.assertNotIn(b"\xff\xfe", raw)
+        wait_log(self, F["mount"], r"refused write open of \S*/bad/bad\\xff\\xfe\.txt", 0)
+
+    def test_status_parses(self):
+        rep = ctl_json(self, ["status", F["mnt"]])
+        names = [r.get("repo") for r in rep["repos"]]
+        for repo in (NAMES, STORE_REPO, SWAP):
+            self.assertIn(repo, names)
+
+    # core/status.c names repos, revisions and blob keys with json_string(),
+    # which gives NULL for invalid UTF-8: the entry loses its name until it
+    # uses reply_path() (core/reply.h).
+    @unittest.expectedFailure
+    def test_status_names_invalid_utf8(self):
+        rep = ctl_json(self, ["status", F["mnt"]])
+        self.assertIn("models--hostile--bad\\xff", [r.get("repo") for r in rep["repos"]])
+
+
+class Scan(unittest.TestCase):
+    def test_links_leaving_the_hub_counted_at_start(self):
+        mount = F["mount"]
+        total = F["store_escapes"] + len(SPECIAL_LINKS)
+        line = wait_log(self, mount, r"start-up: \d+ links under the repos' blobs/ and "
+                        r"snapshots/ lead outside NAS_HUB .*").group(0)
+        self.assertIn("start-up: %d links under the repos' blobs/ and snapshots/ lead outside "
+                      "NAS_HUB %s and are shown as links, never followed: %d into %s "
+                      "(-o root=%s would serve them), %d elsewhere"
+                      % (total, F["hub"], F["store_escapes"], F["store"], F["store"],
+                         len(SPECIAL_LINKS)), line)
+        self.assertEqual(len(re.findall("start-up: .* under the repos' blobs/", mount.log())), 1)
+
+
+class Swapped(unittest.TestCase):
+    """A link swapped into a parent component of a blob's NAS path between
+    the lookup and the open (or the copy), leading to a file with the very
+    bytes of the blob: following it would succeed, so only a refusal
+    passes."""
+
+    def swap_in_link(self, repo):
+        blobs = os.path.join(F["hub"], repo, "blobs")
+        elsewhere = os.path.join(F["base"], "elsewhere-" + repo)
+        shutil.copytree(blobs, elsewhere)
+        os.rename(blobs, blobs + ".moved")
+        os.symlink(elsewhere, blobs)
+
+        def restore():
+            os.unlink(blobs)
+            os.rename(blobs + ".moved", blobs)
+            shutil.rmtree(elsewhere)
+        self.addCleanup(restore)
+
+    def test_reader_refused(self):
+        sha = os.listdir(os.path.join(F["hub"], SWAP, "blobs"))[0]
+        dfd = os.open(os.path.join(F["mnt"], SWAP, "blobs"), os.O_RDONLY | os.O_DIRECTORY)
+        self.addCleanup(os.close, dfd)
+        self.assertTrue(stat.S_ISREG(os.stat(sha, dir_fd=dfd).st_mode))  # looked up
+        self.swap_in_link(SWAP)
+
+        def read():
+            fd = os.open(sha, os.O_RDONLY, dir_fd=dfd)
+            try:
+                return os.read(fd, 1 << 20)
+            finally:
+                os.close(fd)
+        got = wfstest.errno_of(read)
+        self.assertIn(got, (errno.EIO, errno.ELOOP), "open through a swapped-in link: %s"
+                      % wfstest.errname(got))
+        wait_log(self, F["mount"], r"open %s: Too many levels of symbolic links"
+                 % re.escape(os.path.join(F["hub"], SWAP, "blobs", sha)), 0)
+
+    def test_copy_refused(self):
+        # A mount of its own: one copy worker, slowed, so the victim's copy
+        # waits in the queue behind the hog's while its parent is swapped.
+        # The blob store beside the hub is a root= here: its links are not
+        # counted as leaving.
+        local, mnt = os.path.join(F["base"], "local2"), os.path.join(F["base"], "mnt2")
+        os.makedirs(mnt, exist_ok=True)
+        mount = wfstest.ForegroundMount(F["hub"], local, mnt, [
+            "allow_other", "auto_promote=off", "copy_workers=1", "promote_mbps=1",
+            "root=" + F["store"]]).start()
+
+        def stop():
+            mount.stop()
+            mount.cleanup()
+        self.addCleanup(stop)
+        sock = wfstest.wait_ctl(mnt)
+        line = wait_log(self, mount, r"start-up: \d+ links under .*").group(0)
+        self.assertIn(": %d elsewhere" % len(SPECIAL_LINKS), line)
+        self.assertNotIn("root=", line)
+
+        hog = "%s/snapshots/%s/model.safetensors" % (HOG, F["hog_rev"])
+        victim = "%s/snapshots/%s/model.safetensors" % (VICTIM, F["victim_rev"])
+        key = os.path.realpath(os.path.join(F["hub"], victim))
+        rep = ctl_request(sock, {"op": "promote", "paths": [hog]})
+        self.assertTrue(rep and rep.get("ok"), rep)
+        self.assertEqual(wfstest.wait_state(os.path.join(mnt, hog), "copying", SETTLE), "copying")
+        rep = ctl_request(sock, {"op": "promote", "paths": [victim]})
+        self.assertTrue(rep and rep.get("ok"), rep)
+        self.assertEqual([e["state"] for e in rep["blobs"]], ["queued"], rep)
+
+        self.swap_in_link(VICTIM)
+        rep = ctl_request(sock, {"op": "progress", "keys": [key]})
+        self.assertEqual(rep["blobs"][0]["state"], "queued",
+                         "the copy must start after the swap: %s" % rep)
+        rep = ctl_request(sock, {"op": "evict", "paths": [hog]})  # cancels the hog
+        self.assertTrue(rep and rep.get("ok"), rep)
+
+        def settled():
+            r = ctl_request(sock, {"op": "progress", "keys": [key]})
+            return r and r["blobs"][0]["state"] not in ("queued", "copying") and r["blobs"][0]
+        got = wfstest.wait_until(settled, SETTLE)
+        self.assertTrue(got, "the victim's copy did not settle")
+        self.assertEqual(got["state"], "failed", got)
+        self.assertIn("cannot open %s: Too many levels of symbolic links" % key, got["reason"])
+        wait_log(self, mount, r"promotion of %s failed: cannot open" % re.escape(key), 0)
+        self.assertEqual(wfstest.store_files(local), {}, "a copy was made")
+
+
+if __name__ == "__main__":
+    wfstest.main()

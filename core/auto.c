@@ -1,6 +1,7 @@
 /* auto.c - automatic promotion: the policy thread; see auto.h. */
 #include "auto.h"
 #include "collect.h"
+#include "nasopen.h"
 #include "path.h"
 
 #include <dirent.h>
@@ -57,7 +58,8 @@ static void ref_commits(const struct hub_roots *roots, const char *repo, const c
 	DIR *d;
 
 	snprintf(rel, sizeof(rel), "%s/refs%s%s", repo, *sub ? "/" : "", sub);
-	if (path_join(roots->path[0], rel, path, sizeof(path)) < 0 || !(d = opendir(path)))
+	if (path_join(roots->path[0], rel, path, sizeof(path)) < 0 ||
+	    !(d = nas_opendir(roots, path)))
 		return;
 	while ((de = readdir(d))) {
 		char child[PATH_MAX], commit[NAME_MAX + 1];
@@ -119,7 +121,7 @@ static void find_siblings(struct auto_promoter *a, const char *dir, const char *
 
 	if (e && hub_check_parents(roots, dir) == 0 &&
 	    path_join(roots->path[0], dir, path, sizeof(path)) == 0)
-		d = opendir(path);
+		d = nas_opendir(roots, path);
 	while (d && (de = readdir(d))) {
 		char rel[PATH_MAX];
 
@@ -215,11 +217,13 @@ static int cache_one(void *arg, const char *rel, const struct ns_entry *e)
 		return 1;
 	if (!v) {
 		v = json_array();
-		if (!v || json_object_set_new(nc->map, e->backing, v) < 0)
+		/* _nocheck: NAS names need not be UTF-8, and this map is
+		 * never serialised */
+		if (!v || json_object_set_new_nocheck(nc->map, e->backing, v) < 0)
 			return -ENOMEM;
 	}
 	nc->n++;
-	return json_array_append_new(v, json_string(rel)) < 0 ? -ENOMEM : 0;
+	return json_array_append_new(v, json_string_nocheck(rel)) < 0 ? -ENOMEM : 0;
 }
 
 static void names_of(struct auto_promoter *a, struct name_cache *nc, const char *repo,

@@ -89,20 +89,25 @@ static json_t *gather(struct control *c, json_t *req, struct blob_set *set)
 	return err;
 }
 
-static json_t *excluded_json(const struct blob_set *set, size_t i)
+static json_t *excluded_json(struct control *c, const struct blob_set *set, size_t i)
 {
-	return json_pack("{s:s, s:s, s:s?, s:s, s:I}", "key", set->v[i]->key, "id", set->v[i]->id,
-			 "path", set->name[i], "glob", set->glob[i], "size",
-			 (json_int_t)set->v[i]->size);
+	struct blob_info in;
+
+	blob_info(c->store, set->v[i], &in);
+	return json_pack("{s:o, s:o, s:o?, s:o, s:I}", "key", reply_path(in.key),
+			 "id", reply_path(in.id), "path", reply_path(set->name[i]),
+			 "glob", reply_path(set->glob[i]), "size", (json_int_t)in.size);
 }
 
 /* A file the store has no blob for, as reply_blob would show its blob. */
 static json_t *nas_json(const struct nas_file *f, int excluded)
 {
 	if (excluded)
-		return json_pack("{s:s, s:s, s:s?, s:s, s:I}", "key", f->key, "id", f->id,
-				 "path", f->name, "glob", f->glob, "size", (json_int_t)f->size);
-	return json_pack("{s:s, s:s, s:s, s:I, s:I, s:b, s:s}", "key", f->key, "id", f->id,
+		return json_pack("{s:o, s:o, s:o?, s:o, s:I}", "key", reply_path(f->key),
+				 "id", reply_path(f->id), "path", reply_path(f->name),
+				 "glob", reply_path(f->glob), "size", (json_int_t)f->size);
+	return json_pack("{s:o, s:o, s:s, s:I, s:I, s:b, s:s}", "key", reply_path(f->key),
+			 "id", reply_path(f->id),
 			 "state", blob_state_name(BLOB_NAS), "size", (json_int_t)f->size,
 			 "bytes_done", (json_int_t)0, "pinned", 0, "reason", "");
 }
@@ -162,8 +167,9 @@ static json_t *op_promote(struct control *c, json_t *req)
 			}
 		}
 		if (!force && one.n + nas.n - nas0 && nex == one.n + nas.n - nas0)
-			json_array_append_new(refused, json_pack("{s:s, s:s, s:s?}", "path", rel,
-				"glob", glob, "name", name));
+			json_array_append_new(refused, json_pack("{s:o, s:o, s:o?}",
+				"path", reply_path(rel), "glob", reply_path(glob),
+				"name", reply_path(name)));
 	}
 	blob_set_unique(&set);
 	nas_set_unique(&nas);
@@ -175,7 +181,7 @@ static json_t *op_promote(struct control *c, json_t *req)
 
 		blob_info(c->store, set.v[i], &snap);
 		if (skip) {
-			json_array_append_new(excl, excluded_json(&set, i));
+			json_array_append_new(excl, excluded_json(c, &set, i));
 			continue;
 		}
 		if (snap.state != BLOB_LOCAL && snap.state != BLOB_MISMATCH)
@@ -216,12 +222,17 @@ static json_t *op_progress(struct control *c, json_t *req)
 	json_array_foreach(keys, i, k) {
 		const char *key = json_string_value(k);
 		struct blob *b = key ? store_find(c->store, key) : NULL;
+		char raw[PATH_MAX];
 
+		/* a key a reply escaped (a name that is not UTF-8) */
+		if (!b && key && reply_unescape(key, raw, sizeof(raw)) == 1)
+			b = store_find(c->store, raw);
 		if (b)
 			json_array_append_new(list, reply_blob(c->store, b));
 		else
-			json_array_append_new(list, json_pack("{s:s, s:s, s:s}", "key",
-				key ? key : "", "state", "unknown", "reason", "no such blob"));
+			json_array_append_new(list, json_pack("{s:o, s:s, s:s}", "key",
+				reply_path(key ? key : ""), "state", "unknown",
+				"reason", "no such blob"));
 	}
 	return json_pack("{s:b, s:o}", "ok", 1, "blobs", list);
 }
@@ -246,8 +257,9 @@ static json_t *op_each(struct control *c, json_t *req, const char *op)
 			int r = store_evict(c->store, b, force);
 
 			if (r == -EBUSY)
-				json_array_append_new(skipped, json_pack("{s:s, s:s, s:s}", "key", in.key,
-					"id", in.id, "reason", "pinned (evict --force to drop it)"));
+				json_array_append_new(skipped, json_pack("{s:o, s:o, s:s}",
+					"key", reply_path(in.key), "id", reply_path(in.id),
+					"reason", "pinned (evict --force to drop it)"));
 			else if (r > 0)
 				count++;
 		} else if (!strcmp(op, "pin") || !strcmp(op, "unpin")) {
@@ -258,8 +270,9 @@ static json_t *op_each(struct control *c, json_t *req, const char *op)
 				continue;
 			count++;
 			if (store_verify(c->store, b, full, reason, sizeof(reason)) > 0)
-				json_array_append_new(demoted, json_pack("{s:s, s:s, s:s}", "key",
-					in.key, "id", in.id, "reason", reason));
+				json_array_append_new(demoted, json_pack("{s:o, s:o, s:o}",
+					"key", reply_path(in.key), "id", reply_path(in.id),
+					"reason", reply_path(reason)));
 		}
 	}
 	if (!strcmp(op, "evict"))
@@ -305,10 +318,10 @@ static json_t *op_ref(struct control *c, json_t *req, int pin)
 		return reply_error(ENOENT, "%s: refs/%s is not pinned", repo, ref);
 	if (r < 0)
 		return reply_error(-r, "%s: refs/%s: %s", repo, ref, strerror(-r));
-	rep = json_pack("{s:b, s:s, s:s, s:I}", "ok", 1, "repo", repo, "ref", ref, "count",
-			(json_int_t)r);
-	if (pin)
-		json_object_set_new(rep, "commit", json_string(commit));
+	rep = json_pack("{s:b, s:o, s:o, s:I}", "ok", 1, "repo", reply_path(repo),
+			"ref", reply_path(ref), "count", (json_int_t)r);
+	if (rep && pin)
+		json_object_set_new(rep, "commit", reply_path(commit));
 	return rep;
 }
 

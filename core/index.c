@@ -104,6 +104,81 @@ static int slurp(const char *path, char **out, size_t *len)
 	return 0;
 }
 
+/* NAS names are bytes; JSON strings are UTF-8.  A key or id that is not
+ * UTF-8 is written as "<field>_hex" (two lower-case hex digits a byte)
+ * instead, and read back exactly. */
+static json_t *bytes_json(const char *s)
+{
+	size_t n = strlen(s);
+	char *hex = malloc(2 * n + 1);
+	json_t *v;
+
+	if (!hex)
+		return NULL;
+	for (size_t i = 0; i < n; i++)
+		snprintf(hex + 2 * i, 3, "%02x", (unsigned char)s[i]);
+	hex[2 * n] = '\0';
+	v = json_string(hex);
+	free(hex);
+	return v;
+}
+
+static int set_name(json_t *o, const char *field, const char *s)
+{
+	char hexfield[32];
+	json_t *v = json_string(s);
+
+	if (v)
+		return json_object_set_new(o, field, v);
+	snprintf(hexfield, sizeof(hexfield), "%s_hex", field);
+	return json_object_set_new(o, hexfield, bytes_json(s));
+}
+
+/* The name @field of @o (plain or _hex), in @buf (malloc'ed, the caller
+ * frees it), or @dflt. */
+static const char *get_name(json_t *o, const char *field, const char *dflt, char **buf)
+{
+	char hexfield[32];
+	const char *v = json_string_value(json_object_get(o, field)), *hex;
+	size_t n;
+
+	*buf = NULL;
+	if (v)
+		return v;
+	snprintf(hexfield, sizeof(hexfield), "%s_hex", field);
+	hex = json_string_value(json_object_get(o, hexfield));
+	if (!hex || (n = strlen(hex)) % 2 || !(*buf = malloc(n / 2 + 1)))
+		return dflt;
+	for (size_t i = 0; i < n / 2; i++) {
+		unsigned int b;
+
+		if (sscanf(hex + 2 * i, "%2x", &b) != 1 || b == 0) {
+			free(*buf);
+			*buf = NULL;
+			return dflt;
+		}
+		(*buf)[i] = (char)b;
+	}
+	(*buf)[n / 2] = '\0';
+	return *buf;
+}
+
+/* A reason is text for people: bytes that are not UTF-8 become '?'. */
+static json_t *text_json(const char *s)
+{
+	json_t *v = json_string(s);
+	char *c;
+
+	if (v || !(c = strdup(s)))
+		return v;
+	for (char *p = c; *p; p++)
+		if ((unsigned char)*p >= 0x80)
+			*p = '?';
+	v = json_string(c);
+	free(c);
+	return v;
+}
+
 int index_read(const char *path, const struct index_cb *cb)
 {
 	json_error_t err;
@@ -127,9 +202,10 @@ int index_read(const char *path, const struct index_cb *cb)
 		return -EINVAL;
 	}
 	json_array_foreach(blobs, i, o) {
+		char *key_buf, *id_buf;
 		struct index_rec rec = {
-			.key = str_or(o, "key", NULL),
-			.id = str_or(o, "id", ""),
+			.key = get_name(o, "key", NULL, &key_buf),
+			.id = get_name(o, "id", "", &id_buf),
 			.state = str_or(o, "state", "nas"),
 			.xxh = str_or(o, "xxh", ""),
 			.sample = str_or(o, "sample", ""),
@@ -142,8 +218,10 @@ int index_read(const char *path, const struct index_cb *cb)
 			.pinned = json_is_true(json_object_get(o, "pinned")),
 		};
 
-		if (!rec.key)
+		if (!rec.key) {
+			free(id_buf);
 			continue;
+		}
 		/* Version 1 wrote no proof of the copy: none is read from it
 		 * even if a hand-edited file has the fields. */
 		if (version >= 2) {
@@ -154,6 +232,8 @@ int index_read(const char *path, const struct index_cb *cb)
 							    (long)int_or(o, "copy_ctime_ns") };
 		}
 		r = cb->blob(cb->arg, &rec);
+		free(key_buf);
+		free(id_buf);
 		if (r < 0)
 			break;
 	}
@@ -178,16 +258,20 @@ int index_write(const char *path, const struct index_rec *recs, size_t n,
 	json_object_set_new(root, "version", json_integer(INDEX_VERSION));
 	for (size_t i = 0; i < n; i++) {
 		const struct index_rec *e = &recs[i];
-		json_t *o = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:I, s:I, "
+		json_t *o = json_pack("{s:s, s:s, s:s, s:o, s:I, s:I, s:I, s:I, s:I, s:I, "
 				      "s:I, s:b}",
-			"key", e->key, "id", e->id, "state", e->state, "xxh", e->xxh,
-			"sample", e->sample, "reason", e->reason,
+			"state", e->state, "xxh", e->xxh,
+			"sample", e->sample, "reason", text_json(e->reason),
 			"size", (json_int_t)e->size,
 			"mtime_s", (json_int_t)e->mtime.tv_sec, "mtime_ns", (json_int_t)e->mtime.tv_nsec,
 			"ctime_s", (json_int_t)e->ctime.tv_sec, "ctime_ns", (json_int_t)e->ctime.tv_nsec,
 			"last_used", (json_int_t)e->last_used,
 			"last_used_ns", (json_int_t)e->use_ns, "pinned", e->pinned);
 
+		if (o && (set_name(o, "key", e->key) < 0 || set_name(o, "id", e->id) < 0)) {
+			json_decref(o);
+			o = NULL;
+		}
 		/* The copy's proof (index.h); a local copy whose identity
 		 * could not be taken has none, and is re-verified at the next
 		 * start-up. */

@@ -193,3 +193,22 @@ int nas_open(const struct hub_roots *roots, const char *phys_path, int flags)
 		close(dirfd);
 	return fd;
 }
+
+DIR *nas_opendir(const struct hub_roots *roots, const char *phys_path)
+{
+	int fd = nas_open(roots, phys_path, O_RDONLY | O_DIRECTORY);
+	DIR *d;
+
+	if (fd < 0) {
+		errno = -fd;
+		return NULL;
+	}
+	d = fdopendir(fd);
+	if (!d) {
+		int err = errno;
+
+		close(fd);
+		errno = err;
+	}
+	return d;
+}

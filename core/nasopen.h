@@ -12,6 +12,8 @@
 #ifndef WFS_NASOPEN_H
 #define WFS_NASOPEN_H
 
+#include <dirent.h>
+
 #include "resolve.h"
 
 /* Open @phys_path for reading and return the descriptor.
@@ -45,5 +47,9 @@
  *   other      -errno of the failing call (ENOENT, EACCES, ENAMETOOLONG, ...;
  *              EINVAL also where the filesystem refuses O_DIRECT) */
 int nas_open(const struct hub_roots *roots, const char *phys_path, int flags);
+
+/* The directory @phys_path opened as nas_open(O_DIRECTORY) opens it, for
+ * readdir: a DIR, or NULL with errno set. */
+DIR *nas_opendir(const struct hub_roots *roots, const char *phys_path);
 
 #endif

@@ -9,6 +9,7 @@
  */
 #include "status.h"
 #include "collect.h"
+#include "nasopen.h"
 #include "ns.h"
 #include "path.h"
 #include "pins.h"
@@ -98,10 +99,10 @@ static json_t *repo_json(struct control *c, const char *repo)
 
 	tally_path(c, repo, &f, &t);
 	o = tally_json(&t);
-	json_object_set_new(o, "repo", json_string(repo));
+	json_object_set_new(o, "repo", reply_path(repo));
 	snprintf(snaps, sizeof(snaps), "%s/snapshots", repo);
 	snprintf(path, sizeof(path), "%s/%s", c->roots->path[0], snaps);
-	d = opendir(path);
+	d = nas_opendir(c->roots, path);
 	while (d && (de = readdir(d))) {
 		char rel[PATH_MAX * 2];
 		json_t *r;
@@ -111,7 +112,7 @@ static json_t *repo_json(struct control *c, const char *repo)
 		snprintf(rel, sizeof(rel), "%s/%s", snaps, de->d_name);
 		tally_path(c, rel, &f, &t);
 		r = tally_json(&t);
-		json_object_set_new(r, "rev", json_string(de->d_name));
+		json_object_set_new(r, "rev", reply_path(de->d_name));
 		json_array_append_new(revs, r);
 	}
 	if (d)
@@ -136,18 +137,20 @@ static void sum_blob(void *arg, const struct blob_info *b)
 	s->nas_bytes += (json_int_t)b->nas_bytes;
 	s->opens += (json_int_t)b->opens;
 	if (b->state == BLOB_COPYING)
-		json_array_append_new(s->copies, json_pack("{s:s, s:s, s:s, s:I, s:I}", "key",
-			b->key, "id", b->id, "state", blob_state_name(b->state),
+		json_array_append_new(s->copies, json_pack("{s:o, s:o, s:s, s:I, s:I}", "key",
+			reply_path(b->key), "id", reply_path(b->id), "state", blob_state_name(b->state),
 			"bytes_done", (json_int_t)b->bytes_done, "size", (json_int_t)b->size));
 	if (b->state == BLOB_MISMATCH || b->state == BLOB_FAILED)
-		json_array_append_new(s->flagged, json_pack("{s:s, s:s, s:s, s:s}", "key", b->key,
-			"id", b->id, "state", blob_state_name(b->state), "reason", b->reason));
+		json_array_append_new(s->flagged, json_pack("{s:o, s:o, s:s, s:o}", "key",
+			reply_path(b->key), "id", reply_path(b->id), "state",
+			blob_state_name(b->state), "reason", reply_path(b->reason)));
 	/* Why what was wanted is not local: the operator's first question. */
 	if (b->hold != HOLD_NONE && b->state == BLOB_NAS && s->held++ < HELD_LIST_MAX)
-		json_array_append_new(s->held_list, json_pack("{s:s, s:s, s:s, s:s, s:I, s:s?}",
-			"key", b->key, "id", b->id,
+		json_array_append_new(s->held_list, json_pack("{s:o, s:o, s:s, s:o, s:I, s:o?}",
+			"key", reply_path(b->key), "id", reply_path(b->id),
 			"hold", b->hold == HOLD_EXCLUDED ? "excluded" : "no_room",
-			"reason", b->reason, "size", (json_int_t)b->size, "name", b->name));
+			"reason", reply_path(b->reason), "size", (json_int_t)b->size,
+			"name", reply_path(b->name)));
 }
 
 static json_t *policy_json(const struct policy_opts *p)
@@ -158,7 +161,7 @@ static json_t *policy_json(const struct policy_opts *p)
 		return json_pack("{s:b}", "auto", 0);
 	ex = json_array();
 	for (size_t i = 0; i < p->nexclude; i++)
-		json_array_append_new(ex, json_string(p->exclude[i]));
+		json_array_append_new(ex, reply_path(p->exclude[i]));
 	return json_pack("{s:b, s:I, s:I, s:f, s:b, s:o, s:I, s:I, s:I, s:f}",
 		"auto", p->auto_on, "auto_bytes", (json_int_t)p->auto_bytes,
 		"auto_opens", (json_int_t)p->auto_opens, "auto_mbps", (double)p->auto_bw / 1e6,
@@ -189,9 +192,10 @@ static json_t *refs_json(struct control *c)
 			snprintf(rel, sizeof(rel), "%s/snapshots/%s", v[i].repo, revs[k]);
 			tally_path(c, rel, &f, &t[k]);
 		}
-		o = json_pack("{s:s, s:s, s:s, s:s, s:s, s:I, s:I, s:I, s:I}", "repo", v[i].repo,
-			      "ref", v[i].ref, "commit", v[i].commit, "pending", v[i].pending,
-			      "reason", v[i].reason, "files", t[0].files,
+		o = json_pack("{s:o, s:o, s:o, s:o, s:o, s:I, s:I, s:I, s:I}",
+			      "repo", reply_path(v[i].repo), "ref", reply_path(v[i].ref),
+			      "commit", reply_path(v[i].commit), "pending", reply_path(v[i].pending),
+			      "reason", reply_path(v[i].reason), "files", t[0].files,
 			      "local_files", t[0].local_files, "pending_files", t[1].files,
 			      "pending_local_files", t[1].local_files);
 		json_array_append_new(out, o);
@@ -251,7 +255,7 @@ json_t *status_reply(struct control *c, json_t *req)
 		snprintf(repo, sizeof(repo), "%.*s", (int)strcspn(norm, "/"), norm);
 		json_array_append_new(repos, repo_json(c, repo));
 	} else {
-		DIR *d = opendir(c->roots->path[0]);
+		DIR *d = nas_opendir(c->roots, c->roots->path[0]);
 		struct dirent *de;
 
 		while (d && (de = readdir(d)))
@@ -264,8 +268,9 @@ json_t *status_reply(struct control *c, json_t *req)
 	store_each(c->store, sum_blob, &sums);
 	store_usage(c->store, &u);
 	room = store_room(c->store, &evictable);
-	rep = json_pack("{s:b, s:s, s:s, s:s, s:o, s:o, s:{s:I, s:I, s:I}, s:o, s:o, s:I}",
-		"ok", 1, "nas", c->roots->path[0], "local", c->local, "mount", c->mount,
+	rep = json_pack("{s:b, s:o, s:o, s:o, s:o, s:o, s:{s:I, s:I, s:I}, s:o, s:o, s:I}",
+		"ok", 1, "nas", reply_path(c->roots->path[0]), "local", reply_path(c->local),
+		"mount", reply_path(c->mount),
 		"repos", repos, "copies", sums.copies,
 		"served", "local_bytes", sums.local_bytes, "nas_bytes", sums.nas_bytes,
 		"opens", sums.opens,

@@ -2,6 +2,7 @@
 #include "wfs.h"
 #include "ops.h"
 #include "path.h"
+#include "nasopen.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -44,7 +45,6 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct dirent *de;
 	size_t cap = 0;
 	DIR *dp;
-	int fd;
 
 	if (n->kind != NS_DIR) {
 		fuse_reply_err(req, ENOTDIR);
@@ -57,13 +57,11 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	node_path(n, d->rel, sizeof(d->rel));
 	path_join(w->roots.path[0], d->rel, path, sizeof(path));
-	fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	dp = fd < 0 ? NULL : fdopendir(fd);
+	/* no link followed in any component (a parent swapped for a link) */
+	dp = nas_opendir(&w->roots, path);
 	if (!dp) {
 		int err = errno;
 
-		if (fd >= 0)
-			close(fd);
 		wfs_log(w, LOG_WARNING, "opendir %s: %s", path, strerror(err));
 		free(d);
 		fuse_reply_err(req, err);

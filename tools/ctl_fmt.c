@@ -51,6 +51,11 @@ int table_add(struct table *t, const char *const *row)
 				free(t->cells[t->nrows * t->ncols + i]);
 			return -ENOMEM;
 		}
+		/* a NAS name with a newline or an escape sequence must not
+		 * break the table or drive the terminal */
+		for (char *p = c; *p; p++)
+			if ((unsigned char)*p < 0x20 || *p == 0x7f)
+				*p = '?';
 		t->cells[t->nrows * t->ncols + i] = c;
 	}
 	t->nrows++;

@@ -366,9 +366,14 @@ class Cli(unittest.TestCase):
         dev = bdi()
         self.assertIsNotNone(dev, "mount not in mountinfo")
         ra = "/sys/class/bdi/%s/read_ahead_kb" % dev
-        os.stat(mnt)  # the mount answers: INIT is done, and the hook ran before
-        with open(ra) as f:
-            self.assertEqual(f.read().strip(), "4096", ra)
+
+        def value():
+            with open(ra) as f:
+                return f.read().strip()
+        # set by the worker that wrote the INIT reply, right after it: wait
+        # for it (the bound only stops a hang)
+        wfstest.wait_until(lambda: value() == "4096", 10)
+        self.assertEqual(value(), "4096", ra)
 
     def test_unmount_leaves_nothing(self):
         local, mnt = self.path("local"), self.new_mnt()

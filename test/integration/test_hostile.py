@@ -346,7 +346,6 @@ class Replies(unittest.TestCase):
     # core/status.c names repos, revisions and blob keys with json_string(),
     # which gives NULL for invalid UTF-8: the entry loses its name until it
     # uses reply_path() (core/reply.h).
-    @unittest.expectedFailure
     def test_status_names_invalid_utf8(self):
         rep = ctl_json(self, ["status", F["mnt"]])
         self.assertIn("models--hostile--bad\\xff", [r.get("repo") for r in rep["repos"]])

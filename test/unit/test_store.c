@@ -70,7 +70,7 @@ int main(void)
 	struct check_count c = {0};
 	struct store_opts opt = { .workers = 2 };
 	struct store s;
-	struct blob *a, *bad, *big, *same1, *same2;
+	struct blob *a, *bad, *big, *same1, *same2, *odd;
 	char local[PATH_MAX * 2], reason[512], dir[PATH_MAX * 2], *bigbuf;
 	struct hub_roots roots = {0};
 	struct control ctl;
@@ -127,9 +127,19 @@ int main(void)
 	snprintf(dir, sizeof(dir), "%s/tmp", local);
 	CHECK(&c, count_files(dir) == 0, "tmp empty");
 
+	/* A NAS name that is not UTF-8 (JSON strings are): its record too. */
+	put("nas/odd\xff\x01name", "odd", 3);
+	odd = blob_of(&s, "nas/odd\xff\x01name", "odd\xff");
+	store_promote(&s, odd, 0, 1);
+	CHECK(&c, wait_settled(&s, odd) == BLOB_LOCAL, "odd name local: %s", info(&s, odd)->reason);
+
 	/* Restart: the index brings every verified copy back without copying. */
 	store_close(&s);
 	CHECK(&c, store_open(&s, local, &opt, NULL) == 0, "reopen");
+	odd = blob_of(&s, "nas/odd\xff\x01name", "");
+	CHECK(&c, odd && blob_state(odd) == BLOB_LOCAL && !strcmp(info(&s, odd)->id, "odd\xff"),
+	      "a name that is not UTF-8 survives the index: %s",
+	      odd ? blob_state_name(blob_state(odd)) : "no blob");
 	a = blob_of(&s, "nas/" HELLO_SHA, HELLO_SHA);
 	big = blob_of(&s, "nas/big", "big");
 	bad = blob_of(&s, "nas/bad", "");

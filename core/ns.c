@@ -136,6 +136,7 @@ struct walk {
 	int (*fn)(void *arg, const char *rel, const struct ns_entry *e);
 	void *arg;
 	struct ns_entry e; /* one per walk: only used between readdir calls */
+	int fn_failed;     /* @fn returned an error: the walk stops */
 };
 
 static int walk(struct walk *wk, const char *rel, int depth)
@@ -148,6 +149,7 @@ static int walk(struct walk *wk, const char *rel, int depth)
 	if (r < 0)
 		return r;
 	r = wk->fn(wk->arg, rel, &wk->e);
+	wk->fn_failed = r < 0;
 	if (r != 0 || wk->e.kind != NS_DIR || depth >= NS_WALK_DEPTH)
 		return r;
 	snprintf(backing, sizeof(backing), "%s", wk->e.backing);
@@ -171,8 +173,11 @@ static int walk(struct walk *wk, const char *rel, int depth)
 		    ((wk->flags & NS_WALK_WEIGHTS) && !hub_holds_weights(child)))
 			continue;
 		r = walk(wk, child, depth + 1);
-		if (r == -ENOENT)
-			r = 0; /* vanished or hidden */
+		/* One entry that vanished, is hidden, or cannot be read (a name
+		 * too long, no access) does not stop the walk of the others;
+		 * running out of memory, or what @fn says, does. */
+		if (r < 0 && r != -ENOMEM && !wk->fn_failed)
+			r = 0;
 	}
 	closedir(d);
 	return r;

@@ -94,7 +94,7 @@ int hub_resolve(const struct hub_roots *roots, const char *rel, const char *via_
 	 * and the components still to walk. */
 	char done[PATH_MAX], todo[PATH_MAX], cand[PATH_MAX], lex[PATH_MAX];
 	char link[PATH_MAX], joined[3 * PATH_MAX];
-	int root = 0, r, have_last = 0;
+	int root = 0, r, have_last = 0, jn = 0;
 	struct stat st, last;
 
 	memset(out, 0, sizeof(*out));
@@ -142,7 +142,7 @@ int hub_resolve(const struct hub_roots *roots, const char *rel, const char *via_
 				continue;
 			}
 			/* Climbing above this root: only allowed into another root. */
-			snprintf(joined, sizeof(joined), "%s/../%s", roots->path[root], p);
+			jn = snprintf(joined, sizeof(joined), "%s/../%s", roots->path[root], p);
 			goto relocate;
 		}
 		if (snprintf(cand, sizeof(cand), "%s%s%s/%.*s", roots->path[root],
@@ -170,10 +170,10 @@ int hub_resolve(const struct hub_roots *roots, const char *rel, const char *via_
 				return -errno;
 			link[len] = '\0';
 			if (link[0] == '/')
-				snprintf(joined, sizeof(joined), "%s/%s", link, p);
+				jn = snprintf(joined, sizeof(joined), "%s/%s", link, p);
 			else
-				snprintf(joined, sizeof(joined), "%s%s%s/%s/%s", roots->path[root],
-					 done[0] ? "/" : "", done, link, p);
+				jn = snprintf(joined, sizeof(joined), "%s%s%s/%s/%s",
+					      roots->path[root], done[0] ? "/" : "", done, link, p);
 			goto relocate;
 		}
 		if (done[0] && strlen(done) + 1 + n >= sizeof(done))
@@ -196,7 +196,10 @@ relocate:
 			const char *rest = NULL;
 			int prev_root = root;
 
-			if (strlen(joined) >= sizeof(lex))
+			/* Only a text cut short is refused here: a long one that
+			 * normalises to a path that fits (a relative link deep in
+			 * the tree) is fine, as for the kernel. */
+			if (jn < 0 || (size_t)jn >= sizeof(joined))
 				return -ENAMETOOLONG;
 			r = path_normalize(joined, lex, sizeof(lex));
 			if (r < 0)

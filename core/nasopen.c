@@ -104,25 +104,6 @@ static int open_nolinks(int dirfd, const char *path, int flags, int beneath)
 	return walk_open(dirfd, path, flags);
 }
 
-/* The root (longest match) @abs lies in; *@rest gets the rest ("" or "a/b"). */
-static int root_of(const struct hub_roots *roots, const char *abs, const char **rest)
-{
-	size_t best_len = 0;
-	int best = -1;
-
-	for (int i = 0; i < roots->n; i++) {
-		const char *r = path_under(roots->path[i], abs);
-		size_t len = strlen(roots->path[i]);
-
-		if (r && (best < 0 || len > best_len)) {
-			best = i;
-			best_len = len;
-			*rest = r;
-		}
-	}
-	return best;
-}
-
 /* A regular file: looked at through O_PATH first (opening that has no
  * effect on a FIFO or device), then opened O_NONBLOCK so that a FIFO
  * swapped in meanwhile cannot make the open wait; both must be one inode. */
@@ -170,7 +151,7 @@ int nas_open(const struct hub_roots *roots, const char *phys_path, int flags)
 	    plain_names(phys_path + 1) < 0)
 		return -EINVAL;
 	if (roots) {
-		int root = root_of(roots, phys_path, &rest);
+		int root = hub_root_of(roots, phys_path, &rest);
 
 		if (root < 0)
 			return -EXDEV;

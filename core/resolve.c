@@ -26,8 +26,7 @@ int hub_roots_add(struct hub_roots *roots, const char *path)
 	return 0;
 }
 
-/* The root (longest match) that contains absolute normalised @abs. */
-static int find_root(const struct hub_roots *roots, const char *abs, const char **rest)
+int hub_root_of(const struct hub_roots *roots, const char *abs, const char **rest)
 {
 	int best = -1;
 	size_t best_len = 0;
@@ -204,7 +203,7 @@ relocate:
 			r = path_normalize(joined, lex, sizeof(lex));
 			if (r < 0)
 				return r;
-			root = find_root(roots, lex, &rest);
+			root = hub_root_of(roots, lex, &rest);
 			if (root < 0) {
 				/* where it went: doctor_scan names the directories */
 				strcpy(out->real, lex);

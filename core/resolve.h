@@ -62,4 +62,8 @@ const char *hub_res_kind_name(enum hub_res_kind kind);
  * through a link the namespace would not follow. */
 int hub_check_parents(const struct hub_roots *roots, const char *rel);
 
+/* The root (the longest match) the absolute, normalised path @abs lies in:
+ * its index, with *@rest the part below it ("" or "a/b"); -1 if none. */
+int hub_root_of(const struct hub_roots *roots, const char *abs, const char **rest);
+
 #endif

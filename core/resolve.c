@@ -242,19 +242,6 @@ relocate:
 	return 0;
 }
 
-const char *hub_res_kind_name(enum hub_res_kind kind)
-{
-	switch (kind) {
-	case HUB_RES_FILE: return "file";
-	case HUB_RES_DIR: return "dir";
-	case HUB_RES_OTHER: return "special";
-	case HUB_RES_DANGLING: return "dangling";
-	case HUB_RES_LOOP: return "loop";
-	case HUB_RES_ESCAPE: return "escapes";
-	}
-	return "?";
-}
-
 int hub_check_parents(const struct hub_roots *roots, const char *rel)
 {
 	char path[PATH_MAX];

@@ -55,8 +55,6 @@ int hub_roots_add(struct hub_roots *roots, const char *path);
 int hub_resolve(const struct hub_roots *roots, const char *rel, const char *via_dir,
 		const struct stat *entry_st, struct hub_res *out);
 
-const char *hub_res_kind_name(enum hub_res_kind kind);
-
 /* 0 when every directory above @rel (relative to root 0) is a directory and
  * not a link, -ENOENT otherwise: a path given by a client must not reach
  * through a link the namespace would not follow. */

@@ -21,11 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const struct policy_opts *pol_of(struct control *c)
-{
-	return c->store->opt.policy;
-}
-
 struct tally {
 	json_int_t files, bytes, local_files, local_bytes, pinned_files;
 	json_int_t per_state[BLOB_NSTATES];
@@ -287,7 +282,7 @@ json_t *status_reply(struct control *c, json_t *req)
 		"held_bytes", (json_int_t)u.held, "pinned_bytes", (json_int_t)u.pinned_bytes,
 		"open_bytes", (json_int_t)u.open_bytes, "available_bytes", (json_int_t)room,
 		"evictable_bytes", (json_int_t)evictable));
-	json_object_set_new(rep, "policy", policy_json(pol_of(c)));
+	json_object_set_new(rep, "policy", policy_json(c->store->opt.policy));
 	json_object_set_new(rep, "ref_pins", refs_json(c));
 	json_object_set_new(rep, "auto", json_pack("{s:I, s:I, s:I}",
 		"queued", (json_int_t)c->store->auto_queued,

@@ -111,13 +111,6 @@ static void hot_locked(struct store *s, struct blob *b)
 	pthread_cond_broadcast(&s->hot_cond);
 }
 
-void store_reset_hot(struct store *s, struct blob *b)
-{
-	pthread_mutex_lock(&s->lock);
-	store_reset_hot_locked(s, b);
-	pthread_mutex_unlock(&s->lock);
-}
-
 void store_mark_hot(struct store *s, struct blob *b)
 {
 	(void)s;

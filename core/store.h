@@ -307,8 +307,6 @@ void store_set_bw_limit(struct store *s, uint64_t bw);
  * passes, store_wake_hot() is called, or the store stops: then NULL. */
 struct blob *store_wait_hot(struct store *s, int64_t deadline_ms);
 void store_wake_hot(struct store *s);
-/* @b may become hot again, after as many NAS bytes/opens again. */
-void store_reset_hot(struct store *s, struct blob *b);
 /* A blob the policy is about to queue itself: its own reads need not. */
 void store_mark_hot(struct store *s, struct blob *b);
 /* A mount-relative name @b was opened by (a snapshot name if it had one),

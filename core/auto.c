@@ -1,6 +1,7 @@
 /* auto.c - automatic promotion: the policy thread; see auto.h. */
 #include "auto.h"
 #include "collect.h"
+#include "nasgate.h"
 #include "nasopen.h"
 #include "path.h"
 
@@ -329,29 +330,93 @@ out:
 
 /* ---- the thread ---- */
 
+/* Hot blobs handed over while the NAS gate says the NAS is down: what to
+ * do with one needs NAS walks (its snapshot names, which the exclusion
+ * globs speak of; its siblings), which would fail -- and an exclusion
+ * not seen would copy an excluded pack -- or hang.  Kept until the NAS is
+ * up (a blob lives as long as the store). */
+struct deferred {
+	struct blob **v;
+	size_t n, cap;
+};
+
+static void defer(struct auto_promoter *a, struct deferred *d, struct blob *b)
+{
+	if (d->n == d->cap) {
+		size_t cap = d->cap ? 2 * d->cap : 64;
+		struct blob **v = realloc(d->v, cap * sizeof(*v));
+
+		if (!v) {
+			/* it turns hot again after a failed copy or eviction */
+			store_log_msg(a->store, LOG_ERR, "automatic promotion: out of memory: "
+				      "%s not promoted", b->key);
+			return;
+		}
+		d->v = v;
+		d->cap = cap;
+	}
+	d->v[d->n++] = b;
+}
+
+/* The earlier of two CLOCK_MONOTONIC deadlines, -1 being none. */
+static int64_t earlier(int64_t x, int64_t y)
+{
+	return x < 0 ? y : y < 0 ? x : x < y ? x : y;
+}
+
 static void *auto_thread(void *arg)
 {
 	struct auto_promoter *a = arg;
+	struct nas_gate *gate = a->store->opt.gate; /* immutable */
 	double poll = a->policy ? a->policy->ref_poll : POLICY_REF_POLL;
 	int64_t period = (int64_t)(poll * 1000), next = store_now_ms();
 	struct name_cache nc = { .map = NULL };
+	struct deferred later = { 0 };
 
 	while (!atomic_load(&a->stop)) {
+		int up = nas_gate_up(gate);
 		struct blob *b;
+		int64_t due;
 
-		if (a->pins && (pins_take_poke(a->pins) || store_now_ms() >= next)) {
+		if (up && later.n) {
+			for (size_t i = 0; i < later.n && !atomic_load(&a->stop); i++) {
+				handle_hot(a, later.v[i], &nc);
+				atomic_fetch_add(&a->handled, 1);
+			}
+			later.n = 0;
+			continue;
+		}
+		/* (while down: refs are not read -- they would fail or hang --
+		 * nor a poke taken: both wait for the NAS) */
+		if (a->pins && up && (pins_take_poke(a->pins) || store_now_ms() >= next)) {
 			pins_poll(a->pins);
 			next = store_now_ms() + period;
 			continue;
 		}
-		b = store_wait_hot(a->store, a->pins ? next : -1);
+		/* Failed copies whose backoff passed (or the NAS came back)
+		 * are queued again; the next one due bounds the wait.  A
+		 * failure that starts a backoff wakes us (store_wait_hot
+		 * returns NULL), so the deadline is never one too late.  While
+		 * the NAS is down the gate is looked at once a second (it has
+		 * no callback). */
+		due = store_retry_due(a->store);
+		if (a->pins && up)
+			due = earlier(due, next);
+		if (!up && (later.n || a->pins))
+			due = earlier(due, store_now_ms() + 1000);
+		b = store_wait_hot(a->store, due);
 		if (!b && store_stopping(a->store))
 			break;
+		if (b && a->policy && !nas_gate_up(gate)) {
+			defer(a, &later, b);
+			continue;
+		}
 		if (b && a->policy)
 			handle_hot(a, b, &nc);
 		if (b)
 			atomic_fetch_add(&a->handled, 1);
 	}
+	free(later.v);
 	json_decref(nc.map);
 	return NULL;
 }
@@ -366,6 +431,7 @@ int auto_start(struct auto_promoter *a, struct store *s, const struct hub_roots 
 	a->roots = roots;
 	a->policy = policy;
 	a->pins = roots ? pins : NULL;
+	/* (without either nothing asks for copies the store would retry) */
 	if (!policy && !a->pins)
 		return 0;
 	r = pthread_create(&a->thread, NULL, auto_thread, a);

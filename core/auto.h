@@ -6,7 +6,12 @@
  * shards a loader will read next (policy.c's rules, collect.c's sets) --
  * and queues them at the automatic priority.  Every ref_poll seconds (or
  * when poked) it follows the ref pins (pins_poll).  The walks this needs
- * read NAS directories, so they run here, never in a FUSE thread.
+ * read NAS directories, so they run here, never in a FUSE thread.  It also
+ * hands the store the moments its failed copies are due again
+ * (store_retry_due: the backoff, and the NAS gate coming back up).  While
+ * the gate says the NAS is down it makes no NAS walk: hot blobs wait
+ * (what to do with one depends on names only the NAS has: the exclusion
+ * globs), and so do the ref pins; both are dealt with once it is up.
  */
 #ifndef WFS_AUTO_H
 #define WFS_AUTO_H

@@ -1,8 +1,15 @@
 /* control.c - the control server's requests: each checked (JSON, the op,
- * who may) and dispatched through one table; the handlers of the requests
- * that act on blobs (promote, evict, pin, verify, progress, ref pins).
- * "status" is status.c, "doctor" doctor.c, "stats" metrics.c; the socket,
- * its threads and limits control_server.c.  See control.h.
+ * who may, whether the NAS it needs is there) and dispatched through one
+ * table; the handlers of the requests that act on blobs (promote, evict,
+ * pin, verify, progress, ref pins) and of sync.  "status" is status.c,
+ * "doctor" doctor.c, "stats" metrics.c; the socket, its threads and limits
+ * control_server.c.  See control.h.
+ *
+ * While the NAS is down (nasgate.h) the requests that walk it are refused
+ * at once (EHOSTDOWN) instead of holding a worker in the kernel for as
+ * long as it hangs, and "status" runs as a quick request that does not
+ * touch it (status.c): so that status and progress answer during an
+ * outage even with every slow worker stuck in a walk begun before it.
  */
 #include "control_int.h"
 #include "reply.h"
@@ -10,14 +17,21 @@
 #include "doctor.h"
 #include "metrics.h"
 #include "collect.h"
+#include "nasgate.h"
 #include "pins.h"
 #include "path.h"
+#include "record.h"
 
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+/* sync waits this long for the local record's rebuild (a walk of the repos
+ * that hold a local blob; it goes on after, on the record's thread). */
+#define SYNC_TIMEOUT_MS 10000
 
 static const struct policy_opts *pol_of(struct control *c)
 {
@@ -328,7 +342,14 @@ static json_t *op_ref(struct control *c, json_t *req, int pin)
 static json_t *op_status(struct control *c, json_t *req, const char *op)
 {
 	(void)op;
-	return status_reply(c, req);
+	return status_reply(c, req, 1);
+}
+
+/* status while the NAS is down: from the record and the store only */
+static json_t *op_status_offline(struct control *c, json_t *req, const char *op)
+{
+	(void)op;
+	return status_reply(c, req, 0);
 }
 
 static json_t *op_promote_req(struct control *c, json_t *req, const char *op)
@@ -356,8 +377,77 @@ static json_t *op_doctor(struct control *c, json_t *req, const char *op)
 
 static json_t *op_stats(struct control *c, json_t *req, const char *op)
 {
+	const struct metrics_src src = { c->store, c->gate, c->record };
+
 	(void)op;
-	return metrics_reply(c->store, req);
+	return metrics_reply(&src, req);
+}
+
+/* "2026-11-30 22:41:07: <reason>" of an outage, for messages. */
+static void down_since(struct control *c, char *buf, size_t sz)
+{
+	struct nas_gate_stats st;
+	time_t t;
+	struct tm tm;
+	char when[32] = "?";
+
+	nas_gate_stats(c->gate, &st);
+	t = (time_t)st.since;
+	if (st.since && localtime_r(&t, &tm))
+		strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", &tm);
+	snprintf(buf, sz, "since %s%s%s", when, *st.reason ? ": " : "", st.reason);
+}
+
+static json_t *sync_error(struct control *c, int r)
+{
+	char why[256];
+
+	if (r == -EHOSTDOWN) {
+		down_since(c, why, sizeof(why));
+		return reply_error(EHOSTDOWN, "sync: the NAS is down (%s): the local record could "
+				   "not be refreshed; it keeps what it held", why);
+	}
+	if (r == -ETIMEDOUT)
+		return reply_error(ETIMEDOUT, "sync: the local record's rebuild took over %d s: "
+				   "it goes on, and replaces the record when it ends",
+				   SYNC_TIMEOUT_MS / 1000);
+	if (r == -ESRCH)
+		return reply_error(ESRCH, "sync: the local record's rebuild thread is not running: "
+				   "the record keeps what it held");
+	return reply_error(-r, "sync: the local record could not be refreshed: %s; it keeps "
+			   "what it held", strerror(-r));
+}
+
+/* {"op":"sync"}: the index written, and the local record rebuilt now (a
+ * walk of the repos that hold a local blob, on the record's own thread),
+ * so that a NAS outage from now on hides nothing promoted before it.
+ * wfsctl promote --wait sends it once its copies have settled.  With the
+ * NAS down it does not wait: the rebuild could not reach it.  The reply,
+ * ok or not, says what the record holds. */
+static json_t *op_sync(struct control *c, json_t *req, const char *op)
+{
+	struct metrics_nas mn;
+	json_t *rep;
+	int r = store_sync(c->store), rr = 0;
+
+	(void)req;
+	(void)op;
+	if (c->record)
+		rr = nas_gate_up(c->gate) ? record_sync(c->record, SYNC_TIMEOUT_MS) : -EHOSTDOWN;
+	metrics_collect_nas(c->gate, c->record, &mn);
+	if (r < 0)
+		rep = reply_error(-r, "sync: cannot write the index in %s: %s", c->local,
+				  strerror(-r));
+	else if (rr < 0)
+		rep = sync_error(c, rr);
+	else
+		rep = json_pack("{s:b}", "ok", 1);
+	if (rep && (json_object_set_new(rep, "record_files", json_integer((json_int_t)mn.record_files)) ||
+		    json_object_set_new(rep, "record", metrics_record_json(&mn)))) {
+		json_decref(rep);
+		return NULL;
+	}
+	return rep;
 }
 
 /* pin and unpin: of blobs, or with "ref" a ref pin */
@@ -380,7 +470,27 @@ static const struct control_op control_ops[] = {
 	{ "verify", op_each, 1, 1 },
 	{ "pin", op_pin, 1, 1 },
 	{ "unpin", op_pin, 1, 1 },
+	{ "sync", op_sync, 1, 0 }, /* waits for the record's thread, never walks itself */
 };
+
+/* status while the NAS is down: quick, it does not walk (see above) */
+static const struct control_op status_offline = { "status", op_status_offline, 0, 0 };
+
+/* The op to run while the NAS is down, or NULL with *@rep a refusal: the
+ * slow ops are the ones that walk the NAS. */
+static const struct control_op *nas_down_op(struct control *c, const struct control_op *o,
+					    json_t **rep)
+{
+	char why[256];
+
+	if (o->fn == op_status)
+		return &status_offline;
+	down_since(c, why, sizeof(why));
+	*rep = reply_error(EHOSTDOWN, "%s: the NAS is down (%s): %s walks the NAS tree, so it "
+			   "waits until the NAS answers again (wfsctl status shows its state)",
+			   o->name, why, o->name);
+	return NULL;
+}
 
 int control_privileged(const struct control *c, uid_t uid)
 {
@@ -411,7 +521,9 @@ const struct control_op *control_check(struct control *c, const char *line, size
 		 !control_privileged(c, peer))
 		*rep = reply_error(EPERM, "%s: only root or the mount's owner (uid %u) may do this",
 				   op, (unsigned)c->owner);
-	else
+	else if (!o->slow || nas_gate_up(c->gate))
+		return o;
+	else if ((o = nas_down_op(c, o, rep)))
 		return o;
 	json_decref(*req);
 	*req = NULL;

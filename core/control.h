@@ -20,6 +20,8 @@
 #include "store.h"
 
 struct pins;
+struct nas_gate;
+struct record;
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -74,6 +76,8 @@ struct control {
 	const struct hub_roots *roots;
 	struct store *store;
 	struct pins *pins;  /* NULL: no ref pins */
+	struct nas_gate *gate; /* NULL: no deadlines (tests); the NAS's state for status */
+	struct record *record; /* NULL: none; the local record (status, sync) */
 	const char *mount, *local;
 	uid_t owner;
 	char sock_path[PATH_MAX];

@@ -107,16 +107,36 @@ static size_t round_up(size_t n, size_t a)
 	return (n + a - 1) / a * a;
 }
 
+static void __attribute__((format(printf, 3, 0)))
+vfail(struct job *j, int err, const char *fmt, va_list ap)
+{
+	if (j->err)
+		return;  /* the first cause is the one worth reporting */
+	j->err = err;
+	vsnprintf(j->res->reason, sizeof(j->res->reason), fmt, ap);
+}
+
 static void __attribute__((format(printf, 3, 4)))
 fail(struct job *j, int err, const char *fmt, ...)
 {
 	va_list ap;
 
-	if (j->err)
-		return;  /* the first cause is the one worth reporting */
-	j->err = err;
 	va_start(ap, fmt);
-	vsnprintf(j->res->reason, sizeof(j->res->reason), fmt, ap);
+	vfail(j, err, fmt, ap);
+	va_end(ap);
+}
+
+/* The source itself failed (a NAS error): as fail, and said so in
+ * res->src_err when it is the first cause. */
+static void __attribute__((format(printf, 3, 4)))
+fail_src(struct job *j, int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!j->err)
+		j->res->src_err = err;
+	va_start(ap, fmt);
+	vfail(j, err, fmt, ap);
 	va_end(ap);
 }
 
@@ -315,8 +335,12 @@ static void read_done(struct job *j, struct slot *sl, int res)
 	if (res < 0) {
 		if (retry_buffered(s, sl, res) || res == -EAGAIN || res == -EINTR)
 			submit_read(j, s, sl);
+		else if (s->is_src)
+			fail_src(j, res, "read error on %s at offset %" PRIu64 ": %s", s->path,
+				 sl->off + sl->got, strerror(-res));
 		else
-			fail(j, res, "read error on %s: %s", s->path, strerror(-res));
+			fail(j, res, "read error on %s at offset %" PRIu64 ": %s", s->path,
+			     sl->off + sl->got, strerror(-res));
 		return;
 	}
 	if (res == 0) {
@@ -480,7 +504,7 @@ static void src_finish(struct job *j)
 		return;
 	}
 	if (fstat(s->fd, &st) < 0) {
-		fail(j, -errno, "cannot stat %s: %s", s->path, strerror(errno));
+		fail_src(j, -errno, "cannot stat %s: %s", s->path, strerror(errno));
 		return;
 	}
 	if ((uint64_t)st.st_size != j->size) {
@@ -639,13 +663,13 @@ static int open_source(struct job *j, const char *path)
 		return -1;
 	}
 	if (fd < 0) {
-		fail(j, fd, "cannot open %s: %s", path, strerror(-fd));
+		fail_src(j, fd, "cannot open %s: %s", path, strerror(-fd));
 		return -1;
 	}
 	j->src.fd = fd;
 	j->src.direct = try_direct(fd);
 	if (fstat(fd, &st) < 0) {
-		fail(j, -errno, "cannot stat %s: %s", path, strerror(errno));
+		fail_src(j, -errno, "cannot stat %s: %s", path, strerror(errno));
 		return -1;
 	}
 	if (!S_ISREG(st.st_mode)) {

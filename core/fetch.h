@@ -31,6 +31,9 @@ struct fetch_result {
 	char sample[33];  /* source_sample() of those same bytes */
 	int id_check;     /* 1 content address matches, 0 mismatch, -1 n/a */
 	char reason[256]; /* why it failed, for status/doctor/log; "" on success */
+	int src_err;      /* -errno of the source's open, read or stat when that is
+			   * what failed (a NAS error, for the caller to report to
+			   * the NAS gate); 0 otherwise */
 };
 
 /* Copy @src_path (@size bytes) to a new file @tmp_path and verify it:
@@ -64,7 +67,9 @@ struct fetch_result {
  *               ("short read on ... at offset N", or longer)
  *   -ENOSPC     "no space left on <dir of @tmp_path>" (-EDQUOT: quota)
  *   -ECANCELED  prog->cancel was set
- *   other       -errno of the failing call (open, read, write, fsync, ...) */
+ *   other       -errno of the failing call (open, read, write, fsync, ...);
+ *               a failed source read names the offset ("read error on
+ *               <path> at offset N: <error>") and sets res->src_err */
 int fetch_copy_verify(const char *src_path, uint64_t size, const char *tmp_path,
 		      const char *expected_id, uint64_t bw_limit,
 		      struct fetch_progress *prog, struct fetch_result *res);

@@ -1,6 +1,8 @@
 /* metrics.c - counters and gauges for operators; see metrics.h. */
 #include "metrics.h"
 #include "durable.h"
+#include "record.h"
+#include "reply.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -37,8 +39,26 @@ static void sum_blob(void *arg, const struct blob_info *b)
 	m->blobs_known++;
 }
 
-void metrics_collect(struct store *s, struct metrics *m)
+void metrics_collect_nas(struct nas_gate *g, struct record *r, struct metrics_nas *out)
 {
+	memset(out, 0, sizeof(*out));
+	nas_gate_stats(g, &out->gate); /* NULL: up, all 0 */
+	out->timeout_ms = g ? g->timeout_ms : 0;
+	if (!r)
+		return;
+	out->recorded = 1;
+	/* Its figures only, under its lock: never its table, never the NAS, so
+	 * that this answers during an outage and while a rebuild walks. */
+	pthread_mutex_lock(&r->lock);
+	out->record_files = r->files;
+	out->record_entries = r->entries;
+	out->record_built = r->built_at;
+	pthread_mutex_unlock(&r->lock);
+}
+
+void metrics_collect(const struct metrics_src *src, struct metrics *m)
+{
+	struct store *s = src->store;
 	struct store_usage u;
 
 	memset(m, 0, sizeof(*m));
@@ -68,6 +88,9 @@ void metrics_collect(struct store *s, struct metrics *m)
 	m->demotions = s->demoted;
 	m->evictions = s->evicted;
 	m->index_writes = s->index_writes;
+	m->retries = s->retries;
+	m->local_read_errors = s->local_read_errors;
+	metrics_collect_nas(src->gate, src->record, &m->nas);
 }
 
 /* ---- Prometheus text ---- */
@@ -148,6 +171,31 @@ static void sample_l(struct buf *b, const char *name, const char *label, const c
 	put(b, "\"} %llu\n", (unsigned long long)v);
 }
 
+/* The NAS's state and the local record: alert on wfs_nas_up == 0, and on
+ * wfs_nas_stuck_calls > 0 (threads held by a hung NAS). */
+static void prometheus_nas(struct buf *b, const struct metrics_nas *n)
+{
+	metric(b, "wfs_nas_up", "gauge",
+	       "1 while the NAS answers, 0 while it is down (local revisions are then served "
+	       "from the local record, everything else fails with EIO).", (uint64_t)!!n->gate.up);
+	metric(b, "wfs_nas_outages_total", "counter",
+	       "Times the NAS was marked down (a call past its deadline, or unreachable).",
+	       n->gate.outages);
+	metric(b, "wfs_nas_timeouts_total", "counter",
+	       "NAS calls that passed their deadline (nas_timeout).", n->gate.timeouts);
+	metric(b, "wfs_nas_failed_down_total", "counter",
+	       "NAS calls refused at once because the NAS was down.", n->gate.failed_down);
+	metric(b, "wfs_nas_from_record_total", "counter",
+	       "Requests answered from the local record instead of the NAS.",
+	       n->gate.from_record);
+	metric(b, "wfs_nas_stuck_calls", "gauge",
+	       "NAS calls past their deadline still running (each holds a NAS thread).",
+	       n->gate.stuck);
+	metric(b, "wfs_record_files", "gauge",
+	       "Files in the local record (the local copies, and the repos' refs): what the "
+	       "mount shows of them while the NAS is down.", n->record_files);
+}
+
 char *metrics_prometheus(const struct metrics *m)
 {
 	struct buf b = {0};
@@ -218,6 +266,13 @@ char *metrics_prometheus(const struct metrics *m)
 	for (int st = 0; st < BLOB_NSTATES; st++)
 		sample_l(&b, "wfs_blobs", "state", blob_state_name((enum blob_state)st),
 			 m->blobs_by_state[st]);
+	metric(&b, "wfs_promotion_retries_total", "counter",
+	       "Failed copies the daemon queued again by itself (automatic promotions and ref "
+	       "pins, with backoff; at once when the NAS is back).", m->retries);
+	metric(&b, "wfs_local_read_errors_total", "counter",
+	       "Reads of a local copy that failed: the copy was demoted, its reads go to the NAS.",
+	       m->local_read_errors);
+	prometheus_nas(&b, &m->nas);
 	if (b.oom) {
 		free(b.p);
 		return NULL;
@@ -226,6 +281,27 @@ char *metrics_prometheus(const struct metrics *m)
 }
 
 /* ---- JSON ---- */
+
+json_t *metrics_nas_json(const struct metrics_nas *n)
+{
+	const struct nas_gate_stats *g = &n->gate;
+
+	/* the reason may quote a NAS path: any bytes */
+	return json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:I}",
+		"state", g->up ? "up" : "down", "since", (json_int_t)g->since,
+		"outages", (json_int_t)g->outages, "timeouts", (json_int_t)g->timeouts,
+		"failed_down", (json_int_t)g->failed_down,
+		"from_record", (json_int_t)g->from_record, "stuck", (json_int_t)g->stuck,
+		"reason", reply_path(g->reason), "timeout_ms", (json_int_t)n->timeout_ms);
+}
+
+json_t *metrics_record_json(const struct metrics_nas *n)
+{
+	return json_pack("{s:b, s:I, s:I, s:I}", "kept", n->recorded,
+			 "files", (json_int_t)n->record_files,
+			 "entries", (json_int_t)n->record_entries,
+			 "built", (json_int_t)n->record_built);
+}
 
 json_t *metrics_json(const struct metrics *m)
 {
@@ -263,15 +339,24 @@ json_t *metrics_json(const struct metrics *m)
 			 "pinned_bytes", (json_int_t)m->pinned_bytes,
 		"queue", "queued", (json_int_t)m->queued, "in_flight", (json_int_t)m->copying,
 		"blobs", states);
+	if (o && (json_object_set_new(json_object_get(o, "promotions"), "retries",
+				      json_integer((json_int_t)m->retries)) ||
+		  json_object_set_new(o, "local_read_errors",
+				      json_integer((json_int_t)m->local_read_errors)) ||
+		  json_object_set_new(o, "nas", metrics_nas_json(&m->nas)) ||
+		  json_object_set_new(o, "record", metrics_record_json(&m->nas)))) {
+		json_decref(o);
+		return NULL;
+	}
 	return o;
 }
 
-json_t *metrics_reply(struct store *s, const json_t *req)
+json_t *metrics_reply(const struct metrics_src *src, const json_t *req)
 {
 	struct metrics m;
 	json_t *rep, *mj;
 
-	metrics_collect(s, &m);
+	metrics_collect(src, &m);
 	mj = metrics_json(&m);
 	if (!mj)
 		return NULL;
@@ -291,13 +376,13 @@ json_t *metrics_reply(struct store *s, const json_t *req)
 
 /* ---- the textfile ---- */
 
-int metrics_write_file(struct store *s, const char *path)
+int metrics_write_file(const struct metrics_src *src, const char *path)
 {
 	struct metrics m;
 	char *text;
 	int r;
 
-	metrics_collect(s, &m);
+	metrics_collect(src, &m);
 	text = metrics_prometheus(&m);
 	if (!text)
 		return -ENOMEM;
@@ -316,17 +401,17 @@ static void wlog(struct metrics_writer *mw, int prio, const char *fmt, ...)
 	char msg[1024];
 	va_list ap;
 
-	if (!mw->store->hooks.log)
+	if (!mw->src.store->hooks.log)
 		return;
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	mw->store->hooks.log(mw->store->hooks.arg, prio, msg);
+	mw->src.store->hooks.log(mw->src.store->hooks.arg, prio, msg);
 }
 
 static void write_once(struct metrics_writer *mw)
 {
-	int r = metrics_write_file(mw->store, mw->path);
+	int r = metrics_write_file(&mw->src, mw->path);
 
 	if (r < 0 && r != mw->last_err)
 		wlog(mw, LOG_WARNING, "cannot write metrics file %s: %s", mw->path, strerror(-r));
@@ -355,15 +440,15 @@ static void *writer(void *arg)
 }
 
 int metrics_writer_start(struct metrics_writer *mw, const char *path, unsigned interval_s,
-			 struct store *s)
+			 const struct metrics_src *src)
 {
 	pthread_condattr_t ca;
 	int r;
 
 	memset(mw, 0, sizeof(*mw));
-	if (!path || !*path || !s)
+	if (!path || !*path || !src || !src->store)
 		return -EINVAL;
-	mw->store = s;
+	mw->src = *src;
 	mw->interval_s = interval_s ? interval_s : 1;
 	mw->path = strdup(path);
 	if (!mw->path)

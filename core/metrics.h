@@ -1,4 +1,5 @@
-/* metrics.h - the store's counters and gauges, for operators: as a JSON
+/* metrics.h - the store's counters and gauges, and the NAS's state (up or
+ * down, nasgate.h) and the local record's size, for operators: as a JSON
  * object (wfsctl stats --json), as Prometheus text exposition format 0.0.4
  * (wfsctl stats --prometheus), and as a node-exporter textfile rewritten
  * atomically every few seconds (wfs -o metrics_file=PATH).
@@ -10,10 +11,31 @@
 #ifndef WFS_METRICS_H
 #define WFS_METRICS_H
 
+#include "nasgate.h"
 #include "store.h"
+
+struct record;
 
 #include <jansson.h>
 #include <pthread.h>
+
+/* What the figures are read from: the store, and the NAS gate and the
+ * local record (each may be NULL: tools, tests, a read-only store). */
+struct metrics_src {
+	struct store *store;
+	struct nas_gate *gate;
+	struct record *record;
+};
+
+/* The NAS's state and the local record's size: in "status" and "stats"
+ * alike (README.md "Control protocol"). */
+struct metrics_nas {
+	struct nas_gate_stats gate;     /* without a gate: up, since 0, all 0 */
+	unsigned timeout_ms;            /* the gate's deadline; 0: no gate */
+	int recorded;                   /* a local record is kept */
+	uint64_t record_files, record_entries;
+	int64_t record_built;           /* CLOCK_REALTIME s of its last good build; 0: none */
+};
 
 /* Label values of wfs_promotions_failed_total{reason=...}, by enum store_fail. */
 extern const char *const metrics_fail_reason[STORE_FAIL_N];
@@ -32,10 +54,24 @@ struct metrics {
 	uint64_t blobs_by_state[BLOB_NSTATES];
 	uint64_t index_writes;
 	uint64_t blobs_known;
+	uint64_t retries;            /* failed copies the store queued again (its backoff) */
+	uint64_t local_read_errors;  /* reads of local copies that failed: demoted */
+	struct metrics_nas nas;
 };
 
-/* One consistent reading of the store (takes its lock briefly). */
-void metrics_collect(struct store *s, struct metrics *m);
+/* One consistent reading of the store (takes its lock briefly), the gate
+ * and the record (their locks, briefly; never the NAS itself). */
+void metrics_collect(const struct metrics_src *src, struct metrics *m);
+
+/* Just the NAS's state and the record's size (status: it reads the store
+ * itself). */
+void metrics_collect_nas(struct nas_gate *g, struct record *r, struct metrics_nas *out);
+/* The "nas" object of status and stats: {"state":"up"|"down","since",
+ * "outages","timeouts","failed_down","from_record","stuck","reason",
+ * "timeout_ms"} (new reference, NULL on ENOMEM) */
+json_t *metrics_nas_json(const struct metrics_nas *n);
+/* {"kept","files","entries","built"} (new reference, NULL on ENOMEM) */
+json_t *metrics_record_json(const struct metrics_nas *n);
 
 /* Prometheus text exposition format: malloc'ed, NUL-terminated, ends with
  * a newline.  NULL only on ENOMEM. */
@@ -47,12 +83,12 @@ json_t *metrics_json(const struct metrics *m);
 /* The control server's reply to {"op":"stats"} (optionally with
  * "prometheus":true, which adds the text as "prometheus"):
  * {"ok":true,"metrics":{...},"prometheus":"..."}.  NULL on ENOMEM. */
-json_t *metrics_reply(struct store *s, const json_t *req);
+json_t *metrics_reply(const struct metrics_src *src, const json_t *req);
 
 /* Write the Prometheus text to @path atomically: a temporary file in the
  * same directory ("<path>.<pid>.tmp", which node-exporter's *.prom glob
  * skips), mode 0644, renamed over @path.  Returns 0 or -errno. */
-int metrics_write_file(struct store *s, const char *path);
+int metrics_write_file(const struct metrics_src *src, const char *path);
 
 /* A thread that calls metrics_write_file() every @interval_s seconds (first
  * at once).  Failures are logged through the store's log hook, once until
@@ -60,7 +96,7 @@ int metrics_write_file(struct store *s, const char *path);
  * daemon's figures must not look current: alert on absent(wfs_info)).
  * _start returns 0 or -errno; _stop is safe on a writer never started. */
 struct metrics_writer {
-	struct store *store;        /* set before the thread starts, then read-only */
+	struct metrics_src src;     /* set before the thread starts, then read-only */
 	char *path;
 	unsigned interval_s;
 	pthread_t thread;
@@ -71,7 +107,7 @@ struct metrics_writer {
 };
 
 int metrics_writer_start(struct metrics_writer *mw, const char *path, unsigned interval_s,
-			 struct store *s);
+			 const struct metrics_src *src);
 void metrics_writer_stop(struct metrics_writer *mw);
 
 #endif

@@ -18,8 +18,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define RETRY_FAILED_S 60 /* failed copies of a revision being moved to: retried this often */
-
 /* Read <repo>/refs/<ref> on the NAS: a revision name.  Returns -errno. */
 int refs_read(const struct hub_roots *roots, const char *repo, const char *ref, char *out,
 	      size_t sz)
@@ -177,9 +175,12 @@ static void kept_by_others(struct pins *p, const char *repo, const char *ref,
 	free(v);
 }
 
-/* Pin and queue (explicitly) every blob of @set but the excluded ones;
- * returns how many are not local yet, with the first reason in @why. */
-static size_t pin_set(struct pins *p, const struct blob_set *set, int retry_failed, char *why,
+/* Pin and queue (as a ref pin's: before automatic requests, retried by
+ * the store with backoff after a failure) every blob of @set but the
+ * excluded ones; @now: an operator asked (pins_pin): a blob in its backoff
+ * is queued at once too.  Returns how many are not local yet, with the
+ * first reason in @why. */
+static size_t pin_set(struct pins *p, const struct blob_set *set, int now, char *why,
 		      size_t wsz)
 {
 	size_t missing = 0;
@@ -198,8 +199,8 @@ static size_t pin_set(struct pins *p, const struct blob_set *set, int retry_fail
 				snprintf(why, wsz, "%s: %s", info.id[0] ? info.id : info.key,
 					 info.reason);
 		}
-		if (info.state == BLOB_NAS || (info.state == BLOB_FAILED && retry_failed))
-			store_promote(p->store, b, 0, 1);
+		if (info.state == BLOB_NAS || info.state == BLOB_FAILED)
+			store_request(p->store, b, STORE_BY_PIN, now);
 	}
 	return missing;
 }
@@ -326,22 +327,19 @@ int pins_unpin(struct pins *p, const char *repo, const char *ref)
 static int settle(struct pins *p, struct pin *r)
 {
 	struct blob_set set = { 0 }, keep = { 0 }, old = { 0 };
-	int64_t now = store_now_ms();
-	int retry = now >= r->retry_at_ms;
 	char why[512] = "";
 	size_t missing, n = 0;
 
 	if (!r->pending[0])
 		return 0;
-	if (retry)
-		r->retry_at_ms = now + RETRY_FAILED_S * 1000;
 	if (revision_set(p, r->repo, r->pending, &set) < 0) {
 		snprintf(r->reason, sizeof(r->reason), "cannot list %s/snapshots/%s", r->repo,
 			 r->pending);
 		blob_set_free(&set);
 		return 0;
 	}
-	missing = pin_set(p, &set, retry, why, sizeof(why));
+	/* failed copies: the store retries them with backoff (store.h) */
+	missing = pin_set(p, &set, 0, why, sizeof(why));
 	if (missing) {
 		snprintf(r->reason, sizeof(r->reason), "moving to %s: %zu of %zu blobs not local "
 			 "yet%s%s", r->pending, missing, set.n, *why ? "; " : "", why);
@@ -363,7 +361,6 @@ static int settle(struct pins *p, struct pin *r)
 	snprintf(r->commit, sizeof(r->commit), "%s", r->pending);
 	r->pending[0] = '\0';
 	r->reason[0] = '\0';
-	r->retry_at_ms = 0;
 	blob_set_free(&keep);
 	blob_set_free(&old);
 	blob_set_free(&set);
@@ -415,7 +412,6 @@ static int follow_ref(struct pins *p, struct pin *r)
 	if (r->pending[0])
 		drop_pending(p, r, cur);
 	snprintf(r->pending, sizeof(r->pending), "%s", cur);
-	r->retry_at_ms = 0;
 	settle(p, r);
 	return 1;
 }

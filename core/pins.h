@@ -6,7 +6,9 @@
  * the store only persists the pins with its index.  When the ref moves,
  * the new revision is promoted, and once all of it is local the old one's
  * blobs are unpinned (unless another pin keeps them).  The policy thread
- * (auto.c) calls pins_poll every ref_poll seconds.
+ * (auto.c) calls pins_poll every ref_poll seconds.  A copy of a pin's that
+ * fails is retried by the store, with backoff, while its blob stays pinned
+ * (STORE_BY_PIN, store.h).
  *
  * Concurrency: every operation (pin, unpin, poll) runs whole under
  * @op_lock, so none sees another's half-done work or writes back a stale
@@ -31,8 +33,6 @@ struct pin {
 	char commit[NAME_MAX + 1];  /* the revision kept ("" until the first is local) */
 	char pending[NAME_MAX + 1]; /* the revision it moves to, being promoted */
 	char reason[256];           /* why it is not moving on, if it is stuck */
-	int64_t retry_at_ms;        /* CLOCK_MONOTONIC: failed copies of @pending are
-				     * retried after this */
 };
 
 struct pins {

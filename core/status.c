@@ -1,18 +1,29 @@
 /* status.c - the reply to "status": per repo and revision how much is
  * local, copies in flight, what was wanted but stays on the NAS and why,
- * the store's room, the policy, the ref pins and the control server's
- * connections.  See status.h.
+ * the store's room, the policy, the ref pins, the NAS's state, the local
+ * record and the control server's connections.  See status.h.
  *
  * Any local user may ask, so it changes nothing: the tree is walked with
  * collect_peek (files the store has no blob for count as on the NAS), never
  * collect, which would create a blob for every file walked.
+ *
+ * It must answer during a NAS outage, so it never walks a NAS the gate
+ * (nasgate.h) says is down: the tree is then what the local record
+ * (record.h) holds and the blobs the store knows under it, and each repo
+ * says which it came from ("from").  Before it walks, it asks the NAS
+ * through the gate (within the deadline), so that a NAS that has just hung
+ * is found down in a second rather than holding this worker in the
+ * kernel; between repos and revisions it looks at the gate again.
  */
 #include "status.h"
 #include "collect.h"
+#include "metrics.h"
+#include "nasgate.h"
 #include "nasopen.h"
 #include "ns.h"
 #include "path.h"
 #include "pins.h"
+#include "record.h"
 #include "reply.h"
 
 #include <dirent.h>
@@ -20,44 +31,277 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
+#include <time.h>
 
 struct tally {
 	json_int_t files, bytes, local_files, local_bytes, pinned_files;
 	json_int_t per_state[BLOB_NSTATES];
 };
 
-/* The files under one path: @set (blobs the store knows) and @nas (files
- * it does not: on the NAS, with the size the NAS shows). */
-struct files {
-	struct blob_set set;
-	struct nas_set nas;
+/* Keys (NAS paths) of files found without the NAS, with the size the
+ * record shows (for a file the store has no blob for). */
+struct keys {
+	char **v;
+	uint64_t *size;
+	size_t n, cap;
 };
 
-static void files_free(struct files *f)
+/* One status reply's way to the tree.  @online: the NAS may be walked;
+ * once it is found down it stays 0 for the rest of the reply. */
+struct view {
+	struct control *c;
+	int online;
+	struct blob_set set;      /* scratch: blobs the store knows */
+	struct nas_set nas;       /* scratch: files it does not (online) */
+	struct keys keys;         /* scratch: files found without the NAS */
+	struct record_entry *e;   /* scratch for record_lookup (large) */
+};
+
+static const char *const FROM_NAS = "nas", *const FROM_RECORD = "record";
+
+static void keys_clear(struct keys *k)
 {
-	blob_set_free(&f->set);
-	nas_set_free(&f->nas);
+	for (size_t i = 0; i < k->n; i++)
+		free(k->v[i]);
+	k->n = 0;
 }
 
-/* Tally every file under @rel (@f: scratch, reused between calls). */
-static void tally_path(struct control *c, const char *rel, struct files *f, struct tally *t)
+static int keys_add(struct keys *k, const char *key, uint64_t size)
 {
-	memset(t, 0, sizeof(*t));
-	blob_set_clear(&f->set);
-	nas_set_clear(&f->nas);
+	if (k->n == k->cap) {
+		size_t cap = k->cap ? k->cap * 2 : 64;
+		char **v = realloc(k->v, cap * sizeof(*v));
+		uint64_t *sz = v ? realloc(k->size, cap * sizeof(*sz)) : NULL;
+
+		if (v)
+			k->v = v;
+		if (!sz)
+			return -ENOMEM;
+		k->size = sz;
+		k->cap = cap;
+	}
+	if (!(k->v[k->n] = strdup(key)))
+		return -ENOMEM;
+	k->size[k->n++] = size;
+	return 0;
+}
+
+static void view_free(struct view *v)
+{
+	blob_set_free(&v->set);
+	nas_set_free(&v->nas);
+	keys_clear(&v->keys);
+	free(v->keys.v);
+	free(v->keys.size);
+	free(v->e);
+}
+
+/* ---- is the NAS there ---- */
+
+static int probe_fn(void *arg)
+{
+	const char *root = arg;
+	struct statvfs sv;
+	struct stat st;
+
+	/* statvfs asks the server itself; stat may come from a cache */
+	return stat(root, &st) < 0 || statvfs(root, &sv) < 0 ? -errno : 0;
+}
+
+/* Ask the NAS through the gate before walking it: a hung NAS costs this
+ * request the deadline and marks it down, instead of a worker in the
+ * kernel for as long as the NAS hangs. */
+static int nas_answers(struct control *c)
+{
+	char *root;
+	int r;
+
+	if (!c->gate)
+		return 1;
+	if (!nas_gate_up(c->gate))
+		return 0;
+	/* heap, a copy: a call past its deadline goes on with it (nasgate.h) */
+	if (!(root = strdup(c->roots->path[0])))
+		return 1; /* no memory for the probe: walk as before */
+	r = nas_call(c->gate, probe_fn, root, free);
+	if (r != -ETIMEDOUT)
+		free(root);
+	return !(r == -ETIMEDOUT || r == -EHOSTDOWN || nas_gate_unavailable(r));
+}
+
+/* The scratch entry for record lookups (NULL: no record, or no memory:
+ * then nothing is read from the record). */
+static struct record_entry *view_entry(struct view *v)
+{
+	if (v->c->record && !v->e)
+		v->e = malloc(sizeof(*v->e));
+	return v->e;
+}
+
+static int view_online(struct view *v)
+{
+	if (v->online && !nas_gate_up(v->c->gate))
+		v->online = 0;
+	return v->online;
+}
+
+/* ---- what is known without the NAS ---- */
+
+struct under {
+	const char *root;   /* NAS path of the part asked for */
+	struct keys *keys;
+	int err;
+};
+
+static void key_under(void *arg, const struct blob_info *b)
+{
+	struct under *u = arg;
+
+	if (!u->err && path_under(u->root, b->key))
+		u->err = keys_add(u->keys, b->key, b->size);
+}
+
+/* The file a resolved link of the record leads to, as recorded: 1 and its
+ * key in @out, else 0.  Links are resolved lexically, as the record keeps
+ * them (record.h), and only to files: a walk never follows a link. */
+static int record_link_file(struct view *v, const char *rel, const char *target,
+			    char *key, size_t keysz, uint64_t *size)
+{
+	char dir[PATH_MAX], joined[PATH_MAX * 2], norm[PATH_MAX];
+
+	path_dirname(rel, dir, sizeof(dir));
+	if (path_join(dir, target, joined, sizeof(joined)) < 0 ||
+	    path_normalize(joined, norm, sizeof(norm)) < 0 ||
+	    record_lookup(v->c->record, norm, v->e) < 0 || v->e->e.kind != NS_FILE)
+		return 0;
+	snprintf(key, keysz, "%s", v->e->e.backing);
+	*size = (uint64_t)v->e->e.st.st_size;
+	return 1;
+}
+
+/* One recorded name: a file's key to @v->keys, a directory's children to
+ * the work list @todo (which owns the strings). */
+static int record_visit(struct view *v, const char *rel, struct keys *todo)
+{
+	char key[PATH_MAX], **names = NULL;
+	uint64_t size = 0;
+	size_t n = 0;
+	int r = 0;
+
+	if (record_lookup(v->c->record, rel, v->e) < 0)
+		return 0;
+	switch (v->e->e.kind) {
+	case NS_FILE:
+		return keys_add(&v->keys, v->e->e.backing, (uint64_t)v->e->e.st.st_size);
+	case NS_LINK:
+		if (v->e->e.link_state == NS_LINK_RESOLVED &&
+		    record_link_file(v, rel, v->e->e.target, key, sizeof(key), &size))
+			return keys_add(&v->keys, key, size);
+		return 0;
+	case NS_DIR:
+		if (record_list(v->c->record, rel, &names, &n) < 0)
+			return 0;
+		for (size_t i = 0; i < n; i++) {
+			char child[PATH_MAX * 2];
+
+			/* as collect_walk: what is not weight data is not counted */
+			if (!r && path_join(rel, names[i], child, sizeof(child)) == 0 &&
+			    hub_holds_weights(child))
+				r = keys_add(todo, child, 0);
+			free(names[i]);
+		}
+		free(names);
+		return r;
+	}
+	return 0;
+}
+
+/* Every file under @rel the record holds, into @v->keys. */
+static int record_files(struct view *v, const char *rel)
+{
+	struct keys todo = {0};
+	int r;
+
+	if (!view_entry(v))
+		return v->c->record ? -ENOMEM : 0;
+	r = keys_add(&todo, rel, 0);
+	while (!r && todo.n) {
+		char *at = todo.v[--todo.n];
+
+		r = record_visit(v, at, &todo);
+		free(at);
+	}
+	keys_clear(&todo);
+	free(todo.v);
+	free(todo.size);
+	return r;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* @rel without the NAS: the files the record holds under it and the blobs
+ * the store knows under it, as blobs in @v->set; files the store has no
+ * blob for are counted in @t as on the NAS. */
+static void known_under(struct view *v, const char *rel, struct tally *t)
+{
+	char root[PATH_MAX * 2];
+	struct under u = { root, &v->keys, 0 };
+
+	keys_clear(&v->keys);
+	if (path_join(v->c->roots->path[0], rel, root, sizeof(root)) == 0)
+		store_each(v->c->store, key_under, &u);
 	/* an error leaves what was found before it: status is a best effort */
-	collect_peek(c->roots, c->store, NULL, rel, &f->set, &f->nas);
-	blob_set_unique(&f->set);
-	nas_set_unique(&f->nas);
-	for (size_t i = 0; i < f->nas.n; i++) {
+	if (u.err || record_files(v, rel) < 0)
+		return;
+	if (v->keys.n > 1) /* qsort wants a base even for none */
+		qsort(v->keys.v, v->keys.n, sizeof(*v->keys.v), cmp_str);
+	for (size_t i = 0; i < v->keys.n; i++) {
+		struct blob *b;
+
+		if (i && !strcmp(v->keys.v[i], v->keys.v[i - 1]))
+			continue;
+		if ((b = store_find(v->c->store, v->keys.v[i]))) {
+			if (blob_set_add(&v->set, b) < 0)
+				return;
+			continue;
+		}
 		t->files++;
-		t->bytes += (json_int_t)f->nas.v[i].size;
+		t->bytes += (json_int_t)v->keys.size[i];
 		t->per_state[BLOB_NAS]++;
 	}
-	for (size_t i = 0; i < f->set.n; i++) {
+}
+
+/* ---- tallies ---- */
+
+/* Tally every file under @rel: from the NAS while it answers, else from
+ * what is known without it.  Returns where the figures came from. */
+static const char *tally_path(struct view *v, const char *rel, struct tally *t)
+{
+	const char *from = view_online(v) ? FROM_NAS : FROM_RECORD;
+
+	memset(t, 0, sizeof(*t));
+	blob_set_clear(&v->set);
+	nas_set_clear(&v->nas);
+	/* an error leaves what was found before it: status is a best effort */
+	if (from == FROM_NAS)
+		collect_peek(v->c->roots, v->c->store, NULL, rel, &v->set, &v->nas);
+	else
+		known_under(v, rel, t);
+	blob_set_unique(&v->set);
+	nas_set_unique(&v->nas);
+	for (size_t i = 0; i < v->nas.n; i++) {
+		t->files++;
+		t->bytes += (json_int_t)v->nas.v[i].size;
+		t->per_state[BLOB_NAS]++;
+	}
+	for (size_t i = 0; i < v->set.n; i++) {
 		struct blob_info snap;
 
-		blob_info(c->store, f->set.v[i], &snap);
+		blob_info(v->c->store, v->set.v[i], &snap);
 		t->files++;
 		t->bytes += (json_int_t)snap.size;
 		t->per_state[snap.state]++;
@@ -67,6 +311,7 @@ static void tally_path(struct control *c, const char *rel, struct files *f, stru
 			t->local_bytes += (json_int_t)snap.size;
 		}
 	}
+	return from;
 }
 
 static json_t *tally_json(const struct tally *t)
@@ -82,40 +327,180 @@ static json_t *tally_json(const struct tally *t)
 			 "pinned_files", t->pinned_files, "states", states);
 }
 
-/* One repo: totals, and one line per revision. */
-static json_t *repo_json(struct control *c, const char *repo)
+/* ---- names: on the NAS, or in the record ---- */
+
+/* The names in the directory @rel (mount-relative), each passed to @fn:
+ * from the NAS while it answers, else the record's.  Names starting with
+ * '.' are left out; with @dirs_only, what is not a directory too. */
+static void each_name(struct view *v, const char *rel, int dirs_only,
+		      void (*fn)(struct view *v, const char *name, void *arg), void *arg)
 {
-	char snaps[PATH_MAX], path[PATH_MAX * 2];
-	struct files f = {0};
-	struct tally t;
-	json_t *o, *revs = json_array();
-	DIR *d;
+	char path[PATH_MAX * 2], **names = NULL;
 	struct dirent *de;
+	size_t n = 0;
+	DIR *d;
 
-	tally_path(c, repo, &f, &t);
-	o = tally_json(&t);
-	json_object_set_new(o, "repo", reply_path(repo));
-	snprintf(snaps, sizeof(snaps), "%s/snapshots", repo);
-	snprintf(path, sizeof(path), "%s/%s", c->roots->path[0], snaps);
-	d = nas_opendir(c->roots, path);
-	while (d && (de = readdir(d))) {
-		char rel[PATH_MAX * 2];
-		json_t *r;
-
-		if (de->d_name[0] == '.')
-			continue;
-		snprintf(rel, sizeof(rel), "%s/%s", snaps, de->d_name);
-		tally_path(c, rel, &f, &t);
-		r = tally_json(&t);
-		json_object_set_new(r, "rev", reply_path(de->d_name));
-		json_array_append_new(revs, r);
+	if (view_online(v)) {
+		snprintf(path, sizeof(path), "%s%s%s", v->c->roots->path[0], *rel ? "/" : "", rel);
+		d = nas_opendir(v->c->roots, path);
+		while (d && (de = readdir(d)))
+			if (de->d_name[0] != '.' && (!dirs_only || de->d_type == DT_DIR))
+				fn(v, de->d_name, arg);
+		if (d) {
+			closedir(d);
+			return;
+		}
+		if (view_online(v))
+			return; /* the NAS answered: there is no such directory */
 	}
-	if (d)
-		closedir(d);
-	json_object_set_new(o, "revisions", revs);
-	files_free(&f);
+	if (!view_entry(v) || record_list(v->c->record, rel, &names, &n) < 0)
+		return;
+	for (size_t i = 0; i < n; i++) {
+		char child[PATH_MAX * 2];
+
+		snprintf(child, sizeof(child), "%s%s%s", rel, *rel ? "/" : "", names[i]);
+		if (names[i][0] != '.' && (!dirs_only || (record_lookup(v->c->record, child, v->e) == 0 &&
+							   v->e->e.kind == NS_DIR)))
+			fn(v, names[i], arg);
+		free(names[i]);
+	}
+	free(names);
+}
+
+struct revs {
+	const char *snaps;   /* "<repo>/snapshots" */
+	json_t *list;
+};
+
+static void add_rev(struct view *v, const char *name, void *arg)
+{
+	struct revs *rv = arg;
+	char rel[PATH_MAX * 2];
+	struct tally t;
+	json_t *r;
+
+	snprintf(rel, sizeof(rel), "%s/%s", rv->snaps, name);
+	tally_path(v, rel, &t);
+	r = tally_json(&t);
+	json_object_set_new(r, "rev", reply_path(name));
+	json_array_append_new(rv->list, r);
+}
+
+/* One repo: totals, and one line per revision; "from": where the totals
+ * came from (the NAS, or the record while it is down). */
+static json_t *repo_json(struct view *v, const char *repo)
+{
+	char snaps[PATH_MAX];
+	struct revs rv = { snaps, json_array() };
+	struct tally t;
+	const char *from = tally_path(v, repo, &t);
+	json_t *o = tally_json(&t);
+
+	json_object_set_new(o, "repo", reply_path(repo));
+	json_object_set_new(o, "from", json_string(from));
+	snprintf(snaps, sizeof(snaps), "%s/snapshots", repo);
+	each_name(v, snaps, 0, add_rev, &rv);
+	json_object_set_new(o, "revisions", rv.list);
 	return o;
 }
+
+/* ---- the whole mount ---- */
+
+struct repo_names {
+	char **v;
+	size_t n, cap;
+};
+
+/* @name: @len bytes (not NUL-terminated there) */
+static void add_repo_name(struct repo_names *rn, const char *name, size_t len)
+{
+	char **v;
+
+	if (!memmem(name, len, "--", 2))
+		return;
+	if (rn->n == rn->cap) {
+		size_t cap = rn->cap ? rn->cap * 2 : 32;
+
+		if (!(v = realloc(rn->v, cap * sizeof(*v))))
+			return;
+		rn->v = v;
+		rn->cap = cap;
+	}
+	if ((rn->v[rn->n] = strndup(name, len)))
+		rn->n++;
+}
+
+static void name_cb(struct view *v, const char *name, void *arg)
+{
+	(void)v;
+	add_repo_name(arg, name, strlen(name));
+}
+
+struct store_repos {
+	const char *root;
+	struct repo_names *rn;
+};
+
+/* A repo the store has a blob of: NAS_HUB/<repo>/... */
+static void store_repo(void *arg, const struct blob_info *b)
+{
+	struct store_repos *sr = arg;
+	const char *rest = path_under(sr->root, b->key);
+	size_t len = rest ? strcspn(rest, "/") : 0;
+
+	if (len && rest[len] == '/')
+		add_repo_name(sr->rn, rest, len);
+}
+
+/* Every repo: listed on the NAS, or (while it is down) the record's and
+ * those the store has blobs of; sorted, each once. */
+static void repo_names(struct view *v, struct repo_names *rn)
+{
+	struct store_repos sr = { v->c->roots->path[0], rn };
+	size_t k = 0;
+
+	each_name(v, "", 1, name_cb, rn);
+	if (view_online(v))
+		return;
+	store_each(v->c->store, store_repo, &sr);
+	if (rn->n > 1)
+		qsort(rn->v, rn->n, sizeof(*rn->v), cmp_str);
+	for (size_t i = 0; i < rn->n; i++) {
+		if (k && !strcmp(rn->v[i], rn->v[k - 1]))
+			free(rn->v[i]);
+		else
+			rn->v[k++] = rn->v[i];
+	}
+	rn->n = k;
+}
+
+/* ---- a path ---- */
+
+/* Is @norm (a path asked for) there?  On the NAS; without it, in the
+ * record or under a blob the store knows.  0 or an error reply. */
+static json_t *path_check(struct view *v, const char *norm)
+{
+	struct ns_entry *e;
+	struct tally t;
+	int r = -ENOENT;
+
+	if (view_online(v)) {
+		e = malloc(sizeof(*e));
+		r = e ? ns_classify(v->c->roots, norm, e) : -ENOMEM;
+		free(e);
+		if (r == 0 || r == -ENOMEM || view_online(v))
+			return r < 0 ? reply_error(-r, "%s: %s", norm, strerror(-r)) : NULL;
+	}
+	memset(&t, 0, sizeof(t));
+	blob_set_clear(&v->set);
+	known_under(v, norm, &t);
+	if (v->set.n || t.files || (view_entry(v) && record_lookup(v->c->record, norm, v->e) == 0))
+		return NULL;
+	return reply_error(EHOSTDOWN, "%s: not in the local record, and the NAS is down: what "
+			   "it holds cannot be told until the NAS answers again", norm);
+}
+
+/* ---- the rest of the reply ---- */
 
 #define HELD_LIST_MAX 200 /* status lists at most this many blobs kept on the NAS */
 
@@ -135,10 +520,14 @@ static void sum_blob(void *arg, const struct blob_info *b)
 		json_array_append_new(s->copies, json_pack("{s:o, s:o, s:s, s:I, s:I}", "key",
 			reply_path(b->key), "id", reply_path(b->id), "state", blob_state_name(b->state),
 			"bytes_done", (json_int_t)b->bytes_done, "size", (json_int_t)b->size));
-	if (b->state == BLOB_MISMATCH || b->state == BLOB_FAILED)
-		json_array_append_new(s->flagged, json_pack("{s:o, s:o, s:s, s:o}", "key",
+	/* A local copy that failed a read is flagged too: the local disk is
+	 * the operator's to look at, and until it is copied again the NAS
+	 * serves it (and an outage hides it). */
+	if (b->state == BLOB_MISMATCH || b->state == BLOB_FAILED || b->local_error)
+		json_array_append_new(s->flagged, json_pack("{s:o, s:o, s:s, s:o, s:b}", "key",
 			reply_path(b->key), "id", reply_path(b->id), "state",
-			blob_state_name(b->state), "reason", reply_path(b->reason)));
+			blob_state_name(b->state), "reason", reply_path(b->reason),
+			"local_error", b->local_error));
 	/* Why what was wanted is not local: the operator's first question. */
 	if (b->hold != HOLD_NONE && b->state == BLOB_NAS && s->held++ < HELD_LIST_MAX)
 		json_array_append_new(s->held_list, json_pack("{s:o, s:o, s:s, s:o, s:I, s:o?}",
@@ -166,15 +555,14 @@ static json_t *policy_json(const struct policy_opts *p)
 }
 
 /* The ref pins, with how much of their revisions is local. */
-static json_t *refs_json(struct control *c)
+static json_t *refs_json(struct view *v)
 {
 	size_t n = 0;
-	struct pin *v = c->pins ? pins_list(c->pins, &n) : NULL;
+	struct pin *p = v->c->pins ? pins_list(v->c->pins, &n) : NULL;
 	json_t *out = json_array();
-	struct files f = {0};
 
-	for (size_t i = 0; v && i < n; i++) {
-		const char *revs[2] = { v[i].commit, v[i].pending };
+	for (size_t i = 0; p && i < n; i++) {
+		const char *revs[2] = { p[i].commit, p[i].pending }, *from = FROM_NAS;
 		struct tally t[2];
 		json_t *o;
 
@@ -184,19 +572,19 @@ static json_t *refs_json(struct control *c)
 			memset(&t[k], 0, sizeof(t[k]));
 			if (!*revs[k])
 				continue;
-			snprintf(rel, sizeof(rel), "%s/snapshots/%s", v[i].repo, revs[k]);
-			tally_path(c, rel, &f, &t[k]);
+			snprintf(rel, sizeof(rel), "%s/snapshots/%s", p[i].repo, revs[k]);
+			if (tally_path(v, rel, &t[k]) == FROM_RECORD)
+				from = FROM_RECORD;
 		}
-		o = json_pack("{s:o, s:o, s:o, s:o, s:o, s:I, s:I, s:I, s:I}",
-			      "repo", reply_path(v[i].repo), "ref", reply_path(v[i].ref),
-			      "commit", reply_path(v[i].commit), "pending", reply_path(v[i].pending),
-			      "reason", reply_path(v[i].reason), "files", t[0].files,
+		o = json_pack("{s:o, s:o, s:o, s:o, s:o, s:I, s:I, s:I, s:I, s:s}",
+			      "repo", reply_path(p[i].repo), "ref", reply_path(p[i].ref),
+			      "commit", reply_path(p[i].commit), "pending", reply_path(p[i].pending),
+			      "reason", reply_path(p[i].reason), "files", t[0].files,
 			      "local_files", t[0].local_files, "pending_files", t[1].files,
-			      "pending_local_files", t[1].local_files);
+			      "pending_local_files", t[1].local_files, "from", from);
 		json_array_append_new(out, o);
 	}
-	files_free(&f);
-	free(v);
+	free(p);
 	return out;
 }
 
@@ -218,61 +606,55 @@ static json_t *control_json(struct control *c)
 		"reply_timeout_ms", CONTROL_REPLY_TIMEOUT_MS);
 }
 
-json_t *status_reply(struct control *c, json_t *req)
+/* The repos of the reply: the one @norm lies in, or every repo. */
+static json_t *repos_json(struct view *v, const char *norm)
 {
-	const char *path = json_string_value(json_object_get(req, "path"));
-	char norm[PATH_MAX], repo[PATH_MAX];
-	struct sums sums = { .copies = json_array(), .flagged = json_array(),
-			     .held_list = json_array() };
+	struct repo_names rn = {0};
+	json_t *repos = json_array();
+	char repo[PATH_MAX];
+
+	if (norm && *norm) {
+		snprintf(repo, sizeof(repo), "%.*s", (int)strcspn(norm, "/"), norm);
+		json_array_append_new(repos, repo_json(v, repo));
+		return repos;
+	}
+	repo_names(v, &rn);
+	for (size_t i = 0; i < rn.n; i++) {
+		json_array_append_new(repos, repo_json(v, rn.v[i]));
+		free(rn.v[i]);
+	}
+	free(rn.v);
+	return repos;
+}
+
+static int from_record(json_t *list)
+{
+	json_t *o;
+	size_t i;
+
+	json_array_foreach(list, i, o) {
+		const char *from = json_string_value(json_object_get(o, "from"));
+
+		if (from && !strcmp(from, FROM_RECORD))
+			return 1;
+	}
+	return 0;
+}
+
+/* "from": "record" if any repo or ref pin was counted without the NAS. */
+static const char *reply_from(json_t *repos, json_t *refs)
+{
+	return from_record(repos) || from_record(refs) ? FROM_RECORD : FROM_NAS;
+}
+
+static json_t *store_json(struct control *c)
+{
 	struct store_usage u;
-	json_t *repos = json_array(), *rep;
 	uint64_t evictable = 0, room;
 
-	if (path && (path[0] == '/' || path_normalize(path, norm, sizeof(norm)) < 0)) {
-		json_decref(repos);
-		json_decref(sums.copies);
-		json_decref(sums.flagged);
-		json_decref(sums.held_list);
-		return reply_error(EINVAL, "%s: not a path inside the mount %s", path, c->mount);
-	}
-	if (path && *norm) {
-		struct ns_entry *e = malloc(sizeof(*e));
-		int r = e ? ns_classify(c->roots, norm, e) : -ENOMEM;
-
-		free(e);
-		if (r < 0) {
-			json_decref(repos);
-			json_decref(sums.copies);
-			json_decref(sums.flagged);
-			json_decref(sums.held_list);
-			return reply_error(-r, "%s: %s", norm, strerror(-r));
-		}
-		snprintf(repo, sizeof(repo), "%.*s", (int)strcspn(norm, "/"), norm);
-		json_array_append_new(repos, repo_json(c, repo));
-	} else {
-		DIR *d = nas_opendir(c->roots, c->roots->path[0]);
-		struct dirent *de;
-
-		while (d && (de = readdir(d)))
-			if (de->d_name[0] != '.' && strstr(de->d_name, "--") &&
-			    de->d_type == DT_DIR)
-				json_array_append_new(repos, repo_json(c, de->d_name));
-		if (d)
-			closedir(d);
-	}
-	store_each(c->store, sum_blob, &sums);
 	store_usage(c->store, &u);
 	room = store_room(c->store, &evictable);
-	rep = json_pack("{s:b, s:o, s:o, s:o, s:o, s:o, s:{s:I, s:I, s:I}, s:o, s:o, s:I}",
-		"ok", 1, "nas", reply_path(c->roots->path[0]), "local", reply_path(c->local),
-		"mount", reply_path(c->mount),
-		"repos", repos, "copies", sums.copies,
-		"served", "local_bytes", sums.local_bytes, "nas_bytes", sums.nas_bytes,
-		"opens", sums.opens,
-		"flagged", sums.flagged, "held", sums.held_list, "held_total", sums.held);
-	if (!rep)
-		return NULL;
-	json_object_set_new(rep, "store", json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
+	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
 		"s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
 		"blobs", (json_int_t)u.blobs, "bytes", (json_int_t)u.bytes,
 		"free_bytes", (json_int_t)u.free_bytes, "queued", (json_int_t)u.queued,
@@ -281,9 +663,18 @@ json_t *status_reply(struct control *c, json_t *req)
 		"fs_bytes", (json_int_t)u.fs_bytes, "reserved_bytes", (json_int_t)u.reserved,
 		"held_bytes", (json_int_t)u.held, "pinned_bytes", (json_int_t)u.pinned_bytes,
 		"open_bytes", (json_int_t)u.open_bytes, "available_bytes", (json_int_t)room,
-		"evictable_bytes", (json_int_t)evictable));
+		"evictable_bytes", (json_int_t)evictable);
+}
+
+/* Everything but the tree. */
+static void add_state(struct control *c, json_t *rep)
+{
+	struct metrics_nas mn;
+	json_t *nas;
+
+	metrics_collect_nas(c->gate, c->record, &mn);
+	json_object_set_new(rep, "store", store_json(c));
 	json_object_set_new(rep, "policy", policy_json(c->store->opt.policy));
-	json_object_set_new(rep, "ref_pins", refs_json(c));
 	json_object_set_new(rep, "auto", json_pack("{s:I, s:I, s:I}",
 		"queued", (json_int_t)c->store->auto_queued,
 		"no_room", (json_int_t)c->store->no_room,
@@ -293,7 +684,47 @@ json_t *status_reply(struct control *c, json_t *req)
 		"evicted", (json_int_t)c->store->evicted,
 		"demoted", (json_int_t)c->store->demoted,
 		"failed", (json_int_t)c->store->failed));
+	/* "nas": the NAS_HUB path and the NAS's state; the path was the whole
+	 * of "nas" before there was a state to report */
+	nas = metrics_nas_json(&mn);
+	if (nas)
+		json_object_set_new(nas, "path", reply_path(c->roots->path[0]));
+	json_object_set_new(rep, "nas", nas);
+	json_object_set_new(rep, "record", metrics_record_json(&mn));
 	json_object_set_new(rep, "control", control_json(c));
-	return rep;
 }
 
+json_t *status_reply(struct control *c, json_t *req, int walk)
+{
+	const char *path = json_string_value(json_object_get(req, "path"));
+	char norm[PATH_MAX];
+	struct sums sums = {0};
+	struct view v = { .c = c };
+	json_t *repos, *refs, *rep;
+
+	if (path && (path[0] == '/' || path_normalize(path, norm, sizeof(norm)) < 0))
+		return reply_error(EINVAL, "%s: not a path inside the mount %s", path, c->mount);
+	v.online = walk && nas_answers(c);
+	if (path && *norm && (rep = path_check(&v, norm))) {
+		view_free(&v);
+		return rep;
+	}
+	repos = repos_json(&v, path ? norm : NULL);
+	refs = refs_json(&v);
+	view_free(&v);
+	sums.copies = json_array();
+	sums.flagged = json_array();
+	sums.held_list = json_array();
+	store_each(c->store, sum_blob, &sums);
+	rep = json_pack("{s:b, s:o, s:o, s:s, s:o, s:o, s:{s:I, s:I, s:I}, s:o, s:o, s:I, s:o}",
+		"ok", 1, "local", reply_path(c->local),
+		"mount", reply_path(c->mount), "from", reply_from(repos, refs),
+		"repos", repos, "copies", sums.copies,
+		"served", "local_bytes", sums.local_bytes, "nas_bytes", sums.nas_bytes,
+		"opens", sums.opens,
+		"flagged", sums.flagged, "held", sums.held_list, "held_total", sums.held,
+		"ref_pins", refs);
+	if (rep)
+		add_state(c, rep);
+	return rep;
+}

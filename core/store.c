@@ -6,14 +6,17 @@
  */
 #include "store.h"
 #include "store_int.h"
+#include "nasgate.h"
 #include "path.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/statvfs.h>
 #include <syslog.h>
+#include <unistd.h>
 
 /* A CLOCK_MONOTONIC deadline for pthread_cond_timedwait (our conds use
  * that clock). */
@@ -219,6 +222,57 @@ void store_note_close(struct store *s, struct blob *b)
 
 /* ---- requests ---- */
 
+/* Queue @b (NAS or FAILED) now. */
+static void queue_locked(struct store *s, struct blob *b, int explicit_req)
+{
+	b->state = BLOB_QUEUED;
+	b->reason[0] = '\0';
+	b->hold = HOLD_NONE;
+	b->explicit_req = explicit_req;
+	atomic_store(&b->prog.bytes_done, 0);
+	atomic_store(&b->prog.cancel, 0);
+	b->want_ns = store_now_ns();
+	if (!explicit_req)
+		s->auto_queued++;
+	store_enqueue_locked(s, b);
+}
+
+static int request_locked(struct store *s, struct blob *b, enum store_who who, int now)
+{
+	int explicit_req = who != STORE_BY_AUTO;
+
+	if (b->state == BLOB_NAS || b->state == BLOB_FAILED) {
+		b->who = who;
+		if (who != STORE_BY_USER && !now && b->fail_count &&
+		    store_now_ms() < b->retry_at_ms) {
+			/* In its backoff: the store queues it when that passes
+			 * (store_retry_due), if still wanted then. */
+			store_retry_schedule_locked(s, b);
+			return 0;
+		}
+		queue_locked(s, b, explicit_req);
+		return 1;
+	}
+	if (b->state == BLOB_QUEUED || b->state == BLOB_COPYING)
+		b->who = who; /* the last request says who is retried */
+	if (b->state == BLOB_QUEUED && explicit_req && !b->explicit_req) {
+		b->explicit_req = 1; /* asked for now: ahead of the automatic ones */
+		b->want_ns = store_now_ns();
+		store_enqueue_locked(s, b);
+	}
+	return 0;
+}
+
+int store_request(struct store *s, struct blob *b, enum store_who who, int now)
+{
+	int r;
+
+	pthread_mutex_lock(&s->lock);
+	r = request_locked(s, b, who, now);
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}
+
 int store_promote(struct store *s, struct blob *b, int pin, int explicit_req)
 {
 	pthread_mutex_lock(&s->lock);
@@ -226,24 +280,57 @@ int store_promote(struct store *s, struct blob *b, int pin, int explicit_req)
 		b->pinned = 1;
 		store_dirty_locked(s);
 	}
-	if (b->state == BLOB_NAS || b->state == BLOB_FAILED) {
-		b->state = BLOB_QUEUED;
-		b->reason[0] = '\0';
-		b->hold = HOLD_NONE;
-		b->explicit_req = explicit_req;
-		atomic_store(&b->prog.bytes_done, 0);
-		atomic_store(&b->prog.cancel, 0);
-		b->want_ns = store_now_ns();
-		if (!explicit_req)
-			s->auto_queued++;
-		store_enqueue_locked(s, b);
-	} else if (b->state == BLOB_QUEUED && explicit_req && !b->explicit_req) {
-		b->explicit_req = 1; /* asked for now: ahead of the automatic ones */
-		b->want_ns = store_now_ns();
-		store_enqueue_locked(s, b);
-	}
+	request_locked(s, b, explicit_req ? STORE_BY_USER : STORE_BY_AUTO, explicit_req);
 	pthread_mutex_unlock(&s->lock);
 	return 0;
+}
+
+int64_t store_retry_due(struct store *s)
+{
+	struct nas_gate *g = s->opt.gate;
+	/* the gate's state read first: its lock is a leaf, never under ours */
+	int up = nas_gate_up(g);
+	uint64_t gen = g ? atomic_load(&g->generation) : 0;
+	int64_t now = store_now_ms(), next = -1;
+	int came_up, pending = 0;
+
+	pthread_mutex_lock(&s->lock);
+	if (!s->retry_pending || s->stop) {
+		s->retry_gen = gen;
+		pthread_mutex_unlock(&s->lock);
+		return -1;
+	}
+	if (!up) {
+		/* A copy now fails or hangs: wait for the gate, looking once
+		 * a second (it has no callback). */
+		pthread_mutex_unlock(&s->lock);
+		return now + 1000;
+	}
+	came_up = gen != s->retry_gen;
+	s->retry_gen = gen;
+	if (!came_up && now < s->retry_next_ms) {
+		next = s->retry_next_ms;
+		pthread_mutex_unlock(&s->lock);
+		return next;
+	}
+	STORE_EACH(s, b) {
+		if (!store_retry_wanted_locked(s, b))
+			continue;
+		if (came_up || b->retry_at_ms <= now) {
+			queue_locked(s, b, b->who != STORE_BY_AUTO);
+			s->retries++;
+			store_log_msg(s, LOG_INFO, "retrying the copy of %s (%s) after %u failure%s%s",
+				      b->key, b->id, b->fail_count, b->fail_count == 1 ? "" : "s",
+				      came_up ? ": the NAS is up again" : "");
+		} else if (!pending || b->retry_at_ms < next) {
+			pending = 1;
+			next = b->retry_at_ms;
+		}
+	}
+	s->retry_pending = pending;
+	s->retry_next_ms = next;
+	pthread_mutex_unlock(&s->lock);
+	return pending ? next : -1;
 }
 
 int store_evict(struct store *s, struct blob *b, int force)
@@ -271,8 +358,48 @@ int store_evict(struct store *s, struct blob *b, int force)
 		}
 		r = 1;
 	}
+	/* An operator sent it to the NAS: no retry of the policy's brings it
+	 * back by itself (its reads may make it hot again). */
+	if (r >= 0)
+		b->who = STORE_BY_USER;
 	pthread_mutex_unlock(&s->lock);
 	return r;
+}
+
+int store_local_read_error(struct store *s, struct blob *b, int err)
+{
+	char path[PATH_MAX + 64], want[33], why[256];
+	int n = 0;
+
+	err = err < 0 ? -err : err;
+	pthread_mutex_lock(&s->lock);
+	if (b->state != BLOB_LOCAL) {
+		/* demoted already (another reader saw it first, or a check) */
+		pthread_mutex_unlock(&s->lock);
+		return 0;
+	}
+	snprintf(want, sizeof(want), "%s", b->xxh);
+	store_local_path_locked(s, b, path, sizeof(path));
+	snprintf(why, sizeof(why), "local copy unreadable: %s (demoted; NAS bytes from now on)",
+		 strerror(err));
+	s->local_read_errors++;
+	/* One file per content hash: every blob it serves reads the same bad
+	 * file; the last one demoted removes it (store_demote_locked). */
+	STORE_EACH(s, o) {
+		if (o->state != BLOB_LOCAL || strcmp(o->xxh, want))
+			continue;
+		store_demote_locked(s, o, why, 1);
+		o->local_error = 1;
+		o->checked = 0;
+		store_backoff_locked(s, o); /* a re-promotion waits, as after a failed copy */
+		n++;
+	}
+	store_log_msg(s, LOG_WARNING, "local copy %s of %s (%s) failed a read: %s; %d blob%s it "
+		      "served demoted, read from the NAS from now on; the copy %s", path, b->key,
+		      b->id, strerror(err), n, n == 1 ? "" : "s", access(path, F_OK) == 0 ?
+		      "could not be removed (removed at the next start-up)" : "is removed");
+	pthread_mutex_unlock(&s->lock);
+	return n;
 }
 
 void store_pin(struct store *s, struct blob *b, int pin)

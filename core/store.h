@@ -43,7 +43,16 @@
  *     -> store.lock -> hook locks (the fs invalidation queue's lock)
  * store.lock is never held across NAS I/O, copies or hashing (a statvfs of
  * LOCAL_STORE, and stats and unlinks of its files, are the exceptions); the
- * hooks are called with it held and must not block or call the store.
+ * hooks are called with it held and must not block or call the store.  The
+ * NAS gate's lock (nasgate.h) is a leaf: the store calls the gate with no
+ * lock of its own held.
+ *
+ * The NAS failing: a verified copy is never dropped or demoted because the
+ * NAS cannot be reached -- only positive evidence demotes (the source gone,
+ * another size, another sampled hash; store_verify.c).  A check the NAS
+ * cannot answer leaves the copy serving and unchecked, to be checked once
+ * the NAS answers.  Copies that fail are retried with backoff (enum
+ * store_who).
  */
 #ifndef WFS_STORE_H
 #define WFS_STORE_H
@@ -52,6 +61,8 @@
 #include "htab.h"
 #include "policy.h"
 #include "resolve.h"
+
+struct nas_gate;
 
 #include <limits.h>
 #include <pthread.h>
@@ -78,6 +89,23 @@ enum blob_hold {
 	HOLD_EXCLUDED, /* a name of it matches an exclusion glob */
 	HOLD_NO_ROOM,  /* the size limit or the free-space floor */
 };
+
+/* Who asked for a copy (store_request).  Retries: a copy of the policy's
+ * that fails (automatic promotions; the revisions of ref pins, pins.c) is
+ * queued again by the store itself, after STORE_RETRY_FIRST_MS, doubling
+ * at every failure in a row up to STORE_RETRY_MAX_MS, and at once when the
+ * NAS gate comes back up; a blob in its backoff is not queued again by a
+ * request of the policy's before then.  A user's request (wfsctl promote)
+ * is never retried by the store -- the user sees the failure -- and is not
+ * held back by a backoff either: the user asked now. */
+enum store_who {
+	STORE_BY_USER = 0, /* wfsctl promote: before automatic requests */
+	STORE_BY_AUTO,     /* automatic promotion (the policy thread) */
+	STORE_BY_PIN,      /* a ref pin's revision: before automatic requests; retried
+			    * while the blob stays pinned */
+};
+#define STORE_RETRY_FIRST_MS 2000
+#define STORE_RETRY_MAX_MS (5 * 60 * 1000)
 
 /* Why promotions failed, for the metrics (wfs_promotions_failed_total). */
 enum store_fail {
@@ -137,6 +165,21 @@ struct blob {
 	int hot_listed;             /* LOCK: on the hot list */
 	_Atomic uint64_t hot_bytes; /* ATOMIC: nas_bytes when @hot was last reset */
 	uint64_t hot_opens;         /* LOCK: nas_opens then */
+	/* The backoff (store.h "Retries"): copies failed in a row -- a local
+	 * copy found unreadable counts as one --, 0 again once a copy is
+	 * verified; and when the next may start: no request of the policy's
+	 * queues it before @retry_at_ms (CLOCK_MONOTONIC; 0 with @fail_count). */
+	unsigned fail_count;        /* LOCK */
+	int64_t retry_at_ms;        /* LOCK */
+	enum store_who who;         /* LOCK: who asked for its last copy: the store retries
+				     * the policy's requests by itself, never a user's */
+	int local_error;            /* LOCK: its local copy failed a read (store_local_read_error)
+				     * since it was last verified */
+	int check_err;              /* LOCK: -errno of the last source check that could not be
+				     * made (the NAS did not answer): logged when it changes,
+				     * not at every open; 0 once a check is made */
+	uint64_t swept;             /* LOCK: the sweep pass that looked at it last (a blob is
+				     * worked on once per pass: store_verify.c) */
 };
 
 /* What a blob is now, copied under the lock (for status, doctor, metrics). */
@@ -153,6 +196,11 @@ struct blob_info {
 	char xxh[33];               /* the local copy's content hash ("" if none) */
 	const char *name;           /* a name it was opened by: in store_each's callback
 				     * only (NULL from blob_info) */
+	int local_error;            /* its local copy failed a read: demoted (reason says more) */
+	unsigned fail_count;        /* copies failed in a row (the backoff) */
+	int64_t retry_at_ms;        /* CLOCK_MONOTONIC (store_now_ms): no automatic copy before
+				     * this; 0: no backoff */
+	int auto_retry;             /* 1: the store queues it again by itself at retry_at_ms */
 };
 
 struct store_hooks {
@@ -167,6 +215,9 @@ struct store_opts {
 	unsigned workers;     /* concurrent copies */
 	uint64_t bw_limit;    /* bytes/s for promotion reads, all copies together; 0 = none */
 	const struct policy_opts *policy; /* NULL: no automatic promotion, no limits */
+	struct nas_gate *gate; /* NULL: NAS calls run on the caller (tools, tests);
+				* else the read path's NAS calls go through it, and
+				* the NAS errors the store sees are reported to it */
 };
 
 /* A ref pin as the index keeps it (the policy layer, pins.c, owns them;
@@ -213,6 +264,14 @@ struct store {
 	_Atomic uint64_t started, cancelled, failed_by[STORE_FAIL_N];
 	_Atomic uint64_t auto_queued, no_room, excluded, index_writes;
 	_Atomic uint64_t passthrough_opens;
+	_Atomic uint64_t retries;   /* failed copies queued again by the store (the backoff) */
+	_Atomic uint64_t local_read_errors; /* store_local_read_error calls that demoted */
+	int retry_pending;          /* LOCK: some blob may wait for a retry (store_retry_due
+				     * looks); 0 once a look found none */
+	int64_t retry_next_ms;      /* LOCK: CLOCK_MONOTONIC: the earliest retry is due then */
+	uint64_t retry_gen;         /* LOCK: the gate's generation store_retry_due saw last */
+	int recheck_wanted;         /* LOCK: a source check could not be made: the sweep
+				     * tries again (store_verify.c) */
 };
 
 const char *blob_state_name(enum blob_state s);
@@ -261,10 +320,27 @@ int store_local_path(struct store *s, const struct blob *b, char *out, size_t sz
 /* An open was handed to the kernel's passthrough (for the metrics). */
 void store_count_passthrough_open(struct store *s);
 
-/* Before serving a LOCAL blob for the first time since start-up, compare
- * the source's sampled hash (store_verify.c).  Returns 1 if it may be
- * served locally. */
+/* Before serving a LOCAL blob for the first time since start-up (or since
+ * the NAS showed new attributes), compare the source's size and sampled
+ * hash (store_verify.c), through the gate (a deadline).  Returns 1 if it may
+ * be served locally.  Only positive evidence demotes: the source is gone
+ * (ENOENT, ENOTDIR; a link or a non-regular file in its place), has another
+ * size, or another sampled hash.  A check the NAS cannot answer now
+ * (timeout, NAS down, EIO, EACCES, ...) keeps the verified copy serving:
+ * 1, the blob left unchecked (checked again at the next open and by the
+ * sweep once the NAS is up), one log line per blob and error. */
 int store_check_source(struct store *s, struct blob *b);
+
+/* A read of @b's local copy failed with @err (EIO and friends; either
+ * sign): the copy is bad.  Every LOCAL blob served from that file (one
+ * file per content hash) is demoted -- reads go to the NAS from now on,
+ * the changed hook drops the kernel's pages --, the file removed, the
+ * reason "local copy unreadable: <error> (demoted; NAS bytes from now on)",
+ * local_error set, the backoff counted as for a failed copy (an automatic
+ * or pinned re-promotion waits for it), logged, the index marked dirty.
+ * No NAS I/O: a FUSE worker may call it.  Returns the number of blobs
+ * demoted (0: @b was not LOCAL any more). */
+int store_local_read_error(struct store *s, struct blob *b, int err);
 
 /* ---- the daemon's hooks (fs/file.c) ----
  * open: @b was opened by the mount-relative name @rel (may be NULL); it is
@@ -283,14 +359,24 @@ void store_note_close(struct store *s, struct blob *b);
  * store_sync() per request, however many blobs it touched. */
 
 /* Queue a promotion; explicit requests go before automatic ones.  With
- * @pin the blob is pinned too. */
+ * @pin the blob is pinned too.  store_request(@explicit_req ? STORE_BY_USER
+ * : STORE_BY_AUTO). */
 int store_promote(struct store *s, struct blob *b, int pin, int explicit_req);
+/* Queue a copy of @b (NAS or FAILED) for @who (see enum store_who); a
+ * request of the policy's for a blob in its backoff is remembered and
+ * queued by the store when the backoff passes, unless @now (an operator
+ * asked: wfsctl pin --ref).  A blob queued already moves ahead of the
+ * automatic ones when @who is not STORE_BY_AUTO; the last request names
+ * who is retried.  Returns 1 when queued now, 0 otherwise. */
+int store_request(struct store *s, struct blob *b, enum store_who who, int now);
 /* Drop the local copy (pinned ones only with @force).  Returns 1 when
  * evicted, 0 when nothing to do, -EBUSY when pinned. */
 int store_evict(struct store *s, struct blob *b, int force);
 void store_pin(struct store *s, struct blob *b, int pin);
 /* Re-check the source (and with @full re-hash the local copy).  Returns 1
- * when the blob was demoted, with @reason set. */
+ * when the blob was demoted, with @reason set; -errno when the source
+ * could not be checked (the NAS did not answer: the copy keeps serving,
+ * @reason says so; -EHOSTDOWN: the NAS is down); else 0. */
 int store_verify(struct store *s, struct blob *b, int full, char *reason, size_t rsz);
 /* Mark @b as kept on the NAS by an exclusion glob (@why says which). */
 void store_exclude(struct store *s, struct blob *b, const char *why);
@@ -307,6 +393,12 @@ void store_set_bw_limit(struct store *s, uint64_t bw);
  * passes, store_wake_hot() is called, or the store stops: then NULL. */
 struct blob *store_wait_hot(struct store *s, int64_t deadline_ms);
 void store_wake_hot(struct store *s);
+/* Queue again the failed copies whose backoff has passed -- all of them
+ * when the NAS gate has come up since the last call; none while it is
+ * down.  Returns when to call again (CLOCK_MONOTONIC ms; -1: nothing
+ * waits).  The policy thread calls it each time it wakes; a failure that
+ * starts a backoff wakes it (store_wait_hot returns NULL). */
+int64_t store_retry_due(struct store *s);
 /* A blob the policy is about to queue itself: its own reads need not. */
 void store_mark_hot(struct store *s, struct blob *b);
 /* A mount-relative name @b was opened by (a snapshot name if it had one),

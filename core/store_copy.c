@@ -2,10 +2,18 @@
  * copied by fetch_copy_verify() (fetch.c: the copy, the hashes, the re-read
  * from disk, the content address), renamed into data/, and only then made
  * LOCAL (verify_record_locked, store_verify.c).  See store.h.
+ *
+ * A copy that fails leaves the blob on the NAS: its temporary file is
+ * removed (fetch.c, and here when the publish fails), its state FAILED with
+ * the reason (the path, the offset where the NAS read failed, the error),
+ * a NAS error is reported to the gate, and the backoff starts (store.h,
+ * enum store_who).  The worker holds no store lock while it copies: a NAS
+ * read that hangs holds the worker and its reservation, nothing else.
  */
 #include "store.h"
 #include "store_int.h"
 #include "durable.h"
+#include "nasgate.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -124,6 +132,7 @@ static void copy_done_locked(struct store *s, struct blob *b, int r, uint64_t si
 {
 	if (r == 0 && b->size == size) {
 		verify_record_locked(s, b, res);
+		store_backoff_clear_locked(b);
 		b->reason[0] = '\0';
 		b->hold = HOLD_NONE;
 		b->last_used = (int64_t)time(NULL);
@@ -168,7 +177,15 @@ static void copy_done_locked(struct store *s, struct blob *b, int r, uint64_t si
 		s->failed++;
 		s->failed_by[r == 0 || r == -ESTALE ? STORE_FAIL_SOURCE_CHANGED :
 			     r == -EIO ? STORE_FAIL_IO : STORE_FAIL_OTHER]++;
-		store_log_msg(s, LOG_WARNING, "promotion of %s failed: %s", key, b->reason);
+		store_backoff_locked(s, b);
+		if (store_retry_wanted_locked(s, b))
+			store_log_msg(s, LOG_WARNING, "promotion of %s failed: %s; served from the "
+				      "NAS, tried again in %lld s (failure %u in a row)", key,
+				      b->reason, (long long)(b->retry_at_ms - store_now_ms() + 999) / 1000,
+				      b->fail_count);
+		else
+			store_log_msg(s, LOG_WARNING, "promotion of %s failed: %s; served from the "
+				      "NAS", key, b->reason);
 	}
 }
 
@@ -207,13 +224,25 @@ static void copy_one(struct store *s, struct blob *b)
 	if (evicted)
 		store_write_index(s);
 	memset(&res, 0, sizeof(res));
-	store_log_msg(s, LOG_INFO, "promoting %s (%s, %llu bytes%s)", key, id,
-		  (unsigned long long)size, auto_copy ? ", automatic" : "");
-	r = fetch_copy_verify(key, size, tmp, id, rate, &b->prog, &res);
-	if (r == 0)
-		r = publish(s, tmp, res.xxh);
-	if (r < 0)
-		unlink(tmp);
+	if (!nas_gate_up(s->opt.gate)) {
+		/* The gate knows the NAS is down: a copy now would fail, or
+		 * hang in a read.  Failed at once; retried when it is up. */
+		r = -EHOSTDOWN;
+		snprintf(res.reason, sizeof(res.reason), "cannot copy %s: the NAS is down", key);
+	} else {
+		store_log_msg(s, LOG_INFO, "promoting %s (%s, %llu bytes%s)", key, id,
+			      (unsigned long long)size, auto_copy ? ", automatic" : "");
+		r = fetch_copy_verify(key, size, tmp, id, rate, &b->prog, &res);
+		if (r == 0)
+			r = publish(s, tmp, res.xxh);
+		/* a partial copy never serves: never left behind either */
+		if (r < 0)
+			unlink(tmp);
+		/* what the NAS did to this copy counts for its state (no
+		 * store lock held: the gate's lock is a leaf) */
+		if (res.src_err)
+			nas_gate_note(s->opt.gate, res.src_err);
+	}
 
 	pthread_mutex_lock(&s->lock);
 	space_release_locked(s, b);

@@ -305,6 +305,16 @@ int index_load(struct store *s)
 		pthread_mutex_unlock(&s->lock);
 		return 0;
 	}
+	/* The sources, without the lock (NAS I/O; store.h); a copy dropped
+	 * for its source is an orphan below. */
+	pthread_mutex_unlock(&s->lock);
+	ld.dropped += verify_sources_loaded(s);
+	pthread_mutex_lock(&s->lock);
+	ld.local = ld.rehash = 0;
+	STORE_EACH(s, b) {
+		ld.local += b->state == BLOB_LOCAL;
+		ld.rehash += b->reverify;
+	}
 	if (r == 1 && ld.local + ld.rehash + ld.dropped)
 		store_log_msg(s, LOG_NOTICE, "start-up: index %s was written by an earlier version "
 			      "(1, no proof of the copies): its %zu local copies are re-hashed in "

@@ -34,6 +34,18 @@ struct blob *store_insert_locked(struct store *s, const char *key);
 void store_dirty_locked(struct store *s);
 /* @b may turn hot again after as many NAS bytes and opens again. */
 void store_reset_hot_locked(struct store *s, struct blob *b);
+/* Would the store queue @b again by itself once its backoff passes?  (A
+ * failed copy, or a copy found unreadable, asked for by the policy.) */
+int store_retry_wanted_locked(const struct store *s, const struct blob *b);
+/* A copy of @b failed (or its local copy was found unreadable): one more
+ * in a row; its backoff starts now, and the policy thread is woken when
+ * the store is to retry it (store_retry_due). */
+void store_backoff_locked(struct store *s, struct blob *b);
+/* The store is to queue @b again when its backoff passes, if it wants
+ * to (store_retry_wanted_locked): the policy thread learns when. */
+void store_retry_schedule_locked(struct store *s, struct blob *b);
+/* A copy of @b was verified: no backoff any more. */
+void store_backoff_clear_locked(struct blob *b);
 
 /* ---- store_space.c ---- */
 
@@ -59,12 +71,19 @@ void space_closed_locked(struct store *s, struct blob *b);
 /* ---- store_verify.c: the checks before a copy serves ---- */
 
 /* At load: may the index's record @b (state LOCAL as recorded) serve?
- * Both sides must still have its size, else the record is dropped: 0,
+ * The copy must still have its size, else the record is dropped: 0,
  * state NAS, the reason logged.  A copy that is the file verified (its
  * identity, store.h) is LOCAL at once: 1.  Otherwise it is re-hashed in
  * the background before it may serve: 2, state COPYING, its room reserved,
- * logged. */
+ * logged.  Its source is verify_sources_loaded's. */
 int verify_loaded_locked(struct store *s, struct blob *b);
+/* At load, after verify_loaded_locked, with no lock held (a stat of each
+ * source is NAS I/O): a copy whose source is gone, not a regular file, or
+ * of another size is dropped; an error that proves nothing keeps it (one
+ * line, the gate told); while the gate says the NAS is down no source is
+ * looked at.  Kept copies are unchecked: the sweep and the first open
+ * check them.  Returns the number dropped. */
+size_t verify_sources_loaded(struct store *s);
 /* A copy just verified by fetch_copy_verify and renamed into data/:
  * record what proves it (its hashes; its identity, taken now). */
 void verify_record_locked(struct store *s, struct blob *b, const struct fetch_result *res);

@@ -9,6 +9,7 @@
 #include "path.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -147,12 +148,16 @@ static void info_locked(const struct blob *b, struct blob_info *out)
 	out->nas_opens = atomic_load_explicit(&b->nas_opens, memory_order_relaxed);
 	out->last_used = b->last_used;
 	out->name = NULL;
+	out->local_error = b->local_error;
+	out->fail_count = b->fail_count;
+	out->retry_at_ms = b->fail_count ? b->retry_at_ms : 0;
 }
 
 void blob_info(struct store *s, const struct blob *b, struct blob_info *out)
 {
 	pthread_mutex_lock(&s->lock);
 	info_locked(b, out);
+	out->auto_retry = store_retry_wanted_locked(s, b);
 	pthread_mutex_unlock(&s->lock);
 }
 
@@ -168,6 +173,7 @@ void store_each(struct store *s, void (*fn)(void *arg, const struct blob_info *b
 	pthread_mutex_lock(&s->lock);
 	STORE_EACH(s, b) {
 		info_locked(b, &info);
+		info.auto_retry = store_retry_wanted_locked(s, b);
 		info.name = b->name;
 		fn(arg, &info);
 	}
@@ -180,6 +186,61 @@ void store_reset_hot_locked(struct store *s, struct blob *b)
 	atomic_store_explicit(&b->hot_bytes, atomic_load(&b->nas_bytes), memory_order_relaxed);
 	b->hot_opens = atomic_load(&b->nas_opens);
 	atomic_store_explicit(&b->hot, 0, memory_order_relaxed);
+}
+
+/* ---- the backoff of failed copies (store.h, enum store_who) ---- */
+
+int store_retry_wanted_locked(const struct store *s, const struct blob *b)
+{
+	const struct policy_opts *pol = s->opt.policy;
+
+	if (!b->fail_count || b->hold == HOLD_EXCLUDED ||
+	    (b->state != BLOB_NAS && b->state != BLOB_FAILED))
+		return 0;
+	/* automatic copies only while automatic promotion is on; a ref pin's
+	 * only while the blob is still pinned */
+	return (b->who == STORE_BY_AUTO && pol && pol->auto_on) ||
+	       (b->who == STORE_BY_PIN && b->pinned);
+}
+
+/* STORE_RETRY_FIRST_MS doubled for every failure in a row after the first,
+ * at most STORE_RETRY_MAX_MS. */
+static int64_t backoff_ms(unsigned fails)
+{
+	int64_t d = STORE_RETRY_FIRST_MS;
+
+	for (unsigned i = 1; i < fails && d < STORE_RETRY_MAX_MS; i++)
+		d *= 2;
+	return d < STORE_RETRY_MAX_MS ? d : STORE_RETRY_MAX_MS;
+}
+
+void store_backoff_locked(struct store *s, struct blob *b)
+{
+	if (b->fail_count < UINT_MAX)
+		b->fail_count++;
+	b->retry_at_ms = store_now_ms() + backoff_ms(b->fail_count);
+	store_retry_schedule_locked(s, b);
+}
+
+void store_retry_schedule_locked(struct store *s, struct blob *b)
+{
+	if (!store_retry_wanted_locked(s, b))
+		return;
+	/* The policy thread sleeps until its own deadline: wake it when this
+	 * retry is due before the one it knows of. */
+	if (!s->retry_pending || b->retry_at_ms < s->retry_next_ms) {
+		s->retry_pending = 1;
+		s->retry_next_ms = b->retry_at_ms;
+		s->hot_woken = 1;
+		pthread_cond_broadcast(&s->hot_cond);
+	}
+}
+
+void store_backoff_clear_locked(struct blob *b)
+{
+	b->fail_count = 0;
+	b->retry_at_ms = 0;
+	b->local_error = 0;
 }
 
 void store_blob_name(struct store *s, const struct blob *b, char *out, size_t sz)

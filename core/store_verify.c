@@ -6,24 +6,43 @@
  *                (verify_record_locked): the copy's XXH3-128, its identity
  *                on disk (inode, mtime, ctime; a write changes the ctime)
  *                and the source's identity (size + sampled hash, hash.h)
- *   start-up     verify_loaded_locked: the copy and the source still have
- *                the recorded size, else the record is dropped; a copy
- *                whose identity is not the recorded one (or none was: a
- *                version 1 index) is not served until re-hashed in full
- *                (reverify_one, in the sweep) -- equal: LOCAL again, else
- *                demoted and removed
- *   first open   store_check_source: the source's sampled hash, once per
- *   and sweep    start-up (store_recheck_sweep checks them all in the
- *                background) and again whenever the NAS attributes change
+ *   start-up     verify_loaded_locked: the copy still has the recorded
+ *                size, else the record is dropped; a copy whose identity
+ *                is not the recorded one (or none was: a version 1 index)
+ *                is not served until re-hashed in full (reverify_one, in
+ *                the sweep) -- equal: LOCAL again, else demoted and
+ *                removed.  Then, without the lock, verify_sources_loaded:
+ *                the source still exists with the recorded size
+ *   first open   store_check_source: the source's size and sampled hash,
+ *   and sweep    once per start-up (store_recheck_sweep checks them all in
+ *                the background) and again whenever the NAS attributes
+ *                change
  *   on request   store_verify: the same, and with @full the copy re-hashed
  *                (scrub); any mismatch demotes the copy, reads go to the NAS
+ *   a read       store_local_read_error (store.c): a copy that fails a
+ *                read is demoted and removed
  *
  * A copy found corrupt is corrupt for every blob that shares it (one file
  * per content hash): they are all demoted.
+ *
+ * The NAS failing (DESIGN.md "When the NAS fails"): only positive evidence
+ * about the source demotes a verified copy -- the source is gone (ENOENT,
+ * ENOTDIR), something else is in its place (a link, a directory, a FIFO or
+ * device), it has another size, or another sampled hash.  Any other error
+ * (ENOTCONN, ETIMEDOUT, EIO, EHOSTDOWN, EACCES, ...) proves nothing about
+ * the bytes: the copy stays LOCAL and serves, unchecked (b->checked 0, so
+ * the check is made again at the next open and by the sweep once the NAS
+ * is up), one log line says which path and error, and the gate hears of
+ * it.  Source checks run through the gate (nas_call: a deadline, on a NAS
+ * thread, copies of what they read in heap memory so a check past its
+ * deadline may end later without touching the blob) and never with
+ * store.lock held; while the gate says the NAS is down they are not made
+ * at all -- at start-up neither (the copies serve; checked once it is back).
  */
 #include "store.h"
 #include "store_int.h"
 #include "hash.h"
+#include "nasgate.h"
 #include "nasopen.h"
 
 #include <errno.h>
@@ -101,11 +120,12 @@ void verify_record_locked(struct store *s, struct blob *b, const struct fetch_re
 int verify_loaded_locked(struct store *s, struct blob *b)
 {
 	char local[PATH_MAX + 64], why[160] = "";
-	struct stat lst, nst;
+	struct stat lst;
 	int r = -EINVAL;
 
-	/* The quick check: both sides still have the recorded size.  The
-	 * source's sampled hash is compared before the first local read. */
+	/* The quick check: the copy still has the recorded size (the source's
+	 * is verify_sources_loaded's, without the lock; its sampled hash is
+	 * compared before the first local read). */
 	if (!is_hex32(b->xxh) || store_local_path_locked(s, b, local, sizeof(local)) < 0)
 		snprintf(why, sizeof(why), "the index names no valid copy");
 	else if ((r = copy_stat(local, &lst)) < 0)
@@ -114,8 +134,6 @@ int verify_loaded_locked(struct store *s, struct blob *b)
 	else if ((uint64_t)lst.st_size != b->size)
 		snprintf(why, sizeof(why), "local copy has the wrong size: %llu bytes, %llu expected",
 			 (unsigned long long)lst.st_size, (unsigned long long)b->size);
-	else if (stat(b->key, &nst) < 0 || (uint64_t)nst.st_size != b->size)
-		snprintf(why, sizeof(why), "source changed size or vanished");
 	if (*why) {
 		store_log_msg(s, LOG_NOTICE, "start-up: dropped local copy of %s (%s)", b->key, why);
 		b->xxh[0] = '\0';
@@ -144,22 +162,123 @@ int verify_loaded_locked(struct store *s, struct blob *b)
 	return 2;
 }
 
-static int sample_source(const char *key, uint64_t size, char out[33])
-{
-	/* no link in any component of the key, no FIFO opened (nasopen.h) */
-	int fd = nas_open(NULL, key, 0), r;
+/* ---- the source's identity, checked through the gate ---- */
 
-	if (fd < 0)
-		return fd;
-	r = source_sample(fd, size, out);
-	close(fd);
+/* What a source check (error -@err, 0 if none) proves, for the reason and
+ * the log: the source is gone (ENOENT, ENOTDIR: it or a component of its
+ * path), something else is in its place (ELOOP: a link, which nas_open
+ * never follows; EISDIR, ENXIO: a directory, FIFO, socket or device), it
+ * is shorter (ENODATA, source_sample), of another size, or has another
+ * sampled hash.  "" when it proves nothing (any other error: one the NAS
+ * may not repeat) or the source is as recorded. */
+static void source_verdict(int err, uint64_t size, uint64_t size_now, const char *sample,
+			   const char *want, char *why, size_t wsz)
+{
+	why[0] = '\0';
+	if (err == -ENOENT || err == -ENOTDIR)
+		snprintf(why, wsz, "source vanished (%s)", strerror(-err));
+	else if (err == -ELOOP)
+		snprintf(why, wsz, "source replaced by a link");
+	else if (err == -EISDIR || err == -ENXIO)
+		snprintf(why, wsz, "source is not a regular file any more");
+	else if (err == -ENODATA)
+		snprintf(why, wsz, "source changed size (shorter than recorded)");
+	else if (err == 0 && size_now != size)
+		snprintf(why, wsz, "source changed size: %llu bytes, %llu recorded",
+			 (unsigned long long)size_now, (unsigned long long)size);
+	else if (err == 0 && strcmp(sample, want))
+		snprintf(why, wsz, "source changed (sampled hash differs)");
+}
+
+/* One source check, run on a NAS thread (nasgate.h).  Heap memory holding
+ * copies of everything it reads: a check past its deadline ends later on
+ * its thread and is freed there (src_job_free), never touching the blob. */
+struct src_job {
+	char key[PATH_MAX];
+	uint64_t size;          /* recorded */
+	uint64_t size_now;      /* out: the source's size now */
+	char sample[33];        /* out: its sampled hash, when the sizes agree */
+	int err;                /* out: 0, or -errno of the check as it failed */
+};
+
+static int src_job_run(void *arg)
+{
+	struct src_job *j = arg;
+	struct stat st;
+	/* no link in any component of the key, no FIFO opened (nasopen.h) */
+	int fd = nas_open(NULL, j->key, 0);
+
+	j->err = fd < 0 ? fd : 0;
+	if (fd >= 0) {
+		if (fstat(fd, &st) < 0)
+			j->err = -errno;
+		else if ((j->size_now = (uint64_t)st.st_size) == j->size)
+			j->err = source_sample(fd, j->size, j->sample);
+		close(fd);
+	}
+	/* nas_call's own -ETIMEDOUT means "past the deadline: @arg is the
+	 * gate's now"; the same code from the NAS itself (a soft mount) must
+	 * not be taken for it.  ENOTCONN tells the gate the same thing. */
+	return j->err == -ETIMEDOUT ? -ENOTCONN : j->err;
+}
+
+static void src_job_free(void *arg)
+{
+	free(arg);
+}
+
+/* Check the source @key (@size recorded) through the gate.  Returns 0 with
+ * *@size_now and @sample (when the sizes agree) filled, or -errno:
+ * -ETIMEDOUT the deadline passed, -EHOSTDOWN the NAS is down (not asked),
+ * else the check's own error.  No lock held. */
+static int check_source_gated(struct store *s, const char *key, uint64_t size,
+			      uint64_t *size_now, char sample[33])
+{
+	struct src_job *j;
+	int r;
+
+	if (!nas_gate_up(s->opt.gate))
+		return -EHOSTDOWN; /* not even a job: opens during an outage stay cheap */
+	j = calloc(1, sizeof(*j));
+	if (!j)
+		return -ENOMEM;
+	snprintf(j->key, sizeof(j->key), "%s", key);
+	j->size = size;
+	j->err = -EHOSTDOWN; /* as it stays if the gate refuses to run it */
+	r = nas_call(s->opt.gate, src_job_run, j, src_job_free);
+	if (r == -ETIMEDOUT)
+		return r; /* the gate's now: freed when the check ends */
+	r = j->err;
+	*size_now = j->size_now;
+	snprintf(sample, 33, "%s", j->sample);
+	free(j);
 	return r;
+}
+
+/* Lock held: a source check of LOCAL @b could not be made (@err): the copy
+ * keeps serving, unchecked; said once per blob and error, not per open. */
+static void check_unmade_locked(struct store *s, struct blob *b, int err)
+{
+	char local[PATH_MAX + 64] = "";
+
+	b->checked = 0;
+	s->recheck_wanted = 1;
+	if (b->check_err == err)
+		return;
+	b->check_err = err;
+	store_local_path_locked(s, b, local, sizeof(local));
+	/* (the NAS down: the gate logged the outage once; this is per blob) */
+	store_log_msg(s, err == -EHOSTDOWN ? LOG_DEBUG : LOG_WARNING,
+		      "cannot check the source %s of local copy %s: %s; the verified copy keeps "
+		      "serving (only a source gone or changed demotes it), checked again once "
+		      "the NAS answers", b->key, local, err == -EHOSTDOWN ? "the NAS is down" :
+		      err == -ETIMEDOUT ? "no answer within the NAS deadline" : strerror(-err));
 }
 
 int store_check_source(struct store *s, struct blob *b)
 {
-	char sample[33], key[PATH_MAX];
-	uint64_t size;
+	char sample[33] = "", key[PATH_MAX], why[192];
+	uint64_t size, size_now = 0;
 	int r;
 
 	pthread_mutex_lock(&s->lock);
@@ -172,23 +291,138 @@ int store_check_source(struct store *s, struct blob *b)
 	size = b->size;
 	pthread_mutex_unlock(&s->lock);
 
-	r = sample_source(key, size, sample);
+	r = check_source_gated(s, key, size, &size_now, sample);
 	pthread_mutex_lock(&s->lock);
-	if (b->state == BLOB_LOCAL) {
-		if (r < 0) {
-			char why[128];
-
-			snprintf(why, sizeof(why), "source unreadable: %s", strerror(-r));
+	/* (a new size since demoted it already: source_attrs_locked) */
+	if (b->state == BLOB_LOCAL && b->size == size) {
+		source_verdict(r, size, size_now, sample, b->sample, why, sizeof(why));
+		if (*why) {
 			store_demote_locked(s, b, why, 1);
-		} else if (strcmp(sample, b->sample)) {
-			store_demote_locked(s, b, "source changed (sampled hash differs)", 1);
+		} else if (r < 0) {
+			check_unmade_locked(s, b, r);
 		} else {
 			b->checked = 1;
+			if (b->check_err)
+				store_log_msg(s, LOG_INFO, "source %s checked: as recorded", b->key);
+			b->check_err = 0;
 		}
 	}
 	r = b->state == BLOB_LOCAL;
 	pthread_mutex_unlock(&s->lock);
 	return r;
+}
+
+/* ---- the sources of the index's copies, at start-up ---- */
+
+/* What a start-up stat says of a source: 0 as recorded, 1 gone or changed
+ * (@why says), -errno it proves nothing. */
+static int loaded_source(const char *key, uint64_t size, char *why, size_t wsz)
+{
+	struct stat st;
+
+	if (stat(key, &st) < 0) {
+		int err = -errno;
+
+		if (err != -ENOENT && err != -ENOTDIR)
+			return err;
+		snprintf(why, wsz, "source vanished (%s)", strerror(-err));
+		return 1;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		snprintf(why, wsz, "source is not a regular file any more");
+		return 1;
+	}
+	if ((uint64_t)st.st_size != size) {
+		snprintf(why, wsz, "source changed size: %llu bytes, %llu recorded",
+			 (unsigned long long)st.st_size, (unsigned long long)size);
+		return 1;
+	}
+	return 0;
+}
+
+/* Lock held: the record of @b (LOCAL, or unproven and to be re-hashed)
+ * goes: its source is not the file copied. */
+static void drop_loaded_locked(struct store *s, struct blob *b)
+{
+	if (b->reverify) {
+		b->reverify = 0;
+		space_release_locked(s, b);
+		free(b->tmp);
+		b->tmp = NULL;
+	}
+	atomic_store_explicit(&b->state, BLOB_NAS, memory_order_release);
+	b->xxh[0] = '\0';
+	b->copy_ino = 0;
+	b->checked = 0;
+	store_dirty_locked(s);
+}
+
+/* Start-up logs name at most this many sources that could not be checked
+ * (an unreachable NAS would fail them all): then a count. */
+#define LOAD_LOG_MAX 5
+
+size_t verify_sources_loaded(struct store *s)
+{
+	struct nas_gate *g = s->opt.gate;
+	struct blob **v;
+	signed char *verdict;
+	size_t n = 0, cap, dropped = 0, unmade = 0;
+
+	pthread_mutex_lock(&s->lock);
+	cap = s->blobs.count ? s->blobs.count : 1;
+	v = malloc(cap * sizeof(*v));
+	verdict = calloc(cap, 1);
+	if (v && verdict)
+		STORE_EACH(s, b)
+			if ((b->state == BLOB_LOCAL || b->reverify) && n < cap)
+				v[n++] = b;
+	pthread_mutex_unlock(&s->lock);
+	if (!v || !verdict) {
+		/* unchecked: every copy's source is checked before it serves */
+		free(v);
+		free(verdict);
+		return 0;
+	}
+	if (n && !nas_gate_up(g))
+		store_log_msg(s, LOG_NOTICE, "start-up: the NAS is down: the sources of %zu local "
+			      "copies are not looked at now; the copies serve, their sources are "
+			      "checked once it is back", n);
+	/* No lock: a blob's key is immutable, its size atomic, and nothing
+	 * else runs yet (store_start is later). */
+	for (size_t i = 0; i < n && nas_gate_up(g); i++) {
+		char why[192];
+		int r = loaded_source(v[i]->key, atomic_load(&v[i]->size), why, sizeof(why));
+
+		if (r == 1) {
+			verdict[i] = 1;
+			store_log_msg(s, LOG_NOTICE, "start-up: dropped local copy of %s (%s)",
+				      v[i]->key, why);
+		} else if (r < 0) {
+			/* proves nothing: kept, checked before it serves */
+			if (unmade++ < LOAD_LOG_MAX)
+				store_log_msg(s, LOG_WARNING, "start-up: cannot stat the source %s "
+					      "of a local copy: %s; the copy is kept, its source "
+					      "checked at its first open", v[i]->key, strerror(-r));
+			nas_gate_note(g, r); /* an unreachable NAS marks the gate down */
+		}
+	}
+	if (unmade > LOAD_LOG_MAX)
+		store_log_msg(s, LOG_WARNING, "start-up: %zu sources of local copies could not be "
+			      "looked at in all; their copies are kept", unmade);
+	pthread_mutex_lock(&s->lock);
+	for (size_t i = 0; i < n; i++) {
+		struct blob *b = v[i];
+
+		/* (the others are unchecked: the sweep and the first open check them) */
+		if (verdict[i] && (b->state == BLOB_LOCAL || b->reverify)) {
+			drop_loaded_locked(s, b);
+			dropped++;
+		}
+	}
+	pthread_mutex_unlock(&s->lock);
+	free(v);
+	free(verdict);
+	return dropped;
 }
 
 /* ---- the re-hash of a copy the index could not prove (start-up) ---- */
@@ -235,7 +469,8 @@ struct rehash {
 	struct stat before;
 	int r;          /* of the hash: 0, or -errno */
 	int moved;      /* the file under the name is another one since */
-	int src;        /* of the source sample: 0, or -errno */
+	int src;        /* of the source check: 0, or -errno (check_source_gated) */
+	uint64_t src_size; /* the source's size then */
 	char got[33], got_sample[33];
 };
 
@@ -292,16 +527,21 @@ static void rehash_done_locked(struct store *s, struct blob *b, struct rehash *h
 			 h->want);
 	} else if ((uint64_t)h->before.st_size != b->size) {
 		snprintf(why, sizeof(why), "source changed size");
-	} else if (h->src == 0 && strcmp(h->got_sample, h->sample)) {
-		snprintf(why, sizeof(why), "source changed (sampled hash differs)");
+	} else {
+		/* only positive evidence about the source (see the top) */
+		source_verdict(h->src, h->size, h->src_size, h->got_sample, h->sample, why,
+			       sizeof(why));
 	}
 	if (!*why) {
 		prove_locked(b, &h->before);
 		/* A source that could not be read now, or that shows new
 		 * attributes since, is sampled again before the first local
-		 * read (store_check_source). */
+		 * read (store_check_source); the sweep tries again once the
+		 * NAS answers. */
 		b->checked = h->src == 0 && same_ts(&b->nas_mtime, &h->nas_mtime) &&
 			     same_ts(&b->nas_ctime, &h->nas_ctime);
+		if (h->src < 0)
+			s->recheck_wanted = 1;
 		b->reason[0] = '\0';
 		store_dirty_locked(s);
 		atomic_store_explicit(&b->state, BLOB_LOCAL, memory_order_release);
@@ -332,7 +572,7 @@ static void rehash_done_locked(struct store *s, struct blob *b, struct rehash *h
  * full, and sample its source: neither with the lock held. */
 static void reverify_one(struct store *s, struct blob *b)
 {
-	struct rehash h = { .src = -ENODATA };
+	struct rehash h = { .src = -EAGAIN }; /* not checked: proves nothing */
 	struct stat after;
 	int shared;
 
@@ -362,7 +602,7 @@ static void reverify_one(struct store *s, struct blob *b)
 				       !same_file(&after, &h.before));
 	}
 	if (h.r == 0)
-		h.src = sample_source(h.key, h.size, h.got_sample);
+		h.src = check_source_gated(s, h.key, h.size, &h.src_size, h.got_sample);
 
 	pthread_mutex_lock(&s->lock);
 	rehash_done_locked(s, b, &h);
@@ -371,8 +611,10 @@ static void reverify_one(struct store *s, struct blob *b)
 
 /* One pass over the table: a bucket at a time, resumed where it was (the
  * table may grow meanwhile; blobs added later were checked when made
- * LOCAL, or are checked on first open).  @todo picks what to work on. */
-static void sweep(struct store *s, int (*todo)(const struct blob *),
+ * LOCAL, or are checked on first open).  @todo picks what to work on; a
+ * blob is worked on once per @pass (a check the NAS could not answer
+ * leaves it as it was: not again and again in the same pass). */
+static void sweep(struct store *s, uint64_t pass, int (*todo)(const struct blob *),
 		  void (*work)(struct store *, struct blob *))
 {
 	for (size_t i = 0;; i++) {
@@ -386,8 +628,10 @@ static void sweep(struct store *s, int (*todo)(const struct blob *),
 		for (struct hlink *l = s->blobs.b[i]; l && !b; l = l->next) {
 			struct blob *o = htab_entry(l, struct blob, hl);
 
-			if (todo(o))
+			if (o->swept != pass && todo(o)) {
 				b = o;
+				b->swept = pass;
+			}
 		}
 		pthread_mutex_unlock(&s->lock);
 		if (b) {
@@ -412,22 +656,75 @@ static int copy_unproven(const struct blob *b)
 	return b->reverify && b->state == BLOB_COPYING;
 }
 
-/* After start-up, in the background: every local copy's source sampled
- * once (an open of an unchecked blob checks it first anyway), then every
- * copy the index could not prove re-hashed. */
+/* A pass over the sources left unchecked is tried this often while the
+ * NAS is up and some check could not be made (an EIO the NAS may not
+ * repeat); at once when the gate comes back up. */
+#define RECHECK_MS (60 * 1000)
+
+static uint64_t gate_gen(struct store *s)
+{
+	return s->opt.gate ? atomic_load(&s->opt.gate->generation) : 0;
+}
+
+/* Wait until another pass over the unchecked sources is worth making:
+ * some check could not be made and the NAS is up, and it came (back) up
+ * since the last pass (its generation changed) or RECHECK_MS passed.
+ * Returns 0 when the store stops.  The gate has no callback: looked at
+ * once a second (two atomic loads). */
+static int recheck_wait(struct store *s, uint64_t *gen, int64_t *last)
+{
+	pthread_mutex_lock(&s->lock);
+	while (!s->stop) {
+		int64_t now = store_now_ms();
+		uint64_t g = gate_gen(s);
+		struct timespec ts;
+
+		if (s->recheck_wanted && nas_gate_up(s->opt.gate) &&
+		    (g != *gen || now - *last >= RECHECK_MS)) {
+			s->recheck_wanted = 0; /* set again by what fails in the pass */
+			*gen = g;
+			*last = now;
+			pthread_mutex_unlock(&s->lock);
+			return 1;
+		}
+		now += 1000;
+		ts.tv_sec = (time_t)(now / 1000);
+		ts.tv_nsec = (long)(now % 1000) * 1000000L;
+		pthread_cond_timedwait(&s->cond, &s->lock, &ts); /* CLOCK_MONOTONIC */
+	}
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+}
+
+/* After start-up, in the background: every local copy's source checked
+ * once (an open of an unchecked blob checks it first anyway) -- not while
+ * the NAS is down --, then every copy the index could not prove re-hashed;
+ * then, for as long as the store runs, the sources whose check the NAS
+ * could not answer, once it does.  Every NAS call through the gate: a
+ * hung NAS costs a deadline, never the thread (store_close joins it). */
 void *store_recheck_sweep(void *arg)
 {
 	struct store *s = arg;
+	uint64_t pass = 0, gen = gate_gen(s);
+	int64_t last = store_now_ms();
 
-	sweep(s, source_unchecked, check_source);
-	sweep(s, copy_unproven, reverify_one);
+	if (nas_gate_up(s->opt.gate)) {
+		sweep(s, ++pass, source_unchecked, check_source);
+	} else {
+		pthread_mutex_lock(&s->lock);
+		s->recheck_wanted = 1;
+		pthread_mutex_unlock(&s->lock);
+	}
+	sweep(s, ++pass, copy_unproven, reverify_one);
+	while (recheck_wait(s, &gen, &last))
+		sweep(s, ++pass, source_unchecked, check_source);
 	return NULL;
 }
 
 int store_verify(struct store *s, struct blob *b, int full, char *reason, size_t rsz)
 {
 	char local[PATH_MAX + 64], xxh[33], want[33];
-	int r, demoted = 0;
+	int r, demoted = 0, unchecked;
 
 	pthread_mutex_lock(&s->lock);
 	if (b->state != BLOB_LOCAL) {
@@ -445,8 +742,15 @@ int store_verify(struct store *s, struct blob *b, int full, char *reason, size_t
 		pthread_mutex_unlock(&s->lock);
 		return 1;
 	}
+	/* a check the NAS could not answer: said, and the copy kept */
+	pthread_mutex_lock(&s->lock);
+	unchecked = b->state == BLOB_LOCAL && !b->checked ? b->check_err : 0;
+	if (unchecked)
+		snprintf(reason, rsz, "source not checked: %s; the verified copy keeps serving",
+			 unchecked == -EHOSTDOWN ? "the NAS is down" : strerror(-unchecked));
+	pthread_mutex_unlock(&s->lock);
 	if (!full)
-		return 0;
+		return unchecked;
 	r = fetch_hash_file(local, xxh, NULL);
 	pthread_mutex_lock(&s->lock);
 	if (b->state == BLOB_LOCAL && (r < 0 || strcmp(xxh, want))) {
@@ -459,5 +763,5 @@ int store_verify(struct store *s, struct blob *b, int full, char *reason, size_t
 		demoted = 1;
 	}
 	pthread_mutex_unlock(&s->lock);
-	return demoted;
+	return demoted ? 1 : unchecked;
 }

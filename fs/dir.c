@@ -2,7 +2,7 @@
 #include "wfs.h"
 #include "ops.h"
 #include "path.h"
-#include "nasopen.h"
+#include "nas.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -14,26 +14,50 @@
 #include <dirent.h>
 
 
-struct dir_entry {
-	char *name;
-	ino_t nas_ino;
-	unsigned char nas_type;
-};
-
 /* Filled by opendir before the open is answered, read-only after (every
  * readdir of the handle comes after that reply). */
 struct dir_handle {
 	struct dir_entry *ents;
 	size_t n;
+	int from_record; /* the NAS could not answer: the local record's names */
 	char rel[PATH_MAX];
 };
 
 static void dir_free(struct dir_handle *d)
 {
-	for (size_t i = 0; i < d->n; i++)
-		free(d->ents[i].name);
-	free(d->ents);
+	dir_entries_free(d->ents, d->n);
 	free(d);
+}
+
+/* The NAS cannot answer: a directory of a local revision lists what the
+ * record holds; any other gets EIO. */
+static int list_from_record(struct wfs *w, struct dir_handle *d)
+{
+	char **names = NULL, rel[PATH_MAX];
+	size_t n = 0;
+	int r = record_list(&w->record, d->rel, &names, &n);
+
+	if (r < 0)
+		return r == -ENOENT ? -EIO : r;
+	nas_gate_count_record(&w->gate);
+	d->ents = calloc(n ? n : 1, sizeof(*d->ents));
+	for (size_t i = 0; i < n; i++) {
+		struct record_entry *re = d->ents ? malloc(sizeof(*re)) : NULL;
+
+		if (re && path_join(d->rel, names[i], rel, sizeof(rel)) == 0 &&
+		    record_lookup(&w->record, rel, re) == 0) {
+			d->ents[d->n].name = names[i];
+			d->ents[d->n].nas_ino = re->e.st.st_ino ? re->e.st.st_ino : 1;
+			d->ents[d->n].type = re->e.st.st_mode & S_IFMT;
+			d->n++;
+			names[i] = NULL;
+		}
+		free(re);
+		free(names[i]);
+	}
+	free(names);
+	d->from_record = 1;
+	return d->ents ? 0 : -ENOMEM;
 }
 
 void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -42,9 +66,7 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct node *n = N(w, ino);
 	struct dir_handle *d;
 	char path[PATH_MAX];
-	struct dirent *de;
-	size_t cap = 0;
-	DIR *dp;
+	int r;
 
 	if (n->kind != NS_DIR) {
 		fuse_reply_err(req, ENOTDIR);
@@ -57,42 +79,21 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	node_path(n, d->rel, sizeof(d->rel));
 	path_join(w->roots.path[0], d->rel, path, sizeof(path));
-	/* no link followed in any component (a parent swapped for a link) */
-	dp = nas_opendir(&w->roots, path);
-	if (!dp) {
-		int err = errno;
-
-		wfs_log(w, LOG_WARNING, "opendir %s: %s", path, strerror(err));
-		free(d);
-		fuse_reply_err(req, err);
+	/* Take the whole listing now, so offsets stay stable for this handle. */
+	r = nas_list(w, path, &d->ents, &d->n);
+	if (NAS_CANNOT_ANSWER(r))
+		r = list_from_record(w, d);
+	if (r < 0) {
+		wfs_log(w, LOG_WARNING, "opendir %s: %s", path, strerror(-r));
+		dir_free(d);
+		fuse_reply_err(req, -r);
 		return;
 	}
-	/* Take the whole listing now, so offsets stay stable for this handle. */
-	while ((de = readdir(dp))) {
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-			continue;
-		if (d->n == cap) {
-			struct dir_entry *ne;
-
-			cap = cap ? cap * 2 : 64;
-			ne = realloc(d->ents, cap * sizeof(*ne));
-			if (!ne)
-				break;
-			d->ents = ne;
-		}
-		d->ents[d->n].name = strdup(de->d_name);
-		if (!d->ents[d->n].name)
-			break;
-		d->ents[d->n].nas_type = de->d_type;
-		d->ents[d->n].nas_ino = de->d_ino ? de->d_ino : 1;
-		d->n++;
-	}
-	closedir(dp);
 	fi->fh = (uint64_t)(uintptr_t)d;
 	/* The kernel may keep the listing; it drops it when the directory's
 	 * mtime changes, which it sees within attr_timeout. */
-	fi->cache_readdir = 1;
-	fi->keep_cache = 1;
+	fi->cache_readdir = !d->from_record;
+	fi->keep_cache = !d->from_record;
 	if (fuse_reply_open(req, fi) == -ENOENT)
 		dir_free(d);
 }
@@ -136,16 +137,16 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			st.st_ino = de->nas_ino;
 			if (path_join(d->rel, name, rel, sizeof(rel)) < 0)
 				continue;
-			if (!plus && (de->nas_type == DT_DIR || de->nas_type == DT_REG)) {
-				st.st_mode = DTTOIF(de->nas_type);
+			if (!plus && (S_ISDIR(de->type) || S_ISREG(de->type) || d->from_record)) {
+				st.st_mode = de->type;
 			} else if (plus) {
 				if (do_lookup(w, dn, name, &e) < 0)
 					continue; /* hidden or vanished */
 				n = N(w, e.ino);
 				st = e.attr;
 			} else {
-				if (ns_classify(&w->roots, rel, ent) < 0)
-					continue;
+				if (nas_classify(w, rel, ent) < 0)
+					continue; /* hidden, vanished, or the NAS is down */
 				st.st_mode = ent->st.st_mode & S_IFMT;
 				st.st_ino = ent->st.st_ino;
 			}

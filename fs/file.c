@@ -7,7 +7,7 @@
 #include "wfs.h"
 #include "ops.h"
 #include "path.h"
-#include "nasopen.h"
+#include "nas.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -38,6 +38,9 @@ struct wfs_fh {
 	int nas_fd, nas_direct;     /* FH */
 	int local_fd, local_direct; /* FH */
 	int local_failed;           /* FH */
+	char *mem;                  /* OPEN: a refs file opened while the NAS was down:
+				     * its bytes, from the local record */
+	size_t mem_len;             /* OPEN */
 	int backing_id; /* OPEN: > 0: the kernel reads the local copy itself */
 	int counted;    /* TABLE: counted in the node's open tallies */
 	int noted;      /* OPEN: store_note_open() was called: store_note_close() is due */
@@ -63,17 +66,15 @@ static int open_backing(const char *path, int flags)
 	return fd < 0 ? -errno : fd;
 }
 
-/* Open @path with O_DIRECT where its filesystem allows it: a NAS path
- * (@roots given) with nas_open -- no link in any component, never beneath
- * its root, no FIFO opened -- a local copy with open_backing. */
-static int open_direct(const struct hub_roots *roots, const char *path, int *direct)
+/* Open a local copy with O_DIRECT where its filesystem allows it. */
+static int open_local_direct(const char *path, int *direct)
 {
-	int fd = roots ? nas_open(roots, path, O_DIRECT) : open_backing(path, O_DIRECT);
+	int fd = open_backing(path, O_DIRECT);
 
 	*direct = 1;
 	if (fd == -EINVAL) { /* tmpfs and friends: buffered, pages dropped */
 		*direct = 0;
-		fd = roots ? nas_open(roots, path, 0) : open_backing(path, 0);
+		fd = open_backing(path, 0);
 	}
 	return fd;
 }
@@ -85,10 +86,17 @@ static int fh_nas_fd(struct wfs *w, struct wfs_fh *fh, int *direct)
 	pthread_mutex_lock(&fh->lock);
 	fd = fh->nas_fd;
 	if (fd < 0) { /* the caller gets the open's -errno */
-		fd = open_direct(&w->roots, fh->nas_path, &fh->nas_direct);
-		if (fd < 0)
+		struct stat st;
+
+		/* (opened while the NAS was down, for a local copy since demoted) */
+		fd = nas_open_file(w, fh->nas_path, &fh->nas_direct, &st);
+		if (fd >= 0 && !S_ISREG(st.st_mode)) {
+			close(fd);
+			fd = -EIO;
+		}
+		if (fd < 0 && !NAS_CANNOT_ANSWER(fd))
 			wfs_log(w, LOG_WARNING, "open %s: %s", fh->nas_path, strerror(-fd));
-		else
+		else if (fd >= 0)
 			fh->nas_fd = fd;
 	}
 	*direct = fh->nas_direct;
@@ -105,7 +113,7 @@ static int fh_local_fd(struct wfs *w, struct wfs_fh *fh, int *direct)
 	if (fh->local_fd < 0 && !fh->local_failed) {
 		fd = store_local_path(&w->store, fh->blob, path, sizeof(path));
 		if (fd == 0)
-			fd = open_direct(NULL, path, &fh->local_direct);
+			fd = open_local_direct(path, &fh->local_direct);
 		if (fd < 0) {
 			fh->local_failed = 1;
 			wfs_log(w, LOG_WARNING, "open local copy %s of %s: %s; reading the NAS",
@@ -206,11 +214,67 @@ static void fh_free(struct wfs *w, struct wfs_fh *fh)
 		close(local_fd);
 	pthread_mutex_destroy(&fh->lock);
 	free(fh->nas_path);
+	free(fh->mem);
 	free(fh);
 	/* After our descriptors are closed: the space of a copy evicted while
 	 * open comes back now. */
 	if (noted)
 		store_note_close(&w->store, noted);
+}
+
+/* The NAS cannot answer the open: a local copy serves alone (its NAS side
+ * is opened later if it is demoted meanwhile), a refs file of a local
+ * revision from the record's bytes; anything else gets EIO.  Returns 1
+ * when the open goes on locally, 0 with @fh->mem set, or -errno. */
+static int open_without_nas(struct wfs *w, struct wfs_fh *fh, struct stat *st)
+{
+	struct record_entry *re;
+	char rel[PATH_MAX];
+	int direct, r = -EIO;
+
+	if (fh->blob && blob_state(fh->blob) == BLOB_LOCAL && fh_local_fd(w, fh, &direct) >= 0) {
+		node_attr(&w->nodes, fh->node, st);
+		nas_gate_count_record(&w->gate);
+		return 1;
+	}
+	re = malloc(sizeof(*re));
+	if (!re)
+		return -ENOMEM;
+	if (node_path(fh->node, rel, sizeof(rel)) == 0 && record_entry_for(w, rel, re) == 0 &&
+	    re->has_data) {
+		fh->mem = malloc(re->data_len ? re->data_len : 1);
+		if (fh->mem) {
+			memcpy(fh->mem, re->data, re->data_len);
+			fh->mem_len = re->data_len;
+			*st = re->e.st;
+			r = 0;
+		} else {
+			r = -ENOMEM;
+		}
+	}
+	free(re);
+	return r;
+}
+
+/* Open the NAS side: 0 with @st, or -errno for the reader. */
+static int open_nas_side(struct wfs *w, struct wfs_fh *fh, struct stat *st)
+{
+	int fd;
+
+	/* Known down: a local copy need not wait for the gate to say so. */
+	if (fh->blob && blob_state(fh->blob) == BLOB_LOCAL && !nas_gate_up(&w->gate))
+		return -EHOSTDOWN;
+	fd = nas_open_file(w, fh->nas_path, &fh->nas_direct, st);
+	if (fd < 0 && !NAS_CANNOT_ANSWER(fd))
+		wfs_log(w, LOG_WARNING, "open %s: %s", fh->nas_path, strerror(-fd));
+	if (fd < 0)
+		return fd;
+	fh->nas_fd = fd; /* not shared yet: no lock needed */
+	if (!S_ISREG(st->st_mode)) {
+		wfs_log(w, LOG_WARNING, "open %s: not a regular file any more", fh->nas_path);
+		return -EIO;
+	}
+	return 0;
 }
 
 void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -220,7 +284,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	char path[PATH_MAX];
 	struct wfs_fh *fh;
 	struct stat st;
-	int fd, direct, local = 0;
+	int r, direct, local = 0, from_nas = 1;
 
 	if (n->kind != NS_FILE) {
 		fuse_reply_err(req, n->kind == NS_DIR ? EISDIR : ELOOP);
@@ -250,18 +314,17 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	/* The NAS side is opened even for a local blob: it proves the name still
 	 * resolves, gives the attributes, and is the fallback. */
-	fd = fh_nas_fd(w, fh, &direct);
-	if (fd < 0) {
+	r = open_nas_side(w, fh, &st);
+	if (NAS_CANNOT_ANSWER(r)) {
+		from_nas = 0;
+		r = open_without_nas(w, fh, &st);
+		local = r == 1;
+	}
+	if (r < 0) {
 		/* a link, FIFO or other file swapped in since the lookup: the
 		 * reader gets EIO, as for any NAS file that cannot be read */
-		fuse_reply_err(req, fd == -ELOOP || fd == -ENXIO || fd == -ESTALE ||
-				    fd == -EISDIR || fd == -EXDEV || fd == -EINVAL ? EIO : -fd);
-		fh_free(w, fh);
-		return;
-	}
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-		wfs_log(w, LOG_WARNING, "open %s: not a regular file any more", fh->nas_path);
-		fuse_reply_err(req, EIO);
+		fuse_reply_err(req, r == -ELOOP || r == -ENXIO || r == -ESTALE || r == -EISDIR ||
+				    r == -EXDEV || r == -EINVAL ? EIO : -r);
 		fh_free(w, fh);
 		return;
 	}
@@ -271,18 +334,25 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fh->noted = 1;
 		/* Attributes the kernel has not asked about yet count too: a
 		 * source that changed is checked before its copy serves. */
-		store_source_attrs(&w->store, fh->blob, &st);
-		local = store_check_source(&w->store, fh->blob) && fh_local_fd(w, fh, &direct) >= 0;
+		if (from_nas)
+			store_source_attrs(&w->store, fh->blob, &st);
+		if (!local)
+			local = store_check_source(&w->store, fh->blob) &&
+				fh_local_fd(w, fh, &direct) >= 0;
 	}
-	choose_mode(w, n, fh, local);
+	choose_mode(w, n, fh, local && !fh->mem);
 	/* The content under a blob's name is immutable, so the kernel may keep
 	 * its pages across opens -- unless the NAS shows a new size or mtime.
 	 * Refs and other small files are rewritten in place, maybe within one
 	 * timestamp tick: always read afresh. */
 	pthread_mutex_lock(&w->nodes.lock);
-	if (!node_set_stat_locked(n, &st) && n->cache_ok && fh->blob)
-		fi->keep_cache = 1;
-	n->cache_ok = 1;
+	if (from_nas) {
+		if (!node_set_stat_locked(n, &st) && n->cache_ok && fh->blob)
+			fi->keep_cache = 1;
+		n->cache_ok = 1;
+	} else if (n->cache_ok && fh->blob) {
+		fi->keep_cache = 1; /* nothing new is known: what the kernel has stands */
+	}
 	pthread_mutex_unlock(&w->nodes.lock);
 	fi->fh = (uint64_t)(uintptr_t)fh;
 	fi->noflush = 1;
@@ -292,75 +362,101 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 }
 
-/* Reads of NAS files use O_DIRECT where the filesystem allows it: the bytes
- * land only in the FUSE inode's page cache, never in the NAS file's too, and
- * an NFS client's stale cache is not consulted.  Aligned requests (all of
- * the kernel's page-cache reads) are handed to libfuse as the descriptor,
- * which splices them when the reply fits its pipe and otherwise reads them
- * into a buffer of its own; others are read into an aligned bounce buffer. */
+/* Reads use O_DIRECT where the filesystem allows it: the bytes land only in
+ * the FUSE inode's page cache, never in the NAS file's (or the copy's) too,
+ * and an NFS client's stale cache is not consulted.  Every read goes
+ * through an aligned buffer of ours (a 1 MiB reply does not fit libfuse's
+ * pipe, so it would not be spliced anyway): a NAS read through the gate,
+ * so it has a deadline; a local read here, so its error is seen (a local
+ * copy that returns EIO is demoted, and the read retried on the NAS). */
 #define DIO_ALIGN 4096
 
-static void read_bounce(fuse_req_t req, int fd, size_t size, off_t off, int drop)
+static void reply_slice(fuse_req_t req, const char *buf, ssize_t n, off_t skip, size_t size)
+{
+	size_t avail;
+
+	if (n <= skip) {
+		fuse_reply_buf(req, NULL, 0);
+		return;
+	}
+	avail = (size_t)(n - skip);
+	fuse_reply_buf(req, buf + skip, avail < size ? avail : size);
+}
+
+/* A read of the local copy: 0 once answered, or -errno (not answered). */
+static int read_local(fuse_req_t req, int fd, size_t size, off_t off, int drop)
 {
 	off_t aoff = off & ~(off_t)(DIO_ALIGN - 1);
-	size_t alen = (size_t)(off - aoff) + size;
+	size_t alen = ((size_t)(off - aoff) + size + DIO_ALIGN - 1) & ~(size_t)(DIO_ALIGN - 1);
 	ssize_t n;
 	void *buf;
 
-	alen = (alen + DIO_ALIGN - 1) & ~(size_t)(DIO_ALIGN - 1);
-	if (posix_memalign(&buf, DIO_ALIGN, alen)) {
-		fuse_reply_err(req, ENOMEM);
+	if (posix_memalign(&buf, DIO_ALIGN, alen))
+		return -ENOMEM;
+	n = pread(fd, buf, alen, aoff);
+	if (n < 0) {
+		n = -errno;
+		free(buf);
+		return (int)n;
+	}
+	if (drop)
+		posix_fadvise(fd, aoff, (off_t)alen, POSIX_FADV_DONTNEED);
+	reply_slice(req, buf, n, off - aoff, size);
+	free(buf);
+	return 0;
+}
+
+static void read_nas(fuse_req_t req, struct wfs *w, struct wfs_fh *fh, size_t size, off_t off)
+{
+	off_t aoff = off & ~(off_t)(DIO_ALIGN - 1);
+	size_t alen = ((size_t)(off - aoff) + size + DIO_ALIGN - 1) & ~(size_t)(DIO_ALIGN - 1);
+	void *buf = NULL;
+	int direct;
+	ssize_t n;
+	int fd = fh_nas_fd(w, fh, &direct);
+
+	if (fd < 0) {
+		fuse_reply_err(req, EIO);
 		return;
 	}
-	n = pread(fd, buf, alen, aoff);
-	if (drop) /* the bytes live on in the FUSE inode's page cache */
-		posix_fadvise(fd, aoff, (off_t)alen, POSIX_FADV_DONTNEED);
+	n = nas_pread(w, fd, alen, aoff, !direct, &buf);
 	if (n < 0) {
-		fuse_reply_err(req, errno);
-	} else if (n <= off - aoff) {
-		fuse_reply_buf(req, NULL, 0);
-	} else {
-		size_t avail = (size_t)(n - (off - aoff));
-
-		fuse_reply_buf(req, (char *)buf + (off - aoff), avail < size ? avail : size);
+		fuse_reply_err(req, NAS_CANNOT_ANSWER(n) ? EIO : (int)-n);
+		return;
 	}
+	reply_slice(req, buf, n, off - aoff, size);
 	free(buf);
 }
 
 void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
-	struct fuse_bufvec buf = FUSE_BUFVEC_INIT(size);
 	struct wfs_fh *fh = (struct wfs_fh *)(uintptr_t)fi->fh;
 	struct wfs *w = W(req);
 	struct blob *b = fh->blob;
-	int fd = -1, direct = 0;
+	int fd = -1, direct = 0, r;
 
 	__atomic_add_fetch(&N(w, ino)->daemon_reads, 1, __ATOMIC_RELAXED);
-	if (b && blob_state(b) == BLOB_LOCAL) {
-		fd = fh_local_fd(w, fh, &direct);
-		if (fd >= 0)
-			store_note_read(&w->store, b, size, 1);
-	}
-	if (fd < 0) {
-		fd = fh_nas_fd(w, fh, &direct);
-		if (fd < 0) {
-			fuse_reply_err(req, EIO);
-			return;
-		}
-		if (b)
-			store_note_read(&w->store, b, size, 0);
+	if (fh->mem) {
+		reply_slice(req, fh->mem, (ssize_t)fh->mem_len, off, size);
+		return;
 	}
 	/* Nothing of fh may be touched after the reply: the file can be
 	 * released as soon as the kernel has the bytes. */
-	if (!direct || ((off | (off_t)size) & (DIO_ALIGN - 1))) {
-		read_bounce(req, fd, size, off, !direct);
-		return;
+	if (b && blob_state(b) == BLOB_LOCAL && (fd = fh_local_fd(w, fh, &direct)) >= 0) {
+		store_note_read(&w->store, b, size, 1);
+		r = read_local(req, fd, size, off, !direct);
+		if (r == 0)
+			return;
+		/* A media error: the copy cannot be trusted any more (the store
+		 * demotes it and logs why).  Anything else (ENOMEM): this read
+		 * only goes to the NAS. */
+		if (r == -EIO)
+			store_local_read_error(&w->store, b, r);
 	}
-	buf.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
-	buf.buf[0].fd = fd;
-	buf.buf[0].pos = off;
-	fuse_reply_data(req, &buf, FUSE_BUF_SPLICE_MOVE);
+	if (b)
+		store_note_read(&w->store, b, size, 0);
+	read_nas(req, w, fh, size, off);
 }
 
 void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)

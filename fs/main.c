@@ -7,6 +7,7 @@
 #include "doctor.h"
 #include "ops.h"
 #include "opts.h"
+#include "path.h"
 #include "wfs.h"
 
 #include <errno.h>
@@ -40,35 +41,152 @@ static int mkdir_p(const char *path)
 	return 0;
 }
 
+/* ---- NAS_HUB at start-up, with a deadline ----
+ * No gate yet (its threads would not survive fuse_daemonize's fork): one
+ * thread of its own does every NAS call of the start, and is waited for at
+ * most nas_timeout.  It writes only its own block (left to it if it never
+ * returns: a thread stuck in a hung NAS is not copied by the fork). */
+struct nas_check {
+	const struct wfs_opts *o;
+	struct hub_roots roots;
+	struct ns_entry root;
+	char what[PATH_MAX + 64]; /* which path failed, for the message */
+	int r;
+};
+
+static void *nas_check_thread(void *arg)
+{
+	struct nas_check *c = arg;
+	const struct wfs_opts *o = c->o;
+	struct stat st;
+	int r = 0;
+
+	snprintf(c->what, sizeof(c->what), "NAS_HUB %s", o->nas);
+	if (stat(o->nas, &st) < 0 || access(o->nas, R_OK | X_OK) < 0)
+		r = -errno;
+	else if (!S_ISDIR(st.st_mode))
+		r = -ENOTDIR;
+	else
+		r = hub_roots_add(&c->roots, o->nas);
+	for (int i = 0; r == 0 && i < o->n_extra_roots; i++) {
+		snprintf(c->what, sizeof(c->what), "-o root=%s", o->extra_roots[i]);
+		r = hub_roots_add(&c->roots, o->extra_roots[i]);
+	}
+	if (r == 0) {
+		snprintf(c->what, sizeof(c->what), "NAS_HUB %s: cannot read the root", o->nas);
+		r = ns_classify(&c->roots, "", &c->root);
+	}
+	c->r = r;
+	return NULL;
+}
+
+/* 0 with the roots and the root's entry; -ETIMEDOUT or the NAS's -errno
+ * (*@what says where). */
+static int check_nas(struct wfs *w, struct ns_entry *root, char *what, size_t wsz)
+{
+	struct nas_check *c = calloc(1, sizeof(*c));
+	struct timespec dl;
+	pthread_t t;
+	int r;
+
+	if (!c)
+		return -ENOMEM;
+	c->o = &w->opt;
+	c->r = -EINPROGRESS;
+	if ((r = pthread_create(&t, NULL, nas_check_thread, c))) {
+		free(c);
+		return -r;
+	}
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += w->opt.nas_timeout_ms / 1000;
+	dl.tv_nsec += (long)(w->opt.nas_timeout_ms % 1000) * 1000000;
+	if (dl.tv_nsec >= 1000000000) {
+		dl.tv_sec++;
+		dl.tv_nsec -= 1000000000;
+	}
+	if (pthread_timedjoin_np(t, NULL, &dl) != 0) {
+		pthread_detach(t);
+		snprintf(what, wsz, "NAS_HUB %s: no answer within %u ms", w->opt.nas,
+			 w->opt.nas_timeout_ms);
+		return -ETIMEDOUT; /* c is the thread's now */
+	}
+	r = c->r;
+	snprintf(what, wsz, "%s", c->what);
+	if (r == 0) {
+		w->roots = c->roots;
+		*root = c->root;
+	}
+	free(c);
+	return r;
+}
+
+/* @p made absolute and normalised without asking the filesystem. */
+static int abs_lexical(const char *p, char *out, size_t sz)
+{
+	char cwd[PATH_MAX], joined[PATH_MAX];
+	int r;
+
+	if (p[0] == '/')
+		snprintf(joined, sizeof(joined), "%s", p);
+	else if (!getcwd(cwd, sizeof(cwd)) || (r = path_join(cwd, p, joined, sizeof(joined))) < 0)
+		return -ENAMETOOLONG;
+	r = path_normalize(joined, out, sz);
+	if (r == 0 && strlen(out) > 1 && out[strlen(out) - 1] == '/')
+		out[strlen(out) - 1] = '\0';
+	return r;
+}
+
+/* The NAS cannot answer at start-up: mount from the local record, if it
+ * was built for this NAS_HUB. */
+static int start_from_record(struct wfs *w, struct ns_entry *root, const char *what, int err)
+{
+	char rec_nas[PATH_MAX], abs_nas[PATH_MAX];
+	struct record_entry *re;
+	int r;
+
+	if (!record_has_any(&w->record)) {
+		fprintf(stderr, "wfs: %s: %s (and LOCAL_STORE %s holds no record of local "
+			"revisions to serve meanwhile)\n", what, strerror(-err), w->opt.local);
+		return -1;
+	}
+	record_nas(&w->record, rec_nas, sizeof(rec_nas));
+	if (abs_lexical(w->opt.nas, abs_nas, sizeof(abs_nas)) < 0 || strcmp(abs_nas, rec_nas)) {
+		fprintf(stderr, "wfs: %s: %s; LOCAL_STORE %s has a record of local revisions, but "
+			"of NAS_HUB %s, not this one: refusing to serve it\n", what,
+			strerror(-err), w->opt.local, rec_nas);
+		return -1;
+	}
+	memset(&w->roots, 0, sizeof(w->roots));
+	w->roots.n = 1;
+	snprintf(w->roots.path[0], sizeof(w->roots.path[0]), "%s", rec_nas);
+	/* Links into further roots are followed once the NAS is back; their
+	 * canonical paths cannot be asked now. */
+	for (int i = 0; i < w->opt.n_extra_roots && w->roots.n < HUB_MAX_ROOTS; i++)
+		if (abs_lexical(w->opt.extra_roots[i], w->roots.path[w->roots.n],
+				sizeof(w->roots.path[0])) == 0)
+			w->roots.n++;
+	re = malloc(sizeof(*re));
+	if (!re || (r = record_lookup(&w->record, "", re)) < 0 || re->e.kind != NS_DIR) {
+		free(re);
+		fprintf(stderr, "wfs: %s: %s; the record in LOCAL_STORE %s has no root\n", what,
+			strerror(-err), w->opt.local);
+		return -1;
+	}
+	*root = re->e;
+	free(re);
+	fprintf(stderr, "wfs: %s: %s; serving the local revisions recorded in %s/%s until it "
+		"answers\n", what, strerror(-err), w->opt.local, RECORD_FILE);
+	return 0;
+}
+
+/* LOCAL_STORE and MOUNTPOINT; NAS_HUB after them (an unreachable NAS may be
+ * served from LOCAL_STORE's record). */
 static int check_paths(struct wfs *w)
 {
 	struct wfs_opts *o = &w->opt;
 	struct statx stx;
 	struct stat st;
 	int r;
-
-	if (stat(o->nas, &st) < 0) {
-		fprintf(stderr, "wfs: NAS_HUB %s: %s\n", o->nas, strerror(errno));
-		return -1;
-	}
-	if (!S_ISDIR(st.st_mode)) {
-		fprintf(stderr, "wfs: NAS_HUB %s: not a directory\n", o->nas);
-		return -1;
-	}
-	if (access(o->nas, R_OK | X_OK) < 0) {
-		fprintf(stderr, "wfs: NAS_HUB %s: %s\n", o->nas, strerror(errno));
-		return -1;
-	}
-	if ((r = hub_roots_add(&w->roots, o->nas)) < 0) {
-		fprintf(stderr, "wfs: NAS_HUB %s: %s\n", o->nas, strerror(-r));
-		return -1;
-	}
-	for (int i = 0; i < o->n_extra_roots; i++) {
-		if ((r = hub_roots_add(&w->roots, o->extra_roots[i])) < 0) {
-			fprintf(stderr, "wfs: -o root=%s: %s\n", o->extra_roots[i], strerror(-r));
-			return -1;
-		}
-	}
 
 	if (statx(AT_FDCWD, o->mnt, 0, STATX_TYPE, &stx) < 0) {
 		fprintf(stderr, "wfs: MOUNTPOINT %s: %s\n", o->mnt, strerror(errno));
@@ -260,8 +378,9 @@ int main(int argc, char **argv)
 	struct fuse_loop_config *cfg;
 	struct ns_entry *root;
 	struct doctor_scan links = {0}; /* links leaving NAS_HUB, counted at start-up */
-	char fsname[PATH_MAX + 16];
-	int r, ret = 1, ctl_bound = 0;
+	char fsname[PATH_MAX + 16], nas_what[PATH_MAX + 64];
+	int r, ret = 1, ctl_bound = 0, nas_err;
+	struct metrics_src msrc = { .store = &w.store, .gate = &w.gate, .record = &w.record };
 
 	/* Each NAS read is answered from a 1 MiB buffer (libfuse copies the
 	 * reply through one: a 1 MiB reply does not fit a default-sized pipe,
@@ -289,18 +408,44 @@ int main(int argc, char **argv)
 	}
 	if (!w.opt.log_set)
 		w.opt.log = w.opt.foreground ? WFS_LOG_STDERR : WFS_LOG_SYSLOG;
-	if (check_paths(&w) || take_lock(&w))
-		goto out_args;
-
 	root = calloc(1, sizeof(*root));
-	r = root ? ns_classify(&w.roots, "", root) : -ENOMEM;
+	if (!root)
+		goto out_args;
+	/* A NAS that does not answer may be served from LOCAL_STORE's record;
+	 * one that says no (missing, not a directory, no access) is refused. */
+	nas_err = check_nas(&w, root, nas_what, sizeof(nas_what));
+	if (nas_err < 0 && nas_err != -ETIMEDOUT && !nas_gate_unavailable(nas_err)) {
+		fprintf(stderr, "wfs: %s: %s\n", nas_what,
+			nas_err == -ENOTDIR ? "not a directory" : strerror(-nas_err));
+		free(root);
+		goto out_args;
+	}
+	if (check_paths(&w) || take_lock(&w)) {
+		free(root);
+		goto out_args;
+	}
+	record_open(&w.record, w.opt.local, w.store_readonly, store_log, &w);
+	w.record_opened = 1;
+	r = nas_err < 0 ? start_from_record(&w, root, nas_what, nas_err) : 0;
 	if (r == 0)
 		r = node_table_init(&w.nodes, w.roots.path[0], root);
 	free(root);
 	if (r < 0) {
-		fprintf(stderr, "wfs: NAS_HUB %s: cannot read the root: %s\n", w.opt.nas,
-			strerror(-r));
+		if (r != -1)
+			fprintf(stderr, "wfs: NAS_HUB %s: %s\n", w.opt.nas, strerror(-r));
 		goto out_nodes;
+	}
+	if ((r = nas_gate_init(&w.gate, w.roots.path[0], w.opt.nas_timeout_ms, store_log,
+			       &w)) < 0) {
+		fprintf(stderr, "wfs: NAS_HUB %s: %s\n", w.opt.nas, strerror(-r));
+		goto out_nodes;
+	}
+	w.gate_inited = 1;
+	if (nas_err < 0) {
+		char why[PATH_MAX + 128];
+
+		snprintf(why, sizeof(why), "%s at start-up", strerror(-nas_err));
+		nas_gate_set_down(&w.gate, why);
 	}
 	/* Before the store: opening it may demote copies already. */
 	{
@@ -315,7 +460,8 @@ int main(int argc, char **argv)
 	{
 		struct store_opts so = { .workers = w.opt.copy_workers,
 					 .bw_limit = w.opt.promote_bw,
-					 .policy = &w.opt.policy };
+					 .policy = &w.opt.policy,
+					 .gate = &w.gate };
 		struct store_hooks hooks = { .arg = &w, .log = store_log,
 					     .changed = store_changed };
 
@@ -328,7 +474,7 @@ int main(int argc, char **argv)
 			goto out_nodes;
 		}
 	}
-	if (w.opt.metrics_file && (r = metrics_write_file(&w.store, w.opt.metrics_file)) < 0) {
+	if (w.opt.metrics_file && (r = metrics_write_file(&msrc, w.opt.metrics_file)) < 0) {
 		fprintf(stderr, "wfs: -o metrics_file=%s: cannot write: %s\n", w.opt.metrics_file,
 			strerror(-r));
 		goto out_nodes;
@@ -336,6 +482,8 @@ int main(int argc, char **argv)
 	w.ctl.roots = &w.roots;
 	w.ctl.store = &w.store;
 	w.ctl.pins = &w.pins;
+	w.ctl.gate = &w.gate;
+	w.ctl.record = &w.record;
 	w.ctl.mount = w.opt.mnt;
 	w.ctl.local = w.opt.local;
 	w.ctl.owner = getuid();
@@ -380,7 +528,9 @@ int main(int argc, char **argv)
 	if ((r = inval_start(&w.inval)) < 0)
 		wfs_log(&w, LOG_WARNING, "cannot start the cache invalidation thread: %s; "
 			"demoted files may show stale pages", strerror(-r));
-	if ((r = store_start(&w.store)) < 0 ||
+	if ((r = nas_gate_start(&w.gate)) < 0 ||
+	    (r = store_start(&w.store)) < 0 ||
+	    (r = record_start(&w.record, &w.roots, &w.store, &w.gate)) < 0 ||
 	    (r = auto_start(&w.autop, &w.store, &w.roots, &w.opt.policy, &w.pins)) < 0 ||
 	    (ctl_bound && (r = control_start(&w.ctl)) < 0)) {
 		wfs_log(&w, LOG_ERR, "cannot start promotion or control socket in %s: %s",
@@ -393,7 +543,7 @@ int main(int argc, char **argv)
 			"reach this mount)", w.opt.local);
 	if (w.opt.metrics_file &&
 	    (r = metrics_writer_start(&w.metrics, w.opt.metrics_file, w.opt.metrics_interval,
-				      &w.store)) < 0)
+				      &msrc)) < 0)
 		wfs_log(&w, LOG_ERR, "cannot start the metrics writer for %s: %s",
 			w.opt.metrics_file, strerror(-r));
 	if ((r = doctor_scan_start(&links, &w.roots, store_log, &w)) < 0)
@@ -419,6 +569,8 @@ int main(int argc, char **argv)
 	/* Before the session goes: the invalidator still talks to it (with
 	 * the device closed its notices fail at once instead of waiting). */
 	auto_stop(&w.autop); /* the policy uses the store */
+	record_close(&w.record); /* its thread reads the store */
+	w.record_opened = 0;
 	store_close(&w.store); /* cancels copies, writes the index */
 	w.store_open = 0;
 	inval_stop(&w.inval); /* drops what is left: the kernel's cache went with the mount */
@@ -438,8 +590,12 @@ out_nodes:
 	if (w.opt.metrics_file)
 		unlink(w.opt.metrics_file); /* the start-up check may have written it */
 	auto_stop(&w.autop);
+	if (w.record_opened)
+		record_close(&w.record);
 	if (w.store_open)
 		store_close(&w.store);
+	if (w.gate_inited)
+		nas_gate_destroy(&w.gate); /* after the store: its copies report to it */
 	if (w.pins_open)
 		pins_close(&w.pins);
 	inval_destroy(&w.inval); /* after the store: its close may still report */

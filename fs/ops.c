@@ -7,6 +7,7 @@
  */
 #include "wfs.h"
 #include "ops.h"
+#include "nas.h"
 #include "path.h"
 
 #include <dirent.h>
@@ -89,6 +90,29 @@ static void fill_entry(struct wfs *w, struct node *n, struct fuse_entry_param *e
 	e->entry_timeout = timeout_for(w, n, 0);
 }
 
+/* The NAS cannot answer: a name of a local revision is answered from the
+ * record; any other gets EIO (not ENOENT: it may well exist). */
+static int lookup_from_record(struct wfs *w, struct node *parent, const char *name,
+			      const char *rel, struct fuse_entry_param *e)
+{
+	struct record_entry *re = malloc(sizeof(*re));
+	struct node *n;
+	int r;
+
+	if (!re)
+		return -ENOMEM;
+	r = record_entry_for(w, rel, re);
+	if (r == 0) {
+		n = node_get(&w->nodes, parent, name, &re->e, hub_holds_weights(rel));
+		if (!n)
+			r = -errno;
+		else
+			fill_entry(w, n, e);
+	}
+	free(re);
+	return r;
+}
+
 /* Classify parent/name and take a lookup reference. */
 int do_lookup(struct wfs *w, struct node *parent, const char *name,
 		     struct fuse_entry_param *e)
@@ -110,7 +134,12 @@ int do_lookup(struct wfs *w, struct node *parent, const char *name,
 	ent = malloc(sizeof(*ent));
 	if (!ent)
 		return -ENOMEM;
-	r = ns_classify(&w->roots, rel, ent);
+	r = nas_classify(w, rel, ent);
+	if (NAS_CANNOT_ANSWER(r)) {
+		r = lookup_from_record(w, parent, name, rel, e);
+		free(ent);
+		return r;
+	}
 	if (r == 0 && ent->kind == NS_LINK && ent->link_state != NS_LINK_RESOLVED)
 		wfs_log(w, LOG_DEBUG, "link %s shown as is: %s", rel,
 			ns_link_state_name(ent->link_state));
@@ -216,7 +245,8 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 			node_path(n, rel, sizeof(rel));
 			path_join(w->roots.path[0], rel, path, sizeof(path));
 		}
-		if (stat(path, &st) == 0) {
+		/* The NAS cannot answer: the attributes last presented stand. */
+		if (nas_stat(w, path, &st) == 0) {
 			pthread_mutex_lock(&w->nodes.lock);
 			node_set_stat_locked(n, &st);
 			pthread_mutex_unlock(&w->nodes.lock);
@@ -324,8 +354,14 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 	struct statvfs sv;
 	(void)ino;
 
-	if (statvfs(w->roots.path[0], &sv) < 0)
-		fuse_reply_err(req, errno);
+	int r = nas_statvfs(w, &sv);
+
+	/* df must not hang on a NAS that does not answer: LOCAL_STORE's
+	 * figures then (what is served meanwhile lives there). */
+	if (NAS_CANNOT_ANSWER(r))
+		r = statvfs(w->opt.local, &sv) < 0 ? -errno : 0;
+	if (r < 0)
+		fuse_reply_err(req, -r);
 	else
 		fuse_reply_statfs(req, &sv);
 }

@@ -86,6 +86,11 @@ static const struct opt_row daemon_rows[] = {
 	{ .name = "blob_timeout", .kind = OPT_SECONDS, .off = OFF(blob_timeout), .max = 86400,
 	  .help = "name and attribute cache time of content-addressed\n"
 		  "blobs, whose content never changes" },
+	{ .name = "nas_timeout", .kind = OPT_UINT, .off = OFF(nas_timeout_ms), .min = 50,
+	  .max = NAS_GATE_TIMEOUT_MAX_MS, .unit = "ms", .arg = "MS",
+	  .help = "the longest a request waits on the NAS; past it\n"
+		  "the NAS is taken as down (local revisions are\n"
+		  "served from the local record, the rest gets EIO)" },
 	{ .name = "log", .kind = OPT_CUSTOM, .arg = "stderr|syslog", .expects = "stderr or syslog",
 	  .set = set_log, .dflt = "stderr with -f, else syslog",
 	  .help = "where log lines go" },
@@ -123,6 +128,7 @@ void opts_init(struct wfs_opts *o)
 	o->negative_timeout = 1.0;
 	o->blob_timeout = 60.0;
 	o->max_threads = 16;
+	o->nas_timeout_ms = NAS_GATE_TIMEOUT_MS;
 	o->copy_workers = 2;
 	o->readahead_kb = 4096;
 	o->metrics_interval = 15;

@@ -11,6 +11,8 @@
 #include "control.h"
 #include "inval.h"
 #include "metrics.h"
+#include "nasgate.h"
+#include "record.h"
 #include "node.h"
 #include "passthrough.h"
 #include "store.h"
@@ -30,6 +32,7 @@ struct wfs_opts {
 	enum wfs_log_target log;
 	int log_set;
 	unsigned max_threads;
+	unsigned nas_timeout_ms;
 	unsigned copy_workers;
 	unsigned readahead_kb;
 	int passthrough;
@@ -48,6 +51,9 @@ struct wfs {
 	struct fuse_session *se;
 	int lock_fd;
 	int store_readonly;        /* LOCAL_STORE's filesystem is read-only (set at start) */
+	struct nas_gate gate;      /* NAS calls with deadlines; up or down (core/nasgate.h) */
+	struct record record;      /* local revisions, for when it is down (core/record.h) */
+	int gate_inited, record_opened;
 	struct store store;
 	struct pins pins;          /* ref pins (core/pins.h) */
 	struct auto_promoter autop; /* the policy thread (core/auto.h) */

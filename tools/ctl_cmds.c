@@ -295,6 +295,24 @@ static void print_held(const json_t *held, uint64_t total)
 		printf("  ... and %llu more\n", (unsigned long long)(total - json_array_size(held)));
 }
 
+/* The NAS's state and the local record (absent from an older daemon's
+ * reply: nothing printed); while the NAS is down, what the figures below
+ * are. */
+static void print_nas(const json_t *st)
+{
+	const json_t *nas = json_object_get(st, "nas"), *rec = json_object_get(st, "record");
+	char buf[1024];
+
+	if (json_is_object(nas))
+		printf("NAS: %s\n", fmt_nas(nas, buf, sizeof(buf)));
+	if (rec)
+		printf("local record: %s\n", fmt_record(rec, buf, sizeof(buf)));
+	if (!strcmp(jget_str(st, "from"), "record"))
+		printf("the NAS is down: the figures below are what the local record and the "
+		       "store know\n(the files with a local copy and the blobs known), not the "
+		       "NAS tree\n");
+}
+
 static void print_status(const json_t *st, bool revisions)
 {
 	const json_t *served = json_object_get(st, "served");
@@ -304,8 +322,13 @@ static void print_status(const json_t *st, bool revisions)
 	json_t *f;
 	size_t i;
 
-	printf("wfs mount %s  (NAS %s, local store %s)\n\n", jget_str(st, "mount"),
-	       jget_str(st, "nas"), jget_str(st, "local"));
+	/* "nas": the NAS's path, or (newer daemons) an object with it */
+	printf("wfs mount %s  (NAS %s, local store %s)\n", jget_str(st, "mount"),
+	       json_is_object(json_object_get(st, "nas")) ?
+	       jget_str(json_object_get(st, "nas"), "path") : jget_str(st, "nas"),
+	       jget_str(st, "local"));
+	print_nas(st);
+	putchar('\n');
 	if (print_repos(json_object_get(st, "repos"), revisions) ||
 	    print_copies(json_object_get(st, "copies")))
 		fprintf(stderr, "wfsctl: status: out of memory\n");
@@ -328,7 +351,9 @@ static void print_status(const json_t *st, bool revisions)
 		char state[32], name[1024];
 		size_t k;
 
-		snprintf(state, sizeof(state), "%s", jget_str(f, "state"));
+		/* a local copy that failed a read: the local disk, not the NAS */
+		snprintf(state, sizeof(state), "%s", jget_bool(f, "local_error") ? "local-err" :
+			 jget_str(f, "state"));
 		for (k = 0; state[k]; k++)
 			state[k] = (char)(state[k] >= 'a' && state[k] <= 'z' ? state[k] - 32 : state[k]);
 		printf("%-8s  %s: %s\n", state[0] ? state : "FLAGGED",

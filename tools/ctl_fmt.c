@@ -2,8 +2,10 @@
 #include "ctl_fmt.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 const char *fmt_duration(double seconds, char *buf, size_t sz)
 {
@@ -152,5 +154,127 @@ const char *fmt_blob(const json_t *blob, char *buf, size_t sz)
 		snprintf(buf, sz, "%s", key);
 	else
 		snprintf(buf, sz, "%s (id %s)", key, id);
+	return buf;
+}
+
+const char *fmt_time(int64_t t, char *buf, size_t sz)
+{
+	time_t tt = (time_t)t;
+	struct tm tm;
+
+	if (!localtime_r(&tt, &tm) || !strftime(buf, sz, "%Y-%m-%d %H:%M:%S", &tm))
+		snprintf(buf, sz, "@%lld", (long long)t);
+	return buf;
+}
+
+const char *fmt_ago(int64_t t, char *buf, size_t sz)
+{
+	/* the daemon's clock and ours are one host's: a negative age is a step */
+	long long s = (long long)time(NULL) - t;
+	static const struct {
+		long long unit, sub;
+		const char *name, *subname;
+	} steps[] = {
+		{ 86400, 3600, "d", "h" }, { 3600, 60, "h", "min" }, { 60, 1, "min", "s" },
+	};
+
+	s = s < 0 ? 0 : s;
+	for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++)
+		if (s >= steps[i].unit) {
+			snprintf(buf, sz, "%lld %s %lld %s", s / steps[i].unit, steps[i].name,
+				 s % steps[i].unit / steps[i].sub, steps[i].subname);
+			return buf;
+		}
+	snprintf(buf, sz, "%lld s", s);
+	return buf;
+}
+
+/* Append to @buf (of @sz, @len used so far); returns the new length. */
+static size_t __attribute__((format(printf, 4, 5)))
+append(char *buf, size_t sz, size_t len, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	if (len >= sz)
+		return len;
+	va_start(ap, fmt);
+	n = vsnprintf(buf + len, sz - len, fmt, ap);
+	va_end(ap);
+	return n < 0 ? len : len + (size_t)n;
+}
+
+/* "; 3 calls timed out, 41 requests answered from the local record, 2
+ * refused; 1 call still stuck in the NAS": the counts that are not 0. */
+static size_t nas_counts(const json_t *nas, char *buf, size_t sz, size_t len)
+{
+	static const struct {
+		const char *key, *one, *many;
+	} counts[] = {
+		{ "timeouts", "call timed out", "calls timed out" },
+		{ "from_record", "request answered from the local record",
+		  "requests answered from the local record" },
+		{ "failed_down", "refused", "refused" },
+	};
+	const char *sep = "; ";
+
+	for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++) {
+		uint64_t n = jget_u64(nas, counts[i].key);
+
+		if (!n)
+			continue;
+		len = append(buf, sz, len, "%s%llu %s", sep, (unsigned long long)n,
+			     n == 1 ? counts[i].one : counts[i].many);
+		sep = ", ";
+	}
+	if (jget_u64(nas, "stuck"))
+		len = append(buf, sz, len, "; %llu call%s still stuck in the NAS",
+			     (unsigned long long)jget_u64(nas, "stuck"),
+			     jget_u64(nas, "stuck") == 1 ? "" : "s");
+	return len;
+}
+
+const char *fmt_nas(const json_t *nas, char *buf, size_t sz)
+{
+	int64_t since = (int64_t)jget_u64(nas, "since");
+	uint64_t outages = jget_u64(nas, "outages");
+	const char *reason = jget_str(nas, "reason");
+	char when[64], ago[64];
+	size_t len;
+
+	if (strcmp(jget_str(nas, "state"), "down")) {
+		len = append(buf, sz, 0, "up");
+		if (!outages)
+			return buf;
+		len = append(buf, sz, len, " since %s (%s); %llu outage%s so far%s%s",
+			     fmt_time(since, when, sizeof(when)), fmt_ago(since, ago, sizeof(ago)),
+			     (unsigned long long)outages, outages == 1 ? "" : "s",
+			     *reason ? ", the last: " : "", reason);
+	} else {
+		len = append(buf, sz, 0, "DOWN since %s (%s)%s%s",
+			     fmt_time(since, when, sizeof(when)), fmt_ago(since, ago, sizeof(ago)),
+			     *reason ? ": " : "", reason);
+	}
+	nas_counts(nas, buf, sz, len);
+	return buf;
+}
+
+const char *fmt_record(const json_t *rec, char *buf, size_t sz)
+{
+	int64_t built = (int64_t)jget_u64(rec, "built");
+	uint64_t files = jget_u64(rec, "files");
+	char when[64], ago[64];
+
+	if (json_is_false(json_object_get(rec, "kept")))
+		snprintf(buf, sz, "none kept by this mount: during a NAS outage it shows none "
+			 "of its local copies");
+	else if (!built)
+		snprintf(buf, sz, "%llu file%s (not built yet)", (unsigned long long)files,
+			 files == 1 ? "" : "s");
+	else
+		snprintf(buf, sz, "%llu file%s, %llu names, built %s (%s ago)",
+			 (unsigned long long)files, files == 1 ? "" : "s",
+			 (unsigned long long)jget_u64(rec, "entries"),
+			 fmt_time(built, when, sizeof(when)), fmt_ago(built, ago, sizeof(ago)));
 	return buf;
 }

@@ -41,6 +41,21 @@ uint64_t jget_u64(const json_t *obj, const char *key);
 const char *jget_str(const json_t *obj, const char *key);
 bool jget_bool(const json_t *obj, const char *key);
 
+/* "2026-11-30 22:41:07", local time, of CLOCK_REALTIME seconds; returns @buf. */
+const char *fmt_time(int64_t t, char *buf, size_t sz);
+
+/* How long ago @t was: "12 s", "3 min 4 s", "2 h 5 min", "3 d 4 h". */
+const char *fmt_ago(int64_t t, char *buf, size_t sz);
+
+/* The NAS's state of a reply's "nas" object: "up", or "DOWN since
+ * 2026-11-30 22:41:07 (12 s): REASON; 3 calls timed out, 41 requests
+ * answered from the local record, 2 refused". */
+const char *fmt_nas(const json_t *nas, char *buf, size_t sz);
+
+/* A reply's "record" object: "12 files, 40 names, built 2026-11-30 22:40:01
+ * (3 min ago)", "0 files (not built yet)" or "none kept". */
+const char *fmt_record(const json_t *rec, char *buf, size_t sz);
+
 /* How a blob of a reply is named to a person: its key (the NAS path,
  * which for hub blobs ends in the id), plus "(id ID)" where it does not. */
 const char *fmt_blob(const json_t *blob, char *buf, size_t sz);

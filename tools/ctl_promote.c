@@ -157,6 +157,8 @@ struct waiter {
 	json_t *keys;     /* distinct keys of the promoted blobs */
 	json_t *copying;  /* key -> true: blobs that were not local at promote */
 	uint64_t total;   /* bytes of those */
+	size_t ncopy;     /* how many */
+	bool settled;     /* the wait saw every blob settle (not cut short) */
 	struct rate rate;
 	double start, last_plain;
 	size_t last_len;  /* of the last tty line, to blank its tail */
@@ -180,8 +182,10 @@ static int waiter_init(struct waiter *w, const json_t *promoted)
 		    json_object_set_new(w->copying, key,
 					json_boolean(blob_fate(jget_str(bl, "state")) != FATE_LOCAL)))
 			return -ENOMEM;
-		if (blob_fate(jget_str(bl, "state")) != FATE_LOCAL)
+		if (blob_fate(jget_str(bl, "state")) != FATE_LOCAL) {
 			w->total += jget_u64(bl, "size");
+			w->ncopy++;
+		}
 	}
 	return 0;
 }
@@ -332,6 +336,7 @@ static int wait_all(struct waiter *w)
 			continue;
 		}
 		waiter_show(w, done, nlocal, true);
+		w->settled = true;
 		if (w->json)
 			ctl_print_raw(&rep);
 		bad = report_failures(blobs, seen);
@@ -355,6 +360,33 @@ static int wait_all(struct waiter *w)
 	}
 	ctl_reply_free(&rep);
 	return ret;
+}
+
+/* Once the copies have settled: ask the daemon to refresh its local record
+ * now rather than within its next rebuild, so that when promote --wait
+ * returns a NAS outage no longer hides what it promoted.  A failure is a
+ * warning: the copies are local all the same. */
+static void sync_record(const char *sock)
+{
+	json_t *req = json_pack("{s:s}", "op", "sync");
+	struct ctl_reply rep;
+	const char *err;
+	int r = req ? ctl_exchange(sock, req, &rep) : -ENOMEM;
+
+	json_decref(req);
+	if (r) {
+		fprintf(stderr, "wfsctl: promote: warning: could not ask the daemon to refresh "
+			"its local record: %s\n", strerror(-r));
+		return;
+	}
+	err = jget_str(rep.obj, "error");
+	/* an older daemon keeps no record: nothing to refresh */
+	if (!jget_bool(rep.obj, "ok") && strncmp(err, "unknown op", 10))
+		fprintf(stderr, "wfsctl: promote: warning: %s [%s]\n"
+			"wfsctl: promote: the copies are local; until the daemon's next rebuild "
+			"of its local record a NAS outage would hide them from the mount\n",
+			*err ? err : "the local record was not refreshed", jget_str(rep.obj, "errno"));
+	ctl_reply_free(&rep);
 }
 
 /* Exclusion globs keep some paths on the NAS: say which were skipped, and
@@ -430,6 +462,8 @@ int cmd_promote(const struct ctl_opts *o)
 		w.bar = w.bar && w.total;
 		if (!ret)
 			ret = wait_all(&w);
+		if (w.settled && w.ncopy)
+			sync_record(w.sock);
 		json_decref(w.keys);
 		json_decref(w.copying);
 	}

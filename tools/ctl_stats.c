@@ -32,7 +32,7 @@ static void print_stats(const json_t *m)
 	const json_t *store = json_object_get(m, "store");
 	const json_t *queue = json_object_get(m, "queue");
 	uint64_t sl = jget_u64(served, "local_bytes"), sn = jget_u64(served, "nas_bytes");
-	char a[32], b[32], cell[512];
+	char a[32], b[32], cell[512], line[1024];
 
 	printf("wfs %s: counters since the daemon started\n\n", jget_str(m, "version"));
 	printf("served          %s local, %s from the NAS", fmt_bytes(sl, a, sizeof(a)),
@@ -42,11 +42,15 @@ static void print_stats(const json_t *m)
 	printf("\nopens           %llu (%llu by passthrough)\n",
 	       (unsigned long long)jget_u64(m, "opens"),
 	       (unsigned long long)jget_u64(m, "passthrough_opens"));
-	printf("promotions      %llu started, %llu verified, %llu failed, %llu cancelled\n",
+	printf("promotions      %llu started, %llu verified, %llu failed, %llu cancelled",
 	       (unsigned long long)jget_u64(prom, "started"),
 	       (unsigned long long)jget_u64(prom, "verified"),
 	       (unsigned long long)jget_u64(prom, "failed"),
 	       (unsigned long long)jget_u64(prom, "cancelled"));
+	if (json_object_get(prom, "retries"))
+		printf(", %llu retried by the daemon",
+		       (unsigned long long)jget_u64(prom, "retries"));
+	putchar('\n');
 	counts_cell(json_object_get(prom, "failed_by_reason"), cell, sizeof(cell));
 	printf("  failed by     %s\n", cell);
 	counts_cell(json_object_get(prom, "held"), cell, sizeof(cell));
@@ -75,6 +79,16 @@ static void print_stats(const json_t *m)
 	putchar('\n');
 	counts_cell(json_object_get(m, "blobs"), cell, sizeof(cell));
 	printf("blobs by state  %s\n", cell);
+	if (json_object_get(m, "local_read_errors"))
+		printf("local reads     %llu failed (the copies demoted)\n",
+		       (unsigned long long)jget_u64(m, "local_read_errors"));
+	/* absent from an older daemon's reply */
+	if (json_is_object(json_object_get(m, "nas")))
+		printf("nas             %s\n", fmt_nas(json_object_get(m, "nas"), line,
+						       sizeof(line)));
+	if (json_object_get(m, "record"))
+		printf("local record    %s\n", fmt_record(json_object_get(m, "record"), line,
+						       sizeof(line)));
 }
 
 int cmd_stats(const struct ctl_opts *o)

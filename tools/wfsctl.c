@@ -48,6 +48,12 @@ static const struct cmd cmds[] = {
 "content-address name says; FAILED: the copy failed) with the reason.\n"
 "With PATH, only that part of the hub, with a line per revision.\n"
 "\n"
+"First: whether the NAS is up, or DOWN since when and why (with the calls\n"
+"that timed out, the requests answered from the local record, the calls\n"
+"refused), and the local record: the files with a local copy the mount\n"
+"still shows while the NAS is down.  While it is down status does not touch\n"
+"it: the figures are then what the local record and the store know.\n"
+"\n"
 "options:\n" COMMON_OPTS },
 	{ "promote", cmd_promote, F_WAIT | F_PIN | F_DRY_RUN | F_FORCE, 1, SIZE_MAX,
 	  "[--wait] [--pin] [--dry-run] [--force] PATH...",
@@ -61,6 +67,9 @@ static const struct cmd cmds[] = {
 "  --wait          wait until every blob is local, with a progress bar on\n"
 "                  stderr; exit 1 listing each blob that failed, mismatched\n"
 "                  or was dropped (it stays on the NAS), with the reason.\n"
+"                  Then the daemon refreshes its local record, so that a\n"
+"                  NAS outage from then on still shows what was promoted\n"
+"                  (if it cannot, a warning; the exit status stays).\n"
 "                  Interrupting the wait does not cancel the copies.\n"
 "  --pin           keep the copies: never evict them to make room\n"
 "  --dry-run       change nothing; list each blob (id, size, state) and the\n"
@@ -124,7 +133,9 @@ COMMON_OPTS },
 "from local disk and from the NAS, opens (and passthrough opens),\n"
 "promotions started, verified, failed (by reason) and cancelled, the queue,\n"
 "content-address mismatches, demotions, evictions, the local store's blobs,\n"
-"bytes and free space, and blobs per state.  PATH (default: the current\n"
+"bytes and free space, blobs per state, whether the NAS is up (outages,\n"
+"calls timed out, requests answered from the local record) and the local\n"
+"record's size.  PATH (default: the current\n"
 "directory) only says which mount's daemon to ask.\n"
 "\n"
 "options:\n"

@@ -22,6 +22,7 @@ as another uid).
 import json
 import os
 import pty
+import re
 import shutil
 import socket
 import socketserver
@@ -30,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integration"))
 import wfstest  # noqa: E402
@@ -37,7 +39,7 @@ import wfstest  # noqa: E402
 MiB = 1 << 20
 REQ_MAX = 64 << 10
 STATES = ("nas", "queued", "copying", "local", "mismatch", "failed")
-CHANGING = ("promote", "evict", "pin", "unpin", "verify")
+CHANGING = ("promote", "evict", "pin", "unpin", "verify", "sync")
 
 
 def hexid(tag, n):
@@ -94,6 +96,7 @@ class Blob:
         self.key = f"{repo}/snapshots/{snaps[0][0]}/{snaps[0][1]}" if tag in REAL else f"{repo}/blobs/{self.id}"
         self.state, self.done, self.reason = state, size if state == "local" else 0, ""
         self.pinned = behaviour == "pinned"
+        self.local_error = False
         self.snaps = snaps
         self.paths = list({self.key: 1, **{f"{repo}/snapshots/{r}/{p}": 1 for r, p in snaps}})
         self.history = [state]
@@ -111,6 +114,13 @@ class Hub:
         self.blobs = [Blob(repo, *b) for repo, bl in HUB.items() for b in bl]
         self.requests = []       # every parsed request, for the tests
         self.served = [123 * MiB, 4567 * MiB]
+        # the NAS's state and the local record, as core/metrics.c reports them
+        self.nas = {"state": "up", "since": int(time.time()) - 3600, "outages": 0,
+                    "timeouts": 0, "failed_down": 0, "from_record": 0, "stuck": 0,
+                    "reason": "", "timeout_ms": 1000}
+        self.record = {"kept": True, "files": 3, "entries": 9, "built": int(time.time()) - 60}
+        self.sync_error = None   # (errno name, message): how the next syncs fail
+        self.old_daemon = False  # answer sync as a daemon without it does
 
     def local_bytes(self):
         return sum(b.size for b in self.blobs if b.state == "local")
@@ -160,14 +170,18 @@ class Hub:
                 vb = [b for b in rb if any(r == rev for r, _ in b.snaps)]
                 revs.append(count(vb, rev=rev))
             repos.append(dict(count(rb, repo=repo), states=states, revisions=revs))
-        return {"nas": "/nas/hub", "local": "/var/lib/wfs", "mount": "/mnt/hub",
-                "repos": repos,
+        down = self.nas["state"] == "down"
+        return {"nas": dict(self.nas, path="/nas/hub"), "local": "/var/lib/wfs", "mount": "/mnt/hub",
+                "record": dict(self.record),
+                "from": "record" if down else "nas",
+                "repos": [dict(r, **{"from": "record" if down else "nas"}) for r in repos],
                 "copies": [{"key": b.key, "id": b.id, "state": b.state, "bytes_done": b.done,
                             "size": b.size}
                            for b in self.blobs if b.state == "copying"],
                 "served": {"local_bytes": self.served[0], "nas_bytes": self.served[1], "opens": 0},
-                "flagged": [{"key": b.key, "id": b.id, "state": b.state, "reason": b.reason}
-                            for b in self.blobs if b.state in ("mismatch", "failed")],
+                "flagged": [{"key": b.key, "id": b.id, "state": b.state, "reason": b.reason,
+                             "local_error": b.local_error}
+                            for b in self.blobs if b.state in ("mismatch", "failed") or b.local_error],
                 "store": {"blobs": sum(b.state == "local" for b in self.blobs),
                           "bytes": self.local_bytes(),
                           "free_bytes": CAPACITY - self.local_bytes(),
@@ -190,6 +204,33 @@ class Hub:
         return {"blobs": [{"key": b.key, "id": b.id, "size": b.size, "state": b.state}
                           for b in sel],
                 "bytes_to_copy": need, "space_available": CAPACITY - self.local_bytes()}
+
+    def op_stats(self, req):
+        states = {s: sum(b.state == s for b in self.blobs) for s in STATES}
+        m = {"version": "fake", "served": {"local_bytes": self.served[0], "nas_bytes": self.served[1]},
+             "opens": 7, "passthrough_opens": 2,
+             "promotions": {"started": 5, "verified": 4, "cancelled": 0, "failed": 1,
+                            "failed_by_reason": {"io_error": 1}, "auto_queued": 0,
+                            "held": {"no_room": 0, "excluded": 0}, "retries": 2},
+             "mismatches": 0, "demotions": 0, "evictions": 0, "index_writes": 3,
+             "store": {"blobs": states["local"], "bytes": self.local_bytes(),
+                       "free_bytes": CAPACITY - self.local_bytes()},
+             "queue": {"queued": states["queued"], "in_flight": states["copying"]},
+             "blobs": states, "local_read_errors": 0,
+             "nas": dict(self.nas), "record": dict(self.record)}
+        rep = {"metrics": m}
+        if req["prometheus"]:
+            rep["prometheus"] = "wfs_nas_up %d\n" % (self.nas["state"] == "up")
+        return rep
+
+    def op_sync(self, req):
+        if self.old_daemon:
+            raise ReqError("EINVAL", 'unknown op "sync"')
+        if self.sync_error:
+            raise ReqError(*self.sync_error)
+        self.record["files"] = sum(b.state == "local" for b in self.blobs)
+        self.record["built"] = int(time.time())
+        return {"record_files": self.record["files"], "record": dict(self.record)}
 
     def op_progress(self, req):
         bykey = {b.key: b for b in self.blobs}
@@ -266,6 +307,8 @@ SCHEMA = {
     "pin": {"paths": list, "ref": str},
     "unpin": {"paths": list, "ref": str},
     "verify": {"paths": list, "full": bool},
+    "stats": {"prometheus": bool},
+    "sync": {},
 }
 OPTIONAL = {("status", "path"), ("pin", "ref"), ("unpin", "ref")}
 
@@ -430,6 +473,7 @@ def selftest(wfsctl):
 
 
 def body(t, work):
+    os.environ["TZ"] = "UTC"  # the times wfsctl prints, for the checks below
     store, root = f"{work}/store", f"{work}/mnt"
     os.makedirs(store)
     os.makedirs(root)
@@ -480,6 +524,9 @@ def body(t, work):
     r = run("--json", "status", "models--org--good", cwd=root)
     ok("--json before the command", r[0] == 0 and json.loads(r[1])["repos"][0]["repo"] == "models--org--good",
        show(r))
+
+    # --- the NAS's state and the local record
+    nas_tests(t, hub, root)
 
     # --- paths
     r = run("promote", "--dry-run", "/tmp", cwd=root)
@@ -563,6 +610,9 @@ def body(t, work):
     # --- promote --wait, success, with the bar on a terminal
     r = run("promote", "--wait", "models--org--good", cwd=root, tty=True)
     ok("promote --wait: exit 0", r[0] == 0, show(r))
+    ok("promote --wait: the record refreshed once the copies settled",
+       hub.requests[-1] == {"op": "sync"} and hub.requests[-2]["op"] == "progress"
+       and "warning" not in r[2], show(r) + repr(hub.requests[-2:]))
     ok("promote --wait: summary", "promote: 3 blobs, 80.0 MiB to copy (0 already local)" in r[1]
        and "promote: 3 blobs local" in r[1], show(r))
     hist = {b.key: b.history for b in hub.blobs if b.repo == "models--org--good"}
@@ -575,6 +625,7 @@ def body(t, work):
     rep = json.loads(r[1]) if r[0] == 0 else {}
     ok("promote --wait --json prints the final progress reply",
        r[0] == 0 and rep.get("ok") and [b["state"] for b in rep["blobs"]] == ["local"] * 3, show(r))
+    ok("nothing copied: no sync", hub.requests[-1]["op"] == "progress", repr(hub.requests[-1]))
 
     # --- failures
     r = run("promote", "--wait", "--pin", "models--org--bad", cwd=root)
@@ -583,10 +634,26 @@ def body(t, work):
        and ": failed: NAS read error at offset 1048576" in r[2]
        and "2 of 3 blobs did not become local" in r[2], show(r))
     ok("--pin sent", [q for q in hub.requests if q["op"] == "promote"][-1]["pin"] is True)
+    ok("a failed copy names the file and the NAS's error",
+       f"models--org--bad/blobs/{hexid('tok', 64)}: failed: NAS read error at offset 1048576: "
+       "Input/output error" in r[2], show(r))
+    ok("the record refreshed after a wait with failures too", hub.requests[-1] == {"op": "sync"},
+       repr(hub.requests[-1]))
     ok("non-tty progress is whole lines", "\r" not in r[2] and "[" in r[2], show(r))
     r = run("status", cwd=root)
     ok("status shows flagged blobs loudly", "MISMATCH" in r[1] and "FAILED" in r[1]
        and "2 flagged blobs" in r[1], show(r))
+    with hub.lock:
+        k3 = [b for b in hub.blobs if b.tag == "k3"][0]
+        k3.local_error, was = True, (k3.state, k3.reason)
+        k3.set("nas", "local copy unreadable: Input/output error (demoted; NAS bytes from now on)")
+    r = run("status", cwd=root)
+    ok("status flags a local copy that failed a read", "3 flagged blobs" in r[1] and re.search(
+        r"\nLOCAL-ERR +models--org--kept/blobs/%s: local copy unreadable: Input/output error"
+        % hexid("k3", 64), r[1]), show(r))
+    with hub.lock:
+        k3.local_error = False
+        k3.set(*was)
     r = run("promote", "--wait", "models--org--flaky", cwd=root)
     ok("blob dropped mid-copy stops the wait", r[0] == 1
        and "dropped, still served from the NAS: evicted to make room" in r[2], show(r))
@@ -621,6 +688,22 @@ def body(t, work):
        p.returncode == 0 and 2 <= len(lines) <= polls // 3 + 2,
        "%d progress polls\n%s" % (polls, err.decode()))
     hub.speed = 40 * MiB
+
+    # --- the record cannot be refreshed: a warning, the exit status stays
+    for err, old in ((("EHOSTDOWN", "sync: the NAS is down (since 2026-11-30 22:41:07: a call "
+                       "took longer than 1000 ms): the local record could not be refreshed; "
+                       "it keeps what it held"), False), (None, True)):
+        run("evict", "--force", good)
+        hub.sync_error, hub.old_daemon = err, old
+        r = run("promote", "--wait", good)
+        if old:
+            ok("an older daemon without sync: no warning", r[0] == 0 and "warning" not in r[2]
+               and hub.requests[-1] == {"op": "sync"}, show(r))
+        else:
+            ok("sync refused: a warning, exit 0", r[0] == 0 and "promote: 3 blobs local" in r[1]
+               and "wfsctl: promote: warning: sync: the NAS is down (since" in r[2]
+               and "[EHOSTDOWN]" in r[2] and "NAS outage would hide them" in r[2], show(r))
+    hub.sync_error, hub.old_daemon = None, False
 
     # --- a blob the daemon forgets during --wait
     r = run("evict", "--force", good)
@@ -710,6 +793,64 @@ def body(t, work):
         ok("as nobody: EPERM from SO_PEERCRED", rc == 1 and "[EPERM]" in err
            and "uid 65534" in err, err)
     srv.close()
+
+
+def nas_tests(t, hub, root):
+    """wfsctl status and stats with the NAS up, down, and up again."""
+    run, ok = t.run, t.expect
+
+    def show(r):
+        return f"rc={r[0]}\n--stdout--\n{r[1]}--stderr--\n{r[2]}"
+
+    r = run("status", cwd=root)
+    ok("status: NAS up", r[0] == 0 and "\nNAS: up\n" in r[1] and "DOWN" not in r[1], show(r))
+    ok("status: the record line", re.search(r"\nlocal record: 3 files, 9 names, built "
+                                            r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \(1 min \d+ s ago\)\n",
+                                            r[1]) and "the NAS is down" not in r[1], show(r))
+    r = run("stats", cwd=root)
+    ok("stats: NAS up, record", r[0] == 0 and "\nnas             up\n" in r[1]
+       and "\nlocal record    3 files, 9 names" in r[1]
+       and "1 failed, 0 cancelled, 2 retried by the daemon" in r[1]
+       and "local reads     0 failed (the copies demoted)" in r[1], show(r))
+
+    since = int(time.time()) - 12
+    with hub.lock:
+        hub.nas.update(state="down", since=since, outages=1, timeouts=3, failed_down=2,
+                       from_record=41, stuck=1, reason="a call took longer than 1000 ms")
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(since))
+    down = (r"DOWN since %s \((1[2-9]|[2-9]\d) s\): a call took longer than 1000 ms; 3 calls "
+            r"timed out, 41 requests answered from the local record, 2 refused; 1 call still stuck "
+            r"in the NAS\n" % re.escape(when))
+    r = run("status", cwd=root)
+    ok("status: NAS down, since when, why, and the counts", r[0] == 0
+       and re.search(r"\nNAS: " + down, r[1]), show(r))
+    ok("status: what the figures are while it is down",
+       "the figures below are what the local record and the store" in r[1] and "REPO" in r[1], show(r))
+    r = run("--json", "status", cwd=root)
+    js = json.loads(r[1]) if r[0] == 0 else {}
+    ok("status --json: nas, record and from as sent", js.get("nas") == dict(hub.nas, path="/nas/hub")
+       and js.get("record") == hub.record and js.get("from") == "record", show(r))
+    r = run("stats", cwd=root)
+    ok("stats: NAS down", r[0] == 0 and re.search(r"\nnas             " + down, r[1]), show(r))
+    r = run("stats", "--json", cwd=root)
+    ok("stats --json: nas as sent",
+       r[0] == 0 and json.loads(r[1])["metrics"]["nas"]["state"] == "down", show(r))
+
+    with hub.lock:
+        hub.nas.update(state="up", since=since + 10, stuck=0, failed_down=0)
+    r = run("status", cwd=root)
+    ok("status: up again, the last outage", re.search(
+        r"\nNAS: up since %s \(\d+ s\); 1 outage so far, the last: a call took longer than 1000 "
+        r"ms; 3 calls timed out, 41 requests answered from the local record\n"
+        % re.escape(time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(since + 10))), r[1])
+       and "the NAS is down" not in r[1], show(r))
+    with hub.lock:
+        hub.record.update(kept=False, files=0, entries=0, built=0)
+    r = run("status", cwd=root)
+    ok("status: no record kept", "\nlocal record: none kept by this mount" in r[1], show(r))
+    with hub.lock:
+        hub.record.update(kept=True, files=3, entries=9, built=int(time.time()) - 60)
+        hub.nas.update(outages=0, timeouts=0, from_record=0, reason="")
 
 
 def main():

@@ -317,11 +317,25 @@ static void test_failures(struct check_count *c)
 	CHECK(c, fetch_hash_file(tmp, name, NULL) == -ELOOP, "hash a symlink");
 	unlink(tmp);
 
+	/* A failure of the source is the NAS's (src_err: the caller tells the
+	 * NAS gate); one of the local side is not. */
+	{
+		char missing[PATH_MAX], out[PATH_MAX];
+
+		path_of(missing, "no-such-source");
+		path_of(out, "tmp-src-err");
+		r = fetch_copy_verify(missing, n, out, NULL, 0, NULL, &res);
+		CHECK(c, r == -ENOENT && res.src_err == -ENOENT && strstr(res.reason, missing),
+		      "missing source: src_err %d, %s", res.src_err, res.reason);
+		r = fetch_copy_verify(src, n + 1, out, NULL, 0, NULL, &res);
+		CHECK(c, r == -ESTALE && res.src_err == 0, "a size that differs is no NAS error: %d",
+		      res.src_err);
+	}
 	path_of(tmp, "exists");
 	check_write_file(tmp, "keep", 4);
 	r = fetch_copy_verify(src, n, tmp, NULL, 0, NULL, &res);
 	back = get(tmp, &got);
-	CHECK(c, r == -EEXIST, "existing tmp: %d", r);
+	CHECK(c, r == -EEXIST && res.src_err == 0, "existing tmp: %d (src_err %d)", r, res.src_err);
 	CHECK(c, back && got == 4 && memcmp(back, "keep", 4) == 0, "existing tmp untouched");
 	free(back);
 	unlink(tmp);

@@ -11,12 +11,16 @@
  *            siblings (by name and by weight_map); exclusions hold; off is off
  *   refs     a ref pin follows its ref, unpins the old revision once the new
  *            one is local, and survives a restart
+ *   retry    a failed automatic or ref-pinned copy is retried with backoff
+ *            (2 s, doubling), a user's is not; the gate coming up makes every
+ *            backoff due at once; the policy thread retries by itself
  */
 #include "check.h"
 #include "control.h"
 #include "store.h"
 #include "store_int.h"
 #include "auto.h"
+#include "nasgate.h"
 #include "pins.h"
 
 #include <errno.h>
@@ -576,6 +580,175 @@ static void test_refs(void)
 	policy_opts_free(&pol);
 }
 
+static void rm_hub(const char *hubrel)
+{
+	char p[PATH_MAX * 2];
+
+	snprintf(p, sizeof(p), "%s/hub/%s", top, hubrel);
+	if (unlink(p) < 0) {
+		perror(p);
+		exit(2);
+	}
+}
+
+/* The backoff has passed: what the clock would do in STORE_RETRY_*_MS,
+ * without the wait (the fields are the store's, under its lock). */
+static void backoff_passes(struct store *s, struct blob *b)
+{
+	pthread_mutex_lock(&s->lock);
+	b->retry_at_ms = store_now_ms() - 1;
+	s->retry_next_ms = b->retry_at_ms;
+	pthread_mutex_unlock(&s->lock);
+}
+
+static void test_retry(void)
+{
+	struct policy_opts pol;
+	struct nas_gate g;
+	struct store_opts opt = { .workers = 2, .policy = &pol };
+	struct auto_promoter ap;
+	struct store s;
+	struct blob *a, *b, *u, *p, *h;
+	struct blob_info in;
+	char local[PATH_MAX * 2], root[PATH_MAX * 2];
+	int64_t t0, due;
+
+	policy_opts_init(&pol);
+	pol.min_free_pct = 0;
+	mkdirs("hub/models--t--retry/blobs");
+	put("hub/models--t--retry/blobs/a", 64 * KiB, 50);
+	put("hub/models--t--retry/blobs/b", 64 * KiB, 51);
+	put("hub/models--t--retry/blobs/u", 64 * KiB, 52);
+	put("hub/models--t--retry/blobs/p", 64 * KiB, 53);
+	snprintf(local, sizeof(local), "%s/local-retry", top);
+	mkdirs("local-retry");
+	CHECK(&c, store_open(&s, local, &opt, NULL) == 0 && store_start(&s) == 0, "open retry");
+	the_store = &s;
+	a = blob_at(&s, "models--t--retry/blobs/a");
+	b = blob_at(&s, "models--t--retry/blobs/b");
+	u = blob_at(&s, "models--t--retry/blobs/u");
+	p = blob_at(&s, "models--t--retry/blobs/p");
+
+	/* An automatic copy whose source went after it was queued: FAILED,
+	 * the reason names the path and the error, the backoff 2 s. */
+	rm_hub("models--t--retry/blobs/a");
+	t0 = store_now_ms();
+	store_promote(&s, a, 0, 0);
+	CHECK(&c, wait_settled(a) == BLOB_FAILED, "failed: %s", blob_state_name(blob_state(a)));
+	blob_info(&s, a, &in);
+	CHECK(&c, strstr(in.reason, "models--t--retry/blobs/a") &&
+	      strstr(in.reason, "No such file"), "reason names the path and the error: %s",
+	      in.reason);
+	CHECK(&c, in.fail_count == 1 && in.auto_retry &&
+	      in.retry_at_ms >= t0 + STORE_RETRY_FIRST_MS &&
+	      in.retry_at_ms <= store_now_ms() + STORE_RETRY_FIRST_MS,
+	      "fail_count %u, retried in %lld ms", in.fail_count,
+	      (long long)(in.retry_at_ms - store_now_ms()));
+	due = store_retry_due(&s);
+	CHECK(&c, due == in.retry_at_ms && blob_state(a) == BLOB_FAILED && s.retries == 0,
+	      "not due yet: %lld", (long long)(due - store_now_ms()));
+	store_promote(&s, a, 0, 0);
+	CHECK(&c, blob_state(a) == BLOB_FAILED, "an automatic request waits for the backoff: %s",
+	      blob_state_name(blob_state(a)));
+	put("hub/models--t--retry/blobs/a", 64 * KiB, 50);
+	backoff_passes(&s, a);
+	CHECK(&c, store_retry_due(&s) == -1 && s.retries == 1, "due: queued again, nothing waits");
+	CHECK(&c, wait_settled(a) == BLOB_LOCAL, "the retry made it local: %s", info(a)->reason);
+	blob_info(&s, a, &in);
+	CHECK(&c, in.fail_count == 0 && in.retry_at_ms == 0, "reset on success: %u", in.fail_count);
+
+	/* Failing again doubles the wait. */
+	rm_hub("models--t--retry/blobs/b");
+	store_promote(&s, b, 0, 0);
+	CHECK(&c, wait_settled(b) == BLOB_FAILED, "b failed");
+	backoff_passes(&s, b);
+	t0 = store_now_ms();
+	store_retry_due(&s);
+	CHECK(&c, wait_settled(b) == BLOB_FAILED, "b failed again");
+	blob_info(&s, b, &in);
+	CHECK(&c, in.fail_count == 2 && in.retry_at_ms >= t0 + 2 * STORE_RETRY_FIRST_MS &&
+	      in.retry_at_ms <= store_now_ms() + 2 * STORE_RETRY_FIRST_MS,
+	      "second failure: fail_count %u, retried in %lld ms", in.fail_count,
+	      (long long)(in.retry_at_ms - store_now_ms()));
+	pol.auto_on = 0;
+	CHECK(&c, !info(b)->auto_retry, "automatic promotion off: not retried");
+	pol.auto_on = 1;
+
+	/* A user's promotion is not retried; a ref pin's is, while pinned. */
+	rm_hub("models--t--retry/blobs/u");
+	store_promote(&s, u, 0, 1);
+	CHECK(&c, wait_settled(u) == BLOB_FAILED && info(u)->fail_count == 1 &&
+	      !info(u)->auto_retry, "a user's failure: not retried (%d)", info(u)->auto_retry);
+	rm_hub("models--t--retry/blobs/p");
+	store_pin(&s, p, 1);
+	CHECK(&c, store_request(&s, p, STORE_BY_PIN, 0) == 1, "a pin's request queued");
+	CHECK(&c, wait_settled(p) == BLOB_FAILED && info(p)->auto_retry, "a pin's failure: retried");
+	CHECK(&c, store_request(&s, p, STORE_BY_PIN, 0) == 0 && blob_state(p) == BLOB_FAILED,
+	      "a pin's request in the backoff waits");
+	store_pin(&s, p, 0);
+	CHECK(&c, !info(p)->auto_retry, "unpinned: not retried");
+	store_pin(&s, p, 1);
+	put("hub/models--t--retry/blobs/p", 64 * KiB, 53);
+	CHECK(&c, store_request(&s, p, STORE_BY_PIN, 1) == 1 && wait_settled(p) == BLOB_LOCAL,
+	      "an operator's pin --ref does not wait: %s", info(p)->reason);
+	store_close(&s);
+
+	/* The NAS gate: copies fail at once while it is down (no read that
+	 * could hang); no retry while down; every backoff due when it is up. */
+	snprintf(root, sizeof(root), "%s/hub", top);
+	CHECK(&c, nas_gate_init(&g, root, 200, NULL, NULL) == 0, "gate");
+	nas_gate_set_down(&g, "test: down");
+	opt.gate = &g;
+	CHECK(&c, store_open(&s, local, &opt, NULL) == 0 && store_start(&s) == 0, "open with a gate");
+	the_store = &s;
+	put("hub/models--t--retry/blobs/b", 64 * KiB, 51);
+	b = blob_at(&s, "models--t--retry/blobs/b");
+	store_promote(&s, b, 0, 0);
+	CHECK(&c, wait_settled(b) == BLOB_FAILED && strstr(info(b)->reason, "NAS is down"),
+	      "the gate down: failed at once: %s", info(b)->reason);
+	backoff_passes(&s, b);
+	due = store_retry_due(&s);
+	CHECK(&c, blob_state(b) == BLOB_FAILED && due > store_now_ms(), "no retry while down");
+	pthread_mutex_lock(&s.lock);
+	b->retry_at_ms = store_now_ms() + 60000; /* far off: only the gate makes it due */
+	s.retry_next_ms = b->retry_at_ms;
+	pthread_mutex_unlock(&s.lock);
+	/* A blob turning hot while the NAS is down waits for it: what to do
+	 * with it needs NAS walks (exclusion globs by snapshot name). */
+	CHECK(&c, auto_start(&ap, &s, NULL, &pol, NULL) == 0, "policy thread");
+	put("hub/models--t--retry/blobs/h", 64 * KiB, 54);
+	h = blob_at(&s, "models--t--retry/blobs/h");
+	store_note_open(&s, h, NULL);
+	store_note_read(&s, h, 64 * KiB, 0);
+	store_note_close(&s, h);
+	usleep(300000);
+	CHECK(&c, atomic_load(&ap.handled) == 0 && blob_state(h) == BLOB_NAS,
+	      "hot while down: deferred (%llu handled, %s)",
+	      (unsigned long long)atomic_load(&ap.handled), blob_state_name(blob_state(h)));
+	CHECK(&c, nas_gate_start(&g) == 0, "prober");
+	nas_gate_wait_change(&g, atomic_load(&g.generation), 5000);
+	CHECK(&c, nas_gate_up(&g), "up");
+	store_retry_due(&s);
+	CHECK(&c, wait_settled(b) == BLOB_LOCAL && atomic_load(&s.retries) == 1,
+	      "the gate up: retried at once: %s", blob_state_name(blob_state(b)));
+	CHECK(&c, wait_handled(&ap, 1) && wait_state(h, BLOB_LOCAL, 5000),
+	      "the NAS up: the deferred hot blob promoted (%s)", blob_state_name(blob_state(h)));
+
+	/* The policy thread retries by itself once the backoff passes. */
+	put("hub/models--t--retry/blobs/u", 64 * KiB, 52);
+	u = blob_at(&s, "models--t--retry/blobs/u");
+	rm_hub("models--t--retry/blobs/u");
+	store_promote(&s, u, 0, 0);
+	CHECK(&c, wait_settled(u) == BLOB_FAILED, "u failed");
+	put("hub/models--t--retry/blobs/u", 64 * KiB, 52);
+	CHECK(&c, wait_state(u, BLOB_LOCAL, 15000), "retried by the policy thread: %s",
+	      blob_state_name(blob_state(u)));
+	auto_stop(&ap);
+	store_close(&s);
+	nas_gate_destroy(&g);
+	policy_opts_free(&pol);
+}
+
 int main(void)
 {
 	snprintf(top, sizeof(top), "/var/tmp/wfs-room-XXXXXX");
@@ -585,6 +758,7 @@ int main(void)
 	test_room();
 	test_auto();
 	test_refs();
+	test_retry();
 	{
 		char cmd[PATH_MAX * 2];
 

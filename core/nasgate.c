@@ -1,0 +1,559 @@
+/* nasgate.c - NAS calls with a deadline; the NAS's up/down state; the
+ * prober.  See nasgate.h.
+ *
+ * A job lives on its caller's stack while the caller waits.  The NAS
+ * thread that runs it copies what it needs (fn, arg, release) into its own
+ * slot first, so a caller that gives up can leave at once: under the lock
+ * it detaches the job from the slot (the slot is then "abandoned": the
+ * thread calls release instead of answering), or unlinks it from the queue
+ * if no thread took it yet.
+ */
+#include "nasgate.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <syslog.h>
+#include <time.h>
+
+enum job_state { JOB_QUEUED, JOB_RUNNING, JOB_DONE };
+
+/* A NAS thread's current call.  Rules: the thread's own, except @job and
+ * @abandoned, which are under gate.lock. */
+struct nas_slot {
+	struct nas_job *job;    /* LOCK: the caller's job, NULL once abandoned */
+	int abandoned;          /* LOCK: the caller left: release the arg, answer nobody */
+};
+
+/* Rules: set by the caller before it is queued; @state, @result and @slot
+ * under gate.lock. */
+struct nas_job {
+	struct nas_job *next;
+	int (*fn)(void *arg);
+	void *arg;
+	void (*release)(void *arg);
+	enum job_state state;
+	int result;
+	struct nas_slot *slot;
+	pthread_cond_t done;    /* CLOCK_MONOTONIC */
+};
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static struct timespec abs_ms(int64_t ms)
+{
+	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000 };
+
+	return ts;
+}
+
+static void cond_init_mono(pthread_cond_t *c)
+{
+	pthread_condattr_t a;
+
+	pthread_condattr_init(&a);
+	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+	pthread_cond_init(c, &a);
+	pthread_condattr_destroy(&a);
+}
+
+static void gate_log(struct nas_gate *g, int prio, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void gate_log(struct nas_gate *g, int prio, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+
+	if (!g->log)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	g->log(g->log_arg, prio, msg);
+}
+
+int nas_gate_unavailable(int err)
+{
+	switch (err < 0 ? -err : err) {
+	case ENOTCONN: case ETIMEDOUT: case EHOSTDOWN: case EHOSTUNREACH:
+	case ENETDOWN: case ENETUNREACH: case ECONNREFUSED: case ECONNRESET:
+	case ECONNABORTED: case ENODEV: case ESHUTDOWN:
+		return 1;
+	default:
+		return 0;
+	}
+}
+
+/* The log line is written by the caller, after the lock: one per outage. */
+static int set_down_locked(struct nas_gate *g, const char *reason)
+{
+	struct timespec ts;
+
+	if (!atomic_load(&g->up))
+		return 0;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	atomic_store_explicit(&g->up, 0, memory_order_release);
+	g->since = ts.tv_sec;
+	snprintf(g->reason, sizeof(g->reason), "%s", reason);
+	atomic_fetch_add(&g->outages, 1);
+	atomic_fetch_add(&g->generation, 1);
+	pthread_cond_broadcast(&g->probe);
+	pthread_cond_broadcast(&g->changed);
+	return 1;
+}
+
+static void set_down(struct nas_gate *g, const char *reason)
+{
+	int now_down;
+
+	pthread_mutex_lock(&g->lock);
+	now_down = set_down_locked(g, reason);
+	pthread_mutex_unlock(&g->lock);
+	if (now_down)
+		gate_log(g, LOG_WARNING, "NAS %s is down: %s; local revisions are served from the "
+			 "local record, everything else fails with EIO until it answers again",
+			 g->root, reason);
+}
+
+void nas_gate_set_down(struct nas_gate *g, const char *reason)
+{
+	if (g)
+		set_down(g, reason);
+}
+
+/* What a call's result says of the NAS: down, worth a probe, or nothing. */
+static void judge(struct nas_gate *g, int r)
+{
+	char why[96];
+
+	if (r >= 0)
+		return;
+	if (nas_gate_unavailable(r)) {
+		snprintf(why, sizeof(why), "a call failed: %s", strerror(-r));
+		set_down(g, why);
+	} else if (r == -EIO || r == -ESTALE) {
+		pthread_mutex_lock(&g->lock);
+		g->probe_now = 1;
+		pthread_cond_broadcast(&g->probe);
+		pthread_mutex_unlock(&g->lock);
+	}
+}
+
+void nas_gate_note(struct nas_gate *g, int err)
+{
+	if (g)
+		judge(g, err > 0 ? -err : err);
+}
+
+/* ---- the NAS threads ---- */
+
+static void *nas_thread(void *arg)
+{
+	struct nas_gate *g = arg;
+	struct nas_slot slot = { 0 };
+
+	pthread_mutex_lock(&g->lock);
+	for (;;) {
+		struct nas_job *j;
+		int (*fn)(void *);
+		void (*release)(void *);
+		void *fa;
+		int r;
+
+		while (!g->stop && !g->qhead) {
+			g->idle++;
+			pthread_cond_wait(&g->work, &g->lock);
+			g->idle--;
+		}
+		if (!g->qhead)
+			break; /* stopping */
+		j = g->qhead;
+		g->qhead = j->next;
+		if (!g->qhead)
+			g->qtail = NULL;
+		j->state = JOB_RUNNING;
+		j->slot = &slot;
+		slot.job = j;
+		slot.abandoned = 0;
+		fn = j->fn;
+		fa = j->arg;
+		release = j->release;
+		pthread_mutex_unlock(&g->lock);
+
+		r = fn(fa);
+
+		pthread_mutex_lock(&g->lock);
+		if (slot.abandoned) {
+			g->stuck--;
+			pthread_cond_broadcast(&g->changed);
+			pthread_mutex_unlock(&g->lock);
+			if (release)
+				release(fa);
+			judge(g, r);
+			pthread_mutex_lock(&g->lock);
+		} else {
+			slot.job->result = r;
+			slot.job->state = JOB_DONE;
+			pthread_cond_signal(&slot.job->done);
+		}
+		slot.job = NULL;
+	}
+	g->threads--;
+	pthread_cond_broadcast(&g->changed);
+	pthread_mutex_unlock(&g->lock);
+	return NULL;
+}
+
+/* With the lock held: a thread for a queued job, started if none is idle. */
+static int want_thread_locked(struct nas_gate *g)
+{
+	pthread_attr_t a;
+	pthread_t t;
+	int r;
+
+	if (g->idle > 0) {
+		pthread_cond_signal(&g->work);
+		return 0;
+	}
+	if (g->threads >= NAS_GATE_THREADS)
+		return 0; /* a busy thread takes it when done */
+	pthread_attr_init(&a);
+	pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+	pthread_attr_setstacksize(&a, 256 * 1024);
+	r = pthread_create(&t, &a, nas_thread, g);
+	pthread_attr_destroy(&a);
+	if (r)
+		return -r;
+	g->threads++;
+	return 0;
+}
+
+static void unqueue_locked(struct nas_gate *g, struct nas_job *j)
+{
+	struct nas_job **pp = &g->qhead, *prev = NULL;
+
+	for (; *pp; prev = *pp, pp = &(*pp)->next)
+		if (*pp == j) {
+			*pp = j->next;
+			if (g->qtail == j)
+				g->qtail = prev;
+			return;
+		}
+}
+
+/* Run a job; @force: even while down (the prober). */
+static int run_job(struct nas_gate *g, int (*fn)(void *), void *arg, void (*release)(void *),
+		   int force)
+{
+	struct nas_job j = { .fn = fn, .arg = arg, .release = release, .state = JOB_QUEUED };
+	struct timespec dl = abs_ms(now_ms() + g->timeout_ms);
+	int r, refused, late = 0;
+
+	pthread_mutex_lock(&g->lock);
+	refused = !force && !atomic_load_explicit(&g->up, memory_order_acquire);
+	if (!refused && g->stuck >= NAS_GATE_THREADS) {
+		refused = 1;
+		set_down_locked(g, "every NAS thread is stuck in a call");
+	}
+	if (refused || g->stop) {
+		pthread_mutex_unlock(&g->lock);
+		atomic_fetch_add(&g->failed_down, 1);
+		return -EHOSTDOWN;
+	}
+	cond_init_mono(&j.done);
+	if (g->qtail)
+		g->qtail->next = &j;
+	else
+		g->qhead = &j;
+	g->qtail = &j;
+	if ((r = want_thread_locked(g)) < 0 && g->threads == 0) {
+		unqueue_locked(g, &j);
+		pthread_mutex_unlock(&g->lock);
+		pthread_cond_destroy(&j.done);
+		return r;
+	}
+	while (j.state != JOB_DONE)
+		if (pthread_cond_timedwait(&j.done, &g->lock, &dl) == ETIMEDOUT &&
+		    j.state != JOB_DONE) {
+			late = 1;
+			break;
+		}
+	if (!late) {
+		/* -ETIMEDOUT from nas_call means "the gate owns @arg now": a call
+		 * that timed out by itself (a soft NFS mount) says so otherwise */
+		r = j.result == -ETIMEDOUT ? -ENOTCONN : j.result;
+	} else {
+		r = -ETIMEDOUT;
+		if (j.state == JOB_QUEUED) {
+			unqueue_locked(g, &j); /* never ran: released below, here */
+		} else {
+			j.slot->job = NULL;
+			j.slot->abandoned = 1;
+			g->stuck++;
+			release = NULL; /* the thread's, when fn ends */
+		}
+		atomic_fetch_add(&g->timeouts, 1);
+	}
+	pthread_mutex_unlock(&g->lock);
+	pthread_cond_destroy(&j.done);
+	if (late) {
+		char why[96];
+
+		snprintf(why, sizeof(why), "a call took longer than %u ms", g->timeout_ms);
+		set_down(g, why);
+		if (release)
+			release(arg);
+	} else {
+		judge(g, r);
+	}
+	return r;
+}
+
+int nas_call(struct nas_gate *g, int (*fn)(void *arg), void *arg, void (*release)(void *arg))
+{
+	if (!g) {
+		int r = fn(arg);
+
+		return r == -ETIMEDOUT ? -ENOTCONN : r;
+	}
+	return run_job(g, fn, arg, release, 0);
+}
+
+/* ---- the prober ---- */
+
+struct probe_arg {
+	struct nas_gate *g;
+	char root[4096];
+};
+
+static int probe_fn(void *arg)
+{
+	struct probe_arg *p = arg;
+	struct statvfs sv;
+	struct stat st;
+
+	/* stat may be answered from an NFS client's attribute cache; statfs
+	 * always asks the server. */
+	if (stat(p->root, &st) < 0 || statvfs(p->root, &sv) < 0)
+		return -errno;
+	return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
+}
+
+/* A probe that passed its deadline ended: the NAS answered something, so
+ * probe again now rather than after the backoff. */
+static void probe_release(void *arg)
+{
+	struct probe_arg *p = arg;
+	struct nas_gate *g = p->g;
+
+	pthread_mutex_lock(&g->lock);
+	g->probe_busy = 0;
+	g->probe_now = 1;
+	pthread_cond_broadcast(&g->probe);
+	pthread_mutex_unlock(&g->lock);
+	free(p);
+}
+
+static int probe_once(struct nas_gate *g)
+{
+	struct probe_arg *p = malloc(sizeof(*p));
+	int r;
+
+	if (!p)
+		return -ENOMEM;
+	p->g = g;
+	snprintf(p->root, sizeof(p->root), "%s", g->root);
+	pthread_mutex_lock(&g->lock);
+	g->probe_busy = 1;
+	pthread_mutex_unlock(&g->lock);
+	r = run_job(g, probe_fn, p, probe_release, 1);
+	if (r != -ETIMEDOUT) {
+		pthread_mutex_lock(&g->lock);
+		g->probe_busy = 0;
+		pthread_mutex_unlock(&g->lock);
+		free(p);
+	}
+	return r;
+}
+
+static void set_up(struct nas_gate *g)
+{
+	struct timespec ts;
+	int64_t was = 0;
+	int changed = 0;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	pthread_mutex_lock(&g->lock);
+	if (!atomic_load(&g->up)) {
+		was = g->since;
+		g->since = ts.tv_sec;
+		atomic_store_explicit(&g->up, 1, memory_order_release);
+		atomic_fetch_add(&g->generation, 1);
+		pthread_cond_broadcast(&g->changed);
+		changed = 1;
+	}
+	pthread_mutex_unlock(&g->lock);
+	if (changed)
+		gate_log(g, LOG_NOTICE, "NAS %s is up again (down %lld s)", g->root,
+			 (long long)(ts.tv_sec - was));
+}
+
+static void *prober(void *arg)
+{
+	struct nas_gate *g = arg;
+	int64_t backoff = NAS_GATE_PROBE_MIN_MS;
+
+	pthread_mutex_lock(&g->lock);
+	while (!g->stop) {
+		int down = !atomic_load(&g->up), asked = g->probe_now, r;
+
+		/* One probe at a time: one stuck in a hung NAS holds a thread
+		 * already, and its end is the first sign the NAS is back. */
+		if (g->probe_busy || (!down && !asked)) {
+			backoff = NAS_GATE_PROBE_MIN_MS;
+			pthread_cond_wait(&g->probe, &g->lock);
+			continue;
+		}
+		g->probe_now = 0;
+		pthread_mutex_unlock(&g->lock);
+		r = probe_once(g);
+		if (r == 0) {
+			set_up(g);
+		} else if (!down) { /* an EIO or ESTALE the root confirms */
+			char why[128];
+
+			snprintf(why, sizeof(why), "NAS_HUB itself fails: %s", strerror(-r));
+			set_down(g, why);
+		}
+		pthread_mutex_lock(&g->lock);
+		if (r != 0 && !g->stop) {
+			struct timespec dl = abs_ms(now_ms() + backoff);
+
+			pthread_cond_timedwait(&g->probe, &g->lock, &dl);
+			backoff = backoff * 2 > NAS_GATE_PROBE_MAX_MS ? NAS_GATE_PROBE_MAX_MS
+								       : backoff * 2;
+		}
+	}
+	pthread_mutex_unlock(&g->lock);
+	return NULL;
+}
+
+/* ---- life cycle, state ---- */
+
+int nas_gate_init(struct nas_gate *g, const char *root, unsigned timeout_ms,
+		  void (*log)(void *arg, int prio, const char *msg), void *log_arg)
+{
+	struct timespec ts;
+
+	memset(g, 0, sizeof(*g));
+	if (snprintf(g->root, sizeof(g->root), "%s", root) >= (int)sizeof(g->root))
+		return -ENAMETOOLONG;
+	g->timeout_ms = timeout_ms ? timeout_ms : NAS_GATE_TIMEOUT_MS;
+	g->log = log;
+	g->log_arg = log_arg;
+	pthread_mutex_init(&g->lock, NULL);
+	pthread_cond_init(&g->work, NULL);
+	cond_init_mono(&g->probe);
+	cond_init_mono(&g->changed);
+	clock_gettime(CLOCK_REALTIME, &ts);
+	g->since = ts.tv_sec;
+	atomic_store(&g->up, 1);
+	return 0;
+}
+
+int nas_gate_start(struct nas_gate *g)
+{
+	int r = pthread_create(&g->prober, NULL, prober, g);
+
+	if (r)
+		return -r;
+	g->started = 1;
+	return 0;
+}
+
+void nas_gate_destroy(struct nas_gate *g)
+{
+	struct timespec dl = abs_ms(now_ms() + 2000);
+	int left;
+
+	pthread_mutex_lock(&g->lock);
+	g->stop = 1;
+	pthread_cond_broadcast(&g->work);
+	pthread_cond_broadcast(&g->probe);
+	pthread_mutex_unlock(&g->lock);
+	if (g->started)
+		pthread_join(g->prober, NULL);
+	g->started = 0;
+	/* Idle threads end now; one stuck in the NAS ends when the NAS lets
+	 * it -- not waited for past a bound (the process is leaving). */
+	pthread_mutex_lock(&g->lock);
+	while (g->threads > g->stuck &&
+	       pthread_cond_timedwait(&g->changed, &g->lock, &dl) != ETIMEDOUT)
+		;
+	left = (int)g->threads;
+	pthread_mutex_unlock(&g->lock);
+	if (left)
+		gate_log(g, LOG_WARNING, "NAS %s: %d calls still stuck at exit", g->root, left);
+	/* The lock and conds stay: a stuck thread may still take them. */
+}
+
+int nas_cannot_answer(int r)
+{
+	return r == -ETIMEDOUT || r == -EHOSTDOWN || nas_gate_unavailable(r);
+}
+
+int nas_gate_up(struct nas_gate *g)
+{
+	return !g || atomic_load_explicit(&g->up, memory_order_acquire);
+}
+
+void nas_gate_count_record(struct nas_gate *g)
+{
+	if (g)
+		atomic_fetch_add_explicit(&g->from_record, 1, memory_order_relaxed);
+}
+
+void nas_gate_stats(struct nas_gate *g, struct nas_gate_stats *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (!g) {
+		out->up = 1;
+		return;
+	}
+	pthread_mutex_lock(&g->lock);
+	out->up = atomic_load(&g->up);
+	out->since = g->since;
+	out->stuck = g->stuck;
+	snprintf(out->reason, sizeof(out->reason), "%s", g->reason);
+	pthread_mutex_unlock(&g->lock);
+	out->outages = atomic_load(&g->outages);
+	out->timeouts = atomic_load(&g->timeouts);
+	out->failed_down = atomic_load(&g->failed_down);
+	out->from_record = atomic_load_explicit(&g->from_record, memory_order_relaxed);
+}
+
+uint64_t nas_gate_wait_change(struct nas_gate *g, uint64_t gen, int64_t timeout_ms)
+{
+	struct timespec dl = abs_ms(now_ms() + timeout_ms);
+	uint64_t now;
+
+	if (!g)
+		return gen;
+	pthread_mutex_lock(&g->lock);
+	while ((now = atomic_load(&g->generation)) == gen &&
+	       pthread_cond_timedwait(&g->changed, &g->lock, &dl) != ETIMEDOUT)
+		;
+	now = atomic_load(&g->generation);
+	pthread_mutex_unlock(&g->lock);
+	return now;
+}

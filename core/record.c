@@ -1,0 +1,584 @@
+/* record.c - the store's record of its local revisions; see record.h.
+ *
+ * The table and its readers are in record_table.c, record.json in
+ * record_file.c; here the build and the thread that runs it.
+ *
+ * The build: which repos (store_each: the LOCAL blobs' keys and names),
+ * their walk (ns_walk: every entry of the repo, one at a time), what is
+ * kept (record.h), then the root's attributes and the parents of what was
+ * kept.  Links are decided after the walk: a snapshot may be listed before
+ * the blobs/ its links lead to.  record.json (record_file.c) is written
+ * only when the content changed: the thread builds every time the set of
+ * local blobs changes, and most builds find what the last one did.
+ */
+#include "record_int.h"
+#include "durable.h"
+#include "nasopen.h"
+#include "path.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <syslog.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+/* A build that failed waits this long before the thread tries again on its
+ * own (doubling from 1 s); record_sync asks at once. */
+#define RECORD_RETRY_MAX_MS 60000
+
+/* ---- which repos, and the signature of the local blobs ---- */
+
+struct scan {
+	const char *root;   /* NAS_HUB; NULL: the signature only */
+	char **repos;
+	size_t n, cap;
+	int err;
+	uint64_t sum, mix, count;
+};
+
+/* The length of @rel's first component when it names a repo folder
+ * (HUB-LAYOUT.md: models--, datasets--, spaces--), else 0. */
+static size_t repo_len(const char *rel)
+{
+	static const char *const kinds[] = { "models--", "datasets--", "spaces--" };
+	size_t n = strcspn(rel, "/");
+
+	for (size_t i = 0; i < 3; i++)
+		if (n > strlen(kinds[i]) && n <= NAME_MAX &&
+		    !strncmp(rel, kinds[i], strlen(kinds[i])))
+			return n;
+	return 0;
+}
+
+static void add_repo(struct scan *sc, const char *rel)
+{
+	size_t n = rel ? repo_len(rel) : 0;
+
+	if (!n || sc->err)
+		return;
+	for (size_t i = sc->n; i-- > 0;)
+		if (strlen(sc->repos[i]) == n && !strncmp(sc->repos[i], rel, n))
+			return;
+	if (sc->n == sc->cap) {
+		size_t cap = sc->cap ? 2 * sc->cap : 8;
+		char **v = realloc(sc->repos, cap * sizeof(*v));
+
+		if (!v) {
+			sc->err = -ENOMEM;
+			return;
+		}
+		sc->repos = v;
+		sc->cap = cap;
+	}
+	if (!(sc->repos[sc->n] = strndup(rel, n)))
+		sc->err = -ENOMEM;
+	else
+		sc->n++;
+}
+
+/* store_each's callback, under store.lock: no call to the store. */
+static void scan_blob(void *arg, const struct blob_info *b)
+{
+	struct scan *sc = arg;
+	uint64_t h;
+
+	if (b->state != BLOB_LOCAL)
+		return;
+	/* Order-free: the table's order is not the blobs' */
+	h = path_hash(b->key) ^ (b->name ? path_hash(b->name) * 31 : 0);
+	sc->sum += h;
+	sc->mix ^= h * 0x9e3779b97f4a7c15ull;
+	sc->count++;
+	if (sc->root) {
+		add_repo(sc, path_under(sc->root, b->key));
+		add_repo(sc, b->name);
+	}
+}
+
+static uint64_t scan_sig(const struct scan *sc)
+{
+	return sc->sum ^ (sc->mix << 1 | sc->mix >> 63) ^ sc->count * 0xff51afd7ed558ccdull;
+}
+
+static void scan_free(struct scan *sc)
+{
+	for (size_t i = 0; i < sc->n; i++)
+		free(sc->repos[i]);
+	free(sc->repos);
+}
+
+/* ---- the build ---- */
+
+struct build {
+	struct record *r;
+	const struct hub_roots *roots;
+	struct store *s;
+	struct htab h;       /* every node of the walk, by path */
+	struct rnodes all;
+	size_t big_refs;     /* refs over RECORD_MAX_DATA (logged once a build) */
+};
+
+static int stopping(struct record *r)
+{
+	int stop;
+
+	pthread_mutex_lock(&r->lock);
+	stop = r->stop;
+	pthread_mutex_unlock(&r->lock);
+	return stop;
+}
+
+static int is_ref(const char *rel)
+{
+	const char *slash = strchr(rel, '/');
+
+	return slash && !strncmp(slash + 1, "refs/", 5);
+}
+
+static int is_local(struct store *s, const char *key)
+{
+	struct blob *b = key[0] ? store_find(s, key) : NULL;
+
+	return b && blob_state(b) == BLOB_LOCAL;
+}
+
+static struct rnode *node_of(const char *rel, const struct ns_entry *e)
+{
+	struct rnode *n = calloc(1, sizeof(*n));
+
+	if (!n)
+		return NULL;
+	n->kind = e->kind;
+	n->link_state = e->link_state;
+	n->st = e->st;
+	n->path = strdup(rel);
+	n->backing = e->backing[0] ? strdup(e->backing) : NULL;
+	n->target = e->kind == NS_LINK ? strdup(e->target) : NULL;
+	n->blob_id = e->blob_id[0] ? strdup(e->blob_id) : NULL;
+	if (!n->path || (e->backing[0] && !n->backing) || (e->kind == NS_LINK && !n->target) ||
+	    (e->blob_id[0] && !n->blob_id)) {
+		rnode_free(n);
+		return NULL;
+	}
+	return n;
+}
+
+/* A refs file's bytes (a reader resolves "main" through it).  0, 1 when
+ * the file is not one to keep any more (gone, swapped for a link or a
+ * directory, unreadable to us), or -errno of the NAS. */
+static int read_ref(struct build *b, struct rnode *n)
+{
+	char buf[RECORD_MAX_DATA + 1];
+	size_t got = 0;
+	int fd = nas_open(b->roots, n->backing, 0), e = 0;
+
+	if (fd < 0)
+		return fd == -ENOENT || fd == -ELOOP || fd == -ESTALE || fd == -ENXIO ||
+		       fd == -EISDIR || fd == -ENOTDIR || fd == -EACCES || fd == -EXDEV ? 1 : fd;
+	while (got < sizeof(buf)) {
+		ssize_t k = read(fd, buf + got, sizeof(buf) - got);
+
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0) {
+			e = k < 0 ? -errno : 0;
+			break;
+		}
+		got += (size_t)k;
+	}
+	close(fd);
+	if (e || got > RECORD_MAX_DATA) {
+		b->big_refs += !e;
+		return e; /* too large: shown, never served cut short */
+	}
+	if (!(n->data = malloc(got ? got : 1)))
+		return -ENOMEM;
+	memcpy(n->data, buf, got);
+	n->data_len = got;
+	n->has_data = 1;
+	n->st.st_size = (off_t)got; /* what a reader will get */
+	return 0;
+}
+
+/* ns_walk's callback: every directory and link (decided after the walk),
+ * the FILE entries that are local blobs or refs. */
+static int take(void *arg, const char *rel, const struct ns_entry *e)
+{
+	struct build *b = arg;
+	struct rnode *n;
+	int ref = e->kind == NS_FILE && is_ref(rel), r = 0;
+
+	if (stopping(b->r))
+		return -ECANCELED; /* record_close: the walk is dropped */
+	if (e->kind == NS_FILE && !ref && !is_local(b->s, e->backing))
+		return 0;
+	if (!(n = node_of(rel, e)))
+		return -ENOMEM;
+	n->keep = e->kind == NS_FILE;
+	if (ref)
+		r = read_ref(b, n);
+	if (r) {
+		rnode_free(n);
+		return r > 0 ? 0 : r;
+	}
+	if (rnodes_push(&b->all, n) < 0)
+		return -ENOMEM;
+	htab_add(&b->h, &n->hl, path_hash(n->path));
+	return 0;
+}
+
+/* A link is kept when its text, read from its directory, names a kept
+ * file: what a reader's resolution reaches without the NAS. */
+static void keep_link(struct build *b, struct rnode *n)
+{
+	char dir[PATH_MAX], joined[PATH_MAX], norm[PATH_MAX];
+	struct rnode *f;
+
+	if (n->kind != NS_LINK || n->target[0] == '/')
+		return;
+	path_dirname(n->path, dir, sizeof(dir));
+	if (path_join(dir, n->target, joined, sizeof(joined)) < 0 ||
+	    path_normalize(joined, norm, sizeof(norm)) < 0)
+		return;
+	f = rnode_find(&b->h, norm);
+	n->keep = f && f->kind == NS_FILE && f->keep;
+}
+
+static void keep_parents(struct build *b, const struct rnode *n)
+{
+	char p[PATH_MAX], parent[PATH_MAX];
+	struct rnode *d;
+
+	snprintf(p, sizeof(p), "%s", n->path);
+	while (p[0]) {
+		path_dirname(p, parent, sizeof(parent));
+		d = rnode_find(&b->h, parent);
+		if (!d || d->keep)
+			return; /* the root comes later; a kept one has its parents */
+		d->keep = 1;
+		snprintf(p, sizeof(p), "%s", parent);
+	}
+}
+
+/* After the walks: links, parents, the root; the kept nodes into a table. */
+static int settle(struct build *b, struct record_table **out)
+{
+	struct rnodes kept = { 0 };
+	struct ns_entry *root = NULL;
+	size_t dropped;
+	int e = 0;
+
+	for (size_t i = 0; i < b->all.n; i++)
+		keep_link(b, b->all.v[i]);
+	for (size_t i = 0; i < b->all.n; i++)
+		if (b->all.v[i]->keep)
+			keep_parents(b, b->all.v[i]);
+	for (size_t i = 0; !e && i < b->all.n; i++) {
+		struct rnode *n = b->all.v[i];
+
+		b->all.v[i] = NULL;
+		if (n->keep)
+			e = rnodes_push(&kept, n);
+		else
+			rnode_free(n);
+	}
+	if (!e && kept.n && !(root = malloc(sizeof(*root))))
+		e = -ENOMEM;
+	if (!e && root && !(e = ns_classify(b->roots, "", root))) {
+		struct rnode *n = node_of("", root);
+
+		e = n ? rnodes_push(&kept, n) : -ENOMEM;
+	}
+	free(root);
+	if (!e && !(*out = record_table_make(&kept, &dropped)))
+		e = -ENOMEM;
+	rnodes_free(&kept);
+	return e;
+}
+
+/* Write record.json for @t if its content is not what the file holds. */
+static int write_file(struct record *r, const struct record_table *t, const char *nas,
+		      int64_t now)
+{
+	char *text;
+	uint64_t sig;
+	int e;
+
+	if (r->readonly || r->newer)
+		return 0;
+	if (!(text = record_text(t, nas, -1)))
+		return -ENOMEM;
+	sig = XXH3_64bits(text, strlen(text));
+	free(text);
+	if (r->file_known && sig == r->file_sig)
+		return 0;
+	text = record_text(t, nas, now);
+	if (!text)
+		return -ENOMEM;
+	e = strlen(text) > (size_t)RECORD_MAX_BYTES ? -EFBIG :
+	    durable_replace(r->path, text, strlen(text), 0600, 1);
+	free(text);
+	if (e < 0 && -e != r->write_err)
+		record_log(r, LOG_ERR, "cannot write record %s: %s (the last one written stays)",
+			   r->path, strerror(-e));
+	r->write_err = e < 0 ? -e : 0;
+	if (!e) {
+		r->file_sig = sig;
+		r->file_known = 1;
+	}
+	return e;
+}
+
+static void publish(struct record *r, struct record_table *t, const char *nas, int64_t now)
+{
+	struct record_table *old;
+
+	pthread_mutex_lock(&r->lock);
+	old = r->table;
+	r->table = t;
+	snprintf(r->nas, sizeof(r->nas), "%s", t->n ? nas : "");
+	r->files = t->files;
+	r->entries = t->n;
+	r->built_at = now;
+	pthread_mutex_unlock(&r->lock);
+	record_table_free(old);
+}
+
+/* The walks of @sc's repos into @b.  0 or -errno (logged with the repo). */
+static int walk_repos(struct build *b, struct scan *sc)
+{
+	for (size_t i = 0; i < sc->n; i++) {
+		int e = ns_walk(b->roots, sc->repos[i], 0, take, b);
+
+		if (e == -ENOENT)
+			continue; /* the repo went away: nothing of it to show */
+		if (e < 0 && e != -ECANCELED && e != -ENOMEM)
+			nas_gate_note(b->r->gate, e);
+		/* An outage during the walk may have hidden entries (ns_walk
+		 * goes on past a child it cannot read): not a complete build. */
+		if (e == 0 && !nas_gate_up(b->r->gate))
+			e = -EHOSTDOWN;
+		if (e == 0)
+			continue;
+		if (e != -ECANCELED && -e != b->r->walk_err)
+			record_log(b->r, LOG_WARNING, "record: walking %s/%s failed: %s; the record "
+				   "keeps its last build", b->roots->path[0], sc->repos[i],
+				   strerror(-e));
+		b->r->walk_err = e == -ECANCELED ? b->r->walk_err : -e;
+		return e;
+	}
+	return 0;
+}
+
+static int rebuild(struct record *r, const struct hub_roots *roots, struct store *s)
+{
+	struct scan sc = { .root = roots->path[0] };
+	struct build b = { .r = r, .roots = roots, .s = s };
+	struct record_table *t = NULL;
+	int64_t now = (int64_t)time(NULL);
+	int e;
+
+	if (!nas_gate_up(r->gate))
+		return -EHOSTDOWN; /* never walk a NAS known down: it would hang */
+	store_each(s, scan_blob, &sc);
+	e = sc.err ? sc.err : htab_init(&b.h, 256);
+	if (!e)
+		e = walk_repos(&b, &sc);
+	if (!e)
+		e = settle(&b, &t);
+	if (!e && b.big_refs)
+		record_log(r, LOG_NOTICE, "record: %zu refs files over %d bytes are shown without "
+			   "their bytes (not readable while the NAS is down)", b.big_refs,
+			   RECORD_MAX_DATA);
+	rnodes_free(&b.all);
+	htab_free(&b.h);
+	scan_free(&sc);
+	if (e)
+		return e;
+	if (r->walk_err)
+		record_log(r, LOG_INFO, "record: built again from %s", roots->path[0]);
+	r->walk_err = 0;
+	e = write_file(r, t, roots->path[0], now);
+	publish(r, t, roots->path[0], now);
+	return e;
+}
+
+int record_rebuild(struct record *r, const struct hub_roots *roots, struct store *s)
+{
+	int e;
+
+	pthread_mutex_lock(&r->build_lock);
+	e = rebuild(r, roots, s);
+	pthread_mutex_unlock(&r->build_lock);
+	return e;
+}
+
+/* ---- life cycle and the thread ---- */
+
+int record_open(struct record *r, const char *store_dir, int readonly,
+		void (*log)(void *arg, int prio, const char *msg), void *log_arg)
+{
+	pthread_condattr_t mono;
+	int64_t built;
+	int e;
+
+	memset(r, 0, sizeof(*r));
+	if (snprintf(r->path, sizeof(r->path), "%s/%s", store_dir, RECORD_FILE) >=
+	    (int)sizeof(r->path))
+		return -ENAMETOOLONG;
+	r->readonly = readonly;
+	r->log = log;
+	r->log_arg = log_arg;
+	e = record_load(r, &r->table, r->nas, sizeof(r->nas), &built);
+	if (e)
+		return e;
+	if (r->table->n) {
+		char *text = record_text(r->table, r->nas, -1);
+
+		if (!text) {
+			record_table_free(r->table);
+			return -ENOMEM;
+		}
+		/* What the file holds: a build that finds the same writes nothing. */
+		r->file_sig = XXH3_64bits(text, strlen(text));
+		r->file_known = 1;
+		free(text);
+		r->built_at = built;
+	} else {
+		r->nas[0] = '\0';
+	}
+	r->files = r->table->files;
+	r->entries = r->table->n;
+	pthread_mutex_init(&r->lock, NULL);
+	pthread_mutex_init(&r->build_lock, NULL);
+	/* Timed waits on the monotonic clock: a clock step must not stall or
+	 * hurry the builds. */
+	pthread_condattr_init(&mono);
+	pthread_condattr_setclock(&mono, CLOCK_MONOTONIC);
+	pthread_cond_init(&r->cond, &mono);
+	pthread_condattr_destroy(&mono);
+	return 0;
+}
+
+static int64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void wait_until(struct record *r, int64_t deadline_ms)
+{
+	struct timespec ts = { deadline_ms / 1000, (deadline_ms % 1000) * 1000000 };
+
+	pthread_cond_timedwait(&r->cond, &r->lock, &ts);
+}
+
+static uint64_t local_sig(struct store *s)
+{
+	struct scan sc = { 0 };
+
+	store_each(s, scan_blob, &sc);
+	return scan_sig(&sc);
+}
+
+/* Build when the local blobs changed (polled each second: cheap, one pass
+ * over the table under store.lock) or a sync asked; after a failure, the
+ * changes wait with a back-off, a sync does not. */
+static void *run(void *arg)
+{
+	struct record *r = arg;
+	uint64_t sig, built_sig = 0;
+	int64_t retry_at = 0, delay = 1000;
+	int have = 0;
+
+	pthread_mutex_lock(&r->lock);
+	while (!r->stop) {
+		uint64_t asked = r->asked_gen;
+		int sync = asked != r->served_gen, tried = 0, e = 0;
+
+		pthread_mutex_unlock(&r->lock);
+		sig = local_sig(r->store);
+		if (sync || ((!have || sig != built_sig) && mono_ms() >= retry_at &&
+			     nas_gate_up(r->gate))) {
+			e = record_rebuild(r, r->roots, r->store);
+			tried = 1;
+			have = e == 0 || have;
+			built_sig = e == 0 ? sig : built_sig;
+			retry_at = e == 0 ? 0 : mono_ms() + delay;
+			delay = e == 0 ? 1000 : delay * 2 > RECORD_RETRY_MAX_MS ?
+				RECORD_RETRY_MAX_MS : delay * 2;
+		}
+		pthread_mutex_lock(&r->lock);
+		if (tried) {
+			r->built_gen++;
+			r->served_gen = asked;
+			r->last_err = e;
+			pthread_cond_broadcast(&r->cond);
+		}
+		if (!r->stop && r->asked_gen == r->served_gen)
+			wait_until(r, mono_ms() + 1000);
+	}
+	pthread_mutex_unlock(&r->lock);
+	return NULL;
+}
+
+int record_start(struct record *r, const struct hub_roots *roots, struct store *s,
+		 struct nas_gate *gate)
+{
+	int e;
+
+	r->roots = roots;
+	r->store = s;
+	r->gate = gate;
+	pthread_mutex_lock(&r->lock);
+	r->running = 1;
+	pthread_mutex_unlock(&r->lock);
+	e = pthread_create(&r->thread, NULL, run, r);
+	if (e) {
+		pthread_mutex_lock(&r->lock);
+		r->running = 0;
+		pthread_mutex_unlock(&r->lock);
+		return -e;
+	}
+	r->started = 1;
+	return 0;
+}
+
+int record_sync(struct record *r, int64_t timeout_ms)
+{
+	int64_t deadline = mono_ms() + (timeout_ms > 0 ? timeout_ms : 0);
+	uint64_t mine;
+	int e;
+
+	pthread_mutex_lock(&r->lock);
+	mine = ++r->asked_gen;
+	pthread_cond_broadcast(&r->cond);
+	while (r->running && r->served_gen < mine && mono_ms() < deadline)
+		wait_until(r, deadline);
+	e = r->served_gen >= mine ? r->last_err : !r->running ? -ESRCH : -ETIMEDOUT;
+	pthread_mutex_unlock(&r->lock);
+	return e;
+}
+
+void record_close(struct record *r)
+{
+	pthread_mutex_lock(&r->lock);
+	r->stop = 1;
+	r->running = 0;
+	pthread_cond_broadcast(&r->cond);
+	pthread_mutex_unlock(&r->lock);
+	if (r->started)
+		pthread_join(r->thread, NULL);
+	r->started = 0;
+	record_table_free(r->table);
+	r->table = NULL;
+	pthread_cond_destroy(&r->cond);
+	pthread_mutex_destroy(&r->build_lock);
+	pthread_mutex_destroy(&r->lock);
+}

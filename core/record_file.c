@@ -1,0 +1,459 @@
+/* record_file.c - record.json: its text, and reading it back.
+ *
+ * Format (version 1):
+ *   {"version": 1, "nas": "<NAS_HUB>", "built": <unix seconds>,
+ *    "entries": [{"path": "models--o--n/snapshots/<rev>/x", "kind": "link",
+ *                 "link_state": "resolved", "target": "../../blobs/<id>",
+ *                 "blob_id": "<id>", "mode": 41471, "uid": 0, ..., }, ...]}
+ * Entries are sorted by path (parents first).  NAS names are bytes and JSON
+ * strings UTF-8: a path, name or text that is not UTF-8 is written as
+ * "<field>_hex" (two lower-case hex digits a byte), as index.json does; a
+ * refs file's bytes as "data", or "data_hex" when not UTF-8 or holding NUL.
+ *
+ * Nothing read is trusted beyond what it can be checked for: a path must
+ * be relative and normalised (no "..", ".", "//"), its kind one of three
+ * with the mode's type matching it, the numbers in range; an entry that
+ * fails is skipped, a file that does not parse is set aside.
+ */
+#include "record_int.h"
+#include "path.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <syslog.h>
+#include <unistd.h>
+
+static const char *const kind_names[] = { [NS_DIR] = "dir", [NS_FILE] = "file",
+					  [NS_LINK] = "link" };
+
+/* ---- writing ---- */
+
+static json_t *hex_json(const char *p, size_t n)
+{
+	char *hex = malloc(2 * n + 1);
+	json_t *v;
+
+	if (!hex)
+		return NULL;
+	for (size_t i = 0; i < n; i++)
+		snprintf(hex + 2 * i, 3, "%02x", (unsigned char)p[i]);
+	hex[2 * n] = '\0';
+	v = json_string(hex);
+	free(hex);
+	return v;
+}
+
+/* @field = @n bytes at @p: a string when they are UTF-8 without NUL, else
+ * "<field>_hex".  NULL @p: nothing.  0 or -ENOMEM. */
+static int set_bytes(json_t *o, const char *field, const char *p, size_t n)
+{
+	char hexfield[32];
+	json_t *v;
+
+	if (!p)
+		return 0;
+	v = memchr(p, '\0', n) ? NULL : json_stringn(p, n);
+	if (v)
+		return json_object_set_new(o, field, v) ? -ENOMEM : 0;
+	snprintf(hexfield, sizeof(hexfield), "%s_hex", field);
+	v = hex_json(p, n);
+	return !v || json_object_set_new(o, hexfield, v) ? -ENOMEM : 0;
+}
+
+static int set_name(json_t *o, const char *field, const char *s)
+{
+	return set_bytes(o, field, s, s ? strlen(s) : 0);
+}
+
+/* @atime: with the access time (not in the content hash: the build's own
+ * readdir and reads move it, and that alone is no reason to write). */
+static json_t *node_json(const struct rnode *n, int atime)
+{
+	const struct stat *st = &n->st;
+	json_t *o = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
+			      "s:I}", "kind", kind_names[n->kind],
+		"mode", (json_int_t)st->st_mode, "uid", (json_int_t)st->st_uid,
+		"gid", (json_int_t)st->st_gid, "size", (json_int_t)st->st_size,
+		"nlink", (json_int_t)st->st_nlink, "ino", (json_int_t)st->st_ino,
+		"blksize", (json_int_t)st->st_blksize, "blocks", (json_int_t)st->st_blocks,
+		"mtime_s", (json_int_t)st->st_mtim.tv_sec, "mtime_ns", (json_int_t)st->st_mtim.tv_nsec,
+		"ctime_s", (json_int_t)st->st_ctim.tv_sec, "ctime_ns", (json_int_t)st->st_ctim.tv_nsec);
+
+	/* the NAS file's device: with the inode, what the daemon keys a file's
+	 * node by, so a name answered from the record is the node it had */
+	if (o && json_object_set_new(o, "dev", json_integer((json_int_t)st->st_dev)))
+		goto fail;
+	if (o && atime && (json_object_set_new(o, "atime_s", json_integer(st->st_atim.tv_sec)) ||
+			   json_object_set_new(o, "atime_ns", json_integer(st->st_atim.tv_nsec))))
+		goto fail;
+	if (o && n->kind == NS_LINK &&
+	    json_object_set_new(o, "link_state", json_string(ns_link_state_name(n->link_state))))
+		goto fail;
+	if (!o || set_name(o, "path", n->path) || set_name(o, "backing", n->backing) ||
+	    set_name(o, "target", n->target) || set_name(o, "blob_id", n->blob_id) ||
+	    (n->has_data && set_bytes(o, "data", n->data, n->data_len)))
+		goto fail;
+	return o;
+fail:
+	json_decref(o);
+	return NULL;
+}
+
+char *record_text(const struct record_table *t, const char *nas, int64_t built)
+{
+	json_t *root = json_pack("{s:i}", "version", RECORD_VERSION), *entries = json_array();
+	char *text = NULL;
+
+	if (!root || !entries || set_name(root, "nas", nas) ||
+	    (built >= 0 && json_object_set_new(root, "built", json_integer(built))))
+		goto out;
+	for (size_t i = 0; t && i < t->n; i++)
+		if (json_array_append_new(entries, node_json(t->v[i], built >= 0)))
+			goto out;
+	if (json_object_set(root, "entries", entries) == 0)
+		text = json_dumps(root, JSON_INDENT(1) | JSON_SORT_KEYS);
+out:
+	json_decref(entries);
+	json_decref(root);
+	return text;
+}
+
+/* ---- reading ---- */
+
+/* @field of @o as bytes: the string, or "<field>_hex" decoded, in *@out
+ * (malloc'ed, NUL-terminated), its length in *@len.  0, -ENOENT when
+ * neither is there, -EINVAL when malformed, -ENOMEM. */
+static int get_bytes(json_t *o, const char *field, char **out, size_t *len)
+{
+	json_t *v = json_object_get(o, field);
+	char hexfield[32];
+	const char *hex;
+	size_t n;
+
+	*out = NULL;
+	if (v) {
+		if (!json_is_string(v))
+			return -EINVAL;
+		*len = json_string_length(v);
+		*out = malloc(*len + 1);
+		if (!*out)
+			return -ENOMEM;
+		memcpy(*out, json_string_value(v), *len + 1);
+		return 0;
+	}
+	snprintf(hexfield, sizeof(hexfield), "%s_hex", field);
+	v = json_object_get(o, hexfield);
+	if (!v)
+		return -ENOENT;
+	if (!(hex = json_string_value(v)) || (n = strlen(hex)) % 2)
+		return -EINVAL;
+	if (!(*out = malloc(n / 2 + 1)))
+		return -ENOMEM;
+	for (size_t i = 0; i < n / 2; i++) {
+		unsigned int b;
+
+		if (sscanf(hex + 2 * i, "%2x", &b) != 1) {
+			free(*out);
+			*out = NULL;
+			return -EINVAL;
+		}
+		(*out)[i] = (char)b;
+	}
+	(*out)[n / 2] = '\0';
+	*len = n / 2;
+	return 0;
+}
+
+/* A name: bytes without NUL, at most @max long.  @need: it must be there. */
+static int get_name(json_t *o, const char *field, size_t max, int need, char **out)
+{
+	size_t len;
+	int r = get_bytes(o, field, out, &len);
+
+	if (r == -ENOENT)
+		return need ? -EINVAL : 0;
+	if (r == 0 && (strlen(*out) != len || len > max)) {
+		free(*out);
+		*out = NULL;
+		r = -EINVAL;
+	}
+	return r;
+}
+
+/* An integer in [@lo, @hi]; a missing one is 0 unless @need. */
+static int get_int(json_t *o, const char *k, json_int_t lo, json_int_t hi, int need,
+		   json_int_t *v)
+{
+	json_t *j = json_object_get(o, k);
+
+	*v = 0;
+	if (!j)
+		return need ? -EINVAL : 0;
+	if (!json_is_integer(j))
+		return -EINVAL;
+	*v = json_integer_value(j);
+	return *v < lo || *v > hi ? -EINVAL : 0;
+}
+
+/* Relative, normalised, every component a name: what a hostile file must
+ * not get past (a ".." would show a name escaping the mount). */
+static int good_path(const char *p)
+{
+	char norm[PATH_MAX];
+
+	if (p[0] == '/' || path_normalize(p, norm, sizeof(norm)) < 0 || strcmp(norm, p))
+		return 0;
+	for (const char *c = p; *c;) {
+		size_t n = strcspn(c, "/");
+
+		if (n > NAME_MAX)
+			return 0;
+		c += n + (c[n] == '/');
+	}
+	return 1;
+}
+
+static int get_kind(json_t *o, struct rnode *n)
+{
+	const char *k = json_string_value(json_object_get(o, "kind"));
+	const char *ls = json_string_value(json_object_get(o, "link_state"));
+	static const mode_t type[] = { [NS_DIR] = S_IFDIR, [NS_FILE] = S_IFREG,
+				       [NS_LINK] = S_IFLNK };
+
+	for (int i = NS_DIR; k && i <= NS_LINK; i++)
+		if (!strcmp(k, kind_names[i]))
+			n->kind = (enum ns_kind)i;
+	if (!n->kind || (n->st.st_mode & S_IFMT) != type[n->kind])
+		return -EINVAL;
+	if (n->kind != NS_LINK)
+		return 0;
+	for (int i = NS_LINK_RESOLVED; ls && i <= NS_LINK_FOREIGN; i++)
+		if (!strcmp(ls, ns_link_state_name((enum ns_link_state)i))) {
+			n->link_state = (enum ns_link_state)i;
+			return 0;
+		}
+	return -EINVAL;
+}
+
+static int get_stat(json_t *o, struct stat *st)
+{
+	static const char *const f[] = { "mode", "uid", "gid", "size", "nlink", "ino", "blksize",
+		"blocks", "atime_s", "atime_ns", "mtime_s", "mtime_ns", "ctime_s", "ctime_ns",
+		"dev" };
+	const json_int_t big = INT64_MAX, ns = 999999999, id = UINT32_MAX;
+	const json_int_t lo[] = { 0, 0, 0, 0, 0, 0, 0, 0, -big, 0, -big, 0, -big, 0, 0 };
+	const json_int_t hi[] = { 0177777, id, id, big, id, big, id, big, big, ns, big, ns,
+				  big, ns, big };
+	json_int_t v[15];
+
+	for (size_t i = 0; i < 15; i++)
+		if (get_int(o, f[i], lo[i], hi[i], i == 0 || i == 3 || i == 5, &v[i]))
+			return -EINVAL;
+	memset(st, 0, sizeof(*st));
+	st->st_mode = (mode_t)v[0];
+	st->st_uid = (uid_t)v[1];
+	st->st_gid = (gid_t)v[2];
+	st->st_size = (off_t)v[3];
+	st->st_nlink = (nlink_t)v[4];
+	st->st_ino = (ino_t)v[5];
+	st->st_blksize = (blksize_t)v[6];
+	st->st_blocks = (blkcnt_t)v[7];
+	st->st_atim = (struct timespec){ (time_t)v[8], (long)v[9] };
+	st->st_mtim = (struct timespec){ (time_t)v[10], (long)v[11] };
+	st->st_ctim = (struct timespec){ (time_t)v[12], (long)v[13] };
+	st->st_dev = (dev_t)v[14];
+	return 0;
+}
+
+/* One entry: 0 with *@out, -EINVAL (skipped) or -ENOMEM. */
+static int node_from(json_t *o, struct rnode **out)
+{
+	struct rnode *n = calloc(1, sizeof(*n));
+	int r;
+
+	*out = NULL;
+	if (!n)
+		return -ENOMEM;
+	r = json_is_object(o) ? get_stat(o, &n->st) : -EINVAL;
+	if (!r)
+		r = get_kind(o, n);
+	if (!r)
+		r = get_name(o, "path", PATH_MAX - 1, 1, &n->path);
+	if (!r)
+		r = get_name(o, "backing", PATH_MAX - 1, n->kind == NS_FILE, &n->backing);
+	if (!r)
+		r = get_name(o, "target", PATH_MAX - 1, n->kind == NS_LINK, &n->target);
+	if (!r)
+		r = get_name(o, "blob_id", NAME_MAX, 0, &n->blob_id);
+	if (!r && n->kind == NS_FILE) {
+		r = get_bytes(o, "data", &n->data, &n->data_len);
+		n->has_data = r == 0;
+		if (r == -ENOENT)
+			r = 0;
+		else if (!r && (n->data_len > RECORD_MAX_DATA || (off_t)n->data_len != n->st.st_size))
+			r = -EINVAL;
+	}
+	/* A file's bytes come from the NAS or the local copy, named by an
+	 * absolute path; a link's text is shown, never followed by us. */
+	if (!r && (!good_path(n->path) || (n->backing && n->backing[0] != '/') ||
+		   (n->target && !n->target[0]) || (n->blob_id && strchr(n->blob_id, '/'))))
+		r = -EINVAL;
+	if (r) {
+		rnode_free(n);
+		return r;
+	}
+	if (n->kind != NS_LINK)
+		n->st.st_mode &= ~(mode_t)0222; /* read-only, whatever the file says */
+	*out = n;
+	return 0;
+}
+
+/* The whole file, refused past RECORD_MAX_BYTES (one descriptor: the cap
+ * holds for what is read).  1: there is none. */
+static int slurp(const char *path, char **out, size_t *len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW), r = 0;
+	struct stat st;
+	size_t got = 0;
+	char *buf = NULL;
+
+	if (fd < 0)
+		return errno == ENOENT ? 1 : -errno;
+	if (fstat(fd, &st) < 0)
+		r = -errno;
+	else if (!S_ISREG(st.st_mode))
+		r = -EINVAL;
+	else if (st.st_size > RECORD_MAX_BYTES)
+		r = -EFBIG;
+	else if (!(buf = malloc((size_t)st.st_size + 1)))
+		r = -ENOMEM;
+	while (!r && got <= (size_t)st.st_size) {
+		ssize_t n = read(fd, buf + got, (size_t)st.st_size + 1 - got);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			r = n < 0 ? -errno : 0;
+			break;
+		}
+		got += (size_t)n;
+	}
+	close(fd);
+	if (!r && got > (size_t)st.st_size)
+		r = -EFBIG; /* it grew while read */
+	if (r) {
+		free(buf);
+		return r;
+	}
+	*out = buf;
+	*len = got;
+	return 0;
+}
+
+/* record.json cannot be used (@why): moved aside so that it is never read
+ * again and the operator can look at it; the record starts empty. */
+static void set_aside(struct record *r, const char *why)
+{
+	char aside[sizeof(r->path) + 16];
+
+	if (r->readonly) {
+		record_log(r, LOG_ERR, "record %s unreadable (%s); LOCAL_STORE is read-only: left "
+			   "in place, the record starts empty", r->path, why);
+		return;
+	}
+	snprintf(aside, sizeof(aside), "%s.damaged", r->path);
+	if (rename(r->path, aside) == 0)
+		record_log(r, LOG_ERR, "record %s unreadable (%s): moved aside to %s; the record "
+			   "starts empty and is rebuilt from the NAS", r->path, why, aside);
+	else
+		record_log(r, LOG_ERR, "record %s unreadable (%s), cannot move it aside (%s): the "
+			   "next build replaces it", r->path, why, strerror(errno));
+}
+
+/* The entries of @arr into *@t: 0 or -ENOMEM. */
+static int load_entries(struct record *r, json_t *arr, struct record_table **t)
+{
+	struct rnodes l = { 0 };
+	size_t bad = 0, dropped = 0, i;
+	json_t *o;
+	int e = 0;
+
+	json_array_foreach(arr, i, o) {
+		struct rnode *n;
+
+		e = node_from(o, &n);
+		if (e == -ENOMEM)
+			break;
+		bad += e != 0;
+		if (!e && (e = rnodes_push(&l, n)))
+			break;
+	}
+	if (e == -ENOMEM) {
+		for (i = 0; i < l.n; i++)
+			rnode_free(l.v[i]);
+		free(l.v);
+		return -ENOMEM;
+	}
+	*t = record_table_make(&l, &dropped);
+	if (!*t)
+		return -ENOMEM;
+	if (bad + dropped)
+		record_log(r, LOG_WARNING, "record %s: %zu entries skipped (bad fields, a path "
+			   "not relative and normalised, a duplicate, or no recorded parent)",
+			   r->path, bad + dropped);
+	return 0;
+}
+
+int record_load(struct record *r, struct record_table **t, char *nas, size_t nsz,
+		int64_t *built)
+{
+	json_t *root, *arr;
+	json_error_t jerr;
+	json_int_t version;
+	char *text = NULL, *nas_buf = NULL, why[160];
+	size_t len;
+	int e = slurp(r->path, &text, &len);
+
+	*t = NULL;
+	nas[0] = '\0';
+	*built = 0;
+	if (e == -ENOMEM)
+		return e;
+	if (e) {
+		if (e < 0) {
+			snprintf(why, sizeof(why), "%s", e == -EFBIG ? "larger than the cap" :
+				 e == -EINVAL ? "not a regular file" : strerror(-e));
+			set_aside(r, why);
+		}
+		*t = record_table_make(&(struct rnodes){ 0 }, &len);
+		return *t ? 0 : -ENOMEM;
+	}
+	root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+	free(text);
+	version = json_integer_value(json_object_get(root, "version"));
+	if (root && version > RECORD_VERSION) {
+		r->newer = 1;
+		record_log(r, LOG_WARNING, "record %s is of version %lld, newer than this wfs (%d): "
+			   "left as it is, not read and never replaced; the record starts empty",
+			   r->path, (long long)version, RECORD_VERSION);
+	} else if (!root || version < 1 || !json_is_array(arr = json_object_get(root, "entries")) ||
+		   get_name(root, "nas", nsz - 1, 0, &nas_buf) < 0) {
+		snprintf(why, sizeof(why), "%s", root ? "not a record of a known version" :
+			 jerr.text);
+		set_aside(r, why);
+	} else {
+		e = load_entries(r, arr, t);
+		snprintf(nas, nsz, "%s", nas_buf ? nas_buf : "");
+		*built = json_integer_value(json_object_get(root, "built"));
+	}
+	free(nas_buf);
+	json_decref(root);
+	if (!*t && !e)
+		*t = record_table_make(&(struct rnodes){ 0 }, &len);
+	return e ? e : *t ? 0 : -ENOMEM;
+}

@@ -1,0 +1,77 @@
+/* record_int.h - what record.c (the table, the build, the thread) and
+ * record_table.c (the table and its readers) and record_file.c
+ * (record.json) share; not for other modules.
+ */
+#ifndef WFS_RECORD_INT_H
+#define WFS_RECORD_INT_H
+
+#include "htab.h"
+#include "record.h"
+
+#include <stdint.h>
+
+/* One recorded name.  A node belongs to one table (or one build) and is
+ * never changed once the table is published: readers copy under
+ * record.lock, a rebuild makes new nodes. */
+struct rnode {
+	struct hlink hl;             /* in the table, by path_hash(path) */
+	char *path;                  /* relative, normalised; "" is the root */
+	const char *name;            /* the last component of @path */
+	enum ns_kind kind;
+	enum ns_link_state link_state;
+	struct stat st;
+	char *backing, *target, *blob_id; /* NULL: none */
+	char *data;                  /* a refs file's bytes (@has_data) */
+	size_t data_len;
+	int has_data;
+	int keep;                    /* the build: kept (record.h says what is) */
+	const char **kids;           /* DIR: the children's names (their @name), sorted */
+	size_t nkids, kcap;
+};
+
+struct record_table {
+	struct htab h;
+	struct rnode **v;            /* every node, sorted by path (parents first) */
+	size_t n;
+	uint64_t files;              /* FILE nodes */
+};
+
+/* A growing list of nodes. */
+struct rnodes {
+	struct rnode **v;
+	size_t n, cap;
+};
+
+void record_log(struct record *r, int prio, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+void rnode_free(struct rnode *n);
+/* Append @n (on failure @n is freed): 0 or -ENOMEM. */
+int rnodes_push(struct rnodes *l, struct rnode *n);
+/* Free every node of @l and the list. */
+void rnodes_free(struct rnodes *l);
+/* The node of @path in @h (a table's or a build's), or NULL. */
+struct rnode *rnode_find(const struct htab *h, const char *path);
+/* A table of the nodes of @l (taken: @l is emptied, every node is in the
+ * table or freed).  Nodes are sorted by path; a second node of the same
+ * path, or one whose parent is not a recorded directory (the root must be a
+ * directory), is dropped and counted in *@dropped.  NULL: -ENOMEM. */
+struct record_table *record_table_make(struct rnodes *l, size_t *dropped);
+void record_table_free(struct record_table *t);
+struct rnode *record_table_find(const struct record_table *t, const char *path);
+
+/* ---- record_file.c ---- */
+
+/* record.json's text for @t (version, nas, entries).  @built < 0: the
+ * text the content hash is taken of, without "built" and without the
+ * access times (reads move them; that alone is no reason to write).
+ * NULL: -ENOMEM. */
+char *record_text(const struct record_table *t, const char *nas, int64_t built);
+/* Load r->path into *@t, @nas, *@built.  Missing: an empty table.  Damaged:
+ * set aside (unless read-only), logged, empty.  A newer version: left,
+ * r->newer set, empty.  Entries with bad fields are skipped (one line).
+ * 0 or -ENOMEM. */
+int record_load(struct record *r, struct record_table **t, char *nas, size_t nsz,
+		int64_t *built);
+
+#endif

@@ -1,0 +1,300 @@
+/* nas.c - the NAS calls of FUSE requests, with deadlines; see nas.h. */
+#include "nas.h"
+#include "nasopen.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Each call's arguments and results live in one heap block: the gate owns
+ * it if the call passes its deadline (and frees it with the release). */
+
+struct classify_job {
+	const struct hub_roots *roots; /* the daemon's: lives as long as it */
+	struct ns_entry out;
+	char rel[PATH_MAX];
+};
+
+static int classify_fn(void *arg)
+{
+	struct classify_job *j = arg;
+
+	return ns_classify(j->roots, j->rel, &j->out);
+}
+
+int nas_classify(struct wfs *w, const char *rel, struct ns_entry *out)
+{
+	struct classify_job *j = malloc(sizeof(*j));
+	int r;
+
+	if (!j)
+		return -ENOMEM;
+	j->roots = &w->roots;
+	snprintf(j->rel, sizeof(j->rel), "%s", rel);
+	r = nas_call(&w->gate, classify_fn, j, free);
+	if (r == -ETIMEDOUT)
+		return r; /* j is the gate's */
+	if (r == 0)
+		*out = j->out;
+	free(j);
+	return r;
+}
+
+struct stat_job {
+	struct stat st;
+	struct statvfs sv;
+	char path[PATH_MAX];
+};
+
+static int stat_fn(void *arg)
+{
+	struct stat_job *j = arg;
+
+	return stat(j->path, &j->st) < 0 ? -errno : 0;
+}
+
+static int statvfs_fn(void *arg)
+{
+	struct stat_job *j = arg;
+
+	return statvfs(j->path, &j->sv) < 0 ? -errno : 0;
+}
+
+static int run_stat(struct wfs *w, int (*fn)(void *), const char *path, struct stat *st,
+		    struct statvfs *sv)
+{
+	struct stat_job *j = malloc(sizeof(*j));
+	int r;
+
+	if (!j)
+		return -ENOMEM;
+	snprintf(j->path, sizeof(j->path), "%s", path);
+	r = nas_call(&w->gate, fn, j, free);
+	if (r == -ETIMEDOUT)
+		return r;
+	if (r == 0 && st)
+		*st = j->st;
+	if (r == 0 && sv)
+		*sv = j->sv;
+	free(j);
+	return r;
+}
+
+int nas_stat(struct wfs *w, const char *path, struct stat *st)
+{
+	return run_stat(w, stat_fn, path, st, NULL);
+}
+
+int nas_statvfs(struct wfs *w, struct statvfs *sv)
+{
+	return run_stat(w, statvfs_fn, w->roots.path[0], NULL, sv);
+}
+
+void dir_entries_free(struct dir_entry *ents, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(ents[i].name);
+	free(ents);
+}
+
+struct list_job {
+	const struct hub_roots *roots;
+	struct dir_entry *ents;
+	size_t n;
+	char path[PATH_MAX];
+};
+
+static void list_release(void *arg)
+{
+	struct list_job *j = arg;
+
+	dir_entries_free(j->ents, j->n);
+	free(j);
+}
+
+static int add_entry(struct list_job *j, size_t *cap, const struct dirent *de)
+{
+	if (j->n == *cap) {
+		size_t nc = *cap ? *cap * 2 : 64;
+		struct dir_entry *ne = realloc(j->ents, nc * sizeof(*ne));
+
+		if (!ne)
+			return -ENOMEM;
+		j->ents = ne;
+		*cap = nc;
+	}
+	j->ents[j->n].name = strdup(de->d_name);
+	if (!j->ents[j->n].name)
+		return -ENOMEM;
+	j->ents[j->n].type = de->d_type == DT_UNKNOWN ? 0 : DTTOIF(de->d_type);
+	/* glibc hides entries whose d_ino is 0 */
+	j->ents[j->n].nas_ino = de->d_ino ? de->d_ino : 1;
+	j->n++;
+	return 0;
+}
+
+static int list_fn(void *arg)
+{
+	struct list_job *j = arg;
+	struct dirent *de;
+	size_t cap = 0;
+	int r = 0;
+	DIR *dp;
+
+	/* no link followed in any component (a parent swapped for a link) */
+	dp = nas_opendir(j->roots, j->path);
+	if (!dp)
+		return -errno;
+	errno = 0;
+	while (r == 0 && (de = readdir(dp))) {
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+			r = add_entry(j, &cap, de);
+		errno = 0;
+	}
+	if (r == 0 && errno)
+		r = -errno; /* a listing cut short is no listing */
+	closedir(dp);
+	return r;
+}
+
+int nas_list(struct wfs *w, const char *path, struct dir_entry **ents, size_t *n)
+{
+	struct list_job *j = calloc(1, sizeof(*j));
+	int r;
+
+	if (!j)
+		return -ENOMEM;
+	j->roots = &w->roots;
+	snprintf(j->path, sizeof(j->path), "%s", path);
+	r = nas_call(&w->gate, list_fn, j, list_release);
+	if (r == -ETIMEDOUT)
+		return r;
+	if (r == 0) {
+		*ents = j->ents;
+		*n = j->n;
+		j->ents = NULL;
+		j->n = 0;
+	}
+	list_release(j);
+	return r;
+}
+
+struct open_job {
+	const struct hub_roots *roots;
+	int fd, direct;
+	struct stat st;
+	char path[PATH_MAX];
+};
+
+static void open_release(void *arg)
+{
+	struct open_job *j = arg;
+
+	if (j->fd >= 0)
+		close(j->fd);
+	free(j);
+}
+
+static int open_fn(void *arg)
+{
+	struct open_job *j = arg;
+
+	j->direct = 1;
+	j->fd = nas_open(j->roots, j->path, O_DIRECT);
+	if (j->fd == -EINVAL) { /* tmpfs and friends: buffered, pages dropped */
+		j->direct = 0;
+		j->fd = nas_open(j->roots, j->path, 0);
+	}
+	if (j->fd < 0)
+		return j->fd;
+	if (fstat(j->fd, &j->st) < 0)
+		return -errno;
+	return 0;
+}
+
+int nas_open_file(struct wfs *w, const char *path, int *direct, struct stat *st)
+{
+	struct open_job *j = malloc(sizeof(*j));
+	int r;
+
+	if (!j)
+		return -ENOMEM;
+	j->roots = &w->roots;
+	j->fd = -1;
+	snprintf(j->path, sizeof(j->path), "%s", path);
+	r = nas_call(&w->gate, open_fn, j, open_release);
+	if (r == -ETIMEDOUT)
+		return r;
+	if (r == 0) {
+		r = j->fd;
+		*direct = j->direct;
+		*st = j->st;
+		j->fd = -1;
+	}
+	open_release(j);
+	return r;
+}
+
+struct read_job {
+	int fd, drop;
+	size_t len;
+	off_t off;
+	ssize_t got;
+	void *buf;
+};
+
+static void read_release(void *arg)
+{
+	struct read_job *j = arg;
+
+	free(j->buf);
+	free(j);
+}
+
+static int read_fn(void *arg)
+{
+	struct read_job *j = arg;
+
+	j->got = pread(j->fd, j->buf, j->len, j->off);
+	if (j->got < 0)
+		return -errno;
+	if (j->drop) /* the bytes live on in the FUSE inode's page cache */
+		posix_fadvise(j->fd, j->off, (off_t)j->len, POSIX_FADV_DONTNEED);
+	return 0;
+}
+
+ssize_t nas_pread(struct wfs *w, int fd, size_t len, off_t off, int drop, void **buf)
+{
+	struct read_job *j = malloc(sizeof(*j));
+	ssize_t got;
+	int r;
+
+	if (!j)
+		return -ENOMEM;
+	*j = (struct read_job){ .fd = fd, .drop = drop, .len = len, .off = off };
+	if (posix_memalign(&j->buf, 4096, len ? len : 4096)) {
+		free(j);
+		return -ENOMEM;
+	}
+	r = nas_call(&w->gate, read_fn, j, read_release);
+	if (r == -ETIMEDOUT)
+		return r;
+	if (r < 0) {
+		read_release(j);
+		return r;
+	}
+	got = j->got;
+	*buf = j->buf;
+	free(j);
+	return got;
+}
+
+int record_entry_for(struct wfs *w, const char *rel, struct record_entry *out)
+{
+	if (record_lookup(&w->record, rel, out) < 0)
+		return -EIO;
+	nas_gate_count_record(&w->gate);
+	return 0;
+}

@@ -1,0 +1,51 @@
+/* nas.h - the NAS calls of FUSE requests, each run through the gate
+ * (core/nasgate.h) so a request waits at most nas_timeout, and the answers
+ * the local record gives when the NAS cannot.
+ *
+ * Every function here returns what the NAS said (0, or -errno such as
+ * -ENOENT), or NAS_CANNOT_ANSWER(r) is true: the NAS is down or the call
+ * passed its deadline.  Only then may the caller answer from the record:
+ * while the NAS answers, it is the truth.
+ *
+ * A call that passes its deadline keeps running on its NAS thread with a
+ * copy of its arguments and its own buffers; its result is dropped.  A
+ * read's descriptor may meanwhile be closed (and its number reused) by a
+ * release: the late read then reads another file into a buffer nobody
+ * looks at -- read-only, harmless.
+ */
+#ifndef WFS_FS_NAS_H
+#define WFS_FS_NAS_H
+
+#include "wfs.h"
+
+#include <sys/statvfs.h>
+
+#define NAS_CANNOT_ANSWER(r) nas_cannot_answer(r)
+
+/* One name of a NAS directory listing. */
+struct dir_entry {
+	char *name;
+	ino_t nas_ino;
+	mode_t type;   /* S_IFMT bits, 0 when the NAS did not say */
+};
+
+int nas_classify(struct wfs *w, const char *rel, struct ns_entry *out);
+int nas_stat(struct wfs *w, const char *path, struct stat *st);
+int nas_statvfs(struct wfs *w, struct statvfs *sv);
+/* The directory @path's entries but "." and "..": *@ents malloc'ed. */
+int nas_list(struct wfs *w, const char *path, struct dir_entry **ents, size_t *n);
+void dir_entries_free(struct dir_entry *ents, size_t n);
+/* Open the NAS file @path for reading (nasopen.h's rules), with O_DIRECT
+ * where its filesystem allows it (*@direct says), and fstat it.  Returns
+ * the descriptor. */
+int nas_open_file(struct wfs *w, const char *path, int *direct, struct stat *st);
+/* pread @len bytes at @off (both multiples of 4096 when @direct) into a
+ * buffer of the call's: on success *@buf (free() it) holds the bytes read
+ * (the return value, maybe short). */
+ssize_t nas_pread(struct wfs *w, int fd, size_t len, off_t off, int drop, void **buf);
+
+/* From the record: the entry for @rel (0 or -EIO: the NAS is needed and
+ * cannot answer), counted as answered from the record. */
+int record_entry_for(struct wfs *w, const char *rel, struct record_entry *out);
+
+#endif

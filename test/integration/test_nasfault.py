@@ -1,0 +1,594 @@
+#!/usr/bin/env python3
+"""The daemon when its NAS fails (issue 10), on a NAS that fails on demand:
+test/faultfs, a FUSE view of the generated hub (faultnas.FaultNAS), frozen
+(`hang`), gone (`fail ENOTCONN`, or kill -9: a dead mount), with bad
+ranges (`eio`) or slow (`latency`).
+
+  FaultFS             faultfs itself: bytes, inode numbers and listings equal
+                      to the source's; each fault does what it says
+  Outage              promote --wait one revision; with the NAS frozen, gone
+                      or vanished, that revision reads right (bytes, listing,
+                      links, refs) within 10 s, non-local content and names
+                      not in the record fail EIO within 5 s; status says
+                      nas down; when the NAS is back, nas up and non-local
+                      content reads right again, with no remount
+  RestartDuringOutage wfs stopped and started again while the NAS is gone:
+                      it mounts, serves the local revision, says nas down;
+                      NAS back: nas up, the rest of the hub shows
+  EioMidCopy          EIO in a blob's middle: promote fails naming EIO, reads
+                      of that range fail EIO and others are right; the range
+                      healed, promote succeeds
+  SlowNAS             50 ms a NAS call: right bytes, no errors, nas stays up
+
+Every call that could hang runs in a thread with a bounded join (a hang
+fails the test instead of hanging it); waits are on events (status, the
+faultfs state), never sleeps; tearDown puts the NAS back to health first.
+"""
+
+import errno
+import hashlib
+import mmap
+import os
+import re
+import sys
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import faultnas  # noqa: E402
+import wfstest  # noqa: E402
+from wfstest import ctl_check, ctl_json, errname, run_wfsctl, state_of  # noqa: E402
+
+FIX = wfstest.HubFixture(options=(), scale_mib=8, many=0, mount=False)
+NAS = None          # the FaultNAS over FIX.hub the daemons use
+REPO = "models--acme--standard"
+OTHER_REPO = "models--acme--packs"    # never promoted: in no record
+REV = None          # REPO's refs/main
+
+LOCAL_WAIT = 10     # s: every local file reads right within this, whatever the NAS does
+FAIL_WAIT = 5       # s: non-local content fails EIO within this
+DOWN_WAIT = 5       # s: status says nas down (nas_timeout + slack)
+UP_WAIT = 15        # s: the prober backs off to 5 s between looks (+ its deadline + slack)
+NAS_TIMEOUT_MS = 500
+
+# Every lookup, getattr and readdir reaches the daemon (no kernel cache hides a fault).
+NO_CACHE = ("entry_timeout=0", "attr_timeout=0", "negative_timeout=0", "blob_timeout=0")
+BLOB_RE = re.compile(r"^(models|datasets)--[^/]+/blobs/[^/]+$")
+STRAGGLERS = []     # threads left blocked by a failed test; joined after the NAS is healed
+
+
+def setUpModule():
+    global NAS, REV
+    faultnas.require_faultfs()
+    wfstest.require_wfsctl()
+    FIX.setup()
+    try:
+        NAS = faultnas.FaultNAS(FIX.hub, os.path.join(FIX.gen, "nas"),
+                                os.path.join(FIX.gen, "faultfs.sock")).start()
+        with open(FIX.n(REPO + "/refs/main")) as f:
+            REV = f.read().strip()
+    except BaseException:
+        FIX.teardown(raise_problems=False)
+        raise
+
+
+def tearDownModule():
+    problems = NAS.stop() if NAS else []
+    heal_stragglers()
+    if NAS and wfstest.is_mounted(NAS.mnt):
+        problems.append("not removing %s: faultfs still mounted at %s" % (FIX.base, NAS.mnt))
+        FIX.base = None
+    FIX.teardown()
+    if problems:
+        raise AssertionError("teardown: " + "; ".join(problems))
+
+
+def heal_stragglers(timeout=30):
+    """Join the blocked threads (the NAS is healthy again), all of them
+    within `timeout` together."""
+    deadline = time.monotonic() + timeout
+    for t in STRAGGLERS:
+        t.join(max(0.0, deadline - time.monotonic()))
+    STRAGGLERS[:] = [t for t in STRAGGLERS if t.is_alive()]
+
+
+# ------------------------------------------------------------------ helpers
+
+def bounded(fn, *args, timeout):
+    """Start fn(*args) in a thread; return a dict: value or errno or exc,
+    took (s), done (False: still blocked after `timeout`)."""
+    return bounded_all([(fn, args)], timeout)[0]
+
+
+def bounded_all(calls, timeout):
+    """Run every (fn, args) at once, each in its thread; wait until all are
+    done or `timeout` passed since the start."""
+    out = []
+
+    def run(box, fn, args):
+        t0 = time.monotonic()
+        try:
+            box["value"] = fn(*args)
+        except OSError as e:
+            box["errno"] = e.errno
+        except BaseException as e:  # noqa: BLE001 -- reported by the test
+            box["exc"] = repr(e)
+        box["took"] = time.monotonic() - t0
+        box["done"] = True
+
+    for fn, args in calls:
+        box = {"done": False, "errno": None}
+        t = threading.Thread(target=run, args=(box, fn, args), daemon=True)
+        box["thread"] = t
+        out.append(box)
+        t.start()
+    deadline = time.monotonic() + timeout
+    for box in out:
+        box["thread"].join(max(0.0, deadline - time.monotonic()))
+        if box["thread"].is_alive():
+            STRAGGLERS.append(box["thread"])
+    return out
+
+
+def sha_size(path):
+    return wfstest.sha256_file(path)
+
+
+def sha_size_uncached(path):
+    """Content of a file in the wfs mount, its cached pages dropped first
+    (each read reaches the daemon or the local copy)."""
+    wfstest.drop_pages(path)
+    return wfstest.sha256_file(path)
+
+
+def revision_entries():
+    """(snapshot entries of REPO@REV that read as files, the blob entries
+    they resolve to)."""
+    pre = "%s/snapshots/%s/" % (REPO, REV)
+    snap = [e for e in FIX.readable() if e["path"].startswith(pre)]
+    blobs = [FIX.by_path[p] for p in sorted({e["nas_real"] for e in snap})]
+    return snap, blobs
+
+
+def non_local_blobs():
+    """Real blob files (no link on the way) not in REPO@REV: REPO's other
+    revision first (names in a recorded directory), then other repos."""
+    local = {e["nas_real"] for e in revision_entries()[1]}
+    out = [e for e in FIX.entries if e["type"] == "file" and e["nas_real"] == e["path"]
+           and BLOB_RE.match(e["path"]) and e["path"] not in local and e["size"] > 0]
+    return sorted(out, key=lambda e: (not e["path"].startswith(REPO + "/"), e["path"]))
+
+
+class WfsOnFaultNAS(unittest.TestCase):
+    """A wfs mount over the faultfs NAS, its own LOCAL_STORE and mount point
+    per class."""
+
+    OPTIONS = NO_CACHE + ("allow_other", "auto_promote=off", "nas_timeout=%d" % NAS_TIMEOUT_MS)
+    PROMOTE = True
+
+    @classmethod
+    def setUpClass(cls):
+        name = cls.__name__.lower()
+        cls.local = os.path.join(FIX.gen, "local-" + name)
+        cls.mnt = os.path.join(FIX.gen, "mnt-" + name)
+        os.mkdir(cls.mnt)
+        cls.mount = None
+        cls.start_wfs()
+        cls.unused = non_local_blobs()
+
+    @classmethod
+    def start_wfs(cls):
+        cls.mount = wfstest.Mount(NAS.mnt, cls.local, cls.mnt, cls.OPTIONS).start()
+        cls.sock = os.path.join(os.path.realpath(cls.local), "wfs.sock")
+
+    @classmethod
+    def tearDownClass(cls):
+        problems = []
+        if NAS and not NAS.alive():
+            NAS.restore()
+        if NAS:
+            NAS.reset()
+        heal_stragglers()
+        if cls.mount is not None:
+            problems = cls.mount.stop()
+            cls.mount = None
+        if problems:
+            raise AssertionError("teardown: " + "; ".join(problems))
+
+    def setUp(self):
+        if not NAS.alive():
+            NAS.restore()
+        NAS.reset()
+        if self.PROMOTE:
+            self.promote_revision()
+
+    def tearDown(self):
+        # The NAS healthy first: a reader blocked by a failed test goes on.
+        if not NAS.alive():
+            NAS.restore()
+        NAS.reset()
+        heal_stragglers()
+
+    # ---- the daemon
+
+    def m(self, rel):
+        return os.path.join(self.mnt, rel)
+
+    def nas(self):
+        """The "nas" object of `wfsctl status` (asked through the socket
+        alone: never touches the mount)."""
+        st = ctl_json(self, ["--socket", self.sock, "status"], timeout=30)
+        nas = st.get("nas")
+        self.assertIsInstance(nas, dict, "wfsctl --json status has no \"nas\" object: %s"
+                              % sorted(st))
+        for k in ("state", "since", "outages", "timeouts", "failed_down", "from_record", "reason"):
+            self.assertIn(k, nas, "status nas has no %r: %s" % (k, nas))
+        return nas
+
+    def wait_nas(self, want, timeout):
+        last = {}
+
+        def ok():
+            last.update(self.nas())
+            return last["state"] == want
+        if not wfstest.wait_until(ok, timeout, 0.05):
+            self.fail("status nas.state is %r after %d s, expected %r: %s"
+                      % (last.get("state"), timeout, want, last))
+        return dict(last)
+
+    def promote_revision(self):
+        snap, blobs = revision_entries()
+        ctl_check(self, ["promote", "--wait", self.m("%s/snapshots/%s" % (REPO, REV))])
+        self.assertTrue(os.path.isfile(os.path.join(self.local, "record.json")),
+                        "promote --wait returned, but LOCAL_STORE/record.json does not exist")
+        states = {e["path"]: state_of(self.m(e["path"])) for e in snap + blobs}
+        self.assertEqual({p: s for p, s in states.items() if s != "local"}, {},
+                         "after promote --wait of %s@%s" % (REPO, REV))
+
+    def take_nonlocal(self, same_repo):
+        """A non-local blob this mount has not read yet (its pages are in no cache)."""
+        for e in self.unused:
+            if e["path"].startswith(REPO + "/") == same_repo:
+                self.unused.remove(e)
+                return e
+        self.fail("no unused non-local blob left (same repo: %s)" % same_repo)
+
+    # ---- checks
+
+    def check_local_revision(self, what):
+        """Every name of REPO@REV reads right within LOCAL_WAIT; listings,
+        links and refs/main too."""
+        snap, blobs = revision_entries()
+        pre = "%s/snapshots/%s" % (REPO, REV)
+        calls = [(sha_size_uncached, (self.m(e["path"]),)) for e in snap + blobs]
+        calls.append((wfstest.read_file, (self.m(REPO + "/refs/main"),)))
+        calls.append((os.listdir, (self.m(pre),)))
+        calls.append((os.listdir, (self.m(pre + "/original"),)))
+        links = [e for e in snap if e["type"] == "link"]
+        calls += [(os.readlink, (self.m(e["path"]),)) for e in links]
+        calls.append((wfstest.as_uid, (sha_size, self.m(snap[0]["path"]))))
+        t0 = time.monotonic()
+        res = bounded_all(calls, LOCAL_WAIT)
+        hung = [c[1][0] if c[0] is not wfstest.as_uid else "as nobody: " + c[1][1]
+                for c, r in zip(calls, res) if not r["done"]]
+        self.assertEqual(hung, [], "%s: still blocked %.1f s after asking" % (what, time.monotonic() - t0))
+        bad = {}
+        for (fn, args), r in zip(calls, res):
+            if r["errno"] is not None or "exc" in r:
+                bad[str(args[-1])] = errname(r["errno"]) if r["errno"] is not None else r["exc"]
+        self.assertEqual(bad, {}, "%s: errors on the local revision" % what)
+        i = 0
+        for e in snap + blobs:
+            self.assertEqual(res[i]["value"], (e["sha256"], e["size"]), "%s: %s bytes" % (what, e["path"]))
+            i += 1
+        self.assertEqual(res[i]["value"].decode(), REV, "%s: refs/main" % what)
+        kids = FIX.children()
+        self.assertEqual(sorted(res[i + 1]["value"]), kids[pre], "%s: ls %s" % (what, pre))
+        self.assertEqual(sorted(res[i + 2]["value"]), kids[pre + "/original"], "%s: ls original/" % what)
+        for j, e in enumerate(links):
+            self.assertEqual(res[i + 3 + j]["value"], e["target"], "%s: readlink %s" % (what, e["path"]))
+        value, err = res[-1]["value"]
+        self.assertIsNone(err, "%s: read as nobody: %s" % (what, errname(err)))
+        self.assertEqual(value, (snap[0]["sha256"], snap[0]["size"]), "%s: read as nobody" % what)
+
+    def assert_eio(self, rel, fn=None):
+        """fn(path) (default: read the file) fails EIO within FAIL_WAIT."""
+        r = bounded(fn or wfstest.read_file, self.m(rel), timeout=FAIL_WAIT)
+        self.assertTrue(r["done"], "%s: still blocked after %d s (must fail EIO)" % (rel, FAIL_WAIT))
+        self.assertEqual(r["errno"], errno.EIO, "%s: %s after %.2f s, expected EIO"
+                         % (rel, errname(r["errno"]) if "exc" not in r else r["exc"], r["took"]))
+
+    def assert_reads_right(self, e, timeout=30):
+        r = bounded(sha_size, self.m(e["path"]), timeout=timeout)
+        self.assertTrue(r["done"], "%s: still blocked after %d s" % (e["path"], timeout))
+        self.assertIsNone(r["errno"], "%s: %s" % (e["path"], errname(r["errno"])))
+        self.assertEqual(r.get("value"), (e["sha256"], e["size"]), "%s: bytes (%s)"
+                         % (e["path"], r.get("exc")))
+
+
+# ------------------------------------------------------------------ faultfs itself
+
+class FaultFS(unittest.TestCase):
+    """faultfs on its own (no wfs): what the daemon tests rely on."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.nas = faultnas.FaultNAS(FIX.hub, os.path.join(FIX.gen, "selfnas"),
+                                    os.path.join(FIX.gen, "selfnas.sock")).start()
+
+    @classmethod
+    def tearDownClass(cls):
+        heal_stragglers()
+        problems = cls.nas.stop()
+        if problems:
+            raise AssertionError("teardown: " + "; ".join(problems))
+
+    def setUp(self):
+        if not self.nas.alive():
+            self.nas.restore()
+        self.nas.reset()
+
+    tearDown = setUp
+
+    def p(self, rel):
+        return os.path.join(self.nas.mnt, rel)
+
+    def big(self):
+        return max(revision_entries()[1], key=lambda e: e["size"])
+
+    def test_same_tree_bytes_and_inodes(self):
+        for e in FIX.entries:
+            st, src = os.lstat(self.p(e["path"])), os.lstat(FIX.n(e["path"]))
+            for f in ("st_ino", "st_mode", "st_size", "st_nlink", "st_uid", "st_gid", "st_mtime_ns"):
+                self.assertEqual(getattr(st, f), getattr(src, f), "%s: %s" % (e["path"], f))
+            if e["type"] == "link":
+                self.assertEqual(os.readlink(self.p(e["path"])), os.readlink(FIX.n(e["path"])))
+        for e in FIX.readable():
+            self.assertEqual(sha_size(self.p(e["path"])), (e["sha256"], e["size"]), e["path"])
+        for d, names in FIX.children().items():
+            got = {x.name: x.inode() for x in os.scandir(self.p(d))}
+            want = {x.name: x.inode() for x in os.scandir(FIX.n(d))}
+            self.assertEqual(sorted(got), names, "ls %s" % d)
+            self.assertEqual(got, want, "d_ino of %s" % d)
+        # O_DIRECT (as wfs opens the NAS), and another uid (allow_other)
+        e = self.big()
+        fd = os.open(self.p(e["path"]), os.O_RDONLY | os.O_DIRECT)
+        try:
+            buf = mmap.mmap(-1, 1 << 20)
+            h, off = hashlib.sha256(), 0
+            while True:
+                n = os.preadv(fd, [buf], off)
+                if n == 0:
+                    break
+                h.update(buf[:n])
+                off += n
+        finally:
+            os.close(fd)
+        self.assertEqual((h.hexdigest(), off), (e["sha256"], e["size"]), "O_DIRECT read")
+        self.assertEqual(wfstest.as_uid(sha_size, self.p(e["path"])), ((e["sha256"], e["size"]), None))
+        self.assertEqual(wfstest.errno_of(open, self.p(e["path"]), "r+b"), errno.EROFS)
+        self.assertEqual(wfstest.errno_of(os.mkdir, self.p("newdir")), errno.EROFS)
+
+    def test_eio_range(self):
+        e = self.big()
+        off, ln = 1 << 20, 4096
+        self.assertGreater(e["size"], off + (1 << 20))
+        self.assertEqual(self.nas.cmd("eio %s %d %d" % (e["nas_real"], off, ln)), "ok")
+        self.assertEqual(self.nas.state()["eio_ranges"], 1)
+        with open(FIX.n(e["nas_real"]), "rb") as f:
+            want = f.read()
+        fd = os.open(self.p(e["path"]), os.O_RDONLY)
+        try:
+            for o, n, bad in ((0, 65536, False), (off - 4096, 4096, False), (off - 1, 1, False),
+                              (off - 1, 2, True), (off + ln - 1, 1, True), (off + 100, 10, True),
+                              (off + ln, 4096, False), (off - 65536, 1 << 20, True),
+                              (e["size"] - 4096, 4096, False)):
+                if bad:
+                    self.assertEqual(wfstest.errno_of(os.pread, fd, n, o), errno.EIO,
+                                     "read [%d, %d) overlaps the range" % (o, o + n))
+                else:
+                    self.assertEqual(os.pread(fd, n, o), want[o:o + n], "read [%d, %d)" % (o, o + n))
+            self.assertEqual(self.nas.cmd("clear"), "ok")
+            self.assertEqual(os.pread(fd, 1 << 20, off - 65536), want[off - 65536:off - 65536 + (1 << 20)])
+        finally:
+            os.close(fd)
+        other = FIX.by_path[revision_entries()[1][0]["path"]]
+        self.assertEqual(sha_size(self.p(other["path"])), (other["sha256"], other["size"]))
+
+    def test_hang_blocks_until_ok(self):
+        e = self.big()
+        self.assertEqual(self.nas.cmd("hang"), "ok")
+        r = bounded(sha_size, self.p(e["path"]), timeout=0)
+        st = self.nas.wait_hung(1)
+        self.assertEqual(st["mode"], "hang")
+        self.assertFalse(r["done"], "a read finished while faultfs hangs: %s" % r)
+        self.assertEqual(self.nas.cmd("ok"), "ok")
+        r["thread"].join(10)
+        self.assertTrue(r["done"], "the read did not finish 10 s after `ok`")
+        self.assertEqual(r.get("value"), (e["sha256"], e["size"]), r)
+        self.assertEqual(self.nas.state()["hung"], 0)
+        # a hung call released by `fail` gets that error
+        self.assertEqual(self.nas.cmd("hang"), "ok")
+        r = bounded(os.stat, self.p(e["path"]), timeout=0)
+        self.nas.wait_hung(1)
+        self.assertEqual(self.nas.cmd("fail EIO"), "ok")
+        r["thread"].join(10)
+        self.assertEqual((r["done"], r["errno"]), (True, errno.EIO), r)
+
+    def test_fail_and_vanish_give_enotconn(self):
+        e = self.big()
+        self.assertEqual(self.nas.cmd("fail ENOTCONN"), "ok")
+        st = self.nas.state()
+        self.assertEqual((st["mode"], st["errno"]), ("fail", errno.ENOTCONN))
+        for fn in (os.stat, wfstest.read_file):
+            self.assertEqual(wfstest.errno_of(fn, self.p(e["path"])), errno.ENOTCONN, fn.__name__)
+        self.assertEqual(wfstest.errno_of(os.listdir, self.nas.mnt), errno.ENOTCONN)
+        self.assertEqual(self.nas.cmd("ok"), "ok")
+        self.assertEqual(sha_size(self.p(e["path"])), (e["sha256"], e["size"]))
+        self.nas.vanish()
+        for fn in (os.stat, wfstest.read_file):
+            self.assertEqual(wfstest.errno_of(fn, self.p(e["path"])), errno.ENOTCONN, fn.__name__)
+        self.nas.restore()
+        self.assertEqual(sha_size(self.p(e["path"])), (e["sha256"], e["size"]))
+
+    def test_latency_and_control_errors(self):
+        e = self.big()
+        self.assertEqual(self.nas.cmd("latency 100"), "ok")
+        t0 = time.monotonic()
+        os.stat(self.p(e["path"]))
+        self.assertGreaterEqual(time.monotonic() - t0, 0.1)
+        self.assertEqual(self.nas.state()["latency_ms"], 100)
+        self.assertEqual(self.nas.cmd("latency 0"), "ok")
+        for bad in ("bogus", "fail ENOSUCH", "fail", "eio no/such/file 0 1",
+                    "eio %s 0 0" % e["nas_real"], "latency -1", "ok extra"):
+            self.assertTrue(self.nas.cmd(bad).startswith("error "), bad)
+        self.assertEqual(self.nas.state()["mode"], "ok")
+
+
+# ------------------------------------------------------------------ the daemon
+
+class Outage(WfsOnFaultNAS):
+    """Frozen, gone, vanished: the local revision keeps working, the rest
+    fails fast, and everything comes back by itself."""
+
+    def roundtrip(self, begin, end, frozen):
+        before = self.nas()
+        self.assertEqual(before["state"], "up", before)
+        same, other = self.take_nonlocal(True), self.take_nonlocal(False)
+        begin()
+        self.check_local_revision("right after the NAS failed")
+        self.assert_eio(same["path"])
+        self.assert_eio(other["path"])
+        down = self.wait_nas("down", DOWN_WAIT)
+        if frozen:  # proof that the daemon met the frozen NAS, and gave up on it
+            NAS.wait_hung(1)
+            self.assertGreater(down["timeouts"], before["timeouts"], down)
+        self.assertGreater(down["outages"], before["outages"], down)
+        self.assertTrue(down["reason"], "status nas.reason is empty while down: %s" % down)
+        self.check_local_revision("with the NAS down")
+        self.assert_eio("%s/snapshots/%s/no-such-file.bin" % (REPO, REV), os.stat)
+        self.assert_eio(OTHER_REPO, os.stat)
+        self.assert_eio(OTHER_REPO, os.listdir)
+        st = self.nas()
+        self.assertGreater(st["from_record"], before["from_record"], st)
+        self.assertGreater(st["failed_down"], before["failed_down"], st)
+        self.assertEqual(st["state"], "down", st)
+        pids = list(self.mount.pids)
+        end()
+        up = self.wait_nas("up", UP_WAIT)
+        self.assertGreaterEqual(up["since"], down["since"], up)
+        self.assert_reads_right(same)
+        self.assert_reads_right(other)
+        self.assertTrue(wfstest.is_mounted(self.mnt))
+        self.assertEqual([p for p in pids if wfstest.pid_alive(p)], pids, "the daemon changed")
+
+    def test_frozen_nas(self):
+        self.roundtrip(lambda: NAS.check("hang"), lambda: NAS.check("ok"), frozen=True)
+
+    def test_gone_nas(self):
+        self.roundtrip(lambda: NAS.check("fail ENOTCONN"), lambda: NAS.check("ok"), frozen=False)
+
+    def test_vanished_nas(self):
+        self.roundtrip(NAS.vanish, NAS.restore, frozen=False)
+
+
+class RestartDuringOutage(WfsOnFaultNAS):
+    """A restart while the NAS is gone still serves the local revision."""
+
+    def restart(self, begin, end):
+        cls = type(self)
+        problems = cls.mount.stop()
+        cls.mount = None
+        self.assertEqual(problems, [], "stopping wfs")
+        begin()
+        cls.start_wfs()   # asserts exit 0 and a mount
+        down = self.wait_nas("down", DOWN_WAIT)
+        self.assertTrue(down["reason"], down)
+        self.check_local_revision("after a restart with the NAS gone")
+        self.assert_eio(OTHER_REPO, os.stat)
+        pids = list(self.mount.pids)
+        end()
+        self.wait_nas("up", UP_WAIT)
+        r = bounded(os.listdir, self.m(OTHER_REPO), timeout=FAIL_WAIT)
+        self.assertTrue(r["done"] and r["errno"] is None, "ls %s once the NAS is back: %s"
+                        % (OTHER_REPO, errname(r["errno"]) if r["done"] else "blocked"))
+        self.assertEqual(sorted(r["value"]), FIX.children()[OTHER_REPO])
+        self.assert_reads_right(next(e for e in FIX.readable() if e["path"].startswith(OTHER_REPO + "/")))
+        self.assertEqual([p for p in pids if wfstest.pid_alive(p)], pids, "the daemon changed")
+
+    def test_restart_while_nas_fails(self):
+        self.restart(lambda: NAS.check("fail ENOTCONN"), lambda: NAS.check("ok"))
+
+    def test_restart_while_nas_vanished(self):
+        self.restart(NAS.vanish, NAS.restore)
+
+
+class EioMidCopy(WfsOnFaultNAS):
+    """A NAS read error inside a blob: the copy fails and says why; healed,
+    it succeeds."""
+
+    # readahead_kb=0: the kernel's default (128 KiB), so a read far from the
+    # bad range never reaches into it
+    OPTIONS = NO_CACHE + ("auto_promote=off", "readahead_kb=0")
+    PROMOTE = False
+
+    def test_eio_then_recovery(self):
+        snap, _ = revision_entries()
+        e = max(snap, key=lambda x: x["size"])
+        size = e["size"]
+        self.assertGreaterEqual(size, 3 << 20, "the biggest shard is too small to keep reads apart")
+        off, ln = (size // 2) & ~4095, 4096
+        NAS.check("eio %s %d %d" % (e["nas_real"], off, ln))
+        path = self.m(e["path"])
+        rc, out, err = run_wfsctl(["promote", "--wait", path], timeout=60)
+        self.assertEqual(rc, 1, "promote --wait with an EIO range: exit %s\nstdout: %s\nstderr: %s"
+                         % (rc, out, err))
+        self.assertTrue("EIO" in out + err or "Input/output error" in out + err,
+                        "promote's message does not name EIO:\nstdout: %s\nstderr: %s" % (out, err))
+        self.assertNotEqual(state_of(path), "local")
+        with open(FIX.n(e["nas_real"]), "rb") as f:
+            want = f.read()
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            for o, n in ((0, 65536), (size - 65536, 65536)):
+                r = bounded(os.pread, fd, n, o, timeout=FAIL_WAIT)
+                self.assertTrue(r["done"], "read [%d, %d) blocked" % (o, o + n))
+                self.assertIsNone(r["errno"], "read [%d, %d): %s" % (o, o + n, errname(r["errno"])))
+                self.assertEqual(r["value"], want[o:o + n], "read [%d, %d)" % (o, o + n))
+            r = bounded(os.pread, fd, ln, off, timeout=FAIL_WAIT)
+            self.assertTrue(r["done"], "read of the bad range blocked")
+            self.assertEqual(r["errno"], errno.EIO, "read of the bad range: %s" % errname(r["errno"]))
+        finally:
+            os.close(fd)
+        NAS.check("clear")
+        ctl_check(self, ["promote", "--wait", path], timeout=60)
+        self.assertEqual(state_of(path), "local")
+        self.assertEqual(sha_size_uncached(path), (e["sha256"], size))
+        self.assertEqual(self.nas()["state"], "up")
+
+
+class SlowNAS(WfsOnFaultNAS):
+    """50 ms a NAS call is slow, not down (default nas_timeout)."""
+
+    OPTIONS = NO_CACHE + ("auto_promote=off",)
+    PROMOTE = False
+
+    def test_latency(self):
+        before = self.nas()
+        NAS.check("latency 50")
+        files = [self.take_nonlocal(True), self.take_nonlocal(False)]
+        files.append(max(revision_entries()[1], key=lambda e: e["size"]))
+        for e in files:
+            self.assert_reads_right(e)
+        self.assertEqual(NAS.state()["latency_ms"], 50)
+        # status walks the NAS while it is up: asked at full speed, its
+        # counters say whether the NAS ever went down meanwhile
+        NAS.check("latency 0")
+        st = self.nas()
+        self.assertEqual(st["state"], "up", st)
+        self.assertEqual((st["outages"], st["timeouts"]), (before["outages"], before["timeouts"]), st)
+
+
+if __name__ == "__main__":
+    wfstest.main()

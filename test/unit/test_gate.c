@@ -1,0 +1,182 @@
+/* test_gate.c - core/nasgate.c without a NAS: the calls are functions
+ * that return at once, fail, or block until the test lets them go (a hung
+ * NFS call).  The prober stats a real directory, renamed away and back to
+ * play an unreachable and a returning NAS.  A call that blocked its caller
+ * past the deadline would hang this program: an alarm turns that into a
+ * failure. */
+#include "check.h"
+#include "nasgate.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+static struct check_count cnt;
+
+/* A call that blocks until released; counts its ends. */
+struct hang {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int open, running, ended, released;
+};
+
+static int hang_fn(void *arg)
+{
+	struct hang *h = arg;
+
+	pthread_mutex_lock(&h->lock);
+	h->running++;
+	pthread_cond_broadcast(&h->cond);
+	while (!h->open)
+		pthread_cond_wait(&h->cond, &h->lock);
+	h->running--;
+	h->ended++;
+	pthread_cond_broadcast(&h->cond);
+	pthread_mutex_unlock(&h->lock);
+	return 0;
+}
+
+static void hang_release(void *arg)
+{
+	struct hang *h = arg;
+
+	pthread_mutex_lock(&h->lock);
+	h->released++;
+	pthread_cond_broadcast(&h->cond);
+	pthread_mutex_unlock(&h->lock);
+}
+
+static int ok_fn(void *arg)
+{
+	(*(int *)arg)++;
+	return 0;
+}
+
+static int err_fn(void *arg)
+{
+	return -*(int *)arg;
+}
+
+static int64_t ms_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void wait_up(struct nas_gate *g, int want)
+{
+	uint64_t gen = atomic_load(&g->generation);
+
+	while (nas_gate_up(g) != want)
+		gen = nas_gate_wait_change(g, gen, 10000);
+}
+
+int main(void)
+{
+	char root[] = "/tmp/wfs-gate-XXXXXX", away[64];
+	struct hang h = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
+	struct nas_gate_stats st;
+	struct nas_gate g;
+	int64_t t0;
+	int n = 0, e, r;
+
+	alarm(120);
+	if (!mkdtemp(root))
+		return 2;
+	snprintf(away, sizeof(away), "%s.away", root);
+	CHECK(&cnt, nas_gate_init(&g, root, 200, NULL, NULL) == 0, "init");
+	CHECK(&cnt, nas_gate_start(&g) == 0, "start");
+
+	/* a call that answers: its result, up stays up */
+	CHECK(&cnt, nas_call(&g, ok_fn, &n, NULL) == 0 && n == 1, "n=%d", n);
+	e = ENOENT;
+	CHECK(&cnt, nas_call(&g, err_fn, &e, NULL) == -ENOENT, "ENOENT passed through");
+	CHECK(&cnt, nas_gate_up(&g), "a missing file says nothing of the NAS");
+
+	/* a hung call: the caller is back at the deadline, the NAS is down,
+	 * later calls fail at once without running */
+	t0 = ms_now();
+	r = nas_call(&g, hang_fn, &h, hang_release);
+	CHECK(&cnt, r == -ETIMEDOUT, "hung call: %d", r);
+	CHECK(&cnt, ms_now() - t0 < 5000, "returned after %lld ms", (long long)(ms_now() - t0));
+	CHECK(&cnt, !nas_gate_up(&g), "down after a timeout");
+	r = nas_call(&g, ok_fn, &n, NULL);
+	CHECK(&cnt, r == -EHOSTDOWN && n == 1, "refused while down: %d, ran %d", r, n);
+	nas_gate_stats(&g, &st);
+	CHECK(&cnt, st.timeouts == 1 && st.failed_down == 1 && st.outages == 1 && st.stuck == 1,
+	      "timeouts %llu failed_down %llu outages %llu stuck %u",
+	      (unsigned long long)st.timeouts, (unsigned long long)st.failed_down,
+	      (unsigned long long)st.outages, st.stuck);
+
+	/* the hung call ends: its release runs on its thread; the prober
+	 * (its root answers) marks the NAS up */
+	pthread_mutex_lock(&h.lock);
+	h.open = 1;
+	pthread_cond_broadcast(&h.cond);
+	while (!h.released)
+		pthread_cond_wait(&h.cond, &h.lock);
+	pthread_mutex_unlock(&h.lock);
+	CHECK(&cnt, h.ended == 1 && h.released == 1, "ended %d released %d", h.ended, h.released);
+	wait_up(&g, 1);
+	CHECK(&cnt, nas_gate_up(&g), "up again");
+	CHECK(&cnt, nas_call(&g, ok_fn, &n, NULL) == 0 && n == 2, "calls run again");
+
+	/* an error meaning "unreachable" marks it down; the root gone keeps
+	 * it down; the root back brings it up */
+	CHECK(&cnt, rename(root, away) == 0, "rename");
+	e = ENOTCONN;
+	CHECK(&cnt, nas_call(&g, err_fn, &e, NULL) == -ENOTCONN, "ENOTCONN passed through");
+	CHECK(&cnt, !nas_gate_up(&g), "down after ENOTCONN");
+	nas_gate_stats(&g, &st);
+	CHECK(&cnt, strstr(st.reason, "Transport endpoint") != NULL, "reason: %s", st.reason);
+	CHECK(&cnt, rename(away, root) == 0, "rename back");
+	wait_up(&g, 1);
+	CHECK(&cnt, nas_gate_up(&g), "up once the root answers");
+
+	/* EIO on one file: the root answers, so it stays up; EIO with the root
+	 * gone: the probe confirms it, down */
+	e = EIO;
+	CHECK(&cnt, nas_call(&g, err_fn, &e, NULL) == -EIO, "EIO passed through");
+	CHECK(&cnt, rename(root, away) == 0, "rename");
+	CHECK(&cnt, nas_call(&g, err_fn, &e, NULL) == -EIO, "EIO passed through");
+	wait_up(&g, 0);
+	CHECK(&cnt, !nas_gate_up(&g), "EIO with the root unreachable: down");
+	CHECK(&cnt, rename(away, root) == 0, "rename back");
+	wait_up(&g, 1);
+
+	/* every thread stuck: calls fail at once, nothing queues behind them */
+	h.open = 0;
+	for (int i = 0; i < NAS_GATE_THREADS; i++) {
+		wait_up(&g, 1);
+		r = nas_call(&g, hang_fn, &h, hang_release);
+		CHECK(&cnt, r == -ETIMEDOUT, "stuck %d: %d", i, r);
+	}
+	nas_gate_stats(&g, &st);
+	CHECK(&cnt, st.stuck == NAS_GATE_THREADS, "stuck %u", st.stuck);
+	t0 = ms_now();
+	r = nas_call(&g, ok_fn, &n, NULL);
+	CHECK(&cnt, r == -EHOSTDOWN, "all stuck: %d", r);
+	CHECK(&cnt, ms_now() - t0 < 1000, "at once: %lld ms", (long long)(ms_now() - t0));
+	pthread_mutex_lock(&h.lock);
+	h.open = 1;
+	pthread_cond_broadcast(&h.cond);
+	while (h.released < 1 + NAS_GATE_THREADS)
+		pthread_cond_wait(&h.cond, &h.lock);
+	pthread_mutex_unlock(&h.lock);
+	wait_up(&g, 1);
+	CHECK(&cnt, nas_call(&g, ok_fn, &n, NULL) == 0, "runs again once they ended");
+
+	/* no gate: the call runs on the caller */
+	CHECK(&cnt, nas_call(NULL, ok_fn, &n, NULL) == 0, "no gate");
+
+	nas_gate_destroy(&g);
+	rmdir(root);
+	printf("test_gate: %d passed, %d failed\n", cnt.passed, cnt.failed);
+	return cnt.failed ? 1 : 0;
+}

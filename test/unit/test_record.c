@@ -1,0 +1,389 @@
+/* test_record.c - the store's record of its local revisions, without
+ * mounting: what a build keeps of a hub tree (local files, the links and
+ * directories that reach them, refs with their bytes; nothing else), that
+ * record.json brings the same answers back after a restart, that a damaged
+ * file is set aside and a newer one left alone, that hostile entries are
+ * refused, and that record_sync waits for a build of the thread. */
+#include "check.h"
+#include "record.h"
+#include "store.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <syslog.h>
+#include <unistd.h>
+
+/* sha256("hello\n") and git's blob SHA-1 of it: both content addresses hold */
+#define H256 "5891b5b522d5df086d0ff0b110fbd9d21bb4fc7163af34d08286a2e846f6be03"
+#define H1 "ce013625030ba8dba906f756967f9e9ca394464a"
+#define OTHER "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+#define REV "0123456789abcdef0123456789abcdef01234567"
+#define REPO "models--o--n"
+#define SNAP REPO "/snapshots/" REV
+#define ODD "odd\xff\x01name"
+
+static char top[PATH_MAX], nas[PATH_MAX];
+
+struct logs {
+	pthread_mutex_t lock;
+	int n;
+	char all[16384];
+};
+
+static void log_line(void *arg, int prio, const char *msg)
+{
+	struct logs *l = arg;
+
+	(void)prio;
+	pthread_mutex_lock(&l->lock);
+	l->n++;
+	if (strlen(l->all) + strlen(msg) + 2 < sizeof(l->all)) {
+		strcat(l->all, msg);
+		strcat(l->all, "\n");
+	}
+	pthread_mutex_unlock(&l->lock);
+}
+
+static int logged(struct logs *l, const char *what)
+{
+	int yes;
+
+	pthread_mutex_lock(&l->lock);
+	yes = strstr(l->all, what) != NULL;
+	pthread_mutex_unlock(&l->lock);
+	return yes;
+}
+
+static void path_of(char *out, size_t sz, const char *rel)
+{
+	snprintf(out, sz, "%s/%s", nas, rel);
+}
+
+static void mk(const char *rel)
+{
+	char p[PATH_MAX * 2];
+
+	path_of(p, sizeof(p), rel);
+	if (mkdir(p, 0755) < 0 && errno != EEXIST) {
+		perror(p);
+		exit(2);
+	}
+}
+
+static void put(const char *rel, const char *content)
+{
+	char p[PATH_MAX * 2];
+
+	path_of(p, sizeof(p), rel);
+	check_write_file(p, content, strlen(content));
+}
+
+static void ln(const char *target, const char *rel)
+{
+	char p[PATH_MAX * 2];
+
+	path_of(p, sizeof(p), rel);
+	if (symlink(target, p) < 0) {
+		perror(p);
+		exit(2);
+	}
+}
+
+static void hub(void)
+{
+	static const char *const dirs[] = { REPO, REPO "/blobs", REPO "/snapshots", SNAP,
+		SNAP "/sub", SNAP "/sub/dir", REPO "/refs", REPO "/.no_exist",
+		REPO "/.no_exist/" REV, "models--x--y", "models--x--y/blobs",
+		"models--x--y/snapshots", "models--x--y/snapshots/" REV, "models--x--y/refs",
+		"hubstore", "models--h--s", "models--h--s/blobs", "models--h--s/snapshots",
+		"models--h--s/snapshots/" REV };
+
+	for (size_t i = 0; i < sizeof(dirs) / sizeof(*dirs); i++)
+		mk(dirs[i]);
+	put(REPO "/blobs/" H256, "hello\n");
+	put(REPO "/blobs/" H1, "hello\n");
+	put(REPO "/blobs/" OTHER, "other");
+	ln("../../blobs/" H256, SNAP "/config.json");
+	ln("../../../../blobs/" H1, SNAP "/sub/dir/file");
+	ln("../../blobs/" OTHER, SNAP "/other.bin");
+	ln("../../blobs/" H256, SNAP "/" ODD);
+	put(REPO "/refs/main", REV);
+	put(REPO "/.no_exist/" REV "/missing.txt", "");
+	put("models--x--y/blobs/" OTHER, "other too");
+	ln("../../blobs/" OTHER, "models--x--y/snapshots/" REV "/w");
+	put("models--x--y/refs/main", REV);
+	/* a repo whose blob lives in a hub-level store outside the repos */
+	put("hubstore/blob1", "hub level\n");
+	ln("../../hubstore/blob1", "models--h--s/blobs/hid");
+	ln("../../blobs/hid", "models--h--s/snapshots/" REV "/f");
+}
+
+static struct blob *promote(struct store *s, const char *rel, const char *id)
+{
+	char p[PATH_MAX * 2];
+	struct stat st;
+	struct blob *b;
+
+	path_of(p, sizeof(p), rel);
+	if (stat(p, &st) < 0 || !(b = store_blob(s, p, &st, id)))
+		return NULL;
+	store_promote(s, b, 0, 1);
+	return store_wait_settled(s, b, 30000) == BLOB_LOCAL ? b : NULL;
+}
+
+/* The children of @rel, joined by '|'; "ENOENT" if not a recorded dir. */
+static const char *list(struct record *r, const char *rel)
+{
+	static char out[4096];
+	char **names;
+	size_t n;
+
+	out[0] = '\0';
+	if (record_list(r, rel, &names, &n) < 0)
+		return "ENOENT";
+	for (size_t i = 0; i < n; i++) {
+		if (i)
+			strcat(out, "|");
+		strncat(out, names[i], sizeof(out) - strlen(out) - 2);
+		free(names[i]);
+	}
+	free(names);
+	return out;
+}
+
+static struct record_entry ent;
+
+static int look(struct record *r, const char *rel)
+{
+	return record_lookup(r, rel, &ent);
+}
+
+/* What a build of the tree with H256 and H1 local must answer. */
+static void answers(struct check_count *c, struct record *r, const char *when)
+{
+	char p[PATH_MAX * 2], got[PATH_MAX];
+	struct stat st;
+
+	CHECK(c, look(r, SNAP "/config.json") == 0 && ent.e.kind == NS_LINK &&
+	      ent.e.link_state == NS_LINK_RESOLVED && !strcmp(ent.e.target, "../../blobs/" H256) &&
+	      !strcmp(ent.e.blob_id, H256), "%s: snapshot link: kind %d target %s", when,
+	      ent.e.kind, ent.e.target);
+	CHECK(c, look(r, SNAP "/sub/dir/file") == 0 && ent.e.kind == NS_LINK &&
+	      !strcmp(ent.e.target, "../../../../blobs/" H1), "%s: nested link %s", when,
+	      ent.e.target);
+	CHECK(c, look(r, SNAP "/" ODD) == 0 && ent.e.kind == NS_LINK,
+	      "%s: a name that is not UTF-8", when);
+	path_of(p, sizeof(p), REPO "/blobs/" H256);
+	stat(p, &st);
+	CHECK(c, look(r, REPO "/blobs/" H256) == 0 && ent.e.kind == NS_FILE &&
+	      ent.e.st.st_size == 6 && ent.e.st.st_ino == st.st_ino &&
+	      ent.e.st.st_mtim.tv_nsec == st.st_mtim.tv_nsec && !strcmp(ent.e.backing, p) &&
+	      !(ent.e.st.st_mode & 0222), "%s: blob file: kind %d size %lld", when, ent.e.kind,
+	      (long long)ent.e.st.st_size);
+	CHECK(c, !strcmp(list(r, SNAP), "config.json|" ODD "|sub"), "%s: snapshot lists %s",
+	      when, list(r, SNAP));
+	CHECK(c, !strcmp(list(r, REPO "/blobs"), H256 "|" H1), "%s: blobs list %s", when,
+	      list(r, REPO "/blobs"));
+	CHECK(c, !strcmp(list(r, REPO), "blobs|refs|snapshots"), "%s: repo lists %s", when,
+	      list(r, REPO));
+	CHECK(c, !strcmp(list(r, ""), REPO), "%s: root lists %s", when, list(r, ""));
+	CHECK(c, look(r, "") == 0 && ent.e.kind == NS_DIR, "%s: the root", when);
+	CHECK(c, look(r, REPO "/refs/main") == 0 && ent.has_data && ent.data_len == 40 &&
+	      !memcmp(ent.data, REV, 40) && ent.e.st.st_size == 40, "%s: refs/main bytes", when);
+	CHECK(c, look(r, SNAP "/other.bin") == -ENOENT && look(r, REPO "/blobs/" OTHER) == -ENOENT,
+	      "%s: a file that is not local is absent", when);
+	CHECK(c, look(r, "models--x--y") == -ENOENT && !strcmp(list(r, "models--x--y"), "ENOENT"),
+	      "%s: a repo with nothing local is absent", when);
+	CHECK(c, look(r, REPO "/.no_exist") == -ENOENT, "%s: markers are not kept", when);
+	CHECK(c, record_has_any(r), "%s: has any", when);
+	record_nas(r, got, sizeof(got));
+	CHECK(c, !strcmp(got, nas), "%s: nas %s", when, got);
+}
+
+static void write_record(const char *dir, const char *text)
+{
+	char p[PATH_MAX * 2];
+
+	snprintf(p, sizeof(p), "%s/" RECORD_FILE, dir);
+	check_write_file(p, text, strlen(text));
+}
+
+static int exists(const char *dir, const char *name)
+{
+	char p[PATH_MAX * 2];
+
+	snprintf(p, sizeof(p), "%s/%s", dir, name);
+	return access(p, F_OK) == 0;
+}
+
+static char *slurp(const char *dir)
+{
+	char p[PATH_MAX * 2], *buf = calloc(1, 1 << 20);
+	FILE *f;
+
+	snprintf(p, sizeof(p), "%s/" RECORD_FILE, dir);
+	f = fopen(p, "r");
+	if (f) {
+		if (fread(buf, 1, (1 << 20) - 1, f) == 0)
+			buf[0] = '\0';
+		fclose(f);
+	}
+	return buf;
+}
+
+/* A damaged file, a newer version, a read-only store, hostile entries. */
+static void damage(struct check_count *c, struct logs *lg, struct store *s,
+		   const struct hub_roots *roots)
+{
+	char dir[PATH_MAX * 2], *before, *after;
+	struct record r;
+
+	snprintf(dir, sizeof(dir), "%s/damaged", top);
+	mkdir(dir, 0700);
+	write_record(dir, "{\"version\": 1, \"entries\": [");
+	CHECK(c, record_open(&r, dir, 1, log_line, lg) == 0 && !record_has_any(&r) &&
+	      exists(dir, RECORD_FILE) && !exists(dir, RECORD_FILE ".damaged"),
+	      "read-only: damaged file left in place");
+	record_close(&r);
+	CHECK(c, record_open(&r, dir, 0, log_line, lg) == 0 && !record_has_any(&r) &&
+	      !exists(dir, RECORD_FILE) && exists(dir, RECORD_FILE ".damaged") &&
+	      logged(lg, "moved aside"), "damaged: set aside and logged");
+	record_close(&r);
+
+	snprintf(dir, sizeof(dir), "%s/newer", top);
+	mkdir(dir, 0700);
+	write_record(dir, "{\"version\": 99, \"entries\": [{\"path\": \"\", \"kind\": \"dir\", "
+		     "\"mode\": 16877, \"size\": 0, \"ino\": 1}]}");
+	before = slurp(dir);
+	CHECK(c, record_open(&r, dir, 0, log_line, lg) == 0 && !record_has_any(&r) &&
+	      !exists(dir, RECORD_FILE ".damaged") && logged(lg, "version 99"),
+	      "a newer version is not read");
+	CHECK(c, record_rebuild(&r, roots, s) == 0 && record_has_any(&r), "newer: builds in memory");
+	after = slurp(dir);
+	CHECK(c, !strcmp(before, after), "a newer version is never replaced");
+	free(before);
+	free(after);
+	record_close(&r);
+
+	/* Names a hostile file must not make the mount show. */
+	snprintf(dir, sizeof(dir), "%s/hostile", top);
+	mkdir(dir, 0700);
+#define D(p) "{\"path\": \"" p "\", \"kind\": \"dir\", \"mode\": 16877, \"size\": 0, \"ino\": 2}"
+#define F(p) "{\"path\": \"" p "\", \"kind\": \"file\", \"mode\": 33206, \"size\": 3, " \
+	     "\"ino\": 3, \"backing\": \"/x\", \"data\": \"abc\"}"
+	write_record(dir, "{\"version\": 1, \"nas\": \"/n\", \"entries\": [" D("") ", "
+		     D("models--a--b") ", " F("models--a--b/f") ", " D("..") ", " D("../up") ", "
+		     D("/abs") ", " D("models--a--b//c") ", " D("models--a--b/./d") ", "
+		     D("models--a--b/e/..") ", " F("models--a--b/orphan/x") ", " D("models--a--b") ", "
+		     "{\"path\": \"models--a--b/g\", \"kind\": \"file\", \"mode\": 16877, "
+		     "\"size\": 0, \"ino\": 4, \"backing\": \"/x\"}, "
+		     "{\"path\": \"models--a--b/h\", \"kind\": \"file\", \"mode\": 33188, "
+		     "\"size\": 0, \"ino\": 5}, "
+		     "{\"path_hex\": \"6d6f64656c732d2d612d2d622fff\", \"kind\": \"link\", "
+		     "\"link_state\": \"resolved\", \"mode\": 41471, \"size\": 1, \"ino\": 6, "
+		     "\"target\": \"f\"}]}");
+	CHECK(c, record_open(&r, dir, 0, log_line, lg) == 0, "hostile: opens");
+	CHECK(c, !strcmp(list(&r, ""), "models--a--b") &&
+	      !strcmp(list(&r, "models--a--b"), "f|\xff"), "hostile: only the good names: %s",
+	      list(&r, "models--a--b"));
+	CHECK(c, look(&r, "models--a--b/f") == 0 && !(ent.e.st.st_mode & 0222) &&
+	      ent.has_data && ent.data_len == 3, "hostile: write bits never shown");
+	CHECK(c, look(&r, "..") == -ENOENT && look(&r, "models--a--b/orphan/x") == -ENOENT,
+	      "hostile: escaping and orphaned names refused");
+	CHECK(c, logged(lg, "entries skipped"), "hostile: logged");
+	record_close(&r);
+}
+
+int main(void)
+{
+	struct check_count c = {0};
+	struct store_opts opt = { .workers = 2 };
+	struct logs lg = { .lock = PTHREAD_MUTEX_INITIALIZER };
+	struct hub_roots roots = {0};
+	char local[PATH_MAX * 2], p[PATH_MAX * 2], *text;
+	struct blob *b256, *hb;
+	struct record r;
+	struct store s;
+	struct stat st, st2;
+
+	snprintf(top, sizeof(top), "/var/tmp/wfs-record-XXXXXX");
+	if (!mkdtemp(top) || !realpath(top, p))
+		return 2;
+	snprintf(top, sizeof(top), "%s", p); /* roots are canonical: so are blob keys */
+	snprintf(nas, sizeof(nas), "%s/nas", top);
+	mkdir(nas, 0755);
+	hub();
+	hub_roots_add(&roots, nas);
+	snprintf(local, sizeof(local), "%s/local", top);
+	mkdir(local, 0700);
+	CHECK(&c, store_open(&s, local, &opt, NULL) == 0 && store_start(&s) == 0, "store");
+	b256 = promote(&s, REPO "/blobs/" H256, H256);
+	CHECK(&c, b256 && promote(&s, REPO "/blobs/" H1, H1), "two blobs local");
+
+	/* A build, then the same answers from the file after a restart. */
+	CHECK(&c, record_open(&r, local, 0, log_line, &lg) == 0 && !record_has_any(&r),
+	      "no file: an empty record");
+	CHECK(&c, record_sync(&r, 1000) == -ESRCH, "no thread: nothing to ask");
+	CHECK(&c, record_rebuild(&r, &roots, &s) == 0, "rebuild");
+	answers(&c, &r, "built");
+	snprintf(p, sizeof(p), "%s/" RECORD_FILE, local);
+	CHECK(&c, stat(p, &st) == 0 && (st.st_mode & 07777) == 0600, "record.json, mode 0600");
+	text = slurp(local);
+	CHECK(&c, strstr(text, "\"path_hex\"") && strstr(text, "\"version\": 1") &&
+	      strstr(text, "\"built\""), "the file: %.200s", text);
+	free(text);
+	CHECK(&c, record_rebuild(&r, &roots, &s) == 0 && stat(p, &st2) == 0 &&
+	      st2.st_ino == st.st_ino, "the same content is not written again");
+	record_close(&r);
+	CHECK(&c, record_open(&r, local, 0, log_line, &lg) == 0, "reopen");
+	answers(&c, &r, "reopened");
+
+	/* The thread: a repo reached only by the name its blob was opened by
+	 * (its bytes live in a hub-level store), then an eviction. */
+	CHECK(&c, record_start(&r, &roots, &s, NULL) == 0, "start");
+	hb = promote(&s, "hubstore/blob1", "hid");
+	CHECK(&c, hb != NULL, "hub-level blob local");
+	if (hb) {
+		store_note_open(&s, hb, "models--h--s/snapshots/" REV "/f");
+		store_note_close(&s, hb);
+	}
+	CHECK(&c, record_sync(&r, 30000) == 0, "sync");
+	path_of(p, sizeof(p), "hubstore/blob1");
+	CHECK(&c, look(&r, "models--h--s/snapshots/" REV "/f") == 0 && ent.e.kind == NS_LINK &&
+	      !strcmp(ent.e.target, "../../blobs/hid"), "a repo by name: link %s", ent.e.target);
+	CHECK(&c, look(&r, "models--h--s/blobs/hid") == 0 && ent.e.kind == NS_FILE &&
+	      !strcmp(ent.e.backing, p) && ent.e.st.st_size == 10, "a repo by name: its blob");
+	CHECK(&c, !strcmp(list(&r, ""), "models--h--s|" REPO), "root lists %s", list(&r, ""));
+	CHECK(&c, store_evict(&s, b256, 0) == 1, "evict");
+	CHECK(&c, record_sync(&r, 30000) == 0 && look(&r, SNAP "/config.json") == -ENOENT &&
+	      look(&r, REPO "/blobs/" H256) == -ENOENT && look(&r, SNAP "/sub/dir/file") == 0 &&
+	      !strcmp(list(&r, SNAP), "sub"), "evicted: gone after a sync (%s)", list(&r, SNAP));
+	record_close(&r);
+
+	/* The NAS down: nothing is walked, the record from disk answers. */
+	{
+		struct nas_gate g;
+
+		CHECK(&c, nas_gate_init(&g, nas, 0, NULL, NULL) == 0, "gate");
+		nas_gate_set_down(&g, "a test");
+		CHECK(&c, record_open(&r, local, 0, log_line, &lg) == 0 &&
+		      record_start(&r, &roots, &s, &g) == 0, "start with the NAS down");
+		CHECK(&c, promote(&s, REPO "/blobs/" H256, H256) != NULL, "local again");
+		CHECK(&c, record_sync(&r, 30000) == -EHOSTDOWN, "sync: the NAS is down");
+		CHECK(&c, look(&r, SNAP "/sub/dir/file") == 0 && look(&r, SNAP "/config.json") ==
+		      -ENOENT, "the last record stays");
+		record_close(&r);
+		nas_gate_destroy(&g);
+	}
+
+	damage(&c, &lg, &s, &roots);
+	store_close(&s);
+	snprintf(p, sizeof(p), "rm -rf %s", top);
+	if (system(p) != 0)
+		fprintf(stderr, "could not remove %s\n", top);
+	printf("record: %d passed, %d failed\n", c.passed, c.failed);
+	return c.failed ? 1 : 0;
+}

@@ -42,6 +42,10 @@ struct wfs_fh {
 				     * its bytes, from the local record */
 	size_t mem_len;             /* OPEN */
 	int backing_id; /* OPEN: > 0: the kernel reads the local copy itself */
+	int backing_nas; /* OPEN: ... or the NAS file (nas_passthrough) */
+	int pt_nas_fd;  /* OPEN: the NAS file passed through, for its cache
+			 * figures at release (-1 if none) */
+	uint64_t pt_cached; /* OPEN: bytes of it in the page cache at open */
 	int counted;    /* TABLE: counted in the node's open tallies */
 	int noted;      /* OPEN: store_note_open() was called: store_note_close() is due */
 };
@@ -131,22 +135,32 @@ static int fh_local_fd(struct wfs *w, struct wfs_fh *fh, int *direct)
 /* Choose how this open is served.  The kernel wants every open of an inode
  * at one time alike, so: an inode already open daemon-served stays so (it
  * reads the local copy through us) until its last open closes; otherwise a
- * local blob goes passthrough, sharing one backing id between opens.
- * The table lock also guards w->pt_warned and w->pt_opens_total. */
-static void choose_mode(struct wfs *w, struct node *n, struct wfs_fh *fh, int local)
+ * local blob goes passthrough, sharing one backing id between opens, and so
+ * does a NAS file when @nas_fd (buffered, opened by the caller: no NAS call
+ * under the table lock) is given (-o nas_passthrough).  An inode passed
+ * through to its NAS file stays so until its last open closes, even once
+ * its blob is local.  The table lock also guards w->pt_warned and
+ * w->pt_opens_total. */
+static void choose_mode(struct wfs *w, struct node *n, struct wfs_fh *fh, int local, int nas_fd)
 {
 	char path[PATH_MAX + 64];
-	int id = 0, fd, refused_now = 0;
+	int id = 0, fd = -1, refused_now = 0;
 
 	pthread_mutex_lock(&w->nodes.lock);
 	if (n->pt_opens > 0) {
 		id = n->backing_id; /* join the opens already passed through */
-	} else if (local && n->daemon_opens == 0 && passthrough_usable(&w->pt)) {
+		fh->backing_nas = n->backing_nas;
+	} else if ((local || nas_fd >= 0) && n->daemon_opens == 0 && passthrough_usable(&w->pt)) {
 		/* Buffered: the kernel serves reads from this file's page cache,
 		 * the only copy of the bytes. */
-		fd = store_local_path(&w->store, fh->blob, path, sizeof(path));
-		if (fd == 0)
-			fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		if (local) {
+			fd = store_local_path(&w->store, fh->blob, path, sizeof(path));
+			if (fd == 0)
+				fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		} else {
+			snprintf(path, sizeof(path), "%s", fh->nas_path);
+			fd = dup(nas_fd);
+		}
 		if (fd >= 0) {
 			id = passthrough_open_backing(&w->pt, fd);
 			close(fd); /* the kernel holds its own reference */
@@ -159,6 +173,7 @@ static void choose_mode(struct wfs *w, struct node *n, struct wfs_fh *fh, int lo
 				id = 0;
 			}
 			n->backing_id = id;
+			n->backing_nas = fh->backing_nas = id > 0 && !local;
 		}
 	}
 	if (id > 0) {
@@ -212,6 +227,8 @@ static void fh_free(struct wfs *w, struct wfs_fh *fh)
 		close(nas_fd);
 	if (local_fd >= 0)
 		close(local_fd);
+	if (fh->pt_nas_fd >= 0)
+		close(fh->pt_nas_fd);
 	pthread_mutex_destroy(&fh->lock);
 	free(fh->nas_path);
 	free(fh->mem);
@@ -220,6 +237,26 @@ static void fh_free(struct wfs *w, struct wfs_fh *fh)
 	 * open comes back now. */
 	if (noted)
 		store_note_close(&w->store, noted);
+}
+
+/* cachestat(2) (Linux 6.5; not in Debian 12's headers): the page-cache
+ * pages of a file.  What a passthrough reader read never reaches us, so
+ * what it brought into the NAS file's cache stands for its NAS bytes (for
+ * hotness and the figures).  0 when the kernel cannot say. */
+#ifndef __NR_cachestat
+#define __NR_cachestat 451
+#endif
+struct cachestat_range_abi { uint64_t off, len; };
+struct cachestat_abi { uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted; };
+
+static uint64_t cached_bytes(int fd)
+{
+	struct cachestat_range_abi range = { 0, 0 }; /* the whole file */
+	struct cachestat_abi cs;
+
+	if (fd < 0 || syscall(__NR_cachestat, fd, &range, &cs, 0) < 0)
+		return 0;
+	return cs.nr_cache * (uint64_t)sysconf(_SC_PAGESIZE);
 }
 
 /* The NAS cannot answer the open: a local copy serves alone (its NAS side
@@ -302,7 +339,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	pthread_mutex_init(&fh->lock, NULL);
-	fh->nas_fd = fh->local_fd = -1;
+	fh->nas_fd = fh->local_fd = fh->pt_nas_fd = -1;
 	fh->node = n;
 	fh->blob = node_blob(w, n);
 	node_backing(&w->nodes, n, path, sizeof(path));
@@ -340,7 +377,20 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 			local = store_check_source(&w->store, fh->blob) &&
 				fh_local_fd(w, fh, &direct) >= 0;
 	}
-	choose_mode(w, n, fh, local && !fh->mem);
+	/* Blobs only: their bytes never change, so the NAS client's page
+	 * cache can be trusted with them (refs are read O_DIRECT, afresh). */
+	if (w->opt.nas_passthrough && from_nas && !local && fh->blob && !fh->mem) {
+		struct stat bst;
+
+		fh->pt_nas_fd = nas_open_buffered(w, fh->nas_path, &bst);
+		if (fh->pt_nas_fd >= 0 && (bst.st_ino != st.st_ino || bst.st_dev != st.st_dev)) {
+			close(fh->pt_nas_fd); /* replaced between the two opens */
+			fh->pt_nas_fd = -1;
+		}
+	}
+	choose_mode(w, n, fh, local && !fh->mem, fh->pt_nas_fd);
+	if (fh->backing_nas)
+		fh->pt_cached = cached_bytes(fh->pt_nas_fd);
 	/* The content under a blob's name is immutable, so the kernel may keep
 	 * its pages across opens -- unless the NAS shows a new size or mtime.
 	 * Refs and other small files are rewritten in place, maybe within one
@@ -438,7 +488,12 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
 	__atomic_add_fetch(&N(w, ino)->daemon_reads, 1, __ATOMIC_RELAXED);
 	if (fh->mem) {
-		reply_slice(req, fh->mem, (ssize_t)fh->mem_len, off, size);
+		/* From a copy: once the reply is written the file may be
+		 * released (and fh->mem freed) while writev still returns. */
+		char copy[RECORD_MAX_DATA];
+
+		memcpy(copy, fh->mem, fh->mem_len);
+		reply_slice(req, copy, (ssize_t)fh->mem_len, off, size);
 		return;
 	}
 	/* Nothing of fh may be touched after the reply: the file can be
@@ -464,6 +519,12 @@ void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct wfs_fh *fh = (struct wfs_fh *)(uintptr_t)fi->fh;
 	(void)ino;
 
+	if (fh->backing_nas && fh->blob) {
+		uint64_t now = cached_bytes(fh->pt_nas_fd);
+
+		if (now > fh->pt_cached)
+			store_note_read(&W(req)->store, fh->blob, now - fh->pt_cached, 0);
+	}
 	fh_uncount(W(req), fh);
 	fh_free(W(req), fh);
 	fuse_reply_err(req, 0);

@@ -183,7 +183,7 @@ int nas_list(struct wfs *w, const char *path, struct dir_entry **ents, size_t *n
 
 struct open_job {
 	const struct hub_roots *roots;
-	int fd, direct;
+	int fd, direct, buffered;
 	struct stat st;
 	char path[PATH_MAX];
 };
@@ -201,9 +201,9 @@ static int open_fn(void *arg)
 {
 	struct open_job *j = arg;
 
-	j->direct = 1;
-	j->fd = nas_open(j->roots, j->path, O_DIRECT);
-	if (j->fd == -EINVAL) { /* tmpfs and friends: buffered, pages dropped */
+	j->direct = !j->buffered;
+	j->fd = nas_open(j->roots, j->path, j->direct ? O_DIRECT : 0);
+	if (j->fd == -EINVAL && j->direct) { /* tmpfs and friends: buffered, pages dropped */
 		j->direct = 0;
 		j->fd = nas_open(j->roots, j->path, 0);
 	}
@@ -214,7 +214,7 @@ static int open_fn(void *arg)
 	return 0;
 }
 
-int nas_open_file(struct wfs *w, const char *path, int *direct, struct stat *st)
+static int open_file(struct wfs *w, const char *path, int buffered, int *direct, struct stat *st)
 {
 	struct open_job *j = malloc(sizeof(*j));
 	int r;
@@ -223,6 +223,7 @@ int nas_open_file(struct wfs *w, const char *path, int *direct, struct stat *st)
 		return -ENOMEM;
 	j->roots = &w->roots;
 	j->fd = -1;
+	j->buffered = buffered;
 	snprintf(j->path, sizeof(j->path), "%s", path);
 	r = nas_call(&w->gate, open_fn, j, open_release);
 	if (r == -ETIMEDOUT)
@@ -235,6 +236,18 @@ int nas_open_file(struct wfs *w, const char *path, int *direct, struct stat *st)
 	}
 	open_release(j);
 	return r;
+}
+
+int nas_open_file(struct wfs *w, const char *path, int *direct, struct stat *st)
+{
+	return open_file(w, path, 0, direct, st);
+}
+
+int nas_open_buffered(struct wfs *w, const char *path, struct stat *st)
+{
+	int direct;
+
+	return open_file(w, path, 1, &direct, st);
 }
 
 struct read_job {

@@ -39,6 +39,9 @@ void dir_entries_free(struct dir_entry *ents, size_t n);
  * where its filesystem allows it (*@direct says), and fstat it.  Returns
  * the descriptor. */
 int nas_open_file(struct wfs *w, const char *path, int *direct, struct stat *st);
+/* The same without O_DIRECT: a backing file for the kernel's passthrough,
+ * read through the NAS file's page cache. */
+int nas_open_buffered(struct wfs *w, const char *path, struct stat *st);
 /* pread @len bytes at @off (both multiples of 4096 when @direct) into a
  * buffer of the call's: on success *@buf (free() it) holds the bytes read
  * (the return value, maybe short). */

@@ -59,6 +59,7 @@ struct node {
 	/* TABLE: open tallies: the kernel wants all opens of an inode alike,
 	 * passthrough with one backing id or daemon-served. */
 	int pt_opens, daemon_opens, backing_id;
+	int backing_nas;      /* TABLE: the backing id is the NAS file's (nas_passthrough) */
 	uint64_t daemon_reads; /* COUNTER: READ requests we served */
 	struct node_stat st;  /* TABLE: last attributes presented */
 	char name[];          /* IMMUTABLE: its name in the parent (FILE: the first seen) */

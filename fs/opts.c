@@ -102,6 +102,12 @@ static const struct opt_row daemon_rows[] = {
 	  .help = "let the kernel read local copies itself (FUSE\n"
 		  "passthrough, kernel >= 6.9; falls back to daemon-\n"
 		  "served reads when the kernel refuses)" },
+	{ .name = "nas_passthrough", .kind = OPT_BOOL, .off = OFF(nas_passthrough),
+	  .help = "let the kernel read blobs on the NAS itself too\n"
+		  "(passthrough to the NAS file: its speed, one page\n"
+		  "cache copy); a NAS that hangs then hangs such a\n"
+		  "reader, and an open file moves to its local copy\n"
+		  "only when reopened" },
 	{ .name = "readahead_kb", .kind = OPT_UINT, .off = OFF(readahead_kb), .max = 1048576,
 	  .unit = "KiB",
 	  .help = "kernel read-ahead of the mount, KiB (0 leaves the\n"

@@ -36,6 +36,7 @@ struct wfs_opts {
 	unsigned copy_workers;
 	unsigned readahead_kb;
 	int passthrough;
+	int nas_passthrough;
 	uint64_t promote_bw; /* bytes/s, 0 = unlimited */
 	struct policy_opts policy; /* automatic promotion, capacity (core/policy.h) */
 	char *metrics_file;  /* -o metrics_file= (absolute) */

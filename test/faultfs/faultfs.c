@@ -1,19 +1,29 @@
-/* faultfs.c - a read-only FUSE view of a directory whose faults a test
- * turns on and off: a stand-in NAS for the wfs integration tests.
+/* faultfs.c - a FUSE view of a directory whose faults a test turns on and
+ * off: a stand-in NAS (read-only) or disk (--rw) for the wfs integration
+ * tests.
  *
- *   faultfs [-f] [-d] --ctl SOCKET SRC MNT
+ *   faultfs [-f] [-d] [--rw] --ctl SOCKET SRC MNT
  *
- * MNT shows SRC read-only with SRC's inode numbers (wfs keys files by the
- * NAS (dev, ino)), modes, sizes and times.  Nothing is cached by the
- * kernel (entry/attr timeouts 0, every open direct_io), so every system
- * call a client makes reaches us and sees the fault in force.  The faults,
- * set over the unix socket SOCKET (one command a line, one reply a line),
- * are those of a real NAS: a frozen server (hang), a gone one (fail
- * ENOTCONN), bad sectors (eio ranges), a slow one (latency); a kill -9 of
- * this process leaves the mount answering ENOTCONN, as a dead one does.
+ * MNT shows SRC with SRC's inode numbers (wfs keys files by the NAS (dev,
+ * ino)), modes, sizes and times.  Nothing is cached by the kernel
+ * (entry/attr timeouts 0, every open direct_io), so every system call a
+ * client makes reaches us and sees the fault in force.  The faults, set
+ * over the unix socket SOCKET (one command a line, one reply a line;
+ * control.c), are those of a real NAS or disk: a frozen server (hang), a
+ * gone one (fail ENOTCONN), bad sectors (eio ranges), a slow one
+ * (latency); a kill -9 of this process leaves the mount answering
+ * ENOTCONN, as a dead one does.
+ *
+ * Read-only by default (the mount is `ro`).  With --rw the files that
+ * exist in SRC can be opened for writing, written, truncated, fallocated
+ * and synced -- enough for a disk image attached to a loop device, whose
+ * bad sectors are then `eio` ranges of the image -- but nothing is
+ * created, removed, renamed or re-moded: those fail with EROFS.
  * The commands are listed in usage() below.
  */
 #define FUSE_USE_VERSION 312
+
+#include "faultfs.h"
 
 #include <fuse_lowlevel.h>
 
@@ -27,33 +37,36 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
-#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #define NODE_BUCKETS 4096
-#define MAX_EIO 64
 
 static void usage(FILE *f)
 {
 	fprintf(f,
-"usage: faultfs [-f] [-d] --ctl SOCKET SRC MNT\n"
-"Mount SRC read-only at MNT, with faults set over the unix socket SOCKET.\n"
-"  -f  stay in the foreground (else detach once the mount is up)\n"
-"  -d  FUSE debug output (implies -f)\n"
+"usage: faultfs [-f] [-d] [--rw] --ctl SOCKET SRC MNT\n"
+"Mount SRC at MNT, with faults set over the unix socket SOCKET.\n"
+"  -f    stay in the foreground (else detach once the mount is up)\n"
+"  -d    FUSE debug output (implies -f)\n"
+"  --rw  the regular files of SRC may be written, truncated, fallocated and\n"
+"        synced (a disk image for a loop device); nothing is created, removed,\n"
+"        renamed or changed otherwise (EROFS).  Without it the mount is read-only\n"
 "Commands (one a line; each reply is one line, `ok` or `error REASON`):\n"
 "  ok                 normal operation; hung calls go on normally\n"
 "  hang               every call blocks until `ok` or `fail` (a frozen NAS)\n"
 "  fail ERRNAME|N     every call fails with that errno (hung ones too)\n"
 "  eio REL OFF LEN    reads of SRC/REL overlapping [OFF, OFF+LEN) fail with EIO\n"
+"                     (writes there succeed, as a disk remaps a sector written)\n"
 "  clear              drop every eio range\n"
 "  latency MS         every call waits MS milliseconds first (0: off)\n"
 "  state              one JSON line: mode, errno, hung, calls, reads, read_bytes,\n"
-"                     latency_ms, eio_ranges\n");
+"                     writes, write_bytes, latency_ms, eio_ranges, rw\n");
 }
+
+int rw; /* --rw; set before any thread starts */
 
 /* ---- nodes: one per source inode the kernel knows, keyed by (dev, ino) */
 
@@ -133,25 +146,7 @@ static void node_forget(fuse_ino_t ino, uint64_t count)
 
 /* ---- the fault gate: every call passes it first */
 
-enum mode { MODE_OK, MODE_HANG, MODE_FAIL };
-
-struct eio_range {
-	dev_t dev;
-	ino_t ino;
-	uint64_t off, len;
-};
-
-static struct {
-	pthread_mutex_t lock;
-	pthread_cond_t cond;     /* mode changed, an interrupt, a tick */
-	enum mode mode;          /* LOCK (all below too) */
-	int err;                 /* errno of MODE_FAIL */
-	unsigned latency_ms;
-	unsigned hung;           /* calls waiting in MODE_HANG now */
-	uint64_t calls, reads, read_bytes;
-	unsigned n_eio;
-	struct eio_range eio[MAX_EIO];
-} g = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
+struct faults g = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
 
 static struct fuse_session *se; /* set before any thread starts */
 
@@ -171,7 +166,7 @@ static void on_interrupt(fuse_req_t req, void *data)
  * the kernel interrupts it (its caller got a signal: EINTR, so a killed
  * client can exit) or the session ends (libfuse joins its workers at
  * unmount: a worker hung forever would keep the process alive). */
-static int gate(fuse_req_t req)
+int gate(fuse_req_t req)
 {
 	unsigned lat;
 	int r = 0;
@@ -233,18 +228,27 @@ static int eio_hit(const struct node *n, uint64_t off, uint64_t size)
 
 /* ---- FUSE operations (no kernel caching: every timeout is 0) */
 
-#define GATE(req)                                  \
-	do {                                       \
-		int gr_ = gate(req);               \
-		if (gr_ < 0) {                     \
-			fuse_reply_err(req, -gr_); \
-			return;                    \
-		}                                  \
-	} while (0)
+int node_fd(fuse_ino_t ino)
+{
+	return N(ino)->fd;
+}
 
-static int stat_fd(int fd, struct stat *st)
+int stat_fd(int fd, struct stat *st)
 {
 	return fstatat(fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0 ? -errno : 0;
+}
+
+/* A descriptor of @ino's source file open with @flags (an access mode,
+ * O_TRUNC), or -errno.  Never O_DIRECT on the source (its alignment rules
+ * are not the caller's: the caller's O_DIRECT is honoured by direct_io). */
+int node_reopen(fuse_ino_t ino, int flags)
+{
+	char path[64];
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", N(ino)->fd);
+	fd = open(path, flags | O_CLOEXEC);
+	return fd < 0 ? -errno : fd;
 }
 
 static void ff_init(void *data, struct fuse_conn_info *conn)
@@ -410,19 +414,20 @@ static void ff_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info 
 
 static void ff_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	char path[64];
-	int fd;
+	int flags = O_RDONLY, fd;
+	struct stat st;
 
 	GATE(req);
 	if ((fi->flags & O_ACCMODE) != O_RDONLY || fi->flags & O_TRUNC) {
-		fuse_reply_err(req, EROFS);
-		return;
+		/* --rw: a regular file only (what a loop device needs) */
+		if (!rw || stat_fd(N(ino)->fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+			fuse_reply_err(req, EROFS);
+			return;
+		}
+		flags = (fi->flags & O_ACCMODE) | (fi->flags & O_TRUNC);
 	}
-	/* Never O_DIRECT on the source (its alignment rules are not the
-	 * caller's: the caller's O_DIRECT is honoured by direct_io below). */
-	snprintf(path, sizeof(path), "/proc/self/fd/%d", N(ino)->fd);
-	if ((fd = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
-		fuse_reply_err(req, errno);
+	if ((fd = node_reopen(ino, flags)) < 0) {
+		fuse_reply_err(req, -fd);
 		return;
 	}
 	fi->fh = (uint64_t)fd;
@@ -497,8 +502,9 @@ static void ff_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 		fuse_reply_buf(req, NULL, 0);
 }
 
-/* Writes need no operations: the mount is `ro`, the kernel answers EROFS. */
-static const struct fuse_lowlevel_ops ops = {
+/* Read-only, writes need no operations: the mount is `ro`, the kernel
+ * answers EROFS.  --rw adds its own (rw_ops, rw.c). */
+static struct fuse_lowlevel_ops ops = {
 	.init = ff_init,
 	.lookup = ff_lookup,
 	.forget = ff_forget, /* libfuse splits BATCH_FORGET into these */
@@ -515,213 +521,14 @@ static const struct fuse_lowlevel_ops ops = {
 	.listxattr = ff_listxattr,
 };
 
-/* ---- the control socket: its own thread, never blocked by hung calls */
-
-static int src_fd = -1;
-static int ctl_fd = -1;
-
-/* "EIO", "ENOTCONN", ... or a number: the errno, or -EINVAL. */
-static int parse_errno(const char *s)
-{
-	char *end;
-	long v = strtol(s, &end, 10);
-
-	if (*s && !*end)
-		return v > 0 && v < 4096 ? (int)v : -EINVAL;
-	for (int e = 1; e < 200; e++) {
-		const char *name = strerrorname_np(e);
-
-		if (name && !strcmp(name, s))
-			return e;
-	}
-	return -EINVAL;
-}
-
-static int parse_u64(const char *s, uint64_t *out)
-{
-	char *end;
-
-	if (!s || *s < '0' || *s > '9')
-		return -EINVAL;
-	errno = 0;
-	*out = strtoull(s, &end, 10);
-	return errno || *end ? -EINVAL : 0;
-}
-
-static void set_mode(enum mode m, int err)
-{
-	pthread_mutex_lock(&g.lock);
-	g.mode = m;
-	g.err = err;
-	pthread_cond_broadcast(&g.cond); /* hung calls look again */
-	pthread_mutex_unlock(&g.lock);
-}
-
-/* Carry out one command line; write the reply (no newline) to @out. */
-static void command(char *line, char *out, size_t sz)
-{
-	static const char *const cmds[] = { "ok", "hang", "clear", "state", "fail", "latency",
-					    "eio" };
-	static const int nargs[] = { 0, 0, 0, 0, 1, 1, 3 };
-	char *save = NULL, *cmd = strtok_r(line, " \t", &save), *a[4] = {0};
-	char *a1, *a2, *a3;
-	uint64_t v1, v2;
-	struct stat st;
-	int e, n = 0;
-
-	while (n < 4 && (a[n] = strtok_r(NULL, " \t", &save)))
-		n++;
-	a1 = a[0], a2 = a[1], a3 = a[2];
-	for (e = 0; cmd && e < (int)(sizeof(cmds) / sizeof(*cmds)); e++)
-		if (!strcmp(cmd, cmds[e]) && n != nargs[e]) {
-			snprintf(out, sz, "error %s takes %d argument(s)", cmd, nargs[e]);
-			return;
-		}
-	snprintf(out, sz, "ok");
-	if (!cmd) {
-		snprintf(out, sz, "error empty command");
-	} else if (!strcmp(cmd, "ok") || !strcmp(cmd, "hang")) {
-		set_mode(!strcmp(cmd, "ok") ? MODE_OK : MODE_HANG, 0);
-	} else if (!strcmp(cmd, "fail")) {
-		if ((e = parse_errno(a1)) < 0)
-			snprintf(out, sz, "error fail needs an errno name or number");
-		else
-			set_mode(MODE_FAIL, e);
-	} else if (!strcmp(cmd, "eio")) {
-		if (parse_u64(a2, &v1) || parse_u64(a3, &v2) || v2 == 0) {
-			snprintf(out, sz, "error usage: eio REL OFF LEN (LEN > 0)");
-			return;
-		}
-		while (*a1 == '/')
-			a1++;
-		errno = 0;
-		/* On the source itself: this thread never enters the mount. */
-		if (fstatat(src_fd, a1, &st, 0) < 0 || !S_ISREG(st.st_mode)) {
-			snprintf(out, sz, "error %s: %s", a1,
-				 errno ? strerror(errno) : "not a regular file");
-			return;
-		}
-		pthread_mutex_lock(&g.lock);
-		if (g.n_eio < MAX_EIO)
-			g.eio[g.n_eio++] = (struct eio_range){ st.st_dev, st.st_ino, v1, v2 };
-		else
-			snprintf(out, sz, "error at most %d eio ranges", MAX_EIO);
-		pthread_mutex_unlock(&g.lock);
-	} else if (!strcmp(cmd, "clear")) {
-		pthread_mutex_lock(&g.lock);
-		g.n_eio = 0;
-		pthread_mutex_unlock(&g.lock);
-	} else if (!strcmp(cmd, "latency")) {
-		if (parse_u64(a1, &v1) || v1 > 600000) {
-			snprintf(out, sz, "error latency needs milliseconds (0-600000)");
-			return;
-		}
-		pthread_mutex_lock(&g.lock);
-		g.latency_ms = (unsigned)v1;
-		pthread_mutex_unlock(&g.lock);
-	} else if (!strcmp(cmd, "state")) {
-		static const char *const names[] = { "ok", "hang", "fail" };
-
-		pthread_mutex_lock(&g.lock);
-		snprintf(out, sz, "{\"mode\": \"%s\", \"errno\": %d, \"hung\": %u, "
-			 "\"calls\": %" PRIu64 ", \"reads\": %" PRIu64 ", \"read_bytes\": %" PRIu64
-			 ", \"latency_ms\": %u, \"eio_ranges\": %u}", names[g.mode], g.err, g.hung,
-			 g.calls, g.reads, g.read_bytes, g.latency_ms, g.n_eio);
-		pthread_mutex_unlock(&g.lock);
-	} else {
-		snprintf(out, sz, "error unknown command %.64s", cmd);
-	}
-}
-
-/* One client at a time: each command is instant.  A client that stalls
- * mid-line is dropped after 5 s (SO_RCVTIMEO). */
-static void serve(int c)
-{
-	struct timeval tv = { 5, 0 };
-	char buf[1024], reply[512];
-	size_t have = 0;
-	ssize_t n;
-
-	setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-	setsockopt(c, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-	while ((n = recv(c, buf + have, sizeof(buf) - 1 - have, 0)) > 0) {
-		char *nl;
-
-		have += (size_t)n;
-		buf[have] = '\0';
-		while ((nl = strchr(buf, '\n'))) {
-			*nl = '\0';
-			if (nl > buf && nl[-1] == '\r')
-				nl[-1] = '\0';
-			command(buf, reply, sizeof(reply) - 1);
-			strcat(reply, "\n");
-			if (send(c, reply, strlen(reply), MSG_NOSIGNAL) < 0)
-				return;
-			have -= (size_t)(nl + 1 - buf);
-			memmove(buf, nl + 1, have + 1);
-		}
-		if (have == sizeof(buf) - 1) {
-			send(c, "error line too long\n", 20, MSG_NOSIGNAL);
-			return;
-		}
-	}
-	/* A last command without a newline still counts. */
-	if (n == 0 && have) {
-		command(buf, reply, sizeof(reply) - 1);
-		strcat(reply, "\n");
-		send(c, reply, strlen(reply), MSG_NOSIGNAL);
-	}
-}
-
-static void *ctl_thread(void *arg)
-{
-	(void)arg;
-	for (;;) {
-		int c = accept4(ctl_fd, NULL, NULL, SOCK_CLOEXEC);
-
-		if (c < 0) {
-			if (errno == EINTR || errno == ECONNABORTED)
-				continue;
-			return NULL; /* shut down at exit */
-		}
-		serve(c);
-		close(c);
-	}
-}
-
-static int ctl_bind(const char *path)
-{
-	struct sockaddr_un a = { .sun_family = AF_UNIX };
-	struct stat st;
-	int fd;
-
-	if (strlen(path) >= sizeof(a.sun_path))
-		return -ENAMETOOLONG;
-	strcpy(a.sun_path, path);
-	/* A socket left by a killed faultfs (restore after vanish). */
-	if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode))
-		unlink(path);
-	if ((fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0)
-		return -errno;
-	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(fd, 16) < 0) {
-		int e = errno;
-
-		close(fd);
-		return -e;
-	}
-	return fd;
-}
-
 int main(int argc, char **argv)
 {
 	const char *ctl = NULL, *src = NULL, *argv_mnt = NULL, *mnt;
 	char ctl_abs[PATH_MAX], mnt_abs[PATH_MAX], opts[128];
-	int foreground = 0, debug = 0, ret = 1, r;
+	int foreground = 0, debug = 0, ret = 1, src_fd, r;
 	struct fuse_loop_config *cfg;
 	struct stat root_st;
 	struct rlimit rl;
-	pthread_t ctl_tid;
-	int ctl_started = 0;
 
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
@@ -731,6 +538,8 @@ int main(int argc, char **argv)
 			foreground = 1;
 		} else if (!strcmp(argv[i], "-d")) {
 			debug = foreground = 1;
+		} else if (!strcmp(argv[i], "--rw")) {
+			rw = 1;
 		} else if (!strcmp(argv[i], "--ctl") && i + 1 < argc) {
 			ctl = argv[++i];
 		} else if (argv[i][0] == '-' || (src && argv_mnt)) {
@@ -780,10 +589,13 @@ int main(int argc, char **argv)
 	}
 	nodes.root = (struct node){ .dev = root_st.st_dev, .ino = root_st.st_ino, .fd = src_fd };
 
-	/* `ro`: the kernel refuses every write with EROFS; allow_other: wfs
-	 * runs as root, but tests also read the NAS as nobody. */
-	snprintf(opts, sizeof(opts), "fsname=faultfs,subtype=faultfs,ro,default_permissions%s",
-		 geteuid() == 0 ? ",allow_other" : "");
+	/* `ro`: the kernel refuses every write with EROFS (--rw: our own
+	 * operations refuse what it may not do); allow_other: wfs runs as
+	 * root, but tests also read the NAS as nobody. */
+	snprintf(opts, sizeof(opts), "fsname=faultfs,subtype=faultfs%s,default_permissions%s",
+		 rw ? "" : ",ro", geteuid() == 0 ? ",allow_other" : "");
+	if (rw)
+		rw_ops(&ops);
 	{
 		char *fargv[] = { argv[0], "-o", opts, debug ? "-d" : NULL, NULL };
 		struct fuse_args args = FUSE_ARGS_INIT(debug ? 4 : 3, fargv);
@@ -795,8 +607,8 @@ int main(int argc, char **argv)
 	if (fuse_set_signal_handlers(se) != 0)
 		goto out_session;
 	/* Bound before the mount: a caller that sees the mount can talk. */
-	if ((ctl_fd = ctl_bind(ctl)) < 0) {
-		fprintf(stderr, "faultfs: --ctl %s: %s\n", ctl, strerror(-ctl_fd));
+	if ((r = ctl_open(ctl)) < 0) {
+		fprintf(stderr, "faultfs: --ctl %s: %s\n", ctl, strerror(-r));
 		goto out_signals;
 	}
 	if (fuse_session_mount(se, mnt) != 0) {
@@ -806,11 +618,10 @@ int main(int argc, char **argv)
 	if (fuse_daemonize(foreground) != 0)
 		goto out_unmount;
 	/* Threads only now: fuse_daemonize() forks. */
-	if ((r = pthread_create(&ctl_tid, NULL, ctl_thread, NULL)) != 0) {
+	if ((r = ctl_start(src_fd)) != 0) {
 		fprintf(stderr, "faultfs: control thread: %s\n", strerror(r));
 		goto out_unmount;
 	}
-	ctl_started = 1;
 
 	cfg = fuse_loop_cfg_create();
 	/* Hung calls each hold a worker: leave room for many (and for the
@@ -822,11 +633,7 @@ int main(int argc, char **argv)
 out_unmount:
 	fuse_session_unmount(se);
 out_ctl:
-	shutdown(ctl_fd, SHUT_RDWR); /* wakes accept() */
-	if (ctl_started)
-		pthread_join(ctl_tid, NULL);
-	close(ctl_fd);
-	unlink(ctl);
+	ctl_close(ctl);
 out_signals:
 	fuse_remove_signal_handlers(se);
 out_session:

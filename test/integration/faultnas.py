@@ -1,6 +1,6 @@
-"""FaultNAS: test/faultfs (a read-only FUSE view of a directory with faults
-a test turns on and off) driven from Python: the NAS a wfs test can freeze,
-break, slow down or make vanish.
+"""FaultNAS: test/faultfs (a FUSE view of a directory with faults a test
+turns on and off) driven from Python: the NAS a wfs test can freeze, break,
+slow down or make vanish.
 
   nas = FaultNAS(src, mnt, ctl).start()   # mounted when it returns
   nas.cmd("hang")                         # every NAS call blocks ...
@@ -10,16 +10,27 @@ break, slow down or make vanish.
   nas.restore()                           # umount -l the dead mount, start again
   problems = nas.stop()
 
+FaultDisk: an ext4 filesystem whose blocks fail on demand -- an image file
+on faultfs --rw, attached to a loop device, made and mounted -- for a
+LOCAL_STORE whose disk returns EIO.
+
+  disk = FaultDisk(base).start(self.addCleanup)  # each undo registered as it is done
+  disk.fail_file(path)                    # reads of that file's blocks fail EIO
+  disk.heal()
+
 The binary is WFS_FAULTFS (default <repo>/build/test/faultfs); without it
 the tests skip, or fail under CI=true (wfstest.skip_or_fail).
 """
 
 import errno
+import fcntl
 import json
 import os
 import select
+import shutil
 import signal
 import socket
+import struct
 import subprocess
 import tempfile
 import time
@@ -62,10 +73,11 @@ def wait_mounts(pred, timeout):
 
 class FaultNAS:
     """One faultfs process serving `src` at `mnt`, controlled through the
-    unix socket `ctl`."""
+    unix socket `ctl`; rw: faultfs --rw (the files in `src` may be written)."""
 
-    def __init__(self, src, mnt, ctl):
+    def __init__(self, src, mnt, ctl, rw=False):
         self.src, self.mnt, self.ctl = src, mnt, ctl
+        self.rw = rw
         self.proc = None
         self.logname = None
 
@@ -79,7 +91,8 @@ class FaultNAS:
             fd, self.logname = tempfile.mkstemp(prefix="faultfs-log-", suffix=".txt")
             os.close(fd)
         with open(self.logname, "ab") as log:
-            self.proc = subprocess.Popen([faultfs_bin(), "-f", "--ctl", self.ctl, self.src, self.mnt],
+            argv = [faultfs_bin(), "-f"] + (["--rw"] if self.rw else []) + ["--ctl", self.ctl]
+            self.proc = subprocess.Popen(argv + [self.src, self.mnt],
                                          stdin=subprocess.DEVNULL, stdout=log, stderr=log)
         ok = wait_mounts(lambda: self._mounted_live() or self.proc.poll() is not None,
                          START_TIMEOUT)
@@ -207,3 +220,141 @@ class FaultNAS:
             raise AssertionError("faultfs: %d call(s) hung after %d s, waited for %d: %s"
                                  % (last.get("hung", -1), timeout, n, last))
         return dict(last)
+
+
+# ------------------------------------------------------------------ a disk that fails
+
+FS_IOC_FIEMAP = 0xC020660B          # _IOWR('f', 11, struct fiemap)
+FIEMAP_FLAG_SYNC = 0x1
+FIEMAP_EXTENT_LAST = 0x1
+# extents whose bytes are not (only) at fe_physical on the device
+FIEMAP_NOT_ON_DISK = {0x2: "unknown", 0x4: "delalloc", 0x8: "encoded", 0x80: "encrypted",
+                      0x200: "inline", 0x400: "tail", 0x800: "unwritten"}
+
+
+def fiemap(path, max_extents=256):
+    """The extents of a file: [(logical, physical, length, flags)] in bytes,
+    from the FS_IOC_FIEMAP ioctl (FIEMAP_FLAG_SYNC: written out first).
+    physical is the byte offset on the filesystem's device."""
+    hdr = struct.Struct("=QQIIII")            # struct fiemap
+    ext = struct.Struct("=QQQQQI12x")         # struct fiemap_extent (56 bytes)
+    buf = bytearray(hdr.pack(0, (1 << 64) - 1, FIEMAP_FLAG_SYNC, 0, max_extents, 0)
+                    + bytes(ext.size * max_extents))
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.ioctl(fd, FS_IOC_FIEMAP, buf, True)
+    finally:
+        os.close(fd)
+    mapped = hdr.unpack_from(buf, 0)[3]
+    out = []
+    for i in range(mapped):
+        logical, physical, length, _, _, flags = ext.unpack_from(buf, hdr.size + i * ext.size)
+        out.append((logical, physical, length, flags))
+    if out and not out[-1][3] & FIEMAP_EXTENT_LAST:
+        raise AssertionError("FIEMAP of %s: more than %d extents" % (path, max_extents))
+    return out
+
+
+class FaultDisk:
+    """An ext4 filesystem at `base`/fs whose blocks fail on demand: the image
+    `base`/disk-src/disk.img served by faultfs --rw at `base`/disk, that
+    file attached to a loop device, mkfs.ext4'd and mounted.  A byte of the
+    ext4 is the byte at the same offset of the image, so an `eio` range of
+    the image is a bad stretch of the disk: reads of the blocks there (by
+    the page cache, O_DIRECT, the kernel's FUSE passthrough) fail EIO.
+
+    start(add_cleanup) registers the undo of each step as soon as it is done
+    (unittest's addCleanup or addModuleCleanup): umount, losetup -d, faultfs
+    stopped -- a failed test leaves no loop device or mount behind.  Each
+    undo raises AssertionError when it could not be done cleanly."""
+
+    IMG = "disk.img"
+
+    def __init__(self, base, size_mib=64):
+        self.src = os.path.join(base, "disk-src")
+        self.nas = FaultNAS(self.src, os.path.join(base, "disk"), os.path.join(base, "disk.sock"),
+                            rw=True)
+        self.mnt = os.path.join(base, "fs")
+        self.size_mib = size_mib
+        self.dev = None
+        self.loop_mode = None          # "buffered" or "direct-io", as attached
+
+    def start(self, add_cleanup):
+        for tool in ("losetup", "mkfs.ext4"):
+            if not shutil.which(tool):
+                wfstest.skip_or_fail("%s not found (package util-linux / e2fsprogs)" % tool)
+        os.makedirs(self.src)
+        with open(os.path.join(self.src, self.IMG), "wb") as f:
+            f.truncate(self.size_mib << 20)
+        self.nas.start()
+        add_cleanup(self._stop_faultfs)
+        img = os.path.join(self.nas.mnt, self.IMG)
+        errs = []
+        for mode, extra in (("buffered", []), ("direct-io", ["--direct-io=on"])):
+            r = subprocess.run(["losetup", "--find", "--show"] + extra + [img], capture_output=True,
+                               text=True, timeout=60)
+            if r.returncode == 0:
+                self.dev, self.loop_mode = r.stdout.strip(), mode
+                break
+            errs.append("losetup %s: %s" % (mode, r.stderr.strip()))
+        if not self.dev:
+            wfstest.skip_or_fail("cannot attach %s on faultfs --rw to a loop device: %s"
+                                 % (img, "; ".join(errs)))
+        add_cleanup(self._detach)
+        wfstest.sh("mkfs.ext4", "-q", "-F", self.dev)
+        os.makedirs(self.mnt, exist_ok=True)
+        wfstest.sh("mount", "-t", "ext4", self.dev, self.mnt)
+        add_cleanup(self._umount)
+        os.chmod(self.mnt, 0o755)
+        return self
+
+    # ---- undo, in this order
+
+    def _umount(self):
+        problems = wfstest.unmount(self.mnt)
+        if problems:
+            raise AssertionError("FaultDisk: " + "; ".join(problems))
+
+    def _loop_busy(self):
+        """The loop device still has a backing file."""
+        return os.path.exists("/sys/block/%s/loop/backing_file" % os.path.basename(self.dev))
+
+    def _detach(self):
+        r = subprocess.run(["losetup", "-d", self.dev], capture_output=True, text=True, timeout=60)
+        # The kernel lets the file go once the last opener (udev's probe)
+        # closes the device; faultfs cannot unmount before.
+        if not wfstest.wait_until(lambda: not self._loop_busy(), 10):
+            raise AssertionError("FaultDisk: %s still attached 10 s after losetup -d (%s)"
+                                 % (self.dev, r.stderr.strip() or "exit %d" % r.returncode))
+
+    def _stop_faultfs(self):
+        problems = self.nas.stop()
+        if problems:
+            raise AssertionError("FaultDisk: faultfs: " + "; ".join(problems))
+
+    # ---- faults
+
+    def extents(self, path):
+        """FIEMAP of a file of the ext4: [(physical offset in the image,
+        length)], asserting every extent is plain data on the device."""
+        out = []
+        for logical, physical, length, flags in fiemap(path):
+            odd = [name for bit, name in FIEMAP_NOT_ON_DISK.items() if flags & bit]
+            if odd:
+                raise AssertionError("FIEMAP of %s: extent at %d is %s: its bytes are not only "
+                                     "on the device" % (path, logical, "+".join(odd)))
+            out.append((physical, length))
+        return out
+
+    def fail_file(self, path):
+        """Make every read of the blocks of `path` (a file of this ext4) fail
+        EIO.  Returns the image ranges [(offset, length)]."""
+        ranges = self.extents(path)
+        if not ranges:
+            raise AssertionError("FIEMAP of %s: no extent (an empty file?)" % path)
+        for off, ln in ranges:
+            self.nas.check("eio %s %d %d" % (self.IMG, off, ln))
+        return ranges
+
+    def heal(self):
+        self.nas.check("clear")

@@ -23,6 +23,10 @@ requests.
   EvictOpen   evict --force of a blob open in passthrough: the open (and its
               mmap) keep reading right bytes; after every open is closed a
               new open reads the NAS (served.nas_bytes grows), right bytes
+  NasPassthrough  -o nas_passthrough=on: a NAS blob is read by the kernel
+              from the NAS file (no READ to the daemon), right bytes; its
+              NAS bytes are counted at release (cachestat); promoted while
+              open it keeps reading right bytes; reopened, the local copy
 """
 
 import errno
@@ -597,6 +601,85 @@ class EvictOpen(unittest.TestCase):
         self.assertGreater(d1, d0, "the evicted blob's reads did not reach the daemon")
         self.assertGreaterEqual(n1 - n0, len(want), "served.nas_bytes grew by %d reading the evicted "
                                 "%d-byte blob whole" % (n1 - n0, len(want)))
+
+
+# ------------------------------------------------------------------ 5
+
+class NasPassthrough(unittest.TestCase):
+    """-o nas_passthrough=on: a blob on the NAS is read by the kernel from
+    the NAS file itself (no READ reaches the daemon), right bytes through
+    read, pread and mmap; what it read counts as NAS bytes (cachestat) and
+    makes it hot; promoted while open, the open keeps reading right bytes,
+    and the next open after the last close is the local copy's."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.local = os.path.join(FIX.gen, "local-naspt")
+        cls.mnt = os.path.join(FIX.gen, "mnt-naspt")
+        os.mkdir(cls.mnt)
+        cls.mount = None
+        cls.mount = wfstest.Mount(FIX.hub, cls.local, cls.mnt,
+                                  ("nas_passthrough=on", "auto_promote=off")).start()
+        try:
+            wfstest.wait_ctl(cls.mnt)
+        except BaseException:
+            cls.tearDownClass()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        problems = cls.mount.stop() if cls.mount else []
+        cls.mount = None
+        if problems:
+            raise AssertionError("teardown of the nas_passthrough mount: " + "; ".join(problems))
+
+    def test_nas_blob_read_by_the_kernel_then_promoted_under_it(self):
+        b = BLOB["mixed"]
+        p, want = os.path.join(self.mnt, b["entry"]["path"]), b["want"]
+        self.assertEqual(state_of(p), "nas")
+        wfstest.drop_caches()
+        l0, n0 = wfstest.served_bytes(self, self.mnt)
+        d0 = daemon_reads(p)
+        fd = os.open(p, os.O_RDONLY)
+        mm = None
+        try:
+            pt = passthrough_opens(p)
+            probs = read_problems(fd, want, random.Random(70), "nas passthrough")
+            mm = mmap.mmap(fd, 0, prot=mmap.PROT_READ)
+            probs += [] if mm[:] == want else ["mmap: " + _diff(mm[:], want)]
+            # promoted while open: this open stays on the NAS file, right bytes
+            ctl_check(self, ["promote", "--wait", p])
+            self.assertEqual(state_of(p), "local", "after promote --wait")
+            wfstest.drop_caches()
+            probs += read_problems(fd, want, random.Random(71), "nas passthrough after promotion")
+            probs += [] if mm[:] == want else ["mmap after promotion: " + _diff(mm[:], want)]
+            d1 = daemon_reads(p)
+        finally:
+            if mm is not None:
+                mm.close()
+            os.close(fd)
+        self.assertEqual(probs, [], "wrong bytes through passthrough to the NAS file")
+        self.assertEqual(pt, 1, "user.wfs.passthrough of an open NAS blob with nas_passthrough=on")
+        self.assertEqual(d1, d0, "READ requests reached the daemon for an open passed through "
+                         "to the NAS file")
+        self.assertEqual(wait_passthrough(p, 0), 0, "user.wfs.passthrough after the close")
+        l1, n1 = wfstest.served_bytes(self, self.mnt)
+        self.assertGreaterEqual(n1 - n0, len(want), "served.nas_bytes grew by %d after the kernel "
+                                "read the %d-byte NAS file whole (cachestat at release)"
+                                % (n1 - n0, len(want)))
+        # the next open is the local copy's (passthrough to it), right bytes
+        wfstest.drop_caches()
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            pt2 = passthrough_opens(p)
+            probs = read_problems(fd, want, random.Random(72), "reopened after promotion")
+        finally:
+            os.close(fd)
+        l2, n2 = wfstest.served_bytes(self, self.mnt)
+        self.assertEqual(probs, [])
+        self.assertEqual(pt2, 1, "the reopened, now local, blob was not passed through")
+        self.assertEqual(n2, n1, "the reopened local blob counted NAS bytes")
+        self.assertEqual(daemon_reads(p), d0, "READ requests reached the daemon")
 
 
 if __name__ == "__main__":

@@ -90,7 +90,7 @@ int main(void)
 	if (!mkdtemp(root))
 		return 2;
 	snprintf(away, sizeof(away), "%s.away", root);
-	CHECK(&cnt, nas_gate_init(&g, root, 200, NULL, NULL) == 0, "init");
+	CHECK(&cnt, nas_gate_init(&g, root, 50, NULL, NULL) == 0, "init");
 	CHECK(&cnt, nas_gate_start(&g) == 0, "start");
 
 	/* a call that answers: its result, up stays up */

@@ -1,0 +1,76 @@
+/* faultfs.h - what the FUSE side of faultfs (faultfs.c) and its control
+ * socket (control.c) and its writable mode (rw.c) share: the faults in
+ * force, their counters, the nodes. */
+#ifndef FAULTFS_H
+#define FAULTFS_H
+
+#ifndef FUSE_USE_VERSION
+#define FUSE_USE_VERSION 312
+#endif
+
+#include <fuse_lowlevel.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+
+#define MAX_EIO 64
+
+enum mode { MODE_OK, MODE_HANG, MODE_FAIL };
+
+/* Reads of [off, off+len) of the source file (dev, ino) fail with EIO. */
+struct eio_range {
+	dev_t dev;
+	ino_t ino;
+	uint64_t off, len;
+};
+
+struct faults {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;     /* mode changed, an interrupt, a tick */
+	enum mode mode;          /* LOCK (all below too) */
+	int err;                 /* errno of MODE_FAIL */
+	unsigned latency_ms;
+	unsigned hung;           /* calls waiting in MODE_HANG now */
+	uint64_t calls, reads, read_bytes, writes, write_bytes;
+	unsigned n_eio;
+	struct eio_range eio[MAX_EIO];
+};
+
+extern struct faults g;   /* faultfs.c */
+extern int rw;            /* faultfs.c: --rw (existing regular files writable) */
+
+/* faultfs.c: 0, or the -errno the call must fail with (it waits first, as
+ * the faults in force say). */
+int gate(fuse_req_t req);
+
+/* Fail the request with the gate's errno, if any, and return. */
+#define GATE(req)                                  \
+	do {                                       \
+		int gr_ = gate(req);               \
+		if (gr_ < 0) {                     \
+			fuse_reply_err(req, -gr_); \
+			return;                    \
+		}                                  \
+	} while (0)
+
+/* faultfs.c: the O_PATH descriptor of @ino's source; its attributes
+ * (links not followed), 0 or -errno; a descriptor of it open with @flags
+ * (an access mode, O_TRUNC), or -errno. */
+int node_fd(fuse_ino_t ino);
+int stat_fd(int fd, struct stat *st);
+int node_reopen(fuse_ino_t ino, int flags);
+
+/* rw.c: the operations --rw adds to @ops. */
+void rw_ops(struct fuse_lowlevel_ops *ops);
+
+/* control.c: bind the control socket at @path (absolute; a socket left
+ * there by a killed faultfs is replaced).  0 or -errno. */
+int ctl_open(const char *path);
+/* Serve it on a thread of its own, never blocked by hung calls; @src_fd is
+ * SRC, where `eio REL ...` looks REL up.  0 or an errno. */
+int ctl_start(int src_fd);
+/* Stop serving (joins the thread if started), close and unlink @path. */
+void ctl_close(const char *path);
+
+#endif

@@ -1,5 +1,6 @@
 /* index.c - atomic JSON state index; see index.h. */
 #include "index.h"
+#include "jbytes.h"
 #include "durable.h"
 
 #include <errno.h>
@@ -104,62 +105,25 @@ static int slurp(const char *path, char **out, size_t *len)
 	return 0;
 }
 
-/* NAS names are bytes; JSON strings are UTF-8.  A key or id that is not
- * UTF-8 is written as "<field>_hex" (two lower-case hex digits a byte)
- * instead, and read back exactly. */
-static json_t *bytes_json(const char *s)
-{
-	size_t n = strlen(s);
-	char *hex = malloc(2 * n + 1);
-	json_t *v;
-
-	if (!hex)
-		return NULL;
-	for (size_t i = 0; i < n; i++)
-		snprintf(hex + 2 * i, 3, "%02x", (unsigned char)s[i]);
-	hex[2 * n] = '\0';
-	v = json_string(hex);
-	free(hex);
-	return v;
-}
-
+/* NAS names are bytes (jbytes.h: "<field>_hex" when not UTF-8). */
 static int set_name(json_t *o, const char *field, const char *s)
 {
-	char hexfield[32];
-	json_t *v = json_string(s);
-
-	if (v)
-		return json_object_set_new(o, field, v);
-	snprintf(hexfield, sizeof(hexfield), "%s_hex", field);
-	return json_object_set_new(o, hexfield, bytes_json(s));
+	return jbytes_set(o, field, s, strlen(s));
 }
 
 /* The name @field of @o (plain or _hex), in @buf (malloc'ed, the caller
- * frees it), or @dflt. */
+ * frees it), or @dflt when absent or not a name (a NUL inside). */
 static const char *get_name(json_t *o, const char *field, const char *dflt, char **buf)
 {
-	char hexfield[32];
-	const char *v = json_string_value(json_object_get(o, field)), *hex;
 	size_t n;
 
-	*buf = NULL;
-	if (v)
-		return v;
-	snprintf(hexfield, sizeof(hexfield), "%s_hex", field);
-	hex = json_string_value(json_object_get(o, hexfield));
-	if (!hex || (n = strlen(hex)) % 2 || !(*buf = malloc(n / 2 + 1)))
+	if (jbytes_get(o, field, buf, &n) < 0)
 		return dflt;
-	for (size_t i = 0; i < n / 2; i++) {
-		unsigned int b;
-
-		if (sscanf(hex + 2 * i, "%2x", &b) != 1 || b == 0) {
-			free(*buf);
-			*buf = NULL;
-			return dflt;
-		}
-		(*buf)[i] = (char)b;
+	if (strlen(*buf) != n) {
+		free(*buf);
+		*buf = NULL;
+		return dflt;
 	}
-	(*buf)[n / 2] = '\0';
 	return *buf;
 }
 

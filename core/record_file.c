@@ -16,6 +16,7 @@
  * fails is skipped, a file that does not parse is set aside.
  */
 #include "record_int.h"
+#include "jbytes.h"
 #include "path.h"
 
 #include <errno.h>
@@ -33,41 +34,9 @@ static const char *const kind_names[] = { [NS_DIR] = "dir", [NS_FILE] = "file",
 
 /* ---- writing ---- */
 
-static json_t *hex_json(const char *p, size_t n)
-{
-	char *hex = malloc(2 * n + 1);
-	json_t *v;
-
-	if (!hex)
-		return NULL;
-	for (size_t i = 0; i < n; i++)
-		snprintf(hex + 2 * i, 3, "%02x", (unsigned char)p[i]);
-	hex[2 * n] = '\0';
-	v = json_string(hex);
-	free(hex);
-	return v;
-}
-
-/* @field = @n bytes at @p: a string when they are UTF-8 without NUL, else
- * "<field>_hex".  NULL @p: nothing.  0 or -ENOMEM. */
-static int set_bytes(json_t *o, const char *field, const char *p, size_t n)
-{
-	char hexfield[32];
-	json_t *v;
-
-	if (!p)
-		return 0;
-	v = memchr(p, '\0', n) ? NULL : json_stringn(p, n);
-	if (v)
-		return json_object_set_new(o, field, v) ? -ENOMEM : 0;
-	snprintf(hexfield, sizeof(hexfield), "%s_hex", field);
-	v = hex_json(p, n);
-	return !v || json_object_set_new(o, hexfield, v) ? -ENOMEM : 0;
-}
-
 static int set_name(json_t *o, const char *field, const char *s)
 {
-	return set_bytes(o, field, s, s ? strlen(s) : 0);
+	return jbytes_set(o, field, s, s ? strlen(s) : 0);
 }
 
 /* @atime: with the access time (not in the content hash: the build's own
@@ -96,7 +65,7 @@ static json_t *node_json(const struct rnode *n, int atime)
 		goto fail;
 	if (!o || set_name(o, "path", n->path) || set_name(o, "backing", n->backing) ||
 	    set_name(o, "target", n->target) || set_name(o, "blob_id", n->blob_id) ||
-	    (n->has_data && set_bytes(o, "data", n->data, n->data_len)))
+	    (n->has_data && jbytes_set(o, "data", n->data, n->data_len)))
 		goto fail;
 	return o;
 fail:
@@ -125,55 +94,11 @@ out:
 
 /* ---- reading ---- */
 
-/* @field of @o as bytes: the string, or "<field>_hex" decoded, in *@out
- * (malloc'ed, NUL-terminated), its length in *@len.  0, -ENOENT when
- * neither is there, -EINVAL when malformed, -ENOMEM. */
-static int get_bytes(json_t *o, const char *field, char **out, size_t *len)
-{
-	json_t *v = json_object_get(o, field);
-	char hexfield[32];
-	const char *hex;
-	size_t n;
-
-	*out = NULL;
-	if (v) {
-		if (!json_is_string(v))
-			return -EINVAL;
-		*len = json_string_length(v);
-		*out = malloc(*len + 1);
-		if (!*out)
-			return -ENOMEM;
-		memcpy(*out, json_string_value(v), *len + 1);
-		return 0;
-	}
-	snprintf(hexfield, sizeof(hexfield), "%s_hex", field);
-	v = json_object_get(o, hexfield);
-	if (!v)
-		return -ENOENT;
-	if (!(hex = json_string_value(v)) || (n = strlen(hex)) % 2)
-		return -EINVAL;
-	if (!(*out = malloc(n / 2 + 1)))
-		return -ENOMEM;
-	for (size_t i = 0; i < n / 2; i++) {
-		unsigned int b;
-
-		if (sscanf(hex + 2 * i, "%2x", &b) != 1) {
-			free(*out);
-			*out = NULL;
-			return -EINVAL;
-		}
-		(*out)[i] = (char)b;
-	}
-	(*out)[n / 2] = '\0';
-	*len = n / 2;
-	return 0;
-}
-
 /* A name: bytes without NUL, at most @max long.  @need: it must be there. */
 static int get_name(json_t *o, const char *field, size_t max, int need, char **out)
 {
 	size_t len;
-	int r = get_bytes(o, field, out, &len);
+	int r = jbytes_get(o, field, out, &len);
 
 	if (r == -ENOENT)
 		return need ? -EINVAL : 0;
@@ -291,7 +216,7 @@ static int node_from(json_t *o, struct rnode **out)
 	if (!r)
 		r = get_name(o, "blob_id", NAME_MAX, 0, &n->blob_id);
 	if (!r && n->kind == NS_FILE) {
-		r = get_bytes(o, "data", &n->data, &n->data_len);
+		r = jbytes_get(o, "data", &n->data, &n->data_len);
 		n->has_data = r == 0;
 		if (r == -ENOENT)
 			r = 0;

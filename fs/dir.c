@@ -98,6 +98,44 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		dir_free(d);
 }
 
+/* The entries of a READDIRPLUS reply, classified in one NAS call rather
+ * than one each: those from @first that fit @size (a direntplus is a
+ * fuse_entry_out and a fuse_dirent header, 152 bytes, and the name, to 8).
+ * Entries found hidden leave room unused; the rest are looked up one by
+ * one. */
+struct plus_batch {
+	size_t first, n;
+	struct ns_entry *ent;
+	int *res;
+};
+
+#define DIRENTPLUS_LEN(namelen) (((size_t)152 + (namelen) + 7) & ~(size_t)7)
+
+static void batch_classify(struct wfs *w, const struct dir_handle *d, size_t first, size_t size,
+			   struct plus_batch *b)
+{
+	const char **rels;
+	size_t n = 0, room = size;
+	char rel[PATH_MAX];
+
+	memset(b, 0, sizeof(*b));
+	b->first = first;
+	while (first + n < d->n && DIRENTPLUS_LEN(strlen(d->ents[first + n].name)) <= room)
+		room -= DIRENTPLUS_LEN(strlen(d->ents[first + n++].name));
+	if (n < 2 || !(rels = calloc(n, sizeof(*rels))))
+		return; /* one by one */
+	for (size_t k = 0; k < n; k++)
+		if (path_join(d->rel, d->ents[first + k].name, rel, sizeof(rel)) < 0 ||
+		    !(rels[k] = strdup(rel)))
+			goto out;
+	if (nas_classify_batch(w, rels, n, &b->ent, &b->res) == 0)
+		b->n = n;
+out:
+	for (size_t k = 0; k < n; k++)
+		free((char *)rels[k]);
+	free(rels);
+}
+
 static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		       struct fuse_file_info *fi, int plus)
 {
@@ -108,7 +146,10 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	struct ns_entry *ent = malloc(sizeof(*ent));
 	size_t used = 0;
 	uint64_t dot_ino = node_serial(&w->nodes, dn);
+	struct plus_batch batch = { 0 };
 
+	if (plus && !d->from_record && buf && ent)
+		batch_classify(w, d, off > 2 ? (size_t)off - 2 : 0, size, &batch);
 	if (!buf || !ent) {
 		free(buf);
 		free(ent);
@@ -140,7 +181,12 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			if (!plus && (S_ISDIR(de->type) || S_ISREG(de->type) || d->from_record)) {
 				st.st_mode = de->type;
 			} else if (plus) {
-				if (do_lookup(w, dn, name, &e) < 0)
+				size_t k = (size_t)i - 2 - batch.first;
+				int r = k < batch.n ? lookup_classified(w, dn, name, rel, batch.res[k],
+									&batch.ent[k], &e)
+						    : do_lookup(w, dn, name, &e);
+
+				if (r < 0)
 					continue; /* hidden or vanished */
 				n = N(w, e.ino);
 				st = e.attr;
@@ -167,6 +213,8 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	fuse_reply_buf(req, buf, used);
 	free(buf);
 	free(ent);
+	free(batch.ent);
+	free(batch.res);
 }
 
 void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,

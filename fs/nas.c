@@ -42,6 +42,69 @@ int nas_classify(struct wfs *w, const char *rel, struct ns_entry *out)
 	return r;
 }
 
+struct batch_job {
+	const struct hub_roots *roots;
+	size_t n;
+	char **rels;
+	struct ns_entry *out;
+	int *res;
+};
+
+static void batch_release(void *arg)
+{
+	struct batch_job *j = arg;
+
+	for (size_t i = 0; i < j->n; i++)
+		free(j->rels[i]);
+	free(j->rels);
+	free(j->out);
+	free(j->res);
+	free(j);
+}
+
+static int batch_fn(void *arg)
+{
+	struct batch_job *j = arg;
+
+	for (size_t i = 0; i < j->n; i++) {
+		j->res[i] = ns_classify(j->roots, j->rels[i], &j->out[i]);
+		if (nas_gate_unavailable(j->res[i]))
+			return j->res[i]; /* the rest would fail alike */
+	}
+	return 0;
+}
+
+int nas_classify_batch(struct wfs *w, const char *const *rels, size_t n, struct ns_entry **out,
+		       int **res)
+{
+	struct batch_job *j = calloc(1, sizeof(*j));
+	int r = -ENOMEM;
+
+	if (!j)
+		return r;
+	j->roots = &w->roots;
+	j->rels = calloc(n ? n : 1, sizeof(*j->rels));
+	j->out = malloc((n ? n : 1) * sizeof(*j->out));
+	j->res = calloc(n ? n : 1, sizeof(*j->res));
+	if (!j->rels || !j->out || !j->res)
+		goto out;
+	for (; j->n < n; j->n++)
+		if (!(j->rels[j->n] = strdup(rels[j->n])))
+			goto out;
+	r = nas_call(&w->gate, batch_fn, j, batch_release);
+	if (r == -ETIMEDOUT)
+		return r;
+	if (r == 0) {
+		*out = j->out;
+		*res = j->res;
+		j->out = NULL;
+		j->res = NULL;
+	}
+out:
+	batch_release(j);
+	return r;
+}
+
 struct stat_job {
 	struct stat st;
 	struct statvfs sv;

@@ -113,33 +113,16 @@ static int lookup_from_record(struct wfs *w, struct node *parent, const char *na
 	return r;
 }
 
-/* Classify parent/name and take a lookup reference. */
-int do_lookup(struct wfs *w, struct node *parent, const char *name,
-		     struct fuse_entry_param *e)
+/* The name @rel in @parent as the NAS classified it (@r: 0 with @ent, or
+ * its -errno): take a lookup reference.  The record answers when the NAS
+ * could not. */
+int lookup_classified(struct wfs *w, struct node *parent, const char *name, const char *rel,
+		      int r, const struct ns_entry *ent, struct fuse_entry_param *e)
 {
-	char prel[PATH_MAX], rel[PATH_MAX];
-	struct ns_entry *ent;
-	struct node *n;
-	int r;
+	struct node *n = NULL;
 
-	if (parent->kind != NS_DIR)
-		return -ENOTDIR;
-	if (strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, ".."))
-		return -ENOENT;
-	r = node_path(parent, prel, sizeof(prel));
-	if (r == 0)
-		r = path_join(prel, name, rel, sizeof(rel));
-	if (r < 0)
-		return r;
-	ent = malloc(sizeof(*ent));
-	if (!ent)
-		return -ENOMEM;
-	r = nas_classify(w, rel, ent);
-	if (NAS_CANNOT_ANSWER(r)) {
-		r = lookup_from_record(w, parent, name, rel, e);
-		free(ent);
-		return r;
-	}
+	if (NAS_CANNOT_ANSWER(r))
+		return lookup_from_record(w, parent, name, rel, e);
 	if (r == 0 && ent->kind == NS_LINK && ent->link_state != NS_LINK_RESOLVED)
 		wfs_log(w, LOG_DEBUG, "link %s shown as is: %s", rel,
 			ns_link_state_name(ent->link_state));
@@ -155,6 +138,30 @@ int do_lookup(struct wfs *w, struct node *parent, const char *name,
 	 * walk over a large hub does not build one per file. */
 	if (r == 0 && ent->kind == NS_FILE && __atomic_load_n(&n->blob, __ATOMIC_ACQUIRE))
 		store_blob(&w->store, ent->backing, &ent->st, ent->blob_id);
+	return r;
+}
+
+/* Classify parent/name and take a lookup reference. */
+int do_lookup(struct wfs *w, struct node *parent, const char *name,
+		     struct fuse_entry_param *e)
+{
+	char prel[PATH_MAX], rel[PATH_MAX];
+	struct ns_entry *ent;
+	int r;
+
+	if (parent->kind != NS_DIR)
+		return -ENOTDIR;
+	if (strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, ".."))
+		return -ENOENT;
+	r = node_path(parent, prel, sizeof(prel));
+	if (r == 0)
+		r = path_join(prel, name, rel, sizeof(rel));
+	if (r < 0)
+		return r;
+	ent = malloc(sizeof(*ent));
+	if (!ent)
+		return -ENOMEM;
+	r = lookup_classified(w, parent, name, rel, nas_classify(w, rel, ent), ent, e);
 	free(ent);
 	return r;
 }

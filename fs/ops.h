@@ -11,6 +11,10 @@ struct node *N(struct wfs *w, fuse_ino_t ino);
 fuse_ino_t ino_of(struct wfs *w, struct node *n);
 /* The node's blob, made on first need (NULL for non-files or ENOMEM). */
 struct blob *node_blob(struct wfs *w, struct node *n);
+/* A name classified already (@r: 0 or the NAS's -errno, or one that says
+ * it could not answer: then the record's): take a lookup reference. */
+int lookup_classified(struct wfs *w, struct node *parent, const char *name, const char *rel,
+		      int r, const struct ns_entry *ent, struct fuse_entry_param *e);
 /* Classify parent/name and take a lookup reference. */
 int do_lookup(struct wfs *w, struct node *parent, const char *name, struct fuse_entry_param *e);
 

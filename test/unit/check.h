@@ -2,8 +2,11 @@
 #ifndef WFS_CHECK_H
 #define WFS_CHECK_H
 
+#include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -31,6 +34,46 @@ static inline void check_write_file(const char *path, const void *buf, size_t n)
 
 	if (fd < 0 || (n && write(fd, buf, n) != (ssize_t)n) || close(fd) < 0) {
 		perror(path);
+		exit(2);
+	}
+}
+
+/* A fixture tree under @root, by relative paths (fixtures too: a failure
+ * ends the program, exit 2). */
+static inline void check_path(char *out, size_t sz, const char *root, const char *rel)
+{
+	if (snprintf(out, sz, "%s/%s", root, rel) >= (int)sz) {
+		fprintf(stderr, "fixture path too long: %s/%s\n", root, rel);
+		exit(2);
+	}
+}
+
+static inline void check_mk(const char *root, const char *rel)
+{
+	char p[8192];
+
+	check_path(p, sizeof(p), root, rel);
+	if (mkdir(p, 0755) < 0 && errno != EEXIST) {
+		perror(p);
+		exit(2);
+	}
+}
+
+static inline void check_put(const char *root, const char *rel, const char *content)
+{
+	char p[8192];
+
+	check_path(p, sizeof(p), root, rel);
+	check_write_file(p, content, strlen(content));
+}
+
+static inline void check_ln(const char *root, const char *target, const char *rel)
+{
+	char p[8192];
+
+	check_path(p, sizeof(p), root, rel);
+	if (symlink(target, p) < 0) {
+		perror(p);
 		exit(2);
 	}
 }

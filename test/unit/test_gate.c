@@ -100,7 +100,9 @@ int main(void)
 	CHECK(&cnt, nas_gate_up(&g), "a missing file says nothing of the NAS");
 
 	/* a hung call: the caller is back at the deadline, the NAS is down,
-	 * later calls fail at once without running */
+	 * later calls fail at once without running (the root away meanwhile,
+	 * or the prober would find the NAS up at once) */
+	CHECK(&cnt, rename(root, away) == 0, "rename");
 	t0 = ms_now();
 	r = nas_call(&g, hang_fn, &h, hang_release);
 	CHECK(&cnt, r == -ETIMEDOUT, "hung call: %d", r);
@@ -123,6 +125,8 @@ int main(void)
 		pthread_cond_wait(&h.cond, &h.lock);
 	pthread_mutex_unlock(&h.lock);
 	CHECK(&cnt, h.ended == 1 && h.released == 1, "ended %d released %d", h.ended, h.released);
+	CHECK(&cnt, !nas_gate_up(&g), "still down: the root is away");
+	CHECK(&cnt, rename(away, root) == 0, "rename back");
 	wait_up(&g, 1);
 	CHECK(&cnt, nas_gate_up(&g), "up again");
 	CHECK(&cnt, nas_call(&g, ok_fn, &n, NULL) == 0 && n == 2, "calls run again");

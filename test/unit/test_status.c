@@ -31,37 +31,22 @@ static char top[PATH_MAX], nas[PATH_MAX];
 
 static void at(char *out, size_t sz, const char *rel)
 {
-	snprintf(out, sz, "%s/%s", nas, rel);
+	check_path(out, sz, nas, rel);
 }
 
 static void mk(const char *rel)
 {
-	char p[PATH_MAX * 2];
-
-	at(p, sizeof(p), rel);
-	if (mkdir(p, 0755) < 0 && errno != EEXIST) {
-		perror(p);
-		exit(2);
-	}
+	check_mk(nas, rel);
 }
 
 static void put(const char *rel, const char *content)
 {
-	char p[PATH_MAX * 2];
-
-	at(p, sizeof(p), rel);
-	check_write_file(p, content, strlen(content));
+	check_put(nas, rel, content);
 }
 
 static void ln(const char *target, const char *rel)
 {
-	char p[PATH_MAX * 2];
-
-	at(p, sizeof(p), rel);
-	if (symlink(target, p) < 0) {
-		perror(p);
-		exit(2);
-	}
+	check_ln(nas, target, rel);
 }
 
 /* A repo with one local blob (H256, two names) and one on the NAS. */

@@ -1,0 +1,85 @@
+/* jbytes.c - bytes in JSON; see jbytes.h. */
+#include "jbytes.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static json_t *hex_json(const char *p, size_t n)
+{
+	char *hex = malloc(2 * n + 1);
+	json_t *v;
+
+	if (!hex)
+		return NULL;
+	for (size_t i = 0; i < n; i++)
+		snprintf(hex + 2 * i, 3, "%02x", (unsigned char)p[i]);
+	hex[2 * n] = '\0';
+	v = json_string(hex);
+	free(hex);
+	return v;
+}
+
+int jbytes_set(json_t *o, const char *field, const char *p, size_t n)
+{
+	char hexfield[64];
+	json_t *v;
+
+	if (!p)
+		return 0;
+	v = memchr(p, '\0', n) ? NULL : json_stringn(p, n);
+	if (v)
+		return json_object_set_new(o, field, v) ? -ENOMEM : 0;
+	snprintf(hexfield, sizeof(hexfield), "%s_hex", field);
+	v = hex_json(p, n);
+	return !v || json_object_set_new(o, hexfield, v) ? -ENOMEM : 0;
+}
+
+static int unhex(const char *hex, char **out, size_t *len)
+{
+	size_t n = strlen(hex);
+
+	if (n % 2)
+		return -EINVAL;
+	if (!(*out = malloc(n / 2 + 1)))
+		return -ENOMEM;
+	for (size_t i = 0; i < n / 2; i++) {
+		unsigned int b;
+
+		if (sscanf(hex + 2 * i, "%2x", &b) != 1) {
+			free(*out);
+			*out = NULL;
+			return -EINVAL;
+		}
+		(*out)[i] = (char)b;
+	}
+	(*out)[n / 2] = '\0';
+	*len = n / 2;
+	return 0;
+}
+
+int jbytes_get(json_t *o, const char *field, char **out, size_t *len)
+{
+	json_t *v = json_object_get(o, field);
+	char hexfield[64];
+	const char *hex;
+
+	*out = NULL;
+	if (v) {
+		if (!json_is_string(v))
+			return -EINVAL;
+		*len = json_string_length(v);
+		if (!(*out = malloc(*len + 1)))
+			return -ENOMEM;
+		memcpy(*out, json_string_value(v), *len + 1);
+		return 0;
+	}
+	snprintf(hexfield, sizeof(hexfield), "%s_hex", field);
+	v = json_object_get(o, hexfield);
+	if (!v)
+		return -ENOENT;
+	if (!(hex = json_string_value(v)))
+		return -EINVAL;
+	return unhex(hex, out, len);
+}

@@ -90,6 +90,23 @@ static void fill_entry(struct wfs *w, struct node *n, struct fuse_entry_param *e
 	e->entry_timeout = timeout_for(w, n, 0);
 }
 
+/* A name inside a snapshot ("<repo>/snapshots/<commit>/<path>") never
+ * changes what it is: the commit fixes every file and link text.  The
+ * kernel may keep it as long as a blob's; a directory's attributes stay
+ * short, since its listing is cached until its mtime is seen to change and
+ * a download adds files to it.  Saves a walk the revalidation of every
+ * entry once entry_timeout has passed. */
+static void stable_entry(struct wfs *w, const char *rel, enum ns_kind kind,
+			 struct fuse_entry_param *e)
+{
+	if (!hub_is_snapshot_name(rel))
+		return;
+	if (e->entry_timeout < w->opt.blob_timeout)
+		e->entry_timeout = w->opt.blob_timeout;
+	if (kind != NS_DIR && e->attr_timeout < w->opt.blob_timeout)
+		e->attr_timeout = w->opt.blob_timeout;
+}
+
 /* The NAS cannot answer: a name of a local revision is answered from the
  * record; any other gets EIO (not ENOENT: it may well exist). */
 static int lookup_from_record(struct wfs *w, struct node *parent, const char *name,
@@ -133,6 +150,8 @@ int lookup_classified(struct wfs *w, struct node *parent, const char *name, cons
 		else
 			fill_entry(w, n, e);
 	}
+	if (r == 0)
+		stable_entry(w, rel, ent->kind, e);
 	/* A file that has a blob already: a changed source is noticed here.
 	 * Others get theirs when first opened or asked about (node_blob), so a
 	 * walk over a large hub does not build one per file. */

@@ -1,4 +1,4 @@
-/* fetch.c - the verified copy, as one io_uring pipeline.
+/* fetch.c - the verified copy, as one io_uring pipeline and a hasher.
  *
  * Two streams share one ring.  The source stream reads the NAS file into a
  * ring of slots; reads complete in any order, but the slots are hashed (and
@@ -8,11 +8,32 @@
  * the disk while the copy goes on, so the re-read costs little extra time.
  * The last segment is re-read after the final fsync.
  *
- * A slot is reused only once its previous chunk is fully written (source) or
- * hashed (verification); with chunk k always in slot k % n, that keeps the
- * bookkeeping to three offsets per stream.
+ * A slot is reused only once its previous chunk is fully written and hashed
+ * (source) or hashed (verification); with chunk k always in slot k % n, that
+ * keeps the bookkeeping to three offsets per stream.
+ *
+ * Where the time goes (WFS_FETCH_PROFILE, test_fetch --bench): SHA-256 is
+ * the cost that cannot shrink, about 0.5 ns a byte on one core; XXH3 is a
+ * tenth of that; the rest is the kernel's I/O.  Hashing everything on the
+ * copying thread made a copy take SHA-256 + XXH3 twice + the I/O in turn.
+ * So when the blob is named by a content address, the source bytes are
+ * hashed (the address and XXH3-128) on a hasher thread of their own, slot
+ * by slot in offset order, 64 KiB of one hash then the same 64 KiB of the
+ * other while they are in the cache, and the copying thread only drives the
+ * I/O, samples the source and hashes the re-read (XXH3 only: equal to the
+ * XXH3 of the source read, it proves the durable copy is the bytes the
+ * address was computed over).  A copy then goes at the hasher's pace as
+ * long as another core takes the rest.  The slot memory is registered with
+ * the ring (fixed buffers: no pages pinned and dirtied per operation), a
+ * third less CPU for the copying thread.  The periodic fdatasyncs run in the
+ * ring while the copy goes on; the hasher is seldom left waiting for them.
+ *
+ * The engine (io_uring, or the same operations done synchronously) is in
+ * fetch_engine.c, the content-address hasher in fetch_hasher.c; what they
+ * share with this file is in fetch_int.h.
  */
 #include "fetch.h"
+#include "fetch_int.h"
 #include "hash.h"
 #include "nasopen.h"
 
@@ -20,7 +41,6 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
-#include <liburing.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,78 +49,31 @@
 #include <time.h>
 #include <unistd.h>
 
-#define CHUNK ((size_t)1 << 20)
-#define ALIGN ((size_t)4096)
-#define NSRC 8  /* source reads / copy writes in flight */
-#define NVER 8  /* verification reads in flight */
-/* room for the over-read that shows a source longer than expected */
-#define SLOT_BYTES (CHUNK + ALIGN)
+/* the copying thread waits for the hasher to hash this many slots more
+ * (fewer wake-ups; the other slots keep the reads and writes going) */
+#define WAKE_BATCH 4
 #define SEG_MIN ((uint64_t)4 << 20)
 #define SEG_MAX ((uint64_t)256 << 20)
-#define MAX_OPS (NSRC + NVER + 4)
 /* a throttled pipeline still looks at the cancel flag this often */
 #define MAX_NAP_NS 100000000LL
 
-enum { OP_READ = 0, OP_WRITE = 1, OP_SYNC = 2 };
-enum { SLOT_FREE, SLOT_READING, SLOT_READY, SLOT_WRITING, SLOT_WRITTEN };
+void (*fetch_test_durable)(const char *tmp_path, uint64_t durable);
 
-struct slot {
-	struct stream *st;
-	unsigned char *buf;
-	uint64_t off;   /* file offset of buf[0] */
-	size_t want;    /* bytes of the file this slot carries */
-	size_t got;     /* bytes moved so far by the current operation */
-	int state;
-	int direct;     /* the current operation was issued with O_DIRECT */
+/* ---- WFS_FETCH_PROFILE: where the time of a copy goes, on stderr ---- */
+
+struct prof {
+	int64_t t0, cpu0;
+	int64_t hash_here;  /* this thread hashing the source (no hasher) */
+	int64_t hash_ver;   /* this thread hashing the re-read */
+	int64_t wait;       /* this thread waiting for the ring or the hasher */
+	int64_t sync_t, sync_sum, final_t, final_sum;
+	unsigned syncs, waits;
 };
 
-struct stream {
-	int fd;
-	int direct;
-	int is_src;
-	const char *path;
-	struct slot *slots;
-	unsigned n;
-	uint64_t sub;    /* next offset to read */
-	uint64_t hashed; /* next offset to hash */
-	uint64_t done;   /* source: next offset not yet written */
-	uint64_t limit;  /* reads stop here (verification: the durable prefix) */
-};
-
-struct engine {
-	struct io_uring ring;
-	int uring;
-	/* without io_uring, operations run at submission; their results wait here */
-	struct {
-		uint64_t ud;
-		int res;
-	} q[MAX_OPS];
-	unsigned qh, qn;
-	unsigned inflight;
-};
-
-struct job {
-	struct engine eng;
-	struct stream src, ver;   /* ver.fd is the copy (or the scrubbed file) */
-	struct slot slots[NSRC + NVER];
-	uint64_t size;
-	int copying;              /* fetch_copy_verify, not fetch_hash_file */
-	uint64_t seg;             /* make the copy durable every this many bytes */
-	uint64_t sync_asked;
-	unsigned syncs;           /* syncs in flight */
-	int finalized;            /* source fully written; final fsync issued */
-	int final_synced;
-	struct content_hash ch;   /* source bytes: xxh + content address */
-	struct sample_hash sh;
-	struct content_hash vh;   /* bytes read back */
-	double rate, tokens;
-	struct timespec last;
-	int64_t wait_ns;          /* > 0: reads wait this long for tokens */
-	struct fetch_progress *prog;
-	struct fetch_result *res;
-	char dir[PATH_MAX];
-	int err;
-};
+static int64_t prof_now(const struct job *j)
+{
+	return j->prof ? mono_ns(CLOCK_MONOTONIC) : 0;
+}
 
 static size_t round_up(size_t n, size_t a)
 {
@@ -148,126 +121,6 @@ static void fail_write(struct job *j, int err, const char *what)
 		fail(j, err, "disk quota exceeded on %s", j->dir);
 	else
 		fail(j, err, "%s %s: %s", what, j->ver.path, strerror(-err));
-}
-
-/* ---- engine: io_uring, or the same operations done synchronously ---- */
-
-static void eng_init(struct engine *e)
-{
-	memset(e, 0, sizeof(*e));
-	if (getenv("WFS_FETCH_NO_URING"))
-		return;
-	e->uring = io_uring_queue_init(MAX_OPS, &e->ring, 0) == 0;
-}
-
-static void eng_exit(struct engine *e)
-{
-	if (e->uring)
-		io_uring_queue_exit(&e->ring);
-}
-
-static void eng_push(struct engine *e, uint64_t ud, int res)
-{
-	e->q[(e->qh + e->qn) % MAX_OPS].ud = ud;
-	e->q[(e->qh + e->qn) % MAX_OPS].res = res;
-	e->qn++;
-}
-
-static struct io_uring_sqe *eng_sqe(struct engine *e, uint64_t ud)
-{
-	struct io_uring_sqe *sqe;
-
-	e->inflight++;
-	if (!e->uring)
-		return NULL;
-	sqe = io_uring_get_sqe(&e->ring);
-	if (!sqe) {
-		io_uring_submit(&e->ring);
-		sqe = io_uring_get_sqe(&e->ring);
-	}
-	if (!sqe)
-		eng_push(e, ud, -EBUSY);  /* cannot happen: the ring holds MAX_OPS */
-	return sqe;
-}
-
-static void eng_rw(struct engine *e, int write, int fd, void *buf, size_t len,
-		   uint64_t off, uint64_t ud)
-{
-	struct io_uring_sqe *sqe = eng_sqe(e, ud);
-	ssize_t r;
-
-	if (sqe) {
-		if (write)
-			io_uring_prep_write(sqe, fd, buf, (unsigned)len, off);
-		else
-			io_uring_prep_read(sqe, fd, buf, (unsigned)len, off);
-		io_uring_sqe_set_data64(sqe, ud);
-		return;
-	}
-	if (e->uring)
-		return;
-	do
-		r = write ? pwrite(fd, buf, len, (off_t)off) : pread(fd, buf, len, (off_t)off);
-	while (r < 0 && errno == EINTR);
-	eng_push(e, ud, r < 0 ? -errno : (int)r);
-}
-
-static void eng_sync(struct engine *e, int fd, int datasync, uint64_t ud)
-{
-	struct io_uring_sqe *sqe = eng_sqe(e, ud);
-
-	if (sqe) {
-		io_uring_prep_fsync(sqe, fd, datasync ? IORING_FSYNC_DATASYNC : 0);
-		io_uring_sqe_set_data64(sqe, ud);
-		return;
-	}
-	if (!e->uring)
-		eng_push(e, ud, (datasync ? fdatasync(fd) : fsync(fd)) < 0 ? -errno : 0);
-}
-
-/* Next completion: 1 when one is returned, 0 when none came (timeout,
- * signal, or nothing to wait for), -errno when the ring itself failed.  With
- * @block, waits (at most @timeout_ns when >= 0). */
-static int eng_next(struct engine *e, int block, int64_t timeout_ns, uint64_t *ud, int *res)
-{
-	struct io_uring_cqe *cqe = NULL;
-	int r;
-
-	if (e->qn) {
-		*ud = e->q[e->qh].ud;
-		*res = e->q[e->qh].res;
-		e->qh = (e->qh + 1) % MAX_OPS;
-		e->qn--;
-		e->inflight--;
-		return 1;
-	}
-	if (!e->uring) {
-		if (block && timeout_ns > 0)
-			nanosleep(&(struct timespec){ timeout_ns / 1000000000LL,
-						      timeout_ns % 1000000000LL }, NULL);
-		return 0;
-	}
-	if (!block) {
-		r = io_uring_peek_cqe(&e->ring, &cqe);
-	} else if (timeout_ns >= 0) {
-		struct __kernel_timespec ts = { timeout_ns / 1000000000LL,
-						timeout_ns % 1000000000LL };
-
-		r = io_uring_submit_and_wait_timeout(&e->ring, &cqe, 1, &ts, NULL);
-	} else {
-		r = io_uring_submit_and_wait(&e->ring, 1);
-		if (r >= 0)
-			r = io_uring_peek_cqe(&e->ring, &cqe);
-	}
-	if (r == -EAGAIN || r == -ETIME || r == -EINTR || (r >= 0 && !cqe))
-		return 0;
-	if (r < 0)
-		return r;
-	*ud = cqe->user_data;
-	*res = cqe->res;
-	io_uring_cqe_seen(&e->ring, cqe);
-	e->inflight--;
-	return 1;
 }
 
 /* ---- the pipeline ---- */
@@ -358,8 +211,6 @@ static void read_done(struct job *j, struct slot *sl, int res)
 
 static void write_done(struct job *j, struct slot *sl, int res)
 {
-	struct stream *s = &j->src;
-
 	if (res < 0) {
 		if (retry_buffered(&j->ver, sl, res) || res == -EAGAIN || res == -EINTR)
 			submit_write(j, sl);
@@ -377,13 +228,24 @@ static void write_done(struct job *j, struct slot *sl, int res)
 		return;
 	}
 	sl->state = SLOT_WRITTEN;
-	while (s->done < s->hashed && slot_at(s, s->done)->state == SLOT_WRITTEN) {
+}
+
+/* Free the source slots written and hashed, in offset order. */
+static void src_reap(struct job *j)
+{
+	struct stream *s = &j->src;
+	uint64_t id_done = hasher_done(&j->hs), was = s->done;
+
+	j->hs.seen = id_done;
+	while (s->done < s->hashed) {
 		struct slot *d = slot_at(s, s->done);
 
+		if (d->state != SLOT_WRITTEN || d->off + d->want > id_done)
+			break;
 		d->state = SLOT_FREE;
 		s->done += d->want;
 	}
-	if (j->prog)
+	if (j->prog && s->done != was)
 		atomic_store(&j->prog->bytes_done, s->done);
 }
 
@@ -394,12 +256,23 @@ static void sync_done(struct job *j, int final, int res)
 	uint64_t target = final ? j->size : j->sync_asked;
 
 	j->syncs--;
+	if (j->prof) {
+		int64_t now = mono_ns(CLOCK_MONOTONIC);
+
+		if (final)
+			j->prof->final_sum += now - j->prof->final_t;
+		else
+			j->prof->sync_sum += now - j->prof->sync_t;
+	}
 	if (res < 0) {
 		fail_write(j, res, "fsync failed on");
 		return;
 	}
-	if (target > j->ver.limit)
+	if (target > j->ver.limit) {
+		if (fetch_test_durable && j->copying)
+			fetch_test_durable(j->ver.path, target);
 		j->ver.limit = target;
+	}
 	j->final_synced |= final;
 }
 
@@ -409,6 +282,8 @@ static void complete(struct job *j, uint64_t ud, int res)
 
 	if ((ud & 3) == OP_SYNC)
 		sync_done(j, (int)(ud >> 2), res);
+	else if ((ud & 3) == OP_WAKE)
+		j->hs.waiting = 0;  /* the hasher moved on: looked at in advance() */
 	else if (j->err)
 		return;  /* after a failure, operations in flight are only drained */
 	else if ((ud & 3) == OP_READ)
@@ -442,17 +317,27 @@ static int throttle_take(struct job *j, size_t n)
 	return 1;
 }
 
+/* The source slots read, in offset order: sampled, hashed (here, or handed
+ * to the hasher) and written. */
 static void src_hash(struct job *j)
 {
 	struct stream *s = &j->src;
 
 	while (!j->err && s->hashed < j->size) {
 		struct slot *sl = slot_at(s, s->hashed);
+		int64_t p0;
 
 		if (sl->state != SLOT_READY || sl->off != s->hashed)
 			break;
-		content_hash_update(&j->ch, sl->buf, sl->want);
+		p0 = prof_now(j);
 		sample_hash_feed(&j->sh, sl->off, sl->buf, sl->want);
+		if (j->hs.started) {
+			hasher_post(&j->hs, sl);
+		} else {
+			content_hash_update(&j->ch, sl->buf, sl->want);
+			if (j->prof)
+				j->prof->hash_here += mono_ns(CLOCK_MONOTONIC) - p0;
+		}
 		if (!s->direct)
 			posix_fadvise(s->fd, (off_t)sl->off, (off_t)sl->want, POSIX_FADV_DONTNEED);
 		s->hashed += sl->want;
@@ -517,6 +402,8 @@ static void src_finish(struct job *j)
 		return;
 	}
 	j->syncs++;
+	if (j->prof)
+		j->prof->final_t = mono_ns(CLOCK_MONOTONIC);
 	eng_sync(&j->eng, j->ver.fd, 0, (1 << 2) | OP_SYNC);
 }
 
@@ -528,6 +415,10 @@ static void sync_more(struct job *j)
 		return;
 	j->sync_asked = s->done;
 	j->syncs++;
+	if (j->prof) {
+		j->prof->sync_t = mono_ns(CLOCK_MONOTONIC);
+		j->prof->syncs++;
+	}
 	eng_sync(&j->eng, j->ver.fd, 1, OP_SYNC);
 }
 
@@ -537,10 +428,14 @@ static void ver_hash(struct job *j)
 
 	while (!j->err && v->hashed < j->size) {
 		struct slot *sl = slot_at(v, v->hashed);
+		int64_t p0;
 
 		if (sl->state != SLOT_READY || sl->off != v->hashed)
 			break;
+		p0 = prof_now(j);
 		content_hash_update(&j->vh, sl->buf, sl->want);
+		if (j->prof)
+			j->prof->hash_ver += mono_ns(CLOCK_MONOTONIC) - p0;
 		if (!v->direct)
 			posix_fadvise(v->fd, (off_t)sl->off, (off_t)sl->want, POSIX_FADV_DONTNEED);
 		v->hashed += sl->want;
@@ -550,14 +445,53 @@ static void ver_hash(struct job *j)
 	}
 }
 
-static void advance(struct job *j)
+/* While the hasher has work, a read of its eventfd is in flight (with
+ * io_uring; without, a blocking read only once nothing else is pending),
+ * done once the hasher is WAKE_BATCH slots further (or has all it holds).
+ * The hasher stores done, then loads wake_at; this stores wake_at, then
+ * loads done (all seq_cst): one of the two sees the other's store, and the
+ * one whose compare-exchange takes wake_at to 0 writes efd, once. */
+static int hasher_wait(struct job *j)
+{
+	struct hasher *h = &j->hs;
+	uint64_t done, at, one = 1;
+
+	if (!h->started)
+		return 0;
+	done = hasher_done(h);
+	if (done > h->seen)
+		return 1;  /* it moved on since src_reap() looked: advance again */
+	if (h->waiting || done >= h->posted || (!j->eng.uring && j->eng.inflight))
+		return 0;
+	at = done + WAKE_BATCH * CHUNK;
+	if (at > h->posted)
+		at = h->posted;
+	atomic_store(&h->wake_at, at);
+	if (atomic_load(&h->done) >= at) {
+		uint64_t want = at;
+
+		/* reached already: the hasher may not have seen wake_at */
+		if (atomic_compare_exchange_strong(&h->wake_at, &want, 0))
+			while (write(h->efd, &one, sizeof(one)) < 0 && errno == EINTR)
+				;
+	}
+	h->waiting = 1;
+	eng_wake(&j->eng, h->efd, &h->efd_buf, OP_WAKE);
+	return 0;
+}
+
+static void advance_once(struct job *j)
 {
 	j->wait_ns = 0;
 	if (j->prog && atomic_load(&j->prog->cancel))
 		fail(j, -ECANCELED, "cancelled");
-	if (j->err)
+	if (j->err) {
+		if (j->hs.started)  /* what it holds is only drained */
+			atomic_store(&j->hs.abort, 1);
 		return;
+	}
 	if (j->copying) {
+		src_reap(j);
 		src_hash(j);
 		src_finish(j);
 		sync_more(j);
@@ -569,6 +503,15 @@ static void advance(struct job *j)
 		read_more(j, &j->ver);
 }
 
+/* Everything that can go on now; then, if the hasher is what is waited
+ * for, a read of its eventfd in flight. */
+static void advance(struct job *j)
+{
+	do
+		advance_once(j);
+	while (!j->err && hasher_wait(j));
+}
+
 static int finished(struct job *j)
 {
 	return j->ver.hashed == j->size && (!j->copying || j->final_synced);
@@ -578,6 +521,7 @@ static void run(struct job *j)
 {
 	for (;;) {
 		uint64_t ud;
+		int64_t p0;
 		int res, r;
 
 		advance(j);
@@ -589,7 +533,12 @@ static void run(struct job *j)
 				return;
 			}
 		}
+		p0 = prof_now(j);
 		r = eng_next(&j->eng, 1, j->wait_ns > 0 ? j->wait_ns : -1, &ud, &res);
+		if (j->prof) {
+			j->prof->wait += mono_ns(CLOCK_MONOTONIC) - p0;
+			j->prof->waits++;
+		}
 		while (r > 0) {
 			complete(j, ud, res);
 			r = eng_next(&j->eng, 0, 0, &ud, &res);
@@ -633,11 +582,13 @@ static struct job *job_new(uint64_t size, struct fetch_progress *prog, struct fe
 	j->prog = prog;
 	j->res = res;
 	j->src.fd = j->ver.fd = -1;
+	j->hs.efd = -1;
 	return j;
 }
 
 static void job_free(struct job *j, void *mem)
 {
+	hasher_stop(&j->hs, 1);
 	eng_exit(&j->eng);
 	content_hash_free(&j->ch);
 	content_hash_free(&j->vh);
@@ -682,6 +633,30 @@ static int open_source(struct job *j, const char *path)
 		return -1;
 	}
 	return 0;
+}
+
+/* One line: wall time and rate; this thread's CPU, hashing and waiting;
+ * the hasher's CPU, its time waiting for slots and runnable without a CPU
+ * (/proc schedstat); the periodic syncs (count, summed latency); the final
+ * fsync and the re-read after it. */
+static void prof_report(struct job *j)
+{
+	struct prof *p = j->prof;
+	double wall = (double)(mono_ns(CLOCK_MONOTONIC) - p->t0) / 1e9;
+	double tail = (double)(mono_ns(CLOCK_MONOTONIC) - p->final_t - p->final_sum) / 1e9;
+
+	fprintf(stderr, "fetch profile %s: %.3f s, %.0f MB/s%s; copy thread cpu %.3f s (hash source "
+		"%.3f, re-read %.3f, waiting %.3f s in %u waits); hasher %s cpu %.3f s, idle %.3f s, "
+		"runnable %.3f s; %u syncs %.3f s; final fsync %.3f s, then re-read %.3f s\n",
+		j->src.path, wall, wall > 0 ? (double)j->size / wall / 1e6 : 0.0,
+		j->eng.fixed ? ", fixed buffers" : "",
+		(double)(mono_ns(CLOCK_THREAD_CPUTIME_ID) - p->cpu0) / 1e9, (double)p->hash_here / 1e9,
+		(double)p->hash_ver / 1e9, (double)p->wait / 1e9, p->waits,
+		j->hs.ran ? "(content address)" : j->ch.md ? "not started" : "none",
+		(double)j->hs.cpu_ns / 1e9, (double)j->hs.idle_ns / 1e9, (double)j->hs.rq_ns / 1e9, p->syncs,
+		(double)p->sync_sum / 1e9, (double)p->final_sum / 1e9, j->err ? 0.0 : tail);
+	free(p);
+	j->prof = NULL;
 }
 
 int fetch_copy_verify(const char *src_path, uint64_t size, const char *tmp_path,
@@ -752,7 +727,18 @@ int fetch_copy_verify(const char *src_path, uint64_t size, const char *tmp_path,
 	j->rate = (double)bw_limit;
 	clock_gettime(CLOCK_MONOTONIC, &j->last);
 	eng_init(&j->eng);
+	eng_fixed(&j->eng, mem, (NSRC + NVER) * SLOT_BYTES);
+	if (getenv("WFS_FETCH_PROFILE") && (j->prof = calloc(1, sizeof(*j->prof)))) {
+		j->hs.prof = 1;
+		j->prof->t0 = mono_ns(CLOCK_MONOTONIC);
+		j->prof->cpu0 = mono_ns(CLOCK_THREAD_CPUTIME_ID);
+	}
+	if (j->ch.md)
+		hasher_start(&j->hs, &j->ch);
 	run(j);
+	hasher_stop(&j->hs, j->err != 0);
+	if (j->prof)
+		prof_report(j);
 
 	if (!j->err) {
 		char copy[33];
@@ -805,6 +791,7 @@ int fetch_hash_file(const char *path, char xxh_hex[33], struct fetch_progress *p
 	stream_init(&j->ver, fd, path, j->slots, NVER, mem);
 	j->ver.limit = j->size;
 	eng_init(&j->eng);
+	eng_fixed(&j->eng, mem, NVER * SLOT_BYTES);
 	run(j);
 	err = j->err;
 	if (!err)

@@ -7,11 +7,18 @@
  *
  * Functions return 0 or -errno and never exit.  Both are blocking and meant
  * for a worker thread; another thread may watch or cancel them through
- * struct fetch_progress.
+ * struct fetch_progress.  A call holds 1 MiB I/O buffers, 24 for a copy and
+ * 8 for a hash, registered with its io_uring where locked memory allows;
+ * fetch_copy_verify() of a blob named by a content address also runs one
+ * thread of its own for the call (the hasher, below).
  *
- * Diagnostics: with WFS_FETCH_NO_URING set in the environment the io_uring
+ * Diagnostics, from the environment: with WFS_FETCH_NO_URING the io_uring
  * pipeline is not used (same as when io_uring is unavailable: plain
- * pread/pwrite with the same semantics, one operation at a time).
+ * pread/pwrite with the same semantics, one operation at a time); with
+ * WFS_FETCH_PROFILE each fetch_copy_verify() writes one line to stderr: its
+ * time and rate, this thread's CPU, hashing and waiting, the hasher's CPU,
+ * idle time and time runnable without a CPU, the syncs and the final
+ * re-read (test_fetch --bench measures copies with it).
  */
 #ifndef WFS_FETCH_H
 #define WFS_FETCH_H
@@ -20,7 +27,8 @@
 #include <stdint.h>
 
 struct fetch_progress {
-	_Atomic uint64_t bytes_done;  /* copy: bytes written; hash: bytes hashed */
+	_Atomic uint64_t bytes_done;  /* copy: bytes written (and hashed);
+				       * hash: bytes hashed */
 	_Atomic int cancel;           /* set non-zero to abort (-ECANCELED) */
 };
 
@@ -40,13 +48,18 @@ struct fetch_result {
  *   - @tmp_path is created O_EXCL (an existing one gives -EEXIST and is left
  *     alone) and its space reserved with fallocate before the first byte;
  *   - the source is read with several reads in flight (io_uring), hashed in
- *     offset order as read (XXH3-128, source sample, and SHA-256 / git blob
- *     SHA-1 when @expected_id is a 64 / 40 lower-hex content address; NULL,
- *     "" or any other name skips that check) and written;
+ *     offset order exactly as read (XXH3-128, source sample, and SHA-256 /
+ *     git blob SHA-1 when @expected_id is a 64 / 40 lower-hex content
+ *     address; NULL, "" or any other name skips that check) and written.
+ *     With a content address, XXH3-128 and the address are computed on a
+ *     hasher thread, over the very buffers read, handed over in offset
+ *     order; the caller's thread drives the I/O meanwhile, and a buffer is
+ *     read into again only once it is both written and hashed;
  *   - the copy is made durable (fdatasync per segment as the copy advances,
  *     fsync at the end) and each durable segment is re-read from the disk with
- *     O_DIRECT, not from the page cache, and hashed; the two XXH3-128 must be
- *     equal;
+ *     O_DIRECT, not from the page cache, and hashed with XXH3-128; it must
+ *     equal the XXH3-128 of the source read, which proves the durable copy
+ *     holds the bytes the content address was computed over;
  *   - the source must hold exactly @size bytes throughout;
  *   - @src_path is absolute and physical (the caller resolved every link)
  *     and is opened with nas_open(NULL, ...) (nasopen.h): a link swapped
@@ -73,6 +86,12 @@ struct fetch_result {
 int fetch_copy_verify(const char *src_path, uint64_t size, const char *tmp_path,
 		      const char *expected_id, uint64_t bw_limit,
 		      struct fetch_progress *prog, struct fetch_result *res);
+
+/* Tests only (NULL otherwise): called on the copying thread each time a
+ * longer prefix [0, @durable) of the copy @tmp_path is durable, before any
+ * byte of it is re-read; a test damages the copy there to prove the re-read
+ * is compared. */
+extern void (*fetch_test_durable)(const char *tmp_path, uint64_t durable);
 
 /* Full re-hash of an existing local copy (scrub), read with O_DIRECT where
  * possible (otherwise its cached pages are dropped before reading).  Fills

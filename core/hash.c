@@ -74,6 +74,17 @@ void content_hash_update(struct content_hash *h, const void *buf, size_t n)
 		EVP_DigestUpdate(h->md, buf, n);
 }
 
+void content_hash_update_xxh(struct content_hash *h, const void *buf, size_t n)
+{
+	XXH3_128bits_update(h->xxh, buf, n);
+}
+
+void content_hash_update_id(struct content_hash *h, const void *buf, size_t n)
+{
+	if (h->md)
+		EVP_DigestUpdate(h->md, buf, n);
+}
+
 int content_hash_final(struct content_hash *h, char xxh_hex[33], int *id_matches)
 {
 	int match = -1;

@@ -45,6 +45,14 @@ int content_hash_init(struct content_hash *h, const char *expected_id, uint64_t 
 /* Feed the next @n bytes of the stream, in order. */
 void content_hash_update(struct content_hash *h, const void *buf, size_t n);
 
+/* The same, one hash at a time: _xxh feeds the XXH3-128 only, _id the
+ * content address only (nothing when h->md is NULL).  Each must see every
+ * byte of the stream in order; the two may run on different threads (they
+ * share no state), and content_hash_final() may run only once both are done
+ * and their effects visible to its thread (joined, or a release/acquire). */
+void content_hash_update_xxh(struct content_hash *h, const void *buf, size_t n);
+void content_hash_update_id(struct content_hash *h, const void *buf, size_t n);
+
 /* Finish: @xxh_hex gets the XXH3-128 of the stream; @id_matches (may be
  * NULL) gets 1 when the content address matches, 0 when it does not, -1 when
  * the name is not a content address.  h->id_hex then holds the address

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---- the daemon's own -o options (the policy options: core/policy.c) ---- */
 
@@ -97,7 +98,12 @@ static const struct opt_row daemon_rows[] = {
 	{ .name = "max_threads", .kind = OPT_UINT, .off = OFF(max_threads), .min = 1,
 	  .max = 1024, .unit = "threads", .help = "FUSE worker threads" },
 	{ .name = "copy_workers", .kind = OPT_UINT, .off = OFF(copy_workers), .min = 1,
-	  .max = 64, .unit = "workers", .help = "concurrent promotions" },
+	  .max = 64, .unit = "workers",
+	  .help = "concurrent promotions; by default one per online\n"
+		  "CPU, at least 2: a copy's SHA-256 keeps about one\n"
+		  "core busy, so one copy per core keeps every core\n"
+		  "hashing, and with 2 or more an automatic copy never\n"
+		  "holds up a wfsctl promote" },
 	{ .name = "passthrough", .kind = OPT_BOOL, .off = OFF(passthrough),
 	  .help = "let the kernel read local copies itself (FUSE\n"
 		  "passthrough, kernel >= 6.9; falls back to daemon-\n"
@@ -128,6 +134,8 @@ static const struct opt_row daemon_rows[] = {
 
 void opts_init(struct wfs_opts *o)
 {
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+
 	memset(o, 0, sizeof(*o));
 	o->entry_timeout = 1.0;
 	o->attr_timeout = 1.0;
@@ -135,7 +143,7 @@ void opts_init(struct wfs_opts *o)
 	o->blob_timeout = 60.0;
 	o->max_threads = 16;
 	o->nas_timeout_ms = NAS_GATE_TIMEOUT_MS;
-	o->copy_workers = 2;
+	o->copy_workers = (unsigned)(ncpu < 2 ? 2 : ncpu > 64 ? 64 : ncpu);
 	o->readahead_kb = 4096;
 	o->metrics_interval = 15;
 	o->passthrough = 1;

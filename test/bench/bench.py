@@ -79,7 +79,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from common import (GiB, MiB, fmt, fs_of, is_mounted, loadavg, log, meminfo,  # noqa: E402
-                    no_interrupts, pid_alive)
+                    mountinfo, no_interrupts, pid_alive)
 from measures import (MEASUREMENTS, Ctx, GOALS, Skip, mount_main, unmount_all)  # noqa: E402
 from rigs import RIGS, disk_check, generate, mem_check, plan, \
     add_shards_repo, remove_tree  # noqa: E402
@@ -258,10 +258,15 @@ def print_rig(ctx, out):
     info = getattr(ctx, "rig_info", ctx.rig.info)
     print(f"\n### rig {ctx.rig.name}: {info.get('desc', '')}", file=out)
     ra = ctx.read_ahead or {}
+    mra = f"{ra.get('wfs_kb')}"
+    if ra.get("wfs_kb") != ra.get("wfs_wanted_kb") or \
+            ra.get("wfs_kb_at_end", ra.get("wfs_kb")) != ra.get("wfs_kb"):
+        mra += (f" (wfs asked for {ra.get('wfs_wanted_kb')}; "
+                f"{ra.get('wfs_kb_at_end')} at the end)")
     if ctx.big:
         print(f"big file {ctx.big['path']} ({ctx.big['size'] / MiB:.0f} MiB); {a.pairs} pairs "
               f"a figure (median, lo-hi of the pair ratios); bdi read_ahead_kb NAS "
-              f"{ra.get('direct_kb')}, mount {ra.get('wfs_kb')}, LOCAL_STORE "
+              f"{ra.get('direct_kb')}, mount {mra}, LOCAL_STORE "
               f"{ra.get('local_kb')}; {getattr(ctx, 'elapsed', 0):.0f} s", file=out)
     if ctx.compare_info:
         print(f"compare: {ctx.compare_info}", file=out)
@@ -338,9 +343,9 @@ def as_json(run):
     a = run["args"]
     return {"command": run["command"], "machine": run["machine"],
             "config": {k: getattr(a, k) for k in (
-                "rig", "pairs", "scale_mib", "many", "shards", "shard_mib", "seed",
+                "rig", "pairs", "redo", "scale_mib", "many", "shards", "shard_mib", "seed",
                 "random_count", "wfs", "wfs_opt", "wfsctl", "mkhub", "startup_many",
-                "memory_many", "fuse_read_ahead_kb", "quick")},
+                "memory_many", "fuse_read_ahead_kb", "loop_read_ahead_kb", "quick")},
             "measurements": [m.name for m in a.selected],
             "plan": plan(a),
             "rigs": [ctx_json(c) for c in run["ctxs"] if c.rig],
@@ -366,6 +371,10 @@ def parse_args(argv):
                         "memory-backed loop devices, or both in turn (default both)")
     p.add_argument("--pairs", type=int, default=None,
                    help="pairs a ratio figure (default 5; 3 with --quick)")
+    p.add_argument("--redo", type=int, default=5,
+                   help="a figure's rounds during which another process dropped the caches "
+                        "(/proc/vmstat drop_pagecache) are measured again, at most this many "
+                        "times a figure (default 5)")
     p.add_argument("--dir", default="/var/tmp",
                    help="parent of the temporary work dir (default /var/tmp)")
     p.add_argument("--scale-mib", "--size-mib", dest="scale_mib", type=int, default=None,
@@ -393,6 +402,10 @@ def parse_args(argv):
     p.add_argument("--fuse-read-ahead-kb", type=int, default=None,
                    help="set the mount's /sys/class/bdi/.../read_ahead_kb after mounting "
                         "(default: leave the daemon's value; the header shows each side's)")
+    p.add_argument("--loop-read-ahead-kb", type=int, default=4096,
+                   help="mem rig: read_ahead_kb of its loop devices (default 4096, as the "
+                        "mount's readahead_kb default; a loop device otherwise keeps whatever "
+                        "its previous user set)")
     p.add_argument("--startup-many", type=int, default=None,
                    help="verified blobs for the startup figure (default 1000)")
     p.add_argument("--memory-many", type=int, default=None,
@@ -458,6 +471,11 @@ def main(argv=None):
             sys.exit(f"{what}: {path} is not an executable")
     if not per_rig:
         a.rigs = []
+    stale = [mp for mp, fstype, src in mountinfo() if fstype == "tmpfs" and src == "wfs-bench"]
+    if stale:
+        log(f"NOTE: mem rig tmpfs of another (or a killed) bench run still mounted: "
+            f"{', '.join(stale)}; if no bench is running: umount its ext4s (nas, store next "
+            "to it), losetup -d their loop devices (losetup -a), then umount it")
     # refuse before spending minutes on the disk rig
     if "mem" in a.rigs:
         why = mem_check(a)

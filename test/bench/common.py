@@ -61,10 +61,39 @@ def gib(n):
 # --------------------------------------------------------------------------
 # system state
 
+_own_drops = [0]
+
+
 def drop_caches():
     os.sync()
     with open("/proc/sys/vm/drop_caches", "w") as f:
         f.write("3\n")
+    _own_drops[0] += 1
+
+
+def vmstat(key):
+    with open("/proc/vmstat") as f:
+        for line in f:
+            k, _, v = line.partition(" ")
+            if k == key:
+                return int(v)
+    return None
+
+
+def drops_mark():
+    """A mark for foreign_drops(): the kernel's drop_caches counters and ours."""
+    return (vmstat("drop_pagecache"), vmstat("drop_slab"), _own_drops[0])
+
+
+def foreign_drops(mark):
+    """How many times another process dropped caches since mark (the
+    kernel counts every write to /proc/sys/vm/drop_caches in /proc/vmstat;
+    ours write 3, counted once in each counter).  None if it cannot tell."""
+    now = drops_mark()
+    if None in now or None in mark:
+        return None
+    own = now[2] - mark[2]
+    return max(now[0] - mark[0] - own, now[1] - mark[1] - own, 0)
 
 
 def meminfo(key):

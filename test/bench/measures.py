@@ -25,10 +25,11 @@ import sys
 import threading
 import time
 
-from common import (GiB, MiB, Skip, bdi_read_ahead_path, cpu_split, drop_caches, find_daemon,
-                    fmt, is_mounted, log, median, meminfo, proc_cpu_s, proc_status, proc_ticks,
-                    read_ahead_kb, resident_bytes, run_cmd_timed, sys_cpu, unmount_one,
-                    wait_daemon_exit, wait_mounted, CLK_TCK)
+from common import (GiB, MiB, Skip, bdi_read_ahead_path, cpu_split, drop_caches, drops_mark,
+                    find_daemon, fmt, foreign_drops, is_mounted, log, median, meminfo,
+                    proc_cpu_s, proc_status, proc_ticks, read_ahead_kb, resident_bytes,
+                    run_cmd_timed, sys_cpu, unmount_one, wait_daemon_exit, wait_mounted,
+                    CLK_TCK)
 
 
 # --------------------------------------------------------------------------
@@ -251,10 +252,14 @@ class Ctx:
         log(f"  {metric}: direct={fmt(direct)} wfs={fmt(wfs)} ratio={fmt(ratio, 3)} {note}")
         return r
 
-    def pair_row(self, key, metric, unit, kind, base, vals, cpu=None, note="", extra=None):
+    def pair_row(self, key, metric, unit, kind, base, vals, cpu=None, note="", extra=None,
+                 res=None):
         """A figure measured in pairs: base[i] and vals[i] from pair i.
         direct/wfs = medians, ratio = median of vals[i]/base[i], lo-hi their
-        range, daemon_cpu_s = median of cpu[i]."""
+        range, daemon_cpu_s = median of cpu[i].  res: the Rounds measured
+        (its redone / disturbed rounds are noted)."""
+        if res is not None and res.note():
+            note = (note + "; " if note else "") + res.note()
         ratios = [v / b for b, v in zip(base, vals) if b and v is not None]
         r = {"key": key, "metric": metric, "unit": unit, "kind": kind,
              "direct": median(base), "wfs": median(vals), "ratio": median(ratios),
@@ -278,6 +283,8 @@ class Ctx:
         r = next((x for x in self.rows if x["key"] == key), None)
         if r is None:
             r = self.row(key, metric, unit, median(base), None, kind, note)
+        elif note and f"compare rounds: {note}" not in r["note"]:
+            r["note"] = (r["note"] + "; " if r["note"] else "") + f"compare rounds: {note}"
         ratios = [v / b for b, v in zip(base, vals) if b and v is not None]
         if name not in self.alt_names:
             self.alt_names.append(name)
@@ -288,16 +295,50 @@ class Ctx:
         log(f"  {metric}: {name}={fmt(median(vals))} ratio={fmt(median(ratios), 3)}")
 
 
+class Rounds(dict):
+    """{side: [dict per round]}, and how many rounds were redone / kept
+    though disturbed."""
+    redone = 0
+    disturbed = 0
+
+    def note(self):
+        out = []
+        if self.redone:
+            out.append(f"{self.redone} round(s) redone: another process dropped caches "
+                       "during them")
+        if self.disturbed:
+            out.append(f"{self.disturbed} round(s) kept though another process dropped "
+                       "caches during them (--redo exhausted)")
+        return "; ".join(out)
+
+
 def abba(ctx, sides, visit, n=None):
     """Visit every side n (--pairs) times; round i in the order of `sides`
     when i is even, reversed when odd (two sides: A B, B A, A B, ...).
-    visit(side) -> dict of figures.  Returns {side: [dict per round]}."""
+    visit(side) -> dict of figures.  A round during which another process
+    dropped the caches (its cold/warm state is then not what the visit set
+    up) is measured again, at most --redo times a figure.  Returns
+    Rounds {side: [dict per round]}."""
     n = n or ctx.args.pairs
     sides = tuple(sides)
-    out = {s: [] for s in sides}
-    for i in range(n):
+    out = Rounds({s: [] for s in sides})
+    i = 0
+    while i < n:
+        mark = drops_mark()
+        got = {}
         for s in (sides if i % 2 == 0 else sides[::-1]):
-            out[s].append(visit(s))
+            got[s] = visit(s)
+        foreign = foreign_drops(mark)
+        if foreign:
+            if out.redone < ctx.args.redo:
+                out.redone += 1
+                log(f"  round {i + 1}: another process dropped caches {foreign} time(s) "
+                    "during it: measuring it again")
+                continue
+            out.disturbed += 1
+        for s in sides:
+            out[s].append(got[s])
+        i += 1
     return out
 
 
@@ -319,12 +360,29 @@ def seq_visit(ctx, paths, size):
         drop_caches()
         out = {}
         for k in ("cold", "warm"):
+            if k == "warm" and side == "direct":
+                # what the cold read left cached (someone else dropping
+                # caches, or memory pressure, would make "warm" a lie); not
+                # asked of FUSE sides: a FUSE open without keep_cache drops
+                # the file's cache
+                rb = resident_bytes(p)
+                out["resident"] = None if rb is None else rb / size
             (n, dt), dc = ctx.timed(side, lambda: seq_read(p))
             if n != size:
                 raise IOError(f"{side}: read {n} bytes of {p}, expected {size}")
             out[k], out["cpu_" + k] = n / dt / 1e6, dc
         return out
     return visit
+
+
+def warm_note(res, sides):
+    """A note when a warm seq read did not find the whole file cached."""
+    low = [(s, r) for s in sides for r in col(res, s, "resident") if r is not None and r < 0.99]
+    if not low:
+        return ""
+    s, r = min(low, key=lambda x: x[1])
+    return (f"WARM NOT WARM: {len(low)} warm read(s) found less than the whole file cached "
+            f"(least: {s} {r * 100:.0f}%)")
 
 
 def mmap_visit(ctx, paths):
@@ -374,18 +432,19 @@ def read_rows(ctx, paths, size, pre, label, which=("seq", "mmap", "rand")):
         res = abba(ctx, ("direct", "wfs"), seq_visit(ctx, paths, size))
         for k in ("cold", "warm"):
             ctx.pair_row(f"{pre}.seq.{k}", f"{label}seq 1 MiB {k} ({g})", "MB/s", "rate",
-                         col(res, "direct", k), col(res, "wfs", k), col(res, "wfs", "cpu_" + k))
+                         col(res, "direct", k), col(res, "wfs", k), col(res, "wfs", "cpu_" + k),
+                         warm_note(res, ("direct", "wfs")) if k == "warm" else "", res=res)
     if "mmap" in which:
         res = abba(ctx, ("direct", "wfs"), mmap_visit(ctx, paths))
         ctx.pair_row(f"{pre}.mmap.cold", f"{label}mmap cold (every page)", "MB/s", "rate",
                      col(res, "direct", "cold"), col(res, "wfs", "cold"),
-                     col(res, "wfs", "cpu_cold"))
+                     col(res, "wfs", "cpu_cold"), res=res)
     if "rand" in which:
         res = abba(ctx, ("direct", "wfs"), rand_visit(ctx, paths, offs))
         for k in ("cold", "warm"):
             ctx.pair_row(f"{pre}.rand.{k}", f"{label}4 KiB random {k} ({len(offs)} reads)",
                          "IOPS", "rate", col(res, "direct", k), col(res, "wfs", k),
-                         col(res, "wfs", "cpu_" + k))
+                         col(res, "wfs", "cpu_" + k), res=res)
 
 
 def nas_paths(ctx):
@@ -416,7 +475,7 @@ def m_walk(ctx):
     for k in ("cold", "warm"):
         ctx.pair_row(f"walk.{k}", f"walk find+lstat {k} ({nd} entries)", "s", "time",
                      col(res, "direct", k), col(res, "wfs", k), col(res, "wfs", "cpu_" + k),
-                     note, extra={"entries": {"direct": nd, "wfs": nw}})
+                     note, extra={"entries": {"direct": nd, "wfs": nw}}, res=res)
 
 
 def pagecache_measure(paths, size, nas_path):
@@ -633,17 +692,17 @@ def promote_rows(ctx, key, what, size, res, sha_label, cp_label):
     busy = median(col(res, "wfs", "busy"))
     iow = median(col(res, "wfs", "iowait"))
     main = ctx.pair_row(key, f"promote --wait {what} vs {sha_label}", "MB/s", "rate",
-                 col(res, "sha256", "rate"), col(res, "wfs", "rate"), cpu,
-                 f"direct = {sha_label} (hashlib over memory); while promoting all CPUs "
-                 f"{busy * 100:.0f}% busy, {iow * 100:.0f}% iowait",
-                 extra={"busy": busy, "iowait": iow})
+                        col(res, "sha256", "rate"), col(res, "wfs", "rate"), cpu,
+                        f"direct = {sha_label} (hashlib over memory); while promoting all "
+                        f"CPUs {busy * 100:.0f}% busy, {iow * 100:.0f}% iowait",
+                        extra={"busy": busy, "iowait": iow}, res=res)
     if "cp" in res:
         for k, lab in (("cp", cp_label), ("cpsync", cp_label + " + sync")):
             if res["cp"][0].get(k) is None:
                 continue
             ctx.pair_row(f"{key}.{k}", f"promote --wait {what} vs {lab}", "MB/s", "rate",
                          col(res, "cp", k), col(res, "wfs", "rate"), cpu,
-                         f"direct = {lab}, caches dropped; no goal")
+                         f"direct = {lab}, caches dropped; no goal", res=res)
     return main
 
 
@@ -1083,9 +1142,11 @@ def m_compare(ctx):
         for visit, rows in specs:
             res = abba(ctx, sides, visit)
             for key, metric, unit, kind, k in rows:
+                note = "; ".join(x for x in (warm_note(res, sides) if k == "warm" else "",
+                                             res.note()) if x)
                 for name in names:
                     ctx.alt(key, metric, unit, kind, name, col(res, "direct", k),
-                            col(res, name, k))
+                            col(res, name, k), note)
         res = pagecache_measure(paths, size, paths["direct"])
         for name in names:
             ctx.alt("pagecache", PAGECACHE_METRIC, "x", "frac", name, [res["direct"]["growth"]],
@@ -1228,14 +1289,31 @@ def mount_main(ctx):
     if a.fuse_read_ahead_kb is not None:
         with open(bdi_read_ahead_path(ctx.mnt), "w") as f:
             f.write(f"{a.fuse_read_ahead_kb}\n")
+        want = a.fuse_read_ahead_kb
+    else:
+        # the daemon sets the mount's read-ahead itself (-o readahead_kb,
+        # default 4096) once FUSE's INIT is done: give it a moment, and say
+        # so if it does not hold
+        want = 4096
+        for o in a.wfs_opt:
+            if o.startswith("readahead_kb="):
+                want = int(o.split("=", 1)[1])
+        deadline = time.perf_counter() + 3
+        while read_ahead_kb(ctx.mnt) != want and time.perf_counter() < deadline:
+            time.sleep(0.05)
     ctx.read_ahead = {"direct_kb": read_ahead_kb(ctx.hub), "wfs_kb": read_ahead_kb(ctx.mnt),
-                      "local_kb": read_ahead_kb(ctx.local)}
+                      "local_kb": read_ahead_kb(ctx.local), "wfs_wanted_kb": want}
+    if ctx.read_ahead["wfs_kb"] != want:
+        log(f"  WARNING: the mount's read_ahead_kb is {ctx.read_ahead['wfs_kb']}, wfs asked "
+            f"for {want}: measuring it as it is")
     log(f"  mounted, daemon pid {ctx.daemon_pid}, bdi read_ahead_kb "
         f"NAS={ctx.read_ahead['direct_kb']} mount={ctx.read_ahead['wfs_kb']} "
         f"LOCAL_STORE={ctx.read_ahead['local_kb']}")
 
 
 def unmount_all(ctx):
+    if ctx.read_ahead and ctx.mnt and is_mounted(ctx.mnt):
+        ctx.read_ahead["wfs_kb_at_end"] = read_ahead_kb(ctx.mnt)
     for m in list(reversed(ctx.extra_mounts)):
         unmount_extra(ctx, m)
     if ctx.mnt and is_mounted(ctx.mnt):

@@ -6,13 +6,15 @@ fixture generated on them.
   mem   the NAS hub and LOCAL_STORE each on its own ext4, each on a loop
         device attached with `losetup --direct-io=on` over a file in a tmpfs
         the bench mounts itself (mount -t tmpfs -o size=...), so nothing
-        depends on /dev/shm.  "Cold" there means the ext4's page cache is
-        dropped and every read goes through the loop device to the tmpfs
-        file: NVMe-class storage that no host cache can flatter.  The
-        filesystems are sized from the fixture (plan()); the bench refuses
-        to start the rig if MemAvailable does not cover the tmpfs plus the
-        page cache the reads fill.  Everything is torn down again after the
-        rig's figures, on errors and on Ctrl-C / SIGTERM (umounts, losetup -d).
+        depends on /dev/shm; the loop devices' read_ahead_kb is set
+        (--loop-read-ahead-kb, default 4096: the mount's own default).
+        "Cold" there means the ext4's page cache is dropped and every read
+        goes through the loop device to the tmpfs file: NVMe-class storage
+        that no host cache can flatter.  The filesystems are sized from the
+        fixture (plan()); the bench refuses to start the rig if MemAvailable
+        does not cover the tmpfs plus the page cache the reads fill.
+        Everything is torn down again after the rig's figures, on errors and
+        on Ctrl-C / SIGTERM (umounts, losetup -d).
 
 Python standard library only.
 """
@@ -48,17 +50,19 @@ def plan(a):
     hub = int(1.01 * scale) + a.many * 12 * 1024 + 32 * MiB + rev
     # NAS fs: the hub plus the ext4's own metadata (journal, inode tables)
     nas_fs = int(hub * 1.06) + 384 * MiB
-    # LOCAL_STORE's fs: room for the big blob's copy next to the revision's
-    # or to cp's copy of the big blob (each is removed after its figure, but
-    # one left behind by a failed evict must not fail the next figure for
-    # room), above wfs's min_free (10% by default)
-    local_fs = int((big + max(big, rev) + 512 * MiB) / 0.86)
+    # LOCAL_STORE's fs: one figure's copies at a time (the big blob's, the
+    # revision's, or cp's: each is removed after its visit, and the daemon
+    # evicts least recently used copies for room if one is left behind),
+    # with slack, above wfs's min_free (10% by default)
+    local_fs = int((max(big, rev) * 1.25 + 512 * MiB) / 0.88)
     nas_fs = (nas_fs + MiB - 1) // MiB * MiB
     local_fs = (local_fs + MiB - 1) // MiB * MiB
     tmpfs = nas_fs + local_fs + 16 * MiB
-    # page cache while measuring: at most the big file through the mount and
-    # on the NAS at once, plus room for the daemon, the bench and the rest
-    cache = 2 * big + GiB
+    # page cache while measuring: one copy of the big file at a time (every
+    # side starts with caches dropped; cp's source and copy may be two, and
+    # the kernel may then drop some of the source's), plus room for the
+    # daemon and the bench
+    cache = big + GiB // 2
     return {"big": big, "rev": rev, "hub": hub, "nas_fs": nas_fs, "local_fs": local_fs,
             "tmpfs": tmpfs, "cache": cache, "mem_need": tmpfs + cache}
 
@@ -169,6 +173,10 @@ class MemRig(Rig):
                 f.truncate(size)
             dev = run_checked(["losetup", "--find", "--show", "--direct-io=on", img]).strip()
             self._undo.append((f"losetup -d {dev}", lambda d=dev: detach(d)))
+            # a loop device keeps the read-ahead its previous user set: set it
+            ra = f"/sys/block/{os.path.basename(dev)}/queue/read_ahead_kb"
+            with open(ra, "w") as f:
+                f.write(f"{a.loop_read_ahead_kb}\n")
             dio = sysfs(f"/sys/block/{os.path.basename(dev)}/loop/dio")
             if dio != "1":
                 log(f"WARNING: {dev} did not take --direct-io=on (loop/dio = {dio})")
@@ -177,14 +185,13 @@ class MemRig(Rig):
             os.makedirs(root, exist_ok=True)
             run_checked(["mount", "-t", "ext4", dev, root])
             self._undo.append((f"umount {root}", lambda r=root: umount_retry(r)))
-            devs[what] = {"dev": dev, "size": size, "dio": dio,
-                          "read_ahead_kb": sysfs(f"/sys/block/{os.path.basename(dev)}"
-                                                 "/queue/read_ahead_kb")}
+            devs[what] = {"dev": dev, "size": size, "dio": dio, "read_ahead_kb": sysfs(ra)}
         self.info.update({
             "desc": (f"NAS hub on ext4 on {devs['nas']['dev']} ({p['nas_fs'] / GiB:.1f} GiB), "
                      f"LOCAL_STORE on ext4 on {devs['store']['dev']} "
                      f"({p['local_fs'] / GiB:.1f} GiB); loop devices --direct-io=on "
-                     f"(dio {devs['nas']['dio']}/{devs['store']['dio']}) over files in a "
+                     f"(dio {devs['nas']['dio']}/{devs['store']['dio']}), read_ahead_kb "
+                     f"{devs['nas']['read_ahead_kb']}, over files in a "
                      f"{p['tmpfs'] / GiB:.1f} GiB tmpfs"),
             "devices": devs, "tmpfs_bytes": p["tmpfs"],
             "mem_available_at_setup": meminfo("MemAvailable")})

@@ -14,7 +14,7 @@
  * without touching it.  EIO or ESTALE say that of the NAS only if its root
  * says so too: they ask the prober to look now.  The prober is one thread
  * of its own: while the NAS is down it stats NAS_HUB (with the same
- * deadline), at 100 ms, then backing off to 5 s; the first answer marks it
+ * deadline), at 100 ms, then backing off to 2 s; the first answer marks it
  * up.  At most NAS_GATE_THREADS calls are stuck at once: with all of them
  * stuck, calls fail at once (-EHOSTDOWN) and the NAS is down.
  *
@@ -39,7 +39,7 @@
 #define NAS_GATE_TIMEOUT_MS 1000
 #define NAS_GATE_TIMEOUT_MAX_MS 2000
 #define NAS_GATE_PROBE_MIN_MS 100
-#define NAS_GATE_PROBE_MAX_MS 5000
+#define NAS_GATE_PROBE_MAX_MS 2000 /* a stat and a statfs: cheap for any NAS */
 
 /* What a caller asks a NAS thread to do: @fn(@arg), returning 0 or -errno.
  * @arg belongs to the gate from nas_call until it returns; if the call

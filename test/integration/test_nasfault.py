@@ -18,7 +18,7 @@ ranges (`eio`) or slow (`latency`).
   EioMidCopy          EIO in a blob's middle: promote fails naming EIO, reads
                       of that range fail EIO and others are right; the range
                       healed, promote succeeds
-  SlowNAS             50 ms a NAS call: right bytes, no errors, nas stays up
+  SlowNAS             20 ms a NAS call: right bytes, no errors, nas stays up
 
 Every call that could hang runs in a thread with a bounded join (a hang
 fails the test instead of hanging it); waits are on events (status, the
@@ -49,7 +49,7 @@ REV = None          # REPO's refs/main
 LOCAL_WAIT = 10     # s: every local file reads right within this, whatever the NAS does
 FAIL_WAIT = 5       # s: non-local content fails EIO within this
 DOWN_WAIT = 5       # s: status says nas down (nas_timeout + slack)
-UP_WAIT = 15        # s: the prober backs off to 5 s between looks (+ its deadline + slack)
+UP_WAIT = 15        # s: the prober backs off to 2 s between looks (+ its deadline + slack)
 NAS_TIMEOUT_MS = 500
 
 # Every lookup, getattr and readdir reaches the daemon (no kernel cache hides a fault).
@@ -569,19 +569,20 @@ class EioMidCopy(WfsOnFaultNAS):
 
 
 class SlowNAS(WfsOnFaultNAS):
-    """50 ms a NAS call is slow, not down (default nas_timeout)."""
+    """20 ms a NAS call (each FUSE request costs several) is slow, not down
+    (default nas_timeout)."""
 
     OPTIONS = NO_CACHE + ("auto_promote=off",)
     PROMOTE = False
 
     def test_latency(self):
         before = self.nas()
-        NAS.check("latency 50")
+        NAS.check("latency 20")
         files = [self.take_nonlocal(True), self.take_nonlocal(False)]
-        files.append(max(revision_entries()[1], key=lambda e: e["size"]))
+        files.append(min(revision_entries()[1], key=lambda e: e["size"]))
         for e in files:
             self.assert_reads_right(e)
-        self.assertEqual(NAS.state()["latency_ms"], 50)
+        self.assertEqual(NAS.state()["latency_ms"], 20)
         # status walks the NAS while it is up: asked at full speed, its
         # counters say whether the NAS ever went down meanwhile
         NAS.check("latency 0")

@@ -4,6 +4,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdint.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -67,4 +69,46 @@ int durable_replace(const char *path, const void *data, size_t len, mode_t mode,
 		return durable_fsync_dir(".");
 	snprintf(dir, sizeof(dir), "%.*s", slash == path ? 1 : (int)(slash - path), path);
 	return durable_fsync_dir(dir);
+}
+
+int durable_read(const char *path, size_t max, char **out, size_t *len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW), r = 0;
+	struct stat st;
+	size_t got = 0;
+	char *buf = NULL;
+
+	if (fd < 0)
+		return errno == ENOENT ? 1 : -errno;
+	if (fstat(fd, &st) < 0)
+		r = -errno;
+	else if (!S_ISREG(st.st_mode))
+		r = -EINVAL;
+	else if ((uint64_t)st.st_size > max)
+		r = -EFBIG;
+	else if (!(buf = malloc((size_t)st.st_size + 1)))
+		r = -ENOMEM;
+	/* One byte more than the size: a file that grew is seen. */
+	while (!r && got <= (size_t)st.st_size) {
+		ssize_t n = read(fd, buf + got, (size_t)st.st_size + 1 - got);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			r = n < 0 ? -errno : 0;
+			break;
+		}
+		got += (size_t)n;
+	}
+	close(fd);
+	if (!r && got > (size_t)st.st_size)
+		r = -EFBIG; /* it grew while read */
+	if (r) {
+		free(buf);
+		return r;
+	}
+	buf[got] = '\0';
+	*out = buf;
+	*len = got;
+	return 0;
 }

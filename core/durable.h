@@ -1,6 +1,7 @@
 /* durable.h - replacing a file so that a crash leaves the old content or
  * the new, never a mix, and making a rename survive a crash.  The one
- * writer of whole files for the index and the metrics file.
+ * writer of whole files for the index, the record and the metrics file,
+ * and the one reader of the first two.
  */
 #ifndef WFS_DURABLE_H
 #define WFS_DURABLE_H
@@ -15,6 +16,14 @@
  * lose).  On failure the temporary file is removed and @path is untouched.
  * Returns 0 or -errno. */
 int durable_replace(const char *path, const void *data, size_t len, mode_t mode, int sync);
+
+/* Read the whole regular file @path (no link followed) into *@out
+ * (malloc'ed, NUL-terminated; the caller frees it), its length in *@len.
+ * One descriptor: the @max cap holds for what is read, and a file that
+ * grew since its fstat is refused, never parsed cut short.  Returns 0, 1
+ * when there is no such file, -EFBIG past @max, -EINVAL for no regular
+ * file, or -errno. */
+int durable_read(const char *path, size_t max, char **out, size_t *len);
 
 /* fsync the directory @dir (after a rename into it).  Returns 0 or -errno. */
 int durable_fsync_dir(const char *dir);

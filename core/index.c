@@ -50,61 +50,6 @@ static int read_refs(json_t *root, const struct index_cb *cb)
 	return r;
 }
 
-/* The whole file, after its size was checked: the size cap holds for
- * what is parsed, not for what a stat showed before (one descriptor). */
-static int slurp(const char *path, char **out, size_t *len)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW), r = 0;
-	struct stat st;
-	size_t got = 0;
-	char *buf;
-
-	if (fd < 0)
-		return errno == ENOENT ? 1 : -errno;
-	if (fstat(fd, &st) < 0)
-		r = -errno;
-	else if (!S_ISREG(st.st_mode))
-		r = -EINVAL;
-	if (r) {
-		close(fd);
-		return r;
-	}
-	if (st.st_size > INDEX_MAX_BYTES) {
-		close(fd);
-		return -EFBIG;
-	}
-	buf = malloc((size_t)st.st_size + 1);
-	if (!buf) {
-		close(fd);
-		return -ENOMEM;
-	}
-	/* One byte more than the size: a file that grew since the fstat is
-	 * refused, never parsed cut short, nor past the cap. */
-	while (got <= (size_t)st.st_size) {
-		ssize_t n = read(fd, buf + got, (size_t)st.st_size + 1 - got);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			r = -errno;
-			break;
-		}
-		if (n == 0)
-			break;
-		got += (size_t)n;
-	}
-	close(fd);
-	if (!r && got > (size_t)st.st_size)
-		r = -EFBIG;
-	if (r) {
-		free(buf);
-		return r;
-	}
-	*out = buf;
-	*len = got;
-	return 0;
-}
-
 /* NAS names are bytes (jbytes.h: "<field>_hex" when not UTF-8). */
 static int set_name(json_t *o, const char *field, const char *s)
 {
@@ -152,7 +97,7 @@ int index_read(const char *path, const struct index_cb *cb)
 	char *text = NULL;
 	int r;
 
-	r = slurp(path, &text, &len);
+	r = durable_read(path, INDEX_MAX_BYTES, &text, &len);
 	if (r)
 		return r > 0 ? 0 : r;
 	root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);

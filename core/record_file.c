@@ -17,6 +17,7 @@
  */
 #include "record_int.h"
 #include "jbytes.h"
+#include "durable.h"
 #include "path.h"
 
 #include <errno.h>
@@ -238,48 +239,6 @@ static int node_from(json_t *o, struct rnode **out)
 	return 0;
 }
 
-/* The whole file, refused past RECORD_MAX_BYTES (one descriptor: the cap
- * holds for what is read).  1: there is none. */
-static int slurp(const char *path, char **out, size_t *len)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW), r = 0;
-	struct stat st;
-	size_t got = 0;
-	char *buf = NULL;
-
-	if (fd < 0)
-		return errno == ENOENT ? 1 : -errno;
-	if (fstat(fd, &st) < 0)
-		r = -errno;
-	else if (!S_ISREG(st.st_mode))
-		r = -EINVAL;
-	else if (st.st_size > RECORD_MAX_BYTES)
-		r = -EFBIG;
-	else if (!(buf = malloc((size_t)st.st_size + 1)))
-		r = -ENOMEM;
-	while (!r && got <= (size_t)st.st_size) {
-		ssize_t n = read(fd, buf + got, (size_t)st.st_size + 1 - got);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			r = n < 0 ? -errno : 0;
-			break;
-		}
-		got += (size_t)n;
-	}
-	close(fd);
-	if (!r && got > (size_t)st.st_size)
-		r = -EFBIG; /* it grew while read */
-	if (r) {
-		free(buf);
-		return r;
-	}
-	*out = buf;
-	*len = got;
-	return 0;
-}
-
 /* record.json cannot be used (@why): moved aside so that it is never read
  * again and the operator can look at it; the record starts empty. */
 static void set_aside(struct record *r, const char *why)
@@ -342,7 +301,7 @@ int record_load(struct record *r, struct record_table **t, char *nas, size_t nsz
 	json_int_t version;
 	char *text = NULL, *nas_buf = NULL, why[160];
 	size_t len;
-	int e = slurp(r->path, &text, &len);
+	int e = durable_read(r->path, RECORD_MAX_BYTES, &text, &len);
 
 	*t = NULL;
 	nas[0] = '\0';

@@ -57,26 +57,6 @@ static int logged(struct logs *l, const char *what)
 	return yes;
 }
 
-static void path_of(char *out, size_t sz, const char *rel)
-{
-	check_path(out, sz, nas, rel);
-}
-
-static void mk(const char *rel)
-{
-	check_mk(nas, rel);
-}
-
-static void put(const char *rel, const char *content)
-{
-	check_put(nas, rel, content);
-}
-
-static void ln(const char *target, const char *rel)
-{
-	check_ln(nas, target, rel);
-}
-
 static void hub(void)
 {
 	static const char *const dirs[] = { REPO, REPO "/blobs", REPO "/snapshots", SNAP,
@@ -87,23 +67,23 @@ static void hub(void)
 		"models--h--s/snapshots/" REV };
 
 	for (size_t i = 0; i < sizeof(dirs) / sizeof(*dirs); i++)
-		mk(dirs[i]);
-	put(REPO "/blobs/" H256, "hello\n");
-	put(REPO "/blobs/" H1, "hello\n");
-	put(REPO "/blobs/" OTHER, "other");
-	ln("../../blobs/" H256, SNAP "/config.json");
-	ln("../../../../blobs/" H1, SNAP "/sub/dir/file");
-	ln("../../blobs/" OTHER, SNAP "/other.bin");
-	ln("../../blobs/" H256, SNAP "/" ODD);
-	put(REPO "/refs/main", REV);
-	put(REPO "/.no_exist/" REV "/missing.txt", "");
-	put("models--x--y/blobs/" OTHER, "other too");
-	ln("../../blobs/" OTHER, "models--x--y/snapshots/" REV "/w");
-	put("models--x--y/refs/main", REV);
+		check_mk(nas, dirs[i]);
+	check_put(nas, REPO "/blobs/" H256, "hello\n");
+	check_put(nas, REPO "/blobs/" H1, "hello\n");
+	check_put(nas, REPO "/blobs/" OTHER, "other");
+	check_ln(nas, "../../blobs/" H256, SNAP "/config.json");
+	check_ln(nas, "../../../../blobs/" H1, SNAP "/sub/dir/file");
+	check_ln(nas, "../../blobs/" OTHER, SNAP "/other.bin");
+	check_ln(nas, "../../blobs/" H256, SNAP "/" ODD);
+	check_put(nas, REPO "/refs/main", REV);
+	check_put(nas, REPO "/.no_exist/" REV "/missing.txt", "");
+	check_put(nas, "models--x--y/blobs/" OTHER, "other too");
+	check_ln(nas, "../../blobs/" OTHER, "models--x--y/snapshots/" REV "/w");
+	check_put(nas, "models--x--y/refs/main", REV);
 	/* a repo whose blob lives in a hub-level store outside the repos */
-	put("hubstore/blob1", "hub level\n");
-	ln("../../hubstore/blob1", "models--h--s/blobs/hid");
-	ln("../../blobs/hid", "models--h--s/snapshots/" REV "/f");
+	check_put(nas, "hubstore/blob1", "hub level\n");
+	check_ln(nas, "../../hubstore/blob1", "models--h--s/blobs/hid");
+	check_ln(nas, "../../blobs/hid", "models--h--s/snapshots/" REV "/f");
 }
 
 static struct blob *promote(struct store *s, const char *rel, const char *id)
@@ -112,7 +92,7 @@ static struct blob *promote(struct store *s, const char *rel, const char *id)
 	struct stat st;
 	struct blob *b;
 
-	path_of(p, sizeof(p), rel);
+	check_path(p, sizeof(p), nas, rel);
 	if (stat(p, &st) < 0 || !(b = store_blob(s, p, &st, id)))
 		return NULL;
 	store_promote(s, b, 0, 1);
@@ -161,7 +141,7 @@ static void answers(struct check_count *c, struct record *r, const char *when)
 	      ent.e.target);
 	CHECK(c, look(r, SNAP "/" ODD) == 0 && ent.e.kind == NS_LINK,
 	      "%s: a name that is not UTF-8", when);
-	path_of(p, sizeof(p), REPO "/blobs/" H256);
+	check_path(p, sizeof(p), nas, REPO "/blobs/" H256);
 	stat(p, &st);
 	CHECK(c, look(r, REPO "/blobs/" H256) == 0 && ent.e.kind == NS_FILE &&
 	      ent.e.st.st_size == 6 && ent.e.st.st_ino == st.st_ino &&
@@ -336,7 +316,7 @@ int main(void)
 		store_note_close(&s, hb);
 	}
 	CHECK(&c, record_sync(&r, 30000) == 0, "sync");
-	path_of(p, sizeof(p), "hubstore/blob1");
+	check_path(p, sizeof(p), nas, "hubstore/blob1");
 	CHECK(&c, look(&r, "models--h--s/snapshots/" REV "/f") == 0 && ent.e.kind == NS_LINK &&
 	      !strcmp(ent.e.target, "../../blobs/hid"), "a repo by name: link %s", ent.e.target);
 	CHECK(&c, look(&r, "models--h--s/blobs/hid") == 0 && ent.e.kind == NS_FILE &&

@@ -29,26 +29,6 @@
 
 static char top[PATH_MAX], nas[PATH_MAX];
 
-static void at(char *out, size_t sz, const char *rel)
-{
-	check_path(out, sz, nas, rel);
-}
-
-static void mk(const char *rel)
-{
-	check_mk(nas, rel);
-}
-
-static void put(const char *rel, const char *content)
-{
-	check_put(nas, rel, content);
-}
-
-static void ln(const char *target, const char *rel)
-{
-	check_ln(nas, target, rel);
-}
-
 /* A repo with one local blob (H256, two names) and one on the NAS. */
 static void hub(void)
 {
@@ -56,13 +36,13 @@ static void hub(void)
 					    REPO "/refs" };
 
 	for (size_t i = 0; i < sizeof(dirs) / sizeof(*dirs); i++)
-		mk(dirs[i]);
-	put(REPO "/blobs/" H256, "hello\n");
-	put(REPO "/blobs/" OTHER, "other");
-	ln("../../blobs/" H256, SNAP "/config.json");
-	ln("../../blobs/" H256, SNAP "/again.json");
-	ln("../../blobs/" OTHER, SNAP "/other.bin");
-	put(REPO "/refs/main", REV);
+		check_mk(nas, dirs[i]);
+	check_put(nas, REPO "/blobs/" H256, "hello\n");
+	check_put(nas, REPO "/blobs/" OTHER, "other");
+	check_ln(nas, "../../blobs/" H256, SNAP "/config.json");
+	check_ln(nas, "../../blobs/" H256, SNAP "/again.json");
+	check_ln(nas, "../../blobs/" OTHER, SNAP "/other.bin");
+	check_put(nas, REPO "/refs/main", REV);
 }
 
 /* The reply to @req as a JSON object (NULL if it is not one). */
@@ -201,7 +181,7 @@ int main(void)
 	snprintf(local, sizeof(local), "%s/local", top);
 	mkdir(local, 0700);
 	CHECK(&c, store_open(&s, local, &opt, NULL) == 0 && store_start(&s) == 0, "store");
-	at(p, sizeof(p), REPO "/blobs/" H256);
+	check_path(p, sizeof(p), nas, REPO "/blobs/" H256);
 	b = stat(p, &st) == 0 ? store_blob(&s, p, &st, H256) : NULL;
 	if (b)
 		store_promote(&s, b, 0, 1);

@@ -139,6 +139,18 @@ struct walk {
 	int fn_failed;     /* @fn returned an error: the walk stops */
 };
 
+/* One entry that vanished, is hidden, or cannot be read (a name too long,
+ * no access) does not stop the walk of the others; running out of memory,
+ * or what @fn says, does -- and under NS_WALK_STRICT any other error. */
+static int skippable(const struct walk *wk, int r)
+{
+	if (r == -ENOMEM)
+		return 0;
+	if (!(wk->flags & NS_WALK_STRICT))
+		return 1;
+	return r == -ENOENT || r == -EACCES || r == -EPERM || r == -ELOOP || r == -ENAMETOOLONG;
+}
+
 static int walk(struct walk *wk, const char *rel, int depth)
 {
 	char backing[PATH_MAX];
@@ -164,7 +176,7 @@ static int walk(struct walk *wk, const char *rel, int depth)
 		close(fd);
 		return r;
 	}
-	while ((de = readdir(d)) && r == 0) {
+	for (errno = 0; r == 0 && (de = readdir(d)); errno = 0) {
 		char child[PATH_MAX];
 
 		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
@@ -173,12 +185,11 @@ static int walk(struct walk *wk, const char *rel, int depth)
 		    ((wk->flags & NS_WALK_WEIGHTS) && !hub_holds_weights(child)))
 			continue;
 		r = walk(wk, child, depth + 1);
-		/* One entry that vanished, is hidden, or cannot be read (a name
-		 * too long, no access) does not stop the walk of the others;
-		 * running out of memory, or what @fn says, does. */
-		if (r < 0 && r != -ENOMEM && !wk->fn_failed)
+		if (r < 0 && !wk->fn_failed && skippable(wk, r))
 			r = 0;
 	}
+	if (r == 0 && errno)
+		r = -errno; /* the listing broke off: entries after it unseen */
 	closedir(d);
 	return r;
 }

@@ -47,8 +47,17 @@ const char *ns_link_state_name(enum ns_link_state s);
  * are skipped.  @fn returns 0 to go on, < 0 to stop with that error, > 0 to
  * stop with 0.  A path from a client must not reach through a link the
  * namespace would not follow: @rel's parents are checked first.  Returns 0
- * or -errno (-ENOENT: @rel does not exist or is hidden). */
+ * or -errno (-ENOENT: @rel does not exist or is hidden).
+ *
+ * An entry below @rel that cannot be classified or listed is skipped and
+ * the walk goes on (it vanished, is hidden, or is not ours to read).  With
+ * NS_WALK_STRICT only such errors are skipped (ENOENT, EACCES, EPERM,
+ * ELOOP, ENAMETOOLONG); any other -- a NAS failing mid-walk: ENOTCONN,
+ * EIO, ... -- stops the walk with it, for a caller that must not take a
+ * listing with holes for the whole tree (the store's record).  A readdir
+ * that fails part way stops the walk in every mode. */
 #define NS_WALK_WEIGHTS 1
+#define NS_WALK_STRICT 2
 #define NS_WALK_DEPTH 64
 int ns_walk(const struct hub_roots *roots, const char *rel, int flags,
 	    int (*fn)(void *arg, const char *rel, const struct ns_entry *e), void *arg);

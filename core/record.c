@@ -352,14 +352,16 @@ static void publish(struct record *r, struct record_table *t, const char *nas, i
 static int walk_repos(struct build *b, struct scan *sc)
 {
 	for (size_t i = 0; i < sc->n; i++) {
-		int e = ns_walk(b->roots, sc->repos[i], 0, take, b);
+		int e = ns_walk(b->roots, sc->repos[i], NS_WALK_STRICT, take, b);
 
 		if (e == -ENOENT)
 			continue; /* the repo went away: nothing of it to show */
 		if (e < 0 && e != -ECANCELED && e != -ENOMEM)
 			nas_gate_note(b->r->gate, e);
-		/* An outage during the walk may have hidden entries (ns_walk
-		 * goes on past a child it cannot read): not a complete build. */
+		/* The strict walk stops at an entry it cannot read; an outage
+		 * the gate saw meanwhile (EIO, say, that a probe confirmed)
+		 * makes the build suspect too: never publish a record with
+		 * holes for a whole one. */
 		if (e == 0 && !nas_gate_up(b->r->gate))
 			e = -EHOSTDOWN;
 		if (e == 0)
@@ -403,6 +405,8 @@ static int rebuild(struct record *r, const struct hub_roots *roots, struct store
 		record_log(r, LOG_INFO, "record: built again from %s", roots->path[0]);
 	r->walk_err = 0;
 	e = write_file(r, t, roots->path[0], now);
+	record_log(r, LOG_DEBUG, "record: built from %s: %llu files, %zu entries",
+		   roots->path[0], (unsigned long long)t->files, t->n);
 	publish(r, t, roots->path[0], now);
 	return e;
 }

@@ -64,8 +64,8 @@ static void set_mode(enum mode m, int err)
 static void command(char *line, char *out, size_t sz)
 {
 	static const char *const cmds[] = { "ok", "hang", "clear", "state", "fail", "latency",
-					    "eio" };
-	static const int nargs[] = { 0, 0, 0, 0, 1, 1, 3 };
+					    "eio", "faildir" };
+	static const int nargs[] = { 0, 0, 0, 0, 1, 1, 3, 2 };
 	char *save = NULL, *cmd = strtok_r(line, " \t", &save), *a[4] = {0};
 	char *a1, *a2, *a3;
 	uint64_t v1, v2;
@@ -110,9 +110,29 @@ static void command(char *line, char *out, size_t sz)
 		else
 			snprintf(out, sz, "error at most %d eio ranges", MAX_EIO);
 		pthread_mutex_unlock(&g.lock);
+	} else if (!strcmp(cmd, "faildir")) {
+		while (*a1 == '/')
+			a1++;
+		errno = 0;
+		if ((e = parse_errno(a2)) < 0) {
+			snprintf(out, sz, "error faildir needs an errno name or number");
+			return;
+		}
+		if (fstatat(src_fd, *a1 ? a1 : ".", &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+		    !S_ISDIR(st.st_mode)) {
+			snprintf(out, sz, "error %s: %s", a1,
+				 errno ? strerror(errno) : "not a directory");
+			return;
+		}
+		pthread_mutex_lock(&g.lock);
+		g.faildir_dev = st.st_dev;
+		g.faildir_ino = st.st_ino;
+		g.faildir_err = e;
+		pthread_mutex_unlock(&g.lock);
 	} else if (!strcmp(cmd, "clear")) {
 		pthread_mutex_lock(&g.lock);
 		g.n_eio = 0;
+		g.faildir_err = 0;
 		pthread_mutex_unlock(&g.lock);
 	} else if (!strcmp(cmd, "latency")) {
 		if (parse_u64(a1, &v1) || v1 > 600000) {
@@ -129,9 +149,9 @@ static void command(char *line, char *out, size_t sz)
 		snprintf(out, sz, "{\"mode\": \"%s\", \"errno\": %d, \"hung\": %u, "
 			 "\"calls\": %" PRIu64 ", \"reads\": %" PRIu64 ", \"read_bytes\": %" PRIu64
 			 ", \"writes\": %" PRIu64 ", \"write_bytes\": %" PRIu64 ", \"latency_ms\": %u, "
-			 "\"eio_ranges\": %u, \"rw\": %s}", names[g.mode], g.err, g.hung, g.calls,
-			 g.reads, g.read_bytes, g.writes, g.write_bytes, g.latency_ms, g.n_eio,
-			 rw ? "true" : "false");
+			 "\"eio_ranges\": %u, \"faildir\": %d, \"rw\": %s}", names[g.mode], g.err,
+			 g.hung, g.calls, g.reads, g.read_bytes, g.writes, g.write_bytes,
+			 g.latency_ms, g.n_eio, g.faildir_err, rw ? "true" : "false");
 		pthread_mutex_unlock(&g.lock);
 	} else {
 		snprintf(out, sz, "error unknown command %.64s", cmd);

@@ -60,10 +60,12 @@ static void usage(FILE *f)
 "  fail ERRNAME|N     every call fails with that errno (hung ones too)\n"
 "  eio REL OFF LEN    reads of SRC/REL overlapping [OFF, OFF+LEN) fail with EIO\n"
 "                     (writes there succeed, as a disk remaps a sector written)\n"
-"  clear              drop every eio range\n"
+"  faildir REL ERR    lookups in the directory SRC/REL, and listings of it,\n"
+"                     fail with ERR (a name or number); other calls work\n"
+"  clear              drop every eio range and the faildir\n"
 "  latency MS         every call waits MS milliseconds first (0: off)\n"
 "  state              one JSON line: mode, errno, hung, calls, reads, read_bytes,\n"
-"                     writes, write_bytes, latency_ms, eio_ranges, rw\n");
+"                     writes, write_bytes, latency_ms, eio_ranges, faildir, rw\n");
 }
 
 int rw; /* --rw; set before any thread starts */
@@ -209,6 +211,18 @@ int gate(fuse_req_t req)
 	return r;
 }
 
+int dir_fault(fuse_ino_t ino)
+{
+	const struct node *n = N(ino);
+	int r;
+
+	pthread_mutex_lock(&g.lock);
+	r = g.faildir_err && n->dev == g.faildir_dev && n->ino == g.faildir_ino ?
+	    -g.faildir_err : 0;
+	pthread_mutex_unlock(&g.lock);
+	return r;
+}
+
 /* Does a read of [off, off+size) of (dev, ino) overlap an eio range? */
 static int eio_hit(const struct node *n, uint64_t off, uint64_t size)
 {
@@ -266,6 +280,10 @@ static void ff_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	int fd, r;
 
 	GATE(req);
+	if ((r = dir_fault(parent)) < 0) {
+		fuse_reply_err(req, -r);
+		return;
+	}
 	fd = openat(N(parent)->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0) {
 		fuse_reply_err(req, errno);
@@ -331,6 +349,10 @@ static void ff_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	int fd;
 
 	GATE(req);
+	if ((fd = dir_fault(ino)) < 0) {
+		fuse_reply_err(req, -fd);
+		return;
+	}
 	if (!(d = calloc(1, sizeof(*d)))) {
 		fuse_reply_err(req, ENOMEM);
 		return;

@@ -35,6 +35,11 @@ struct faults {
 	uint64_t calls, reads, read_bytes, writes, write_bytes;
 	unsigned n_eio;
 	struct eio_range eio[MAX_EIO];
+	/* `faildir`: lookups in, and listings of, the source directory
+	 * (dev, ino) fail with faildir_err (0: none) */
+	dev_t faildir_dev;
+	ino_t faildir_ino;
+	int faildir_err;
 };
 
 extern struct faults g;   /* faultfs.c */
@@ -43,6 +48,10 @@ extern int rw;            /* faultfs.c: --rw (existing regular files writable) *
 /* faultfs.c: 0, or the -errno the call must fail with (it waits first, as
  * the faults in force say). */
 int gate(fuse_req_t req);
+
+/* faultfs.c: 0, or the -errno of `faildir` for a lookup in, or a listing
+ * of, the directory @ino. */
+int dir_fault(fuse_ino_t ino);
 
 /* Fail the request with the gate's errno, if any, and return. */
 #define GATE(req)                                  \

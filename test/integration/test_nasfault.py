@@ -12,6 +12,8 @@ ranges (`eio`) or slow (`latency`).
                       not in the record fail EIO within 5 s; status says
                       nas down; when the NAS is back, nas up and non-local
                       content reads right again, with no remount
+  RecordBuild         a rebuild of the local record that meets a failing
+                      directory fails and keeps the record (file and memory)
   RestartDuringOutage wfs stopped and started again while the NAS is gone:
                       it mounts, serves the local revision, says nas down;
                       NAS back: nas up, the rest of the hub shows
@@ -166,6 +168,7 @@ class WfsOnFaultNAS(unittest.TestCase):
 
     OPTIONS = NO_CACHE + ("allow_other", "auto_promote=off", "nas_timeout=%d" % NAS_TIMEOUT_MS)
     PROMOTE = True
+    maxDiff = None
 
     @classmethod
     def setUpClass(cls):
@@ -179,7 +182,7 @@ class WfsOnFaultNAS(unittest.TestCase):
 
     @classmethod
     def start_wfs(cls):
-        cls.mount = wfstest.Mount(NAS.mnt, cls.local, cls.mnt, cls.OPTIONS).start()
+        cls.mount = wfstest.ForegroundMount(NAS.mnt, cls.local, cls.mnt, cls.OPTIONS).start()
         cls.sock = os.path.join(os.path.realpath(cls.local), "wfs.sock")
 
     @classmethod
@@ -192,6 +195,7 @@ class WfsOnFaultNAS(unittest.TestCase):
         heal_stragglers()
         if cls.mount is not None:
             problems = cls.mount.stop()
+            cls.mount.cleanup()
             cls.mount = None
         if problems:
             raise AssertionError("teardown: " + "; ".join(problems))
@@ -201,6 +205,9 @@ class WfsOnFaultNAS(unittest.TestCase):
             NAS.restore()
         NAS.reset()
         if self.PROMOTE:
+            # A test before this one may have failed with the NAS down:
+            # the daemon sees it back first, or the promotion is refused.
+            self.wait_nas("up", UP_WAIT)
             self.promote_revision()
 
     def tearDown(self):
@@ -236,6 +243,18 @@ class WfsOnFaultNAS(unittest.TestCase):
             self.fail("status nas.state is %r after %d s, expected %r: %s"
                       % (last.get("state"), timeout, want, last))
         return dict(last)
+
+    def debug_state(self):
+        """The daemon's log lines about the NAS and the record, and the
+        record's status: what a failed check needs to be understood."""
+        lines = [l for l in self.mount.log().splitlines()
+                 if "NAS" in l or "record" in l or "error" in l.lower()]
+        try:
+            st = ctl_json(self, ["--socket", self.sock, "status"], timeout=10)
+            rec = {"nas": st.get("nas"), "record": st.get("record")}
+        except Exception as e:  # the status itself failing says something too
+            rec = "status failed: %s" % e
+        return "\n".join(lines[-40:]) + "\nstatus: %s" % rec
 
     def promote_revision(self):
         snap, blobs = revision_entries()
@@ -277,7 +296,8 @@ class WfsOnFaultNAS(unittest.TestCase):
         for (fn, args), r in zip(calls, res):
             if r["errno"] is not None or "exc" in r:
                 bad[str(args[-1])] = errname(r["errno"]) if r["errno"] is not None else r["exc"]
-        self.assertEqual(bad, {}, "%s: errors on the local revision" % what)
+        self.assertEqual(bad, {}, "%s: errors on the local revision; the daemon's log ends:\n%s"
+                         % (what, self.debug_state()))
         i = 0
         for e in snap + blobs:
             self.assertEqual(res[i]["value"], (e["sha256"], e["size"]), "%s: %s bytes" % (what, e["path"]))
@@ -432,6 +452,19 @@ class FaultFS(unittest.TestCase):
         self.nas.restore()
         self.assertEqual(sha_size(self.p(e["path"])), (e["sha256"], e["size"]))
 
+    def test_faildir(self):
+        snaps = "%s/snapshots" % REPO
+        kids = sorted(os.listdir(self.p(snaps)))
+        self.assertEqual(self.nas.cmd("faildir %s EIO" % snaps), "ok")
+        self.assertEqual(self.nas.state()["faildir"], errno.EIO)
+        self.assertEqual(wfstest.errno_of(os.listdir, self.p(snaps)), errno.EIO)
+        self.assertEqual(wfstest.errno_of(os.lstat, self.p("%s/%s" % (snaps, kids[0]))), errno.EIO)
+        os.lstat(self.p(snaps))               # the directory itself answers,
+        os.listdir(self.p(REPO))              # and so does the rest
+        self.assertTrue(self.nas.cmd("faildir %s/refs/main EIO" % REPO).startswith("error "))
+        self.assertEqual(self.nas.cmd("clear"), "ok")
+        self.assertEqual(sorted(os.listdir(self.p(snaps))), kids)
+
     def test_latency_and_control_errors(self):
         e = self.big()
         self.assertEqual(self.nas.cmd("latency 100"), "ok")
@@ -493,12 +526,48 @@ class Outage(WfsOnFaultNAS):
         self.roundtrip(NAS.vanish, NAS.restore, frozen=False)
 
 
+class RecordBuild(WfsOnFaultNAS):
+    """A rebuild of the local record that meets a failing NAS part way
+    keeps the record it had: a walk with holes never replaces a whole one."""
+
+    def record_status(self):
+        return ctl_json(self, ["--socket", self.sock, "status"])["record"]
+
+    def test_walk_error_keeps_record(self):
+        path = os.path.join(self.local, "record.json")
+        before = self.record_status()
+        with open(path, "rb") as f:
+            text = f.read()
+        self.assertGreater(before["files"], 0, before)
+        # Lookups under snapshots/ fail; the rest of the repo answers, and
+        # the gate sees nothing (EIO counts only when NAS_HUB fails too).
+        NAS.check("faildir %s/snapshots EIO" % REPO)
+        rep = wfstest.ctl_request(self.sock, {"op": "sync"}, timeout=30)
+        self.assertIsNotNone(rep, "no reply to sync")
+        self.assertFalse(rep.get("ok"), "sync succeeded with snapshots/ failing: %s" % rep)
+        self.assertEqual(rep.get("errno"), "EIO", rep)
+        after = self.record_status()
+        self.assertEqual((after["files"], after["entries"]), (before["files"], before["entries"]),
+                         "the failed rebuild changed the record")
+        with open(path, "rb") as f:
+            self.assertEqual(f.read(), text, "record.json changed by a failed rebuild")
+        # The record kept is the one that serves when the NAS then goes.
+        NAS.check("clear")
+        NAS.check("fail ENOTCONN")
+        self.check_local_revision("the NAS gone after a failed rebuild")
+        NAS.check("ok")
+        self.wait_nas("up", UP_WAIT)
+        rep = wfstest.ctl_request(self.sock, {"op": "sync"}, timeout=30)
+        self.assertTrue(rep and rep.get("ok"), "sync with the NAS healthy: %s" % rep)
+
+
 class RestartDuringOutage(WfsOnFaultNAS):
     """A restart while the NAS is gone still serves the local revision."""
 
     def restart(self, begin, end):
         cls = type(self)
         problems = cls.mount.stop()
+        cls.mount.cleanup()
         cls.mount = None
         self.assertEqual(problems, [], "stopping wfs")
         begin()

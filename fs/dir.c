@@ -1,4 +1,10 @@
-/* dir.c - directory listings, taken whole at opendir so offsets are stable. */
+/* dir.c - directory listings, taken whole once a handle is first read, so
+ * offsets are stable for that handle.
+ *
+ * Not at opendir: the kernel keeps a directory's listing (cache_readdir)
+ * and then reads it from its cache with no READDIR at all, so a listing
+ * taken at every opendir would be NAS work thrown away -- the whole cost
+ * of a warm tree walk. */
 #include "wfs.h"
 #include "ops.h"
 #include "path.h"
@@ -14,18 +20,23 @@
 #include <dirent.h>
 
 
-/* Filled by opendir before the open is answered, read-only after (every
- * readdir of the handle comes after that reply). */
 struct dir_handle {
+	char rel[PATH_MAX];  /* IMMUTABLE after opendir */
+	int cached;          /* IMMUTABLE after opendir: the kernel was told it
+			      * may keep the listing */
+	/* LOCK lock: the kernel sends one READDIR of a handle at a time, but
+	 * on any worker thread (an order a race detector cannot see). */
+	pthread_mutex_t lock;
+	int listed;
 	struct dir_entry *ents;
 	size_t n;
-	int from_record; /* the NAS could not answer: the local record's names */
-	char rel[PATH_MAX];
+	int from_record;     /* the NAS could not answer: the local record's names */
 };
 
 static void dir_free(struct dir_handle *d)
 {
 	dir_entries_free(d->ents, d->n);
+	pthread_mutex_destroy(&d->lock);
 	free(d);
 }
 
@@ -60,12 +71,32 @@ static int list_from_record(struct wfs *w, struct dir_handle *d)
 	return d->ents ? 0 : -ENOMEM;
 }
 
+/* Take @d's whole listing (under d->lock, or before the handle is
+ * shared), from the NAS or, when it cannot answer, the record. */
+static int dir_list(struct wfs *w, struct dir_handle *d)
+{
+	char path[PATH_MAX];
+	int r;
+
+	if (d->listed)
+		return 0;
+	path_join(w->roots.path[0], d->rel, path, sizeof(path));
+	r = nas_list(w, path, &d->ents, &d->n);
+	if (NAS_CANNOT_ANSWER(r))
+		r = list_from_record(w, d);
+	if (r < 0) {
+		wfs_log(w, LOG_WARNING, "listing %s: %s", path, strerror(-r));
+		return r;
+	}
+	d->listed = 1;
+	return 0;
+}
+
 void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct wfs *w = W(req);
 	struct node *n = N(w, ino);
 	struct dir_handle *d;
-	char path[PATH_MAX];
 	int r;
 
 	if (n->kind != NS_DIR) {
@@ -77,23 +108,22 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
+	pthread_mutex_init(&d->lock, NULL);
 	node_path(n, d->rel, sizeof(d->rel));
-	path_join(w->roots.path[0], d->rel, path, sizeof(path));
-	/* Take the whole listing now, so offsets stay stable for this handle. */
-	r = nas_list(w, path, &d->ents, &d->n);
-	if (NAS_CANNOT_ANSWER(r))
-		r = list_from_record(w, d);
-	if (r < 0) {
-		wfs_log(w, LOG_WARNING, "opendir %s: %s", path, strerror(-r));
+	/* While the NAS is down the listing is the record's, now, and never
+	 * kept by the kernel; a handle opened while it is up lists at its
+	 * first READDIR. */
+	if (!nas_gate_up(&w->gate) && (r = dir_list(w, d)) < 0) {
 		dir_free(d);
 		fuse_reply_err(req, -r);
 		return;
 	}
+	d->cached = !d->from_record;
 	fi->fh = (uint64_t)(uintptr_t)d;
 	/* The kernel may keep the listing; it drops it when the directory's
 	 * mtime changes, which it sees within attr_timeout. */
-	fi->cache_readdir = !d->from_record;
-	fi->keep_cache = !d->from_record;
+	fi->cache_readdir = d->cached;
+	fi->keep_cache = d->cached;
 	if (fuse_reply_open(req, fi) == -ENOENT)
 		dir_free(d);
 }
@@ -147,15 +177,20 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	size_t used = 0;
 	uint64_t dot_ino = node_serial(&w->nodes, dn);
 	struct plus_batch batch = { 0 };
+	int r = buf && ent ? 0 : -ENOMEM, uncache;
 
-	if (plus && !d->from_record && buf && ent)
-		batch_classify(w, d, off > 2 ? (size_t)off - 2 : 0, size, &batch);
-	if (!buf || !ent) {
+	pthread_mutex_lock(&d->lock);
+	if (!r)
+		r = dir_list(w, d);
+	if (r < 0) {
+		pthread_mutex_unlock(&d->lock);
 		free(buf);
 		free(ent);
-		fuse_reply_err(req, ENOMEM);
+		fuse_reply_err(req, -r);
 		return;
 	}
+	if (plus && !d->from_record)
+		batch_classify(w, d, off > 2 ? (size_t)off - 2 : 0, size, &batch);
 	/* Offsets: 1 is ".", 2 is "..", 2 + i + 1 is entry i. */
 	for (off_t i = off; i < (off_t)d->n + 2; i++) {
 		struct fuse_entry_param e;
@@ -208,9 +243,15 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		}
 		used += sz;
 	}
-	wfs_log(w, LOG_DEBUG, "readdir%s %s off %lld size %zu: %zu bytes", plus ? "plus" : "",
-		d->rel, (long long)off, size, used);
+	wfs_log(w, LOG_DEBUG, "readdir%s %s off %lld size %zu: %zu bytes%s", plus ? "plus" : "",
+		d->rel, (long long)off, size, used, d->from_record ? " (record)" : "");
+	/* The NAS went down between opendir and now: the kernel, told it may
+	 * keep this listing, must not keep the record's once the NAS is back. */
+	uncache = d->from_record && d->cached;
+	pthread_mutex_unlock(&d->lock);
 	fuse_reply_buf(req, buf, used);
+	if (uncache)
+		inval_push(&w->inval, ino);
 	free(buf);
 	free(ent);
 	free(batch.ent);

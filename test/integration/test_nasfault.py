@@ -13,7 +13,9 @@ ranges (`eio`) or slow (`latency`).
                       nas down; when the NAS is back, nas up and non-local
                       content reads right again, with no remount
   RecordBuild         a rebuild of the local record that meets a failing
-                      directory fails and keeps the record (file and memory)
+                      directory fails and keeps the record (file and memory);
+                      a directory opened before the NAS went lists the
+                      record's names, and the NAS's once it is back
   RestartDuringOutage wfs stopped and started again while the NAS is gone:
                       it mounts, serves the local revision, says nas down;
                       NAS back: nas up, the rest of the hub shows
@@ -559,6 +561,29 @@ class RecordBuild(WfsOnFaultNAS):
         self.wait_nas("up", UP_WAIT)
         rep = wfstest.ctl_request(self.sock, {"op": "sync"}, timeout=30)
         self.assertTrue(rep and rep.get("ok"), "sync with the NAS healthy: %s" % rep)
+
+
+    def test_listing_opened_before_outage(self):
+        """A directory opened while the NAS is up is listed at its first
+        read: the NAS gone by then, the record's names; the NAS back, the
+        kernel has kept none of them."""
+        d = self.m(REPO)
+        full = sorted(os.listdir(FIX.n(REPO)))  # none of its names is hidden
+        # Opened, never read through the mount yet: nothing of it cached.
+        fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            NAS.check("fail ENOTCONN")
+            r = bounded(os.listdir, fd, timeout=LOCAL_WAIT)
+        finally:
+            os.close(fd)
+        self.assertTrue(r["done"], "listing %s blocked with the NAS gone" % d)
+        self.assertIsNone(r["errno"], "listing %s with the NAS gone: %s" % (d, errname(r["errno"])))
+        got = sorted(r["value"])
+        self.assertTrue({"blobs", "refs", "snapshots"} <= set(got) < set(full),
+                        "listing %s from the record: %s (the NAS's: %s)" % (d, got, full))
+        NAS.check("ok")
+        self.wait_nas("up", UP_WAIT)
+        self.assertEqual(sorted(os.listdir(d)), full, "listing %s once the NAS is back" % d)
 
 
 class RestartDuringOutage(WfsOnFaultNAS):

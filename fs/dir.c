@@ -121,9 +121,10 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	d->cached = !d->from_record;
 	fi->fh = (uint64_t)(uintptr_t)d;
 	/* The kernel may keep the listing; it drops it when the directory's
-	 * mtime changes, which it sees within attr_timeout. */
+	 * mtime changes, which it sees within attr_timeout, or when an open
+	 * does not ask it to keep it: once the record's names may be there. */
 	fi->cache_readdir = d->cached;
-	fi->keep_cache = d->cached;
+	fi->keep_cache = d->cached && !__atomic_exchange_n(&n->record_listed, 0, __ATOMIC_ACQ_REL);
 	if (fuse_reply_open(req, fi) == -ENOENT)
 		dir_free(d);
 }
@@ -246,8 +247,12 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	wfs_log(w, LOG_DEBUG, "readdir%s %s off %lld size %zu: %zu bytes%s", plus ? "plus" : "",
 		d->rel, (long long)off, size, used, d->from_record ? " (record)" : "");
 	/* The NAS went down between opendir and now: the kernel, told it may
-	 * keep this listing, must not keep the record's once the NAS is back. */
+	 * keep this listing, must not keep the record's once the NAS is back.
+	 * The directory's next open drops it (op_opendir); so does the
+	 * invalidation queued here, should no open come. */
 	uncache = d->from_record && d->cached;
+	if (uncache)
+		__atomic_store_n(&dn->record_listed, 1, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&d->lock);
 	fuse_reply_buf(req, buf, used);
 	if (uncache)

@@ -48,6 +48,9 @@ struct node {
 	uint8_t own_id;       /* TABLE: blob_id is malloc'ed, not inside name */
 	uint8_t weights;      /* ATOMIC: FILE: reached by a name that may be copied
 			       * (hub_holds_weights), under any of its names */
+	uint8_t record_listed; /* ATOMIC: DIR: the kernel may keep a listing taken
+				* from the record (fs/dir.c); the next opendir
+				* drops it */
 	uint64_t dev;         /* IMMUTABLE: FILE: the key object's device */
 	uint64_t serial;      /* TABLE: st_ino shown: the NAS inode of the key object,
 			       * so readdir's d_ino and stat agree (a directory's

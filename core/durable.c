@@ -71,11 +71,29 @@ int durable_replace(const char *path, const void *data, size_t len, mode_t mode,
 	return durable_fsync_dir(dir);
 }
 
+ssize_t durable_read_fd(int fd, void *buf, size_t cap)
+{
+	size_t got = 0;
+
+	while (got < cap) {
+		ssize_t n = read(fd, (char *)buf + got, cap - got);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			break;
+		got += (size_t)n;
+	}
+	return (ssize_t)got;
+}
+
 int durable_read(const char *path, size_t max, char **out, size_t *len)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW), r = 0;
 	struct stat st;
-	size_t got = 0;
+	ssize_t got = 0;
 	char *buf = NULL;
 
 	if (fd < 0)
@@ -89,19 +107,10 @@ int durable_read(const char *path, size_t max, char **out, size_t *len)
 	else if (!(buf = malloc((size_t)st.st_size + 1)))
 		r = -ENOMEM;
 	/* One byte more than the size: a file that grew is seen. */
-	while (!r && got <= (size_t)st.st_size) {
-		ssize_t n = read(fd, buf + got, (size_t)st.st_size + 1 - got);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0) {
-			r = n < 0 ? -errno : 0;
-			break;
-		}
-		got += (size_t)n;
-	}
+	if (!r && (got = durable_read_fd(fd, buf, (size_t)st.st_size + 1)) < 0)
+		r = (int)got;
 	close(fd);
-	if (!r && got > (size_t)st.st_size)
+	if (!r && got > st.st_size)
 		r = -EFBIG; /* it grew while read */
 	if (r) {
 		free(buf);
@@ -109,6 +118,6 @@ int durable_read(const char *path, size_t max, char **out, size_t *len)
 	}
 	buf[got] = '\0';
 	*out = buf;
-	*len = got;
+	*len = (size_t)got;
 	return 0;
 }

@@ -25,6 +25,11 @@ int durable_replace(const char *path, const void *data, size_t len, mode_t mode,
  * file, or -errno. */
 int durable_read(const char *path, size_t max, char **out, size_t *len);
 
+/* Read from @fd into @buf until end of file or @cap bytes, whichever comes
+ * first, going on after interrupted reads.  Returns the bytes read or
+ * -errno. */
+ssize_t durable_read_fd(int fd, void *buf, size_t cap);
+
 /* fsync the directory @dir (after a rename into it).  Returns 0 or -errno. */
 int durable_fsync_dir(const char *dir);
 

@@ -173,27 +173,21 @@ static struct rnode *node_of(const char *rel, const struct ns_entry *e)
 static int read_ref(struct build *b, struct rnode *n)
 {
 	char buf[RECORD_MAX_DATA + 1];
-	size_t got = 0;
-	int fd = nas_open(b->roots, n->backing, 0), e = 0;
+	ssize_t k;
+	size_t got;
+	int fd = nas_open(b->roots, n->backing, 0);
 
 	if (fd < 0)
 		return fd == -ENOENT || fd == -ELOOP || fd == -ESTALE || fd == -ENXIO ||
 		       fd == -EISDIR || fd == -ENOTDIR || fd == -EACCES || fd == -EXDEV ? 1 : fd;
-	while (got < sizeof(buf)) {
-		ssize_t k = read(fd, buf + got, sizeof(buf) - got);
-
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0) {
-			e = k < 0 ? -errno : 0;
-			break;
-		}
-		got += (size_t)k;
-	}
+	k = durable_read_fd(fd, buf, sizeof(buf));
 	close(fd);
-	if (e || got > RECORD_MAX_DATA) {
-		b->big_refs += !e;
-		return e; /* too large: shown, never served cut short */
+	if (k < 0)
+		return (int)k;
+	got = (size_t)k;
+	if (got > RECORD_MAX_DATA) {
+		b->big_refs++;
+		return 0; /* too large: shown, never served cut short */
 	}
 	if (!(n->data = malloc(got ? got : 1)))
 		return -ENOMEM;

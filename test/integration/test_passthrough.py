@@ -474,30 +474,49 @@ class MixedModes(unittest.TestCase):
 
 # ------------------------------------------------------------------ 3
 
-class Fallback(unittest.TestCase):
-    """-o passthrough=off: a local blob is daemon-served from its copy."""
+class OwnMount:
+    """A mixin: a wfs mount of the class's own over the fixture hub, NAME
+    naming its LOCAL_STORE and mount point, OPTIONS its -o options;
+    prepare() runs once it answers on its control socket."""
+
+    NAME = OPTIONS = None
 
     @classmethod
     def setUpClass(cls):
-        cls.local = os.path.join(FIX.gen, "local-nopt")
-        cls.mnt = os.path.join(FIX.gen, "mnt-nopt")
+        cls.local = os.path.join(FIX.gen, "local-" + cls.NAME)
+        cls.mnt = os.path.join(FIX.gen, "mnt-" + cls.NAME)
         os.mkdir(cls.mnt)
         cls.mount = None
-        cls.mount = wfstest.Mount(FIX.hub, cls.local, cls.mnt, ("passthrough=off", "auto_promote=off")).start()
+        cls.mount = wfstest.Mount(FIX.hub, cls.local, cls.mnt, cls.OPTIONS).start()
         try:
             wfstest.wait_ctl(cls.mnt)
-            cls.path = os.path.join(cls.mnt, BLOB["engaged"]["entry"]["path"])
-            ctl_check(unittest.TestCase(), ["promote", "--wait", cls.path])
+            cls.prepare()
         except BaseException:
             cls.tearDownClass()
             raise
+
+    @classmethod
+    def prepare(cls):
+        pass
 
     @classmethod
     def tearDownClass(cls):
         problems = cls.mount.stop() if cls.mount else []
         cls.mount = None
         if problems:
-            raise AssertionError("teardown of the passthrough=off mount: " + "; ".join(problems))
+            raise AssertionError("teardown of the -o %s mount: %s"
+                                 % (",".join(cls.OPTIONS), "; ".join(problems)))
+
+
+class Fallback(OwnMount, unittest.TestCase):
+    """-o passthrough=off: a local blob is daemon-served from its copy."""
+
+    NAME, OPTIONS = "nopt", ("passthrough=off", "auto_promote=off")
+
+    @classmethod
+    def prepare(cls):
+        cls.path = os.path.join(cls.mnt, BLOB["engaged"]["entry"]["path"])
+        ctl_check(unittest.TestCase(), ["promote", "--wait", cls.path])
 
     def test_reads_daemon_served_from_local_copy(self):
         p, want = self.path, BLOB["engaged"]["want"]
@@ -605,33 +624,14 @@ class EvictOpen(unittest.TestCase):
 
 # ------------------------------------------------------------------ 5
 
-class NasPassthrough(unittest.TestCase):
+class NasPassthrough(OwnMount, unittest.TestCase):
     """-o nas_passthrough=on: a blob on the NAS is read by the kernel from
     the NAS file itself (no READ reaches the daemon), right bytes through
     read, pread and mmap; what it read counts as NAS bytes (cachestat) and
     makes it hot; promoted while open, the open keeps reading right bytes,
     and the next open after the last close is the local copy's."""
 
-    @classmethod
-    def setUpClass(cls):
-        cls.local = os.path.join(FIX.gen, "local-naspt")
-        cls.mnt = os.path.join(FIX.gen, "mnt-naspt")
-        os.mkdir(cls.mnt)
-        cls.mount = None
-        cls.mount = wfstest.Mount(FIX.hub, cls.local, cls.mnt,
-                                  ("nas_passthrough=on", "auto_promote=off")).start()
-        try:
-            wfstest.wait_ctl(cls.mnt)
-        except BaseException:
-            cls.tearDownClass()
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        problems = cls.mount.stop() if cls.mount else []
-        cls.mount = None
-        if problems:
-            raise AssertionError("teardown of the nas_passthrough mount: " + "; ".join(problems))
+    NAME, OPTIONS = "naspt", ("nas_passthrough=on", "auto_promote=off")
 
     def test_nas_blob_read_by_the_kernel_then_promoted_under_it(self):
         b = BLOB["mixed"]

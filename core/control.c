@@ -145,6 +145,11 @@ static json_t *op_promote(struct control *c, json_t *req)
 
 	if (!paths)
 		return err;
+	if (json_object_get(req, "ranges") || json_object_get(req, "part")) {
+		err = control_promote_part(c, req, paths);
+		json_decref(paths);
+		return err;
+	}
 	refused = json_array();
 	json_array_foreach(paths, i, p) {
 		const char *rel = json_string_value(p), *glob = NULL, *name = NULL;

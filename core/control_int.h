@@ -35,4 +35,7 @@ json_t *control_run(struct control *c, const struct control_op *o, json_t *req);
  * memory. */
 char *control_reply_line(json_t *rep, int nl, size_t *lenp);
 
+/* "promote" with "ranges" or "part" (control_part.c): @paths, one file. */
+json_t *control_promote_part(struct control *c, json_t *req, json_t *paths);
+
 #endif

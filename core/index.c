@@ -88,6 +88,63 @@ static json_t *text_json(const char *s)
 	return v;
 }
 
+/* A "partial" record's ranges, malloc'ed (NULL when none or not a list;
+ * an entry that is not {off, len, xxh} ends the list there: the reader
+ * checks what it gets). */
+static struct part_range *read_ranges(json_t *o, size_t *n)
+{
+	json_t *list = json_object_get(o, "ranges"), *e;
+	struct part_range *v;
+	size_t i;
+
+	*n = 0;
+	if (!json_is_array(list) || !json_array_size(list) ||
+	    !(v = calloc(json_array_size(list), sizeof(*v))))
+		return NULL;
+	json_array_foreach(list, i, e) {
+		const char *x = json_string_value(json_object_get(e, "xxh"));
+		json_int_t off = json_integer_value(json_object_get(e, "off"));
+		json_int_t len = json_integer_value(json_object_get(e, "len"));
+
+		if (!x || off < 0 || len <= 0)
+			break;
+		v[*n] = (struct part_range){ (uint64_t)off, (uint64_t)len, "" };
+		snprintf(v[(*n)++].xxh, sizeof(v->xxh), "%s", x);
+	}
+	return v;
+}
+
+static void read_part(json_t *o, struct index_rec *rec, struct part_range **buf)
+{
+	*buf = read_ranges(o, &rec->nranges);
+	rec->ranges = *buf;
+	rec->part_ino = (uint64_t)int_or(o, "part_ino");
+	rec->part_mtime = (struct timespec){ (time_t)int_or(o, "part_mtime_s"),
+					     (long)int_or(o, "part_mtime_ns") };
+	rec->part_ctime = (struct timespec){ (time_t)int_or(o, "part_ctime_s"),
+					     (long)int_or(o, "part_ctime_ns") };
+}
+
+static json_t *part_json(const struct index_rec *e)
+{
+	json_t *o = json_pack("{s:[], s:I, s:I, s:I, s:I, s:I}", "ranges",
+		"part_ino", (json_int_t)e->part_ino,
+		"part_mtime_s", (json_int_t)e->part_mtime.tv_sec,
+		"part_mtime_ns", (json_int_t)e->part_mtime.tv_nsec,
+		"part_ctime_s", (json_int_t)e->part_ctime.tv_sec,
+		"part_ctime_ns", (json_int_t)e->part_ctime.tv_nsec);
+	json_t *list = json_object_get(o, "ranges");
+
+	for (size_t i = 0; o && i < e->nranges; i++)
+		if (json_array_append_new(list, json_pack("{s:I, s:I, s:s}",
+			"off", (json_int_t)e->ranges[i].off, "len", (json_int_t)e->ranges[i].len,
+			"xxh", e->ranges[i].xxh)) < 0) {
+			json_decref(o);
+			return NULL;
+		}
+	return o;
+}
+
 int index_read(const char *path, const struct index_cb *cb)
 {
 	json_error_t err;
@@ -105,13 +162,14 @@ int index_read(const char *path, const struct index_cb *cb)
 	if (!root)
 		return -EINVAL;
 	version = json_integer_value(json_object_get(root, "version"));
-	if ((version != 1 && version != INDEX_VERSION) ||
+	if (version < 1 || version > INDEX_VERSION ||
 	    !json_is_array(blobs = json_object_get(root, "blobs"))) {
 		json_decref(root);
 		return -EINVAL;
 	}
 	json_array_foreach(blobs, i, o) {
 		char *key_buf, *id_buf;
+		struct part_range *ranges = NULL;
 		struct index_rec rec = {
 			.key = get_name(o, "key", NULL, &key_buf),
 			.id = get_name(o, "id", "", &id_buf),
@@ -140,7 +198,10 @@ int index_read(const char *path, const struct index_cb *cb)
 			rec.copy_ctime = (struct timespec){ (time_t)int_or(o, "copy_ctime_s"),
 							    (long)int_or(o, "copy_ctime_ns") };
 		}
+		if (version >= 3 && !strcmp(rec.state, "partial"))
+			read_part(o, &rec, &ranges);
 		r = cb->blob(cb->arg, &rec);
+		free(ranges);
 		free(key_buf);
 		free(id_buf);
 		if (r < 0)
@@ -197,6 +258,15 @@ int index_write(const char *path, const struct index_rec *recs, size_t n,
 				o = NULL;
 			}
 			json_decref(id);
+		}
+		if (o && e->nranges) {
+			json_t *part = part_json(e);
+
+			if (!part || json_object_update(o, part) < 0) {
+				json_decref(o);
+				o = NULL;
+			}
+			json_decref(part);
 		}
 		if (!o || json_array_append_new(blobs, o) < 0) {
 			json_decref(root);

@@ -7,7 +7,10 @@
  * Versions: 2 records, per local copy, what proves the file untouched since
  * it was verified (its inode number, mtime and ctime; its size is the
  * blob's).  1 (before) did not; it is still read, its copies then carry no
- * proof (copy_ino 0).  Only 2 is written.
+ * proof (copy_ino 0).  3 adds the state "partial": a blob with verified
+ * local ranges (store_part.c), each with its offset, length and XXH3-128,
+ * and the partial file's identity; 1 and 2 have none and are read as
+ * before.  Only 3 is written.
  */
 #ifndef WFS_INDEX_H
 #define WFS_INDEX_H
@@ -15,7 +18,9 @@
 #include <stdint.h>
 #include <time.h>
 
-#define INDEX_VERSION 2
+#include "range.h"
+
+#define INDEX_VERSION 3
 /* An index is refused unread past this size: a damaged or hostile file
  * must not make the daemon parse gigabytes at start-up.  A record takes
  * about 700 bytes, so this is some 350,000 local copies and pins; a store
@@ -26,7 +31,7 @@
 struct index_rec {
 	const char *key;    /* physical NAS path */
 	const char *id;
-	const char *state;  /* "local", "mismatch" or "nas" (pinned only) */
+	const char *state;  /* "local", "mismatch", "partial" or "nas" (pinned only) */
 	const char *xxh;    /* content hash of the local copy */
 	const char *sample; /* source identity */
 	const char *reason;
@@ -39,6 +44,12 @@ struct index_rec {
 	 * none recorded (a version 1 index) */
 	uint64_t copy_ino;
 	struct timespec copy_mtime, copy_ctime;
+	/* "partial" only: its verified ranges (read: sorted as written, the
+	 * reader checks them) and the partial file's identity */
+	const struct part_range *ranges;
+	size_t nranges;
+	uint64_t part_ino;
+	struct timespec part_mtime, part_ctime;
 };
 
 /* A ref pin (wfsctl pin --ref): the revision kept, and the one it moves to. */
@@ -52,7 +63,7 @@ struct index_cb {
 	int (*ref)(void *arg, const struct index_ref *r); /* may be NULL */
 };
 
-/* Call the callbacks for each record.  Returns the version read (1 or 2),
+/* Call the callbacks for each record.  Returns the version read (1 to 3),
  * 0 when there is no index, a callback's error, or what makes the file
  * unreadable, before any callback is called:
  *   -EFBIG   larger than INDEX_MAX_BYTES (not read at all)
@@ -60,7 +71,7 @@ struct index_cb {
  *   other    -errno of open or read (-ELOOP: a symbolic link) */
 int index_read(const char *path, const struct index_cb *cb);
 
-/* Write the index (version 2, mode 0600: only the owner may read what is
+/* Write the index (version 3, mode 0600: only the owner may read what is
  * local and where).  Returns 0 or -errno; -EFBIG past INDEX_MAX_BYTES, the
  * old index untouched. */
 int index_write(const char *path, const struct index_rec *recs, size_t n,

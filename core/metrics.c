@@ -90,6 +90,12 @@ void metrics_collect(const struct metrics_src *src, struct metrics *m)
 	m->index_writes = s->index_writes;
 	m->retries = s->retries;
 	m->local_read_errors = s->local_read_errors;
+	m->part_files = u.parts;
+	m->part_bytes = u.part_bytes;
+	m->part_read_bytes = s->part_local_read;
+	m->part_copied = s->part_copied;
+	m->part_failed = s->part_failed;
+	m->part_copied_bytes = s->part_bytes_copied;
 	metrics_collect_nas(src->gate, src->record, &m->nas);
 }
 
@@ -272,6 +278,19 @@ char *metrics_prometheus(const struct metrics *m)
 	metric(&b, "wfs_local_read_errors_total", "counter",
 	       "Reads of a local copy that failed: the copy was demoted, its reads go to the NAS.",
 	       m->local_read_errors);
+	metric(&b, "wfs_partial_files", "gauge",
+	       "Files with verified local ranges that are not local whole.", m->part_files);
+	metric(&b, "wfs_partial_bytes", "gauge", "Bytes of the verified local ranges.",
+	       m->part_bytes);
+	metric(&b, "wfs_range_bytes_local_total", "counter",
+	       "Bytes of reads served from verified local ranges of partial files.",
+	       m->part_read_bytes);
+	metric(&b, "wfs_ranges_verified_total", "counter", "Ranges copied and verified.",
+	       m->part_copied);
+	metric(&b, "wfs_ranges_failed_total", "counter", "Range copies that failed.",
+	       m->part_failed);
+	metric(&b, "wfs_range_bytes_copied_total", "counter", "Bytes of ranges copied and verified.",
+	       m->part_copied_bytes);
 	prometheus_nas(&b, &m->nas);
 	if (b.oom) {
 		free(b.p);
@@ -343,6 +362,12 @@ json_t *metrics_json(const struct metrics *m)
 				      json_integer((json_int_t)m->retries)) ||
 		  json_object_set_new(o, "local_read_errors",
 				      json_integer((json_int_t)m->local_read_errors)) ||
+		  json_object_set_new(o, "partial", json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}",
+			"files", (json_int_t)m->part_files, "bytes", (json_int_t)m->part_bytes,
+			"read_local_bytes", (json_int_t)m->part_read_bytes,
+			"ranges_verified", (json_int_t)m->part_copied,
+			"ranges_failed", (json_int_t)m->part_failed,
+			"bytes_copied", (json_int_t)m->part_copied_bytes)) ||
 		  json_object_set_new(o, "nas", metrics_nas_json(&m->nas)) ||
 		  json_object_set_new(o, "record", metrics_record_json(&m->nas)))) {
 		json_decref(o);

@@ -56,6 +56,10 @@ struct metrics {
 	uint64_t blobs_known;
 	uint64_t retries;            /* failed copies the store queued again (its backoff) */
 	uint64_t local_read_errors;  /* reads of local copies that failed: demoted */
+	/* partial copies (store.h): files, bytes of their verified ranges,
+	 * bytes read from them, ranges copied and failed, bytes copied */
+	uint64_t part_files, part_bytes, part_read_bytes, part_copied, part_failed;
+	uint64_t part_copied_bytes;
 	struct metrics_nas nas;
 };
 

@@ -86,7 +86,7 @@ static void scan_blob(void *arg, const struct blob_info *b)
 	struct scan *sc = arg;
 	uint64_t h;
 
-	if (b->state != BLOB_LOCAL)
+	if (b->state != BLOB_LOCAL && !b->part_bytes)
 		return;
 	/* Order-free: the table's order is not the blobs' */
 	h = path_hash(b->key) ^ (b->name ? path_hash(b->name) * 31 : 0);
@@ -143,7 +143,7 @@ static int is_local(struct store *s, const char *key)
 {
 	struct blob *b = key[0] ? store_find(s, key) : NULL;
 
-	return b && blob_state(b) == BLOB_LOCAL;
+	return b && (blob_state(b) == BLOB_LOCAL || atomic_load(&b->part_bytes));
 }
 
 static struct rnode *node_of(const char *rel, const struct ns_entry *e)

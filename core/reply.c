@@ -133,13 +133,38 @@ json_t *reply_error(int err, const char *fmt, ...)
 			 strerrorname_np(err) ? strerrorname_np(err) : "EIO");
 }
 
+/* A blob's local ranges (a partial copy), for reply_blob. */
+static json_t *part_json(struct store *s, struct blob *b, const struct blob_info *in)
+{
+	json_t *o = json_pack("{s:I, s:I, s:I, s:I, s:b, s:b, s:o, s:[]}",
+		"local_bytes", (json_int_t)in->part_bytes, "nranges", (json_int_t)in->part_n,
+		"want_bytes", (json_int_t)in->part_want, "done_bytes", (json_int_t)in->part_done,
+		"copying", in->part_copying, "unproven", in->part_unproven,
+		"reason", reply_path(in->part_reason), "ranges");
+	json_t *list = json_object_get(o, "ranges");
+	struct brange *v;
+	size_t n;
+
+	if (o && store_part_ranges(s, b, &v, &n) == 0) {
+		for (size_t i = 0; i < n; i++)
+			json_array_append_new(list, json_pack("[I, I]", (json_int_t)v[i].off,
+							      (json_int_t)v[i].len));
+		free(v);
+	}
+	return o;
+}
+
 json_t *reply_blob(struct store *s, struct blob *b)
 {
 	struct blob_info in;
+	json_t *o;
 
 	blob_info(s, b, &in);
-	return json_pack("{s:o, s:o, s:s, s:I, s:I, s:b, s:o}", "key", reply_path(in.key),
-			 "id", reply_path(in.id), "state", blob_state_name(in.state),
-			 "size", (json_int_t)in.size, "bytes_done", (json_int_t)in.bytes_done,
-			 "pinned", in.pinned, "reason", reply_path(in.reason));
+	o = json_pack("{s:o, s:o, s:s, s:I, s:I, s:b, s:o}", "key", reply_path(in.key),
+		      "id", reply_path(in.id), "state", blob_info_state_name(&in),
+		      "size", (json_int_t)in.size, "bytes_done", (json_int_t)in.bytes_done,
+		      "pinned", in.pinned, "reason", reply_path(in.reason));
+	if (o && (in.part_bytes || in.part_want || in.part_reason[0] || in.part_unproven))
+		json_object_set_new(o, "part", part_json(s, b, &in));
+	return o;
 }

@@ -36,6 +36,7 @@
 
 struct tally {
 	json_int_t files, bytes, local_files, local_bytes, pinned_files;
+	json_int_t partial_files, partial_bytes; /* not local whole: local ranges */
 	json_int_t per_state[BLOB_NSTATES];
 };
 
@@ -306,6 +307,11 @@ static const char *tally_path(struct view *v, const char *rel, struct tally *t)
 		t->bytes += (json_int_t)snap.size;
 		t->per_state[snap.state]++;
 		t->pinned_files += snap.pinned;
+		if (strcmp(blob_info_state_name(&snap), blob_state_name(snap.state))) {
+			t->per_state[snap.state]--; /* counted as "partial" */
+			t->partial_files++;
+			t->partial_bytes += (json_int_t)snap.part_bytes;
+		}
 		if (snap.state == BLOB_LOCAL) {
 			t->local_files++;
 			t->local_bytes += (json_int_t)snap.size;
@@ -322,9 +328,13 @@ static json_t *tally_json(const struct tally *t)
 		if (t->per_state[st])
 			json_object_set_new(states, blob_state_name((enum blob_state)st),
 					    json_integer(t->per_state[st]));
-	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:o}", "files", t->files, "bytes", t->bytes,
-			 "local_files", t->local_files, "local_bytes", t->local_bytes,
-			 "pinned_files", t->pinned_files, "states", states);
+	if (t->partial_files)
+		json_object_set_new(states, "partial", json_integer(t->partial_files));
+	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o}", "files", t->files,
+			 "bytes", t->bytes, "local_files", t->local_files,
+			 "local_bytes", t->local_bytes, "partial_files", t->partial_files,
+			 "partial_bytes", t->partial_bytes, "pinned_files", t->pinned_files,
+			 "states", states);
 }
 
 /* ---- names: on the NAS, or in the record ---- */
@@ -506,7 +516,7 @@ static json_t *path_check(struct view *v, const char *norm)
 
 struct sums {
 	json_int_t local_bytes, nas_bytes, opens, held;
-	json_t *copies, *flagged, *held_list;
+	json_t *copies, *flagged, *held_list, *partial;
 };
 
 static void sum_blob(void *arg, const struct blob_info *b)
@@ -516,6 +526,16 @@ static void sum_blob(void *arg, const struct blob_info *b)
 	s->local_bytes += (json_int_t)b->local_bytes;
 	s->nas_bytes += (json_int_t)b->nas_bytes;
 	s->opens += (json_int_t)b->opens;
+	/* files with local ranges (their ranges are added after: no store
+	 * call under its lock) */
+	if (b->part_bytes || b->part_copying || b->part_reason[0])
+		json_array_append_new(s->partial, json_pack("{s:o, s:o, s:o?, s:s, s:I, s:I, s:I, "
+			"s:b, s:o, s:I}", "key", reply_path(b->key), "id", reply_path(b->id),
+			"name", reply_path(b->name), "state", blob_info_state_name(b),
+			"size", (json_int_t)b->size, "local_bytes", (json_int_t)b->part_bytes,
+			"nranges", (json_int_t)b->part_n, "copying", b->part_copying,
+			"reason", reply_path(b->part_reason), "served_local_bytes",
+			(json_int_t)b->local_bytes));
 	if (b->state == BLOB_COPYING)
 		json_array_append_new(s->copies, json_pack("{s:o, s:o, s:s, s:I, s:I}", "key",
 			reply_path(b->key), "id", reply_path(b->id), "state", blob_state_name(b->state),
@@ -535,6 +555,28 @@ static void sum_blob(void *arg, const struct blob_info *b)
 			"hold", b->hold == HOLD_EXCLUDED ? "excluded" : "no_room",
 			"reason", reply_path(b->reason), "size", (json_int_t)b->size,
 			"name", reply_path(b->name)));
+}
+
+/* Each partial file's verified ranges, [offset, length]. */
+static void partial_ranges(struct control *c, json_t *list)
+{
+	json_t *e;
+	size_t i;
+
+	json_array_foreach(list, i, e) {
+		struct blob *b = store_find(c->store, json_string_value(json_object_get(e, "key")));
+		json_t *rl = json_array();
+		struct brange *v = NULL;
+		size_t n = 0;
+
+		if (b)
+			store_part_ranges(c->store, b, &v, &n);
+		for (size_t k = 0; k < n; k++)
+			json_array_append_new(rl, json_pack("[I, I]", (json_int_t)v[k].off,
+							    (json_int_t)v[k].len));
+		free(v);
+		json_object_set_new(e, "ranges", rl);
+	}
 }
 
 static json_t *policy_json(const struct policy_opts *p)
@@ -655,7 +697,8 @@ static json_t *store_json(struct control *c)
 	store_usage(c->store, &u);
 	room = store_room(c->store, &evictable);
 	return json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
-		"s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
+		"s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
+		"partial_files", (json_int_t)u.parts, "partial_bytes", (json_int_t)u.part_bytes,
 		"blobs", (json_int_t)u.blobs, "bytes", (json_int_t)u.bytes,
 		"free_bytes", (json_int_t)u.free_bytes, "queued", (json_int_t)u.queued,
 		"copying", (json_int_t)u.copying, "used_bytes", (json_int_t)u.used,
@@ -715,15 +758,18 @@ json_t *status_reply(struct control *c, json_t *req, int walk)
 	sums.copies = json_array();
 	sums.flagged = json_array();
 	sums.held_list = json_array();
+	sums.partial = json_array();
 	store_each(c->store, sum_blob, &sums);
-	rep = json_pack("{s:b, s:o, s:o, s:s, s:o, s:o, s:{s:I, s:I, s:I}, s:o, s:o, s:I, s:o}",
+	partial_ranges(c, sums.partial);
+	rep = json_pack("{s:b, s:o, s:o, s:s, s:o, s:o, s:{s:I, s:I, s:I}, s:o, s:o, s:I, s:o, "
+			"s:o}",
 		"ok", 1, "local", reply_path(c->local),
 		"mount", reply_path(c->mount), "from", reply_from(repos, refs),
 		"repos", repos, "copies", sums.copies,
 		"served", "local_bytes", sums.local_bytes, "nas_bytes", sums.nas_bytes,
 		"opens", sums.opens,
 		"flagged", sums.flagged, "held", sums.held_list, "held_total", sums.held,
-		"ref_pins", refs);
+		"ref_pins", refs, "partial", sums.partial);
 	if (rep)
 		add_state(c, rep);
 	return rep;

@@ -39,8 +39,10 @@ static int source_attrs_locked(struct store *s, struct blob *b, const struct sta
 	    b->nas_ctime.tv_sec == st->st_ctim.tv_sec &&
 	    b->nas_ctime.tv_nsec == st->st_ctim.tv_nsec)
 		return 0;
-	if (b->size != (uint64_t)st->st_size)
+	if (b->size != (uint64_t)st->st_size) {
 		store_demote_locked(s, b, "source size changed", 1);
+		part_drop_locked(s, b, "source size changed");
+	}
 	atomic_store_explicit(&b->size, (uint64_t)st->st_size, memory_order_release);
 	b->nas_mtime = st->st_mtim;
 	b->nas_ctime = st->st_ctim;
@@ -241,6 +243,10 @@ static int request_locked(struct store *s, struct blob *b, enum store_who who, i
 {
 	int explicit_req = who != STORE_BY_AUTO;
 
+	/* Staged in part on purpose (wfsctl promote --range): the policy does
+	 * not copy the rest by itself, however hot its NAS bytes make it. */
+	if (who == STORE_BY_AUTO && b->part && (b->part->n || b->part->nwant))
+		return 0;
 	if (b->state == BLOB_NAS || b->state == BLOB_FAILED) {
 		b->who = who;
 		if (who != STORE_BY_USER && !now && b->fail_count &&
@@ -340,6 +346,14 @@ int store_evict(struct store *s, struct blob *b, int force)
 	pthread_mutex_lock(&s->lock);
 	if (b->pinned && !force) {
 		r = -EBUSY;
+	} else if (b->part && (b->part->n || b->part->nwant || b->part->unproven)) {
+		b->pinned = 0;
+		part_drop_locked(s, b, NULL);
+		if (b->state == BLOB_LOCAL)
+			store_demote_locked(s, b, "evicted", 0);
+		b->reason[0] = '\0';
+		s->evicted++;
+		r = 1;
 	} else if (b->state == BLOB_LOCAL) {
 		b->pinned = 0;
 		/* The bytes are the same on the NAS: nothing for the kernel to
@@ -500,6 +514,8 @@ int store_open(struct store *s, const char *dir, const struct store_opts *opt,
 	snprintf(s->data_dir, sizeof(s->data_dir), "%s/data", dir);
 	snprintf(s->tmp_dir, sizeof(s->tmp_dir), "%s/tmp", dir);
 	snprintf(s->index_path, sizeof(s->index_path), "%s/index.json", dir);
+	snprintf(s->part_dir, sizeof(s->part_dir), "%s/parts", dir);
+	pthread_cond_init(&s->part_cond, NULL);
 	s->blk = statvfs(dir, &sv) == 0 && sv.f_frsize ? (uint64_t)sv.f_frsize : 4096;
 	if (htab_init(&s->blobs, 1024) < 0)
 		return -ENOMEM;
@@ -525,21 +541,30 @@ int store_start(struct store *s)
 			return -r;
 		s->nthreads++;
 	}
-	return 0;
+	r = pthread_create(&s->part_thread, NULL, store_part_worker, s);
+	s->part_started = r == 0;
+	return -r;
 }
 
 void store_close(struct store *s)
 {
 	pthread_mutex_lock(&s->lock);
 	s->stop = 1;
-	STORE_EACH(s, b)
+	STORE_EACH(s, b) {
 		if (b->state == BLOB_COPYING)
 			atomic_store(&b->prog.cancel, 1);
+		if (b->part && b->part->copying)
+			atomic_store(&b->part->prog.cancel, 1);
+	}
 	pthread_cond_broadcast(&s->cond);
+	pthread_cond_broadcast(&s->part_cond);
 	pthread_cond_broadcast(&s->hot_cond);
 	pthread_mutex_unlock(&s->lock);
 	for (unsigned i = 0; i < s->nthreads; i++)
 		pthread_join(s->threads[i], NULL);
+	if (s->part_started)
+		pthread_join(s->part_thread, NULL);
+	s->part_started = 0;
 	free(s->threads);
 	s->threads = NULL;
 	s->nthreads = 0;
@@ -556,6 +581,7 @@ void store_close(struct store *s)
 			struct blob *b = htab_entry(l, struct blob, hl);
 
 			next = l->next;
+			store_part_free(b);
 			free(b->key);
 			free(b->name);
 			free(b->tmp);
@@ -568,5 +594,6 @@ void store_close(struct store *s)
 	pthread_mutex_destroy(&s->index_lock);
 	pthread_cond_destroy(&s->hot_cond);
 	pthread_cond_destroy(&s->cond);
+	pthread_cond_destroy(&s->part_cond);
 	pthread_mutex_destroy(&s->lock);
 }

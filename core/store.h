@@ -59,6 +59,7 @@
 
 #include "fetch.h"
 #include "htab.h"
+#include "range.h"
 #include "policy.h"
 #include "resolve.h"
 
@@ -114,6 +115,32 @@ enum store_fail {
 	STORE_FAIL_IO,
 	STORE_FAIL_OTHER,
 	STORE_FAIL_N,
+};
+
+/* The local ranges of a blob that is not copied whole: its partial copy,
+ * parts/<XXH3-128 of the key>, a sparse file of the blob's size holding
+ * the verified ranges at their own offsets (store_part.c says how a range
+ * is copied, verified, kept, served and dropped).  Every field LOCK; the
+ * struct lives while a range copy is in flight (@copying), even dropped. */
+struct blob_part {
+	struct part_range *v;       /* verified: sorted, disjoint, kept apart */
+	size_t n, cap;
+	uint64_t bytes;             /* their total */
+	struct brange *want;        /* asked for, not copied yet: in order */
+	size_t nwant, capwant;
+	uint64_t want_total, want_done; /* of the requests since the last idle (progress) */
+	uint64_t ino;               /* the partial file's identity after the last */
+	struct timespec mtime, ctime; /* verified range (what lets it serve after a restart) */
+	unsigned gen;               /* the partial file's generation: +1 when removed */
+	int copying;                /* a range copy (or the re-hash) in flight */
+	int unproven;               /* loaded without a matching identity: every range is
+				     * re-hashed before any serves */
+	int queued;                 /* on the store's part queue */
+	struct blob *qnext;
+	uint64_t reserved;          /* room reserved by the range copy in flight */
+	struct fetch_progress prog; /* ATOMIC: the range copy in flight */
+	char reason[256];           /* why the last range copy failed; "" */
+	uint64_t failed;            /* range copies failed since the last request */
 };
 
 /* One NAS file.  Outside the store, a struct blob is a handle: read it
@@ -180,6 +207,11 @@ struct blob {
 				     * not at every open; 0 once a check is made */
 	uint64_t swept;             /* LOCK: the sweep pass that looked at it last (a blob is
 				     * worked on once per pass: store_verify.c) */
+	struct blob_part *part;     /* LOCK: its local ranges, or NULL (store_part.c) */
+	_Atomic uint64_t part_bytes; /* ATOMIC: bytes of its verified ranges that may serve
+				      * (0: none; the read path's check before the lock) */
+	char *copy_src;             /* LOCK: the next whole copy reads this file, not the NAS:
+				     * a partial copy that covers the whole blob */
 };
 
 /* What a blob is now, copied under the lock (for status, doctor, metrics). */
@@ -201,6 +233,11 @@ struct blob_info {
 	int64_t retry_at_ms;        /* CLOCK_MONOTONIC (store_now_ms): no automatic copy before
 				     * this; 0: no backoff */
 	int auto_retry;             /* 1: the store queues it again by itself at retry_at_ms */
+	/* its local ranges (not LOCAL: "partial" when part_bytes > 0) */
+	uint64_t part_bytes, part_want, part_done;
+	size_t part_n;              /* verified ranges */
+	int part_copying, part_unproven;
+	char part_reason[256];
 };
 
 struct store_hooks {
@@ -272,6 +309,14 @@ struct store {
 	uint64_t retry_gen;         /* LOCK: the gate's generation store_retry_due saw last */
 	int recheck_wanted;         /* LOCK: a source check could not be made: the sweep
 				     * tries again (store_verify.c) */
+	/* partial copies (store_part.c) */
+	char part_dir[PATH_MAX + 8]; /* IMMUTABLE: LOCAL_STORE/parts */
+	pthread_cond_t part_cond;   /* the part queue, stop (with @lock) */
+	struct blob *part_head, *part_tail; /* LOCK: blobs with ranges to copy or re-hash */
+	pthread_t part_thread;      /* the one range worker */
+	int part_started;           /* owner thread */
+	_Atomic uint64_t part_copied, part_failed, part_bytes_copied; /* ATOMIC counters */
+	_Atomic uint64_t part_local_read; /* ATOMIC: bytes read from verified ranges */
 };
 
 const char *blob_state_name(enum blob_state s);
@@ -411,6 +456,35 @@ void store_log_msg(struct store *s, int prio, const char *fmt, ...)
 int store_stopping(struct store *s);
 int64_t store_now_ms(void); /* CLOCK_MONOTONIC, milliseconds */
 
+/* ---- partial copies: ranges of a blob (store_part.c) ----
+ * Ask for local copies of the byte ranges @v (any order, may overlap) of
+ * @b: the parts not already verified or asked for are queued for the range
+ * worker, in order, each to be copied and verified alone (fetch_range.h).
+ * Every range must lie inside the blob (-EINVAL otherwise, nothing asked).
+ * @pin pins the blob (its ranges are not dropped for room; evict --force).
+ * A blob that is LOCAL has nothing to copy: 0.  Returns the bytes queued
+ * now, or -errno.  Marks the index dirty. */
+int64_t store_part_request(struct store *s, struct blob *b, const struct brange *v, size_t n,
+			   int pin);
+/* For a read of [@off, @off + @len) of @b: the parts of it that its
+ * verified ranges serve, in order, clipped to the read, at most @cap (the
+ * rest is read from the NAS), and *@gen, the partial file's generation
+ * they belong to.  Returns how many were written; 0 when none. */
+size_t store_part_plan(struct store *s, struct blob *b, uint64_t off, uint64_t len,
+		       struct brange *out, size_t cap, unsigned *gen);
+/* The path of @b's partial copy and its generation now: 0, or -ENOENT. */
+int store_part_path(struct store *s, struct blob *b, char *out, size_t sz, unsigned *gen);
+/* A read of @b's partial copy failed: every range dropped, logged. */
+void store_part_read_error(struct store *s, struct blob *b);
+/* @bytes of a read of @b were served from its verified ranges. */
+void store_part_note_read(struct store *s, struct blob *b, uint64_t bytes);
+/* The verified ranges of @b now (malloc'ed into *@v, *@n of them; NULL
+ * and 0 when none).  0 or -ENOMEM. */
+int store_part_ranges(struct store *s, struct blob *b, struct brange **v, size_t *n);
+/* The name status and xattrs give @in's state: "partial" for a blob not
+ * LOCAL with verified ranges, else blob_state_name. */
+const char *blob_info_state_name(const struct blob_info *in);
+
 /* ---- the ref pins to persist (pins.c owns their meaning) ---- */
 int store_set_refs(struct store *s, const struct store_ref_rec *v, size_t n);
 /* A copy of the ref pins loaded or last set (malloc'ed, *n entries). */
@@ -425,6 +499,8 @@ struct store_usage {
 	uint64_t floor;      /* free space kept on the filesystem */
 	uint64_t fs_bytes;   /* size of the filesystem */
 	uint64_t pinned_bytes, open_bytes; /* of the local copies: never evicted for room */
+	uint64_t parts, part_bytes; /* partial copies, the bytes of their verified ranges
+				     * (their blocks are in @used) */
 };
 void store_usage(struct store *s, struct store_usage *u);
 /* Bytes a new copy could take now without evicting anything (the limit and

@@ -83,10 +83,12 @@ void store_layout(struct store *s)
 
 	make_dir(s, s->data_dir, known);
 	make_dir(s, s->tmp_dir, known);
+	make_dir(s, s->part_dir, known);
 	snprintf(aside, sizeof(aside), "%s.damaged", s->index_path);
 	tighten(s, s->dir, S_IRGRP | S_IWGRP | S_IROTH | S_IWOTH, known);
 	tighten(s, s->data_dir, S_IRWXG | S_IRWXO, known);
 	tighten(s, s->tmp_dir, S_IRWXG | S_IRWXO, known);
+	tighten(s, s->part_dir, S_IRWXG | S_IRWXO, known);
 	tighten(s, s->index_path, S_IRWXG | S_IRWXO, known);
 	tighten(s, aside, S_IRWXG | S_IRWXO, known);
 	if (statvfs(s->dir, &sv) < 0)
@@ -112,7 +114,7 @@ void store_layout(struct store *s)
 
 struct load {
 	struct store *s;
-	size_t local, rehash, dropped, bad;
+	size_t local, rehash, dropped, bad, partial;
 };
 
 static int load_rec(void *arg, const struct index_rec *r)
@@ -141,6 +143,20 @@ static int load_rec(void *arg, const struct index_rec *r)
 	if (!strcmp(r->state, "mismatch")) {
 		b->state = BLOB_MISMATCH;
 		snprintf(b->reason, sizeof(b->reason), "%s", r->reason);
+		return 0;
+	}
+	if (!strcmp(r->state, "partial")) {
+		switch (part_load_locked(s, b, r)) {
+		case 1:
+			ld->partial++;
+			break;
+		case 2:
+			ld->rehash++;
+			break;
+		default:
+			ld->dropped++;
+			s->index_dirty = 1;
+		}
 		return 0;
 	}
 	if (strcmp(r->state, "local"))
@@ -313,7 +329,8 @@ int index_load(struct store *s)
 	ld.local = ld.rehash = 0;
 	STORE_EACH(s, b) {
 		ld.local += b->state == BLOB_LOCAL;
-		ld.rehash += b->reverify;
+		ld.rehash += b->reverify || (b->part && b->part->unproven);
+		ld.partial += b->part && b->part->n && !b->part->unproven;
 	}
 	if (r == 1 && ld.local + ld.rehash + ld.dropped)
 		store_log_msg(s, LOG_NOTICE, "start-up: index %s was written by an earlier version "
@@ -324,9 +341,10 @@ int index_load(struct store *s)
 			      s->index_path, ld.bad);
 	if (r > 0)
 		store_log_msg(s, LOG_INFO, "start-up: index %s (version %d): %zu local copies "
-			      "served, %zu re-hashed before they serve, %zu dropped", s->index_path, r,
-			      ld.local, ld.rehash, ld.dropped);
+			      "and %zu partial copies served, %zu re-hashed before they serve, %zu "
+			      "dropped", s->index_path, r, ld.local, ld.partial, ld.rehash, ld.dropped);
 	drop_orphans(s);
+	part_drop_orphans(s);
 	pthread_mutex_unlock(&s->lock);
 	return 0;
 }
@@ -334,6 +352,7 @@ int index_load(struct store *s)
 struct rec_strings {
 	char *key;
 	char id[NAME_MAX + 1], xxh[33], sample[33], reason[256];
+	struct part_range *ranges;
 };
 
 int store_write_index(struct store *s)
@@ -370,7 +389,12 @@ int store_write_index(struct store *s)
 		 * old proof, which fails again: re-hashed next time too). */
 		const char *state = b->state == BLOB_LOCAL || b->reverify ? "local" :
 				    b->state == BLOB_MISMATCH ? "mismatch" : "nas";
+		const struct blob_part *p = b->part;
+		/* (ranges still to be re-hashed keep their record, as copies do) */
+		size_t nr = !strcmp(state, "nas") && p ? p->n : 0;
 
+		if (nr)
+			state = "partial";
 		if (!strcmp(state, "nas") && !b->pinned)
 			continue;
 		/* Copies: the fields change under other threads once we
@@ -380,8 +404,14 @@ int store_write_index(struct store *s)
 		memcpy(str[n].xxh, b->xxh, sizeof(str[n].xxh));
 		memcpy(str[n].sample, b->sample, sizeof(str[n].sample));
 		snprintf(str[n].reason, sizeof(str[n].reason), "%s", b->reason);
-		if (!str[n].key)
+		if (nr && (str[n].ranges = malloc(nr * sizeof(*p->v))))
+			memcpy(str[n].ranges, p->v, nr * sizeof(*p->v));
+		if (!str[n].key || (nr && !str[n].ranges)) {
+			free(str[n].key);
+			free(str[n].ranges);
+			str[n].ranges = NULL;
 			continue;
+		}
 		recs[n] = (struct index_rec){
 			.key = str[n].key, .id = str[n].id, .state = state,
 			.xxh = str[n].xxh, .sample = str[n].sample, .reason = str[n].reason,
@@ -390,6 +420,9 @@ int store_write_index(struct store *s)
 			.use_ns = atomic_load_explicit(&b->use_ns, memory_order_relaxed),
 			.copy_ino = b->copy_ino, .copy_mtime = b->copy_mtime,
 			.copy_ctime = b->copy_ctime,
+			.ranges = str[n].ranges, .nranges = nr,
+			.part_ino = p ? p->ino : 0, .part_mtime = p ? p->mtime : (struct timespec){ 0 },
+			.part_ctime = p ? p->ctime : (struct timespec){ 0 },
 		};
 		n++;
 	}
@@ -409,8 +442,10 @@ int store_write_index(struct store *s)
 			      "written stays)" : "");
 	s->index_err = r < 0 ? -r : 0;
 	pthread_mutex_unlock(&s->index_lock);
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
 		free(str[i].key);
+		free(str[i].ranges);
+	}
 	free(str);
 	free(recs);
 	free(refs);

@@ -17,6 +17,7 @@
 #define WFS_STORE_INT_H
 
 #include "store.h"
+#include "index.h"
 
 uint64_t store_now_ns(void); /* CLOCK_REALTIME_COARSE: the LRU order, last_used */
 
@@ -57,11 +58,13 @@ void store_demote_locked(struct store *s, struct blob *b, const char *why, int i
 /* The space a copy of @size bytes takes, in whole blocks (with room for
  * the filesystem's own extent blocks). */
 uint64_t store_charge(const struct store *s, uint64_t size);
-/* Before a copy of @b: reserve its space, evicting least recently used
- * copies that are neither pinned nor open if that makes it fit.  Returns 0
- * (reserved), or -ENOSPC with @why saying what does not fit.  Sets
- * *@evicted to the number of copies evicted. */
-int space_reserve_locked(struct store *s, struct blob *b, char *why, size_t wsz, int *evicted);
+/* Before a copy for @b taking @need bytes (store_charge): reserve them
+ * into *@slot (the blob's own, or its part's), evicting least recently
+ * used copies that are neither pinned nor open if that makes it fit.
+ * Returns 0 (reserved), or -ENOSPC with @why saying what does not fit.
+ * Sets *@evicted to the number of copies evicted. */
+int space_reserve_locked(struct store *s, struct blob *b, uint64_t need, uint64_t *slot,
+			 char *why, size_t wsz, int *evicted);
 void space_release_locked(struct store *s, struct blob *b);
 /* @b's copy was unlinked: while it is open its blocks stay in use. */
 void space_unlinked_locked(struct store *s, struct blob *b);
@@ -102,6 +105,31 @@ void store_layout(struct store *s);
 int index_load(struct store *s);
 int store_write_index(struct store *s);
 void store_empty_tmp(struct store *s);
+
+/* ---- store_part.c, store_part_copy.c: partial copies (store.h) ---- */
+/* parts/<XXH3-128 of @b's key>. */
+void part_path_locked(const struct store *s, const struct blob *b, char *out, size_t sz);
+/* @b's part, made if it has none (NULL: out of memory). */
+struct blob_part *part_get_locked(struct blob *b);
+/* b->part_bytes (the read path's lock-free check) follows the list. */
+void part_publish_locked(struct blob *b);
+/* On the range worker's queue (once). */
+void part_enqueue_locked(struct store *s, struct blob *b);
+/* Blocks @b's partial copy takes (counted as local copies are). */
+uint64_t part_charge_locked(const struct store *s, const struct blob *b);
+/* Drop every local range of @b and remove its partial file (the ranges
+ * asked for too; a copy in flight is cancelled).  @why (may be NULL)
+ * becomes the part's reason and is logged.  The bytes were the NAS's:
+ * nothing for the kernel to forget.  Marks the index dirty. */
+void part_drop_locked(struct store *s, struct blob *b, const char *why);
+/* At load, a "partial" record: its ranges, checked against the file.
+ * Returns 1 serving, 2 re-hashed first, 0 dropped. */
+int part_load_locked(struct store *s, struct blob *b, const struct index_rec *r);
+/* Partial files no record names: removed (at load, after the index). */
+void part_drop_orphans(struct store *s);
+/* The range worker. */
+void *store_part_worker(void *arg);
+void store_part_free(struct blob *b);
 
 /* ---- store_copy.c: the queue and the workers ---- */
 void store_unqueue_locked(struct store *s, struct blob *b);

@@ -40,6 +40,17 @@ static void tally_locked(struct store *s, struct store_usage *u)
 {
 	memset(u, 0, sizeof(*u));
 	STORE_EACH(s, b) {
+		if (b->part && b->part->n) {
+			uint64_t c = part_charge_locked(s, b);
+
+			u->parts++;
+			u->part_bytes += b->part->bytes;
+			u->used += c;
+			if (b->pinned)
+				u->pinned_bytes += c;
+			else if (b->open_count)
+				u->open_bytes += c;
+		}
 		if (b->state == BLOB_LOCAL) {
 			uint64_t c = store_charge(s, b->size);
 
@@ -120,6 +131,8 @@ static uint64_t unallocated_locked(struct store *s)
 		struct stat st;
 		uint64_t have = 0;
 
+		if (b->part)
+			n += b->part->reserved; /* written as it goes: all of it counted */
 		if (!b->reserved)
 			continue;
 		if (b->tmp && stat(b->tmp, &st) == 0)
@@ -182,7 +195,8 @@ static void explain(const struct room *m, const struct store_usage *u,
 	}
 }
 
-int space_reserve_locked(struct store *s, struct blob *b, char *why, size_t wsz, int *evicted)
+int space_reserve_locked(struct store *s, struct blob *b, uint64_t need, uint64_t *slot,
+			 char *why, size_t wsz, int *evicted)
 {
 	struct store_usage u;
 	struct statvfs sv;
@@ -193,7 +207,7 @@ int space_reserve_locked(struct store *s, struct blob *b, char *why, size_t wsz,
 
 	*evicted = 0;
 	tally_locked(s, &u);
-	m.need = store_charge(s, b->size);
+	m.need = need;
 	m.limit = u.limit;
 	m.used = u.used + s->reserved + s->held;
 	if (statvfs(s->dir, &sv) == 0) {
@@ -245,7 +259,7 @@ int space_reserve_locked(struct store *s, struct blob *b, char *why, size_t wsz,
 	}
 reserve:
 	s->reserved += m.need;
-	b->reserved = m.need;
+	*slot = m.need;
 	return 0;
 }
 

@@ -151,6 +151,21 @@ static void info_locked(const struct blob *b, struct blob_info *out)
 	out->local_error = b->local_error;
 	out->fail_count = b->fail_count;
 	out->retry_at_ms = b->fail_count ? b->retry_at_ms : 0;
+	out->part_bytes = out->part_want = out->part_done = 0;
+	out->part_n = 0;
+	out->part_copying = out->part_unproven = 0;
+	out->part_reason[0] = '\0';
+	if (b->part) {
+		const struct blob_part *p = b->part;
+
+		out->part_bytes = p->bytes;
+		out->part_n = p->n;
+		out->part_want = p->want_total;
+		out->part_done = p->want_done + (p->copying ? atomic_load(&p->prog.bytes_done) : 0);
+		out->part_copying = p->copying || p->nwant;
+		out->part_unproven = p->unproven;
+		memcpy(out->part_reason, p->reason, sizeof(out->part_reason));
+	}
 }
 
 void blob_info(struct store *s, const struct blob *b, struct blob_info *out)

@@ -275,6 +275,12 @@ static void check_unmade_locked(struct store *s, struct blob *b, int err)
 		      err == -ETIMEDOUT ? "no answer within the NAS deadline" : strerror(-err));
 }
 
+/* Served locally, whole or in part: what a source check is for. */
+static int local_locked(const struct blob *b)
+{
+	return b->state == BLOB_LOCAL || (b->part && b->part->n);
+}
+
 int store_check_source(struct store *s, struct blob *b)
 {
 	char sample[33] = "", key[PATH_MAX], why[192];
@@ -282,7 +288,7 @@ int store_check_source(struct store *s, struct blob *b)
 	int r;
 
 	pthread_mutex_lock(&s->lock);
-	if (b->state != BLOB_LOCAL || b->checked) {
+	if (!local_locked(b) || b->checked) {
 		r = b->state == BLOB_LOCAL;
 		pthread_mutex_unlock(&s->lock);
 		return r;
@@ -294,10 +300,11 @@ int store_check_source(struct store *s, struct blob *b)
 	r = check_source_gated(s, key, size, &size_now, sample);
 	pthread_mutex_lock(&s->lock);
 	/* (a new size since demoted it already: source_attrs_locked) */
-	if (b->state == BLOB_LOCAL && b->size == size) {
+	if (local_locked(b) && b->size == size) {
 		source_verdict(r, size, size_now, sample, b->sample, why, sizeof(why));
 		if (*why) {
 			store_demote_locked(s, b, why, 1);
+			part_drop_locked(s, b, why);
 		} else if (r < 0) {
 			check_unmade_locked(s, b, r);
 		} else {

@@ -8,6 +8,7 @@
 #include "ops.h"
 #include "path.h"
 #include "nas.h"
+#include "partread.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -38,6 +39,12 @@ struct wfs_fh {
 	int nas_fd, nas_direct;     /* FH */
 	int local_fd, local_direct; /* FH */
 	int local_failed;           /* FH */
+	/* FH: the partial copy (partread.h), of generation @part_gen; those
+	 * of earlier generations stay open until release, as a read in
+	 * flight may use them */
+	int part_fd, part_direct;
+	unsigned part_gen;
+	int part_old[4];
 	char *mem;                  /* OPEN: a refs file opened while the NAS was down:
 				     * its bytes, from the local record */
 	size_t mem_len;             /* OPEN */
@@ -227,6 +234,11 @@ static void fh_free(struct wfs *w, struct wfs_fh *fh)
 		close(nas_fd);
 	if (local_fd >= 0)
 		close(local_fd);
+	if (fh->part_fd >= 0)
+		close(fh->part_fd);
+	for (int i = 0; i < 4; i++)
+		if (fh->part_old[i] >= 0)
+			close(fh->part_old[i]);
 	if (fh->pt_nas_fd >= 0)
 		close(fh->pt_nas_fd);
 	pthread_mutex_destroy(&fh->lock);
@@ -274,6 +286,12 @@ static int open_without_nas(struct wfs *w, struct wfs_fh *fh, struct stat *st)
 		nas_gate_count_record(&w->gate);
 		return 1;
 	}
+	/* local ranges serve; the rest of the file gets EIO until the NAS is back */
+	if (fh->blob && atomic_load(&fh->blob->part_bytes)) {
+		node_attr(&w->nodes, fh->node, st);
+		nas_gate_count_record(&w->gate);
+		return 2;
+	}
 	re = malloc(sizeof(*re));
 	if (!re)
 		return -ENOMEM;
@@ -299,7 +317,8 @@ static int open_nas_side(struct wfs *w, struct wfs_fh *fh, struct stat *st)
 	int fd;
 
 	/* Known down: a local copy need not wait for the gate to say so. */
-	if (fh->blob && blob_state(fh->blob) == BLOB_LOCAL && !nas_gate_up(&w->gate))
+	if (fh->blob && (blob_state(fh->blob) == BLOB_LOCAL || atomic_load(&fh->blob->part_bytes)) &&
+	    !nas_gate_up(&w->gate))
 		return -EHOSTDOWN;
 	fd = nas_open_file(w, fh->nas_path, &fh->nas_direct, st);
 	if (fd < 0 && !NAS_CANNOT_ANSWER(fd))
@@ -339,7 +358,9 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	pthread_mutex_init(&fh->lock, NULL);
-	fh->nas_fd = fh->local_fd = fh->pt_nas_fd = -1;
+	fh->nas_fd = fh->local_fd = fh->pt_nas_fd = fh->part_fd = -1;
+	for (int i = 0; i < 4; i++)
+		fh->part_old[i] = -1;
 	fh->node = n;
 	fh->blob = node_blob(w, n);
 	node_backing(&w->nodes, n, path, sizeof(path));
@@ -356,6 +377,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		from_nas = 0;
 		r = open_without_nas(w, fh, &st);
 		local = r == 1;
+		r = r == 2 ? 0 : r;
 	}
 	if (r < 0) {
 		/* a link, FIFO or other file swapped in since the lookup: the
@@ -379,7 +401,8 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	/* Blobs only: their bytes never change, so the NAS client's page
 	 * cache can be trusted with them (refs are read O_DIRECT, afresh). */
-	if (w->opt.nas_passthrough && from_nas && !local && fh->blob && !fh->mem) {
+	if (w->opt.nas_passthrough && from_nas && !local && fh->blob && !fh->mem &&
+	    !atomic_load(&fh->blob->part_bytes)) {
 		struct stat bst;
 
 		fh->pt_nas_fd = nas_open_buffered(w, fh->nas_path, &bst);
@@ -478,6 +501,89 @@ static void read_nas(fuse_req_t req, struct wfs *w, struct wfs_fh *fh, size_t si
 	free(buf);
 }
 
+/* The partial copy of generation @gen, opened once per generation (an
+ * older one stays open: a read in flight may use it).  -ESTALE when the
+ * copy has moved on since the read was planned. */
+static int fh_part_fd(struct wfs *w, struct wfs_fh *fh, unsigned gen, int *direct)
+{
+	char path[PATH_MAX + 64];
+	unsigned now;
+	int fd, slot = -1;
+
+	pthread_mutex_lock(&fh->lock);
+	if (fh->part_fd >= 0 && fh->part_gen == gen) {
+		fd = fh->part_fd;
+		*direct = fh->part_direct;
+		pthread_mutex_unlock(&fh->lock);
+		return fd;
+	}
+	for (int i = 0; i < 4 && fh->part_fd >= 0; i++)
+		if (fh->part_old[i] < 0)
+			slot = i;
+	fd = store_part_path(&w->store, fh->blob, path, sizeof(path), &now);
+	if (fd == 0 && now != gen)
+		fd = -ESTALE;
+	if (fd == 0 && fh->part_fd >= 0 && slot < 0)
+		fd = -EMFILE; /* generations come and go: the NAS serves this open */
+	if (fd == 0)
+		fd = open_local_direct(path, direct);
+	if (fd >= 0) {
+		if (slot >= 0)
+			fh->part_old[slot] = fh->part_fd;
+		fh->part_fd = fd;
+		fh->part_gen = gen;
+		fh->part_direct = *direct;
+	}
+	pthread_mutex_unlock(&fh->lock);
+	return fd;
+}
+
+/* A read of a file with local ranges: 0 once answered, 1 when the NAS is
+ * to serve it all. */
+#define PART_SEGS 64
+static int read_partial(fuse_req_t req, struct wfs *w, struct wfs_fh *fh, size_t size, off_t off)
+{
+	struct brange segs[PART_SEGS];
+	struct part_src src = { .nas_fd = -1 };
+	uint64_t fsize = atomic_load(&fh->blob->size), local = 0;
+	unsigned gen = 0;
+	size_t n, len;
+	char *out;
+	int r;
+
+	if ((uint64_t)off >= fsize)
+		return 1;
+	len = (uint64_t)off + size > fsize ? (size_t)(fsize - (uint64_t)off) : size;
+	n = store_part_plan(&w->store, fh->blob, (uint64_t)off, len, segs, PART_SEGS, &gen);
+	if (!n || (src.local_fd = fh_part_fd(w, fh, gen, &src.local_direct)) < 0)
+		return 1;
+	for (size_t i = 0; i < n; i++)
+		local += segs[i].len;
+	/* a read all inside local ranges never asks the NAS for anything */
+	if (local < len)
+		src.nas_fd = fh_nas_fd(w, fh, &src.nas_direct);
+	out = malloc(len ? len : 1);
+	if (!out) {
+		fuse_reply_err(req, ENOMEM);
+		return 0;
+	}
+	r = part_read(w, &src, segs, n, out, (uint64_t)off, len);
+	if (r == -EUCLEAN) {
+		free(out);
+		store_part_read_error(&w->store, fh->blob);
+		return 1;
+	}
+	if (r == 0) {
+		store_part_note_read(&w->store, fh->blob, local);
+		store_note_read(&w->store, fh->blob, len - local, 0);
+		fuse_reply_buf(req, out, len);
+	} else {
+		fuse_reply_err(req, -r);
+	}
+	free(out);
+	return 0;
+}
+
 void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
@@ -509,6 +615,8 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		if (r == -EIO)
 			store_local_read_error(&w->store, b, r);
 	}
+	if (b && atomic_load(&b->part_bytes) && read_partial(req, w, fh, size, off) == 0)
+		return;
 	if (b)
 		store_note_read(&w->store, b, size, 0);
 	read_nas(req, w, fh, size, off);

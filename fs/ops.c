@@ -310,10 +310,14 @@ static int xattr_value(struct wfs *w, struct node *n, const char *name, char *bu
 		return snprintf(buf, sz, "%s", w->ctl.sock_path);
 	if (n->kind != NS_FILE)
 		return -ENODATA;
-	if (!strcmp(name, XATTR_STATE))
-		return snprintf(buf, sz, "%s",
-				blob_state_name(b ? blob_state(b)
-						  : BLOB_NAS));
+	if (!strcmp(name, XATTR_STATE)) {
+		struct blob_info in;
+
+		if (!b)
+			return snprintf(buf, sz, "%s", blob_state_name(BLOB_NAS));
+		blob_info(&w->store, b, &in);
+		return snprintf(buf, sz, "%s", blob_info_state_name(&in));
+	}
 	if (!strcmp(name, XATTR_ID) && id)
 		return snprintf(buf, sz, "%s", id);
 	/* How reads are served: proof, for tests and operators, that the

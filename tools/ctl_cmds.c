@@ -313,6 +313,38 @@ static void print_nas(const json_t *st)
 		       "NAS tree\n");
 }
 
+/* Files with local ranges: local bytes of the whole, and the ranges. */
+static void print_partial(const json_t *list)
+{
+	const json_t *f, *r;
+	size_t i, k;
+
+	if (!json_array_size(list))
+		return;
+	printf("\npartial files (local ranges; the rest read from the NAS): %zu\n",
+	       json_array_size(list));
+	json_array_foreach(list, i, f) {
+		char a[32], b[32], name[1024];
+
+		printf("  %s: %s of %s local in %llu range%s%s%s%s\n", fmt_blob(f, name, sizeof(name)),
+		       fmt_bytes(jget_u64(f, "local_bytes"), a, sizeof(a)),
+		       fmt_bytes(jget_u64(f, "size"), b, sizeof(b)),
+		       (unsigned long long)jget_u64(f, "nranges"),
+		       jget_u64(f, "nranges") == 1 ? "" : "s",
+		       jget_bool(f, "copying") ? ", copying" : "",
+		       *jget_str(f, "reason") ? "; last failure: " : "", jget_str(f, "reason"));
+		json_array_foreach(json_object_get(f, "ranges"), k, r) {
+			if (k == 8) {
+				printf("    ... %zu more\n", json_array_size(json_object_get(f, "ranges")) - 8);
+				break;
+			}
+			printf("    %llu:%llu\n",
+			       (unsigned long long)json_integer_value(json_array_get(r, 0)),
+			       (unsigned long long)json_integer_value(json_array_get(r, 1)));
+		}
+	}
+}
+
 static void print_status(const json_t *st, bool revisions)
 {
 	const json_t *served = json_object_get(st, "served");
@@ -341,6 +373,7 @@ static void print_status(const json_t *st, bool revisions)
 	print_policy(json_object_get(st, "policy"), json_object_get(st, "auto"));
 	print_refs(json_object_get(st, "ref_pins"));
 	print_held(json_object_get(st, "held"), jget_u64(st, "held_total"));
+	print_partial(json_object_get(st, "partial"));
 	if (!json_array_size(flagged))
 		return;
 	/* Loud on purpose: a mismatch means the NAS holds wrong bytes under a

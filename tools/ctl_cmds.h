@@ -6,6 +6,7 @@
 #define WFS_CTL_CMDS_H
 
 #include "ctl_path.h"
+#include "range.h"
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -17,6 +18,9 @@ struct ctl_opts {
 	bool wait, pin, dry_run, force, full;
 	bool prometheus;    /* stats --prometheus */
 	const char *ref;    /* pin/unpin --ref REF */
+	struct brange *ranges; /* promote --range OFF:LEN (repeatable) */
+	size_t nranges;
+	unsigned part_k, part_n; /* promote --part K/N (0: none) */
 	char **paths;       /* PATH arguments as typed */
 	size_t npaths;
 };
@@ -27,6 +31,7 @@ int cmd_pin(const struct ctl_opts *o);
 int cmd_unpin(const struct ctl_opts *o);
 int cmd_verify(const struct ctl_opts *o);
 int cmd_promote(const struct ctl_opts *o); /* ctl_promote.c */
+int cmd_promote_part(const struct ctl_opts *o); /* ctl_part.c: --range, --part */
 int cmd_stats(const struct ctl_opts *o);   /* ctl_stats.c */
 int cmd_doctor(const struct ctl_opts *o);  /* ctl_doctor.c */
 

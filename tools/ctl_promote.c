@@ -428,6 +428,8 @@ int cmd_promote(const struct ctl_opts *o)
 	size_t refused;
 	int ret;
 
+	if (o->nranges || o->part_n)
+		return cmd_promote_part(o);
 	if (ctl_target_resolve(&t, o->socket, o->paths, o->npaths))
 		return 1;
 	paths = ctl_paths_json(&t);

@@ -79,6 +79,17 @@ static void print_stats(const json_t *m)
 	putchar('\n');
 	counts_cell(json_object_get(m, "blobs"), cell, sizeof(cell));
 	printf("blobs by state  %s\n", cell);
+	if (json_object_get(m, "partial")) {
+		const json_t *pt = json_object_get(m, "partial");
+
+		printf("partial files   %llu, %s in local ranges; %s read from them; %llu ranges "
+		       "verified (%s), %llu failed\n", (unsigned long long)jget_u64(pt, "files"),
+		       fmt_bytes(jget_u64(pt, "bytes"), a, sizeof(a)),
+		       fmt_bytes(jget_u64(pt, "read_local_bytes"), b, sizeof(b)),
+		       (unsigned long long)jget_u64(pt, "ranges_verified"),
+		       fmt_bytes(jget_u64(pt, "bytes_copied"), cell, sizeof(cell)),
+		       (unsigned long long)jget_u64(pt, "ranges_failed"));
+	}
 	if (json_object_get(m, "local_read_errors"))
 		printf("local reads     %llu failed (the copies demoted)\n",
 		       (unsigned long long)jget_u64(m, "local_read_errors"));

@@ -23,6 +23,7 @@ enum {
 	F_FULL = 1 << 4,
 	F_PROMETHEUS = 1 << 5,
 	F_REF = 1 << 6,           /* --ref REF (takes a value) */
+	F_RANGE = 1 << 7,         /* --range OFF:LEN, --part K/N (take a value) */
 };
 
 struct cmd {
@@ -55,8 +56,9 @@ static const struct cmd cmds[] = {
 "it: the figures are then what the local record and the store know.\n"
 "\n"
 "options:\n" COMMON_OPTS },
-	{ "promote", cmd_promote, F_WAIT | F_PIN | F_DRY_RUN | F_FORCE, 1, SIZE_MAX,
-	  "[--wait] [--pin] [--dry-run] [--force] PATH...",
+	{ "promote", cmd_promote, F_WAIT | F_PIN | F_DRY_RUN | F_FORCE | F_RANGE, 1, SIZE_MAX,
+	  "[--wait] [--pin] [--dry-run] [--force] PATH...\n"
+	  "       wfsctl promote [--wait] [--pin] [--dry-run] (--range OFF:LEN... | --part K/N) FILE",
 "Copy every blob under each PATH (a repo, a revision, a directory, a file or\n"
 "a glob) to the local store, verified, so reads stop going to the NAS.\n"
 "Only a repo's blobs/ and snapshots/ are copied: refs, .no_exist, trees/,\n"
@@ -78,9 +80,20 @@ static const struct cmd cmds[] = {
 "                  on the NAS too.  Without it, a PATH that is all excluded\n"
 "                  is refused (exit 1) and excluded blobs under a larger\n"
 "                  PATH are skipped and counted\n"
+"  --range OFF:LEN copy only bytes [OFF, OFF+LEN) of FILE (sizes in bytes or\n"
+"                  with K, M, G, T: powers of 1024); repeatable.  Reads of\n"
+"                  FILE take those bytes from the local store and the rest\n"
+"                  from the NAS (daemon-served: no passthrough for it)\n"
+"  --part K/N      FILE is a safetensors file: copy its header and part K\n"
+"                  (1-based) of N of every tensor, split along its first\n"
+"                  dimension into N contiguous parts (a scalar whole);\n"
+"                  the ranges come from the file's own header\n"
 COMMON_OPTS
 "\n"
-"With --wait --json the final progress reply is printed.\n" },
+"With --wait --json the final progress reply is printed.  Ranges are kept\n"
+"apart, each verified alone; a range that overlaps local ones copies only\n"
+"what is missing; once they cover the whole file it becomes a whole copy.\n"
+"evict FILE drops them all.\n" },
 	{ "evict", cmd_evict, F_FORCE, 1, SIZE_MAX, "[--force] PATH...",
 "Drop the local copies of the blobs under each PATH, and cancel their\n"
 "queued or running copies; reads go to the NAS again.  Pinned copies are\n"
@@ -228,6 +241,33 @@ static const struct {
 	{ "--force", F_FORCE }, { "--full", F_FULL }, { "--prometheus", F_PROMETHEUS },
 };
 
+/* --range OFF:LEN and --part K/N (also as --opt=VALUE): 0 not one of
+ * them, -1 a usage error (said), else the arguments taken (1 or 2). */
+static int range_opt(const struct cmd *c, int argc, char **argv, int i, struct ctl_opts *o)
+{
+	const char *a = argv[i], *v;
+	int is_part = !strncmp(a, "--part", 6), taken = 1;
+	size_t len = is_part ? 6 : 7;
+	char extra;
+
+	if (strncmp(a, is_part ? "--part" : "--range", len) || (a[len] && a[len] != '='))
+		return 0;
+	v = a[len] == '=' ? a + len + 1 : (taken = 2, i + 1 < argc ? argv[i + 1] : NULL);
+	if (!v || !*v)
+		return usage_error(c, "%s needs a value", is_part ? "--part (K/N)" : "--range (OFF:LEN)"), -1;
+	if (is_part) {
+		if (sscanf(v, "%u/%u%c", &o->part_k, &o->part_n, &extra) != 2 || !o->part_k ||
+		    o->part_k > o->part_n)
+			return usage_error(c, "--part takes K/N with 1 <= K <= N, not '%s'", v), -1;
+		return taken;
+	}
+	if (brange_parse(v, &o->ranges[o->nranges]) < 0)
+		return usage_error(c, "--range takes OFFSET:LENGTH (bytes, or with K/M/G/T), "
+				   "LENGTH > 0, not '%s'", v), -1;
+	o->nranges++;
+	return taken;
+}
+
 /* Options and PATHs after the command, in any order ("--" ends options). */
 static int parse_cmd_args(const struct cmd *c, int argc, char **argv, int i,
 			  struct ctl_opts *o)
@@ -269,6 +309,12 @@ static int parse_cmd_args(const struct cmd *c, int argc, char **argv, int i,
 				return usage_error(c, "%s needs a ref name (main, pr/1, ...)", "--ref");
 			continue;
 		}
+		if ((c->flags & F_RANGE) && (n = range_opt(c, argc, argv, i, o)) != 0) {
+			if (n < 0)
+				return 2;
+			i += n - 1;
+			continue;
+		}
 		for (k = 0; k < sizeof(flag_names) / sizeof(flag_names[0]); k++)
 			if (!strcmp(a, flag_names[k].name) && (c->flags & flag_names[k].flag))
 				break;
@@ -282,6 +328,12 @@ static int parse_cmd_args(const struct cmd *c, int argc, char **argv, int i,
 	o->force = flags & F_FORCE;
 	o->full = flags & F_FULL;
 	o->prometheus = flags & F_PROMETHEUS;
+	if ((o->nranges || o->part_n) && o->npaths != 1)
+		return usage_error(c, "%s", "--range and --part take exactly one FILE");
+	if (o->nranges && o->part_n)
+		return usage_error(c, "%s", "--range and --part cannot be combined");
+	if ((o->nranges || o->part_n) && o->force)
+		return usage_error(c, "%s", "--force is for whole promotions");
 	if (o->wait && o->dry_run)
 		return usage_error(c, "%s: a dry run copies nothing to wait for",
 				   "--wait with --dry-run");
@@ -344,7 +396,8 @@ int main(int argc, char **argv)
 	if (!c)
 		return usage_error(NULL, "unknown command '%s'", argv[i]);
 	o.paths = calloc((size_t)argc, sizeof(*o.paths));
-	if (!o.paths) {
+	o.ranges = calloc((size_t)argc, sizeof(*o.ranges));
+	if (!o.paths || !o.ranges) {
 		fprintf(stderr, "wfsctl: out of memory\n");
 		return 1;
 	}
@@ -352,5 +405,6 @@ int main(int argc, char **argv)
 	if (r < 0)
 		r = c->run(&o);
 	free(o.paths);
+	free(o.ranges);
 	return r;
 }

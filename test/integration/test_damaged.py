@@ -417,7 +417,7 @@ class Damage(unittest.TestCase):
         self.assert_bytes(SMALL)
         self.st.stop(self)
         new = self.st.index()
-        self.assertEqual(new["version"], 2)
+        self.assertEqual(new["version"], 3)
         for name in (BIG, SMALL):
             self.assertIn("copy_ino", self.st.record(name, new))
         modes = {d: os.stat(os.path.join(self.st.local, d)).st_mode & 0o777

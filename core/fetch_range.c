@@ -1,0 +1,232 @@
+/* fetch_range.c - the verified copy of one byte range; see fetch_range.h. */
+#include "fetch_range.h"
+#include "hash.h"
+#include "nasopen.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#define CHUNK ((size_t)1 << 20)
+
+static void hex128(XXH128_hash_t h, char out[33])
+{
+	XXH128_canonical_t c;
+
+	XXH128_canonicalFromHash(&c, h);
+	for (int i = 0; i < 16; i++)
+		snprintf(out + 2 * i, 3, "%02x", c.digest[i]);
+}
+
+/* Sleep as long as @bw_limit asks after @done bytes since @t0. */
+static void throttle(uint64_t bw_limit, uint64_t done, const struct timespec *t0)
+{
+	struct timespec now, ts;
+	double due, spent;
+
+	if (!bw_limit)
+		return;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	due = (double)done / (double)bw_limit;
+	spent = (double)(now.tv_sec - t0->tv_sec) + (double)(now.tv_nsec - t0->tv_nsec) / 1e9;
+	if (due <= spent)
+		return;
+	ts.tv_sec = (time_t)(due - spent);
+	ts.tv_nsec = (long)((due - spent - (double)ts.tv_sec) * 1e9);
+	nanosleep(&ts, NULL);
+}
+
+static int write_all(int fd, const char *p, size_t n, uint64_t off)
+{
+	while (n) {
+		ssize_t w = pwrite(fd, p, n, (off_t)off);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return w < 0 ? -errno : -EIO;
+		p += w;
+		n -= (size_t)w;
+		off += (uint64_t)w;
+	}
+	return 0;
+}
+
+/* Read @n bytes at @off of @fd, whole or an error: -ESTALE when the file
+ * ends first. */
+static int read_all(int fd, char *p, size_t n, uint64_t off)
+{
+	while (n) {
+		ssize_t r = pread(fd, p, n, (off_t)off);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -errno;
+		if (r == 0)
+			return -ESTALE;
+		p += r;
+		n -= (size_t)r;
+		off += (uint64_t)r;
+	}
+	return 0;
+}
+
+int fetch_hash_range(int fd, uint64_t off, uint64_t len, char xxh_hex[33])
+{
+	XXH3_state_t *st = XXH3_createState();
+	char *buf = malloc(CHUNK);
+	int r = st && buf ? 0 : -ENOMEM;
+
+	if (r == 0) {
+		XXH3_128bits_reset(st);
+		posix_fadvise(fd, (off_t)off, (off_t)len, POSIX_FADV_DONTNEED);
+	}
+	for (uint64_t pos = off; r == 0 && pos < off + len;) {
+		size_t n = off + len - pos < CHUNK ? (size_t)(off + len - pos) : CHUNK;
+
+		r = read_all(fd, buf, n, pos);
+		if (r == 0) {
+			XXH3_128bits_update(st, buf, n);
+			pos += n;
+		}
+	}
+	if (r == 0) {
+		hex128(XXH3_128bits_digest(st), xxh_hex);
+		/* the check read must not leave a second copy in the cache */
+		posix_fadvise(fd, (off_t)off, (off_t)len, POSIX_FADV_DONTNEED);
+	}
+	XXH3_freeState(st);
+	free(buf);
+	return r == -ESTALE ? -EIO : r;
+}
+
+/* The copy loop: read, hash, write.  res->reason set on failure. */
+static int copy_range(const char *src, int in, int out, uint64_t off, uint64_t len,
+		      uint64_t bw_limit, struct fetch_progress *prog, struct fetch_result *res)
+{
+	XXH3_state_t *st = XXH3_createState();
+	char *buf = malloc(CHUNK);
+	struct timespec t0;
+	int r = st && buf ? 0 : -ENOMEM;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	if (r == 0)
+		XXH3_128bits_reset(st);
+	for (uint64_t pos = off; r == 0 && pos < off + len;) {
+		size_t n = off + len - pos < CHUNK ? (size_t)(off + len - pos) : CHUNK;
+
+		if (prog && atomic_load(&prog->cancel)) {
+			r = -ECANCELED;
+			snprintf(res->reason, sizeof(res->reason), "copy cancelled");
+			break;
+		}
+		throttle(bw_limit, pos - off, &t0);
+		r = read_all(in, buf, n, pos);
+		if (r < 0) {
+			res->src_err = r == -ESTALE ? 0 : r;
+			snprintf(res->reason, sizeof(res->reason), r == -ESTALE ?
+				 "short read on %s at offset %llu" : "read error on %s at offset %llu: %s",
+				 src, (unsigned long long)pos, strerror(-r));
+			break;
+		}
+		XXH3_128bits_update(st, buf, n);
+		r = write_all(out, buf, n, pos);
+		if (r < 0) {
+			snprintf(res->reason, sizeof(res->reason), "write of the local range at "
+				 "offset %llu: %s", (unsigned long long)pos, strerror(-r));
+			break;
+		}
+		pos += n;
+		if (prog)
+			atomic_fetch_add(&prog->bytes_done, n);
+	}
+	if (r == 0)
+		hex128(XXH3_128bits_digest(st), res->xxh);
+	/* what was read must not stay cached twice (the NAS client's pages) */
+	posix_fadvise(in, (off_t)off, (off_t)len, POSIX_FADV_DONTNEED);
+	XXH3_freeState(st);
+	free(buf);
+	return r;
+}
+
+/* The source is still @size bytes after the copy: 0, or -ESTALE. */
+static int same_size(int fd, uint64_t size, const char *src, struct fetch_result *res)
+{
+	struct stat st;
+
+	if (fstat(fd, &st) < 0) {
+		res->src_err = -errno;
+		snprintf(res->reason, sizeof(res->reason), "stat %s: %s", src, strerror(errno));
+		return res->src_err;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		snprintf(res->reason, sizeof(res->reason), "%s is not a regular file", src);
+		return -EINVAL;
+	}
+	if ((uint64_t)st.st_size != size) {
+		snprintf(res->reason, sizeof(res->reason), "source %s is %llu bytes, %llu expected",
+			 src, (unsigned long long)st.st_size, (unsigned long long)size);
+		return -ESTALE;
+	}
+	return 0;
+}
+
+int fetch_range_verify(const char *src_path, uint64_t size, int dst_fd, uint64_t off,
+		       uint64_t len, uint64_t bw_limit, struct fetch_progress *prog,
+		       struct fetch_result *res)
+{
+	struct fetch_result scratch;
+	char again[33];
+	int in, r;
+
+	if (!res)
+		res = &scratch;
+	memset(res, 0, sizeof(*res));
+	res->id_check = -1;
+	if (!len || off > size || len > size - off) {
+		snprintf(res->reason, sizeof(res->reason), "range %llu+%llu is not inside %s "
+			 "(%llu bytes)", (unsigned long long)off, (unsigned long long)len, src_path,
+			 (unsigned long long)size);
+		return -EINVAL;
+	}
+	in = nas_open(NULL, src_path, 0);
+	if (in < 0) {
+		res->src_err = in;
+		snprintf(res->reason, sizeof(res->reason), "open %s: %s", src_path, strerror(-in));
+		return in;
+	}
+	r = same_size(in, size, src_path, res);
+	if (r == 0)
+		r = copy_range(src_path, in, dst_fd, off, len, bw_limit, prog, res);
+	if (r == 0 && (r = source_sample(in, size, res->sample)) < 0) {
+		res->src_err = r == -ENODATA ? 0 : r;
+		snprintf(res->reason, sizeof(res->reason), "sampling %s: %s", src_path, strerror(-r));
+		r = r == -ENODATA ? -ESTALE : r;
+	}
+	if (r == 0)
+		r = same_size(in, size, src_path, res);
+	close(in);
+	if (r == 0 && fdatasync(dst_fd) < 0) {
+		r = -errno;
+		snprintf(res->reason, sizeof(res->reason), "fdatasync of the local range: %s",
+			 strerror(-r));
+	}
+	if (r == 0 && (r = fetch_hash_range(dst_fd, off, len, again)) < 0)
+		snprintf(res->reason, sizeof(res->reason), "re-reading the local range: %s",
+			 strerror(-r));
+	if (r == 0 && strcmp(again, res->xxh)) {
+		r = -EIO;
+		snprintf(res->reason, sizeof(res->reason), "local range read back differs from the "
+			 "NAS bytes (%s, read back %s)", res->xxh, again);
+	}
+	if (r == -ENOSPC || r == -EDQUOT)
+		snprintf(res->reason, sizeof(res->reason), "no space left for the range");
+	return r;
+}

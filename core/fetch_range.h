@@ -1,0 +1,54 @@
+/* fetch_range.h - the verified copy of one byte range of a NAS file into
+ * a partial copy (store_part.c), the range counterpart of fetch_copy_verify.
+ *
+ * The bytes are read once from the source, hashed (XXH3-128) in offset
+ * order as read, and written at the same offsets into the partial copy;
+ * the written range is made durable, its pages dropped, read back from the
+ * disk and hashed again; the two hashes must be equal.  The source's
+ * identity (hash.h, source_sample: size plus head, middle and tail) is
+ * taken by the same call, so a range and the identity it is kept under
+ * come from one open of the source.  A range has no content address of
+ * its own: what proves it is the NAS's bytes is the identity, re-checked
+ * as for whole copies (store_verify.c).
+ *
+ * Blocking, for a worker thread; one 1 MiB buffer; plain pread/pwrite
+ * (ranges are written where they belong, which the fetcher's O_DIRECT
+ * pipeline, built for whole files, does not do).
+ */
+#ifndef WFS_FETCH_RANGE_H
+#define WFS_FETCH_RANGE_H
+
+#include "fetch.h"
+
+#include <stdint.h>
+
+/* Copy bytes [@off, @off + @len) of @src_path, a regular file of @size
+ * bytes, into @dst_fd (open read-write; its size is the caller's, at least
+ * @off + @len) at the same offsets, and verify them.
+ *   - @src_path is absolute and physical and opened with nas_open(NULL, ..)
+ *     (nasopen.h): a link in any component is refused (-ELOOP);
+ *   - the source must be @size bytes when opened and after the last read
+ *     (-ESTALE otherwise), and @off + @len <= @size (-EINVAL);
+ *   - @bw_limit (bytes/s, 0 none) caps the source reads; @prog (may be
+ *     NULL) counts bytes written and may cancel (-ECANCELED);
+ *   - durability: fdatasync(@dst_fd) before the re-read.
+ * Returns 0 with res->xxh the XXH3-128 of the range and res->sample the
+ * source's identity; or -errno with res->reason saying why:
+ *   -EIO        the range read back differs from what was read, or a short
+ *               write
+ *   -ESTALE     the source is shorter than @size, or changed size
+ *   -ENOSPC     no space left for the range (-EDQUOT: quota)
+ *   -ECANCELED  prog->cancel was set
+ *   other       the -errno of the failing call; a failed source read sets
+ *               res->src_err and names the offset.
+ * Bytes of the range written before a failure are the caller's to discard
+ * (they never serve: the caller records only verified ranges). */
+int fetch_range_verify(const char *src_path, uint64_t size, int dst_fd, uint64_t off,
+		       uint64_t len, uint64_t bw_limit, struct fetch_progress *prog,
+		       struct fetch_result *res);
+
+/* XXH3-128 of bytes [@off, @off + @len) of @fd, read from the disk (the
+ * pages are dropped first).  0, or -errno (-EIO: short). */
+int fetch_hash_range(int fd, uint64_t off, uint64_t len, char xxh_hex[33]);
+
+#endif

@@ -1,0 +1,313 @@
+/* store_part.c - partial copies: verified byte ranges of a blob (store.h).
+ *
+ * A blob's partial copy is one sparse file, parts/<XXH3-128 of its key>,
+ * of the blob's size, holding each verified range at its own offset, so a
+ * read needs no offset map and a range is served by one pread.  Rules:
+ *   - a range serves only once it is in the blob's list: copied, durable,
+ *     read back equal (fetch_range_verify).  Bytes of a range copy that
+ *     failed are punched out; bytes no list names (a crash) never serve
+ *     and are punched out at the next load;
+ *   - ranges are kept apart, each with its own XXH3-128; a request that
+ *     overlaps local ranges copies only the gaps (nothing is copied twice);
+ *   - the file's identity (inode, mtime, ctime) after its last verified
+ *     range is what lets the ranges serve after a restart; a file with
+ *     another identity has every range re-hashed before any serves, and a
+ *     range whose hash differs is dropped;
+ *   - the source's identity (size + sampled hash: b->sample) is taken with
+ *     every range: a range copied under another identity drops the others
+ *     (the source changed), and it is re-checked as for whole copies;
+ *   - ranges are dropped all at once (evict, source changed): the file is
+ *     removed and its generation moves on; a reader with it open keeps the
+ *     old bytes, which were the NAS's.  A hole is never punched under a
+ *     listed range, so a read planned on a range never meets one;
+ *   - ranges that cover the whole blob become a whole copy: the partial
+ *     file is copied into data/ by the copy workers as any copy is, its
+ *     content address checked (b->copy_src), then the ranges are dropped.
+ * One worker thread copies ranges, one at a time, in the order asked
+ * (store_part_copy.c); this file keeps the lists.
+ */
+#include "store.h"
+#include "store_int.h"
+#include "fetch_range.h"
+#include "hash.h"
+#include "nasgate.h"
+#include "policy.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <syslog.h>
+#include <unistd.h>
+
+void part_path_locked(const struct store *s, const struct blob *b, char *out, size_t sz)
+{
+	char h[33];
+
+	xxh128_hex_of(b->key, strlen(b->key), h);
+	snprintf(out, sz, "%s/%s", s->part_dir, h);
+}
+
+struct blob_part *part_get_locked(struct blob *b)
+{
+	if (!b->part)
+		b->part = calloc(1, sizeof(*b->part));
+	return b->part;
+}
+
+void part_publish_locked(struct blob *b)
+{
+	struct blob_part *p = b->part;
+
+	atomic_store_explicit(&b->part_bytes, p && !p->unproven ? p->bytes : 0,
+			      memory_order_release);
+}
+
+uint64_t part_charge_locked(const struct store *s, const struct blob *b)
+{
+	const struct blob_part *p = b->part;
+
+	/* each range may start and end inside a block */
+	return p && p->n ? store_charge(s, p->bytes) + p->n * (s->blk ? s->blk : 4096) : 0;
+}
+
+void store_part_free(struct blob *b)
+{
+	if (!b->part)
+		return;
+	free(b->part->v);
+	free(b->part->want);
+	free(b->part);
+	b->part = NULL;
+	free(b->copy_src);
+	b->copy_src = NULL;
+}
+
+void part_drop_locked(struct store *s, struct blob *b, const char *why)
+{
+	struct blob_part *p = b->part;
+	char path[PATH_MAX + 64];
+
+	if (!p || (!p->n && !p->nwant && !p->unproven && !p->copying))
+		return;
+	part_path_locked(s, b, path, sizeof(path));
+	if (p->copying)
+		atomic_store(&p->prog.cancel, 1);
+	if (unlink(path) == 0 && b->open_count && p->n) {
+		uint64_t c = part_charge_locked(s, b); /* freed at the last close */
+
+		b->held += c;
+		s->held += c;
+	}
+	if (why && p->n)
+		store_log_msg(s, LOG_NOTICE, "dropped the %zu local range%s of %s: %s", p->n,
+			      p->n == 1 ? "" : "s", b->key, why);
+	p->n = p->nwant = 0;
+	p->bytes = p->want_total = p->want_done = 0;
+	p->unproven = 0;
+	p->gen++;
+	snprintf(p->reason, sizeof(p->reason), "%s", why ? why : "");
+	free(b->copy_src);
+	b->copy_src = NULL;
+	part_publish_locked(b);
+	store_dirty_locked(s);
+}
+
+/* ---- requests ---- */
+
+static int push_range(struct brange **v, size_t *n, size_t *cap, struct brange r)
+{
+	if (*n == *cap) {
+		size_t c = *cap ? *cap * 2 : 8;
+		struct brange *nv = realloc(*v, c * sizeof(*nv));
+
+		if (!nv)
+			return -ENOMEM;
+		*v = nv;
+		*cap = c;
+	}
+	(*v)[(*n)++] = r;
+	return 0;
+}
+
+/* What @p has or will have: its verified and wanted ranges, normalised. */
+static struct brange *held_set(const struct blob_part *p, size_t *n)
+{
+	struct brange *v = malloc((p->n + p->nwant + 1) * sizeof(*v));
+
+	*n = 0;
+	if (!v)
+		return NULL;
+	for (size_t i = 0; i < p->n; i++)
+		v[(*n)++] = (struct brange){ p->v[i].off, p->v[i].len };
+	for (size_t i = 0; i < p->nwant; i++)
+		v[(*n)++] = p->want[i];
+	*n = brange_normalize(v, *n);
+	return v;
+}
+
+void part_enqueue_locked(struct store *s, struct blob *b)
+{
+	if (b->part->queued)
+		return;
+	b->part->queued = 1;
+	b->part->qnext = NULL;
+	if (s->part_tail)
+		s->part_tail->part->qnext = b;
+	else
+		s->part_head = b;
+	s->part_tail = b;
+	pthread_cond_broadcast(&s->part_cond);
+}
+
+/* Queue the gaps of [r.off, r.end) that @p neither has nor wants. */
+static int64_t want_gaps_locked(struct blob_part *p, struct brange r)
+{
+	size_t nh, ng;
+	struct brange *h = held_set(p, &nh), *g;
+	int64_t added = 0;
+
+	if (!h)
+		return -ENOMEM;
+	ng = brange_gaps(h, nh, r.off, r.len, NULL, 0);
+	g = malloc((ng + 1) * sizeof(*g));
+	if (!g) {
+		free(h);
+		return -ENOMEM;
+	}
+	brange_gaps(h, nh, r.off, r.len, g, ng);
+	for (size_t i = 0; i < ng && added >= 0; i++)
+		added = push_range(&p->want, &p->nwant, &p->capwant, g[i]) < 0 ? -ENOMEM :
+			added + (int64_t)g[i].len;
+	free(g);
+	free(h);
+	return added;
+}
+
+int64_t store_part_request(struct store *s, struct blob *b, const struct brange *v, size_t n,
+			   int pin)
+{
+	struct blob_part *p;
+	int64_t total = 0;
+
+	pthread_mutex_lock(&s->lock);
+	for (size_t i = 0; i < n; i++)
+		if (!v[i].len || v[i].off > b->size || v[i].len > b->size - v[i].off) {
+			pthread_mutex_unlock(&s->lock);
+			return -EINVAL;
+		}
+	if (pin && !b->pinned) {
+		b->pinned = 1;
+		store_dirty_locked(s);
+	}
+	if (b->state == BLOB_LOCAL) {
+		pthread_mutex_unlock(&s->lock);
+		return 0;
+	}
+	if (!(p = part_get_locked(b))) {
+		pthread_mutex_unlock(&s->lock);
+		return -ENOMEM;
+	}
+	if (!p->nwant && !p->copying) {
+		p->want_total = p->want_done = 0; /* a new request: progress afresh */
+		p->failed = 0;
+	}
+	p->reason[0] = '\0';
+	for (size_t i = 0; i < n && total >= 0; i++) {
+		int64_t add = want_gaps_locked(p, v[i]);
+
+		total = add < 0 ? add : total + add;
+	}
+	if (total > 0) {
+		p->want_total += (uint64_t)total;
+		part_enqueue_locked(s, b);
+		store_dirty_locked(s);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return total;
+}
+
+/* ---- the read path ---- */
+
+size_t store_part_plan(struct store *s, struct blob *b, uint64_t off, uint64_t len,
+		       struct brange *out, size_t cap, unsigned *gen)
+{
+	struct blob_part *p;
+	size_t k = 0;
+
+	pthread_mutex_lock(&s->lock);
+	p = b->part;
+	if (p && !p->unproven && b->state != BLOB_LOCAL) {
+		*gen = p->gen;
+		for (size_t i = 0; i < p->n && k < cap; i++) {
+			uint64_t a = p->v[i].off, e = a + p->v[i].len;
+
+			if (e <= off)
+				continue;
+			if (a >= off + len)
+				break;
+			a = a > off ? a : off;
+			e = e < off + len ? e : off + len;
+			out[k++] = (struct brange){ a, e - a };
+		}
+	}
+	pthread_mutex_unlock(&s->lock);
+	return k;
+}
+
+int store_part_path(struct store *s, struct blob *b, char *out, size_t sz, unsigned *gen)
+{
+	int r = -ENOENT;
+
+	pthread_mutex_lock(&s->lock);
+	if (b->part && b->part->n) {
+		part_path_locked(s, b, out, sz);
+		*gen = b->part->gen;
+		r = 0;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}
+
+void store_part_read_error(struct store *s, struct blob *b)
+{
+	pthread_mutex_lock(&s->lock);
+	s->local_read_errors++;
+	part_drop_locked(s, b, "partial copy unreadable (ranges dropped; NAS bytes from now on)");
+	pthread_mutex_unlock(&s->lock);
+}
+
+void store_part_note_read(struct store *s, struct blob *b, uint64_t bytes)
+{
+	atomic_fetch_add_explicit(&s->part_local_read, bytes, memory_order_relaxed);
+	atomic_fetch_add_explicit(&b->local_bytes, bytes, memory_order_relaxed);
+	atomic_store_explicit(&b->use_ns, store_now_ns(), memory_order_relaxed);
+}
+
+int store_part_ranges(struct store *s, struct blob *b, struct brange **v, size_t *n)
+{
+	int r = 0;
+
+	*v = NULL;
+	*n = 0;
+	pthread_mutex_lock(&s->lock);
+	if (b->part && b->part->n) {
+		*v = malloc(b->part->n * sizeof(**v));
+		if (!*v)
+			r = -ENOMEM;
+		for (size_t i = 0; *v && i < b->part->n; i++)
+			(*v)[i] = (struct brange){ b->part->v[i].off, b->part->v[i].len };
+		*n = *v ? b->part->n : 0;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return r;
+}
+
+const char *blob_info_state_name(const struct blob_info *in)
+{
+	if (in->part_bytes && (in->state == BLOB_NAS || in->state == BLOB_FAILED))
+		return "partial";
+	return blob_state_name(in->state);
+}

@@ -1,0 +1,379 @@
+/* store_part_copy.c - the range worker (copies and re-hashes the ranges of
+ * partial copies), and the partial copies at load; the rules are
+ * store_part.c's. */
+#include "store.h"
+#include "store_int.h"
+#include "fetch_range.h"
+#include "nasgate.h"
+#include "policy.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <syslog.h>
+#include <unistd.h>
+
+static void identity(struct blob_part *p, const struct stat *st)
+{
+	p->ino = (uint64_t)st->st_ino;
+	p->mtime = st->st_mtim;
+	p->ctime = st->st_ctim;
+}
+
+static int same_identity(const struct blob_part *p, const struct stat *st)
+{
+	return p->ino == (uint64_t)st->st_ino && p->mtime.tv_sec == st->st_mtim.tv_sec &&
+	       p->mtime.tv_nsec == st->st_mtim.tv_nsec && p->ctime.tv_sec == st->st_ctim.tv_sec &&
+	       p->ctime.tv_nsec == st->st_ctim.tv_nsec;
+}
+
+/* Punch out [off, off + len) of @fd: bytes that must never serve. */
+static void punch(int fd, uint64_t off, uint64_t len)
+{
+	if (len)
+		fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)len);
+}
+
+static int insert_range_locked(struct blob_part *p, uint64_t off, uint64_t len, const char *xxh)
+{
+	size_t i = 0;
+
+	if (p->n == p->cap) {
+		size_t c = p->cap ? p->cap * 2 : 8;
+		struct part_range *v = realloc(p->v, c * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		p->v = v;
+		p->cap = c;
+	}
+	while (i < p->n && p->v[i].off < off)
+		i++;
+	memmove(&p->v[i + 1], &p->v[i], (p->n - i) * sizeof(*p->v));
+	p->v[i] = (struct part_range){ .off = off, .len = len };
+	snprintf(p->v[i].xxh, sizeof(p->v[i].xxh), "%s", xxh);
+	p->n++;
+	p->bytes += len;
+	return 0;
+}
+
+/* Open (making it, of the blob's size, if new) the partial file. */
+static int open_part(const char *path, uint64_t size)
+{
+	struct stat st;
+	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) < 0 || (!st.st_size && ftruncate(fd, (off_t)size) < 0)) {
+		int err = -errno;
+
+		close(fd);
+		return err;
+	}
+	if ((uint64_t)st.st_size != size && st.st_size) {
+		close(fd);
+		return -EUCLEAN; /* not ours any more: the caller drops it */
+	}
+	return fd;
+}
+
+/* All of the blob is local: a whole copy from the partial file, its
+ * content address checked, queued as an operator's request. */
+static void whole_locked(struct store *s, struct blob *b, const char *path)
+{
+	if (b->state != BLOB_NAS && b->state != BLOB_FAILED)
+		return;
+	free(b->copy_src);
+	b->copy_src = strdup(path);
+	if (!b->copy_src)
+		return;
+	b->state = BLOB_QUEUED;
+	b->reason[0] = '\0';
+	b->hold = HOLD_NONE;
+	b->explicit_req = 1;
+	b->who = STORE_BY_USER;
+	atomic_store(&b->prog.bytes_done, 0);
+	atomic_store(&b->prog.cancel, 0);
+	b->want_ns = store_now_ns();
+	store_enqueue_locked(s, b);
+	store_log_msg(s, LOG_INFO, "local ranges of %s cover it whole: made a whole copy", b->key);
+}
+
+/* The copy of @w ended with @r: the lists follow.  Lock held. */
+static void copied_locked(struct store *s, struct blob *b, struct brange w, int r,
+			  const struct fetch_result *res, const struct stat *st, const char *path)
+{
+	struct blob_part *p = b->part;
+
+	if (r == 0 && p->n && strcmp(res->sample, b->sample)) {
+		part_drop_locked(s, b, "source changed (sampled hash differs from its other "
+				 "ranges')");
+		return;
+	}
+	if (r == 0)
+		r = insert_range_locked(p, w.off, w.len, res->xxh);
+	if (r < 0) {
+		s->part_failed++;
+		p->failed++;
+		snprintf(p->reason, sizeof(p->reason), "%s", res->reason[0] ? res->reason :
+			 strerror(-r));
+		store_log_msg(s, LOG_WARNING, "range %llu+%llu of %s failed: %s; served from the NAS",
+			      (unsigned long long)w.off, (unsigned long long)w.len, b->key, p->reason);
+		return;
+	}
+	if (p->n == 1)
+		snprintf(b->sample, sizeof(b->sample), "%s", res->sample);
+	identity(p, st);
+	b->checked = 1; /* the identity was taken just now */
+	s->part_copied++;
+	s->part_bytes_copied += w.len;
+	p->want_done += w.len;
+	part_publish_locked(b);
+	s->copies_unrecorded = 1;
+	store_dirty_locked(s);
+	store_log_msg(s, LOG_INFO, "verified range %llu+%llu of %s: %llu of %llu bytes local",
+		      (unsigned long long)w.off, (unsigned long long)w.len, b->key,
+		      (unsigned long long)p->bytes, (unsigned long long)b->size);
+	if (p->bytes == b->size)
+		whole_locked(s, b, path);
+}
+
+/* Copy the first range @b wants.  Called and returns with the lock held. */
+static void copy_want(struct store *s, struct blob *b)
+{
+	struct blob_part *p = b->part;
+	struct brange w = p->want[0];
+	char key[PATH_MAX], path[PATH_MAX + 64], why[256];
+	struct fetch_result res = { 0 };
+	struct stat st = { 0 };
+	unsigned gen = p->gen;
+	uint64_t size = b->size;
+	int evicted = 0, fd, r;
+
+	memmove(p->want, p->want + 1, --p->nwant * sizeof(*p->want));
+	if (space_reserve_locked(s, b, store_charge(s, w.len) + 2 * s->blk, &p->reserved, why,
+				 sizeof(why), &evicted) < 0) {
+		s->no_room++;
+		r = -ENOSPC;
+		snprintf(res.reason, sizeof(res.reason), "no room: %s", why);
+		copied_locked(s, b, w, r, &res, &st, path);
+		return;
+	}
+	snprintf(key, sizeof(key), "%s", b->key);
+	part_path_locked(s, b, path, sizeof(path));
+	p->copying = 1;
+	atomic_store(&p->prog.cancel, 0);
+	atomic_store(&p->prog.bytes_done, 0);
+	pthread_mutex_unlock(&s->lock);
+
+	if (evicted)
+		store_write_index(s);
+	if (!nas_gate_up(s->opt.gate)) {
+		r = -EHOSTDOWN;
+		snprintf(res.reason, sizeof(res.reason), "cannot copy %s: the NAS is down", key);
+	} else if ((fd = r = open_part(path, size)) >= 0) {
+		r = fetch_range_verify(key, size, fd, w.off, w.len,
+				       atomic_load(&s->bw_limit), &p->prog, &res);
+		if (r < 0)
+			punch(fd, w.off, w.len); /* never listed: never served */
+		if (r == 0 && fstat(fd, &st) < 0)
+			r = -errno;
+		close(fd);
+		if (res.src_err)
+			nas_gate_note(s->opt.gate, res.src_err);
+	} else {
+		snprintf(res.reason, sizeof(res.reason), "partial file %s: %s", path,
+			 r == -EUCLEAN ? "not of the blob's size" : strerror(-r));
+	}
+
+	pthread_mutex_lock(&s->lock);
+	p->copying = 0;
+	s->reserved -= p->reserved < s->reserved ? p->reserved : s->reserved;
+	p->reserved = 0;
+	if (gen != p->gen) {
+		/* dropped meanwhile: what this copy made is no one's */
+		if (!p->n)
+			unlink(path);
+		return;
+	}
+	if (r == -EUCLEAN)
+		part_drop_locked(s, b, "partial file not of the blob's size");
+	copied_locked(s, b, w, r, &res, &st, path);
+}
+
+/* Loaded without a matching identity: every range re-hashed, the bytes no
+ * range names punched out.  Called and returns with the lock held. */
+static void rehash(struct store *s, struct blob *b)
+{
+	struct blob_part *p = b->part;
+	size_t n = p->n, bad = 0;
+	struct part_range *v = malloc((n + 1) * sizeof(*v));
+	struct brange *set = malloc((n + 1) * sizeof(*set)), *gaps = NULL;
+	char path[PATH_MAX + 64];
+	unsigned gen = p->gen;
+	uint64_t size = b->size;
+	struct stat st;
+	int fd, *ok = calloc(n + 1, sizeof(*ok));
+
+	if (!v || !set || !ok) {
+		free(v), free(set), free(ok);
+		return;
+	}
+	memcpy(v, p->v, n * sizeof(*v));
+	part_path_locked(s, b, path, sizeof(path));
+	p->copying = 1;
+	pthread_mutex_unlock(&s->lock);
+
+	fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+	for (size_t i = 0; fd >= 0 && i < n; i++) {
+		char xxh[33];
+
+		ok[i] = fetch_hash_range(fd, v[i].off, v[i].len, xxh) == 0 && !strcmp(xxh, v[i].xxh);
+		set[i] = (struct brange){ v[i].off, v[i].len };
+	}
+	if (fd >= 0) {
+		size_t ng = brange_gaps(set, n, 0, size, NULL, 0);
+
+		gaps = malloc((ng + 1) * sizeof(*gaps));
+		if (gaps)
+			brange_gaps(set, n, 0, size, gaps, ng);
+		for (size_t i = 0; gaps && i < ng; i++)
+			punch(fd, gaps[i].off, gaps[i].len);
+		for (size_t i = 0; i < n; i++)
+			if (!ok[i])
+				punch(fd, v[i].off, v[i].len);
+	}
+	pthread_mutex_lock(&s->lock);
+	p->copying = 0;
+	if (gen == p->gen && fd >= 0 && fstat(fd, &st) == 0) {
+		p->n = p->bytes = 0;
+		for (size_t i = 0; i < n; i++)
+			if (ok[i])
+				insert_range_locked(p, v[i].off, v[i].len, v[i].xxh);
+			else
+				bad++;
+		p->unproven = 0;
+		identity(p, &st);
+		part_publish_locked(b);
+		store_dirty_locked(s);
+		store_log_msg(s, bad ? LOG_WARNING : LOG_INFO, "start-up: re-hashed the %zu local "
+			      "range%s of %s: %zu dropped (not the bytes verified)", n,
+			      n == 1 ? "" : "s", b->key, bad);
+	} else if (gen == p->gen) {
+		part_drop_locked(s, b, "partial file unreadable");
+	}
+	if (fd >= 0)
+		close(fd);
+	free(v), free(set), free(ok), free(gaps);
+}
+
+void *store_part_worker(void *arg)
+{
+	struct store *s = arg;
+
+	pthread_mutex_lock(&s->lock);
+	while (!s->stop) {
+		struct blob *b = s->part_head;
+
+		if (!b) {
+			if (s->index_dirty && s->copies_unrecorded) {
+				pthread_mutex_unlock(&s->lock);
+				store_write_index(s);
+				pthread_mutex_lock(&s->lock);
+				continue;
+			}
+			pthread_cond_wait(&s->part_cond, &s->lock);
+			continue;
+		}
+		if (b->part->unproven)
+			rehash(s, b);
+		else if (b->part->nwant)
+			copy_want(s, b);
+		if (!b->part->nwant && !b->part->unproven) {
+			s->part_head = b->part->qnext;
+			if (!s->part_head)
+				s->part_tail = NULL;
+			b->part->queued = 0;
+		}
+		pthread_cond_broadcast(&s->cond); /* settled (store_wait_settled and friends) */
+	}
+	pthread_mutex_unlock(&s->lock);
+	return NULL;
+}
+
+/* ---- load ---- */
+
+static int ranges_valid(const struct index_rec *r)
+{
+	uint64_t end = 0;
+
+	for (size_t i = 0; i < r->nranges; i++) {
+		const struct part_range *x = &r->ranges[i];
+
+		if (!x->len || x->off < end || x->off > r->size || x->len > r->size - x->off ||
+		    strlen(x->xxh) != 32)
+			return 0;
+		end = x->off + x->len;
+	}
+	return r->nranges > 0;
+}
+
+int part_load_locked(struct store *s, struct blob *b, const struct index_rec *r)
+{
+	struct blob_part *p;
+	char path[PATH_MAX + 64];
+	struct stat st;
+
+	if (!ranges_valid(r) || !(p = part_get_locked(b)))
+		return 0;
+	for (size_t i = 0; i < r->nranges; i++)
+		insert_range_locked(p, r->ranges[i].off, r->ranges[i].len, r->ranges[i].xxh);
+	snprintf(b->sample, sizeof(b->sample), "%s", r->sample);
+	p->ino = r->part_ino;
+	p->mtime = r->part_mtime;
+	p->ctime = r->part_ctime;
+	part_path_locked(s, b, path, sizeof(path));
+	if (lstat(path, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != b->size) {
+		store_log_msg(s, LOG_WARNING, "start-up: partial copy %s of %s is gone or not of its "
+			      "size: its %zu ranges dropped", path, b->key, p->n);
+		p->n = p->bytes = 0;
+		return 0;
+	}
+	if (!same_identity(p, &st)) {
+		p->unproven = 1;
+		part_enqueue_locked(s, b);
+	}
+	part_publish_locked(b);
+	return p->unproven ? 2 : 1;
+}
+
+void part_drop_orphans(struct store *s)
+{
+	DIR *d = opendir(s->part_dir);
+	struct dirent *de;
+
+	if (!d)
+		return;
+	while ((de = readdir(d))) {
+		char path[PATH_MAX + 64];
+		int used = 0;
+
+		if (de->d_name[0] == '.')
+			continue;
+		STORE_EACH(s, b) {
+			if (!used && b->part && (b->part->n || b->part->unproven)) {
+				part_path_locked(s, b, path, sizeof(path));
+				used = !strcmp(strrchr(path, '/') + 1, de->d_name);
+			}
+		}
+		if (!used && unlinkat(dirfd(d), de->d_name, 0) == 0)
+			store_log_msg(s, LOG_NOTICE, "start-up: removed unreferenced partial copy "
+				      "%s/%s", s->part_dir, de->d_name);
+	}
+	closedir(d);
+}

@@ -1,0 +1,35 @@
+/* partread.h - a read of a file with local ranges (core/store_part.c):
+ * the bytes inside verified ranges from the partial copy, the rest from
+ * the NAS, assembled into one reply -- also when the read straddles a
+ * range's edge, so a reader (and mmap, whose page faults are READs like
+ * any other) never sees where the edge is.
+ *
+ * The kernel cannot pass such a file through (passthrough needs one whole
+ * backing file), so these reads are always the daemon's.  The NAS parts
+ * go through the gate (nas.h: a deadline; EIO when the NAS cannot answer),
+ * the local parts never wait on it.
+ */
+#ifndef WFS_FS_PARTREAD_H
+#define WFS_FS_PARTREAD_H
+
+#include "wfs.h"
+
+#include <sys/types.h>
+
+/* The sides of one read: descriptors the caller owns (and keeps open for
+ * the call); @nas_fd < 0 when the NAS side could not be opened (a read
+ * that needs it gets EIO). */
+struct part_src {
+	int local_fd, local_direct;
+	int nas_fd, nas_direct;
+};
+
+/* Fill @out with bytes [@off, @off + @len) of the file (@len already cut
+ * at its end): the parts @segs (sorted, inside the read: store_part_plan)
+ * from @src->local_fd, the others from the NAS.  Returns 0, or -errno:
+ * -EIO for a local read error is returned as -EUCLEAN (the partial copy
+ * is bad: the caller drops it and reads the NAS), a NAS error as such. */
+int part_read(struct wfs *w, const struct part_src *src, const struct brange *segs,
+	      size_t nseg, char *out, uint64_t off, size_t len);
+
+#endif

@@ -1,0 +1,269 @@
+/* test_part.c - partial copies without mounting (store_part.c): ranges
+ * copied and verified at their own offsets, only the gaps of an overlapping
+ * request copied, a read planned on verified ranges only, the ranges kept
+ * across a restart (and re-hashed when the file is not the one recorded),
+ * dropped when the source changes, and made whole; the index's version 3
+ * records, an older index, and byte-range parsing. */
+#include "check.h"
+#include "index.h"
+#include "range.h"
+#include "store.h"
+#include "store_int.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define SIZE ((size_t)5 << 20)
+
+static char top[PATH_MAX], nas[PATH_MAX + 8], local[PATH_MAX + 8], key[PATH_MAX + 16];
+
+static char *pattern(unsigned seed)
+{
+	char *buf = malloc(SIZE);
+
+	for (size_t i = 0; i < SIZE; i++)
+		buf[i] = (char)(seed * 131 + i * 7 + i / 4093);
+	return buf;
+}
+
+/* Wait until no range of @b is asked for, copying or unproven. */
+static int wait_parts(struct store *s, struct blob *b)
+{
+	int64_t end = store_now_ms() + 30000;
+	struct blob_info in;
+
+	do {
+		blob_info(s, b, &in);
+		if (!in.part_copying && !in.part_unproven)
+			return 1;
+		usleep(2000);
+	} while (store_now_ms() < end);
+	return 0;
+}
+
+static struct blob *open_blob(struct store *s)
+{
+	struct stat st;
+
+	if (stat(key, &st) < 0)
+		return NULL;
+	return store_blob(s, key, &st, "");
+}
+
+static int open_store(struct store *s)
+{
+	struct store_opts opt = { .workers = 1 };
+
+	return store_open(s, local, &opt, NULL) == 0 && store_start(s) == 0;
+}
+
+static char *part_file(struct store *s, struct blob *b)
+{
+	static char path[PATH_MAX + 64];
+	unsigned gen;
+
+	return store_part_path(s, b, path, sizeof(path), &gen) == 0 ? path : NULL;
+}
+
+/* The partial file holds the NAS bytes at every verified range. */
+static int bytes_match(struct store *s, struct blob *b, const char *want)
+{
+	struct brange *v;
+	size_t n;
+	char *buf = malloc(SIZE);
+	int fd, ok = 1;
+
+	if (store_part_ranges(s, b, &v, &n) < 0 || !part_file(s, b) ||
+	    (fd = open(part_file(s, b), O_RDONLY)) < 0) {
+		free(buf);
+		return 0;
+	}
+	for (size_t i = 0; i < n; i++)
+		ok &= pread(fd, buf, v[i].len, (off_t)v[i].off) == (ssize_t)v[i].len &&
+		      !memcmp(buf, want + v[i].off, v[i].len);
+	close(fd);
+	free(v);
+	free(buf);
+	return ok;
+}
+
+static void test_ranges(struct check_count *c)
+{
+	struct brange v[] = { { 10, 5 }, { 0, 3 }, { 12, 10 }, { 3, 2 }, { 40, 0 } }, g[4], r;
+	uint64_t x;
+
+	CHECK(c, brange_normalize(v, 5) == 2 && v[0].off == 0 && v[0].len == 5 &&
+	      v[1].off == 10 && v[1].len == 12, "normalised: %llu+%llu", (unsigned long long)v[0].off,
+	      (unsigned long long)v[0].len);
+	CHECK(c, brange_gaps(v, 2, 0, 30, g, 4) == 2 && g[0].off == 5 && g[0].len == 5 &&
+	      g[1].off == 22 && g[1].len == 8, "gaps");
+	CHECK(c, brange_covers(v, 2, 11, 11) && !brange_covers(v, 2, 4, 2), "covers");
+	CHECK(c, brange_parse("1K:2M", &r) == 0 && r.off == 1024 && r.len == 2 << 20, "1K:2M");
+	CHECK(c, brange_parse("7:1GiB", &r) == 0 && r.len == 1 << 30, "GiB");
+	CHECK(c, brange_parse("5:0", &r) == -EINVAL && brange_parse("x:1", &r) == -EINVAL &&
+	      brange_parse("1:2Q", &r) == -EINVAL && brange_parse("12", &r) == -EINVAL,
+	      "bad ranges refused");
+	CHECK(c, brange_parse_size("17179869184T", &x) == -ERANGE &&
+	      brange_parse("18446744073709551615:1", &r) == -ERANGE, "overflow refused");
+}
+
+/* Ranges at odd offsets; an overlapping request copies only the gaps; a
+ * plan covers only verified bytes; the rest of the file is holes. */
+static void test_copy(struct check_count *c, struct store *s, const char *want)
+{
+	struct brange req[] = { { 1000, 300001 }, { 777777, 12345 }, { SIZE - 4097, 4097 } };
+	struct brange more[] = { { 700000, 100000 } }, seg[8];
+	struct blob *b = open_blob(s);
+	struct blob_info in;
+	struct stat st;
+	unsigned gen;
+	int64_t r;
+
+	CHECK(c, store_part_request(s, b, req, 3, 0) == 300001 + 12345 + 4097, "queued bytes");
+	CHECK(c, wait_parts(s, b), "settled");
+	blob_info(s, b, &in);
+	CHECK(c, in.part_n == 3 && in.part_bytes == 300001 + 12345 + 4097 &&
+	      !strcmp(blob_info_state_name(&in), "partial"), "three ranges, partial: %zu %s",
+	      in.part_n, in.part_reason);
+	CHECK(c, bytes_match(s, b, want), "the partial file holds the NAS bytes");
+	r = store_part_request(s, b, more, 1, 0);
+	/* 700000..777777 and 790122..800000: the gaps around the local range */
+	CHECK(c, r == (777777 - 700000) + (800000 - 790122), "only the gaps: %lld", (long long)r);
+	CHECK(c, wait_parts(s, b) && bytes_match(s, b, want), "gaps copied");
+	blob_info(s, b, &in);
+	CHECK(c, in.part_n == 5, "kept apart: %zu ranges", in.part_n);
+	CHECK(c, store_part_plan(s, b, 999, 2, seg, 8, &gen) == 1 && seg[0].off == 1000 &&
+	      seg[0].len == 1, "a read straddling an edge: one local byte");
+	CHECK(c, store_part_plan(s, b, 400000, 1000, seg, 8, &gen) == 0, "outside: none");
+	CHECK(c, store_part_plan(s, b, 0, SIZE, seg, 8, &gen) == 5, "whole: every range");
+	CHECK(c, stat(part_file(s, b), &st) == 0 && (uint64_t)st.st_blocks * 512 <
+	      in.part_bytes + 6 * 8192, "sparse: %llu bytes allocated",
+	      (unsigned long long)st.st_blocks * 512);
+	CHECK(c, store_part_request(s, b, (struct brange[]){ { SIZE - 1, 2 } }, 1, 0) == -EINVAL,
+	      "past the end refused");
+}
+
+/* A restart serves the recorded ranges at once; a partial file written
+ * since (its ctime moved) has every range re-hashed: the damaged one is
+ * dropped, its bytes punched out. */
+static void test_restart(struct check_count *c, struct store *s, const char *want)
+{
+	struct blob *b;
+	struct blob_info in;
+	struct brange seg[8];
+	unsigned gen;
+	size_t n;
+	int fd;
+
+	store_close(s);
+	CHECK(c, open_store(s) && (b = open_blob(s)), "reopened");
+	blob_info(s, b, &in);
+	CHECK(c, in.part_n == 5 && !in.part_unproven &&
+	      store_part_plan(s, b, 0, SIZE, seg, 8, &gen) == 5, "recorded ranges serve at once");
+	fd = open(part_file(s, b), O_WRONLY);
+	CHECK(c, fd >= 0 && pwrite(fd, "X", 1, 5000) == 1, "damage one range");
+	close(fd);
+	store_close(s);
+	CHECK(c, open_store(s) && (b = open_blob(s)), "reopened");
+	n = store_part_plan(s, b, 0, SIZE, seg, 8, &gen);
+	blob_info(s, b, &in); /* after: a plan made before the re-hash ended finds nothing */
+	CHECK(c, n == 0 || !in.part_unproven, "unproven ranges do not serve");
+	CHECK(c, wait_parts(s, b), "re-hashed");
+	blob_info(s, b, &in);
+	CHECK(c, in.part_n == 4 && bytes_match(s, b, want) &&
+	      store_part_plan(s, b, 4000, 2000, seg, 8, &gen) == 0, "the damaged range dropped: %zu",
+	      in.part_n);
+}
+
+/* A source with other bytes drops the ranges; ranges that cover the whole
+ * file make it a whole local copy. */
+static void test_source_and_whole(struct check_count *c, struct store *s, char *want)
+{
+	struct brange all[] = { { 0, SIZE } };
+	struct blob *b = open_blob(s);
+	struct blob_info in;
+
+	want[SIZE / 2] ^= 1; /* the middle sample */
+	check_write_file(key, want, SIZE);
+	CHECK(c, store_check_source(s, b) == 0, "not local");
+	blob_info(s, b, &in);
+	CHECK(c, in.part_n == 0 && !part_file(s, b), "changed source: ranges dropped (%s)",
+	      in.part_reason);
+	b = open_blob(s);
+	CHECK(c, store_part_request(s, b, all, 1, 0) == (int64_t)SIZE, "whole file asked");
+	CHECK(c, wait_parts(s, b) && store_wait_settled(s, b, 30000) == BLOB_LOCAL,
+	      "became a whole local copy");
+	blob_info(s, b, &in);
+	CHECK(c, in.part_n == 0 && !part_file(s, b), "its partial file removed");
+}
+
+/* The index: a version 2 index still loads; a version 3 "partial" record
+ * with overlapping ranges is dropped, never served. */
+static void test_index(struct check_count *c, struct store *s)
+{
+	char path[PATH_MAX + 32];
+	struct blob *b;
+	struct blob_info in;
+	FILE *f;
+
+	store_close(s);
+	snprintf(path, sizeof(path), "%s/index.json", local);
+	f = fopen(path, "w");
+	fprintf(f, "{\"version\": 3, \"blobs\": [{\"key\": \"%s\", \"id\": \"\", \"state\": "
+		"\"partial\", \"size\": %zu, \"sample\": \"x\", \"ranges\": [{\"off\": 0, \"len\": "
+		"10, \"xxh\": \"00000000000000000000000000000000\"}, {\"off\": 5, \"len\": 10, "
+		"\"xxh\": \"00000000000000000000000000000000\"}]}]}", key, SIZE);
+	fclose(f);
+	CHECK(c, open_store(s) && (b = open_blob(s)), "opened");
+	blob_info(s, b, &in);
+	CHECK(c, in.part_n == 0 && !atomic_load(&b->part_bytes), "overlapping ranges not loaded");
+	store_close(s);
+	f = fopen(path, "w");
+	fprintf(f, "{\"version\": 2, \"blobs\": [{\"key\": \"%s\", \"id\": \"\", \"state\": "
+		"\"nas\", \"size\": %zu, \"pinned\": true}]}", key, SIZE);
+	fclose(f);
+	CHECK(c, open_store(s) && (b = open_blob(s)), "a version 2 index opens");
+	blob_info(s, b, &in);
+	CHECK(c, in.pinned, "its record read");
+	store_sync(s);
+	store_close(s);
+	CHECK(c, open_store(s), "reopened");
+}
+
+int main(void)
+{
+	struct check_count c = { 0 };
+	struct store s;
+	char *want = pattern(3);
+
+	snprintf(top, sizeof(top), "/var/tmp/wfs-part-XXXXXX");
+	if (!mkdtemp(top))
+		return 2;
+	snprintf(nas, sizeof(nas), "%s/nas", top);
+	snprintf(local, sizeof(local), "%s/local", top);
+	snprintf(key, sizeof(key), "%s/big", nas);
+	mkdir(nas, 0755);
+	mkdir(local, 0755);
+	check_write_file(key, want, SIZE);
+	test_ranges(&c);
+	if (!open_store(&s))
+		return 2;
+	test_copy(&c, &s, want);
+	test_restart(&c, &s, want);
+	test_source_and_whole(&c, &s, want);
+	test_index(&c, &s);
+	store_close(&s);
+	free(want);
+	{
+		char cmd[PATH_MAX + 16];
+
+		snprintf(cmd, sizeof(cmd), "rm -rf %s", top);
+		if (system(cmd) != 0)
+			return 2;
+	}
+	printf("part: %d passed, %d failed\n", c.passed, c.failed);
+	return c.failed ? 1 : 0;
+}

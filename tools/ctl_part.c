@@ -1,0 +1,177 @@
+/* ctl_part.c - wfsctl promote --range / --part: local copies of byte ranges
+ * of one file (the daemon's "promote" with "ranges" or "part"). */
+#include "ctl_cmds.h"
+#include "ctl_conn.h"
+#include "ctl_fmt.h"
+#include "ctl_promote.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define POLL_NS 250000000L
+
+static json_t *request(const struct ctl_opts *o, json_t *paths)
+{
+	json_t *req = json_pack("{s:s, s:o, s:b, s:b}", "op", "promote", "paths", paths,
+				"pin", o->pin, "dry_run", o->dry_run);
+	json_t *list = json_array();
+
+	if (!req || !list) {
+		json_decref(req);
+		json_decref(list);
+		return NULL;
+	}
+	if (o->part_n) {
+		json_decref(list);
+		json_object_set_new(req, "part", json_pack("[I, I]", (json_int_t)o->part_k,
+							   (json_int_t)o->part_n));
+		return req;
+	}
+	for (size_t i = 0; i < o->nranges; i++)
+		json_array_append_new(list, json_pack("[I, I]", (json_int_t)o->ranges[i].off,
+						      (json_int_t)o->ranges[i].len));
+	json_object_set_new(req, "ranges", list);
+	return req;
+}
+
+static void print_reply(const json_t *rep, bool dry)
+{
+	const json_t *ranges = json_object_get(rep, "ranges"), *r;
+	char a[32], b[32], c[32], d[32];
+	size_t i;
+
+	printf("%s%s: %zu range%s, %s of %s; %s to copy, %s available\n", dry ? "dry run: " : "",
+	       jget_str(rep, "path"), json_array_size(ranges), json_array_size(ranges) == 1 ? "" : "s",
+	       fmt_bytes(jget_u64(rep, "bytes"), a, sizeof(a)),
+	       fmt_bytes(jget_u64(rep, "size"), b, sizeof(b)),
+	       fmt_bytes(jget_u64(rep, "bytes_to_copy"), c, sizeof(c)),
+	       fmt_bytes(jget_u64(rep, "space_available"), d, sizeof(d)));
+	if (!dry)
+		return;
+	json_array_foreach(ranges, i, r)
+		printf("  %llu:%llu\n", (unsigned long long)json_integer_value(json_array_get(r, 0)),
+		       (unsigned long long)json_integer_value(json_array_get(r, 1)));
+}
+
+/* Is every range of @want inside the blob's local ranges (or the blob
+ * local whole)? */
+static bool covered(const json_t *blob, const json_t *want)
+{
+	const json_t *have = json_object_get(json_object_get(blob, "part"), "ranges"), *w, *h;
+	size_t i, k;
+
+	if (!strcmp(jget_str(blob, "state"), "local"))
+		return true;
+	json_array_foreach(want, i, w) {
+		uint64_t pos = (uint64_t)json_integer_value(json_array_get(w, 0));
+		uint64_t end = pos + (uint64_t)json_integer_value(json_array_get(w, 1));
+
+		json_array_foreach(have, k, h) {
+			uint64_t a = (uint64_t)json_integer_value(json_array_get(h, 0));
+			uint64_t e = a + (uint64_t)json_integer_value(json_array_get(h, 1));
+
+			if (a <= pos && e > pos)
+				pos = e;
+		}
+		if (pos < end)
+			return false;
+	}
+	return true;
+}
+
+/* One progress poll of @key: its blob in the reply. */
+static json_t *poll_blob(const struct ctl_opts *o, const char *sock, const char *key,
+			 struct ctl_reply *rep)
+{
+	json_t *req = json_pack("{s:s, s:[s]}", "op", "progress", "keys", key);
+	int r = req ? ctl_call(sock, "promote", req, o->json, rep) : -ENOMEM;
+
+	json_decref(req);
+	return r ? NULL : json_array_get(json_object_get(rep->obj, "blobs"), 0);
+}
+
+/* Poll until no range of the file is queued, copying or re-hashed; 0 when
+ * every range asked for is local then. */
+static int wait_ranges(const struct ctl_opts *o, const char *sock, const json_t *promoted)
+{
+	const json_t *want = json_object_get(promoted, "ranges");
+	bool tty = isatty(STDERR_FILENO);
+	bool bar = (!o->json || tty) && jget_u64(promoted, "bytes_to_copy");
+	struct ctl_reply rep = { 0 };
+	json_t *blob, *part;
+	time_t last = 0;
+	bool done;
+	int ret = 1;
+
+	for (;;) {
+		const struct timespec ts = { 0, POLL_NS };
+		char line[256];
+
+		ctl_reply_free(&rep);
+		if (!(blob = poll_blob(o, sock, jget_str(promoted, "key"), &rep)))
+			return 1;
+		part = json_object_get(blob, "part");
+		done = !jget_bool(part, "copying") && !jget_bool(part, "unproven");
+		if (bar && (tty || done || time(NULL) - last >= 2)) {
+			progress_line(line, sizeof(line), jget_u64(part, "done_bytes"),
+				      jget_u64(part, "want_bytes"), 0, 0, 1);
+			fprintf(stderr, tty ? "\r%s" : "%s\n", line);
+			last = time(NULL);
+		}
+		if (done)
+			break;
+		nanosleep(&ts, NULL);
+	}
+	if (bar && tty)
+		fputc('\n', stderr);
+	if (o->json)
+		ctl_print_raw(&rep);
+	if (covered(blob, want)) {
+		if (!o->json)
+			printf("promote: %s: every range local (%s)\n", jget_str(promoted, "path"),
+			       jget_str(blob, "state"));
+		ret = 0;
+	} else {
+		const char *why = jget_str(part, "reason");
+
+		fprintf(stderr, "wfsctl: promote: %s: not every range became local: %s\n",
+			jget_str(promoted, "path"), *why ? why : jget_str(blob, "reason"));
+	}
+	ctl_reply_free(&rep);
+	return ret;
+}
+
+int cmd_promote_part(const struct ctl_opts *o)
+{
+	struct ctl_target t;
+	struct ctl_reply rep;
+	json_t *req, *paths;
+	int ret;
+
+	if (ctl_target_resolve(&t, o->socket, o->paths, o->npaths))
+		return 1;
+	paths = ctl_paths_json(&t);
+	req = paths ? request(o, paths) : NULL;
+	if (!req) {
+		ctl_target_free(&t);
+		fprintf(stderr, "wfsctl: out of memory\n");
+		return 1;
+	}
+	ret = ctl_call(t.socket, "promote", req, o->json, &rep) ? 1 : 0;
+	json_decref(req);
+	if (ret == 0) {
+		if (o->json && !o->wait)
+			ctl_print_raw(&rep);
+		else if (!o->json)
+			print_reply(rep.obj, o->dry_run);
+		if (o->wait)
+			ret = wait_ranges(o, t.socket, rep.obj);
+		ctl_reply_free(&rep);
+	}
+	ctl_target_free(&t);
+	return ret;
+}

@@ -285,10 +285,13 @@ static json_t *op_each(struct control *c, json_t *req, const char *op)
 			store_pin(c->store, b, !strcmp(op, "pin"));
 			count++;
 		} else {
-			if (in.state != BLOB_LOCAL)
+			int (*check)(struct store *, struct blob *, int, char *, size_t) =
+				in.state == BLOB_LOCAL ? store_verify : store_part_verify;
+
+			if (in.state != BLOB_LOCAL && !in.part_bytes)
 				continue;
 			count++;
-			if (store_verify(c->store, b, full, reason, sizeof(reason)) > 0)
+			if (check(c->store, b, full, reason, sizeof(reason)) > 0)
 				json_array_append_new(demoted, json_pack("{s:o, s:o, s:o}",
 					"key", reply_path(in.key), "id", reply_path(in.id),
 					"reason", reply_path(reason)));

@@ -474,6 +474,11 @@ size_t store_part_plan(struct store *s, struct blob *b, uint64_t off, uint64_t l
 		       struct brange *out, size_t cap, unsigned *gen);
 /* The path of @b's partial copy and its generation now: 0, or -ENOENT. */
 int store_part_path(struct store *s, struct blob *b, char *out, size_t sz, unsigned *gen);
+/* wfsctl verify of a partial file: as store_verify (its source, and with
+ * @full every range re-hashed from the partial file; one that differs
+ * drops them all).  Returns 1 when the ranges were dropped (@reason says
+ * why), -errno when the source could not be checked, else 0. */
+int store_part_verify(struct store *s, struct blob *b, int full, char *reason, size_t rsz);
 /* A read of @b's partial copy failed: every range dropped, logged. */
 void store_part_read_error(struct store *s, struct blob *b);
 /* @bytes of a read of @b were served from its verified ranges. */

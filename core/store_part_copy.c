@@ -377,3 +377,70 @@ void part_drop_orphans(struct store *s)
 	}
 	closedir(d);
 }
+
+/* ---- wfsctl verify ---- */
+
+/* Every range of @v re-hashed from @path: 0, or the first that differs
+ * (or cannot be read), said in @why. */
+static int rehash_all(const char *path, const struct part_range *v, size_t n, char *why,
+		      size_t wsz)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW), r = 0;
+
+	if (fd < 0) {
+		snprintf(why, wsz, "partial copy %s unreadable: %s", path, strerror(errno));
+		return -1;
+	}
+	for (size_t i = 0; i < n && !r; i++) {
+		char xxh[33];
+		int e = fetch_hash_range(fd, v[i].off, v[i].len, xxh);
+
+		if (e < 0 || strcmp(xxh, v[i].xxh)) {
+			snprintf(why, wsz, "local range %llu+%llu %s", (unsigned long long)v[i].off,
+				 (unsigned long long)v[i].len, e < 0 ? "unreadable" : "corrupt");
+			r = -1;
+		}
+	}
+	close(fd);
+	return r;
+}
+
+int store_part_verify(struct store *s, struct blob *b, int full, char *reason, size_t rsz)
+{
+	char path[PATH_MAX + 64];
+	struct part_range *v;
+	unsigned gen;
+	size_t n;
+	int r = 0;
+
+	pthread_mutex_lock(&s->lock);
+	if (b->state == BLOB_LOCAL || !b->part || !b->part->n || b->part->unproven ||
+	    !(v = malloc(b->part->n * sizeof(*v)))) {
+		pthread_mutex_unlock(&s->lock);
+		return 0;
+	}
+	n = b->part->n;
+	memcpy(v, b->part->v, n * sizeof(*v));
+	gen = b->part->gen;
+	b->checked = 0;
+	part_path_locked(s, b, path, sizeof(path));
+	pthread_mutex_unlock(&s->lock);
+
+	store_check_source(s, b); /* a changed source drops the ranges */
+	if (full && rehash_all(path, v, n, reason, rsz) < 0)
+		r = 1;
+	pthread_mutex_lock(&s->lock);
+	if (b->part->gen != gen) {
+		snprintf(reason, rsz, "%s", b->part->reason[0] ? b->part->reason : "ranges dropped");
+		r = 1;
+	} else if (r) {
+		part_drop_locked(s, b, reason);
+	} else if (!b->checked && b->check_err) {
+		snprintf(reason, rsz, "source not checked: %s; the verified ranges keep serving",
+			 b->check_err == -EHOSTDOWN ? "the NAS is down" : strerror(-b->check_err));
+		r = b->check_err;
+	}
+	pthread_mutex_unlock(&s->lock);
+	free(v);
+	return r;
+}

@@ -44,13 +44,18 @@ static int wait_parts(struct store *s, struct blob *b)
 	return 0;
 }
 
-static struct blob *open_blob(struct store *s)
+static struct blob *blob_at(struct store *s, const char *path)
 {
 	struct stat st;
 
-	if (stat(key, &st) < 0)
+	if (stat(path, &st) < 0)
 		return NULL;
-	return store_blob(s, key, &st, "");
+	return store_blob(s, path, &st, "");
+}
+
+static struct blob *open_blob(struct store *s)
+{
+	return blob_at(s, key);
 }
 
 static int open_store(struct store *s)
@@ -178,6 +183,31 @@ static void test_restart(struct check_count *c, struct store *s, const char *wan
 	      in.part_n);
 }
 
+/* wfsctl verify --full of a partial file: ranges as verified pass; one
+ * byte changed in the partial file drops them all. */
+static void test_verify(struct check_count *c, struct store *s, const char *want)
+{
+	char other[PATH_MAX + 16], why[512] = "";
+	struct brange req[] = { { 4096, 65536 }, { 100000, 3 } };
+	struct blob *b;
+	struct blob_info in;
+	int fd;
+
+	snprintf(other, sizeof(other), "%s/other", nas);
+	check_write_file(other, want, SIZE);
+	b = blob_at(s, other);
+	CHECK(c, store_part_request(s, b, req, 2, 0) > 0 && wait_parts(s, b), "two ranges");
+	CHECK(c, store_part_verify(s, b, 1, why, sizeof(why)) == 0, "verified: %s", why);
+	fd = open(part_file(s, b), O_WRONLY);
+	CHECK(c, fd >= 0 && pwrite(fd, "\1", 1, 100001) == 1, "damage the 3-byte range");
+	close(fd);
+	CHECK(c, store_part_verify(s, b, 0, why, sizeof(why)) == 0, "the source alone: as recorded");
+	CHECK(c, store_part_verify(s, b, 1, why, sizeof(why)) == 1 && strstr(why, "100000+3"),
+	      "--full finds it: %s", why);
+	blob_info(s, b, &in);
+	CHECK(c, in.part_n == 0 && !part_file(s, b), "every range dropped");
+}
+
 /* A source with other bytes drops the ranges; ranges that cover the whole
  * file make it a whole local copy. */
 static void test_source_and_whole(struct check_count *c, struct store *s, char *want)
@@ -253,6 +283,7 @@ int main(void)
 		return 2;
 	test_copy(&c, &s, want);
 	test_restart(&c, &s, want);
+	test_verify(&c, &s, want);
 	test_source_and_whole(&c, &s, want);
 	test_index(&c, &s);
 	store_close(&s);

@@ -346,7 +346,8 @@ int store_evict(struct store *s, struct blob *b, int force)
 	pthread_mutex_lock(&s->lock);
 	if (b->pinned && !force) {
 		r = -EBUSY;
-	} else if (b->part && (b->part->n || b->part->nwant || b->part->unproven)) {
+	} else if (b->part && (b->part->n || b->part->nwant || b->part->unproven ||
+				b->part->copying)) {
 		b->pinned = 0;
 		part_drop_locked(s, b, NULL);
 		if (b->state == BLOB_LOCAL)

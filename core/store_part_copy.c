@@ -148,7 +148,7 @@ static void copy_want(struct store *s, struct blob *b)
 {
 	struct blob_part *p = b->part;
 	struct brange w = p->want[0];
-	char key[PATH_MAX], path[PATH_MAX + 64], why[256];
+	char key[PATH_MAX], path[PATH_MAX + 64] = "", why[256];
 	struct fetch_result res = { 0 };
 	struct stat st = { 0 };
 	unsigned gen = p->gen;

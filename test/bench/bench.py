@@ -46,13 +46,20 @@ Figures (measures.py; --only NAME,... picks some):
             vs the SHA-256 rate of all cores; also vs cp -rL + sync
   local     after promotion of the largest shard: seq, mmap, rand again,
             "direct" = the verified copy LOCAL_STORE/data/xx/<hash> itself
+  part      the largest shard's 2nd quarter promoted as one range (promote
+            --range Q:Q): seq 1 MiB reads of that quarter through the
+            mount, cold and warm, vs the partial copy LOCAL_STORE/parts/<hex>
+            read directly (the goal), vs the NAS file (the gain), and vs
+            the same quarter of a blob of the same size promoted whole
+            (models--bench--twin, added for the figure), through the mount
+            (kernel passthrough) and directly
   startup   (once a run, not per rig) a fixture of its own with --many
             --startup-many, that repo promoted, then `wfs` until `wfsctl
             status` answers and a promoted file reads back local, cold/warm
   memory    (once a run) a fixture with --many --memory-many, every entry
             walked through a fresh mount, the daemon's VmRSS, then its CPU
             over --idle-seconds of idleness
-promote, revision and local evict their copies afterwards, so the order of
+promote, revision, local and part evict their copies afterwards, so the order of
 figures does not matter.  startup and memory run in the work dir (the disk).
 
 Extension point: a figure is a function m_<name>(ctx) registered in
@@ -328,7 +335,8 @@ def print_report(run, out):
     print("\nratio = wfs/direct; rates: higher is better (1.0 = parity); (time) rows: lower "
           "is better.  overlayfs / bindfs ratios: that filesystem / direct, in rounds of "
           "their own.  promote rows: direct = the named baseline.  local: rows: direct = "
-          "the verified copy in LOCAL_STORE read directly.", file=out)
+          "the verified copy in LOCAL_STORE read directly.  part: rows: direct = the named "
+          "baseline read in the same rounds.", file=out)
 
 
 def as_json(run):
@@ -463,7 +471,8 @@ def main(argv=None):
         sys.exit("bench.py must run as root (drop_caches, mounts, loop devices)")
     per_rig = [m for m in a.selected if not m.once]
     once = [m for m in a.selected if m.once]
-    need_ctl = any(m.name in ("promote", "revision", "local", "startup") for m in a.selected)
+    need_ctl = any(m.name in ("promote", "revision", "local", "part", "startup")
+                   for m in a.selected)
     for path, what in ((a.wfs, "WFS_BIN"), (a.mkhub, "WFS_MKHUB"), (a.wfsctl, "WFSCTL_BIN")):
         if what == "WFSCTL_BIN" and not need_ctl:
             continue

@@ -50,6 +50,8 @@ GOALS = {
     "local.mmap.cold": (">=", 0.95, "ratio"),
     "local.rand.cold": (">=", 0.90, "ratio"),
     "local.rand.warm": (">=", 0.90, "ratio"),
+    "part.seq.cold": (">=", 0.90, "ratio"),
+    "part.seq.warm": (">=", 0.90, "ratio"),
     "promote.blob": (">=", 0.80, "ratio"),
     "promote.rev": (">=", 0.70, "ratio"),
     "startup.cold": ("<=", 1.0, "wfs"),
@@ -98,6 +100,27 @@ def seq_read(path, bs=MiB):
     finally:
         os.close(fd)
     return off, dt
+
+
+def seq_read_range(path, off, length, bs=MiB):
+    """Bytes [off, off+length) with bs-sized preads (the last one shorter)
+    into one preallocated buffer.  Returns (bytes read, seconds)."""
+    buf = bytearray(bs)
+    mv = memoryview(buf)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        pos, end = off, off + length
+        t0 = time.perf_counter()
+        while pos < end:
+            n = os.preadv(fd, [mv[:min(bs, end - pos)]], pos)
+            if n <= 0:
+                break
+            pos += n
+        dt = time.perf_counter() - t0
+    finally:
+        mv.release()
+        os.close(fd)
+    return pos - off, dt
 
 
 def mmap_read(path, chunk=MiB):
@@ -852,6 +875,148 @@ def m_local(ctx):
                 evict(ctx, mp)
         except (OSError, RuntimeError) as e:
             log(f"  evict after local failed: {e}")
+def part_file(ctx):
+    """LOCAL_STORE/parts/<hex>: the one partial copy there."""
+    d = os.path.join(ctx.local, "parts")
+    names = [n for n in os.listdir(d) if not n.startswith(".")] if os.path.isdir(d) else []
+    if len(names) != 1:
+        raise RuntimeError(f"expected one partial copy in {d}, found {names}")
+    return os.path.join(d, names[0])
+
+
+def same_bytes(a, b, off, length, what):
+    """Spot check: [off, off+length) of files a and b, head, middle, tail MiB."""
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        for o in (off, off + length // 2, off + length - MiB):
+            fa.seek(o)
+            fb.seek(o)
+            if fa.read(MiB) != fb.read(MiB):
+                raise RuntimeError(f"{what}: {a} and {b} differ at {o}")
+
+
+def m_part(ctx):
+    """Stage part of a file: the second quarter Q:Q of the big blob (Q =
+    size/4 rounded down to 4 KiB) promoted as one range (`wfsctl promote
+    --range Q:Q --wait`), then sequential 1 MiB reads of exactly that
+    quarter, cold (caches dropped before each side) and warm (again right
+    after), in the same abba rounds:
+      part_wfs      through the mount (daemon-served from the partial copy)
+      part_direct   the same bytes of LOCAL_STORE/parts/<hex> itself (goal:
+                    part_wfs >= 0.9x of it)
+      nas           the same bytes of the NAS file (the gain)
+      whole_wfs     the same quarter of another blob of the same size
+                    (TWIN_REPO, added to the hub for this figure) promoted
+                    whole, through the mount (kernel passthrough)
+      whole_direct  that blob's verified copy in LOCAL_STORE/data itself
+    Both copies are evicted and the twin repo removed afterwards."""
+    from rigs import add_twin_repo, TWIN_REPO
+    size = ctx.big["size"]
+    q = size // 4 // 4096 * 4096
+    if q < 4 * MiB:
+        raise Skip(f"the big file ({size} bytes) is too small for a quarter worth timing")
+    mp, nas = ctx.big_path("wfs"), ctx.big_path("direct")
+    ensure_nas(ctx, mp)
+    t0 = time.perf_counter()
+    twin = add_twin_repo(ctx.hub, size, ctx.args.seed)
+    log(f"  added {twin['blob']} ({size / MiB:.0f} MiB) in {time.perf_counter() - t0:.1f} s")
+    twin_mp = os.path.join(ctx.mnt, twin["blob"])
+    twin_nas = os.path.join(ctx.hub, twin["blob"])
+    try:
+        drop_caches()
+        t0 = time.perf_counter()
+        wfsctl(ctx, "promote", "--range", f"{q}:{q}", "--wait", mp)
+        dt = time.perf_counter() - t0
+        if wfs_state(mp) != "partial":
+            raise RuntimeError(f"{mp}: state {wfs_state(mp)} after promote --range, "
+                               "expected partial")
+        lp = part_file(ctx)
+        same_bytes(lp, nas, q, q, "partial copy")
+        log(f"  promoted range {q}:{q} of {ctx.big['path']} in {dt:.2f} s "
+            f"({q / dt / 1e6:.0f} MB/s); partial copy {lp}")
+        drop_caches()
+        t0 = time.perf_counter()
+        wfsctl(ctx, "promote", "--wait", twin_mp)
+        log(f"  promoted {twin['blob']} whole in {time.perf_counter() - t0:.2f} s")
+        if wfs_state(twin_mp) != "local":
+            raise RuntimeError(f"{twin_mp}: state {wfs_state(twin_mp)}, expected local")
+        tlp = local_copy_path(ctx, size)
+        same_bytes(tlp, twin_nas, q, q, "whole copy")
+        pt_part, pt_whole = passthrough_opens(mp), passthrough_opens(twin_mp)
+        paths = {"part_wfs": mp, "part_direct": lp, "nas": nas, "whole_wfs": twin_mp,
+                 "whole_direct": tlp}
+
+        def visit(side):
+            p = paths[side]
+            fuse = side.endswith("_wfs")
+            drop_caches()
+            out = {}
+            for k in ("cold", "warm"):
+                if k == "warm" and not fuse:
+                    rb = resident_bytes(p)   # the whole file's, only the quarter was read
+                    out["resident"] = None if rb is None else rb / q
+                (n, t), dc = ctx.timed("wfs" if fuse else side,
+                                       lambda: seq_read_range(p, q, q))
+                if n != q:
+                    raise IOError(f"{side}: read {n} bytes of [{q}, {2 * q}) of {p}")
+                out[k], out["cpu_" + k] = q / t / 1e6, dc
+            return out
+
+        _, st0, _ = wfsctl(ctx, "status", ctx.mnt)
+        sides = ("part_direct", "part_wfs", "nas", "whole_direct", "whole_wfs")
+        res = abba(ctx, sides, visit)
+        _, st1, _ = wfsctl(ctx, "status", ctx.mnt)
+        if wfs_state(mp) != "partial" or wfs_state(twin_mp) != "local":
+            raise RuntimeError(f"after the reads: {mp} {wfs_state(mp)} (expected partial), "
+                               f"{twin_mp} {wfs_state(twin_mp)} (expected local)")
+        g = f"{q / GiB:.2f} GiB" if q >= GiB // 4 else f"{q / MiB:.0f} MiB"
+        warm = warm_note(res, [s for s in sides if not s.endswith("_wfs")])
+        for k in ("cold", "warm"):
+            wn = warm if k == "warm" else ""
+            cpu = col(res, "part_wfs", "cpu_" + k)
+            ctx.pair_row(f"part.seq.{k}", f"part: quarter via mount vs its partial copy, seq "
+                         f"1 MiB {k} ({g})", "MB/s", "rate", col(res, "part_direct", k),
+                         col(res, "part_wfs", k), cpu, wn, res=res)
+            ctx.pair_row(f"part.nas.{k}", f"part: quarter via mount vs the NAS file, {k}",
+                         "MB/s", "rate", col(res, "nas", k), col(res, "part_wfs", k), cpu,
+                         "direct = the same bytes of the NAS file: the gain; no goal", res=res)
+            ctx.pair_row(f"part.pt.{k}", f"part: quarter via mount vs a whole copy via "
+                         f"passthrough, {k}", "MB/s", "rate", col(res, "whole_wfs", k),
+                         col(res, "part_wfs", k), cpu,
+                         "direct = the same quarter of a blob of the same size promoted whole, "
+                         "read through the mount (kernel passthrough): what a partial copy "
+                         "costs against it; no goal", res=res)
+            ctx.pair_row(f"part.whole.{k}", f"part: whole copy via mount (passthrough) vs "
+                         f"that copy, {k}", "MB/s", "rate", col(res, "whole_direct", k),
+                         col(res, "whole_wfs", k), col(res, "whole_wfs", "cpu_" + k),
+                         "the passthrough baseline's own ratio; no goal", res=res)
+        def part_served(st):
+            e = next((x for x in st.get("partial", []) if x.get("id") == ctx.big.get("id")
+                      or str(x.get("key", "")).endswith(ctx.big["nas_real"])), {})
+            return e.get("served_local_bytes", 0)
+        s0, s1 = st0.get("served", {}), st1.get("served", {})
+        dl = part_served(st1) - part_served(st0)
+        dn = s1.get("nas_bytes", 0) - s0.get("nas_bytes", 0)
+        reads = len(res["part_wfs"])
+        ctx.row("part.served", "part: MiB the daemon served from the NAS during the figure",
+                "MiB", None, dn / MiB, "info",
+                f"from the partial copy {dl / MiB:.0f} MiB; {reads} cold + {reads} warm quarter "
+                f"reads of {q / MiB:.0f} MiB through the mount (the NAS bytes: the kernel's "
+                f"read-ahead past the quarter's end); user.wfs.passthrough while open: "
+                f"partial {fmt(pt_part)}, whole copy {fmt(pt_whole)}; the range promoted in "
+                f"{dt:.2f} s",
+                extra={"served_local_bytes": dl, "served_nas_bytes": dn,
+                       "passthrough_opens": {"partial": pt_part, "whole": pt_whole},
+                       "range": [q, q], "promote_s": dt})
+    finally:
+        for f in (mp, twin_mp):
+            try:
+                if os.path.exists(f) and wfs_state(f) != "nas":
+                    evict(ctx, f)
+            except (OSError, RuntimeError) as e:
+                log(f"  evict {f} after part failed: {e}")
+        shutil.rmtree(os.path.join(ctx.hub, TWIN_REPO), ignore_errors=True)
+
+
 def wfs_argv(a, hub, local, mnt, opts=()):
     """The daemon's command line: OPTS, then --wfs-opt (which may override)."""
     return [a.wfs] + sum((["-o", o] for o in list(opts) + list(a.wfs_opt)), []) + [hub, local, mnt]
@@ -1339,6 +1504,7 @@ MEASUREMENTS = [
     Measurement("promote", m_promote),
     Measurement("revision", m_revision),
     Measurement("local", m_local),
+    Measurement("part", m_part),
     Measurement("startup", m_startup, once=True),
     Measurement("memory", m_memory, once=True),
 ]

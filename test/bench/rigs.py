@@ -32,6 +32,7 @@ from common import (GiB, MiB, fs_of, is_mounted, log, meminfo, mounts_below, no_
                     run_checked)
 
 SHARDS_REPO = "models--bench--shards"
+TWIN_REPO = "models--bench--twin"       # the part figure's blob of the big file's size
 
 
 # --------------------------------------------------------------------------
@@ -48,6 +49,9 @@ def plan(a):
     big = int(0.45 * scale)
     rev = a.shards * a.shard_mib * MiB
     hub = int(1.01 * scale) + a.many * 12 * 1024 + 32 * MiB + rev
+    part = any(m.name == "part" for m in getattr(a, "selected", []))
+    if part:
+        hub += big      # the part figure adds TWIN_REPO: a blob of the big file's size
     # NAS fs: the hub plus the ext4's own metadata (journal, inode tables)
     nas_fs = int(hub * 1.06) + 384 * MiB
     # LOCAL_STORE's fs: one figure's copies at a time (the big blob's, the
@@ -55,6 +59,8 @@ def plan(a):
     # evicts least recently used copies for room if one is left behind),
     # with slack, above wfs's min_free (10% by default)
     local_fs = int((max(big, rev) * 1.25 + 512 * MiB) / 0.88)
+    if part:            # a quarter of the big file and a whole copy of its twin at once
+        local_fs = max(local_fs, int((big * 1.25 * 1.25 + 512 * MiB) / 0.88))
     nas_fs = (nas_fs + MiB - 1) // MiB * MiB
     local_fs = (local_fs + MiB - 1) // MiB * MiB
     tmpfs = nas_fs + local_fs + 16 * MiB
@@ -303,6 +309,39 @@ def add_shards_repo(hub, n, size, seed):
         f.write(rev)
     return {"repo": SHARDS_REPO, "rev": rev,
             "snapshot": f"{SHARDS_REPO}/snapshots/{rev}", "bytes": n * size, "shards": out}
+
+
+def add_twin_repo(hub, size, seed):
+    """A repo of one blob of `size` seeded random bytes (another blob of the
+    big file's size, for the part figure): HUB/TWIN_REPO/blobs/<sha256>,
+    snapshots/<rev>/model.safetensors -> it, refs/main.  Returns
+    {"repo", "blob", "snapshot" (hub-relative paths), "sha256", "size"}."""
+    repo = os.path.join(hub, TWIN_REPO)
+    blobs = os.path.join(repo, "blobs")
+    rev = hashlib.sha1(f"wfs-bench-twin:{seed}:{size}".encode()).hexdigest()
+    snap = os.path.join(repo, "snapshots", rev)
+    for d in (blobs, snap, os.path.join(repo, "refs")):
+        os.makedirs(d, exist_ok=True)
+    rng = random.Random(f"wfs-bench-twin:{seed}")
+    tmp = os.path.join(blobs, ".tmp")
+    h = hashlib.sha256()
+    left = size
+    with open(tmp, "wb") as f:
+        while left > 0:
+            b = rng.randbytes(min(8 * MiB, left))
+            h.update(b)
+            f.write(b)
+            left -= len(b)
+    digest = h.hexdigest()
+    os.rename(tmp, os.path.join(blobs, digest))
+    link = os.path.join(snap, "model.safetensors")
+    if not os.path.islink(link):
+        os.symlink(f"../../blobs/{digest}", link)
+    with open(os.path.join(repo, "refs", "main"), "w") as f:
+        f.write(rev)
+    return {"repo": TWIN_REPO, "blob": f"{TWIN_REPO}/blobs/{digest}",
+            "snapshot": f"{TWIN_REPO}/snapshots/{rev}/model.safetensors", "sha256": digest,
+            "size": size}
 
 
 def read_shards_repo(hub):

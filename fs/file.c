@@ -456,9 +456,14 @@ static void reply_slice(fuse_req_t req, const char *buf, ssize_t n, off_t skip, 
 	fuse_reply_buf(req, buf + skip, avail < size ? avail : size);
 }
 
-/* A read of the local copy: 0 once answered, or -errno (not answered). */
-static int read_local(fuse_req_t req, int fd, size_t size, off_t off, int drop)
+/* A read of the local copy of a file of @file_size bytes: 0 once
+ * answered, or -errno (not answered).  A copy shorter than its file is a
+ * bad copy (-EIO): a short reply would tell the kernel the file ends there. */
+static int read_local(fuse_req_t req, int fd, size_t size, off_t off, int drop,
+		      uint64_t file_size)
 {
+	uint64_t left = (uint64_t)off < file_size ? file_size - (uint64_t)off : 0;
+	size_t need = left < size ? (size_t)left : size;
 	off_t aoff = off & ~(off_t)(DIO_ALIGN - 1);
 	size_t alen = ((size_t)(off - aoff) + size + DIO_ALIGN - 1) & ~(size_t)(DIO_ALIGN - 1);
 	ssize_t n;
@@ -474,6 +479,10 @@ static int read_local(fuse_req_t req, int fd, size_t size, off_t off, int drop)
 	}
 	if (drop)
 		posix_fadvise(fd, aoff, (off_t)alen, POSIX_FADV_DONTNEED);
+	if ((size_t)n < (size_t)(off - aoff) + need) {
+		free(buf);
+		return -EIO;
+	}
 	reply_slice(req, buf, n, off - aoff, size);
 	free(buf);
 	return 0;
@@ -560,16 +569,17 @@ static int read_partial(fuse_req_t req, struct wfs *w, struct wfs_fh *fh, size_t
 	for (size_t i = 0; i < n; i++)
 		local += segs[i].len;
 	/* all inside one range (a rank reading its own part): read as a local
-	 * copy is, straight into the reply's buffer */
-	if (n == 1 && local == len && (r = read_local(req, src.local_fd, len, off,
-						      !src.local_direct)) != -EIO) {
-		if (r == 0)
-			store_part_note_read(&w->store, fh->blob, local);
+	 * copy is, straight into the reply's buffer.  Counted before: once
+	 * read_local has replied, the file may be released (fh freed) by
+	 * another thread. */
+	if (n == 1 && local == len) {
+		struct blob *b = fh->blob;
+
+		store_part_note_read(&w->store, b, local);
+		r = read_local(req, src.local_fd, len, off, !src.local_direct, fsize);
+		if (r == -EIO)
+			store_part_read_error(&w->store, b); /* no reply sent */
 		return r == 0 ? 0 : 1;
-	}
-	if (r == -EIO) {
-		store_part_read_error(&w->store, fh->blob);
-		return 1;
 	}
 	/* a read all inside local ranges never asks the NAS for anything */
 	if (local < len)
@@ -618,7 +628,7 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	 * released as soon as the kernel has the bytes. */
 	if (b && blob_state(b) == BLOB_LOCAL && (fd = fh_local_fd(w, fh, &direct)) >= 0) {
 		store_note_read(&w->store, b, size, 1);
-		r = read_local(req, fd, size, off, !direct);
+		r = read_local(req, fd, size, off, !direct, atomic_load(&b->size));
 		if (r == 0)
 			return;
 		/* A media error: the copy cannot be trusted any more (the store

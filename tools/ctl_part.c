@@ -128,6 +128,9 @@ static int wait_ranges(const struct ctl_opts *o, const char *sock, const json_t 
 	}
 	if (bar && tty)
 		fputc('\n', stderr);
+	/* as a whole promote --wait: what is local shows during an outage */
+	if (jget_u64(promoted, "bytes_to_copy"))
+		sync_record(sock);
 	if (o->json)
 		ctl_print_raw(&rep);
 	if (covered(blob, want)) {

@@ -366,7 +366,7 @@ static int wait_all(struct waiter *w)
  * now rather than within its next rebuild, so that when promote --wait
  * returns a NAS outage no longer hides what it promoted.  A failure is a
  * warning: the copies are local all the same. */
-static void sync_record(const char *sock)
+void sync_record(const char *sock)
 {
 	json_t *req = json_pack("{s:s}", "op", "sync");
 	struct ctl_reply rep;

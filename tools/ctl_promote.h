@@ -40,4 +40,9 @@ double rate_get(const struct rate *r); /* bytes per second, 0 if unknown */
 void progress_line(char *buf, size_t sz, uint64_t done, uint64_t total,
 		   double rate, size_t nlocal, size_t nblobs);
 
+/* Once copies have settled: the daemon refreshes its local record now
+ * ({"op":"sync"}), so a NAS outage from then on shows what was copied; a
+ * failure is a warning on stderr. */
+void sync_record(const char *sock);
+
 #endif

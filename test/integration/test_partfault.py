@@ -1,0 +1,508 @@
+#!/usr/bin/env python3
+"""Partial copies (`wfsctl promote --range`) when the NAS fails, on the
+fault-injecting NAS of test_nasfault.py (faultnas.FaultNAS: test/faultfs).
+
+  Frozen           a file with two verified local ranges, the local record
+                   synced, caches dropped, then the NAS frozen (`hang`):
+                   preads and mmap page faults inside the ranges return the
+                   right bytes within LOCAL_WAIT; reads outside every range
+                   (pread, mmap) fail EIO within FAIL_WAIT; a read
+                   straddling a range's edge fails EIO when it starts on
+                   NAS bytes, and stops at the edge (a short read; the next
+                   read, from the edge, EIO) when it starts on local ones;
+                   status says nas down and lists the file as partial with
+                   its ranges and the bytes served from them; `ok`: nas up,
+                   and the outside and straddling bytes read right on the
+                   descriptor opened during the outage and on a new one,
+                   no remount
+  FirstOpenOutage  ranges promoted through the control socket alone (the
+                   mount never saw the name), the record synced, then the
+                   NAS gone (`fail ENOTCONN`): the first lookup and open of
+                   the file succeed from the record (state partial), reads
+                   in the ranges are right (pread, mmap), outside them and
+                   across an edge EIO (or short, as above); the NAS back,
+                   the rest of the file reads right
+  EioInRange       EIO from the NAS inside a range being copied: promote
+                   --range --wait exits 1 naming the read error and its
+                   offset; the ranges are what they were (the failed one
+                   never serves: its bad bytes still fail EIO through the
+                   mount); the range healed, the same promote succeeds and
+                   the range then serves with the NAS gone
+
+Each test has a mount and LOCAL_STORE of its own (independent of the
+others and of their order).  Every call that could hang runs in a thread
+with a bounded join; waits are on the daemon's reported state, never
+sleeps; tearDown puts the NAS back to health first.
+"""
+
+import errno
+import itertools
+import mmap
+import os
+import pickle
+import re
+import select
+import sys
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import faultnas  # noqa: E402
+import wfstest  # noqa: E402
+from wfstest import ctl_json, errname, run_wfsctl, state_of  # noqa: E402
+
+FIX = wfstest.HubFixture(options=(), scale_mib=16, many=0, mount=False)
+NAS = None
+REPO = "models--acme--standard"
+
+NAS_TIMEOUT_MS = 500
+LOCAL_WAIT = 5      # s: bytes inside local ranges read right within this, whatever the NAS does
+FAIL_WAIT = 5       # s: bytes that need the NAS fail EIO within this (deadline 0.5 s + slack)
+DOWN_WAIT = 5       # s: status says nas down
+UP_WAIT = 15        # s: the prober backs off to 2 s between looks (+ its deadline + slack)
+
+KiB, MiB = 1 << 10, 1 << 20
+NO_CACHE = ("entry_timeout=0", "attr_timeout=0", "negative_timeout=0", "blob_timeout=0")
+STRAGGLERS = []     # threads left blocked by a failed test; joined once the NAS is healed
+_seq = itertools.count()
+
+
+def setUpModule():
+    global NAS
+    faultnas.require_faultfs()
+    wfstest.require_wfsctl()
+    FIX.setup()
+    try:
+        NAS = faultnas.FaultNAS(FIX.hub, os.path.join(FIX.gen, "nas"),
+                                os.path.join(FIX.gen, "faultfs.sock")).start()
+    except BaseException:
+        FIX.teardown(raise_problems=False)
+        raise
+
+
+def tearDownModule():
+    problems = NAS.stop() if NAS else []
+    heal_stragglers()
+    if NAS and wfstest.is_mounted(NAS.mnt):
+        problems.append("not removing %s: faultfs still mounted at %s" % (FIX.base, NAS.mnt))
+        FIX.base = None
+    FIX.teardown()
+    if problems:
+        raise AssertionError("teardown: " + "; ".join(problems))
+
+
+def heal_stragglers(timeout=30):
+    deadline = time.monotonic() + timeout
+    for t in STRAGGLERS:
+        t.join(max(0.0, deadline - time.monotonic()))
+    STRAGGLERS[:] = [t for t in STRAGGLERS if t.is_alive()]
+
+
+# ------------------------------------------------------------------ helpers
+
+def bounded(fn, *args, timeout):
+    """fn(*args) in a thread, joined for at most `timeout` s.  Returns a
+    dict: value, errno or exc; took (s); done (False: still blocked)."""
+    box = {"done": False, "errno": None}
+
+    def run():
+        t0 = time.monotonic()
+        try:
+            box["value"] = fn(*args)
+        except OSError as e:
+            box["errno"] = e.errno
+        except BaseException as e:  # noqa: BLE001 -- reported by the test
+            box["exc"] = repr(e)
+        box["took"] = time.monotonic() - t0
+        box["done"] = True
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        STRAGGLERS.append(t)
+    return box
+
+
+def pread_file(path, off, n):
+    """open, pread n bytes at off, close."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.pread(fd, n, off)
+    finally:
+        os.close(fd)
+
+
+def mmap_slice(path, off, n):
+    """Bytes [off, off+n) of the file copied out of a shared mapping (page
+    faults, not read(2)), in a forked child: a fault the kernel cannot fill
+    is SIGBUS, which would kill the test runner.  Returns the bytes; raises
+    OSError(EIO) when the child died of SIGBUS."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        try:
+            os.close(r)
+            try:
+                fd = os.open(path, os.O_RDONLY)
+                mm = mmap.mmap(fd, 0, mmap.MAP_SHARED, mmap.PROT_READ)
+                payload = ("ok", bytes(mm[off:off + n]))
+            except OSError as e:
+                payload = ("errno", e.errno)
+            except BaseException as e:  # noqa: BLE001
+                payload = ("exc", repr(e))
+            data = pickle.dumps(payload)
+            while data:
+                data = data[os.write(w, data):]
+        finally:
+            os._exit(0)
+    os.close(w)
+    chunks = []
+    while True:
+        select.select([r], [], [])
+        c = os.read(r, 1 << 20)
+        if not c:
+            break
+        chunks.append(c)
+    os.close(r)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        if os.WTERMSIG(status) == 7:  # SIGBUS: the page could not be read
+            raise OSError(errno.EIO, "mmap read: child died of SIGBUS")
+        raise RuntimeError("mmap child died of signal %d" % os.WTERMSIG(status))
+    kind, val = pickle.loads(b"".join(chunks))
+    if kind == "ok":
+        return val
+    if kind == "errno":
+        raise OSError(val, os.strerror(val))
+    raise RuntimeError("mmap child: " + val)
+
+
+def snapshot_of(blob_rel):
+    """The snapshot link (follow=file) of REPO's main revision that resolves
+    to the blob `blob_rel`: the name a loader opens."""
+    with open(FIX.n(REPO + "/refs/main")) as f:
+        rev = f.read().strip()
+    pre = "%s/snapshots/%s/" % (REPO, rev)
+    for e in FIX.entries:
+        if e["path"].startswith(pre) and e.get("nas_real") == blob_rel and e["type"] == "link":
+            return e
+    raise AssertionError("no snapshot link of %s in %s" % (blob_rel, pre))
+
+
+def biggest_blob():
+    blobs = [e for e in FIX.entries if e["type"] == "file" and e["path"].startswith(REPO + "/blobs/")]
+    return max(blobs, key=lambda e: e["size"])
+
+
+class PartOnFaultNAS(unittest.TestCase):
+    """A fresh wfs mount (its own LOCAL_STORE and mount point) over the
+    faultfs NAS for each test."""
+
+    OPTIONS = NO_CACHE + ("auto_promote=off", "nas_timeout=%d" % NAS_TIMEOUT_MS)
+    maxDiff = None
+
+    def setUp(self):
+        if not NAS.alive():
+            NAS.restore()
+        NAS.reset()
+        name = "%s-%d" % (self._testMethodName, next(_seq))
+        self.local = os.path.join(FIX.gen, "local-" + name)
+        self.mnt = os.path.join(FIX.gen, "mnt-" + name)
+        os.mkdir(self.mnt)
+        self.mount = wfstest.ForegroundMount(NAS.mnt, self.local, self.mnt, self.OPTIONS).start()
+        self.addCleanup(self.stop_mount)
+        self.sock = os.path.join(os.path.realpath(self.local), "wfs.sock")
+        self.blob = biggest_blob()
+        self.key = os.path.join(NAS.mnt, self.blob["nas_real"])  # the daemon's key: its NAS path
+        with open(FIX.n(self.blob["nas_real"]), "rb") as f:
+            self.want = f.read()
+        self.assertGreaterEqual(len(self.want), 7 * MiB, "the fixture's biggest blob is too small")
+
+    def stop_mount(self):
+        # the NAS healthy first: a reader blocked by a failed test goes on
+        if not NAS.alive():
+            NAS.restore()
+        NAS.reset()
+        heal_stragglers()
+        problems = self.mount.stop()
+        if problems:
+            log = self.mount.log()
+            self.mount.cleanup()
+            raise AssertionError("teardown: %s\nwfs log:\n%s" % ("; ".join(problems), log[-3000:]))
+        self.mount.cleanup()
+
+    def m(self, rel):
+        return os.path.join(self.mnt, rel)
+
+    # ---- the daemon
+
+    def status(self):
+        return ctl_json(self, ["--socket", self.sock, "status"], timeout=30)
+
+    def wait_nas(self, want, timeout):
+        last = {}
+
+        def ok():
+            last.update(self.status()["nas"])
+            return last["state"] == want
+        if not wfstest.wait_until(ok, timeout, 0.05):
+            self.fail("status nas.state is %r after %d s, expected %r: %s"
+                      % (last.get("state"), timeout, want, last))
+        return dict(last)
+
+    def part(self):
+        """The blob's "part" object (progress request): what is local."""
+        rep = wfstest.ctl_request(self.sock, {"op": "progress", "keys": [self.key]}, timeout=30)
+        self.assertTrue(rep and rep.get("ok"), "progress of %s: %s" % (self.key, rep))
+        b = rep["blobs"][0]
+        self.assertIn("part", b, "progress of %s has no part object: %s" % (self.key, b))
+        return b["part"]
+
+    def sync_record(self):
+        rep = wfstest.ctl_request(self.sock, {"op": "sync"}, timeout=30)
+        self.assertTrue(rep and rep.get("ok"), "sync: %s" % rep)
+
+    def promote(self, target, ranges, *extra):
+        """wfsctl promote --range ... --wait TARGET: (rc, stdout, stderr)."""
+        args = list(extra) + ["promote"]
+        for off, ln in ranges:
+            args += ["--range", "%d:%d" % (off, ln)]
+        return run_wfsctl(args + ["--wait", target], timeout=60)
+
+    def promote_ok(self, target, ranges, *extra):
+        rc, out, err = self.promote(target, ranges, *extra)
+        self.assertEqual(rc, 0, "promote --range %s --wait %s: exit %s\nstdout: %s\nstderr: %s"
+                         % (ranges, target, rc, out, err))
+        part = self.part()
+        self.assertEqual(part["ranges"], [list(r) for r in ranges], part)
+        self.assertFalse(part["copying"] or part["unproven"], part)
+
+    # ---- checks
+
+    def assert_reads(self, fn, path, off, n, what, timeout=LOCAL_WAIT, drop=False):
+        """fn(path or fd, off, n) returns the right bytes within timeout
+        (drop: the file's cached pages dropped first, in the same bounded
+        call, so the read reaches the daemon)."""
+        if drop:
+            fn = uncached(fn)
+        r = bounded(fn, path, off, n, timeout=timeout)
+        self.assertTrue(r["done"], "%s [%d, %d): still blocked after %d s" % (what, off, off + n, timeout))
+        self.assertIsNone(r["errno"], "%s [%d, %d): %s after %.2f s"
+                          % (what, off, off + n, errname(r["errno"]), r["took"]))
+        self.assertNotIn("exc", r, "%s [%d, %d): %s" % (what, off, off + n, r.get("exc")))
+        self.assertTrue(r["value"] == self.want[off:off + n], "%s [%d, %d): wrong bytes"
+                        % (what, off, off + n))
+        return r["took"]
+
+    def assert_eio(self, fn, path, off, n, what, timeout=FAIL_WAIT):
+        r = bounded(fn, path, off, n, timeout=timeout)
+        self.assertTrue(r["done"], "%s [%d, %d): still blocked after %d s (must fail EIO)"
+                        % (what, off, off + n, timeout))
+        self.assertEqual(r["errno"], errno.EIO, "%s [%d, %d): %s after %.2f s, expected EIO"
+                         % (what, off, off + n, r.get("exc") or errname(r["errno"]), r["took"]))
+        return r["took"]
+
+
+    def assert_short(self, fd, path, off, n, edge):
+        """A pread of [off, off+n) that starts inside a range and ends past
+        its edge (the NAS down; the file's pages dropped first): the bytes
+        up to the edge, a short read; then a pread from the edge: EIO."""
+        wfstest.drop_pages(path)
+        r = bounded(fd_pread, fd, off, n, timeout=FAIL_WAIT)
+        what = "pread straddling the range end %d" % edge
+        self.assertTrue(r["done"], "%s [%d, %d): still blocked after %d s" % (what, off, off + n, FAIL_WAIT))
+        self.assertIsNone(r["errno"], "%s [%d, %d): %s, expected a short read"
+                          % (what, off, off + n, errname(r["errno"])))
+        self.assertEqual(len(r["value"]), edge - off, "%s [%d, %d): read %d bytes, expected the %d "
+                         "up to the edge" % (what, off, off + n, len(r["value"]), edge - off))
+        self.assertTrue(r["value"] == self.want[off:edge], "%s: wrong bytes" % what)
+        self.assert_eio(fd_pread, fd, edge, n - (edge - off), "pread from the range end")
+
+
+def uncached(fn):
+    def call(path, off, n):
+        wfstest.drop_pages(path)
+        return fn(path, off, n)
+    return call
+
+
+def fd_pread(fd, off, n):
+    return os.pread(fd, n, off)
+
+
+# ------------------------------------------------------------------ the tests
+
+R1 = (1 * MiB, 512 * KiB)
+R2 = (4 * MiB, 1 * MiB)
+
+
+class Frozen(PartOnFaultNAS):
+    """Two local ranges, then the NAS frozen."""
+
+    def test_frozen_nas(self):
+        snap = snapshot_of(self.blob["nas_real"])
+        path = self.m(snap["path"])
+        # promote --range --wait refreshes the local record before it
+        # returns, as a whole promote --wait does: the name resolves once
+        # the NAS is frozen
+        self.promote_ok(path, [R1, R2])
+        self.assertEqual(state_of(path), "partial")
+        before = self.status()["nas"]
+        # nothing of the file in any cache: each read below reaches the
+        # daemon, each name lookup too (entry_timeout=0; dentries dropped)
+        wfstest.drop_caches()
+        NAS.check("hang")
+
+        inside = [(R1[0], R1[1]), (R2[0] + 12 * KiB, 4 * KiB), (R2[0], R2[1])]
+        mapped = [(R2[0] + 256 * KiB, 512 * KiB), R1]
+        for o, n in inside:
+            self.assert_reads(pread_file, path, o, n, "pread inside a range, NAS frozen", drop=True)
+        for o, n in mapped:
+            self.assert_reads(mmap_slice, path, o, n, "mmap inside a range, NAS frozen", drop=True)
+        read = sum(n for _, n in inside + mapped)
+        down = self.wait_nas("down", DOWN_WAIT)
+        NAS.wait_hung(1)  # the daemon met the frozen NAS, and gave up on it
+        self.assertGreater(down["timeouts"], before["timeouts"], down)
+        st = self.status()
+        partial = {p["key"]: p for p in st.get("partial", [])}
+        self.assertIn(self.key, partial, "status partial while the NAS is down: %s" % st.get("partial"))
+        self.assertEqual(partial[self.key]["ranges"], [list(R1), list(R2)], partial[self.key])
+        self.assertGreaterEqual(partial[self.key]["served_local_bytes"], read,
+                                "the reads inside the ranges were not served from them: %s"
+                                % partial[self.key])
+
+        # one descriptor opened while the NAS is down, kept past its return
+        r = bounded(os.open, path, os.O_RDONLY, timeout=LOCAL_WAIT)
+        self.assertTrue(r["done"] and r["errno"] is None, "open during the outage: %s"
+                        % (errname(r["errno"]) if r["done"] else "blocked"))
+        fd = r["value"]
+        try:
+            self.assert_reads(fd_pread, fd, R1[0] + 100, 5000, "pread (unaligned) inside R1, open fd")
+            outside = [(0, 4096, "before every range"), (3 * MiB, 64 * KiB, "between the ranges"),
+                       (len(self.want) - 4096, 4096, "past every range")]
+            for o, n, what in outside:
+                self.assert_eio(fd_pread, fd, o, n, "pread " + what)
+            # straddling an edge: NAS bytes first, EIO; local bytes first,
+            # the read stops at the edge (a short read, as read(2) does on
+            # an error after some bytes), and a read from the edge is EIO
+            straddle = [(R1[0] - 4096, 8192, "R1's start"), (R2[0] + R2[1] - 4096, 8192, "R2's end")]
+            self.assert_eio(fd_pread, fd, straddle[0][0], straddle[0][1],
+                            "pread straddling R1's start")
+            self.assert_short(fd, path, R2[0] + R2[1] - 4096, 8192, R2[0] + R2[1])
+            self.assert_eio(mmap_slice, path, 3 * MiB, 4096, "mmap between the ranges")
+            # the local bytes still serve after the failed reads
+            self.assert_reads(fd_pread, fd, R2[0], 64 * KiB, "pread inside R2 after the EIOs")
+
+            NAS.check("ok")
+            self.wait_nas("up", UP_WAIT)
+            for o, n, what in outside + straddle:
+                self.assert_reads(fd_pread, fd, o, n, "NAS back: pread (fd of the outage) " + what,
+                                  timeout=FAIL_WAIT)
+        finally:
+            os.close(fd)
+        wfstest.drop_pages(path)
+        self.assert_reads(pread_file, path, 0, len(self.want), "NAS back: the whole file", timeout=30)
+        self.assert_reads(mmap_slice, path, 3 * MiB, 64 * KiB, "NAS back: mmap between the ranges",
+                          timeout=30)
+        self.assertEqual(self.part()["ranges"], [list(R1), list(R2)])
+        self.assertEqual(state_of(path), "partial")
+
+
+class FirstOpenOutage(PartOnFaultNAS):
+    """The mount meets the file's name for the first time with the NAS gone."""
+
+    def test_first_open_while_gone(self):
+        snap = snapshot_of(self.blob["nas_real"])
+        # through the control socket alone, the path relative to the mount
+        # root: the kernel (and the daemon's name table) never sees it
+        rc, out, err = self.promote(snap["path"], [R1, R2], "--socket", self.sock)
+        self.assertEqual(rc, 0, "promote --socket: exit %s\nstdout: %s\nstderr: %s" % (rc, out, err))
+        self.assertEqual(self.part()["ranges"], [list(R1), list(R2)])
+        self.sync_record()
+        NAS.check("fail ENOTCONN")
+        path = self.m(snap["path"])
+
+        r = bounded(os.stat, path, timeout=LOCAL_WAIT)
+        self.assertTrue(r["done"] and r["errno"] is None, "first stat of %s with the NAS gone: %s\n%s"
+                        % (snap["path"], errname(r["errno"]) if r["done"] else "blocked",
+                           self.mount.log()[-2000:]))
+        self.assertEqual(r["value"].st_size, len(self.want))
+        r = bounded(os.open, path, os.O_RDONLY, timeout=LOCAL_WAIT)
+        self.assertTrue(r["done"] and r["errno"] is None, "first open with the NAS gone: %s"
+                        % (errname(r["errno"]) if r["done"] else "blocked"))
+        fd = r["value"]
+        try:
+            self.assertEqual(state_of(path), "partial")
+            self.assert_reads(fd_pread, fd, R1[0], R1[1], "pread of R1, NAS gone")
+            self.assert_reads(fd_pread, fd, R2[0] + 4096, 8192, "pread inside R2, NAS gone")
+            self.assert_reads(mmap_slice, path, R2[0], R2[1], "mmap of R2, NAS gone", drop=True)
+            self.assert_eio(fd_pread, fd, 2 * MiB, 4096, "pread between the ranges, NAS gone")
+            self.assert_eio(fd_pread, fd, R2[0] - 4096, 8192, "pread straddling R2's start")
+            self.assert_short(fd, path, R1[0] + R1[1] - 4096, 8192, R1[0] + R1[1])
+            down = self.wait_nas("down", DOWN_WAIT)
+            self.assertTrue(down["reason"], down)
+            self.assertGreater(down["from_record"], 0, down)
+            NAS.check("ok")
+            self.wait_nas("up", UP_WAIT)
+            self.assert_reads(fd_pread, fd, 2 * MiB, 4096, "NAS back: pread between the ranges",
+                              timeout=FAIL_WAIT)
+        finally:
+            os.close(fd)
+        self.assert_reads(pread_file, path, 0, len(self.want), "NAS back: the whole file", timeout=30)
+
+
+class EioInRange(PartOnFaultNAS):
+    """A NAS read error inside a range being copied."""
+
+    def test_eio_then_recovery(self):
+        snap = snapshot_of(self.blob["nas_real"])
+        path = self.m(snap["path"])
+        ra = (512 * KiB, 256 * KiB)          # copied first, fine
+        rb = (2 * MiB, 2 * MiB)              # the NAS fails inside it
+        bad = (3 * MiB + 12 * KiB, 4 * KiB)
+        self.promote_ok(path, [ra])
+        NAS.check("eio %s %d %d" % (self.blob["nas_real"], bad[0], bad[1]))
+        rc, out, err = self.promote(path, [rb])
+        self.assertEqual(rc, 1, "promote --range with EIO inside: exit %s\nstdout: %s\nstderr: %s"
+                         % (rc, out, err))
+        msg = out + err
+        self.assertTrue("Input/output error" in msg or "EIO" in msg,
+                        "promote's message does not name the read error:\n%s" % msg)
+        m = re.search(r"offset (\d+)", msg)
+        self.assertIsNotNone(m, "promote's message names no offset:\n%s" % msg)
+        self.assertTrue(rb[0] <= int(m.group(1)) <= bad[0],
+                        "promote names offset %s, not in [%d, %d] (the range's start .. the bad "
+                        "bytes):\n%s" % (m.group(1), rb[0], bad[0], msg))
+        part = self.part()
+        self.assertEqual(part["ranges"], [list(ra)], "ranges after the failed copy: %s" % part)
+        self.assertEqual(part["local_bytes"], ra[1], part)
+        self.assertTrue(part["reason"], "part.reason is empty after a failed range: %s" % part)
+        self.assertEqual(state_of(path), "partial")
+        # the failed range does not serve: its bad bytes come from the NAS (EIO), the rest right
+        wfstest.drop_pages(path)
+        self.assert_eio(pread_file, path, bad[0], bad[1], "pread of the bad bytes")
+        self.assert_reads(pread_file, path, rb[0], 64 * KiB, "pread of rb's start (from the NAS)")
+        self.assert_reads(pread_file, path, ra[0], ra[1], "pread of ra")
+
+        NAS.check("clear")
+        rc, out, err = self.promote(path, [rb])
+        self.assertEqual(rc, 0, "promote --range after clear: exit %s\nstdout: %s\nstderr: %s"
+                         % (rc, out, err))
+        part = self.part()
+        self.assertEqual(part["ranges"], [list(ra), list(rb)], part)
+        self.assertEqual(part["local_bytes"], ra[1] + rb[1], part)
+        # rb now serves locally: it reads right with the NAS gone
+        self.sync_record()
+        wfstest.drop_pages(path)
+        NAS.check("fail ENOTCONN")
+        self.assert_reads(pread_file, path, rb[0], rb[1], "pread of rb, NAS gone", drop=True)
+        self.assert_eio(pread_file, path, 0, 4096, "pread before every range, NAS gone")
+        NAS.check("ok")
+        self.wait_nas("up", UP_WAIT)
+        self.assert_reads(pread_file, path, 0, len(self.want), "NAS back: the whole file", timeout=30)
+
+
+if __name__ == "__main__":
+    wfstest.main()

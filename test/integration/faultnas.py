@@ -33,6 +33,7 @@ import socket
 import struct
 import subprocess
 import tempfile
+import threading
 import time
 
 import wfstest
@@ -358,3 +359,78 @@ class FaultDisk:
 
     def heal(self):
         self.nas.check("clear")
+
+
+# ---------------------------------------------------- a module's NAS, calls that may block
+
+STRAGGLERS = []     # threads left blocked by a failed test; joined once the NAS is healed
+
+
+def start_nas(fix):
+    """faultfs over the fixture's hub (a HubFixture already set up), at
+    <gen>/nas; the fixture is torn down if it cannot start."""
+    try:
+        return FaultNAS(fix.hub, os.path.join(fix.gen, "nas"),
+                        os.path.join(fix.gen, "faultfs.sock")).start()
+    except BaseException:
+        fix.teardown(raise_problems=False)
+        raise
+
+
+def stop_nas(nas, fix):
+    """tearDownModule's half of start_nas: the NAS stopped, blocked calls
+    joined, the fixture removed -- unless faultfs is still mounted over it."""
+    problems = nas.stop() if nas else []
+    heal_stragglers()
+    if nas and wfstest.is_mounted(nas.mnt):
+        problems.append("not removing %s: faultfs still mounted at %s" % (fix.base, nas.mnt))
+        fix.base = None
+    fix.teardown()
+    if problems:
+        raise AssertionError("teardown: " + "; ".join(problems))
+
+
+def heal_stragglers(timeout=30):
+    """Join the blocked threads (the NAS is healthy again), all of them
+    within `timeout` together."""
+    deadline = time.monotonic() + timeout
+    for t in STRAGGLERS:
+        t.join(max(0.0, deadline - time.monotonic()))
+    STRAGGLERS[:] = [t for t in STRAGGLERS if t.is_alive()]
+
+
+def bounded(fn, *args, timeout):
+    """Start fn(*args) in a thread; return a dict: value or errno or exc,
+    took (s), done (False: still blocked after `timeout`)."""
+    return bounded_all([(fn, args)], timeout)[0]
+
+
+def bounded_all(calls, timeout):
+    """Run every (fn, args) at once, each in its thread; wait until all are
+    done or `timeout` passed since the start.  A thread still blocked then
+    is kept in STRAGGLERS (joined by heal_stragglers)."""
+    out = []
+
+    def run(box, fn, args):
+        t0 = time.monotonic()
+        try:
+            box["value"] = fn(*args)
+        except OSError as e:
+            box["errno"] = e.errno
+        except BaseException as e:  # noqa: BLE001 -- reported by the test
+            box["exc"] = repr(e)
+        box["took"] = time.monotonic() - t0
+        box["done"] = True
+
+    for fn, args in calls:
+        box = {"done": False, "errno": None}
+        t = threading.Thread(target=run, args=(box, fn, args), daemon=True)
+        box["thread"] = t
+        out.append(box)
+        t.start()
+    deadline = time.monotonic() + timeout
+    for box in out:
+        box["thread"].join(max(0.0, deadline - time.monotonic()))
+        if box["thread"].is_alive():
+            STRAGGLERS.append(box["thread"])
+    return out

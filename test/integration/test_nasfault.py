@@ -35,7 +35,6 @@ import mmap
 import os
 import re
 import sys
-import threading
 import time
 import unittest
 
@@ -59,7 +58,6 @@ NAS_TIMEOUT_MS = 500
 # Every lookup, getattr and readdir reaches the daemon (no kernel cache hides a fault).
 NO_CACHE = ("entry_timeout=0", "attr_timeout=0", "negative_timeout=0", "blob_timeout=0")
 BLOB_RE = re.compile(r"^(models|datasets)--[^/]+/blobs/[^/]+$")
-STRAGGLERS = []     # threads left blocked by a failed test; joined after the NAS is healed
 
 
 def setUpModule():
@@ -67,72 +65,22 @@ def setUpModule():
     faultnas.require_faultfs()
     wfstest.require_wfsctl()
     FIX.setup()
+    NAS = faultnas.start_nas(FIX)
     try:
-        NAS = faultnas.FaultNAS(FIX.hub, os.path.join(FIX.gen, "nas"),
-                                os.path.join(FIX.gen, "faultfs.sock")).start()
         with open(FIX.n(REPO + "/refs/main")) as f:
             REV = f.read().strip()
     except BaseException:
-        FIX.teardown(raise_problems=False)
+        faultnas.stop_nas(NAS, FIX)
         raise
 
 
 def tearDownModule():
-    problems = NAS.stop() if NAS else []
-    heal_stragglers()
-    if NAS and wfstest.is_mounted(NAS.mnt):
-        problems.append("not removing %s: faultfs still mounted at %s" % (FIX.base, NAS.mnt))
-        FIX.base = None
-    FIX.teardown()
-    if problems:
-        raise AssertionError("teardown: " + "; ".join(problems))
-
-
-def heal_stragglers(timeout=30):
-    """Join the blocked threads (the NAS is healthy again), all of them
-    within `timeout` together."""
-    deadline = time.monotonic() + timeout
-    for t in STRAGGLERS:
-        t.join(max(0.0, deadline - time.monotonic()))
-    STRAGGLERS[:] = [t for t in STRAGGLERS if t.is_alive()]
+    faultnas.stop_nas(NAS, FIX)
 
 
 # ------------------------------------------------------------------ helpers
 
-def bounded(fn, *args, timeout):
-    """Start fn(*args) in a thread; return a dict: value or errno or exc,
-    took (s), done (False: still blocked after `timeout`)."""
-    return bounded_all([(fn, args)], timeout)[0]
-
-
-def bounded_all(calls, timeout):
-    """Run every (fn, args) at once, each in its thread; wait until all are
-    done or `timeout` passed since the start."""
-    out = []
-
-    def run(box, fn, args):
-        t0 = time.monotonic()
-        try:
-            box["value"] = fn(*args)
-        except OSError as e:
-            box["errno"] = e.errno
-        except BaseException as e:  # noqa: BLE001 -- reported by the test
-            box["exc"] = repr(e)
-        box["took"] = time.monotonic() - t0
-        box["done"] = True
-
-    for fn, args in calls:
-        box = {"done": False, "errno": None}
-        t = threading.Thread(target=run, args=(box, fn, args), daemon=True)
-        box["thread"] = t
-        out.append(box)
-        t.start()
-    deadline = time.monotonic() + timeout
-    for box in out:
-        box["thread"].join(max(0.0, deadline - time.monotonic()))
-        if box["thread"].is_alive():
-            STRAGGLERS.append(box["thread"])
-    return out
+bounded, bounded_all, heal_stragglers = faultnas.bounded, faultnas.bounded_all, faultnas.heal_stragglers
 
 
 def sha_size(path):

@@ -39,12 +39,9 @@ import errno
 import itertools
 import mmap
 import os
-import pickle
 import re
-import select
+import signal
 import sys
-import threading
-import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -64,7 +61,6 @@ UP_WAIT = 15        # s: the prober backs off to 2 s between looks (+ its deadli
 
 KiB, MiB = 1 << 10, 1 << 20
 NO_CACHE = ("entry_timeout=0", "attr_timeout=0", "negative_timeout=0", "blob_timeout=0")
-STRAGGLERS = []     # threads left blocked by a failed test; joined once the NAS is healed
 _seq = itertools.count()
 
 
@@ -73,56 +69,16 @@ def setUpModule():
     faultnas.require_faultfs()
     wfstest.require_wfsctl()
     FIX.setup()
-    try:
-        NAS = faultnas.FaultNAS(FIX.hub, os.path.join(FIX.gen, "nas"),
-                                os.path.join(FIX.gen, "faultfs.sock")).start()
-    except BaseException:
-        FIX.teardown(raise_problems=False)
-        raise
+    NAS = faultnas.start_nas(FIX)
 
 
 def tearDownModule():
-    problems = NAS.stop() if NAS else []
-    heal_stragglers()
-    if NAS and wfstest.is_mounted(NAS.mnt):
-        problems.append("not removing %s: faultfs still mounted at %s" % (FIX.base, NAS.mnt))
-        FIX.base = None
-    FIX.teardown()
-    if problems:
-        raise AssertionError("teardown: " + "; ".join(problems))
-
-
-def heal_stragglers(timeout=30):
-    deadline = time.monotonic() + timeout
-    for t in STRAGGLERS:
-        t.join(max(0.0, deadline - time.monotonic()))
-    STRAGGLERS[:] = [t for t in STRAGGLERS if t.is_alive()]
+    faultnas.stop_nas(NAS, FIX)
 
 
 # ------------------------------------------------------------------ helpers
 
-def bounded(fn, *args, timeout):
-    """fn(*args) in a thread, joined for at most `timeout` s.  Returns a
-    dict: value, errno or exc; took (s); done (False: still blocked)."""
-    box = {"done": False, "errno": None}
-
-    def run():
-        t0 = time.monotonic()
-        try:
-            box["value"] = fn(*args)
-        except OSError as e:
-            box["errno"] = e.errno
-        except BaseException as e:  # noqa: BLE001 -- reported by the test
-            box["exc"] = repr(e)
-        box["took"] = time.monotonic() - t0
-        box["done"] = True
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    t.join(timeout)
-    if t.is_alive():
-        STRAGGLERS.append(t)
-    return box
+bounded, heal_stragglers = faultnas.bounded, faultnas.heal_stragglers
 
 
 def pread_file(path, off, n):
@@ -134,49 +90,27 @@ def pread_file(path, off, n):
         os.close(fd)
 
 
+def _mmap_copy(path, off, n):
+    fd = os.open(path, os.O_RDONLY)
+    mm = mmap.mmap(fd, 0, mmap.MAP_SHARED, mmap.PROT_READ)
+    return bytes(mm[off:off + n])
+
+
 def mmap_slice(path, off, n):
     """Bytes [off, off+n) of the file copied out of a shared mapping (page
     faults, not read(2)), in a forked child: a fault the kernel cannot fill
     is SIGBUS, which would kill the test runner.  Returns the bytes; raises
     OSError(EIO) when the child died of SIGBUS."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child
-        try:
-            os.close(r)
-            try:
-                fd = os.open(path, os.O_RDONLY)
-                mm = mmap.mmap(fd, 0, mmap.MAP_SHARED, mmap.PROT_READ)
-                payload = ("ok", bytes(mm[off:off + n]))
-            except OSError as e:
-                payload = ("errno", e.errno)
-            except BaseException as e:  # noqa: BLE001
-                payload = ("exc", repr(e))
-            data = pickle.dumps(payload)
-            while data:
-                data = data[os.write(w, data):]
-        finally:
-            os._exit(0)
-    os.close(w)
-    chunks = []
-    while True:
-        select.select([r], [], [])
-        c = os.read(r, 1 << 20)
-        if not c:
-            break
-        chunks.append(c)
-    os.close(r)
-    _, status = os.waitpid(pid, 0)
-    if os.WIFSIGNALED(status):
-        if os.WTERMSIG(status) == 7:  # SIGBUS: the page could not be read
-            raise OSError(errno.EIO, "mmap read: child died of SIGBUS")
-        raise RuntimeError("mmap child died of signal %d" % os.WTERMSIG(status))
-    kind, val = pickle.loads(b"".join(chunks))
-    if kind == "ok":
-        return val
+    kind, val = wfstest.in_child(_mmap_copy, path, off, n)
+    if kind == "signal" and val == signal.SIGBUS:
+        raise OSError(errno.EIO, "mmap read: child died of SIGBUS")
+    if kind == "signal":
+        raise RuntimeError("mmap child died of signal %d" % val)
     if kind == "errno":
         raise OSError(val, os.strerror(val))
-    raise RuntimeError("mmap child: " + val)
+    if kind == "exc":
+        raise RuntimeError("mmap child: " + val)
+    return val
 
 
 def snapshot_of(blob_rel):

@@ -363,42 +363,55 @@ class HubFixture:
 
 # ---------------------------------------------------------------- other uid
 
-def as_uid(fn, *args, uid=NOBODY, gid=NOBODY):
-    """Run fn(*args) in a forked child with uid/gid 65534.  Returns
-    (result, None) or (None, errno) (errno of the OSError the call raised)."""
+def in_child(fn, *args, uid=None, gid=None):
+    """Run fn(*args) in a forked child (with uid/gid, and no supplementary
+    groups, when uid is given): what it did never touches the test runner,
+    a signal that kills it included.  Returns ("ok", result),
+    ("errno", errno of the OSError it raised), ("exc", repr of any other
+    exception) or ("signal", the signal that killed it)."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # child
         try:
             os.close(r)
             try:
-                os.setgroups([])
-                os.setresgid(gid, gid, gid)
-                os.setresuid(uid, uid, uid)
+                if uid is not None:
+                    os.setgroups([])
+                    os.setresgid(gid, gid, gid)
+                    os.setresuid(uid, uid, uid)
                 payload = ("ok", fn(*args))
             except OSError as e:
                 payload = ("errno", e.errno)
             except BaseException as e:  # noqa: BLE001 -- report, never escape the child
                 payload = ("exc", repr(e))
             data = pickle.dumps(payload)
-            os.write(w, data)
+            while data:
+                data = data[os.write(w, data):]
         finally:
             os._exit(0)
     os.close(w)
     chunks = []
     while True:
-        c = os.read(r, 65536)
+        c = os.read(r, 1 << 20)
         if not c:
             break
         chunks.append(c)
     os.close(r)
-    os.waitpid(pid, 0)
-    kind, val = pickle.loads(b"".join(chunks)) if chunks else ("exc", "child died")
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status):
+        return "signal", os.WTERMSIG(status)
+    return pickle.loads(b"".join(chunks)) if chunks else ("exc", "child died")
+
+
+def as_uid(fn, *args, uid=NOBODY, gid=NOBODY):
+    """Run fn(*args) in a forked child with uid/gid 65534.  Returns
+    (result, None) or (None, errno) (errno of the OSError the call raised)."""
+    kind, val = in_child(fn, *args, uid=uid, gid=gid)
     if kind == "ok":
         return val, None
     if kind == "errno":
         return None, val
-    raise RuntimeError("child raised " + val)
+    raise RuntimeError("child raised %s" % (val,))
 
 
 def read_file(path):

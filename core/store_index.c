@@ -117,6 +117,20 @@ struct load {
 	size_t local, rehash, dropped, bad, partial;
 };
 
+/* What a loaded record's copy became: 1 serves (counted in *@served), 2
+ * re-hashed before it serves, else dropped. */
+static void count_loaded(struct store *s, struct load *ld, int verdict, size_t *served)
+{
+	if (verdict == 1) {
+		(*served)++;
+	} else if (verdict == 2) {
+		ld->rehash++;
+	} else {
+		ld->dropped++;
+		s->index_dirty = 1; /* the record changed: write it at the next chance */
+	}
+}
+
 static int load_rec(void *arg, const struct index_rec *r)
 {
 	struct load *ld = arg;
@@ -146,17 +160,7 @@ static int load_rec(void *arg, const struct index_rec *r)
 		return 0;
 	}
 	if (!strcmp(r->state, "partial")) {
-		switch (part_load_locked(s, b, r)) {
-		case 1:
-			ld->partial++;
-			break;
-		case 2:
-			ld->rehash++;
-			break;
-		default:
-			ld->dropped++;
-			s->index_dirty = 1;
-		}
+		count_loaded(s, ld, part_load_locked(s, b, r), &ld->partial);
 		return 0;
 	}
 	if (strcmp(r->state, "local"))
@@ -166,17 +170,7 @@ static int load_rec(void *arg, const struct index_rec *r)
 	b->copy_ino = r->copy_ino;
 	b->copy_mtime = r->copy_mtime;
 	b->copy_ctime = r->copy_ctime;
-	switch (verify_loaded_locked(s, b)) {
-	case 1:
-		ld->local++;
-		break;
-	case 2:
-		ld->rehash++;
-		break;
-	default:
-		ld->dropped++;
-		s->index_dirty = 1; /* the record changed: write it at the next chance */
-	}
+	count_loaded(s, ld, verify_loaded_locked(s, b), &ld->local);
 	return 0;
 }
 

@@ -577,11 +577,7 @@ class KillMidCopy(PartialCase):
         except (OSError, ValueError) as ex:
             self.fail("index.json after kill -9: %r" % ex)
 
-        r = subprocess.run(["fusermount3", "-uz", self.mnt], capture_output=True, text=True)
-        if r.returncode != 0:
-            subprocess.run(["umount", "-l", self.mnt], capture_output=True)
-        self.assertTrue(wfstest.wait_until(lambda: not wfstest.is_mounted(self.mnt), 5),
-                        "dead mount still there")
+        wfstest.drop_dead_mount(self, self.mnt)
         self.m = None
         self.start()
 

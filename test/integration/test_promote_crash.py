@@ -95,11 +95,7 @@ class KillDuringCopy(unittest.TestCase):
             self.fail("LOCAL_STORE/index.json after kill -9: %r" % ex)
 
         # 3. take the dead mount off, mount again
-        r = subprocess.run(["fusermount3", "-uz", FIX.mnt], capture_output=True, text=True)
-        if r.returncode != 0:
-            subprocess.run(["umount", "-l", FIX.mnt], capture_output=True)
-        self.assertTrue(wfstest.wait_until(lambda: not wfstest.is_mounted(FIX.mnt), 5),
-                        "dead mount still there")
+        wfstest.drop_dead_mount(self, FIX.mnt)
         FIX.mount = None
         FIX.mount = wfstest.Mount(FIX.hub, FIX.local, FIX.mnt, FIX.options).start()
         sock = wfstest.wait_ctl(FIX.mnt)

@@ -188,6 +188,15 @@ def run_captured(cmd, timeout, **popen_kw):
         return rc, out.read().decode(errors="replace"), err.read().decode(errors="replace")
 
 
+def drop_dead_mount(tc, mnt):
+    """Take off a mount whose daemon was killed (lazily: it answers
+    ENOTCONN) and assert it is gone."""
+    r = subprocess.run(["fusermount3", "-uz", mnt], capture_output=True, text=True)
+    if r.returncode != 0:
+        subprocess.run(["umount", "-l", mnt], capture_output=True)
+    tc.assertTrue(wait_until(lambda: not is_mounted(mnt), 5), "dead mount still there")
+
+
 def unmount(mnt):
     """umount, falling back to umount -l.  Returns a list of problems."""
     problems = []

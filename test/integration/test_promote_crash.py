@@ -8,7 +8,6 @@ again (same inode and mtime in LOCAL_STORE/data)."""
 import json
 import os
 import signal
-import subprocess
 import sys
 import unittest
 

@@ -26,6 +26,27 @@ struct check_count {
 		}                                                              \
 	} while (0)
 
+/* Make the test's private directory from the template @tmpl (".../X"s),
+ * in place: a test that cannot ends the program (exit 2). */
+static inline void check_tmpdir(char *tmpl)
+{
+	if (!mkdtemp(tmpl)) {
+		perror(tmpl);
+		exit(2);
+	}
+}
+
+/* Remove the test's directory and all in it; a failure is said, not
+ * counted (the results stand). */
+static inline void check_rmtree(const char *dir)
+{
+	char cmd[4200];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "could not remove %s\n", dir);
+}
+
 /* Write @n bytes of @buf to @path (created or truncated): a fixture the
  * test cannot do without, so a failure ends the test program (exit 2). */
 static inline void check_write_file(const char *path, const void *buf, size_t n)

@@ -233,19 +233,13 @@ static void test_ns(struct check_count *c)
 int main(void)
 {
 	struct check_count c = {0};
-	char cmd[PATH_MAX + 16];
 
 	snprintf(top, sizeof(top), "/tmp/wfs-unit-XXXXXX");
-	if (!mkdtemp(top)) {
-		perror("mkdtemp");
-		return 2;
-	}
+	check_tmpdir(top);
 	build_tree();
 	test_path(&c);
 	test_ns(&c);
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", top);
-	if (system(cmd) != 0)
-		fprintf(stderr, "could not remove %s\n", top);
+	check_rmtree(top);
 	printf("core: %d passed, %d failed\n", c.passed, c.failed);
 	return c.failed ? 1 : 0;
 }

@@ -801,16 +801,12 @@ out:
 int main(int argc, char **argv)
 {
 	struct check_count c = { 0, 0 };
-	char cmd[PATH_MAX + 16];
 
 	if (argc > 1 && strcmp(argv[1], "--bench") == 0)
 		return bench(argc, argv);
 
 	snprintf(top, sizeof(top), "/var/tmp/wfs-test-fetch-XXXXXX");
-	if (!mkdtemp(top)) {
-		perror("mkdtemp");
-		return 2;
-	}
+	check_tmpdir(top);
 	test_hash(&c);
 	test_sample(&c);
 	unsetenv("WFS_FETCH_NO_URING");
@@ -818,9 +814,7 @@ int main(int argc, char **argv)
 	setenv("WFS_FETCH_NO_URING", "1", 1);
 	run_copies(&c);
 
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", top);
-	if (system(cmd) != 0)
-		fprintf(stderr, "could not remove %s\n", top);
+	check_rmtree(top);
 	printf("fetch: %d passed, %d failed\n", c.passed, c.failed);
 	return c.failed ? 1 : 0;
 }

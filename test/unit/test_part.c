@@ -270,8 +270,7 @@ int main(void)
 	char *want = pattern(3);
 
 	snprintf(top, sizeof(top), "/var/tmp/wfs-part-XXXXXX");
-	if (!mkdtemp(top))
-		return 2;
+	check_tmpdir(top);
 	snprintf(nas, sizeof(nas), "%s/nas", top);
 	snprintf(local, sizeof(local), "%s/local", top);
 	snprintf(key, sizeof(key), "%s/big", nas);
@@ -288,13 +287,7 @@ int main(void)
 	test_index(&c, &s);
 	store_close(&s);
 	free(want);
-	{
-		char cmd[PATH_MAX + 16];
-
-		snprintf(cmd, sizeof(cmd), "rm -rf %s", top);
-		if (system(cmd) != 0)
-			return 2;
-	}
+	check_rmtree(top);
 	printf("part: %d passed, %d failed\n", c.passed, c.failed);
 	return c.failed ? 1 : 0;
 }

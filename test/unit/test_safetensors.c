@@ -380,13 +380,9 @@ static void test_accept(struct check_count *c)
 int main(void)
 {
 	struct check_count c = {0};
-	char cmd[PATH_MAX + 16];
 
 	snprintf(top, sizeof(top), "/tmp/wfs-unit-XXXXXX");
-	if (!mkdtemp(top)) {
-		perror("mkdtemp");
-		return 2;
-	}
+	check_tmpdir(top);
 	test_small(&c);
 	check_split(&c, big_json, strlen(big_json), 8 + strlen(big_json));
 	test_huge(&c);
@@ -394,9 +390,7 @@ int main(void)
 	test_refuse_file(&c);
 	test_refuse(&c);
 	test_accept(&c);
-	snprintf(cmd, sizeof(cmd), "rm -rf %s", top);
-	if (system(cmd) != 0)
-		fprintf(stderr, "could not remove %s\n", top);
+	check_rmtree(top);
 	printf("safetensors: %d passed, %d failed\n", c.passed, c.failed);
 	return c.failed ? 1 : 0;
 }

@@ -341,28 +341,25 @@ int64_t store_retry_due(struct store *s)
 
 int store_evict(struct store *s, struct blob *b, int force)
 {
-	int r = 0;
+	int r = 0, dropped = 0;
 
 	pthread_mutex_lock(&s->lock);
 	if (b->pinned && !force) {
-		r = -EBUSY;
-	} else if (b->part && (b->part->n || b->part->nwant || b->part->unproven ||
-				b->part->copying)) {
-		b->pinned = 0;
+		pthread_mutex_unlock(&s->lock);
+		return -EBUSY;
+	}
+	/* Its local ranges first (a copy of them in flight is cancelled), then
+	 * its whole copy or the whole copy queued or running -- which may be
+	 * one made from those ranges. */
+	if (b->part && (b->part->n || b->part->nwant || b->part->unproven || b->part->copying)) {
 		part_drop_locked(s, b, NULL);
-		if (b->state == BLOB_LOCAL)
-			store_demote_locked(s, b, "evicted", 0);
-		b->reason[0] = '\0';
-		s->evicted++;
-		r = 1;
-	} else if (b->state == BLOB_LOCAL) {
-		b->pinned = 0;
+		dropped = 1;
+	}
+	if (b->state == BLOB_LOCAL) {
 		/* The bytes are the same on the NAS: nothing for the kernel to
 		 * forget; a reader with the copy open keeps reading it. */
 		store_demote_locked(s, b, "evicted", 0);
-		b->reason[0] = '\0';
-		s->evicted++;
-		r = 1;
+		dropped = 1;
 	} else if (b->state == BLOB_QUEUED || b->state == BLOB_COPYING) {
 		atomic_store(&b->prog.cancel, 1); /* the worker removes its temporary file */
 		if (b->state == BLOB_QUEUED) {
@@ -373,10 +370,15 @@ int store_evict(struct store *s, struct blob *b, int force)
 		}
 		r = 1;
 	}
+	if (dropped) {
+		b->pinned = 0;
+		b->reason[0] = '\0';
+		s->evicted++;
+		r = 1;
+	}
 	/* An operator sent it to the NAS: no retry of the policy's brings it
 	 * back by itself (its reads may make it hot again). */
-	if (r >= 0)
-		b->who = STORE_BY_USER;
+	b->who = STORE_BY_USER;
 	pthread_mutex_unlock(&s->lock);
 	return r;
 }

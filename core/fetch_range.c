@@ -107,6 +107,19 @@ int fetch_hash_range(int fd, uint64_t off, uint64_t len, char xxh_hex[33])
 	return r == -ESTALE ? -EIO : r;
 }
 
+/* A read of [@pos, @pos + @n) failed with @err: the first 4 KiB piece of
+ * it that fails too, for the message (a bad sector, not a 1 MiB chunk). */
+static uint64_t first_bad(int fd, char *buf, uint64_t pos, size_t n, int err)
+{
+	for (size_t at = 0; at < n && err != -ENOTCONN && err != -ETIMEDOUT; at += 4096) {
+		size_t k = n - at < 4096 ? n - at : 4096;
+
+		if (read_all(fd, buf, k, pos + at) < 0)
+			return pos + at;
+	}
+	return pos;
+}
+
 /* The copy loop: read, hash, write.  res->reason set on failure. */
 static int copy_range(const char *src, int in, int out, uint64_t off, uint64_t len,
 		      uint64_t bw_limit, struct fetch_progress *prog, struct fetch_result *res)
@@ -133,7 +146,8 @@ static int copy_range(const char *src, int in, int out, uint64_t off, uint64_t l
 			res->src_err = r == -ESTALE ? 0 : r;
 			snprintf(res->reason, sizeof(res->reason), r == -ESTALE ?
 				 "short read on %s at offset %llu" : "read error on %s at offset %llu: %s",
-				 src, (unsigned long long)pos, strerror(-r));
+				 src, (unsigned long long)(r == -ESTALE ? pos : first_bad(in, buf, pos, n, r)),
+				 strerror(-r));
 			break;
 		}
 		XXH3_128bits_update(st, buf, n);

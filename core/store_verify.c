@@ -650,7 +650,7 @@ static void sweep(struct store *s, uint64_t pass, int (*todo)(const struct blob 
 
 static int source_unchecked(const struct blob *b)
 {
-	return b->state == BLOB_LOCAL && !b->checked;
+	return local_locked(b) && !b->checked;
 }
 
 static void check_source(struct store *s, struct blob *b)

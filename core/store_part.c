@@ -42,6 +42,12 @@
 #include <syslog.h>
 #include <unistd.h>
 
+/* A range asked for is copied and verified in pieces of at most this
+ * much, each its own range once verified: a crash or a failure loses one
+ * piece, not a 47 GiB partition, the index records progress as it goes,
+ * and one piece's bytes are all that sit in the page cache unverified. */
+#define PART_PIECE ((uint64_t)256 << 20)
+
 void part_path_locked(const struct store *s, const struct blob *b, char *out, size_t sz)
 {
 	char h[33];
@@ -179,8 +185,13 @@ static int64_t want_gaps_locked(struct blob_part *p, struct brange r)
 	}
 	brange_gaps(h, nh, r.off, r.len, g, ng);
 	for (size_t i = 0; i < ng && added >= 0; i++)
-		added = push_range(&p->want, &p->nwant, &p->capwant, g[i]) < 0 ? -ENOMEM :
-			added + (int64_t)g[i].len;
+		for (uint64_t o = g[i].off; o < g[i].off + g[i].len && added >= 0; o += PART_PIECE) {
+			uint64_t len = g[i].off + g[i].len - o < PART_PIECE ? g[i].off + g[i].len - o
+									  : PART_PIECE;
+
+			added = push_range(&p->want, &p->nwant, &p->capwant,
+					   (struct brange){ o, len }) < 0 ? -ENOMEM : added + (int64_t)len;
+		}
 	free(g);
 	free(h);
 	return added;

@@ -208,6 +208,35 @@ static void test_verify(struct check_count *c, struct store *s, const char *want
 	CHECK(c, in.part_n == 0 && !part_file(s, b), "every range dropped");
 }
 
+/* A range past 256 MiB is copied in pieces of 256 MiB, each a range of
+ * its own (a sparse NAS file: the test writes what it copies, no more). */
+static void test_pieces(struct check_count *c, struct store *s)
+{
+	const uint64_t piece = (uint64_t)256 << 20, big = 2 * piece + 8192;
+	struct brange req[] = { { 4096, 2 * piece + 1 } };
+	char path[PATH_MAX + 16];
+	struct blob_info in;
+	struct brange *v;
+	struct blob *b;
+	size_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/sparse", nas);
+	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	CHECK(c, fd >= 0 && ftruncate(fd, (off_t)big) == 0 &&
+	      pwrite(fd, "edge", 4, (off_t)(4096 + piece - 2)) == 4, "a sparse NAS file");
+	close(fd);
+	b = blob_at(s, path);
+	CHECK(c, store_part_request(s, b, req, 1, 0) == (int64_t)req[0].len && wait_parts(s, b),
+	      "copied");
+	blob_info(s, b, &in);
+	CHECK(c, store_part_ranges(s, b, &v, &n) == 0 && n == 3 && v[0].off == 4096 &&
+	      v[0].len == piece && v[1].off == 4096 + piece && v[1].len == piece &&
+	      v[2].len == 1 && in.part_bytes == req[0].len, "three pieces: %zu", n);
+	free(v);
+	store_evict(s, b, 0);
+}
+
 /* A source with other bytes drops the ranges; ranges that cover the whole
  * file make it a whole local copy. */
 static void test_source_and_whole(struct check_count *c, struct store *s, char *want)
@@ -284,6 +313,7 @@ int main(void)
 	test_copy(&c, &s, want);
 	test_restart(&c, &s, want);
 	test_verify(&c, &s, want);
+	test_pieces(&c, &s);
 	test_source_and_whole(&c, &s, want);
 	test_index(&c, &s);
 	store_close(&s);

@@ -50,6 +50,11 @@ static void print_reply(const json_t *rep, bool dry)
 	       fmt_bytes(jget_u64(rep, "size"), b, sizeof(b)),
 	       fmt_bytes(jget_u64(rep, "bytes_to_copy"), c, sizeof(c)),
 	       fmt_bytes(jget_u64(rep, "space_available"), d, sizeof(d)));
+	if (jget_u64(rep, "bytes_to_copy") > jget_u64(rep, "space_available"))
+		fprintf(stderr, "wfsctl: promote: %s: %s to copy but %s available: the ranges that "
+			"do not fit stay on the NAS (\"no room\")\n", jget_str(rep, "path"),
+			fmt_bytes(jget_u64(rep, "bytes_to_copy"), a, sizeof(a)),
+			fmt_bytes(jget_u64(rep, "space_available"), d, sizeof(d)));
 	if (!dry)
 		return;
 	json_array_foreach(ranges, i, r)

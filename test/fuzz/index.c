@@ -7,17 +7,21 @@
  *
  * Checked: every record handed to the callbacks has its strings (a key, a
  * state...); after store_open, every blob it calls LOCAL has a 32-hex
- * content hash and its copy inside data/, of the recorded size.
+ * content hash and its copy inside data/, of the recorded size; a blob
+ * whose local ranges may serve (a "partial" record, version 3; the one
+ * partial file a seed can name is parts/<xxh3 of "@/nas/f">) has ranges
+ * sorted, disjoint, inside its size, adding up to its local bytes.
  */
 #include "fuzz.h"
 
+#include "hash.h"
 #include "index.h"
 #include "store.h"
 
 #define XXH_A "aa00000000000000000000000000000a"
 
 static char in_path[PATH_MAX + 16], local[PATH_MAX + 16], local_index[PATH_MAX + 32];
-static char nas_file[PATH_MAX + 16];
+static char nas_file[PATH_MAX + 16], part_file[PATH_MAX + 64];
 
 static size_t touch(const char *s)
 {
@@ -58,6 +62,14 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	fuzz_write(nas_file, "hello\n", 6);
 	snprintf(p, sizeof(p), "%s/data/aa", local);
 	fuzz_mkdirs(p);
+	snprintf(p, sizeof(p), "%s/parts", local);
+	fuzz_mkdirs(p);
+	{
+		char h[33];
+
+		xxh128_hex_of(nas_file, strlen(nas_file), h);
+		snprintf(part_file, sizeof(part_file), "%s/%s", p, h);
+	}
 	return 0;
 }
 
@@ -78,6 +90,9 @@ static void check_blob(void *arg, const struct blob_info *b)
 	struct stat st;
 
 	(void)s;
+	FUZZ_ASSERT(!b->part_bytes || (b->part_n && b->part_bytes <= b->size),
+		    "blob %s: %llu bytes in %zu local ranges, size %llu", b->key,
+		    (unsigned long long)b->part_bytes, b->part_n, (unsigned long long)b->size);
 	if (b->state != BLOB_LOCAL)
 		return;
 	FUZZ_ASSERT(hex32(b->xxh), "LOCAL blob %s has copy name \"%s\", not a content hash",
@@ -86,6 +101,27 @@ static void check_blob(void *arg, const struct blob_info *b)
 	FUZZ_ASSERT(stat(p, &st) == 0 && (uint64_t)st.st_size == b->size,
 		    "LOCAL blob %s: copy %s missing or not %llu bytes", b->key, p,
 		    (unsigned long long)b->size);
+}
+
+static void check_ranges(struct store *s, struct blob *b)
+{
+	struct brange *v;
+	uint64_t end = 0, sum = 0;
+	size_t n;
+
+	FUZZ_ASSERT(store_part_ranges(s, b, &v, &n) == 0, "store_part_ranges");
+	for (size_t i = 0; i < n; i++) {
+		FUZZ_ASSERT(v[i].len && v[i].off >= end && v[i].off + v[i].len <= b->size,
+			    "range %zu (%llu+%llu) of %s: empty, out of order or past %llu", i,
+			    (unsigned long long)v[i].off, (unsigned long long)v[i].len, b->key,
+			    (unsigned long long)b->size);
+		end = v[i].off + v[i].len;
+		sum += v[i].len;
+	}
+	FUZZ_ASSERT(!n || sum == b->part_bytes || !b->part_bytes,
+		    "ranges of %s add up to %llu, %llu served", b->key,
+		    (unsigned long long)sum, (unsigned long long)b->part_bytes);
+	free(v);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -126,9 +162,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	snprintf(p, sizeof(p), "%s/data/aa/" XXH_A, local);
 	fuzz_write(p, "hello\n", 6);
+	fuzz_write(part_file, "hello\n", 6);
 	r = store_open(&s, local, &opt, NULL);
-	if (r >= 0)
+	if (r >= 0) {
+		struct blob *b = store_find(&s, nas_file);
+
 		store_each(&s, check_blob, &s);
+		if (b)
+			check_ranges(&s, b);
+	}
 	store_close(&s);
 	return 0;
 }

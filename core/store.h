@@ -7,7 +7,8 @@
  *     a repo, revision, path or glob means)          -- the promotion policy
  *   store.c (table, state, hooks), store_copy.c (queue, workers, publish),
  *     store_space.c (room), store_verify.c (every check that lets a copy
- *     serve), store_index.c (index.json)              -- the store
+ *     serve), store_index.c (index.json), store_part.c and
+ *     store_part_copy.c (partial copies: local ranges) -- the store
  *   ns.c, resolve.c (namespace), fetch.c (the verified copy), index.c,
  *     hash.c, policy.c (pure rules), path.c, file.c   -- below the store
  *

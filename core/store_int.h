@@ -2,11 +2,13 @@
  *
  * The files, each calling only those listed before it:
  *   store_table.c   the blob table, blob_info, the dirty flag, log, clocks
+ *   store_part.c    partial copies: their lists, requests, read plans, load
  *   store_space.c   the room; demotion (a copy gives its room back)
  *   store_verify.c  the checks that let a copy serve (with fetch.c)
  *   store_index.c   LOCAL_STORE on disk: its directories and modes,
  *                   index.json: load (checked by store_verify.c), write
  *   store_copy.c    the queue and the copy workers
+ *   store_part_copy.c  the range worker; wfsctl verify of partial copies
  *   store.c         the API the layers above use; life cycle
  *
  * Locking: store.lock guards the table, the queue, the hot list, the room
@@ -106,7 +108,8 @@ int index_load(struct store *s);
 int store_write_index(struct store *s);
 void store_empty_tmp(struct store *s);
 
-/* ---- store_part.c, store_part_copy.c: partial copies (store.h) ---- */
+/* ---- store_part.c (and, marked, store_part_copy.c): partial copies
+ * (store.h) ---- */
 /* parts/<XXH3-128 of @b's key>. */
 void part_path_locked(const struct store *s, const struct blob *b, char *out, size_t sz);
 /* @b's part, made if it has none (NULL: out of memory). */
@@ -115,6 +118,11 @@ struct blob_part *part_get_locked(struct blob *b);
 void part_publish_locked(struct blob *b);
 /* On the range worker's queue (once). */
 void part_enqueue_locked(struct store *s, struct blob *b);
+/* The partial file's identity is now @st: what lets its ranges serve
+ * after a restart. */
+void part_identity_locked(struct blob_part *p, const struct stat *st);
+/* A verified range into @p's list, in offset order: 0 or -ENOMEM. */
+int part_insert_locked(struct blob_part *p, uint64_t off, uint64_t len, const char *xxh);
 /* Blocks @b's partial copy takes (counted as local copies are). */
 uint64_t part_charge_locked(const struct store *s, const struct blob *b);
 /* Drop every local range of @b and remove its partial file (the ranges
@@ -127,7 +135,7 @@ void part_drop_locked(struct store *s, struct blob *b, const char *why);
 int part_load_locked(struct store *s, struct blob *b, const struct index_rec *r);
 /* Partial files no record names: removed (at load, after the index). */
 void part_drop_orphans(struct store *s);
-/* The range worker. */
+/* store_part_copy.c: the range worker. */
 void *store_part_worker(void *arg);
 void store_part_free(struct blob *b);
 

@@ -1,13 +1,10 @@
 /* store_part_copy.c - the range worker (copies and re-hashes the ranges of
- * partial copies), and the partial copies at load; the rules are
- * store_part.c's. */
+ * partial copies) and wfsctl verify of them; the rules are store_part.c's. */
 #include "store.h"
 #include "store_int.h"
 #include "fetch_range.h"
 #include "nasgate.h"
-#include "policy.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -17,48 +14,11 @@
 #include <syslog.h>
 #include <unistd.h>
 
-static void identity(struct blob_part *p, const struct stat *st)
-{
-	p->ino = (uint64_t)st->st_ino;
-	p->mtime = st->st_mtim;
-	p->ctime = st->st_ctim;
-}
-
-static int same_identity(const struct blob_part *p, const struct stat *st)
-{
-	return p->ino == (uint64_t)st->st_ino && p->mtime.tv_sec == st->st_mtim.tv_sec &&
-	       p->mtime.tv_nsec == st->st_mtim.tv_nsec && p->ctime.tv_sec == st->st_ctim.tv_sec &&
-	       p->ctime.tv_nsec == st->st_ctim.tv_nsec;
-}
-
 /* Punch out [off, off + len) of @fd: bytes that must never serve. */
 static void punch(int fd, uint64_t off, uint64_t len)
 {
 	if (len)
 		fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)len);
-}
-
-static int insert_range_locked(struct blob_part *p, uint64_t off, uint64_t len, const char *xxh)
-{
-	size_t i = 0;
-
-	if (p->n == p->cap) {
-		size_t c = p->cap ? p->cap * 2 : 8;
-		struct part_range *v = realloc(p->v, c * sizeof(*v));
-
-		if (!v)
-			return -ENOMEM;
-		p->v = v;
-		p->cap = c;
-	}
-	while (i < p->n && p->v[i].off < off)
-		i++;
-	memmove(&p->v[i + 1], &p->v[i], (p->n - i) * sizeof(*p->v));
-	p->v[i] = (struct part_range){ .off = off, .len = len };
-	snprintf(p->v[i].xxh, sizeof(p->v[i].xxh), "%s", xxh);
-	p->n++;
-	p->bytes += len;
-	return 0;
 }
 
 /* Open (making it, of the blob's size, if new) the partial file. */
@@ -116,7 +76,7 @@ static void copied_locked(struct store *s, struct blob *b, struct brange w, int 
 		return;
 	}
 	if (r == 0)
-		r = insert_range_locked(p, w.off, w.len, res->xxh);
+		r = part_insert_locked(p, w.off, w.len, res->xxh);
 	if (r < 0) {
 		s->part_failed++;
 		p->failed++;
@@ -128,7 +88,7 @@ static void copied_locked(struct store *s, struct blob *b, struct brange w, int 
 	}
 	if (p->n == 1)
 		snprintf(b->sample, sizeof(b->sample), "%s", res->sample);
-	identity(p, st);
+	part_identity_locked(p, st);
 	b->checked = 1; /* the identity was taken just now */
 	s->part_copied++;
 	s->part_bytes_copied += w.len;
@@ -254,11 +214,11 @@ static void rehash(struct store *s, struct blob *b)
 		p->n = p->bytes = 0;
 		for (size_t i = 0; i < n; i++)
 			if (ok[i])
-				insert_range_locked(p, v[i].off, v[i].len, v[i].xxh);
+				part_insert_locked(p, v[i].off, v[i].len, v[i].xxh);
 			else
 				bad++;
 		p->unproven = 0;
-		identity(p, &st);
+		part_identity_locked(p, &st);
 		part_publish_locked(b);
 		store_dirty_locked(s);
 		store_log_msg(s, bad ? LOG_WARNING : LOG_INFO, "start-up: re-hashed the %zu local "
@@ -304,78 +264,6 @@ void *store_part_worker(void *arg)
 	}
 	pthread_mutex_unlock(&s->lock);
 	return NULL;
-}
-
-/* ---- load ---- */
-
-static int ranges_valid(const struct index_rec *r)
-{
-	uint64_t end = 0;
-
-	for (size_t i = 0; i < r->nranges; i++) {
-		const struct part_range *x = &r->ranges[i];
-
-		if (!x->len || x->off < end || x->off > r->size || x->len > r->size - x->off ||
-		    strlen(x->xxh) != 32)
-			return 0;
-		end = x->off + x->len;
-	}
-	return r->nranges > 0;
-}
-
-int part_load_locked(struct store *s, struct blob *b, const struct index_rec *r)
-{
-	struct blob_part *p;
-	char path[PATH_MAX + 64];
-	struct stat st;
-
-	if (!ranges_valid(r) || !(p = part_get_locked(b)))
-		return 0;
-	for (size_t i = 0; i < r->nranges; i++)
-		insert_range_locked(p, r->ranges[i].off, r->ranges[i].len, r->ranges[i].xxh);
-	snprintf(b->sample, sizeof(b->sample), "%s", r->sample);
-	p->ino = r->part_ino;
-	p->mtime = r->part_mtime;
-	p->ctime = r->part_ctime;
-	part_path_locked(s, b, path, sizeof(path));
-	if (lstat(path, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != b->size) {
-		store_log_msg(s, LOG_WARNING, "start-up: partial copy %s of %s is gone or not of its "
-			      "size: its %zu ranges dropped", path, b->key, p->n);
-		p->n = p->bytes = 0;
-		return 0;
-	}
-	if (!same_identity(p, &st)) {
-		p->unproven = 1;
-		part_enqueue_locked(s, b);
-	}
-	part_publish_locked(b);
-	return p->unproven ? 2 : 1;
-}
-
-void part_drop_orphans(struct store *s)
-{
-	DIR *d = opendir(s->part_dir);
-	struct dirent *de;
-
-	if (!d)
-		return;
-	while ((de = readdir(d))) {
-		char path[PATH_MAX + 64];
-		int used = 0;
-
-		if (de->d_name[0] == '.')
-			continue;
-		STORE_EACH(s, b) {
-			if (!used && b->part && (b->part->n || b->part->unproven)) {
-				part_path_locked(s, b, path, sizeof(path));
-				used = !strcmp(strrchr(path, '/') + 1, de->d_name);
-			}
-		}
-		if (!used && unlinkat(dirfd(d), de->d_name, 0) == 0)
-			store_log_msg(s, LOG_NOTICE, "start-up: removed unreferenced partial copy "
-				      "%s/%s", s->part_dir, de->d_name);
-	}
-	closedir(d);
 }
 
 /* ---- wfsctl verify ---- */

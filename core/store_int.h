@@ -2,8 +2,9 @@
  *
  * The files, each calling only those listed before it:
  *   store_table.c   the blob table, blob_info, the dirty flag, log, clocks
+ *   store_space.c   the room (of partial copies too); demotion (a copy
+ *                   gives its room back)
  *   store_part.c    partial copies: their lists, requests, read plans, load
- *   store_space.c   the room; demotion (a copy gives its room back)
  *   store_verify.c  the checks that let a copy serve (with fetch.c)
  *   store_index.c   LOCAL_STORE on disk: its directories and modes,
  *                   index.json: load (checked by store_verify.c), write
@@ -60,6 +61,8 @@ void store_demote_locked(struct store *s, struct blob *b, const char *why, int i
 /* The space a copy of @size bytes takes, in whole blocks (with room for
  * the filesystem's own extent blocks). */
 uint64_t store_charge(const struct store *s, uint64_t size);
+/* Blocks @b's partial copy takes (counted as local copies are). */
+uint64_t part_charge_locked(const struct store *s, const struct blob *b);
 /* Before a copy for @b taking @need bytes (store_charge): reserve them
  * into *@slot (the blob's own, or its part's), evicting least recently
  * used copies that are neither pinned nor open if that makes it fit.
@@ -123,8 +126,6 @@ void part_enqueue_locked(struct store *s, struct blob *b);
 void part_identity_locked(struct blob_part *p, const struct stat *st);
 /* A verified range into @p's list, in offset order: 0 or -ENOMEM. */
 int part_insert_locked(struct blob_part *p, uint64_t off, uint64_t len, const char *xxh);
-/* Blocks @b's partial copy takes (counted as local copies are). */
-uint64_t part_charge_locked(const struct store *s, const struct blob *b);
 /* Drop every local range of @b and remove its partial file (the ranges
  * asked for too; a copy in flight is cancelled).  @why (may be NULL)
  * becomes the part's reason and is logged.  The bytes were the NAS's:

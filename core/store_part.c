@@ -69,14 +69,6 @@ void part_publish_locked(struct blob *b)
 			      memory_order_release);
 }
 
-uint64_t part_charge_locked(const struct store *s, const struct blob *b)
-{
-	const struct blob_part *p = b->part;
-
-	/* each range may start and end inside a block */
-	return p && p->n ? store_charge(s, p->bytes) + p->n * (s->blk ? s->blk : 4096) : 0;
-}
-
 void store_part_free(struct blob *b)
 {
 	if (!b->part)

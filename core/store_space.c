@@ -36,6 +36,14 @@ uint64_t store_charge(const struct store *s, uint64_t size)
 	return data;
 }
 
+uint64_t part_charge_locked(const struct store *s, const struct blob *b)
+{
+	const struct blob_part *p = b->part;
+
+	/* each range may start and end inside a block */
+	return p && p->n ? store_charge(s, p->bytes) + p->n * (s->blk ? s->blk : 4096) : 0;
+}
+
 static void tally_locked(struct store *s, struct store_usage *u)
 {
 	memset(u, 0, sizeof(*u));

@@ -759,6 +759,34 @@ class Whole(PartialCase):
 
 # ================================================================ 8
 
+class AutoLeavesPartial(PartialCase):
+    """Automatic promotion never copies the rest of a partial file, however
+    hot its NAS bytes make it: staging part of it was a choice."""
+    OPTS = ("auto_promote=on", "auto_bytes=1M", "auto_opens=0", "auto_siblings=off")
+
+    def test_hot_partial_stays_partial(self):
+        self.start()
+        rel, nas = shard(1)
+        data = nas_bytes(nas)
+        key = self.key_of(rel)
+        r = (1 * MiB, 1 * MiB)
+        self.promote_ok(rel, [r], "--wait")
+        self.assertEqual(state_of(self.p(rel)), "partial")
+        # ~10 MiB of it from the NAS: hot ten times over
+        self.assert_whole(rel, data)
+        # The policy thread takes hot blobs in the order they turned hot: a
+        # file of another repo read whole after it, once queued (or further),
+        # proves the partial file's turn came and went.
+        fence = st_file()[0]
+        wfstest.read_file(self.p(fence))
+        st = wfstest.wait_state(self.p(fence), ("queued", "copying", "local"), WAIT)
+        self.assertIn(st, ("queued", "copying", "local"),
+                      "%s read whole (past auto_bytes) was not promoted: the fence proves nothing"
+                      % fence)
+        self.assertEqual(state_of(self.p(rel)), "partial", "the partial file was promoted whole")
+        self.assertEqual(pairs(self.part(key).get("ranges")), [r])
+
+
 class SafetensorsPart(PartialCase):
     def test_part_2_of_4(self):
         rel, nas = st_file()

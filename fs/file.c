@@ -536,6 +536,14 @@ static int fh_part_fd(struct wfs *w, struct wfs_fh *fh, unsigned gen, int *direc
 		fd = -EMFILE; /* generations come and go: the NAS serves this open */
 	if (fd == 0)
 		fd = open_local_direct(path, direct);
+	/* Still generation @gen now: the file opened is the one the plan was
+	 * made on (ranges dropped between the two looks would have moved it
+	 * on, and a new partial file may sit under the same name). */
+	if (fd >= 0 && (store_part_path(&w->store, fh->blob, path, sizeof(path), &now) < 0 ||
+			now != gen)) {
+		close(fd);
+		fd = -ESTALE;
+	}
 	if (fd >= 0) {
 		if (slot >= 0)
 			fh->part_old[slot] = fh->part_fd;

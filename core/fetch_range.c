@@ -244,3 +244,66 @@ int fetch_range_verify(const char *src_path, uint64_t size, int dst_fd, uint64_t
 		snprintf(res->reason, sizeof(res->reason), "no space left for the range");
 	return r;
 }
+
+/* Open @path for reading from the disk: O_DIRECT, or buffered when the
+ * filesystem refuses it (*@direct 0: drop the pages as they are read). */
+static int open_uncached(const char *path, int *direct)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_DIRECT);
+
+	*direct = fd >= 0;
+	if (fd < 0 && errno == EINVAL)
+		fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	return fd < 0 ? -errno : fd;
+}
+
+int fetch_verify_file(const char *path, uint64_t size, const char *expected_id,
+		      struct fetch_result *res)
+{
+	struct content_hash ch = { 0 };
+	struct sample_hash sh = { 0 };
+	char *buf = NULL;
+	int direct, fd = open_uncached(path, &direct), r;
+
+	memset(res, 0, sizeof(*res));
+	res->id_check = -1;
+	if (fd < 0)
+		return fd;
+	r = content_hash_init(&ch, expected_id, size);
+	if (r == 0)
+		r = sample_hash_init(&sh, size);
+	if (r == 0 && posix_memalign((void **)&buf, 4096, CHUNK))
+		r = -ENOMEM;
+	for (uint64_t pos = 0; r == 0 && pos < size;) {
+		size_t n = size - pos < CHUNK ? (size_t)(size - pos) : CHUNK;
+		/* O_DIRECT wants whole blocks: the last piece is read whole */
+		size_t want = direct ? (n + 4095) & ~(size_t)4095 : n;
+		ssize_t got = pread(fd, buf, want, (off_t)pos);
+
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got < (ssize_t)n) {
+			r = got < 0 ? -errno : -EIO;
+			break;
+		}
+		content_hash_update(&ch, buf, n);
+		sample_hash_feed(&sh, pos, buf, n);
+		if (!direct)
+			posix_fadvise(fd, (off_t)pos, (off_t)n, POSIX_FADV_DONTNEED);
+		pos += n;
+	}
+	if (r == 0)
+		r = content_hash_final(&ch, res->xxh, &res->id_check);
+	if (r == 0)
+		r = sample_hash_final(&sh, res->sample);
+	if (r == 0 && res->id_check == 0) {
+		r = -EBADMSG;
+		snprintf(res->reason, sizeof(res->reason), "content does not match its name: "
+			 "%s is %s", expected_id, ch.id_hex);
+	}
+	content_hash_free(&ch);
+	sample_hash_free(&sh);
+	free(buf);
+	close(fd);
+	return r;
+}

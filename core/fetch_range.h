@@ -51,4 +51,14 @@ int fetch_range_verify(const char *src_path, uint64_t size, int dst_fd, uint64_t
  * pages are dropped first).  0, or -errno (-EIO: short). */
 int fetch_hash_range(int fd, uint64_t off, uint64_t len, char xxh_hex[33]);
 
+/* Hash the whole of @path (@size bytes; read from the disk: O_DIRECT where
+ * the filesystem allows it, else its pages dropped) as fetch_copy_verify
+ * hashes a source: res->xxh (XXH3-128), res->sample (its identity) and,
+ * when @expected_id is a content address, res->id_check.  For a partial
+ * copy that covers its blob: adopted as the blob's copy without copying.
+ * Returns 0, -EBADMSG (the content address does not match), -EIO (shorter
+ * than @size), or the -errno of open or read. */
+int fetch_verify_file(const char *path, uint64_t size, const char *expected_id,
+		      struct fetch_result *res);
+
 #endif

@@ -137,6 +137,8 @@ struct blob_part {
 	int unproven;               /* loaded without a matching identity: every range is
 				     * re-hashed before any serves */
 	int queued;                 /* on the store's part queue */
+	int adopt;                  /* the ranges cover the blob: to become its whole copy,
+				     * in place (store_part_copy.c) */
 	struct blob *qnext;
 	uint64_t reserved;          /* room reserved by the range copy in flight */
 	struct fetch_progress prog; /* ATOMIC: the range copy in flight */
@@ -211,8 +213,6 @@ struct blob {
 	struct blob_part *part;     /* LOCK: its local ranges, or NULL (store_part.c) */
 	_Atomic uint64_t part_bytes; /* ATOMIC: bytes of its verified ranges that may serve
 				      * (0: none; the read path's check before the lock) */
-	char *copy_src;             /* LOCK: the next whole copy reads this file, not the NAS:
-				     * a partial copy that covers the whole blob */
 };
 
 /* What a blob is now, copied under the lock (for status, doctor, metrics). */

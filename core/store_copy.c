@@ -100,7 +100,7 @@ static struct blob *dequeue_locked(struct store *s)
  * directories: only the daemon reads copies (a NAS file readable by root
  * alone stays so).  A file already under that name is replaced, never
  * trusted: it may be one the index could not prove (store_verify.c). */
-static int publish(struct store *s, const char *tmp, const char *xxh)
+int store_publish(struct store *s, const char *tmp, const char *xxh)
 {
 	char dir[PATH_MAX + 16], dst[PATH_MAX + 64];
 
@@ -192,16 +192,13 @@ static void copy_done_locked(struct store *s, struct blob *b, int r, uint64_t si
 /* Called and returns with the lock held. */
 static void copy_one(struct store *s, struct blob *b)
 {
-	char key[PATH_MAX], id[NAME_MAX + 1], tmp[PATH_MAX + 64], why[256], src[PATH_MAX + 64];
-	int auto_copy = !b->explicit_req, evicted = 0, r, from_part;
+	char key[PATH_MAX], id[NAME_MAX + 1], tmp[PATH_MAX + 64], why[256];
+	int auto_copy = !b->explicit_req, evicted = 0, r;
 	struct fetch_result res;
 	uint64_t size, rate;
 
 	snprintf(key, sizeof(key), "%s", b->key);
 	snprintf(id, sizeof(id), "%s", b->id);
-	/* a partial copy that covers the blob is read instead of the NAS */
-	from_part = b->copy_src != NULL;
-	snprintf(src, sizeof(src), "%s", from_part ? b->copy_src : b->key);
 	size = b->size;
 	if (space_reserve_locked(s, b, store_charge(s, b->size), &b->reserved, why, sizeof(why),
 				 &evicted) < 0) {
@@ -228,24 +225,23 @@ static void copy_one(struct store *s, struct blob *b)
 	if (evicted)
 		store_write_index(s);
 	memset(&res, 0, sizeof(res));
-	if (!from_part && !nas_gate_up(s->opt.gate)) {
+	if (!nas_gate_up(s->opt.gate)) {
 		/* The gate knows the NAS is down: a copy now would fail, or
 		 * hang in a read.  Failed at once; retried when it is up. */
 		r = -EHOSTDOWN;
 		snprintf(res.reason, sizeof(res.reason), "cannot copy %s: the NAS is down", key);
 	} else {
-		store_log_msg(s, LOG_INFO, "promoting %s (%s, %llu bytes%s%s%s)", key, id,
-			      (unsigned long long)size, auto_copy ? ", automatic" : "",
-			      from_part ? ", from its partial copy " : "", from_part ? src : "");
-		r = fetch_copy_verify(src, size, tmp, id, from_part ? 0 : rate, &b->prog, &res);
+		store_log_msg(s, LOG_INFO, "promoting %s (%s, %llu bytes%s)", key, id,
+			      (unsigned long long)size, auto_copy ? ", automatic" : "");
+		r = fetch_copy_verify(key, size, tmp, id, rate, &b->prog, &res);
 		if (r == 0)
-			r = publish(s, tmp, res.xxh);
+			r = store_publish(s, tmp, res.xxh);
 		/* a partial copy never serves: never left behind either */
 		if (r < 0)
 			unlink(tmp);
 		/* what the NAS did to this copy counts for its state (no
 		 * store lock held: the gate's lock is a leaf) */
-		if (res.src_err && !from_part)
+		if (res.src_err)
 			nas_gate_note(s->opt.gate, res.src_err);
 	}
 
@@ -254,8 +250,6 @@ static void copy_one(struct store *s, struct blob *b)
 	free(b->tmp);
 	b->tmp = NULL;
 	s->auto_running -= auto_copy;
-	free(b->copy_src); /* tried once: a next copy reads the NAS */
-	b->copy_src = NULL;
 	copy_done_locked(s, b, r, size, &res, key, id);
 	/* whole now: its ranges are in the copy */
 	if (b->state == BLOB_LOCAL)

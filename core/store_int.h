@@ -122,8 +122,9 @@ void part_publish_locked(struct blob *b);
 /* On the range worker's queue (once). */
 void part_enqueue_locked(struct store *s, struct blob *b);
 /* The partial file's identity is now @st: what lets its ranges serve
- * after a restart. */
+ * after a restart; is @st still that file? */
 void part_identity_locked(struct blob_part *p, const struct stat *st);
+int part_same_identity(const struct blob_part *p, const struct stat *st);
 /* A verified range into @p's list, in offset order: 0 or -ENOMEM. */
 int part_insert_locked(struct blob_part *p, uint64_t off, uint64_t len, const char *xxh);
 /* Drop every local range of @b and remove its partial file (the ranges
@@ -141,6 +142,9 @@ void *store_part_worker(void *arg);
 void store_part_free(struct blob *b);
 
 /* ---- store_copy.c: the queue and the workers ---- */
+/* A verified copy @tmp becomes data/<xx>/@xxh (mode 0400, replacing what
+ * was there; directory fsynced): 0 or -errno. */
+int store_publish(struct store *s, const char *tmp, const char *xxh);
 void store_unqueue_locked(struct store *s, struct blob *b);
 void store_enqueue_locked(struct store *s, struct blob *b);
 void *store_worker(void *arg);

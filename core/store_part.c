@@ -20,9 +20,10 @@
  *     removed and its generation moves on; a reader with it open keeps the
  *     old bytes, which were the NAS's.  A hole is never punched under a
  *     listed range, so a read planned on a range never meets one;
- *   - ranges that cover the whole blob become a whole copy: the partial
- *     file is copied into data/ by the copy workers as any copy is, its
- *     content address checked (b->copy_src), then the ranges are dropped.
+ *   - ranges that cover the whole blob become its whole copy in place: the
+ *     partial file is hashed whole from the disk (XXH3-128, the source
+ *     sample, the content address), and, still the file the ranges were
+ *     verified in, renamed into data/ -- no second copy, no second room.
  * One worker thread copies ranges, one at a time, in the order asked
  * (store_part_copy.c); this file keeps the lists and loads them.
  */
@@ -77,8 +78,6 @@ void store_part_free(struct blob *b)
 	free(b->part->want);
 	free(b->part);
 	b->part = NULL;
-	free(b->copy_src);
-	b->copy_src = NULL;
 }
 
 void part_drop_locked(struct store *s, struct blob *b, const char *why)
@@ -103,10 +102,9 @@ void part_drop_locked(struct store *s, struct blob *b, const char *why)
 	p->n = p->nwant = 0;
 	p->bytes = p->want_total = p->want_done = 0;
 	p->unproven = 0;
+	p->adopt = 0;
 	p->gen++;
 	snprintf(p->reason, sizeof(p->reason), "%s", why ? why : "");
-	free(b->copy_src);
-	b->copy_src = NULL;
 	part_publish_locked(b);
 	store_dirty_locked(s);
 }
@@ -322,7 +320,7 @@ void part_identity_locked(struct blob_part *p, const struct stat *st)
 	p->ctime = st->st_ctim;
 }
 
-static int same_identity(const struct blob_part *p, const struct stat *st)
+int part_same_identity(const struct blob_part *p, const struct stat *st)
 {
 	return p->ino == (uint64_t)st->st_ino && p->mtime.tv_sec == st->st_mtim.tv_sec &&
 	       p->mtime.tv_nsec == st->st_mtim.tv_nsec && p->ctime.tv_sec == st->st_ctim.tv_sec &&
@@ -390,10 +388,12 @@ int part_load_locked(struct store *s, struct blob *b, const struct index_rec *r)
 		p->n = p->bytes = 0;
 		return 0;
 	}
-	if (!same_identity(p, &st)) {
+	if (!part_same_identity(p, &st))
 		p->unproven = 1;
+	/* covered whole but not made the copy yet (a restart came first) */
+	p->adopt = p->bytes == b->size;
+	if (p->unproven || p->adopt)
 		part_enqueue_locked(s, b);
-	}
 	part_publish_locked(b);
 	return p->unproven ? 2 : 1;
 }

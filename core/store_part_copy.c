@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <syslog.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Punch out [off, off + len) of @fd: bytes that must never serve. */
@@ -42,31 +43,9 @@ static int open_part(const char *path, uint64_t size)
 	return fd;
 }
 
-/* All of the blob is local: a whole copy from the partial file, its
- * content address checked, queued as an operator's request. */
-static void whole_locked(struct store *s, struct blob *b, const char *path)
-{
-	if (b->state != BLOB_NAS && b->state != BLOB_FAILED)
-		return;
-	free(b->copy_src);
-	b->copy_src = strdup(path);
-	if (!b->copy_src)
-		return;
-	b->state = BLOB_QUEUED;
-	b->reason[0] = '\0';
-	b->hold = HOLD_NONE;
-	b->explicit_req = 1;
-	b->who = STORE_BY_USER;
-	atomic_store(&b->prog.bytes_done, 0);
-	atomic_store(&b->prog.cancel, 0);
-	b->want_ns = store_now_ns();
-	store_enqueue_locked(s, b);
-	store_log_msg(s, LOG_INFO, "local ranges of %s cover it whole: made a whole copy", b->key);
-}
-
 /* The copy of @w ended with @r: the lists follow.  Lock held. */
 static void copied_locked(struct store *s, struct blob *b, struct brange w, int r,
-			  const struct fetch_result *res, const struct stat *st, const char *path)
+			  const struct fetch_result *res, const struct stat *st)
 {
 	struct blob_part *p = b->part;
 
@@ -99,8 +78,8 @@ static void copied_locked(struct store *s, struct blob *b, struct brange w, int 
 	store_log_msg(s, LOG_INFO, "verified range %llu+%llu of %s: %llu of %llu bytes local",
 		      (unsigned long long)w.off, (unsigned long long)w.len, b->key,
 		      (unsigned long long)p->bytes, (unsigned long long)b->size);
-	if (p->bytes == b->size)
-		whole_locked(s, b, path);
+	if (p->bytes == b->size && (b->state == BLOB_NAS || b->state == BLOB_FAILED))
+		p->adopt = 1; /* the worker makes it the whole copy next (adopt) */
 }
 
 /* Copy the first range @b wants.  Called and returns with the lock held. */
@@ -121,7 +100,7 @@ static void copy_want(struct store *s, struct blob *b)
 		s->no_room++;
 		r = -ENOSPC;
 		snprintf(res.reason, sizeof(res.reason), "no room: %s", why);
-		copied_locked(s, b, w, r, &res, &st, path);
+		copied_locked(s, b, w, r, &res, &st);
 		return;
 	}
 	snprintf(key, sizeof(key), "%s", b->key);
@@ -163,7 +142,7 @@ static void copy_want(struct store *s, struct blob *b)
 	}
 	if (r == -EUCLEAN)
 		part_drop_locked(s, b, "partial file not of the blob's size");
-	copied_locked(s, b, w, r, &res, &st, path);
+	copied_locked(s, b, w, r, &res, &st);
 }
 
 /* Loaded without a matching identity: every range re-hashed, the bytes no
@@ -232,6 +211,81 @@ static void rehash(struct store *s, struct blob *b)
 	free(v), free(set), free(ok), free(gaps);
 }
 
+/* The adoption failed (@r, @why): the ranges keep serving.  Lock held. */
+static void adopt_failed_locked(struct store *s, struct blob *b, int r, const char *why)
+{
+	if (r == -EBADMSG) {
+		/* the NAS holds other bytes than its name says: as a copy would */
+		b->state = BLOB_MISMATCH;
+		snprintf(b->reason, sizeof(b->reason), "%s", why);
+		s->mismatches++;
+		store_log_msg(s, LOG_ERR, "MISMATCH %s: %s; not made local whole", b->key, why);
+		return;
+	}
+	snprintf(b->part->reason, sizeof(b->part->reason), "not made local whole: %s", why);
+	store_log_msg(s, LOG_WARNING, "local ranges of %s cover it, but it was not made its whole "
+		      "copy: %s; the ranges keep serving", b->key, why);
+}
+
+/* The ranges cover the whole blob: the partial file becomes its copy in
+ * place.  It is hashed whole from the disk as a copy is (XXH3-128, the
+ * source sample, the content address); it must still be the file the
+ * ranges were verified in (its identity before and after the hashing) and
+ * its sample the one the ranges were copied under.  Then it is renamed
+ * into data/ (under the lock: a rename and a directory fsync in
+ * LOCAL_STORE, so no drop can come in between) and the blob is LOCAL.
+ * Called and returns with the lock held; 1 when adopted. */
+static int adopt(struct store *s, struct blob *b)
+{
+	struct blob_part *p = b->part;
+	char path[PATH_MAX + 64], id[sizeof(b->id)], why[256] = "";
+	struct fetch_result res = { 0 };
+	struct stat st0, st1;
+	unsigned gen = p->gen;
+	uint64_t size = b->size;
+	int r;
+
+	p->adopt = 0;
+	if (b->state != BLOB_NAS && b->state != BLOB_FAILED)
+		return 0;
+	part_path_locked(s, b, path, sizeof(path));
+	snprintf(id, sizeof(id), "%s", b->id);
+	p->copying = 1;
+	pthread_mutex_unlock(&s->lock);
+	r = lstat(path, &st0) < 0 ? -errno : fetch_verify_file(path, size, id, &res);
+	if (r == 0 && lstat(path, &st1) < 0)
+		r = -errno;
+	pthread_mutex_lock(&s->lock);
+	p->copying = 0;
+	if (gen != p->gen || (b->state != BLOB_NAS && b->state != BLOB_FAILED))
+		return 0; /* dropped, or copied whole, meanwhile */
+	if (r == 0 && (!part_same_identity(p, &st0) || !part_same_identity(p, &st1)))
+		r = -ESTALE, snprintf(why, sizeof(why), "partial file %s changed since its ranges "
+				      "were verified", path);
+	else if (r == 0 && strcmp(res.sample, b->sample))
+		r = -ESTALE, snprintf(why, sizeof(why), "its sampled hash is not the one its ranges "
+				      "were copied under");
+	if (r == 0 && (r = store_publish(s, path, res.xxh)) < 0)
+		snprintf(why, sizeof(why), "moving %s into the store: %s", path, strerror(-r));
+	if (r < 0) {
+		adopt_failed_locked(s, b, r, why[0] ? why : res.reason[0] ? res.reason : strerror(-r));
+		return 0;
+	}
+	verify_record_locked(s, b, &res);
+	store_backoff_clear_locked(b);
+	b->reason[0] = '\0';
+	b->hold = HOLD_NONE;
+	b->last_used = (int64_t)time(NULL);
+	atomic_store_explicit(&b->state, BLOB_LOCAL, memory_order_release);
+	s->promoted++;
+	s->copies_unrecorded = 1;
+	store_dirty_locked(s);
+	part_drop_locked(s, b, NULL); /* its file is the copy now: nothing to remove */
+	store_log_msg(s, LOG_INFO, "local ranges of %s cover it whole: the partial file is its "
+		      "verified copy %s now (no second copy)", b->key, res.xxh);
+	return 1;
+}
+
 void *store_part_worker(void *arg)
 {
 	struct store *s = arg;
@@ -250,11 +304,16 @@ void *store_part_worker(void *arg)
 			pthread_cond_wait(&s->part_cond, &s->lock);
 			continue;
 		}
-		if (b->part->unproven)
+		if (b->part->unproven) {
 			rehash(s, b);
-		else if (b->part->nwant)
+		} else if (b->part->nwant) {
 			copy_want(s, b);
-		if (!b->part->nwant && !b->part->unproven) {
+		} else if (b->part->adopt && adopt(s, b)) {
+			pthread_mutex_unlock(&s->lock);
+			store_write_index(s); /* the index names the copy, not the ranges */
+			pthread_mutex_lock(&s->lock);
+		}
+		if (!b->part->nwant && !b->part->unproven && !b->part->adopt) {
 			s->part_head = b->part->qnext;
 			if (!s->part_head)
 				s->part_tail = NULL;

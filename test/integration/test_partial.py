@@ -74,6 +74,8 @@ ST_TENSORS = [  # (name, dtype, shape, data): rows not divisible by 4, a scalar,
     ("empty", "F32", [0, 4], None),
 ]
 WAIT = 60               # s: a copy of a few MiB (under ASan too)
+BAD_REPO = "models--acme--badname"
+BAD_NAME = "bad.bin"    # 1 MiB whose bytes do not match its SHA-256 name
 
 
 class Fix:
@@ -102,6 +104,12 @@ def setUpModule():
         with open(p, "rb") as f:
             data = f.read()
     Fix.st_rev = wfstest.make_hf_repo(Fix.hub, ST_REPO, {ST_NAME: data})
+    # a blob whose bytes do not match its SHA-256 name (one byte changed after)
+    wfstest.make_hf_repo(Fix.hub, BAD_REPO, {BAD_NAME: bytes(range(256)) * 4096})
+    bad = os.path.realpath(os.path.join(Fix.hub, snap_rel(BAD_REPO, BAD_NAME)))
+    with open(bad, "r+b") as f:
+        f.seek(300000)
+        f.write(b"\xff")
     os.sync()
 
 
@@ -785,6 +793,29 @@ class AutoLeavesPartial(PartialCase):
                       % fence)
         self.assertEqual(state_of(self.p(rel)), "partial", "the partial file was promoted whole")
         self.assertEqual(pairs(self.part(key).get("ranges")), [r])
+
+
+class WholeMismatch(PartialCase):
+    """Ranges that cover a file whose bytes do not match its SHA-256 name:
+    it is never made local whole -- flagged `mismatch`, as a whole copy
+    would be -- and reads still give the NAS's bytes."""
+
+    def test_cover_a_mismatched_blob(self):
+        self.start()
+        rel = snap_rel(BAD_REPO, BAD_NAME)
+        data = nas_bytes(os.path.realpath(os.path.join(Fix.hub, rel)))
+        key = self.key_of(rel)
+        self.promote_ok(rel, [(0, 600000)], "--wait")
+        rc, out, err = self.promote(rel, [(600000, len(data) - 600000)], "--wait")
+        st = wfstest.wait_state(self.p(rel), ("mismatch", "local"), WAIT)
+        self.assertEqual(st, "mismatch", "covered whole: %s (promote: %s %s)" % (st, out, err))
+        blob = self.blob(key)
+        self.assertIn("does not match", blob.get("reason", ""), blob)
+        flagged = ctl_json(self, ["status", self.mnt]).get("flagged", [])
+        self.assertIn(key, [f.get("key") for f in flagged], flagged)
+        self.assertEqual(os.listdir(os.path.join(self.local, "data")), [],
+                         "a copy of the mismatched blob in data/")
+        self.assert_whole(rel, data)
 
 
 class SafetensorsPart(PartialCase):

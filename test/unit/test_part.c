@@ -241,7 +241,9 @@ static void test_pieces(struct check_count *c, struct store *s)
  * file make it a whole local copy. */
 static void test_source_and_whole(struct check_count *c, struct store *s, char *want)
 {
-	struct brange all[] = { { 0, SIZE } };
+	struct brange all[] = { { 0, SIZE } }, half[] = { { 0, SIZE / 2 } };
+	char path[PATH_MAX + 64], why[512] = "";
+	struct stat st, copy;
 	struct blob *b;
 	struct blob_info in;
 
@@ -253,11 +255,16 @@ static void test_source_and_whole(struct check_count *c, struct store *s, char *
 	CHECK(c, in.part_n == 0 && !part_file(s, b), "changed source: ranges dropped (%s)",
 	      in.part_reason);
 	b = open_blob(s);
-	CHECK(c, store_part_request(s, b, all, 1, 0) == (int64_t)SIZE, "whole file asked");
-	CHECK(c, wait_parts(s, b) && store_wait_settled(s, b, 30000) == BLOB_LOCAL,
-	      "became a whole local copy");
+	CHECK(c, store_part_request(s, b, half, 1, 0) == (int64_t)SIZE / 2 && wait_parts(s, b) &&
+	      part_file(s, b) && stat(part_file(s, b), &st) == 0, "half of it");
+	CHECK(c, store_part_request(s, b, all, 1, 0) == (int64_t)SIZE / 2, "the rest asked");
+	CHECK(c, wait_parts(s, b) && blob_state(b) == BLOB_LOCAL, "became a whole local copy");
 	blob_info(s, b, &in);
-	CHECK(c, in.part_n == 0 && !part_file(s, b), "its partial file removed");
+	CHECK(c, in.part_n == 0 && !part_file(s, b), "no partial file any more");
+	CHECK(c, store_local_path(s, b, path, sizeof(path)) == 0 && stat(path, &copy) == 0 &&
+	      copy.st_ino == st.st_ino && copy.st_size == (off_t)SIZE,
+	      "the partial file itself became the copy (no second copy)");
+	CHECK(c, store_verify(s, b, 1, why, sizeof(why)) == 0, "and it verifies: %s", why);
 }
 
 /* The index: a version 2 index still loads; a version 3 "partial" record

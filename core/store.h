@@ -43,7 +43,9 @@
  *   pins.lock -> fs locks (fh.lock, nodes.lock) -> store.index_lock
  *     -> store.lock -> hook locks (the fs invalidation queue's lock)
  * store.lock is never held across NAS I/O, copies or hashing (a statvfs of
- * LOCAL_STORE, and stats and unlinks of its files, are the exceptions); the
+ * LOCAL_STORE, stats and unlinks of its files, and the rename into data/
+ * of a partial copy made whole, with its directory's fsync, are the
+ * exceptions); the
  * hooks are called with it held and must not block or call the store.  The
  * NAS gate's lock (nasgate.h) is a leaf: the store calls the gate with no
  * lock of its own held.

@@ -71,12 +71,15 @@ int durable_replace(const char *path, const void *data, size_t len, mode_t mode,
 	return durable_fsync_dir(dir);
 }
 
-ssize_t durable_read_fd(int fd, void *buf, size_t cap)
+/* Read until @cap bytes or end of file: read(2) when @off < 0, else pread
+ * from @off on. */
+static ssize_t read_full(int fd, void *buf, size_t cap, off_t off)
 {
 	size_t got = 0;
 
 	while (got < cap) {
-		ssize_t n = read(fd, (char *)buf + got, cap - got);
+		ssize_t n = off < 0 ? read(fd, (char *)buf + got, cap - got)
+				    : pread(fd, (char *)buf + got, cap - got, off + (off_t)got);
 
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -87,6 +90,16 @@ ssize_t durable_read_fd(int fd, void *buf, size_t cap)
 		got += (size_t)n;
 	}
 	return (ssize_t)got;
+}
+
+ssize_t durable_read_fd(int fd, void *buf, size_t cap)
+{
+	return read_full(fd, buf, cap, -1);
+}
+
+ssize_t durable_pread_fd(int fd, void *buf, size_t cap, off_t off)
+{
+	return read_full(fd, buf, cap, off);
 }
 
 int durable_read(const char *path, size_t max, char **out, size_t *len)

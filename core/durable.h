@@ -29,6 +29,8 @@ int durable_read(const char *path, size_t max, char **out, size_t *len);
  * first, going on after interrupted reads.  Returns the bytes read or
  * -errno. */
 ssize_t durable_read_fd(int fd, void *buf, size_t cap);
+/* The same with pread from @off (>= 0; the descriptor's offset untouched). */
+ssize_t durable_pread_fd(int fd, void *buf, size_t cap, off_t off);
 
 /* fsync the directory @dir (after a rename into it).  Returns 0 or -errno. */
 int durable_fsync_dir(const char *dir);

@@ -1,5 +1,6 @@
 /* fetch_range.c - the verified copy of one byte range; see fetch_range.h. */
 #include "fetch_range.h"
+#include "durable.h"
 #include "hash.h"
 #include "nasopen.h"
 
@@ -11,18 +12,8 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #define CHUNK ((size_t)1 << 20)
-
-static void hex128(XXH128_hash_t h, char out[33])
-{
-	XXH128_canonical_t c;
-
-	XXH128_canonicalFromHash(&c, h);
-	for (int i = 0; i < 16; i++)
-		snprintf(out + 2 * i, 3, "%02x", c.digest[i]);
-}
 
 /* Sleep as long as @bw_limit asks after @done bytes since @t0. */
 static void throttle(uint64_t bw_limit, uint64_t done, const struct timespec *t0)
@@ -62,47 +53,34 @@ static int write_all(int fd, const char *p, size_t n, uint64_t off)
  * ends first. */
 static int read_all(int fd, char *p, size_t n, uint64_t off)
 {
-	while (n) {
-		ssize_t r = pread(fd, p, n, (off_t)off);
+	ssize_t got = durable_pread_fd(fd, p, n, (off_t)off);
 
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return -errno;
-		if (r == 0)
-			return -ESTALE;
-		p += r;
-		n -= (size_t)r;
-		off += (uint64_t)r;
-	}
-	return 0;
+	return got < 0 ? (int)got : (size_t)got < n ? -ESTALE : 0;
 }
 
 int fetch_hash_range(int fd, uint64_t off, uint64_t len, char xxh_hex[33])
 {
-	XXH3_state_t *st = XXH3_createState();
+	struct content_hash ch = { 0 }; /* no name: XXH3-128 alone */
 	char *buf = malloc(CHUNK);
-	int r = st && buf ? 0 : -ENOMEM;
+	int r = buf ? content_hash_init(&ch, NULL, len) : -ENOMEM;
 
-	if (r == 0) {
-		XXH3_128bits_reset(st);
+	if (r == 0)
 		posix_fadvise(fd, (off_t)off, (off_t)len, POSIX_FADV_DONTNEED);
-	}
 	for (uint64_t pos = off; r == 0 && pos < off + len;) {
 		size_t n = off + len - pos < CHUNK ? (size_t)(off + len - pos) : CHUNK;
 
 		r = read_all(fd, buf, n, pos);
 		if (r == 0) {
-			XXH3_128bits_update(st, buf, n);
+			content_hash_update(&ch, buf, n);
 			pos += n;
 		}
 	}
 	if (r == 0) {
-		hex128(XXH3_128bits_digest(st), xxh_hex);
+		r = content_hash_final(&ch, xxh_hex, NULL);
 		/* the check read must not leave a second copy in the cache */
 		posix_fadvise(fd, (off_t)off, (off_t)len, POSIX_FADV_DONTNEED);
 	}
-	XXH3_freeState(st);
+	content_hash_free(&ch);
 	free(buf);
 	return r == -ESTALE ? -EIO : r;
 }
@@ -124,14 +102,12 @@ static uint64_t first_bad(int fd, char *buf, uint64_t pos, size_t n, int err)
 static int copy_range(const char *src, int in, int out, uint64_t off, uint64_t len,
 		      uint64_t bw_limit, struct fetch_progress *prog, struct fetch_result *res)
 {
-	XXH3_state_t *st = XXH3_createState();
+	struct content_hash ch = { 0 }; /* no name: XXH3-128 alone */
 	char *buf = malloc(CHUNK);
 	struct timespec t0;
-	int r = st && buf ? 0 : -ENOMEM;
+	int r = buf ? content_hash_init(&ch, NULL, len) : -ENOMEM;
 
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	if (r == 0)
-		XXH3_128bits_reset(st);
 	for (uint64_t pos = off; r == 0 && pos < off + len;) {
 		size_t n = off + len - pos < CHUNK ? (size_t)(off + len - pos) : CHUNK;
 
@@ -150,7 +126,7 @@ static int copy_range(const char *src, int in, int out, uint64_t off, uint64_t l
 				 strerror(-r));
 			break;
 		}
-		XXH3_128bits_update(st, buf, n);
+		content_hash_update(&ch, buf, n);
 		r = write_all(out, buf, n, pos);
 		if (r < 0) {
 			snprintf(res->reason, sizeof(res->reason), "write of the local range at "
@@ -162,10 +138,10 @@ static int copy_range(const char *src, int in, int out, uint64_t off, uint64_t l
 			atomic_fetch_add(&prog->bytes_done, n);
 	}
 	if (r == 0)
-		hex128(XXH3_128bits_digest(st), res->xxh);
+		r = content_hash_final(&ch, res->xxh, NULL);
 	/* what was read must not stay cached twice (the NAS client's pages) */
 	posix_fadvise(in, (off_t)off, (off_t)len, POSIX_FADV_DONTNEED);
-	XXH3_freeState(st);
+	content_hash_free(&ch);
 	free(buf);
 	return r;
 }
@@ -278,10 +254,8 @@ int fetch_verify_file(const char *path, uint64_t size, const char *expected_id,
 		size_t n = size - pos < CHUNK ? (size_t)(size - pos) : CHUNK;
 		/* O_DIRECT wants whole blocks: the last piece is read whole */
 		size_t want = direct ? (n + 4095) & ~(size_t)4095 : n;
-		ssize_t got = pread(fd, buf, want, (off_t)pos);
+		ssize_t got = durable_pread_fd(fd, buf, want, (off_t)pos);
 
-		if (got < 0 && errno == EINTR)
-			continue;
 		if (got < (ssize_t)n) {
 			r = got < 0 ? -errno : -EIO;
 			break;

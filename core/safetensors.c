@@ -1,6 +1,7 @@
 /* safetensors.c - the byte ranges of part K of N of a safetensors file;
  * see safetensors.h. */
 #include "safetensors.h"
+#include "durable.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -320,26 +321,6 @@ int safetensors_part_mem(const char *json, size_t json_len, uint64_t data_start,
 	return r;
 }
 
-/* pread @len bytes at @off, going on after short and interrupted reads,
- * until all are read or the file ends.  Returns the count read or -errno. */
-static ssize_t pread_full(int fd, void *buf, size_t len, off_t off)
-{
-	size_t got = 0;
-
-	while (got < len) {
-		ssize_t r = pread(fd, (char *)buf + got, len - got, off + (off_t)got);
-
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return -errno;
-		if (r == 0)
-			break;
-		got += (size_t)r;
-	}
-	return (ssize_t)got;
-}
-
 /* Read the header length, the first 8 bytes (little-endian), and check it
  * against the limit and the file.  Returns 0 or -errno (@why). */
 static int header_len(int fd, uint64_t size, uint64_t *hlen, char *why, size_t wsz)
@@ -349,7 +330,7 @@ static int header_len(int fd, uint64_t size, uint64_t *hlen, char *why, size_t w
 
 	if (size < 8)
 		return BAD("too short: %llu bytes, a safetensors file has 8 or more", ULL(size));
-	if ((r = pread_full(fd, le, 8, 0)) < 0)
+	if ((r = durable_pread_fd(fd, le, 8, 0)) < 0)
 		return fail(why, wsz, (int)r, "reading the header length: %s", strerror((int)-r));
 	if (r < 8)
 		return BAD("truncated header");
@@ -378,7 +359,7 @@ int safetensors_part(int fd, uint64_t size, unsigned k, unsigned n,
 		return r;
 	if (!(json = malloc(hlen ? hlen : 1)))
 		return fail(why, wsz, -ENOMEM, "out of memory for a %llu-byte header", ULL(hlen));
-	got = pread_full(fd, json, hlen, 8);
+	got = durable_pread_fd(fd, json, hlen, 8);
 	if (got < 0)
 		r = fail(why, wsz, (int)got, "reading the header: %s", strerror((int)-got));
 	else if ((uint64_t)got < hlen)

@@ -120,14 +120,10 @@ static uint64_t to_copy(struct store *s, struct blob *b, const struct brange *v,
 	if (b)
 		store_part_ranges(s, b, &have, &nh);
 	for (size_t i = 0; i < n; i++) {
-		size_t ng = brange_gaps(have, nh, v[i].off, v[i].len, NULL, 0);
-		struct brange *g = malloc((ng + 1) * sizeof(*g));
+		size_t ng = 0;
+		struct brange *g = brange_gaps_alloc(have, nh, v[i].off, v[i].len, &ng);
 
-		if (g) {
-			brange_gaps(have, nh, v[i].off, v[i].len, g, ng);
-			for (size_t k = 0; k < ng; k++)
-				t += g[k].len;
-		}
+		t += g ? brange_total(g, ng) : 0;
 		free(g);
 	}
 	free(have);

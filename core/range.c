@@ -71,6 +71,18 @@ size_t brange_gaps(const struct brange *v, size_t n, uint64_t off, uint64_t len,
 	return k;
 }
 
+struct brange *brange_gaps_alloc(const struct brange *v, size_t n, uint64_t off, uint64_t len,
+				 size_t *ng)
+{
+	struct brange *g;
+
+	*ng = brange_gaps(v, n, off, len, NULL, 0);
+	g = malloc((*ng + 1) * sizeof(*g));
+	if (g)
+		brange_gaps(v, n, off, len, g, *ng);
+	return g;
+}
+
 int brange_covers(const struct brange *v, size_t n, uint64_t off, uint64_t len)
 {
 	return len == 0 || brange_gaps(v, n, off, len, NULL, 0) == 0;

@@ -35,6 +35,11 @@ uint64_t brange_total(const struct brange *v, size_t n);
 size_t brange_gaps(const struct brange *v, size_t n, uint64_t off, uint64_t len,
 		   struct brange *out, size_t cap);
 
+/* The same gaps in an array of their own (malloc'ed: the caller frees
+ * it), *@ng of them; NULL with errno ENOMEM. */
+struct brange *brange_gaps_alloc(const struct brange *v, size_t n, uint64_t off, uint64_t len,
+				 size_t *ng);
+
 /* Does the set @v (sorted, disjoint) cover [@off, @off + @len) whole? */
 int brange_covers(const struct brange *v, size_t n, uint64_t off, uint64_t len);
 

@@ -165,13 +165,11 @@ static int64_t want_gaps_locked(struct blob_part *p, struct brange r)
 
 	if (!h)
 		return -ENOMEM;
-	ng = brange_gaps(h, nh, r.off, r.len, NULL, 0);
-	g = malloc((ng + 1) * sizeof(*g));
+	g = brange_gaps_alloc(h, nh, r.off, r.len, &ng);
 	if (!g) {
 		free(h);
 		return -ENOMEM;
 	}
-	brange_gaps(h, nh, r.off, r.len, g, ng);
 	for (size_t i = 0; i < ng && added >= 0; i++)
 		for (uint64_t o = g[i].off; o < g[i].off + g[i].len && added >= 0; o += PART_PIECE) {
 			uint64_t len = g[i].off + g[i].len - o < PART_PIECE ? g[i].off + g[i].len - o

@@ -176,11 +176,9 @@ static void rehash(struct store *s, struct blob *b)
 		set[i] = (struct brange){ v[i].off, v[i].len };
 	}
 	if (fd >= 0) {
-		size_t ng = brange_gaps(set, n, 0, size, NULL, 0);
+		size_t ng = 0;
 
-		gaps = malloc((ng + 1) * sizeof(*gaps));
-		if (gaps)
-			brange_gaps(set, n, 0, size, gaps, ng);
+		gaps = brange_gaps_alloc(set, n, 0, size, &ng);
 		for (size_t i = 0; gaps && i < ng; i++)
 			punch(fd, gaps[i].off, gaps[i].len);
 		for (size_t i = 0; i < n; i++)

@@ -120,6 +120,14 @@ enum store_fail {
 	STORE_FAIL_N,
 };
 
+/* What proves a local file is the one that was verified: a write to it
+ * changes its ctime, which utimes cannot set back.  ino 0: nothing proven
+ * (store_table.c: file_proof_take, file_proof_holds). */
+struct file_proof {
+	uint64_t ino;
+	struct timespec mtime, ctime;
+};
+
 /* The local ranges of a blob that is not copied whole: its partial copy,
  * parts/<XXH3-128 of the key>, a sparse file of the blob's size holding
  * the verified ranges at their own offsets (store_part.c says how a range
@@ -132,8 +140,8 @@ struct blob_part {
 	struct brange *want;        /* asked for, not copied yet: in order */
 	size_t nwant, capwant;
 	uint64_t want_total, want_done; /* of the requests since the last idle (progress) */
-	uint64_t ino;               /* the partial file's identity after the last */
-	struct timespec mtime, ctime; /* verified range (what lets it serve after a restart) */
+	struct file_proof proof;    /* the partial file after its last verified range: what
+				     * lets the ranges serve after a restart */
 	unsigned gen;               /* the partial file's generation: +1 when removed */
 	int copying;                /* a range copy (or the re-hash) in flight */
 	int unproven;               /* loaded without a matching identity: every range is
@@ -169,9 +177,8 @@ struct blob {
 	char xxh[33];               /* LOCK: content hash of the local copy */
 	/* LOCK: the local copy's identity when it was verified (a write to it
 	 * changes its ctime): what lets the index's copy serve after a restart
-	 * without a re-hash.  copy_ino 0: none (re-hashed at start-up). */
-	uint64_t copy_ino;
-	struct timespec copy_mtime, copy_ctime;
+	 * without a re-hash.  copy.ino 0: none (re-hashed at start-up). */
+	struct file_proof copy;
 	int reverify;               /* LOCK: the copy named by @xxh is re-hashed before it may
 				     * serve (state COPYING; store_verify.c) */
 	char sample[33];            /* LOCK: source identity: size + sampled hash */

@@ -167,9 +167,7 @@ static int load_rec(void *arg, const struct index_rec *r)
 		return 0;
 	snprintf(b->xxh, sizeof(b->xxh), "%s", r->xxh);
 	snprintf(b->sample, sizeof(b->sample), "%s", r->sample);
-	b->copy_ino = r->copy_ino;
-	b->copy_mtime = r->copy_mtime;
-	b->copy_ctime = r->copy_ctime;
+	b->copy = (struct file_proof){ r->copy_ino, r->copy_mtime, r->copy_ctime };
 	count_loaded(s, ld, verify_loaded_locked(s, b), &ld->local);
 	return 0;
 }
@@ -412,11 +410,12 @@ int store_write_index(struct store *s)
 			.size = b->size, .mtime = b->nas_mtime, .ctime = b->nas_ctime,
 			.last_used = b->last_used, .pinned = b->pinned,
 			.use_ns = atomic_load_explicit(&b->use_ns, memory_order_relaxed),
-			.copy_ino = b->copy_ino, .copy_mtime = b->copy_mtime,
-			.copy_ctime = b->copy_ctime,
+			.copy_ino = b->copy.ino, .copy_mtime = b->copy.mtime,
+			.copy_ctime = b->copy.ctime,
 			.ranges = str[n].ranges, .nranges = nr,
-			.part_ino = p ? p->ino : 0, .part_mtime = p ? p->mtime : (struct timespec){ 0 },
-			.part_ctime = p ? p->ctime : (struct timespec){ 0 },
+			.part_ino = p ? p->proof.ino : 0,
+			.part_mtime = p ? p->proof.mtime : (struct timespec){ 0 },
+			.part_ctime = p ? p->proof.ctime : (struct timespec){ 0 },
 		};
 		n++;
 	}

@@ -48,6 +48,10 @@ void store_backoff_locked(struct store *s, struct blob *b);
 /* The store is to queue @b again when its backoff passes, if it wants
  * to (store_retry_wanted_locked): the policy thread learns when. */
 void store_retry_schedule_locked(struct store *s, struct blob *b);
+int same_ts(const struct timespec *a, const struct timespec *b);
+/* @st is what proves the file now; is @st still the file proven? */
+void file_proof_take(struct file_proof *p, const struct stat *st);
+int file_proof_holds(const struct file_proof *p, const struct stat *st);
 /* A copy of @b was verified: no backoff any more. */
 void store_backoff_clear_locked(struct blob *b);
 
@@ -121,10 +125,6 @@ struct blob_part *part_get_locked(struct blob *b);
 void part_publish_locked(struct blob *b);
 /* On the range worker's queue (once). */
 void part_enqueue_locked(struct store *s, struct blob *b);
-/* The partial file's identity is now @st: what lets its ranges serve
- * after a restart; is @st still that file? */
-void part_identity_locked(struct blob_part *p, const struct stat *st);
-int part_same_identity(const struct blob_part *p, const struct stat *st);
 /* A verified range into @p's list, in offset order: 0 or -ENOMEM. */
 int part_insert_locked(struct blob_part *p, uint64_t off, uint64_t len, const char *xxh);
 /* Drop every local range of @b and remove its partial file (the ranges

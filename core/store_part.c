@@ -311,20 +311,6 @@ const char *blob_info_state_name(const struct blob_info *in)
 
 /* ---- the lists ---- */
 
-void part_identity_locked(struct blob_part *p, const struct stat *st)
-{
-	p->ino = (uint64_t)st->st_ino;
-	p->mtime = st->st_mtim;
-	p->ctime = st->st_ctim;
-}
-
-int part_same_identity(const struct blob_part *p, const struct stat *st)
-{
-	return p->ino == (uint64_t)st->st_ino && p->mtime.tv_sec == st->st_mtim.tv_sec &&
-	       p->mtime.tv_nsec == st->st_mtim.tv_nsec && p->ctime.tv_sec == st->st_ctim.tv_sec &&
-	       p->ctime.tv_nsec == st->st_ctim.tv_nsec;
-}
-
 int part_insert_locked(struct blob_part *p, uint64_t off, uint64_t len, const char *xxh)
 {
 	size_t i = 0;
@@ -376,9 +362,7 @@ int part_load_locked(struct store *s, struct blob *b, const struct index_rec *r)
 	for (size_t i = 0; i < r->nranges; i++)
 		part_insert_locked(p, r->ranges[i].off, r->ranges[i].len, r->ranges[i].xxh);
 	snprintf(b->sample, sizeof(b->sample), "%s", r->sample);
-	p->ino = r->part_ino;
-	p->mtime = r->part_mtime;
-	p->ctime = r->part_ctime;
+	p->proof = (struct file_proof){ r->part_ino, r->part_mtime, r->part_ctime };
 	part_path_locked(s, b, path, sizeof(path));
 	if (lstat(path, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != b->size) {
 		store_log_msg(s, LOG_WARNING, "start-up: partial copy %s of %s is gone or not of its "
@@ -386,7 +370,7 @@ int part_load_locked(struct store *s, struct blob *b, const struct index_rec *r)
 		p->n = p->bytes = 0;
 		return 0;
 	}
-	if (!part_same_identity(p, &st))
+	if (!file_proof_holds(&p->proof, &st))
 		p->unproven = 1;
 	/* covered whole but not made the copy yet (a restart came first) */
 	p->adopt = p->bytes == b->size;

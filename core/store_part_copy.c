@@ -67,7 +67,7 @@ static void copied_locked(struct store *s, struct blob *b, struct brange w, int 
 	}
 	if (p->n == 1)
 		snprintf(b->sample, sizeof(b->sample), "%s", res->sample);
-	part_identity_locked(p, st);
+	file_proof_take(&p->proof, st);
 	b->checked = 1; /* the identity was taken just now */
 	s->part_copied++;
 	s->part_bytes_copied += w.len;
@@ -195,7 +195,7 @@ static void rehash(struct store *s, struct blob *b)
 			else
 				bad++;
 		p->unproven = 0;
-		part_identity_locked(p, &st);
+		file_proof_take(&p->proof, &st);
 		part_publish_locked(b);
 		store_dirty_locked(s);
 		store_log_msg(s, bad ? LOG_WARNING : LOG_INFO, "start-up: re-hashed the %zu local "
@@ -257,7 +257,7 @@ static int adopt(struct store *s, struct blob *b)
 	p->copying = 0;
 	if (gen != p->gen || (b->state != BLOB_NAS && b->state != BLOB_FAILED))
 		return 0; /* dropped, or copied whole, meanwhile */
-	if (r == 0 && (!part_same_identity(p, &st0) || !part_same_identity(p, &st1)))
+	if (r == 0 && (!file_proof_holds(&p->proof, &st0) || !file_proof_holds(&p->proof, &st1)))
 		r = -ESTALE, snprintf(why, sizeof(why), "partial file %s changed since its ranges "
 				      "were verified", path);
 	else if (r == 0 && strcmp(res.sample, b->sample))

@@ -64,11 +64,6 @@ static int copy_stat(const char *path, struct stat *st)
 	return S_ISREG(st->st_mode) ? 0 : -EINVAL;
 }
 
-static int same_ts(const struct timespec *a, const struct timespec *b)
-{
-	return a->tv_sec == b->tv_sec && a->tv_nsec == b->tv_nsec;
-}
-
 static int same_file(const struct stat *a, const struct stat *b)
 {
 	return a->st_ino == b->st_ino && a->st_dev == b->st_dev && a->st_size == b->st_size &&
@@ -78,16 +73,12 @@ static int same_file(const struct stat *a, const struct stat *b)
 /* Is @st the file @b's copy was when it was verified? */
 static int proven_locked(const struct blob *b, const struct stat *st)
 {
-	return b->copy_ino && b->copy_ino == (uint64_t)st->st_ino &&
-	       (uint64_t)st->st_size == b->size &&
-	       same_ts(&b->copy_mtime, &st->st_mtim) && same_ts(&b->copy_ctime, &st->st_ctim);
+	return file_proof_holds(&b->copy, st) && (uint64_t)st->st_size == b->size;
 }
 
 static void prove_locked(struct blob *b, const struct stat *st)
 {
-	b->copy_ino = (uint64_t)st->st_ino;
-	b->copy_mtime = st->st_mtim;
-	b->copy_ctime = st->st_ctim;
+	file_proof_take(&b->copy, st);
 }
 
 static int is_hex32(const char *x)
@@ -105,7 +96,7 @@ void verify_record_locked(struct store *s, struct blob *b, const struct fetch_re
 	snprintf(b->xxh, sizeof(b->xxh), "%s", res->xxh);
 	snprintf(b->sample, sizeof(b->sample), "%s", res->sample);
 	b->checked = 1; /* the sample was taken from the bytes just copied */
-	b->copy_ino = 0;
+	b->copy.ino = 0;
 	/* After the rename into data/ (a rename changes the ctime). */
 	if (store_local_path_locked(s, b, local, sizeof(local)) < 0 || copy_stat(local, &st) < 0)
 		return; /* no proof: re-hashed at the next start-up */
@@ -137,7 +128,7 @@ int verify_loaded_locked(struct store *s, struct blob *b)
 	if (*why) {
 		store_log_msg(s, LOG_NOTICE, "start-up: dropped local copy of %s (%s)", b->key, why);
 		b->xxh[0] = '\0';
-		b->copy_ino = 0;
+		b->copy.ino = 0;
 		return 0;
 	}
 	if (proven_locked(b, &lst)) {
@@ -154,10 +145,10 @@ int verify_loaded_locked(struct store *s, struct blob *b)
 	b->tmp = strdup(local);
 	atomic_store(&b->prog.bytes_done, 0);
 	atomic_store(&b->prog.cancel, 0);
-	store_log_msg(s, b->copy_ino ? LOG_WARNING : LOG_INFO,
+	store_log_msg(s, b->copy.ino ? LOG_WARNING : LOG_INFO,
 		      "start-up: local copy %s of %s (%s) is re-hashed before it serves: %s; "
 		      "served from the NAS meanwhile", local, b->key, b->id,
-		      b->copy_ino ? "it changed since it was verified (inode, mtime or ctime)" :
+		      b->copy.ino ? "it changed since it was verified (inode, mtime or ctime)" :
 				    "the index holds no proof of it (an earlier version wrote none)");
 	return 2;
 }
@@ -359,7 +350,7 @@ static void drop_loaded_locked(struct store *s, struct blob *b)
 	}
 	atomic_store_explicit(&b->state, BLOB_NAS, memory_order_release);
 	b->xxh[0] = '\0';
-	b->copy_ino = 0;
+	b->copy.ino = 0;
 	b->checked = 0;
 	store_dirty_locked(s);
 }
@@ -501,7 +492,7 @@ static void rehash_done_locked(struct store *s, struct blob *b, struct rehash *h
 			unlink_if_same(s, h->local, &h->before);
 		b->state = BLOB_NAS;
 		b->xxh[0] = '\0';
-		b->copy_ino = 0;
+		b->copy.ino = 0;
 		b->reason[0] = '\0';
 		s->evicted++;
 		store_reset_hot_locked(s, b);
@@ -565,7 +556,7 @@ static void rehash_done_locked(struct store *s, struct blob *b, struct rehash *h
 		removed = unlink_if_same(s, h->local, &h->before);
 	b->state = BLOB_NAS;
 	b->xxh[0] = '\0';
-	b->copy_ino = 0;
+	b->copy.ino = 0;
 	snprintf(b->reason, sizeof(b->reason), "%s", why);
 	s->demoted++;
 	store_reset_hot_locked(s, b);

@@ -194,50 +194,74 @@ static int cmp_str(const void *a, const void *b)
 	return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-/* Local files no LOCAL blob names are leftovers: remove them.  The names
- * in use are sorted once, each file looked up by bisection: O((blobs +
- * files) log blobs), not one table scan per file. */
+/* Remove the files of @dir that no name of @used (sorted) is: leftovers,
+ * logged as "unreferenced @what". */
+static void drop_unnamed(struct store *s, const char *dir, const char **used, size_t n,
+			 const char *what)
+{
+	DIR *d = opendir(dir);
+	struct dirent *fe;
+
+	if (!d)
+		return;
+	while ((fe = readdir(d))) {
+		const char *name = fe->d_name;
+
+		if (name[0] == '.' || bsearch(&name, used, n, sizeof(*used), cmp_str))
+			continue;
+		if (unlinkat(dirfd(d), name, 0) == 0)
+			store_log_msg(s, LOG_NOTICE, "start-up: removed unreferenced %s %s/%s", what,
+				      dir, name);
+	}
+	closedir(d);
+}
+
+/* Local files no LOCAL blob names are leftovers: remove them, and partial
+ * files no blob's ranges are in.  The names in use are sorted once, each
+ * file looked up by bisection: O((blobs + files) log blobs), not one table
+ * scan per file. */
 static void drop_orphans(struct store *s)
 {
-	const char **used = malloc((s->blobs.count ? s->blobs.count : 1) * sizeof(*used));
-	DIR *top = opendir(s->data_dir);
+	size_t cap = s->blobs.count ? s->blobs.count : 1, n = 0, np = 0, nparts = 1;
+	const char **used, **pused;
+	char (*pnames)[33];
+	DIR *top = NULL;
 	struct dirent *de;
-	size_t n = 0;
 
-	if (!used || !top) {
-		free(used);
-		if (top)
-			closedir(top);
-		return; /* nothing removed: leftovers only cost space */
-	}
 	STORE_EACH(s, b)
+		nparts += b->part != NULL;
+	used = malloc(cap * sizeof(*used));
+	pused = malloc(nparts * sizeof(*pused));
+	pnames = malloc(nparts * sizeof(*pnames));
+	if (used && pused && pnames)
+		top = opendir(s->data_dir);
+	if (!top)
+		goto out; /* nothing removed: leftovers only cost space */
+	STORE_EACH(s, b) {
 		if (b->state == BLOB_LOCAL || b->reverify)
 			used[n++] = b->xxh;
+		if (b->part && (b->part->n || b->part->unproven)) {
+			part_name(b, pnames[np]);
+			pused[np] = pnames[np];
+			np++;
+		}
+	}
 	qsort(used, n, sizeof(*used), cmp_str);
+	qsort(pused, np, sizeof(*pused), cmp_str);
 	while ((de = readdir(top))) {
 		char sub[PATH_MAX + 300];
-		struct dirent *fe;
-		DIR *d;
 
 		if (de->d_name[0] == '.')
 			continue;
 		snprintf(sub, sizeof(sub), "%s/%s", s->data_dir, de->d_name);
-		d = opendir(sub);
-		if (!d)
-			continue;
-		while ((fe = readdir(d))) {
-			const char *name = fe->d_name;
-
-			if (name[0] == '.' || bsearch(&name, used, n, sizeof(*used), cmp_str))
-				continue;
-			if (unlinkat(dirfd(d), name, 0) == 0)
-				store_log_msg(s, LOG_NOTICE, "start-up: removed unreferenced copy %s/%s",
-					  sub, name);
-		}
-		closedir(d);
+		drop_unnamed(s, sub, used, n, "copy");
 	}
 	closedir(top);
+	drop_unnamed(s, s->part_dir, pused, np, "partial copy");
+out:
 	free(used);
+	free(pused);
+	free(pnames);
 }
 
 /* Regular files under data/<xx>/ (for the log). */
@@ -336,7 +360,6 @@ int index_load(struct store *s)
 			      "and %zu partial copies served, %zu re-hashed before they serve, %zu "
 			      "dropped", s->index_path, r, ld.local, ld.partial, ld.rehash, ld.dropped);
 	drop_orphans(s);
-	part_drop_orphans(s);
 	pthread_mutex_unlock(&s->lock);
 	return 0;
 }

@@ -117,8 +117,10 @@ void store_empty_tmp(struct store *s);
 
 /* ---- store_part.c (and, marked, store_part_copy.c): partial copies
  * (store.h) ---- */
-/* parts/<XXH3-128 of @b's key>. */
+/* parts/<XXH3-128 of @b's key>; part_name: the name alone (@b->key is
+ * immutable: no lock needed). */
 void part_path_locked(const struct store *s, const struct blob *b, char *out, size_t sz);
+void part_name(const struct blob *b, char out[33]);
 /* @b's part, made if it has none (NULL: out of memory). */
 struct blob_part *part_get_locked(struct blob *b);
 /* b->part_bytes (the read path's lock-free check) follows the list. */
@@ -135,8 +137,6 @@ void part_drop_locked(struct store *s, struct blob *b, const char *why);
 /* At load, a "partial" record: its ranges, checked against the file.
  * Returns 1 serving, 2 re-hashed first, 0 dropped. */
 int part_load_locked(struct store *s, struct blob *b, const struct index_rec *r);
-/* Partial files no record names: removed (at load, after the index). */
-void part_drop_orphans(struct store *s);
 /* store_part_copy.c: the range worker. */
 void *store_part_worker(void *arg);
 void store_part_free(struct blob *b);

@@ -31,7 +31,6 @@
 #include "store_int.h"
 #include "hash.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -47,11 +46,16 @@
  * and one piece's bytes are all that sit in the page cache unverified. */
 #define PART_PIECE ((uint64_t)256 << 20)
 
+void part_name(const struct blob *b, char out[33])
+{
+	xxh128_hex_of(b->key, strlen(b->key), out);
+}
+
 void part_path_locked(const struct store *s, const struct blob *b, char *out, size_t sz)
 {
 	char h[33];
 
-	xxh128_hex_of(b->key, strlen(b->key), h);
+	part_name(b, h);
 	snprintf(out, sz, "%s/%s", s->part_dir, h);
 }
 
@@ -379,30 +383,3 @@ int part_load_locked(struct store *s, struct blob *b, const struct index_rec *r)
 	part_publish_locked(b);
 	return p->unproven ? 2 : 1;
 }
-
-void part_drop_orphans(struct store *s)
-{
-	DIR *d = opendir(s->part_dir);
-	struct dirent *de;
-
-	if (!d)
-		return;
-	while ((de = readdir(d))) {
-		char path[PATH_MAX + 64];
-		int used = 0;
-
-		if (de->d_name[0] == '.')
-			continue;
-		STORE_EACH(s, b) {
-			if (!used && b->part && (b->part->n || b->part->unproven)) {
-				part_path_locked(s, b, path, sizeof(path));
-				used = !strcmp(strrchr(path, '/') + 1, de->d_name);
-			}
-		}
-		if (!used && unlinkat(dirfd(d), de->d_name, 0) == 0)
-			store_log_msg(s, LOG_NOTICE, "start-up: removed unreferenced partial copy "
-				      "%s/%s", s->part_dir, de->d_name);
-	}
-	closedir(d);
-}
-

@@ -438,12 +438,13 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 /* Reads use O_DIRECT where the filesystem allows it: the bytes land only in
  * the FUSE inode's page cache, never in the NAS file's (or the copy's) too,
  * and an NFS client's stale cache is not consulted.  Every read goes
- * through an aligned buffer of ours (a 1 MiB reply does not fit libfuse's
- * pipe, so it would not be spliced anyway): a NAS read through the gate,
- * so it has a deadline; a local read here, so its error is seen (a local
- * copy that returns EIO is demoted, and the read retried on the NAS). */
-#define DIO_ALIGN 4096
+ * through an aligned buffer of ours (partread.h: span_local, span_nas; a
+ * 1 MiB reply does not fit libfuse's pipe, so it would not be spliced
+ * anyway): a NAS read through the gate, so it has a deadline; a local read
+ * here, so its error is seen (a local copy that returns EIO is demoted, and
+ * the read retried on the NAS). */
 
+/* The bytes of @buf (@n of them) from @skip on, at most @size. */
 static void reply_slice(fuse_req_t req, const char *buf, ssize_t n, off_t skip, size_t size)
 {
 	size_t avail;
@@ -463,36 +464,25 @@ static int read_local(fuse_req_t req, int fd, size_t size, off_t off, int drop,
 		      uint64_t file_size)
 {
 	uint64_t left = (uint64_t)off < file_size ? file_size - (uint64_t)off : 0;
-	size_t need = left < size ? (size_t)left : size;
-	off_t aoff = off & ~(off_t)(DIO_ALIGN - 1);
-	size_t alen = ((size_t)(off - aoff) + size + DIO_ALIGN - 1) & ~(size_t)(DIO_ALIGN - 1);
-	ssize_t n;
-	void *buf;
+	size_t need = left < size ? (size_t)left : size, skip;
+	char *buf;
+	ssize_t n = span_local(fd, (uint64_t)off, size, drop, &buf, &skip);
 
-	if (posix_memalign(&buf, DIO_ALIGN, alen))
-		return -ENOMEM;
-	n = pread(fd, buf, alen, aoff);
-	if (n < 0) {
-		n = -errno;
-		free(buf);
+	if (n < 0)
 		return (int)n;
-	}
-	if (drop)
-		posix_fadvise(fd, aoff, (off_t)alen, POSIX_FADV_DONTNEED);
-	if ((size_t)n < (size_t)(off - aoff) + need) {
+	if ((size_t)n < need) {
 		free(buf);
 		return -EIO;
 	}
-	reply_slice(req, buf, n, off - aoff, size);
+	fuse_reply_buf(req, buf + skip, (size_t)n);
 	free(buf);
 	return 0;
 }
 
 static void read_nas(fuse_req_t req, struct wfs *w, struct wfs_fh *fh, size_t size, off_t off)
 {
-	off_t aoff = off & ~(off_t)(DIO_ALIGN - 1);
-	size_t alen = ((size_t)(off - aoff) + size + DIO_ALIGN - 1) & ~(size_t)(DIO_ALIGN - 1);
-	void *buf = NULL;
+	char *buf;
+	size_t skip;
 	int direct;
 	ssize_t n;
 	int fd = fh_nas_fd(w, fh, &direct);
@@ -501,12 +491,12 @@ static void read_nas(fuse_req_t req, struct wfs *w, struct wfs_fh *fh, size_t si
 		fuse_reply_err(req, EIO);
 		return;
 	}
-	n = nas_pread(w, fd, alen, aoff, !direct, &buf);
+	n = span_nas(w, fd, (uint64_t)off, size, !direct, &buf, &skip);
 	if (n < 0) {
 		fuse_reply_err(req, NAS_CANNOT_ANSWER(n) ? EIO : (int)-n);
 		return;
 	}
-	reply_slice(req, buf, n, off - aoff, size);
+	fuse_reply_buf(req, buf + skip, (size_t)n);
 	free(buf);
 }
 

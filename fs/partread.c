@@ -1,6 +1,7 @@
 /* partread.c - reads of files with local ranges; see partread.h. */
 #include "partread.h"
 #include "nas.h"
+#include "durable.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -10,58 +11,90 @@
 
 #define ALIGN 4096
 
-/* Bytes [@off, @off + @len) of the partial copy into @dst, through an
- * aligned buffer when it is read O_DIRECT. */
-static int read_local(const struct part_src *src, char *dst, uint64_t off, size_t len)
+/* The aligned span around [@off, @off + @len): its start, its length. */
+static uint64_t span_of(uint64_t off, size_t len, size_t *alen)
 {
 	uint64_t aoff = off & ~(uint64_t)(ALIGN - 1);
-	size_t alen = ((size_t)(off - aoff) + len + ALIGN - 1) & ~(size_t)(ALIGN - 1);
-	size_t got = 0;
-	char *buf;
 
-	if (posix_memalign((void **)&buf, ALIGN, alen))
-		return -ENOMEM;
-	while (got < alen) {
-		ssize_t n = pread(src->local_fd, buf + got, alen - got, (off_t)(aoff + got));
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;
-		got += (size_t)n;
-	}
-	if (!src->local_direct) /* the FUSE inode's cache is the one copy */
-		posix_fadvise(src->local_fd, (off_t)aoff, (off_t)alen, POSIX_FADV_DONTNEED);
-	if (got < (size_t)(off - aoff) + len) {
-		free(buf);
-		return -EUCLEAN; /* a listed range is always there: the copy is bad */
-	}
-	memcpy(dst, buf + (off - aoff), len);
-	free(buf);
-	return 0;
+	*alen = ((size_t)(off - aoff) + len + ALIGN - 1) & ~(size_t)(ALIGN - 1);
+	return aoff;
 }
 
-/* Bytes [@off, @off + @len) of the NAS file into @dst (zeros past its end:
- * the caller cut @len at the size the file had). */
+/* What of a span read of @got bytes lies from @off on, at most @len. */
+static ssize_t from_off(ssize_t got, size_t skip, size_t len)
+{
+	size_t have = got > (ssize_t)skip ? (size_t)got - skip : 0;
+
+	return (ssize_t)(have < len ? have : len);
+}
+
+ssize_t span_local(int fd, uint64_t off, size_t len, int drop, char **buf, size_t *skip)
+{
+	size_t alen;
+	uint64_t aoff = span_of(off, len, &alen);
+	ssize_t got;
+
+	if (posix_memalign((void **)buf, ALIGN, alen))
+		return -ENOMEM;
+	got = durable_pread_fd(fd, *buf, alen, (off_t)aoff);
+	if (drop)
+		posix_fadvise(fd, (off_t)aoff, (off_t)alen, POSIX_FADV_DONTNEED);
+	if (got < 0) {
+		free(*buf);
+		return got;
+	}
+	*skip = (size_t)(off - aoff);
+	return from_off(got, *skip, len);
+}
+
+ssize_t span_nas(struct wfs *w, int fd, uint64_t off, size_t len, int drop, char **buf,
+		 size_t *skip)
+{
+	size_t alen;
+	uint64_t aoff = span_of(off, len, &alen);
+	ssize_t got = nas_pread(w, fd, alen, (off_t)aoff, drop, (void **)buf);
+
+	if (got < 0)
+		return got;
+	*skip = (size_t)(off - aoff);
+	return from_off(got, *skip, len);
+}
+
+/* Bytes [@off, @off + @len) of the partial copy into @dst. */
+static int read_local(const struct part_src *src, char *dst, uint64_t off, size_t len)
+{
+	char *buf;
+	size_t skip;
+	ssize_t n = span_local(src->local_fd, off, len, !src->local_direct, &buf, &skip);
+
+	if (n == -ENOMEM)
+		return (int)n;
+	if (n >= 0) {
+		if ((size_t)n == len)
+			memcpy(dst, buf + skip, len);
+		free(buf);
+	}
+	/* a listed range is always there: a copy that cannot give it is bad */
+	return n == (ssize_t)len ? 0 : -EUCLEAN;
+}
+
+/* Bytes [@off, @off + @len) of the NAS file into @dst (the caller cut
+ * @len at the size the file had). */
 static int read_nas(struct wfs *w, const struct part_src *src, char *dst, uint64_t off, size_t len)
 {
-	uint64_t aoff = off & ~(uint64_t)(ALIGN - 1);
-	size_t alen = ((size_t)(off - aoff) + len + ALIGN - 1) & ~(size_t)(ALIGN - 1);
-	void *buf = NULL;
+	char *buf;
+	size_t skip;
 	ssize_t n;
 
 	if (src->nas_fd < 0)
 		return -EIO;
-	n = nas_pread(w, src->nas_fd, alen, (off_t)aoff, !src->nas_direct, &buf);
+	n = span_nas(w, src->nas_fd, off, len, !src->nas_direct, &buf, &skip);
 	if (n < 0)
 		return NAS_CANNOT_ANSWER((int)n) ? -EIO : (int)n;
-	if ((size_t)n < (size_t)(off - aoff) + len) {
-		free(buf);
-		return -EIO; /* shorter than when it was copied: changed under us */
-	}
-	memcpy(dst, (char *)buf + (off - aoff), len);
+	if ((size_t)n == len)
+		memcpy(dst, buf + skip, len);
 	free(buf);
-	return 0;
+	return (size_t)n == len ? 0 : -EIO; /* shorter than when it was copied: changed */
 }
 
 int part_read(struct wfs *w, const struct part_src *src, const struct brange *segs,

@@ -24,6 +24,18 @@ struct part_src {
 	int nas_fd, nas_direct;
 };
 
+/* Every daemon-served read (file.c's too) goes through these: the block-
+ * aligned span around [@off, @off + @len) read into an aligned buffer of
+ * its own (O_DIRECT needs one), from the local file @fd or, through the
+ * gate, from the NAS file @fd.  Each returns how many bytes from @off on
+ * it holds (at most @len; fewer at the end of the file), at *@buf (free it)
+ * + *@skip, or -errno (the NAS's as nas_pread gives it).  @drop: drop the
+ * pages read (a buffered descriptor: the FUSE inode's cache is the one
+ * copy). */
+ssize_t span_local(int fd, uint64_t off, size_t len, int drop, char **buf, size_t *skip);
+ssize_t span_nas(struct wfs *w, int fd, uint64_t off, size_t len, int drop, char **buf,
+		 size_t *skip);
+
 /* Fill @out with bytes [@off, @off + @len) of the file (@len already cut
  * at its end): the parts @segs (sorted, inside the read: store_part_plan)
  * from @src->local_fd, the others from the NAS.  Returns 0, or -errno:

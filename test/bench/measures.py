@@ -568,6 +568,14 @@ def wfs_state(path):
     return os.getxattr(path, "user.wfs.state").decode(errors="replace").rstrip("\0")
 
 
+def expect_state(path, want, after):
+    """The file's user.wfs.state must be `want` now (after `after`): else the
+    figure would measure something else."""
+    st = wfs_state(path)
+    if st != want:
+        raise RuntimeError(f"{path}: state {st} after {after}, expected {want}")
+
+
 def wfs_xattr_int(path, name):
     """An integer xattr of a file in the mount (None if the daemon has none)."""
     try:
@@ -838,8 +846,7 @@ def m_local(ctx):
             t0 = time.perf_counter()
             wfsctl(ctx, "promote", "--wait", mp)
             log(f"  promoted {ctx.big['path']} in {time.perf_counter() - t0:.2f} s")
-        if wfs_state(mp) != "local":
-            raise RuntimeError(f"{mp}: state {wfs_state(mp)} after promote, expected local")
+        expect_state(mp, "local", "promote")
         lp = local_copy_path(ctx, size)
         log(f"  local copy {lp}")
         # the copy holds the NAS bytes (spot check: head, middle, tail)
@@ -926,9 +933,7 @@ def m_part(ctx):
         t0 = time.perf_counter()
         wfsctl(ctx, "promote", "--range", f"{q}:{q}", "--wait", mp)
         dt = time.perf_counter() - t0
-        if wfs_state(mp) != "partial":
-            raise RuntimeError(f"{mp}: state {wfs_state(mp)} after promote --range, "
-                               "expected partial")
+        expect_state(mp, "partial", "promote --range")
         lp = part_file(ctx)
         same_bytes(lp, nas, q, q, "partial copy")
         log(f"  promoted range {q}:{q} of {ctx.big['path']} in {dt:.2f} s "
@@ -937,8 +942,7 @@ def m_part(ctx):
         t0 = time.perf_counter()
         wfsctl(ctx, "promote", "--wait", twin_mp)
         log(f"  promoted {twin['blob']} whole in {time.perf_counter() - t0:.2f} s")
-        if wfs_state(twin_mp) != "local":
-            raise RuntimeError(f"{twin_mp}: state {wfs_state(twin_mp)}, expected local")
+        expect_state(twin_mp, "local", "promote")
         tlp = local_copy_path(ctx, size)
         same_bytes(tlp, twin_nas, q, q, "whole copy")
         pt_part, pt_whole = passthrough_opens(mp), passthrough_opens(twin_mp)

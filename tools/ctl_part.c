@@ -62,30 +62,44 @@ static void print_reply(const json_t *rep, bool dry)
 		       (unsigned long long)json_integer_value(json_array_get(r, 1)));
 }
 
+/* A reply's [[off, len], ...] as a set of ranges (normalised; malloc'ed,
+ * *@n of them; NULL when out of memory). */
+static struct brange *ranges_of(const json_t *list, size_t *n)
+{
+	struct brange *v = malloc((json_array_size(list) + 1) * sizeof(*v));
+	const json_t *r;
+	size_t i;
+
+	*n = 0;
+	if (!v)
+		return NULL;
+	json_array_foreach(list, i, r)
+		v[(*n)++] = (struct brange){ (uint64_t)json_integer_value(json_array_get(r, 0)),
+					     (uint64_t)json_integer_value(json_array_get(r, 1)) };
+	*n = brange_normalize(v, *n);
+	return v;
+}
+
 /* Is every range of @want inside the blob's local ranges (or the blob
  * local whole)? */
 static bool covered(const json_t *blob, const json_t *want)
 {
-	const json_t *have = json_object_get(json_object_get(blob, "part"), "ranges"), *w, *h;
-	size_t i, k;
+	struct brange *have, *w;
+	size_t nh, nw;
+	bool ok;
 
 	if (!strcmp(jget_str(blob, "state"), "local"))
 		return true;
-	json_array_foreach(want, i, w) {
-		uint64_t pos = (uint64_t)json_integer_value(json_array_get(w, 0));
-		uint64_t end = pos + (uint64_t)json_integer_value(json_array_get(w, 1));
-
-		json_array_foreach(have, k, h) {
-			uint64_t a = (uint64_t)json_integer_value(json_array_get(h, 0));
-			uint64_t e = a + (uint64_t)json_integer_value(json_array_get(h, 1));
-
-			if (a <= pos && e > pos)
-				pos = e;
-		}
-		if (pos < end)
-			return false;
-	}
-	return true;
+	have = ranges_of(json_object_get(json_object_get(blob, "part"), "ranges"), &nh);
+	w = ranges_of(want, &nw);
+	ok = have && w;
+	if (!ok)
+		fprintf(stderr, "wfsctl: out of memory\n");
+	for (size_t i = 0; ok && i < nw; i++)
+		ok = brange_covers(have, nh, w[i].off, w[i].len);
+	free(have);
+	free(w);
+	return ok;
 }
 
 /* One progress poll of @key: its blob in the reply. */

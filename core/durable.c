@@ -23,10 +23,12 @@ int durable_fsync_dir(const char *dir)
 	return r;
 }
 
-static int write_all(int fd, const char *p, size_t len)
+/* Write all @len bytes: write(2) when @off < 0, else pwrite from @off on.
+ * 0, or -errno (-EIO: the file took nothing). */
+static int write_full(int fd, const char *p, size_t len, off_t off)
 {
 	while (len) {
-		ssize_t n = write(fd, p, len);
+		ssize_t n = off < 0 ? write(fd, p, len) : pwrite(fd, p, len, off);
 
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -34,8 +36,14 @@ static int write_all(int fd, const char *p, size_t len)
 			return n < 0 ? -errno : -EIO;
 		p += n;
 		len -= (size_t)n;
+		off += off < 0 ? 0 : n;
 	}
 	return 0;
+}
+
+int durable_pwrite_fd(int fd, const void *buf, size_t len, off_t off)
+{
+	return write_full(fd, buf, len, off);
 }
 
 int durable_replace(const char *path, const void *data, size_t len, mode_t mode, int sync)
@@ -51,7 +59,7 @@ int durable_replace(const char *path, const void *data, size_t len, mode_t mode,
 		return -errno;
 	r = fchmod(fd, mode) < 0 ? -errno : 0;
 	if (r == 0)
-		r = write_all(fd, data, len);
+		r = write_full(fd, data, len, -1);
 	if (r == 0 && sync && fsync(fd) < 0)
 		r = -errno;
 	if (close(fd) < 0 && r == 0)

@@ -31,6 +31,9 @@ int durable_read(const char *path, size_t max, char **out, size_t *len);
 ssize_t durable_read_fd(int fd, void *buf, size_t cap);
 /* The same with pread from @off (>= 0; the descriptor's offset untouched). */
 ssize_t durable_pread_fd(int fd, void *buf, size_t cap, off_t off);
+/* Write all @len bytes of @buf at @off (>= 0) with pwrite, going on after
+ * short and interrupted writes: 0 or -errno (-EIO: nothing was taken). */
+int durable_pwrite_fd(int fd, const void *buf, size_t len, off_t off);
 
 /* fsync the directory @dir (after a rename into it).  Returns 0 or -errno. */
 int durable_fsync_dir(const char *dir);

@@ -33,22 +33,6 @@ static void throttle(uint64_t bw_limit, uint64_t done, const struct timespec *t0
 	nanosleep(&ts, NULL);
 }
 
-static int write_all(int fd, const char *p, size_t n, uint64_t off)
-{
-	while (n) {
-		ssize_t w = pwrite(fd, p, n, (off_t)off);
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return w < 0 ? -errno : -EIO;
-		p += w;
-		n -= (size_t)w;
-		off += (uint64_t)w;
-	}
-	return 0;
-}
-
 /* Read @n bytes at @off of @fd, whole or an error: -ESTALE when the file
  * ends first. */
 static int read_all(int fd, char *p, size_t n, uint64_t off)
@@ -127,7 +111,7 @@ static int copy_range(const char *src, int in, int out, uint64_t off, uint64_t l
 			break;
 		}
 		content_hash_update(&ch, buf, n);
-		r = write_all(out, buf, n, pos);
+		r = durable_pwrite_fd(out, buf, n, (off_t)pos);
 		if (r < 0) {
 			snprintf(res->reason, sizeof(res->reason), "write of the local range at "
 				 "offset %llu: %s", (unsigned long long)pos, strerror(-r));

@@ -19,6 +19,16 @@
 #include <unistd.h>
 #include <dirent.h>
 
+/* The entries of a READDIRPLUS reply, classified in one NAS call rather
+ * than one each: those from @first that fit @size (a direntplus is a
+ * fuse_entry_out and a fuse_dirent header, 152 bytes, and the name, to 8).
+ * Entries found hidden leave room unused; the rest are looked up one by
+ * one. */
+struct plus_batch {
+	size_t first, n;
+	struct ns_entry *ent;
+	int *res;
+};
 
 struct dir_handle {
 	char rel[PATH_MAX];  /* IMMUTABLE after opendir */
@@ -31,11 +41,28 @@ struct dir_handle {
 	struct dir_entry *ents;
 	size_t n;
 	int from_record;     /* the NAS could not answer: the local record's names */
+	/* LOCK lock: the batch the next READDIRPLUS will ask for, classified
+	 * by the worker that sent this one while the kernel builds the
+	 * dentries of its reply and the reader stats them; ahead_busy while
+	 * that worker is at it (outside the lock), ahead_cond when it is
+	 * done. */
+	struct plus_batch ahead;
+	int ahead_busy;
+	pthread_cond_t ahead_cond;
 };
+
+static void plus_batch_free(struct plus_batch *b)
+{
+	free(b->ent);
+	free(b->res);
+	memset(b, 0, sizeof(*b));
+}
 
 static void dir_free(struct dir_handle *d)
 {
 	dir_entries_free(d->ents, d->n);
+	plus_batch_free(&d->ahead);
+	pthread_cond_destroy(&d->ahead_cond);
 	pthread_mutex_destroy(&d->lock);
 	free(d);
 }
@@ -109,6 +136,7 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	pthread_mutex_init(&d->lock, NULL);
+	pthread_cond_init(&d->ahead_cond, NULL);
 	node_path(n, d->rel, sizeof(d->rel));
 	/* While the NAS is down the listing is the record's, now, and never
 	 * kept by the kernel; a handle opened while it is up lists at its
@@ -128,17 +156,6 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	if (fuse_reply_open(req, fi) == -ENOENT)
 		dir_free(d);
 }
-
-/* The entries of a READDIRPLUS reply, classified in one NAS call rather
- * than one each: those from @first that fit @size (a direntplus is a
- * fuse_entry_out and a fuse_dirent header, 152 bytes, and the name, to 8).
- * Entries found hidden leave room unused; the rest are looked up one by
- * one. */
-struct plus_batch {
-	size_t first, n;
-	struct ns_entry *ent;
-	int *res;
-};
 
 #define DIRENTPLUS_LEN(namelen) (((size_t)152 + (namelen) + 7) & ~(size_t)7)
 
@@ -167,6 +184,20 @@ out:
 	free(rels);
 }
 
+/* (a worker that just replied to a READDIRPLUS of @d; d->ahead_busy keeps
+ * the handle from being released meanwhile) */
+static void classify_ahead(struct wfs *w, struct dir_handle *d, size_t first, size_t size)
+{
+	struct plus_batch b;
+
+	batch_classify(w, d, first, size, &b);
+	pthread_mutex_lock(&d->lock);
+	d->ahead = b;
+	d->ahead_busy = 0;
+	pthread_cond_broadcast(&d->ahead_cond);
+	pthread_mutex_unlock(&d->lock);
+}
+
 static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		       struct fuse_file_info *fi, int plus)
 {
@@ -178,9 +209,12 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	size_t used = 0;
 	uint64_t dot_ino = node_serial(&w->nodes, dn);
 	struct plus_batch batch = { 0 };
-	int r = buf && ent ? 0 : -ENOMEM, uncache;
+	int r = buf && ent ? 0 : -ENOMEM, uncache, ahead;
+	off_t i;
 
 	pthread_mutex_lock(&d->lock);
+	while (d->ahead_busy)
+		pthread_cond_wait(&d->ahead_cond, &d->lock);
 	if (!r)
 		r = dir_list(w, d);
 	if (r < 0) {
@@ -190,10 +224,19 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_err(req, -r);
 		return;
 	}
-	if (plus && !d->from_record)
-		batch_classify(w, d, off > 2 ? (size_t)off - 2 : 0, size, &batch);
+	if (plus && !d->from_record) {
+		size_t first = off > 2 ? (size_t)off - 2 : 0;
+
+		if (d->ahead.n && d->ahead.first == first) {
+			batch = d->ahead;
+			memset(&d->ahead, 0, sizeof(d->ahead));
+		} else {
+			plus_batch_free(&d->ahead);
+			batch_classify(w, d, first, size, &batch);
+		}
+	}
 	/* Offsets: 1 is ".", 2 is "..", 2 + i + 1 is entry i. */
-	for (off_t i = off; i < (off_t)d->n + 2; i++) {
+	for (i = off; i < (off_t)d->n + 2; i++) {
 		struct fuse_entry_param e;
 		struct stat st = {0};
 		const char *name;
@@ -253,14 +296,21 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	uncache = d->from_record && d->cached;
 	if (uncache)
 		__atomic_store_n(&dn->record_listed, 1, __ATOMIC_RELEASE);
+	/* Entry i - 2 is the first the next request asks for.  Classified
+	 * once this reply is sent, a tree walk's NAS work and the kernel's
+	 * (dentries, inodes, the reader's stats) run side by side, on two
+	 * cores, instead of in turn. */
+	ahead = plus && !d->from_record && used && i >= 2 && (size_t)i - 2 < d->n;
+	d->ahead_busy = ahead;
 	pthread_mutex_unlock(&d->lock);
 	fuse_reply_buf(req, buf, used);
 	if (uncache)
 		inval_push(&w->inval, ino);
 	free(buf);
 	free(ent);
-	free(batch.ent);
-	free(batch.res);
+	plus_batch_free(&batch);
+	if (ahead)
+		classify_ahead(w, d, (size_t)i - 2, size);
 }
 
 void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
@@ -277,8 +327,14 @@ void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
 void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	struct dir_handle *d = (struct dir_handle *)(uintptr_t)fi->fh;
+
 	(void)ino;
-	dir_free((struct dir_handle *)(uintptr_t)fi->fh);
+	pthread_mutex_lock(&d->lock);
+	while (d->ahead_busy)
+		pthread_cond_wait(&d->ahead_cond, &d->lock);
+	pthread_mutex_unlock(&d->lock);
+	dir_free(d);
 	fuse_reply_err(req, 0);
 }
 

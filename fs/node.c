@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static uint64_t mix(uint64_t h)
 {
@@ -93,6 +94,30 @@ static void put_stat(struct node_stat *s, const struct stat *st)
 	s->blksize = (uint32_t)st->st_blksize; /* an I/O size hint readers use */
 }
 
+static uint32_t now_ms(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint32_t)((uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000);
+}
+
+int node_attr_fresh(struct node_table *t, struct node *n, uint32_t ttl_ms, struct stat *st,
+		    uint32_t *left_ms)
+{
+	/* (unsigned: an age across the wrap of 2^32 ms comes out right) */
+	uint32_t age;
+
+	pthread_mutex_lock(&t->lock);
+	age = now_ms() - n->st.read_ms;
+	pthread_mutex_unlock(&t->lock);
+	if (age >= ttl_ms)
+		return -ESTALE;
+	node_attr(t, n, st);
+	*left_ms = ttl_ms - age;
+	return 0;
+}
+
 int node_set_stat_locked(struct node *n, const struct stat *st)
 {
 	int changed = n->st.size != (uint64_t)st->st_size || n->st.mtime != st->st_mtim.tv_sec ||
@@ -101,6 +126,7 @@ int node_set_stat_locked(struct node *n, const struct stat *st)
 	if (changed)
 		n->cache_ok = 0;
 	put_stat(&n->st, st);
+	n->st.read_ms = now_ms();
 	return changed;
 }
 

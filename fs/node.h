@@ -29,6 +29,8 @@ struct node_stat {
 	int64_t atime, mtime, ctime;
 	uint32_t atime_ns, mtime_ns, ctime_ns;
 	uint32_t mode, nlink, uid, gid, blksize;
+	uint32_t read_ms;  /* when they were read: CLOCK_MONOTONIC ms, mod 2^32
+			    * (in what was padding) */
 };
 
 /* Who may touch a field (one rule each):
@@ -102,8 +104,12 @@ uint64_t node_serial(struct node_table *t, const struct node *n);
 /* Copy a node's attributes under the table lock. */
 void node_attr(struct node_table *t, struct node *n, struct stat *st);
 
-/* With the table lock held: record @st as presented; returns 1 if size or
- * mtime differ from what was (and clears cache_ok then). */
+/* The attributes of @n if they were read less than @ttl_ms ago, with the
+ * rest of @ttl_ms in *@left_ms; else -ESTALE. */
+int node_attr_fresh(struct node_table *t, struct node *n, uint32_t ttl_ms, struct stat *st,
+		    uint32_t *left_ms);
+/* With the table lock held: record @st as presented (read now); returns 1
+ * if size or mtime differ from what was (and clears cache_ok then). */
 int node_set_stat_locked(struct node *n, const struct stat *st);
 
 #endif

@@ -22,6 +22,8 @@ ranges (`eio`) or slow (`latency`).
   EioMidCopy          EIO in a blob's middle: promote fails naming EIO, reads
                       of that range fail EIO and others are right; the range
                       healed, promote succeeds
+  FreshAttrs          a GETATTR within attr_timeout of the attributes' NAS
+                      stat (after a listing) asks the NAS nothing
   SlowNAS             20 ms a NAS call: right bytes, no errors, nas stays up
 
 Every call that could hang runs in a thread with a bounded join (a hang
@@ -608,6 +610,37 @@ class EioMidCopy(WfsOnFaultNAS):
         self.assertEqual(state_of(path), "local")
         self.assertEqual(sha_size_uncached(path), (e["sha256"], size))
         self.assertEqual(self.nas()["state"], "up")
+
+
+class FreshAttrs(WfsOnFaultNAS):
+    """Attributes the daemon read from the NAS less than attr_timeout ago
+    answer a GETATTR without a second NAS stat (issue 12).  The kernel asks
+    for a directory's attributes again after each listing it read from the
+    daemon (the listing marks its atime stale), within their timeout."""
+
+    OPTIONS = ("auto_promote=off", "attr_timeout=60", "entry_timeout=60",
+               "nas_timeout=%d" % NAS_TIMEOUT_MS)
+    PROMOTE = False
+
+    def test_getattr_after_listing_asks_nas_nothing(self):
+        d = REPO + "/snapshots"
+        os.listdir(self.m(REPO))   # READDIRPLUS: the attributes of snapshots/
+        os.listdir(self.m(d))      # read from the daemon: its atime is stale
+        before = self.nas()
+        # frozen: a NAS stat now would hang in faultfs, past nas_timeout
+        NAS.check("hang")
+        r = bounded(os.lstat, self.m(d), timeout=FAIL_WAIT)
+        hung = NAS.state()["hung"]
+        NAS.check("ok")
+        self.assertTrue(r["done"], "lstat %s: still blocked after %d s" % (d, FAIL_WAIT))
+        self.assertIsNone(r["errno"], "lstat %s: %s" % (d, errname(r["errno"])))
+        self.assertEqual(hung, 0, "lstat %s reached the NAS (a call hung in faultfs)" % d)
+        nas = os.lstat(FIX.n(d))
+        st = r["value"]
+        self.assertEqual((st.st_ino, st.st_mtime_ns, st.st_nlink),
+                         (nas.st_ino, nas.st_mtime_ns, nas.st_nlink), "lstat %s" % d)
+        after = self.nas()
+        self.assertEqual((after["state"], after["timeouts"]), ("up", before["timeouts"]), after)
 
 
 class SlowNAS(WfsOnFaultNAS):

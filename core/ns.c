@@ -41,7 +41,12 @@ int ns_classify(const struct hub_roots *roots, const char *rel, struct ns_entry 
 	struct stat lst;
 	int r;
 
-	memset(out, 0, sizeof(*out));
+	/* (not a memset of the whole entry: 8 KiB of path buffers, for each
+	 * entry of a walk) */
+	out->kind = 0;
+	out->link_state = 0;
+	memset(&out->st, 0, sizeof(out->st));
+	out->backing[0] = out->target[0] = out->blob_id[0] = '\0';
 	r = path_join(roots->path[0], rel, path, sizeof(path));
 	if (r < 0)
 		return r;

@@ -92,15 +92,16 @@ uint64_t path_hash(const char *s)
 
 int path_join(const char *a, const char *b, char *out, size_t outsz)
 {
-	int n;
+	/* (no snprintf: a tree walk joins a path for every entry it meets) */
+	size_t la = strlen(a), lb = strlen(b), sep = la && lb;
 
-	if (!*a)
-		n = snprintf(out, outsz, "%s", b);
-	else if (!*b)
-		n = snprintf(out, outsz, "%s", a);
-	else
-		n = snprintf(out, outsz, "%s/%s", a, b);
-	return n < 0 || (size_t)n >= outsz ? -ENAMETOOLONG : 0;
+	if (la + sep + lb >= outsz)
+		return -ENAMETOOLONG;
+	memmove(out + la + sep, b, lb + 1);
+	memmove(out, a, la);
+	if (sep)
+		out[la] = '/';
+	return 0;
 }
 
 /* Length of the first component of @p. */

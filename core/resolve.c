@@ -96,7 +96,10 @@ int hub_resolve(const struct hub_roots *roots, const char *rel, const char *via_
 	int root = 0, r, have_last = 0, jn = 0;
 	struct stat st, last;
 
-	memset(out, 0, sizeof(*out));
+	out->kind = 0;
+	out->root = out->hops = 0;
+	out->real[0] = out->via[0] = '\0';
+	memset(&out->st, 0, sizeof(out->st));
 	if (strlen(rel) >= sizeof(todo))
 		return -ENAMETOOLONG;
 	/* The directories above @rel are physical (see resolve.h): start the

@@ -180,7 +180,7 @@ static void choose_mode(struct wfs *w, struct node *n, struct wfs_fh *fh, int lo
 				id = 0;
 			}
 			n->backing_id = id;
-			n->backing_nas = fh->backing_nas = id > 0 && !local;
+			n->backing_nas = (uint8_t)(fh->backing_nas = id > 0 && !local);
 		}
 	}
 	if (id > 0) {

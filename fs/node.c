@@ -109,7 +109,7 @@ int node_attr_fresh(struct node_table *t, struct node *n, uint32_t ttl_ms, struc
 	uint32_t age;
 
 	pthread_mutex_lock(&t->lock);
-	age = now_ms() - n->st.read_ms;
+	age = now_ms() - n->st_read_ms;
 	pthread_mutex_unlock(&t->lock);
 	if (age >= ttl_ms)
 		return -ESTALE;
@@ -126,7 +126,7 @@ int node_set_stat_locked(struct node *n, const struct stat *st)
 	if (changed)
 		n->cache_ok = 0;
 	put_stat(&n->st, st);
-	n->st.read_ms = now_ms();
+	n->st_read_ms = now_ms();
 	return changed;
 }
 

@@ -29,8 +29,6 @@ struct node_stat {
 	int64_t atime, mtime, ctime;
 	uint32_t atime_ns, mtime_ns, ctime_ns;
 	uint32_t mode, nlink, uid, gid, blksize;
-	uint32_t read_ms;  /* when they were read: CLOCK_MONOTONIC ms, mod 2^32
-			    * (in what was padding) */
 };
 
 /* Who may touch a field (one rule each):
@@ -53,6 +51,7 @@ struct node {
 	uint8_t record_listed; /* ATOMIC: DIR: the kernel may keep a listing taken
 				* from the record (fs/dir.c); the next opendir
 				* drops it */
+	uint8_t backing_nas;  /* TABLE: the backing id is the NAS file's (nas_passthrough) */
 	uint64_t dev;         /* IMMUTABLE: FILE: the key object's device */
 	uint64_t serial;      /* TABLE: st_ino shown: the NAS inode of the key object,
 			       * so readdir's d_ino and stat agree (a directory's
@@ -64,7 +63,7 @@ struct node {
 	/* TABLE: open tallies: the kernel wants all opens of an inode alike,
 	 * passthrough with one backing id or daemon-served. */
 	int pt_opens, daemon_opens, backing_id;
-	int backing_nas;      /* TABLE: the backing id is the NAS file's (nas_passthrough) */
+	uint32_t st_read_ms;  /* TABLE: when st was read: CLOCK_MONOTONIC ms, mod 2^32 */
 	uint64_t daemon_reads; /* COUNTER: READ requests we served */
 	struct node_stat st;  /* TABLE: last attributes presented */
 	char name[];          /* IMMUTABLE: its name in the parent (FILE: the first seen) */

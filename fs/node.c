@@ -94,27 +94,33 @@ static void put_stat(struct node_stat *s, const struct stat *st)
 	s->blksize = (uint32_t)st->st_blksize; /* an I/O size hint readers use */
 }
 
-static uint32_t now_ms(void)
+/* CLOCK_MONOTONIC in 64ths of a second, mod 2^32 (it wraps after 2.1
+ * years: an age is right below that, and one that is not passes for
+ * fresh once at most, for at most its timeout) */
+#define TICKS_PER_S 64u
+
+static uint32_t now_ticks(void)
 {
 	struct timespec t;
 
 	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint32_t)((uint64_t)t.tv_sec * 1000 + (uint64_t)t.tv_nsec / 1000000);
+	return (uint32_t)((uint64_t)t.tv_sec * TICKS_PER_S +
+			  (uint64_t)t.tv_nsec / (1000000000u / TICKS_PER_S));
 }
 
-int node_attr_fresh(struct node_table *t, struct node *n, uint32_t ttl_ms, struct stat *st,
-		    uint32_t *left_ms)
+int node_attr_fresh(struct node_table *t, struct node *n, double ttl, struct stat *st,
+		    double *left)
 {
-	/* (unsigned: an age across the wrap of 2^32 ms comes out right) */
-	uint32_t age;
+	double age;
 
 	pthread_mutex_lock(&t->lock);
-	age = now_ms() - n->st_read_ms;
+	/* (+1: both times were cut to a tick, so the age may be one more) */
+	age = (double)(uint32_t)(now_ticks() - n->st_read + 1) / TICKS_PER_S;
 	pthread_mutex_unlock(&t->lock);
-	if (age >= ttl_ms)
+	if (age >= ttl)
 		return -ESTALE;
 	node_attr(t, n, st);
-	*left_ms = ttl_ms - age;
+	*left = ttl - age;
 	return 0;
 }
 
@@ -126,7 +132,7 @@ int node_set_stat_locked(struct node *n, const struct stat *st)
 	if (changed)
 		n->cache_ok = 0;
 	put_stat(&n->st, st);
-	n->st_read_ms = now_ms();
+	n->st_read = now_ticks();
 	return changed;
 }
 

@@ -63,7 +63,7 @@ struct node {
 	/* TABLE: open tallies: the kernel wants all opens of an inode alike,
 	 * passthrough with one backing id or daemon-served. */
 	int pt_opens, daemon_opens, backing_id;
-	uint32_t st_read_ms;  /* TABLE: when st was read: CLOCK_MONOTONIC ms, mod 2^32 */
+	uint32_t st_read;     /* TABLE: when st was read (node.c's ticks) */
 	uint64_t daemon_reads; /* COUNTER: READ requests we served */
 	struct node_stat st;  /* TABLE: last attributes presented */
 	char name[];          /* IMMUTABLE: its name in the parent (FILE: the first seen) */
@@ -103,10 +103,11 @@ uint64_t node_serial(struct node_table *t, const struct node *n);
 /* Copy a node's attributes under the table lock. */
 void node_attr(struct node_table *t, struct node *n, struct stat *st);
 
-/* The attributes of @n if they were read less than @ttl_ms ago, with the
- * rest of @ttl_ms in *@left_ms; else -ESTALE. */
-int node_attr_fresh(struct node_table *t, struct node *n, uint32_t ttl_ms, struct stat *st,
-		    uint32_t *left_ms);
+/* The attributes of @n if they were read (from the NAS, or from the record
+ * while it could not answer) less than @ttl seconds ago, with the rest of
+ * @ttl in *@left; else -ESTALE. */
+int node_attr_fresh(struct node_table *t, struct node *n, double ttl, struct stat *st,
+		    double *left);
 /* With the table lock held: record @st as presented (read now); returns 1
  * if size or mtime differ from what was (and clears cache_ok then). */
 int node_set_stat_locked(struct node *n, const struct stat *st);

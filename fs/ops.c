@@ -257,18 +257,17 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	struct node *n = N(w, ino);
 	struct stat st;
 	char path[PATH_MAX];
-	double ttl = timeout_for(w, n, 1);
-	uint32_t left_ms;
+	double ttl = timeout_for(w, n, 1), left;
 	(void)fi;
 
-	/* Attributes read from the NAS less than their timeout ago (by a
-	 * READDIRPLUS, a lookup) stand for the rest of it: the kernel could
-	 * have kept them that long, and asks again only because a read
-	 * marked the atime stale, which we never show changing.  No second
-	 * NAS stat, and a reply with no NAS thread in its way. */
+	/* Attributes read less than their timeout ago (by a READDIRPLUS, a
+	 * lookup) stand for the rest of it: the kernel could have kept them
+	 * that long, and asks again only because a read marked the atime
+	 * stale, which we never show changing.  No second NAS stat, and a
+	 * reply with no NAS thread in its way. */
 	if (n->kind != NS_LINK && ttl > 0 &&
-	    node_attr_fresh(&w->nodes, n, (uint32_t)(ttl * 1000), &st, &left_ms) == 0) {
-		fuse_reply_attr(req, &st, left_ms / 1000.0);
+	    node_attr_fresh(&w->nodes, n, ttl, &st, &left) == 0) {
+		fuse_reply_attr(req, &st, left);
 		return;
 	}
 	/* Refresh from the NAS: a file's size or mtime may change there. */

@@ -157,6 +157,12 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		dir_free(d);
 }
 
+/* Requests up to this size get their next batch classified ahead: glibc
+ * reads a directory 32 KiB at a time.  A batch holds an ns_entry (8 KiB of
+ * path buffers) per entry, so a reader asking for 1 MiB at once would have
+ * the handle hold ~40 MiB more meanwhile. */
+#define AHEAD_MAX_SIZE ((size_t)64 << 10)
+
 #define DIRENTPLUS_LEN(namelen) (((size_t)152 + (namelen) + 7) & ~(size_t)7)
 
 static void batch_classify(struct wfs *w, const struct dir_handle *d, size_t first, size_t size,
@@ -300,7 +306,8 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	 * once this reply is sent, a tree walk's NAS work and the kernel's
 	 * (dentries, inodes, the reader's stats) run side by side, on two
 	 * cores, instead of in turn. */
-	ahead = plus && !d->from_record && used && i >= 2 && (size_t)i - 2 < d->n;
+	ahead = plus && !d->from_record && used && i >= 2 && (size_t)i - 2 < d->n &&
+		size <= AHEAD_MAX_SIZE;
 	d->ahead_busy = ahead;
 	pthread_mutex_unlock(&d->lock);
 	fuse_reply_buf(req, buf, used);

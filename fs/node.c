@@ -94,6 +94,25 @@ static void put_stat(struct node_stat *s, const struct stat *st)
 	s->blksize = (uint32_t)st->st_blksize; /* an I/O size hint readers use */
 }
 
+static void attr_locked(const struct node *n, struct stat *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->st_ino = n->serial;
+	st->st_mode = n->st.mode;
+	st->st_nlink = n->st.nlink;
+	st->st_uid = n->st.uid;
+	st->st_gid = n->st.gid;
+	st->st_size = (off_t)n->st.size;
+	st->st_blocks = (blkcnt_t)n->st.blocks;
+	st->st_blksize = (blksize_t)n->st.blksize;
+	st->st_atim.tv_sec = n->st.atime;
+	st->st_atim.tv_nsec = n->st.atime_ns;
+	st->st_mtim.tv_sec = n->st.mtime;
+	st->st_mtim.tv_nsec = n->st.mtime_ns;
+	st->st_ctim.tv_sec = n->st.ctime;
+	st->st_ctim.tv_nsec = n->st.ctime_ns;
+}
+
 /* CLOCK_MONOTONIC in 64ths of a second, mod 2^32 (it wraps after 2.1
  * years: an age is right below that, and one that is not passes for
  * fresh once at most, for at most its timeout) */
@@ -116,10 +135,11 @@ int node_attr_fresh(struct node_table *t, struct node *n, double ttl, struct sta
 	pthread_mutex_lock(&t->lock);
 	/* (+1: both times were cut to a tick, so the age may be one more) */
 	age = (double)(uint32_t)(now_ticks() - n->st_read + 1) / TICKS_PER_S;
+	if (age < ttl)
+		attr_locked(n, st); /* the attributes of that age, in the same hold */
 	pthread_mutex_unlock(&t->lock);
 	if (age >= ttl)
 		return -ESTALE;
-	node_attr(t, n, st);
 	*left = ttl - age;
 	return 0;
 }
@@ -148,22 +168,8 @@ uint64_t node_serial(struct node_table *t, const struct node *n)
 
 void node_attr(struct node_table *t, struct node *n, struct stat *st)
 {
-	memset(st, 0, sizeof(*st));
 	pthread_mutex_lock(&t->lock);
-	st->st_ino = n->serial;
-	st->st_mode = n->st.mode;
-	st->st_nlink = n->st.nlink;
-	st->st_uid = n->st.uid;
-	st->st_gid = n->st.gid;
-	st->st_size = (off_t)n->st.size;
-	st->st_blocks = (blkcnt_t)n->st.blocks;
-	st->st_blksize = (blksize_t)n->st.blksize;
-	st->st_atim.tv_sec = n->st.atime;
-	st->st_atim.tv_nsec = n->st.atime_ns;
-	st->st_mtim.tv_sec = n->st.mtime;
-	st->st_mtim.tv_nsec = n->st.mtime_ns;
-	st->st_ctim.tv_sec = n->st.ctime;
-	st->st_ctim.tv_nsec = n->st.ctime_ns;
+	attr_locked(n, st);
 	pthread_mutex_unlock(&t->lock);
 }
 

@@ -399,6 +399,20 @@ def heal_stragglers(timeout=30):
     STRAGGLERS[:] = [t for t in STRAGGLERS if t.is_alive()]
 
 
+def wait_nas_state(tc, nas_of_status, want, timeout):
+    """Wait until nas_of_status() (the daemon's `status` "nas" object)
+    says state `want`; fail tc naming the last one seen.  Returns it."""
+    last = {}
+
+    def ok():
+        last.update(nas_of_status())
+        return last["state"] == want
+    if not wfstest.wait_until(ok, timeout, 0.05):
+        tc.fail("status nas.state is %r after %d s, expected %r: %s"
+                % (last.get("state"), timeout, want, last))
+    return dict(last)
+
+
 def bounded(fn, *args, timeout):
     """Start fn(*args) in a thread; return a dict: value or errno or exc,
     took (s), done (False: still blocked after `timeout`)."""

@@ -186,15 +186,7 @@ class WfsOnFaultNAS(unittest.TestCase):
         return nas
 
     def wait_nas(self, want, timeout):
-        last = {}
-
-        def ok():
-            last.update(self.nas())
-            return last["state"] == want
-        if not wfstest.wait_until(ok, timeout, 0.05):
-            self.fail("status nas.state is %r after %d s, expected %r: %s"
-                      % (last.get("state"), timeout, want, last))
-        return dict(last)
+        return faultnas.wait_nas_state(self, self.nas, want, timeout)
 
     def debug_state(self):
         """The daemon's log lines about the NAS and the record, and the

@@ -176,15 +176,7 @@ class PartOnFaultNAS(unittest.TestCase):
         return ctl_json(self, ["--socket", self.sock, "status"], timeout=30)
 
     def wait_nas(self, want, timeout):
-        last = {}
-
-        def ok():
-            last.update(self.status()["nas"])
-            return last["state"] == want
-        if not wfstest.wait_until(ok, timeout, 0.05):
-            self.fail("status nas.state is %r after %d s, expected %r: %s"
-                      % (last.get("state"), timeout, want, last))
-        return dict(last)
+        return faultnas.wait_nas_state(self, lambda: self.status()["nas"], want, timeout)
 
     def part(self):
         """The blob's "part" object (progress request): what is local."""

@@ -47,7 +47,6 @@ import mmap
 import os
 import random
 import shutil
-import signal
 import sys
 import tempfile
 import time
@@ -568,12 +567,7 @@ class KillMidCopy(PartialCase):
         self.assertTrue(wfstest.wait_until(mid_copy, 30, 0.02), "B never got under way: %s" % last[0])
         at_kill = last[0]
         blocks_at_kill = allocated(pfile)
-        pids = self.m.pids
-        self.assertTrue(pids, "no daemon pid known")
-        for pid in pids:
-            os.kill(pid, signal.SIGKILL)
-        self.assertTrue(wfstest.wait_until(lambda: not any(wfstest.pid_alive(p) for p in pids), 10),
-                        "daemon %s still alive after SIGKILL" % pids)
+        wfstest.kill_daemon(self, self.m.pids)
         print("\n  killed the daemon with range B at %d of %d bytes; partial file %d bytes allocated"
               % (at_kill.get("done_bytes"), at_kill.get("want_bytes"), blocks_at_kill), file=sys.stderr)
         self.assertLess(at_kill.get("done_bytes"), b[1], "B finished before the kill; slow it down")

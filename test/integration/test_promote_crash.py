@@ -7,7 +7,6 @@ again (same inode and mtime in LOCAL_STORE/data)."""
 
 import json
 import os
-import signal
 import sys
 import unittest
 
@@ -75,11 +74,7 @@ class KillDuringCopy(unittest.TestCase):
         copies = big_copies()
         state_at_kill = state_of(bigp)
         pids = FIX.mount.pids
-        self.assertTrue(pids, "no daemon pid known")
-        for p in pids:
-            os.kill(p, signal.SIGKILL)
-        self.assertTrue(wfstest.wait_until(lambda: not any(wfstest.pid_alive(p) for p in pids), 10),
-                        "daemon %s still alive after SIGKILL" % pids)
+        wfstest.kill_daemon(self, pids)
         print("\n  killed daemon %s with the big blob %s, copies %s, tmp/ %s"
               % (pids, state_at_kill, copies, tmp_during), file=sys.stderr)
         self.assertEqual(state_at_kill, "copying", "the copy finished before the kill; slow it down")

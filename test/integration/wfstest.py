@@ -188,6 +188,15 @@ def run_captured(cmd, timeout, **popen_kw):
         return rc, out.read().decode(errors="replace"), err.read().decode(errors="replace")
 
 
+def kill_daemon(tc, pids):
+    """kill -9 every pid of a daemon and assert that they are gone."""
+    tc.assertTrue(pids, "no daemon pid known")
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    tc.assertTrue(wait_until(lambda: not any(pid_alive(p) for p in pids), 10),
+                  "daemon %s still alive after SIGKILL" % pids)
+
+
 def drop_dead_mount(tc, mnt):
     """Take off a mount whose daemon was killed (lazily: it answers
     ENOTCONN) and assert it is gone."""

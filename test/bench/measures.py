@@ -833,6 +833,14 @@ def copy_workers(ctx):
     return "default"
 
 
+def promote_whole(ctx, mp, what):
+    """Caches dropped, `wfsctl promote --wait MP`, its time logged."""
+    drop_caches()
+    t0 = time.perf_counter()
+    wfsctl(ctx, "promote", "--wait", mp)
+    log(f"  promoted {what} in {time.perf_counter() - t0:.2f} s")
+
+
 def m_local(ctx):
     """Local-blob reads after promotion of the big shard: the same seq /
     mmap / rand figures as for the NAS, 'direct' = reading the verified
@@ -842,20 +850,11 @@ def m_local(ctx):
     mp = ctx.big_path("wfs")
     try:
         if wfs_state(mp) != "local":
-            drop_caches()
-            t0 = time.perf_counter()
-            wfsctl(ctx, "promote", "--wait", mp)
-            log(f"  promoted {ctx.big['path']} in {time.perf_counter() - t0:.2f} s")
+            promote_whole(ctx, mp, ctx.big["path"])
         expect_state(mp, "local", "promote")
         lp = local_copy_path(ctx, size)
         log(f"  local copy {lp}")
-        # the copy holds the NAS bytes (spot check: head, middle, tail)
-        with open(lp, "rb") as a, open(ctx.big_path("direct"), "rb") as b:
-            for off in (0, size // 2, max(0, size - MiB)):
-                a.seek(off)
-                b.seek(off)
-                if a.read(MiB) != b.read(MiB):
-                    raise RuntimeError(f"local copy {lp} differs from the NAS file at {off}")
+        same_bytes(lp, ctx.big_path("direct"), 0, size, "local copy")
         _, st0, _ = wfsctl(ctx, "status", ctx.mnt)
         dr0 = wfs_xattr_int(mp, "user.wfs.daemon_reads")
         pt = passthrough_opens(mp)
@@ -894,7 +893,7 @@ def part_file(ctx):
 def same_bytes(a, b, off, length, what):
     """Spot check: [off, off+length) of files a and b, head, middle, tail MiB."""
     with open(a, "rb") as fa, open(b, "rb") as fb:
-        for o in (off, off + length // 2, off + length - MiB):
+        for o in (off, off + length // 2, max(off, off + length - MiB)):
             fa.seek(o)
             fb.seek(o)
             if fa.read(MiB) != fb.read(MiB):
@@ -938,10 +937,7 @@ def m_part(ctx):
         same_bytes(lp, nas, q, q, "partial copy")
         log(f"  promoted range {q}:{q} of {ctx.big['path']} in {dt:.2f} s "
             f"({q / dt / 1e6:.0f} MB/s); partial copy {lp}")
-        drop_caches()
-        t0 = time.perf_counter()
-        wfsctl(ctx, "promote", "--wait", twin_mp)
-        log(f"  promoted {twin['blob']} whole in {time.perf_counter() - t0:.2f} s")
+        promote_whole(ctx, twin_mp, twin["blob"] + " whole")
         expect_state(twin_mp, "local", "promote")
         tlp = local_copy_path(ctx, size)
         same_bytes(tlp, twin_nas, q, q, "whole copy")

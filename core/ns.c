@@ -135,6 +135,91 @@ const char *ns_link_state_name(enum ns_link_state s)
 	return "?";
 }
 
+struct ns_batch_item {
+	int res;
+	enum ns_kind kind;
+	enum ns_link_state link_state;
+	struct stat st;
+	size_t strs; /* offset of backing; target and blob_id follow it */
+};
+
+/* @p with room for @need items of @size (@cap of them now): @p itself,
+ * the new block, or NULL (ENOMEM; @p untouched). */
+static void *grow(void *p, size_t *cap, size_t need, size_t size)
+{
+	size_t c = *cap ? *cap : 16;
+
+	if (need <= *cap)
+		return p;
+	while (c < need)
+		c *= 2;
+	p = realloc(p, c * size);
+	if (p)
+		*cap = c;
+	return p;
+}
+
+int ns_batch_add(struct ns_batch *b, int res, const struct ns_entry *e)
+{
+	size_t lb, lt, li;
+	struct ns_batch_item *it, *items;
+	char *strs;
+
+	items = grow(b->items, &b->cap, b->n + 1, sizeof(*b->items));
+	if (!items)
+		return -ENOMEM;
+	b->items = items;
+	if (res != 0) {
+		b->items[b->n++].res = res;
+		return 0;
+	}
+	lb = strlen(e->backing) + 1;
+	lt = strlen(e->target) + 1;
+	li = strlen(e->blob_id) + 1;
+	strs = grow(b->strs, &b->strs_cap, b->len + lb + lt + li, 1);
+	if (!strs)
+		return -ENOMEM;
+	b->strs = strs;
+	it = &b->items[b->n++];
+	it->res = 0;
+	it->strs = b->len;
+	it->kind = e->kind;
+	it->link_state = e->link_state;
+	it->st = e->st;
+	memcpy(b->strs + b->len, e->backing, lb);
+	memcpy(b->strs + b->len + lb, e->target, lt);
+	memcpy(b->strs + b->len + lb + lt, e->blob_id, li);
+	b->len += lb + lt + li;
+	return 0;
+}
+
+int ns_batch_get(const struct ns_batch *b, size_t i, struct ns_entry *out)
+{
+	const struct ns_batch_item *it = &b->items[i];
+	const char *s;
+
+	if (it->res != 0)
+		return it->res;
+	s = b->strs + it->strs;
+	out->kind = it->kind;
+	out->link_state = it->link_state;
+	out->st = it->st;
+	/* each was shorter than its buffer in the entry it came from */
+	strcpy(out->backing, s);
+	s += strlen(s) + 1;
+	strcpy(out->target, s);
+	s += strlen(s) + 1;
+	strcpy(out->blob_id, s);
+	return 0;
+}
+
+void ns_batch_free(struct ns_batch *b)
+{
+	free(b->items);
+	free(b->strs);
+	memset(b, 0, sizeof(*b));
+}
+
 struct walk {
 	const struct hub_roots *roots;
 	int flags;

@@ -11,6 +11,7 @@
 #include "resolve.h"
 
 #include <limits.h>
+#include <stddef.h>
 #include <sys/stat.h>
 
 enum ns_kind { NS_DIR = 1, NS_FILE, NS_LINK };
@@ -38,6 +39,27 @@ struct ns_entry {
 int ns_classify(const struct hub_roots *roots, const char *rel, struct ns_entry *out);
 
 const char *ns_link_state_name(enum ns_link_state s);
+
+/* Classified entries kept compactly, for a READDIRPLUS reply's worth of
+ * them: as ns_entry each would take 8.5 KiB (two PATH_MAX buffers), 1.3 MiB
+ * for a 32 KiB reply, and every thread's malloc arena would keep such
+ * blocks after a tree walk.  Here an entry is its attributes and its
+ * strings, packed. */
+struct ns_batch_item;
+struct ns_batch {
+	size_t n, cap;
+	struct ns_batch_item *items;
+	char *strs;            /* each entry's backing, target and blob_id, '\0'-ended */
+	size_t len, strs_cap;
+};
+
+/* Append @res (0 or ns_classify's -errno) and, when it is 0, @e.  Returns
+ * 0 or -ENOMEM (the batch is unchanged then). */
+int ns_batch_add(struct ns_batch *b, int res, const struct ns_entry *e);
+/* Entry @i (< b->n): returns its res; when that is 0, @out holds the entry. */
+int ns_batch_get(const struct ns_batch *b, size_t i, struct ns_entry *out);
+/* Free what the batch holds and empty it (a zeroed batch is empty). */
+void ns_batch_free(struct ns_batch *b);
 
 /* The one tree walker: call @fn for @rel and every entry under it, parents
  * before children, with the entry's classification (@fn must copy what it

@@ -26,8 +26,7 @@
  * one. */
 struct plus_batch {
 	size_t first, n;
-	struct ns_entry *ent;
-	int *res;
+	struct ns_batch b;
 };
 
 struct dir_handle {
@@ -53,8 +52,7 @@ struct dir_handle {
 
 static void plus_batch_free(struct plus_batch *b)
 {
-	free(b->ent);
-	free(b->res);
+	ns_batch_free(&b->b);
 	memset(b, 0, sizeof(*b));
 }
 
@@ -157,12 +155,6 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		dir_free(d);
 }
 
-/* Requests up to this size get their next batch classified ahead: glibc
- * reads a directory 32 KiB at a time.  A batch holds an ns_entry (8 KiB of
- * path buffers) per entry, so a reader asking for 1 MiB at once would have
- * the handle hold ~40 MiB more meanwhile. */
-#define AHEAD_MAX_SIZE ((size_t)64 << 10)
-
 #define DIRENTPLUS_LEN(namelen) (((size_t)152 + (namelen) + 7) & ~(size_t)7)
 
 static void batch_classify(struct wfs *w, const struct dir_handle *d, size_t first, size_t size,
@@ -182,7 +174,7 @@ static void batch_classify(struct wfs *w, const struct dir_handle *d, size_t fir
 		if (path_join(d->rel, d->ents[first + k].name, rel, sizeof(rel)) < 0 ||
 		    !(rels[k] = strdup(rel)))
 			goto out;
-	if (nas_classify_batch(w, rels, n, &b->ent, &b->res) == 0)
+	if (nas_classify_batch(w, rels, n, &b->b) == 0)
 		b->n = n;
 out:
 	for (size_t k = 0; k < n; k++)
@@ -267,9 +259,13 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 				st.st_mode = de->type;
 			} else if (plus) {
 				size_t k = (size_t)i - 2 - batch.first;
-				int r = k < batch.n ? lookup_classified(w, dn, name, rel, batch.res[k],
-									&batch.ent[k], &e)
-						    : do_lookup(w, dn, name, &e);
+				int r;
+
+				if (k < batch.n) {
+					r = ns_batch_get(&batch.b, k, ent);
+					r = lookup_classified(w, dn, name, rel, r, ent, &e);
+				} else
+					r = do_lookup(w, dn, name, &e);
 
 				if (r < 0)
 					continue; /* hidden or vanished */
@@ -306,8 +302,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	 * once this reply is sent, a tree walk's NAS work and the kernel's
 	 * (dentries, inodes, the reader's stats) run side by side, on two
 	 * cores, instead of in turn. */
-	ahead = plus && !d->from_record && used && i >= 2 && (size_t)i - 2 < d->n &&
-		size <= AHEAD_MAX_SIZE;
+	ahead = plus && !d->from_record && used && i >= 2 && (size_t)i - 2 < d->n;
 	d->ahead_busy = ahead;
 	pthread_mutex_unlock(&d->lock);
 	fuse_reply_buf(req, buf, used);

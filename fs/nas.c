@@ -46,8 +46,8 @@ struct batch_job {
 	const struct hub_roots *roots;
 	size_t n;
 	char **rels;
-	struct ns_entry *out;
-	int *res;
+	struct ns_entry e; /* the one being classified */
+	struct ns_batch out;
 };
 
 static void batch_release(void *arg)
@@ -57,8 +57,7 @@ static void batch_release(void *arg)
 	for (size_t i = 0; i < j->n; i++)
 		free(j->rels[i]);
 	free(j->rels);
-	free(j->out);
-	free(j->res);
+	ns_batch_free(&j->out);
 	free(j);
 }
 
@@ -67,15 +66,17 @@ static int batch_fn(void *arg)
 	struct batch_job *j = arg;
 
 	for (size_t i = 0; i < j->n; i++) {
-		j->res[i] = ns_classify(j->roots, j->rels[i], &j->out[i]);
-		if (nas_gate_unavailable(j->res[i]))
-			return j->res[i]; /* the rest would fail alike */
+		int r = ns_classify(j->roots, j->rels[i], &j->e);
+
+		if (nas_gate_unavailable(r))
+			return r; /* the rest would fail alike */
+		if (ns_batch_add(&j->out, r, &j->e) < 0)
+			return -ENOMEM;
 	}
 	return 0;
 }
 
-int nas_classify_batch(struct wfs *w, const char *const *rels, size_t n, struct ns_entry **out,
-		       int **res)
+int nas_classify_batch(struct wfs *w, const char *const *rels, size_t n, struct ns_batch *out)
 {
 	struct batch_job *j = calloc(1, sizeof(*j));
 	int r = -ENOMEM;
@@ -84,9 +85,7 @@ int nas_classify_batch(struct wfs *w, const char *const *rels, size_t n, struct 
 		return r;
 	j->roots = &w->roots;
 	j->rels = calloc(n ? n : 1, sizeof(*j->rels));
-	j->out = malloc((n ? n : 1) * sizeof(*j->out));
-	j->res = calloc(n ? n : 1, sizeof(*j->res));
-	if (!j->rels || !j->out || !j->res)
+	if (!j->rels)
 		goto out;
 	for (; j->n < n; j->n++)
 		if (!(j->rels[j->n] = strdup(rels[j->n])))
@@ -96,9 +95,7 @@ int nas_classify_batch(struct wfs *w, const char *const *rels, size_t n, struct 
 		return r;
 	if (r == 0) {
 		*out = j->out;
-		*res = j->res;
-		j->out = NULL;
-		j->res = NULL;
+		memset(&j->out, 0, sizeof(j->out));
 	}
 out:
 	batch_release(j);

@@ -230,6 +230,64 @@ static void test_ns(struct check_count *c)
 	expect_file(c, &roots, "models--o--store/snapshots/" REV "/escape-rel", "../outside/secret", "");
 }
 
+/* A batch gives back what ns_classify gave, entry for entry: files, links
+ * of every state, hidden and missing names; more entries than its first
+ * allocation holds. */
+static void test_ns_batch(struct check_count *c)
+{
+	static const char *const rels[] = {
+		"", "nope", "models--o--std/refs/main", "models--o--std/refs/main/x",
+		"models--o--std/snapshots/" REV "/model.safetensors",
+		"models--o--std/blobs/" SHA_A, "models--o--store/blobs/hop",
+		"models--o--store/snapshots/" REV "/direct.bin",
+		"models--o--store/snapshots/" REV "/dangling.json",
+		"models--o--store/snapshots/" REV "/self",
+		"models--o--store/snapshots/" REV "/escape-rel",
+		"models--o--store/snapshots/" REV "/packdir",
+	};
+	const size_t nrel = sizeof(rels) / sizeof(rels[0]), rounds = 5;
+	struct hub_roots roots = {0};
+	struct ns_batch b = {0};
+	struct ns_entry *want = malloc(sizeof(*want)), *got = malloc(sizeof(*got));
+	char p[PATH_MAX * 2];
+	int ok = 1;
+
+	snprintf(p, sizeof(p), "%s/hub", top);
+	CHECK(c, want && got && hub_roots_add(&roots, p) == 0, "setup");
+	if (!want || !got)
+		goto out;
+	for (size_t i = 0; i < nrel * rounds; i++) {
+		int r = ns_classify(&roots, rels[i % nrel], want);
+
+		ok &= ns_batch_add(&b, r, want) == 0;
+	}
+	CHECK(c, ok && b.n == nrel * rounds, "%zu entries added", b.n);
+	for (size_t i = 0; i < b.n; i++) {
+		const char *rel = rels[i % nrel];
+		int r = ns_classify(&roots, rel, want), g;
+
+		memset(got, 0x5a, sizeof(*got));
+		g = ns_batch_get(&b, i, got);
+		CHECK(c, g == r, "%s: res %d, want %d", rel, g, r);
+		if (g != 0 || r != 0)
+			continue;
+		/* (not the atime: a readlink may have moved it since) */
+		CHECK(c, got->kind == want->kind && got->link_state == want->link_state &&
+		      got->st.st_ino == want->st.st_ino && got->st.st_mode == want->st.st_mode &&
+		      got->st.st_size == want->st.st_size &&
+		      got->st.st_mtim.tv_nsec == want->st.st_mtim.tv_nsec &&
+		      got->st.st_mtim.tv_sec == want->st.st_mtim.tv_sec, "%s: kind, state, attrs", rel);
+		CHECK(c, !strcmp(got->backing, want->backing) && !strcmp(got->target, want->target) &&
+		      !strcmp(got->blob_id, want->blob_id), "%s: backing '%s' target '%s' id '%s'",
+		      rel, got->backing, got->target, got->blob_id);
+	}
+	ns_batch_free(&b);
+	CHECK(c, b.n == 0 && !b.items && !b.strs, "freed batch is empty");
+out:
+	free(want);
+	free(got);
+}
+
 int main(void)
 {
 	struct check_count c = {0};
@@ -239,6 +297,7 @@ int main(void)
 	build_tree();
 	test_path(&c);
 	test_ns(&c);
+	test_ns_batch(&c);
 	check_rmtree(top);
 	printf("core: %d passed, %d failed\n", c.passed, c.failed);
 	return c.failed ? 1 : 0;

@@ -1,10 +1,26 @@
-/* dir.c - directory listings, taken whole once a handle is first read, so
- * offsets are stable for that handle.
+/* dir.c - directory listings, with no directory handles.
  *
- * Not at opendir: the kernel keeps a directory's listing (cache_readdir)
- * and then reads it from its cache with no READDIR at all, so a listing
- * taken at every opendir would be NAS work thrown away -- the whole cost
- * of a warm tree walk. */
+ * OPENDIR is answered ENOSYS, so the kernel opens directories by itself:
+ * it never sends OPENDIR or RELEASEDIR again, and keeps every listing it
+ * reads (FOPEN_KEEP_CACHE | FOPEN_CACHE_DIR) until it sees the directory's
+ * mtime change.  A warm tree walk then costs the kernel's own work and the
+ * GETATTRs its listings cause, nothing more.
+ *
+ * With no handle, a listing is named by the offsets handed out: the high
+ * 32 bits carry its id, the low ones the position.  A READDIR at offset 0
+ * takes the directory's listing whole, from the NAS or, when it cannot
+ * answer, the record, so positions are stable for that pass; the next
+ * READDIRs find it by id in a small table, until the pass reaches its end
+ * or the table wants the room.  One no longer there is taken again and
+ * read on from the same position, as a listing that changed would be.
+ *
+ * A listing the NAS did not give (the record's names, while it is down)
+ * must not stay in the kernel: each reply of one is followed by an
+ * invalidation of the directory's pages.  The one after the end-of-listing
+ * reply comes after every entry the kernel could have cached -- a reader
+ * asks for the end only once it has taken in the reply before, and the
+ * kernel adds nothing to a listing it holds whole -- so what it holds of
+ * it is always dropped. */
 #include "wfs.h"
 #include "ops.h"
 #include "path.h"
@@ -29,12 +45,15 @@ struct plus_batch {
 	struct ns_batch b;
 };
 
-struct dir_handle {
-	char rel[PATH_MAX];  /* IMMUTABLE after opendir */
-	int cached;          /* IMMUTABLE after opendir: the kernel was told it
-			      * may keep the listing */
-	/* LOCK lock: the kernel sends one READDIR of a handle at a time, but
-	 * on any worker thread (an order a race detector cannot see). */
+struct listing {
+	uint32_t id;         /* IMMUTABLE: the high half of its offsets */
+	fuse_ino_t ino;      /* IMMUTABLE: the directory's */
+	char rel[PATH_MAX];  /* IMMUTABLE */
+	struct listing *next; /* LISTS: the table's, most recently used first */
+	unsigned refs;       /* LISTS: requests using it, and the table's */
+	/* LOCK lock: the kernel sends a pass's READDIRs one at a time, but on
+	 * any worker thread (an order a race detector cannot see), and two
+	 * passes may share a listing. */
 	pthread_mutex_t lock;
 	int listed;
 	struct dir_entry *ents;
@@ -50,24 +69,131 @@ struct dir_handle {
 	pthread_cond_t ahead_cond;
 };
 
+/* Listings kept for passes under way: a tree walk has one or two; a pass
+ * given up part way leaves its listing until it is pushed out. */
+#define LISTINGS_KEPT 64
+
+/* Offsets: the listing's id above, the position below: 1 is ".", 2 is "..",
+ * 2 + i + 1 is entry i.  Ids stay below 2^31, so an offset is positive. */
+#define OFF_ID(off) ((uint32_t)((uint64_t)(off) >> 32))
+#define OFF_POS(off) ((uint64_t)(off) & 0xffffffffu)
+#define OFF_MAKE(id, pos) ((off_t)(((uint64_t)(id) << 32) | (uint64_t)(pos)))
+#define LISTING_ID_MAX 0x7fffffffu
+
 static void plus_batch_free(struct plus_batch *b)
 {
 	ns_batch_free(&b->b);
 	memset(b, 0, sizeof(*b));
 }
 
-static void dir_free(struct dir_handle *d)
+static void listing_free(struct listing *l)
 {
-	dir_entries_free(d->ents, d->n);
-	plus_batch_free(&d->ahead);
-	pthread_cond_destroy(&d->ahead_cond);
-	pthread_mutex_destroy(&d->lock);
-	free(d);
+	dir_entries_free(l->ents, l->n);
+	plus_batch_free(&l->ahead);
+	pthread_cond_destroy(&l->ahead_cond);
+	pthread_mutex_destroy(&l->lock);
+	free(l);
+}
+
+int dir_lists_init(struct dir_lists *ls)
+{
+	memset(ls, 0, sizeof(*ls));
+	return -pthread_mutex_init(&ls->lock, NULL);
+}
+
+void dir_lists_destroy(struct dir_lists *ls)
+{
+	struct listing *l, *next;
+
+	for (l = ls->head; l; l = next) {
+		next = l->next;
+		listing_free(l);
+	}
+	pthread_mutex_destroy(&ls->lock);
+}
+
+/* Unlink and free the least recently used listing no request holds (under
+ * ls->lock); none is freed while every one is in use. */
+static void evict_locked(struct dir_lists *ls)
+{
+	struct listing **pp, **victim = NULL;
+
+	for (pp = &ls->head; *pp; pp = &(*pp)->next)
+		if ((*pp)->refs == 1)
+			victim = pp;
+	if (victim) {
+		struct listing *l = *victim;
+
+		*victim = l->next;
+		ls->n--;
+		listing_free(l);
+	}
+}
+
+/* The listing of @ino whose id @off carries, or (offset 0, or one no
+ * longer kept) a new one; with a reference.  NULL: ENOMEM. */
+static struct listing *listing_get(struct wfs *w, fuse_ino_t ino, struct node *dn, off_t off)
+{
+	struct dir_lists *ls = &w->lists;
+	uint32_t id = off ? OFF_ID(off) : 0;
+	struct listing **pp, *l = NULL;
+	char rel[PATH_MAX];
+
+	node_path(dn, rel, sizeof(rel));
+	pthread_mutex_lock(&ls->lock);
+	for (pp = &ls->head; id && *pp; pp = &(*pp)->next)
+		if ((*pp)->id == id && (*pp)->ino == ino) {
+			l = *pp;
+			*pp = l->next;
+			break;
+		}
+	if (!l) {
+		l = calloc(1, sizeof(*l));
+		if (!l) {
+			pthread_mutex_unlock(&ls->lock);
+			return NULL;
+		}
+		ls->last_id = ls->last_id % LISTING_ID_MAX + 1;
+		l->id = ls->last_id;
+		l->ino = ino;
+		l->refs = 1; /* the table's */
+		pthread_mutex_init(&l->lock, NULL);
+		pthread_cond_init(&l->ahead_cond, NULL);
+		strcpy(l->rel, rel);
+		if (++ls->n > LISTINGS_KEPT)
+			evict_locked(ls);
+	}
+	l->next = ls->head;
+	ls->head = l;
+	l->refs++;
+	pthread_mutex_unlock(&ls->lock);
+	return l;
+}
+
+/* Drop a request's reference; @done: the pass is over (its end was sent,
+ * or the listing failed), the table lets it go too. */
+static void listing_put(struct wfs *w, struct listing *l, int done)
+{
+	struct dir_lists *ls = &w->lists;
+	struct listing **pp;
+
+	pthread_mutex_lock(&ls->lock);
+	if (done)
+		for (pp = &ls->head; *pp; pp = &(*pp)->next)
+			if (*pp == l) {
+				*pp = l->next;
+				ls->n--;
+				l->refs--;
+				break;
+			}
+	if (--l->refs == 0)
+		listing_free(l);
+	pthread_mutex_unlock(&ls->lock);
 }
 
 /* The NAS cannot answer: a directory of a local revision lists what the
  * record holds; any other gets EIO. */
-static int list_from_record(struct wfs *w, struct dir_handle *d)
+static int list_from_record(struct wfs *w, struct listing *d)
 {
 	char **names = NULL, rel[PATH_MAX];
 	size_t n = 0;
@@ -96,9 +222,9 @@ static int list_from_record(struct wfs *w, struct dir_handle *d)
 	return d->ents ? 0 : -ENOMEM;
 }
 
-/* Take @d's whole listing (under d->lock, or before the handle is
- * shared), from the NAS or, when it cannot answer, the record. */
-static int dir_list(struct wfs *w, struct dir_handle *d)
+/* Take @d's whole listing (under d->lock), from the NAS or, when it cannot
+ * answer, the record. */
+static int dir_list(struct wfs *w, struct listing *d)
 {
 	char path[PATH_MAX];
 	int r;
@@ -119,45 +245,14 @@ static int dir_list(struct wfs *w, struct dir_handle *d)
 
 void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
-	struct wfs *w = W(req);
-	struct node *n = N(w, ino);
-	struct dir_handle *d;
-	int r;
-
-	if (n->kind != NS_DIR) {
-		fuse_reply_err(req, ENOTDIR);
-		return;
-	}
-	d = calloc(1, sizeof(*d));
-	if (!d) {
-		fuse_reply_err(req, ENOMEM);
-		return;
-	}
-	pthread_mutex_init(&d->lock, NULL);
-	pthread_cond_init(&d->ahead_cond, NULL);
-	node_path(n, d->rel, sizeof(d->rel));
-	/* While the NAS is down the listing is the record's, now, and never
-	 * kept by the kernel; a handle opened while it is up lists at its
-	 * first READDIR. */
-	if (!nas_gate_up(&w->gate) && (r = dir_list(w, d)) < 0) {
-		dir_free(d);
-		fuse_reply_err(req, -r);
-		return;
-	}
-	d->cached = !d->from_record;
-	fi->fh = (uint64_t)(uintptr_t)d;
-	/* The kernel may keep the listing; it drops it when the directory's
-	 * mtime changes, which it sees within attr_timeout, or when an open
-	 * does not ask it to keep it: once the record's names may be there. */
-	fi->cache_readdir = d->cached;
-	fi->keep_cache = d->cached && !__atomic_exchange_n(&n->record_listed, 0, __ATOMIC_ACQ_REL);
-	if (fuse_reply_open(req, fi) == -ENOENT)
-		dir_free(d);
+	(void)ino;
+	(void)fi;
+	fuse_reply_err(req, ENOSYS); /* see the top of this file */
 }
 
 #define DIRENTPLUS_LEN(namelen) (((size_t)152 + (namelen) + 7) & ~(size_t)7)
 
-static void batch_classify(struct wfs *w, const struct dir_handle *d, size_t first, size_t size,
+static void batch_classify(struct wfs *w, const struct listing *d, size_t first, size_t size,
 			   struct plus_batch *b)
 {
 	const char **rels;
@@ -182,48 +277,56 @@ out:
 	free(rels);
 }
 
-/* (a worker that just replied to a READDIRPLUS of @d; d->ahead_busy keeps
- * the handle from being released meanwhile) */
-static void classify_ahead(struct wfs *w, struct dir_handle *d, size_t first, size_t size)
+/* (a worker that just replied to a READDIRPLUS of @d, holding a reference;
+ * d->ahead_busy keeps other requests of the pass waiting meanwhile) */
+static void classify_ahead(struct wfs *w, struct listing *d, size_t first, size_t size)
 {
 	struct plus_batch b;
 
 	batch_classify(w, d, first, size, &b);
 	pthread_mutex_lock(&d->lock);
+	plus_batch_free(&d->ahead);
 	d->ahead = b;
 	d->ahead_busy = 0;
 	pthread_cond_broadcast(&d->ahead_cond);
 	pthread_mutex_unlock(&d->lock);
 }
 
-static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
-		       struct fuse_file_info *fi, int plus)
+static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, int plus)
 {
 	struct wfs *w = W(req);
-	struct dir_handle *d = (struct dir_handle *)(uintptr_t)fi->fh;
 	struct node *dn = N(w, ino);
+	struct listing *d = listing_get(w, ino, dn, off);
 	char *buf = calloc(1, size), rel[PATH_MAX];
 	struct ns_entry *ent = malloc(sizeof(*ent));
-	size_t used = 0;
+	size_t used = 0, pos = OFF_POS(off);
 	uint64_t dot_ino = node_serial(&w->nodes, dn);
 	struct plus_batch batch = { 0 };
-	int r = buf && ent ? 0 : -ENOMEM, uncache, ahead;
-	off_t i;
+	int r = d && buf && ent ? 0 : -ENOMEM, uncache, ahead;
+	size_t i;
 
+	if (r < 0) {
+		if (d)
+			listing_put(w, d, 0);
+		free(buf);
+		free(ent);
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
 	pthread_mutex_lock(&d->lock);
 	while (d->ahead_busy)
 		pthread_cond_wait(&d->ahead_cond, &d->lock);
-	if (!r)
-		r = dir_list(w, d);
+	r = dir_list(w, d);
 	if (r < 0) {
 		pthread_mutex_unlock(&d->lock);
+		listing_put(w, d, 1); /* the next try lists afresh */
 		free(buf);
 		free(ent);
 		fuse_reply_err(req, -r);
 		return;
 	}
 	if (plus && !d->from_record) {
-		size_t first = off > 2 ? (size_t)off - 2 : 0;
+		size_t first = pos > 2 ? pos - 2 : 0;
 
 		if (d->ahead.n && d->ahead.first == first) {
 			batch = d->ahead;
@@ -233,8 +336,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			batch_classify(w, d, first, size, &batch);
 		}
 	}
-	/* Offsets: 1 is ".", 2 is "..", 2 + i + 1 is entry i. */
-	for (i = off; i < (off_t)d->n + 2; i++) {
+	for (i = pos; i < d->n + 2; i++) {
 		struct fuse_entry_param e;
 		struct stat st = {0};
 		const char *name;
@@ -258,15 +360,14 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			if (!plus && (S_ISDIR(de->type) || S_ISREG(de->type) || d->from_record)) {
 				st.st_mode = de->type;
 			} else if (plus) {
-				size_t k = (size_t)i - 2 - batch.first;
-				int r;
+				size_t k = i - 2 - batch.first;
 
 				if (k < batch.n) {
 					r = ns_batch_get(&batch.b, k, ent);
 					r = lookup_classified(w, dn, name, rel, r, ent, &e);
-				} else
+				} else {
 					r = do_lookup(w, dn, name, &e);
-
+				}
 				if (r < 0)
 					continue; /* hidden or vanished */
 				n = N(w, e.ino);
@@ -279,9 +380,11 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			}
 		}
 		if (plus)
-			sz = fuse_add_direntry_plus(req, buf + used, size - used, name, &e, i + 1);
+			sz = fuse_add_direntry_plus(req, buf + used, size - used, name, &e,
+						    OFF_MAKE(d->id, i + 1));
 		else
-			sz = fuse_add_direntry(req, buf + used, size - used, name, &st, i + 1);
+			sz = fuse_add_direntry(req, buf + used, size - used, name, &st,
+					       OFF_MAKE(d->id, i + 1));
 		if (sz > size - used) {
 			if (n)
 				node_forget(&w->nodes, n, 1); /* not sent: undo the lookup */
@@ -289,20 +392,17 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		}
 		used += sz;
 	}
-	wfs_log(w, LOG_DEBUG, "readdir%s %s off %lld size %zu: %zu bytes%s", plus ? "plus" : "",
-		d->rel, (long long)off, size, used, d->from_record ? " (record)" : "");
-	/* The NAS went down between opendir and now: the kernel, told it may
-	 * keep this listing, must not keep the record's once the NAS is back.
-	 * The directory's next open drops it (op_opendir); so does the
-	 * invalidation queued here, should no open come. */
-	uncache = d->from_record && d->cached;
+	wfs_log(w, LOG_DEBUG, "readdir%s %s pos %zu size %zu: %zu bytes%s", plus ? "plus" : "",
+		d->rel, pos, size, used, d->from_record ? " (record)" : "");
+	/* The record's names: the kernel must not keep them (see the top). */
+	uncache = d->from_record;
 	if (uncache)
 		__atomic_store_n(&dn->record_listed, 1, __ATOMIC_RELEASE);
 	/* Entry i - 2 is the first the next request asks for.  Classified
 	 * once this reply is sent, a tree walk's NAS work and the kernel's
 	 * (dentries, inodes, the reader's stats) run side by side, on two
 	 * cores, instead of in turn. */
-	ahead = plus && !d->from_record && used && i >= 2 && (size_t)i - 2 < d->n;
+	ahead = plus && !d->from_record && used && i >= 2 && i - 2 < d->n;
 	d->ahead_busy = ahead;
 	pthread_mutex_unlock(&d->lock);
 	fuse_reply_buf(req, buf, used);
@@ -312,31 +412,20 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	free(ent);
 	plus_batch_free(&batch);
 	if (ahead)
-		classify_ahead(w, d, (size_t)i - 2, size);
+		classify_ahead(w, d, i - 2, size);
+	listing_put(w, d, used == 0); /* nothing sent: the end of the pass */
 }
 
 void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
-		       struct fuse_file_info *fi)
+		struct fuse_file_info *fi)
 {
-	do_readdir(req, ino, size, off, fi, 0);
+	(void)fi;
+	do_readdir(req, ino, size, off, 0);
 }
 
 void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
-			   struct fuse_file_info *fi)
+		    struct fuse_file_info *fi)
 {
-	do_readdir(req, ino, size, off, fi, 1);
+	(void)fi;
+	do_readdir(req, ino, size, off, 1);
 }
-
-void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
-{
-	struct dir_handle *d = (struct dir_handle *)(uintptr_t)fi->fh;
-
-	(void)ino;
-	pthread_mutex_lock(&d->lock);
-	while (d->ahead_busy)
-		pthread_cond_wait(&d->ahead_cond, &d->lock);
-	pthread_mutex_unlock(&d->lock);
-	dir_free(d);
-	fuse_reply_err(req, 0);
-}
-

@@ -283,9 +283,11 @@ static void notify_inval(void *arg, uint64_t ino)
 }
 
 /* The queue was full, and which blobs changed is no longer known: every
- * node with a blob forgets its pages.  Too many invalidations cost only
- * re-reads; a missing one would serve bytes the blob no longer has.  A
- * node without a blob has no changed hook to miss.  The ids are collected
+ * node with a blob forgets its pages, and so does every directory ever
+ * listed from the record (fs/dir.c).  Too many invalidations cost only
+ * re-reads; a missing one would serve bytes the blob no longer has, or
+ * keep the record's names in the kernel once the NAS is back.  Other
+ * nodes have nothing to miss.  The ids are collected
  * under the table lock and notified without it (an invalidation waits for
  * readers, which may take that lock); a node forgotten meanwhile is an id
  * the kernel no longer knows (its notice fails) or, reused, one that gets a
@@ -303,7 +305,8 @@ static void notify_inval_all(void *arg)
 		HTAB_EACH(&t->nodes, b, l) {
 			struct node *nd = htab_entry(l, struct node, hl);
 
-			if (__atomic_load_n(&nd->blob, __ATOMIC_ACQUIRE))
+			if (__atomic_load_n(&nd->blob, __ATOMIC_ACQUIRE) ||
+			    __atomic_load_n(&nd->record_listed, __ATOMIC_ACQUIRE))
 				ids[n++] = ino_of(w, nd);
 		}
 	pthread_mutex_unlock(&t->lock);
@@ -312,7 +315,8 @@ static void notify_inval_all(void *arg)
 			"invalidate every blob: a file demoted meanwhile may show stale pages");
 		return;
 	}
-	wfs_log(w, LOG_INFO, "cache invalidations were coalesced: invalidating all %zu blobs", n);
+	wfs_log(w, LOG_INFO, "cache invalidations were coalesced: invalidating all %zu blobs "
+		"and record-listed directories", n);
 	for (size_t i = 0; i < n; i++)
 		fuse_lowlevel_notify_inval_inode(w->se, ids[i], 0, 0);
 	free(ids);
@@ -392,6 +396,7 @@ int main(int argc, char **argv)
 
 	opts_init(&w.opt);
 	w.lock_fd = -1;
+	dir_lists_init(&w.lists);
 	/* Every option is checked here, before anything is opened or mounted. */
 	r = opts_parse(&w.opt, &args);
 	if (r == OPTS_HELP || r == OPTS_VERSION) {
@@ -600,6 +605,7 @@ out_nodes:
 		pins_close(&w.pins);
 	inval_destroy(&w.inval); /* after the store: its close may still report */
 	node_table_destroy(&w.nodes);
+	dir_lists_destroy(&w.lists);
 out_args:
 	fuse_opt_free_args(&args);
 	opts_free(&w.opt);

@@ -46,9 +46,9 @@ struct node {
 	uint8_t kind;         /* IMMUTABLE: enum ns_kind */
 	uint8_t weights;      /* ATOMIC: FILE: reached by a name that may be copied
 			       * (hub_holds_weights), under any of its names */
-	uint8_t record_listed; /* ATOMIC: DIR: the kernel may keep a listing taken
-				* from the record (fs/dir.c); the next opendir
-				* drops it */
+	uint8_t record_listed; /* ATOMIC: DIR: listed from the record once
+				* (fs/dir.c): an overflowed invalidation queue
+				* must not forget it (main.c) */
 	/* TABLE, bit-fields of one byte (every writer holds the lock): */
 	uint8_t cache_ok : 1;    /* FILE: size and mtime unchanged since the last open */
 	uint8_t own_id : 1;      /* blob_id is malloc'ed, not inside name */

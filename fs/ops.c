@@ -420,7 +420,6 @@ const struct fuse_lowlevel_ops wfs_ops = {
 	.opendir = op_opendir,
 	.readdir = op_readdir,
 	.readdirplus = op_readdirplus,
-	.releasedir = op_releasedir,
 	.getxattr = op_getxattr,
 	.listxattr = op_listxattr,
 	.statfs = op_statfs,

@@ -43,6 +43,15 @@ struct wfs_opts {
 	unsigned metrics_interval;
 };
 
+/* The listings of directory passes under way (fs/dir.c). */
+struct listing;
+struct dir_lists {
+	pthread_mutex_t lock;
+	struct listing *head; /* LOCK: most recently used first */
+	unsigned n;           /* LOCK */
+	uint32_t last_id;     /* LOCK: the id given last */
+};
+
 struct wfs {
 	/* First: the passthrough hooks get the session's userdata, this. */
 	struct passthrough pt;
@@ -67,6 +76,7 @@ struct wfs {
 	 * pushed by the store's changed hook, drained by its own thread. */
 	struct inval_queue inval;
 	uint64_t pt_opens_total;
+	struct dir_lists lists;
 };
 
 /* The backing id an open announces (fs/file.c; for passthrough.c). */

@@ -393,6 +393,63 @@ class Readdir(Base):
         self.assertEqual(len(got), len(set(got)), "duplicates in %s" % d)
         self.assertEqual(sorted(got), want)
 
+    def test_many_entries_interleaved_passes(self):
+        # Two passes over one directory, one paused part way while the other
+        # runs whole: with no directory handles, each pass finds its own
+        # listing by the offsets it was given (fs/dir.c).
+        d, want = self.many_dir()
+        wfstest.drop_caches()
+        with os.scandir(FIX.m(d)) as a, os.scandir(FIX.m(d)) as b:
+            first = [next(a).name]
+            whole = [x.name for x in b]
+            rest = [x.name for x in a]
+        for label, got in (("the pass run whole", whole), ("the paused pass", first + rest)):
+            self.assertEqual(len(got), len(set(got)), "%s of %s: duplicates" % (label, d))
+            self.assertEqual(sorted(got), want, "%s of %s" % (label, d))
+
+    def test_pass_keeps_its_listing_while_the_nas_changes(self):
+        # Names added on the NAS part way through a pass: the pass goes on
+        # in the listing it began with (taken whole at its start), so no
+        # name it has not shown yet is skipped and none is shown twice --
+        # what a listing re-read at each request would get wrong, as the
+        # new names shift the old ones' positions.
+        d, want = self.many_dir()
+        added = ["zz-added-%02d" % i for i in range(50)]
+        wfstest.drop_caches()
+        try:
+            with os.scandir(FIX.m(d)) as it:
+                got = [next(it).name]
+                for name in added:
+                    with open(os.path.join(FIX.n(d), name), "wb") as f:
+                        f.write(b"x")
+                got += [x.name for x in it]
+        finally:
+            for name in added:
+                try:
+                    os.unlink(os.path.join(FIX.n(d), name))
+                except FileNotFoundError:
+                    pass
+        self.assertEqual(len(got), len(set(got)), "%s: duplicates in a pass" % d)
+        self.assertEqual(sorted(set(got) - set(added)), want, "%s: old names of the pass" % d)
+
+    def test_more_passes_than_listings_kept(self):
+        # More passes paused at once than the daemon keeps listings for
+        # (LISTINGS_KEPT, 64): a pass whose listing was let go is listed
+        # again and goes on from where it was, neither repeating nor
+        # skipping a name.
+        d, want = self.many_dir()
+        wfstest.drop_caches()
+        its = [os.scandir(FIX.m(d)) for _ in range(80)]
+        try:
+            firsts = [next(it).name for it in its]
+            for i, it in enumerate(its):
+                got = [firsts[i]] + [x.name for x in it]
+                self.assertEqual(len(got), len(set(got)), "pass %d of %s: duplicates" % (i, d))
+                self.assertEqual(sorted(got), want, "pass %d of %s" % (i, d))
+        finally:
+            for it in its:
+                it.close()
+
     def test_many_entries_telldir_seekdir(self):
         # resuming a listing at an offset (what a second getdents call, and
         # seekdir, do) must neither repeat nor skip names

@@ -33,6 +33,30 @@ static int show_verbatim(const char *path, const struct stat *lst, enum ns_link_
 	return 0;
 }
 
+/* (not a memset of the whole entry: 8 KiB of path buffers, for each entry
+ * of a walk) */
+static void entry_reset(struct ns_entry *out)
+{
+	out->kind = 0;
+	out->link_state = 0;
+	memset(&out->st, 0, sizeof(out->st));
+	out->backing[0] = out->target[0] = out->blob_id[0] = '\0';
+}
+
+/* A directory or regular file at @path (@rel), whose lstat is @lst. */
+static void present_node(struct ns_entry *out, const char *path, const char *rel,
+			 const struct stat *lst)
+{
+	const char *name = hub_repo_blob_name(rel);
+
+	out->kind = S_ISDIR(lst->st_mode) ? NS_DIR : NS_FILE;
+	out->st = *lst;
+	out->st.st_mode &= ~(mode_t)0222;
+	strcpy(out->backing, path);
+	if (name && out->kind == NS_FILE)
+		snprintf(out->blob_id, sizeof(out->blob_id), "%s", name);
+}
+
 int ns_classify(const struct hub_roots *roots, const char *rel, struct ns_entry *out)
 {
 	char path[PATH_MAX], blob_dir[PATH_MAX], dir[PATH_MAX], to[PATH_MAX];
@@ -41,12 +65,7 @@ int ns_classify(const struct hub_roots *roots, const char *rel, struct ns_entry 
 	struct stat lst;
 	int r;
 
-	/* (not a memset of the whole entry: 8 KiB of path buffers, for each
-	 * entry of a walk) */
-	out->kind = 0;
-	out->link_state = 0;
-	memset(&out->st, 0, sizeof(out->st));
-	out->backing[0] = out->target[0] = out->blob_id[0] = '\0';
+	entry_reset(out);
 	r = path_join(roots->path[0], rel, path, sizeof(path));
 	if (r < 0)
 		return r;
@@ -54,13 +73,7 @@ int ns_classify(const struct hub_roots *roots, const char *rel, struct ns_entry 
 		return errno == ENOTDIR ? -ENOENT : -errno;
 
 	if (S_ISDIR(lst.st_mode) || S_ISREG(lst.st_mode)) {
-		out->kind = S_ISDIR(lst.st_mode) ? NS_DIR : NS_FILE;
-		out->st = lst;
-		out->st.st_mode &= ~(mode_t)0222;
-		strcpy(out->backing, path);
-		name = hub_repo_blob_name(rel);
-		if (name && out->kind == NS_FILE)
-			snprintf(out->blob_id, sizeof(out->blob_id), "%s", name);
+		present_node(out, path, rel, &lst);
 		return 0;
 	}
 	if (!S_ISLNK(lst.st_mode))
@@ -121,6 +134,114 @@ int ns_classify(const struct hub_roots *roots, const char *rel, struct ns_entry 
 	if (name)
 		snprintf(out->blob_id, sizeof(out->blob_id), "%s", name);
 	return 0;
+}
+
+int ns_dir_open(struct ns_dir *d, const struct hub_roots *roots, const char *rel)
+{
+	char path[PATH_MAX];
+	int r;
+
+	d->roots = roots;
+	d->fd = d->blobs_fd = -1;
+	d->blobs_tried = 0;
+	d->blobs_rel[0] = '\0';
+	if (strlen(rel) >= sizeof(d->rel))
+		return -ENAMETOOLONG;
+	memmove(d->rel, rel, strlen(rel) + 1); /* @rel may be d->rel itself */
+	r = path_join(roots->path[0], rel, path, sizeof(path));
+	if (r < 0)
+		return r;
+	d->fd = nas_open(roots, path, O_DIRECTORY);
+	return d->fd < 0 ? d->fd : 0;
+}
+
+void ns_dir_close(struct ns_dir *d)
+{
+	if (d->fd >= 0)
+		close(d->fd);
+	if (d->blobs_fd >= 0)
+		close(d->blobs_fd);
+	d->fd = d->blobs_fd = -1;
+}
+
+/* The shape huggingface_hub writes: a snapshot entry @name (@rel) whose
+ * text, read from the link's own directory, leads to a regular file directly
+ * in its repo's blobs/ -- one hop, classified as hub_resolve() would
+ * (HUB_RES_FILE, via that name) from three calls relative to open
+ * directories instead of four walks from the root.  1: not that shape (or
+ * anything unexpected on the way): the caller takes the general walk. */
+static int snapshot_blob_link(struct ns_dir *d, const char *rel, const char *name,
+			      const struct stat *lst, struct ns_entry *out)
+{
+	char blob_dir[PATH_MAX], text[PATH_MAX], joined[2 * PATH_MAX], lex[PATH_MAX];
+	char path[PATH_MAX], dir[PATH_MAX];
+	const char *h;
+	struct stat st;
+	size_t bl;
+	ssize_t n;
+
+	if (!hub_snapshot_blob_dir(rel, blob_dir, sizeof(blob_dir)))
+		return 1;
+	n = readlinkat(d->fd, name, text, sizeof(text) - 1);
+	if (n <= 0)
+		return 1;
+	text[n] = '\0';
+	/* (lexical ".." is physical here: d->rel was opened without a link) */
+	if (text[0] == '/' || path_join(d->rel, text, joined, sizeof(joined)) < 0 ||
+	    path_normalize(joined, lex, sizeof(lex)) < 0)
+		return 1;
+	bl = strlen(blob_dir);
+	if (strncmp(lex, blob_dir, bl) != 0 || lex[bl] != '/')
+		return 1;
+	h = lex + bl + 1;
+	if (!*h || strchr(h, '/') || strlen(h) > NAME_MAX)
+		return 1;
+	if (!d->blobs_tried) {
+		/* blobs/ a physical directory, as the walk's lstat would find */
+		d->blobs_tried = 1;
+		if (path_join(d->roots->path[0], blob_dir, path, sizeof(path)) < 0)
+			return 1;
+		d->blobs_fd = nas_open(d->roots, path, O_DIRECTORY);
+		strcpy(d->blobs_rel, blob_dir);
+	}
+	if (d->blobs_fd < 0 || strcmp(d->blobs_rel, blob_dir) != 0)
+		return 1;
+	if (fstatat(d->blobs_fd, h, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISREG(st.st_mode))
+		return 1;
+	if (path_join(d->roots->path[0], lex, out->backing, sizeof(out->backing)) < 0)
+		return 1;
+	path_dirname(rel, dir, sizeof(dir));
+	if (path_relative(dir, lex, out->target, sizeof(out->target)) < 0)
+		return 1;
+	strcpy(out->blob_id, h);
+	present_link(out, lst);
+	return 0;
+}
+
+int ns_classify_in(struct ns_dir *d, const char *name, struct ns_entry *out)
+{
+	char rel[PATH_MAX], path[PATH_MAX];
+	struct stat lst;
+	int r;
+
+	if (d->fd < 0 || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, ".."))
+		return -EINVAL;
+	entry_reset(out);
+	if ((r = path_join(d->rel, name, rel, sizeof(rel))) < 0 ||
+	    (r = path_join(d->roots->path[0], rel, path, sizeof(path))) < 0)
+		return r;
+	if (fstatat(d->fd, name, &lst, AT_SYMLINK_NOFOLLOW) < 0)
+		return errno == ENOTDIR ? -ENOENT : -errno;
+	if (S_ISDIR(lst.st_mode) || S_ISREG(lst.st_mode)) {
+		present_node(out, path, rel, &lst);
+		return 0;
+	}
+	if (!S_ISLNK(lst.st_mode))
+		return -ENOENT;
+	r = snapshot_blob_link(d, rel, name, &lst, out);
+	if (r <= 0)
+		return r;
+	return ns_classify(d->roots, rel, out); /* any other link: the general walk */
 }
 
 const char *ns_link_state_name(enum ns_link_state s)

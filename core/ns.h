@@ -40,6 +40,29 @@ int ns_classify(const struct hub_roots *roots, const char *rel, struct ns_entry 
 
 const char *ns_link_state_name(enum ns_link_state s);
 
+/* The entries of one directory classified one after another (a READDIRPLUS
+ * batch), each exactly as ns_classify() would, but by descriptor: the
+ * directory is opened once (nas_open: no link in any component), each name
+ * looked at with fstatat/readlinkat in it, and a snapshot link of the shape
+ * huggingface_hub writes ("../../blobs/<id>", a regular file there) resolved
+ * in its repo's blobs/, opened once too.  Any other link takes
+ * ns_classify()'s walk. */
+struct ns_dir {
+	const struct hub_roots *roots;
+	int fd;                    /* the directory */
+	int blobs_fd, blobs_tried; /* its repo's blobs/, opened at the first such link */
+	char rel[PATH_MAX];        /* the directory, relative to root 0 */
+	char blobs_rel[PATH_MAX];
+};
+
+/* Open the directory @rel ("" the root; may be d->rel).  Returns 0 or
+ * nas_open()'s -errno; ns_dir_close() in both cases. */
+int ns_dir_open(struct ns_dir *d, const struct hub_roots *roots, const char *rel);
+void ns_dir_close(struct ns_dir *d);
+/* Classify the entry @name (one component) of @d: what ns_classify() of
+ * "<rel>/<name>" returns. */
+int ns_classify_in(struct ns_dir *d, const char *name, struct ns_entry *out);
+
 /* Classified entries kept compactly, for a READDIRPLUS reply's worth of
  * them: as ns_entry each would take 8.5 KiB (two PATH_MAX buffers), 1.3 MiB
  * for a 32 KiB reply, and every thread's malloc arena would keep such

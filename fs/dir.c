@@ -255,26 +255,20 @@ void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 static void batch_classify(struct wfs *w, const struct listing *d, size_t first, size_t size,
 			   struct plus_batch *b)
 {
-	const char **rels;
+	const char **names;
 	size_t n = 0, room = size;
-	char rel[PATH_MAX];
 
 	memset(b, 0, sizeof(*b));
 	b->first = first;
 	while (first + n < d->n && DIRENTPLUS_LEN(strlen(d->ents[first + n].name)) <= room)
 		room -= DIRENTPLUS_LEN(strlen(d->ents[first + n++].name));
-	if (n < 2 || !(rels = calloc(n, sizeof(*rels))))
+	if (n < 2 || !(names = calloc(n, sizeof(*names))))
 		return; /* one by one */
 	for (size_t k = 0; k < n; k++)
-		if (path_join(d->rel, d->ents[first + k].name, rel, sizeof(rel)) < 0 ||
-		    !(rels[k] = strdup(rel)))
-			goto out;
-	if (nas_classify_batch(w, rels, n, &b->b) == 0)
+		names[k] = d->ents[first + k].name;
+	if (nas_classify_batch(w, d->rel, names, n, &b->b) == 0)
 		b->n = n;
-out:
-	for (size_t k = 0; k < n; k++)
-		free((char *)rels[k]);
-	free(rels);
+	free(names);
 }
 
 /* (a worker that just replied to a READDIRPLUS of @d, holding a reference;

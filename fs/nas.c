@@ -1,6 +1,7 @@
 /* nas.c - the NAS calls of FUSE requests, with deadlines; see nas.h. */
 #include "nas.h"
 #include "nasopen.h"
+#include "path.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -45,7 +46,8 @@ int nas_classify(struct wfs *w, const char *rel, struct ns_entry *out)
 struct batch_job {
 	const struct hub_roots *roots;
 	size_t n;
-	char **rels;
+	char **names;
+	struct ns_dir dir;
 	struct ns_entry e; /* the one being classified */
 	struct ns_batch out;
 };
@@ -55,8 +57,8 @@ static void batch_release(void *arg)
 	struct batch_job *j = arg;
 
 	for (size_t i = 0; i < j->n; i++)
-		free(j->rels[i]);
-	free(j->rels);
+		free(j->names[i]);
+	free(j->names);
 	ns_batch_free(&j->out);
 	free(j);
 }
@@ -64,19 +66,34 @@ static void batch_release(void *arg)
 static int batch_fn(void *arg)
 {
 	struct batch_job *j = arg;
+	char rel[PATH_MAX];
+	int r = ns_dir_open(&j->dir, j->roots, j->dir.rel);
 
-	for (size_t i = 0; i < j->n; i++) {
-		int r = ns_classify(j->roots, j->rels[i], &j->e);
-
-		if (nas_gate_unavailable(r))
-			return r; /* the rest would fail alike */
-		if (ns_batch_add(&j->out, r, &j->e) < 0)
-			return -ENOMEM;
+	if (nas_gate_unavailable(r)) {
+		ns_dir_close(&j->dir);
+		return r;
 	}
-	return 0;
+	for (size_t i = 0; i < j->n; i++) {
+		/* A directory that cannot be opened (gone, or a link now):
+		 * each name says for itself what the walk finds. */
+		if (j->dir.fd >= 0)
+			r = ns_classify_in(&j->dir, j->names[i], &j->e);
+		else if ((r = path_join(j->dir.rel, j->names[i], rel, sizeof(rel))) == 0)
+			r = ns_classify(j->roots, rel, &j->e);
+		if (nas_gate_unavailable(r))
+			break; /* the rest would fail alike */
+		if (ns_batch_add(&j->out, r, &j->e) < 0) {
+			r = -ENOMEM;
+			break;
+		}
+		r = 0;
+	}
+	ns_dir_close(&j->dir);
+	return r;
 }
 
-int nas_classify_batch(struct wfs *w, const char *const *rels, size_t n, struct ns_batch *out)
+int nas_classify_batch(struct wfs *w, const char *dir_rel, const char *const *names, size_t n,
+		       struct ns_batch *out)
 {
 	struct batch_job *j = calloc(1, sizeof(*j));
 	int r = -ENOMEM;
@@ -84,11 +101,16 @@ int nas_classify_batch(struct wfs *w, const char *const *rels, size_t n, struct 
 	if (!j)
 		return r;
 	j->roots = &w->roots;
-	j->rels = calloc(n ? n : 1, sizeof(*j->rels));
-	if (!j->rels)
+	if (strlen(dir_rel) >= sizeof(j->dir.rel)) {
+		r = -ENAMETOOLONG;
+		goto out;
+	}
+	strcpy(j->dir.rel, dir_rel);
+	j->names = calloc(n ? n : 1, sizeof(*j->names));
+	if (!j->names)
 		goto out;
 	for (; j->n < n; j->n++)
-		if (!(j->rels[j->n] = strdup(rels[j->n])))
+		if (!(j->names[j->n] = strdup(names[j->n])))
 			goto out;
 	r = nas_call(&w->gate, batch_fn, j, batch_release);
 	if (r == -ETIMEDOUT)

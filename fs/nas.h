@@ -30,10 +30,12 @@ struct dir_entry {
 };
 
 int nas_classify(struct wfs *w, const char *rel, struct ns_entry *out);
-/* Classify @n names in one NAS call (a READDIRPLUS batch): 0 with @out
- * holding each name's result (ns_batch_get), or the call's error (the NAS
- * could not answer, ENOMEM). */
-int nas_classify_batch(struct wfs *w, const char *const *rels, size_t n, struct ns_batch *out);
+/* Classify @n names of the directory @dir_rel in one NAS call (a
+ * READDIRPLUS batch; ns_classify_in): 0 with @out holding each name's
+ * result (ns_batch_get), or the call's error (the NAS could not answer,
+ * ENOMEM). */
+int nas_classify_batch(struct wfs *w, const char *dir_rel, const char *const *names, size_t n,
+		       struct ns_batch *out);
 int nas_stat(struct wfs *w, const char *path, struct stat *st);
 int nas_statvfs(struct wfs *w, struct statvfs *sv);
 /* The directory @path's entries but "." and "..": *@ents malloc'ed. */

@@ -26,6 +26,8 @@
  * WFS_FUZZ_VERBOSE=1 prints every classification checked.
  *
  * Invariants (a violation traps):
+ *  - every entry the walk classifies is classified alike by descriptor,
+ *    from its directory (ns_classify_in, what a READDIRPLUS batch uses);
  *  - every path the resolver or the namespace lstat()s, readlink()s or
  *    opendir()s lies inside a root, reached without following a link and
  *    without climbing out of the roots (lstat, readlink and opendir are
@@ -487,11 +489,40 @@ struct seen {
 	int n;
 };
 
+/* A READDIRPLUS batch classifies by descriptor (ns_classify_in): it must
+ * say what the walk's ns_classify said of the same entry. */
+static void check_classify_in(const char *rel, const struct ns_entry *e)
+{
+	static struct ns_dir d;
+	static struct ns_entry in;
+	char parent[PATH_MAX];
+	const char *name = strrchr(rel, '/');
+	int r;
+
+	if (!*rel)
+		return;
+	path_dirname(rel, parent, sizeof(parent));
+	name = name ? name + 1 : rel;
+	if (ns_dir_open(&d, &roots, parent) == 0) {
+		r = ns_classify_in(&d, name, &in);
+		FUZZ_ASSERT(r == 0, "ns_classify_in(%s): %d, the walk's classification 0", rel, r);
+		FUZZ_ASSERT(in.kind == e->kind && in.link_state == e->link_state &&
+			    in.st.st_ino == e->st.st_ino && in.st.st_mode == e->st.st_mode &&
+			    in.st.st_size == e->st.st_size && !strcmp(in.backing, e->backing) &&
+			    !strcmp(in.target, e->target) && !strcmp(in.blob_id, e->blob_id),
+			    "ns_classify_in(%s): kind %d target '%s' backing '%s' id '%s'; the walk: "
+			    "kind %d target '%s' backing '%s' id '%s'", rel, in.kind, in.target,
+			    in.backing, in.blob_id, e->kind, e->target, e->backing, e->blob_id);
+	}
+	ns_dir_close(&d);
+}
+
 static int on_walk(void *arg, const char *rel, const struct ns_entry *e)
 {
 	struct seen *w = arg;
 
 	check_entry(rel, e);
+	check_classify_in(rel, e);
 	if (w && w->n < MAX_WALKED)
 		w->rel[w->n++] = strdup(rel);
 	return 0;

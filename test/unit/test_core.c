@@ -5,6 +5,7 @@
 #include "path.h"
 #include "resolve.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -141,6 +142,17 @@ static void build_tree(void)
 	ln("packs", "hub/models--o--store/snapshots/" REV "/packdir");
 	ln("../../..", "hub/models--o--store/snapshots/" REV "/up");
 	ln("../../../..", "hub/models--o--store/snapshots/" REV "/above");
+	/* Near the shape ns_classify_in() takes a short cut for. */
+	ln("../../blobs/./" SHA_A, "hub/models--o--std/snapshots/" REV "/dotted.safetensors");
+	ln("../../../models--o--std/blobs/" SHA_A, "hub/models--o--store/snapshots/" REV "/other-repo");
+	dir("hub/models--o--std/blobs/dirblob");
+	ln("../../blobs/dirblob", "hub/models--o--std/snapshots/" REV "/to-dir");
+	snprintf(p, sizeof(p), "%s/hub/models--o--std/blobs/fifo", top);
+	if (mkfifo(p, 0644) < 0)
+		perror(p);
+	ln("../../blobs/fifo", "hub/models--o--std/snapshots/" REV "/to-fifo");
+	ln("../../blobs/nope/x", "hub/models--o--std/snapshots/" REV "/under-missing");
+	ln("../../blobs/", "hub/models--o--std/snapshots/" REV "/to-blobs");
 }
 
 static void expect_link(struct check_count *c, struct hub_roots *roots, const char *rel,
@@ -288,6 +300,83 @@ out:
 	free(got);
 }
 
+/* Every entry of the tree, directory by directory: ns_classify_in() gives
+ * what ns_classify() gives (the short cut for hub-shaped links included). */
+static int same_in_dir(struct check_count *c, struct hub_roots *roots, const char *rel,
+		       struct ns_entry *a, struct ns_entry *b)
+{
+	char path[PATH_MAX * 2], child[PATH_MAX];
+	struct ns_dir *nd = malloc(sizeof(*nd));
+	struct dirent *de;
+	DIR *dh;
+	int n = 0, ra, rb;
+
+	snprintf(path, sizeof(path), "%s/%s", roots->path[0], rel);
+	dh = opendir(path);
+	CHECK(c, nd && dh && ns_dir_open(nd, roots, rel) == 0, "open %s", rel);
+	if (!nd || !dh) {
+		free(nd);
+		if (dh)
+			closedir(dh);
+		return 0;
+	}
+	while ((de = readdir(dh))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		path_join(rel, de->d_name, child, sizeof(child));
+		ra = ns_classify_in(nd, de->d_name, a);
+		rb = ns_classify(roots, child, b);
+		n++;
+		CHECK(c, ra == rb, "%s: ns_classify_in %d, ns_classify %d", child, ra, rb);
+		if (ra != 0 || rb != 0)
+			continue;
+		CHECK(c, a->kind == b->kind && a->link_state == b->link_state &&
+		      a->st.st_ino == b->st.st_ino && a->st.st_mode == b->st.st_mode &&
+		      a->st.st_size == b->st.st_size, "%s: kind %d/%d state %d/%d", child, a->kind,
+		      b->kind, a->link_state, b->link_state);
+		CHECK(c, !strcmp(a->backing, b->backing) && !strcmp(a->target, b->target) &&
+		      !strcmp(a->blob_id, b->blob_id), "%s: backing %s/%s target %s/%s id %s/%s",
+		      child, a->backing, b->backing, a->target, b->target, a->blob_id, b->blob_id);
+		if (de->d_type == DT_DIR)
+			n += same_in_dir(c, roots, child, a, b);
+	}
+	closedir(dh);
+	ns_dir_close(nd);
+	free(nd);
+	return n;
+}
+
+static void test_ns_in(struct check_count *c)
+{
+	struct hub_roots roots = {0};
+	struct ns_entry *a = malloc(sizeof(*a)), *b = malloc(sizeof(*b));
+	struct ns_dir *nd = malloc(sizeof(*nd));
+	char p[PATH_MAX * 2];
+	int n;
+
+	snprintf(p, sizeof(p), "%s/hub", top);
+	CHECK(c, a && b && nd && hub_roots_add(&roots, p) == 0, "setup");
+	if (!a || !b || !nd)
+		goto out;
+	n = same_in_dir(c, &roots, "", a, b);
+	CHECK(c, n > 30, "%d entries compared", n);
+	/* A link to a blob in its own blobs/ takes the short cut's answer. */
+	CHECK(c, ns_dir_open(nd, &roots, "models--o--std/snapshots/" REV) == 0 &&
+	      ns_classify_in(nd, "model.safetensors", a) == 0 && a->kind == NS_LINK &&
+	      !strcmp(a->target, "../../blobs/" SHA_A) && !strcmp(a->blob_id, SHA_A) &&
+	      nd->blobs_fd >= 0, "short cut: target %s", a->target);
+	ns_dir_close(nd);
+	CHECK(c, ns_dir_open(nd, &roots, "nope") == -ENOENT, "open of a missing directory");
+	ns_dir_close(nd);
+	CHECK(c, ns_dir_open(nd, &roots, "models--o--store/snapshots/" REV "/packdir") == -ENOTDIR,
+	      "open through a link");
+	ns_dir_close(nd);
+out:
+	free(a);
+	free(b);
+	free(nd);
+}
+
 int main(void)
 {
 	struct check_count c = {0};
@@ -298,6 +387,7 @@ int main(void)
 	test_path(&c);
 	test_ns(&c);
 	test_ns_batch(&c);
+	test_ns_in(&c);
 	check_rmtree(top);
 	printf("core: %d passed, %d failed\n", c.passed, c.failed);
 	return c.failed ? 1 : 0;

@@ -142,7 +142,7 @@ static struct listing *listing_get(struct wfs *w, fuse_ino_t ino, struct node *d
 	node_path(dn, rel, sizeof(rel));
 	pthread_mutex_lock(&ls->lock);
 	for (pp = &ls->head; id && *pp; pp = &(*pp)->next)
-		if ((*pp)->id == id && (*pp)->ino == ino) {
+		if ((*pp)->id == id && (*pp)->ino == ino && !strcmp((*pp)->rel, rel)) {
 			l = *pp;
 			*pp = l->next;
 			break;

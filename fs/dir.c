@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <syslog.h>
+#include <time.h>
 #include <unistd.h>
 #include <dirent.h>
 
@@ -43,7 +44,23 @@
 struct plus_batch {
 	size_t first, n;
 	struct ns_batch b;
+	uint64_t taken_ns;   /* CLOCK_MONOTONIC: when its classification began */
 };
+
+/* A batch classified ahead serves the next request only this young: its
+ * nodes are stamped with the reply's time (node.c's st_read), and a tick
+ * of that clock is the slack node_attr_fresh() allows, so the attributes
+ * answered are never older than attr_timeout.  A reader that paused longer
+ * gets its entries classified afresh. */
+#define AHEAD_MAX_AGE_NS (1000000000ull / 64)
+
+static uint64_t mono_ns(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
 
 struct listing {
 	uint32_t id;         /* IMMUTABLE: the high half of its offsets */
@@ -260,6 +277,7 @@ static void batch_classify(struct wfs *w, const struct listing *d, size_t first,
 
 	memset(b, 0, sizeof(*b));
 	b->first = first;
+	b->taken_ns = mono_ns();
 	while (first + n < d->n && DIRENTPLUS_LEN(strlen(d->ents[first + n].name)) <= room)
 		room -= DIRENTPLUS_LEN(strlen(d->ents[first + n++].name));
 	if (n < 2 || !(names = calloc(n, sizeof(*names))))
@@ -322,7 +340,8 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, i
 	if (plus && !d->from_record) {
 		size_t first = pos > 2 ? pos - 2 : 0;
 
-		if (d->ahead.n && d->ahead.first == first) {
+		if (d->ahead.n && d->ahead.first == first &&
+		    mono_ns() - d->ahead.taken_ns <= AHEAD_MAX_AGE_NS) {
 			batch = d->ahead;
 			memset(&d->ahead, 0, sizeof(d->ahead));
 		} else {

@@ -133,8 +133,10 @@ int node_attr_fresh(struct node_table *t, struct node *n, double ttl, struct sta
 	double age;
 
 	pthread_mutex_lock(&t->lock);
-	/* (+1: both times were cut to a tick, so the age may be one more) */
-	age = (double)(uint32_t)(now_ticks() - n->st_read + 1) / TICKS_PER_S;
+	/* (+2: both times were cut to a tick, so the age may be one more; and
+	 * attributes from a batch classified ahead (fs/dir.c) were read up to
+	 * a tick before st_read) */
+	age = (double)(uint32_t)(now_ticks() - n->st_read + 2) / TICKS_PER_S;
 	if (age < ttl)
 		attr_locked(n, st); /* the attributes of that age, in the same hold */
 	pthread_mutex_unlock(&t->lock);

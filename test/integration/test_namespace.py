@@ -8,9 +8,11 @@ import errno
 import hashlib
 import json
 import os
+import shutil
 import stat
 import sys
 import threading
+import time
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -431,6 +433,37 @@ class Readdir(Base):
                     pass
         self.assertEqual(len(got), len(set(got)), "%s: duplicates in a pass" % d)
         self.assertEqual(sorted(set(got) - set(added)), want, "%s: old names of the pass" % d)
+
+    def test_paused_pass_gets_fresh_attributes(self):
+        # The daemon classifies a pass's next batch while the reader works
+        # on this one (fs/dir.c).  A reader that pauses longer than that
+        # batch may stay young must get its entries' attributes as the NAS
+        # has them when it goes on, not as they were before the pause: the
+        # kernel keeps what a READDIRPLUS says for attr_timeout.  (The pause
+        # is the scenario, a slow reader; nothing is waited for.)
+        d = os.path.join(os.path.dirname(self.many_dir()[0]), "zz-ahead")
+        names = ["f%03d" % i for i in range(300)]  # two READDIRPLUS batches
+        os.mkdir(FIX.n(d))
+        try:
+            for name in names:
+                with open(os.path.join(FIX.n(d), name), "wb") as f:
+                    f.write(b"x")
+            order = os.listdir(FIX.n(d))  # the daemon lists in the NAS's order
+            late = order[-50:]            # in the second batch (~150 a batch)
+            wfstest.drop_caches()
+            with os.scandir(FIX.m(d)) as it:
+                first = next(it).name
+                time.sleep(0.1)
+                for name in late:
+                    with open(os.path.join(FIX.n(d), name), "ab") as f:
+                        f.write(b"new")
+                got = [first] + [x.name for x in it]
+            self.assertEqual(sorted(got), sorted(names))
+            stale = [n for n in late if os.lstat(os.path.join(FIX.m(d), n)).st_size != 4]
+            self.assertEqual(stale, [], "entries listed after the pause with the sizes "
+                             "of before it")
+        finally:
+            shutil.rmtree(FIX.n(d), ignore_errors=True)
 
     def test_more_passes_than_listings_kept(self):
         # More passes paused at once than the daemon keeps listings for

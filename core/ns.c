@@ -43,18 +43,29 @@ static void entry_reset(struct ns_entry *out)
 	out->backing[0] = out->target[0] = out->blob_id[0] = '\0';
 }
 
-/* A directory or regular file at @path (@rel), whose lstat is @lst. */
-static void present_node(struct ns_entry *out, const char *path, const char *rel,
-			 const struct stat *lst)
+/* What the lstat of @rel (at @path) says: 0 with a directory or regular
+ * file presented, 1 for a link (the caller classifies it), or -errno: the
+ * stat's @err (ENOTDIR as ENOENT), or ENOENT for a fifo, socket or device,
+ * which the mount hides. */
+static int present_lstat(struct ns_entry *out, const char *path, const char *rel,
+			 const struct stat *lst, int err)
 {
-	const char *name = hub_repo_blob_name(rel);
+	const char *name;
 
+	if (err)
+		return err == -ENOTDIR ? -ENOENT : err;
+	if (S_ISLNK(lst->st_mode))
+		return 1;
+	if (!S_ISDIR(lst->st_mode) && !S_ISREG(lst->st_mode))
+		return -ENOENT;
 	out->kind = S_ISDIR(lst->st_mode) ? NS_DIR : NS_FILE;
 	out->st = *lst;
 	out->st.st_mode &= ~(mode_t)0222;
 	strcpy(out->backing, path);
+	name = hub_repo_blob_name(rel);
 	if (name && out->kind == NS_FILE)
 		snprintf(out->blob_id, sizeof(out->blob_id), "%s", name);
+	return 0;
 }
 
 int ns_classify(const struct hub_roots *roots, const char *rel, struct ns_entry *out)
@@ -69,15 +80,9 @@ int ns_classify(const struct hub_roots *roots, const char *rel, struct ns_entry 
 	r = path_join(roots->path[0], rel, path, sizeof(path));
 	if (r < 0)
 		return r;
-	if (lstat(path, &lst) < 0)
-		return errno == ENOTDIR ? -ENOENT : -errno;
-
-	if (S_ISDIR(lst.st_mode) || S_ISREG(lst.st_mode)) {
-		present_node(out, path, rel, &lst);
-		return 0;
-	}
-	if (!S_ISLNK(lst.st_mode))
-		return -ENOENT;
+	r = present_lstat(out, path, rel, &lst, lstat(path, &lst) < 0 ? -errno : 0);
+	if (r <= 0)
+		return r;
 
 	if (hub_snapshot_blob_dir(rel, blob_dir, sizeof(blob_dir)))
 		via_dir = blob_dir;
@@ -230,14 +235,10 @@ int ns_classify_in(struct ns_dir *d, const char *name, struct ns_entry *out)
 	if ((r = path_join(d->rel, name, rel, sizeof(rel))) < 0 ||
 	    (r = path_join(d->roots->path[0], rel, path, sizeof(path))) < 0)
 		return r;
-	if (fstatat(d->fd, name, &lst, AT_SYMLINK_NOFOLLOW) < 0)
-		return errno == ENOTDIR ? -ENOENT : -errno;
-	if (S_ISDIR(lst.st_mode) || S_ISREG(lst.st_mode)) {
-		present_node(out, path, rel, &lst);
-		return 0;
-	}
-	if (!S_ISLNK(lst.st_mode))
-		return -ENOENT;
+	r = present_lstat(out, path, rel, &lst,
+			  fstatat(d->fd, name, &lst, AT_SYMLINK_NOFOLLOW) < 0 ? -errno : 0);
+	if (r <= 0)
+		return r;
 	r = snapshot_blob_link(d, rel, name, &lst, out);
 	if (r <= 0)
 		return r;

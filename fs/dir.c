@@ -52,7 +52,7 @@ struct plus_batch {
  * of that clock is the slack node_attr_fresh() allows, so the attributes
  * answered are never older than attr_timeout.  A reader that paused longer
  * gets its entries classified afresh. */
-#define AHEAD_MAX_AGE_NS (1000000000ull / 64)
+#define AHEAD_MAX_AGE_NS (1000000000ull / NODE_TICKS_PER_S)
 
 static uint64_t mono_ns(void)
 {

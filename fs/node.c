@@ -113,18 +113,16 @@ static void attr_locked(const struct node *n, struct stat *st)
 	st->st_ctim.tv_nsec = n->st.ctime_ns;
 }
 
-/* CLOCK_MONOTONIC in 64ths of a second, mod 2^32 (it wraps after 2.1
+/* CLOCK_MONOTONIC in NODE_TICKS_PER_S ticks, mod 2^32 (it wraps after 2.1
  * years: an age is right below that, and one that is not passes for
  * fresh once at most, for at most its timeout) */
-#define TICKS_PER_S 64u
-
 static uint32_t now_ticks(void)
 {
 	struct timespec t;
 
 	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint32_t)((uint64_t)t.tv_sec * TICKS_PER_S +
-			  (uint64_t)t.tv_nsec / (1000000000u / TICKS_PER_S));
+	return (uint32_t)((uint64_t)t.tv_sec * NODE_TICKS_PER_S +
+			  (uint64_t)t.tv_nsec / (1000000000u / NODE_TICKS_PER_S));
 }
 
 int node_attr_fresh(struct node_table *t, struct node *n, double ttl, struct stat *st,
@@ -136,7 +134,7 @@ int node_attr_fresh(struct node_table *t, struct node *n, double ttl, struct sta
 	/* (+2: both times were cut to a tick, so the age may be one more; and
 	 * attributes from a batch classified ahead (fs/dir.c) were read up to
 	 * a tick before st_read) */
-	age = (double)(uint32_t)(now_ticks() - n->st_read + 2) / TICKS_PER_S;
+	age = (double)(uint32_t)(now_ticks() - n->st_read + 2) / NODE_TICKS_PER_S;
 	if (age < ttl)
 		attr_locked(n, st); /* the attributes of that age, in the same hold */
 	pthread_mutex_unlock(&t->lock);

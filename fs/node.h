@@ -64,11 +64,15 @@ struct node {
 	/* TABLE: open tallies: the kernel wants all opens of an inode alike,
 	 * passthrough with one backing id or daemon-served. */
 	int pt_opens, daemon_opens, backing_id;
-	uint32_t st_read;     /* TABLE: when st was read (node.c's ticks) */
+	uint32_t st_read;     /* TABLE: when st was read (NODE_TICKS_PER_S ticks) */
 	uint64_t daemon_reads; /* COUNTER: READ requests we served */
 	struct node_stat st;  /* TABLE: last attributes presented */
 	char name[];          /* IMMUTABLE: its name in the parent (FILE: the first seen) */
 };
+/* The clock of st_read: node_attr_fresh() allows two ticks of slack (the
+ * rounding, and a batch classified ahead; fs/dir.c). */
+#define NODE_TICKS_PER_S 64u
+
 /* A node is the daemon's memory per entry the kernel holds (a tree walk of
  * 200k entries makes 200k): at 176 bytes, one with a 64-character blob name
  * takes a 256-byte malloc chunk, not 272. */

@@ -77,6 +77,8 @@ void metrics_collect(const struct metrics_src *src, struct metrics *m)
 	m->held_no_room = s->no_room;
 	m->held_excluded = s->excluded;
 	m->passthrough_opens = s->passthrough_opens;
+	m->listed_ahead = s->listed_ahead;
+	m->listed_ahead_taken = s->listed_ahead_taken;
 	m->promotions_started = s->started;
 	m->promotions_verified = s->promoted;
 	m->promotions_cancelled = s->cancelled;
@@ -218,6 +220,12 @@ char *metrics_prometheus(const struct metrics *m)
 	metric(&b, "wfs_passthrough_opens_total", "counter",
 	       "Opens served by FUSE passthrough (reads go to the local copy in the kernel).",
 	       m->passthrough_opens);
+	metric(&b, "wfs_listings_ahead_total", "counter",
+	       "Directories listed from the NAS ahead of a tree walk, before it asked.",
+	       m->listed_ahead);
+	metric(&b, "wfs_listings_ahead_taken_total", "counter",
+	       "Directories listed ahead that the walk then read (the rest was NAS work wasted).",
+	       m->listed_ahead_taken);
 
 	metric(&b, "wfs_index_writes_total", "counter",
 	       "Writes of the local store's index (one per request or batch of copies).",
@@ -332,7 +340,7 @@ json_t *metrics_json(const struct metrics *m)
 	for (int st = 0; st < BLOB_NSTATES; st++)
 		json_object_set_new(states, blob_state_name((enum blob_state)st),
 				    json_integer((json_int_t)m->blobs_by_state[st]));
-	o = json_pack("{s:s, s:{s:I, s:I}, s:I, s:I, "
+	o = json_pack("{s:s, s:{s:I, s:I}, s:I, s:I, s:{s:I, s:I}, "
 		      "s:{s:I, s:I, s:I, s:I, s:o, s:I, s:{s:I, s:I}}, s:I, s:I, s:I, s:I, "
 		      "s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I}, s:{s:I, s:I}, s:o}",
 		"version", WFS_VERSION,
@@ -340,6 +348,8 @@ json_t *metrics_json(const struct metrics *m)
 			  "nas_bytes", (json_int_t)m->served_nas_bytes,
 		"opens", (json_int_t)m->opens,
 		"passthrough_opens", (json_int_t)m->passthrough_opens,
+		"listings", "ahead", (json_int_t)m->listed_ahead,
+			    "ahead_taken", (json_int_t)m->listed_ahead_taken,
 		"promotions", "started", (json_int_t)m->promotions_started,
 			      "verified", (json_int_t)m->promotions_verified,
 			      "cancelled", (json_int_t)m->promotions_cancelled,

@@ -311,6 +311,9 @@ struct store {
 	_Atomic uint64_t started, cancelled, failed_by[STORE_FAIL_N];
 	_Atomic uint64_t auto_queued, no_room, excluded, index_writes;
 	_Atomic uint64_t passthrough_opens;
+	/* directories the fs listed ahead of a tree walk, and those a walk
+	 * then took (fs/dir.c) */
+	_Atomic uint64_t listed_ahead, listed_ahead_taken;
 	_Atomic uint64_t retries;   /* failed copies queued again by the store (the backoff) */
 	_Atomic uint64_t local_read_errors; /* store_local_read_error calls that demoted */
 	int retry_pending;          /* LOCK: some blob may wait for a retry (store_retry_due

@@ -25,6 +25,7 @@
 #include "ops.h"
 #include "path.h"
 #include "nas.h"
+#include "walkplan.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -64,8 +65,10 @@ static uint64_t mono_ns(void)
 
 struct listing {
 	uint32_t id;         /* IMMUTABLE: the high half of its offsets */
-	fuse_ino_t ino;      /* IMMUTABLE: the directory's */
+	fuse_ino_t ino;      /* LISTS: the directory's (0 until claimed) */
 	char rel[PATH_MAX];  /* IMMUTABLE */
+	int unclaimed;       /* LISTS: made ahead for the walk, no pass has taken it */
+	uint64_t made_ns;    /* IMMUTABLE: CLOCK_MONOTONIC, when it was made */
 	struct listing *next; /* LISTS: the table's, most recently used first */
 	unsigned refs;       /* LISTS: requests using it, and the table's */
 	/* LOCK lock: the kernel sends a pass's READDIRs one at a time, but on
@@ -115,7 +118,9 @@ static void listing_free(struct listing *l)
 int dir_lists_init(struct dir_lists *ls)
 {
 	memset(ls, 0, sizeof(*ls));
-	return -pthread_mutex_init(&ls->lock, NULL);
+	pthread_mutex_init(&ls->lock, NULL);
+	ls->plan = walk_plan_new();
+	return ls->plan ? 0 : -ENOMEM;
 }
 
 void dir_lists_destroy(struct dir_lists *ls)
@@ -126,6 +131,7 @@ void dir_lists_destroy(struct dir_lists *ls)
 		next = l->next;
 		listing_free(l);
 	}
+	walk_plan_free(ls->plan);
 	pthread_mutex_destroy(&ls->lock);
 }
 
@@ -147,8 +153,53 @@ static void evict_locked(struct dir_lists *ls)
 	}
 }
 
-/* The listing of @ino whose id @off carries, or (offset 0, or one no
- * longer kept) a new one; with a reference.  NULL: ENOMEM. */
+/* A new listing of @rel at the head of the table, with the table's
+ * reference only (under ls->lock).  NULL: ENOMEM. */
+static struct listing *listing_new_locked(struct dir_lists *ls, fuse_ino_t ino, const char *rel)
+{
+	struct listing *l = calloc(1, sizeof(*l));
+
+	if (!l)
+		return NULL;
+	ls->last_id = ls->last_id % LISTING_ID_MAX + 1;
+	l->id = ls->last_id;
+	l->ino = ino;
+	l->refs = 1; /* the table's */
+	l->made_ns = mono_ns();
+	pthread_mutex_init(&l->lock, NULL);
+	pthread_cond_init(&l->ahead_cond, NULL);
+	snprintf(l->rel, sizeof(l->rel), "%s", rel);
+	if (++ls->n > LISTINGS_KEPT)
+		evict_locked(ls); /* (before @l is in: never @l) */
+	l->next = ls->head;
+	ls->head = l;
+	return l;
+}
+
+/* Is *@pp one a pass at offset 0 of @rel takes: made ahead for it, and
+ * young enough (what it lists, and the attributes of its first batch, are
+ * then as fresh as a listing taken now would be, to a tick)?  1: yes; 0:
+ * no; -1: no, and it was too old and held by nobody, so it is gone and
+ * *@pp is the next one (under ls->lock). */
+static int claimable_locked(struct dir_lists *ls, struct listing **pp, const char *rel)
+{
+	struct listing *l = *pp;
+
+	if (!l->unclaimed || strcmp(l->rel, rel))
+		return 0;
+	if (mono_ns() - l->made_ns <= AHEAD_MAX_AGE_NS)
+		return 1;
+	if (l->refs != 1)
+		return 0;
+	*pp = l->next;
+	ls->n--;
+	listing_free(l);
+	return -1;
+}
+
+/* The listing of @ino whose id @off carries, or at offset 0 one made ahead
+ * for it (see prefetch_next), or a new one; with a reference.  NULL:
+ * ENOMEM. */
 static struct listing *listing_get(struct wfs *w, fuse_ino_t ino, struct node *dn, off_t off)
 {
 	struct dir_lists *ls = &w->lists;
@@ -158,30 +209,29 @@ static struct listing *listing_get(struct wfs *w, fuse_ino_t ino, struct node *d
 
 	node_path(dn, rel, sizeof(rel));
 	pthread_mutex_lock(&ls->lock);
-	for (pp = &ls->head; id && *pp; pp = &(*pp)->next)
-		if ((*pp)->id == id && (*pp)->ino == ino && !strcmp((*pp)->rel, rel)) {
+	for (pp = &ls->head; *pp;) {
+		int take = id ? (*pp)->id == id && (*pp)->ino == ino && !strcmp((*pp)->rel, rel)
+			      : claimable_locked(ls, pp, rel);
+
+		if (take > 0) {
 			l = *pp;
 			*pp = l->next;
+			l->next = ls->head;
+			ls->head = l;
+			if (l->unclaimed)
+				atomic_fetch_add_explicit(&w->store.listed_ahead_taken, 1,
+							  memory_order_relaxed);
+			l->unclaimed = 0;
+			l->ino = ino;
 			break;
 		}
-	if (!l) {
-		l = calloc(1, sizeof(*l));
-		if (!l) {
-			pthread_mutex_unlock(&ls->lock);
-			return NULL;
-		}
-		ls->last_id = ls->last_id % LISTING_ID_MAX + 1;
-		l->id = ls->last_id;
-		l->ino = ino;
-		l->refs = 1; /* the table's */
-		pthread_mutex_init(&l->lock, NULL);
-		pthread_cond_init(&l->ahead_cond, NULL);
-		strcpy(l->rel, rel);
-		if (++ls->n > LISTINGS_KEPT)
-			evict_locked(ls);
+		if (take == 0)
+			pp = &(*pp)->next;
 	}
-	l->next = ls->head;
-	ls->head = l;
+	if (!l && !(l = listing_new_locked(ls, ino, rel))) {
+		pthread_mutex_unlock(&ls->lock);
+		return NULL;
+	}
 	l->refs++;
 	pthread_mutex_unlock(&ls->lock);
 	return l;
@@ -304,6 +354,83 @@ static void classify_ahead(struct wfs *w, struct listing *d, size_t first, size_
 	pthread_mutex_unlock(&d->lock);
 }
 
+/* ---- listings made ahead of a walk ----
+ *
+ * The first READDIRPLUS of a directory waits for all the NAS work of its
+ * first batch (the listing, a stat of each entry), and the batch classified
+ * ahead (above) cannot help it: that overlaps the NAS work and the kernel's
+ * (dentries, inodes, the reader's stats) only within a directory, and most
+ * directories of a hub are one batch.  So when a reply reaches the end of
+ * a directory, its worker lists the directory the walk will most likely
+ * read next (core/walkplan.h) and classifies its first batch, into a
+ * listing that the pass at its offset 0 takes if it comes within a tick
+ * (else it is let go).  One at a time, and only in a walk whose order the
+ * plan has seen: a plain `ls` makes none. */
+
+/* A pass at offset 0 of @d began: the plan learns of it and of @d's
+ * subdirectories.  (@d is listed: its entries no longer change.) */
+static void plan_begin(struct wfs *w, const struct listing *d)
+{
+	const char **subs = calloc(d->n ? d->n : 1, sizeof(*subs));
+	size_t k = 0;
+
+	if (!subs)
+		return;
+	for (size_t i = 0; i < d->n; i++)
+		if (S_ISDIR(d->ents[i].type))
+			subs[k++] = d->ents[i].name;
+	pthread_mutex_lock(&w->lists.lock);
+	walk_plan_begin(w->lists.plan, d->rel, subs, k);
+	pthread_mutex_unlock(&w->lists.lock);
+	free(subs);
+}
+
+/* (a worker that just replied with the end of a directory; @size: that
+ * request's, which the next pass's will be) */
+static void prefetch_next(struct wfs *w, size_t size)
+{
+	struct dir_lists *ls = &w->lists;
+	struct dir_entry *ents = NULL;
+	char rel[PATH_MAX], path[PATH_MAX];
+	struct plus_batch b = { 0 };
+	struct listing *l = NULL;
+	size_t n = 0;
+	int r;
+
+	pthread_mutex_lock(&ls->lock);
+	if (!ls->prefetching && walk_plan_next(ls->plan, rel, sizeof(rel)) == 0 &&
+	    (l = listing_new_locked(ls, 0, rel))) {
+		l->unclaimed = 1;
+		l->ahead_busy = 1; /* a pass that takes it meanwhile waits */
+		l->refs++;
+		ls->prefetching = 1;
+	}
+	pthread_mutex_unlock(&ls->lock);
+	if (!l)
+		return;
+	r = path_join(w->roots.path[0], rel, path, sizeof(path));
+	if (r == 0)
+		r = nas_list(w, path, &ents, &n);
+	if (r == 0) {
+		l->ents = ents;
+		l->n = n;
+		batch_classify(w, l, 0, size, &b);
+		atomic_fetch_add_explicit(&w->store.listed_ahead, 1, memory_order_relaxed);
+	}
+	wfs_log(w, LOG_DEBUG, "listed ahead %s: %s, %zu entries, %zu classified", rel,
+		r < 0 ? strerror(-r) : "ok", n, b.n);
+	pthread_mutex_lock(&l->lock);
+	l->listed = r == 0; /* else the pass lists it (or the record) */
+	l->ahead = b;
+	l->ahead_busy = 0;
+	pthread_cond_broadcast(&l->ahead_cond);
+	pthread_mutex_unlock(&l->lock);
+	pthread_mutex_lock(&ls->lock);
+	ls->prefetching = 0;
+	pthread_mutex_unlock(&ls->lock);
+	listing_put(w, l, 0);
+}
+
 static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, int plus)
 {
 	struct wfs *w = W(req);
@@ -314,7 +441,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, i
 	size_t used = 0, pos = OFF_POS(off);
 	uint64_t dot_ino = node_serial(&w->nodes, dn);
 	struct plus_batch batch = { 0 };
-	int r = d && buf && ent ? 0 : -ENOMEM, uncache, ahead;
+	int r = d && buf && ent ? 0 : -ENOMEM, uncache, ahead, walked;
 	size_t i;
 
 	if (r < 0) {
@@ -417,6 +544,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, i
 	 * cores, instead of in turn. */
 	ahead = plus && !d->from_record && used && i >= 2 && i - 2 < d->n;
 	d->ahead_busy = ahead;
+	walked = plus && !d->from_record;
 	pthread_mutex_unlock(&d->lock);
 	fuse_reply_buf(req, buf, used);
 	if (uncache)
@@ -424,8 +552,12 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, i
 	free(buf);
 	free(ent);
 	plus_batch_free(&batch);
+	if (walked && off == 0)
+		plan_begin(w, d);
 	if (ahead)
 		classify_ahead(w, d, i - 2, size);
+	else if (walked)
+		prefetch_next(w, size);
 	listing_put(w, d, used == 0); /* nothing sent: the end of the pass */
 }
 

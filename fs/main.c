@@ -396,8 +396,12 @@ int main(int argc, char **argv)
 
 	opts_init(&w.opt);
 	w.lock_fd = -1;
-	dir_lists_init(&w.lists);
 	/* Every option is checked here, before anything is opened or mounted. */
+	r = dir_lists_init(&w.lists);
+	if (r < 0) {
+		fprintf(stderr, "wfs: %s\n", strerror(-r));
+		goto out_args;
+	}
 	r = opts_parse(&w.opt, &args);
 	if (r == OPTS_HELP || r == OPTS_VERSION) {
 		if (r == OPTS_HELP)
@@ -605,8 +609,8 @@ out_nodes:
 		pins_close(&w.pins);
 	inval_destroy(&w.inval); /* after the store: its close may still report */
 	node_table_destroy(&w.nodes);
-	dir_lists_destroy(&w.lists);
 out_args:
+	dir_lists_destroy(&w.lists);
 	fuse_opt_free_args(&args);
 	opts_free(&w.opt);
 	if (w.lock_fd >= 0)

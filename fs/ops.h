@@ -21,7 +21,8 @@ int do_lookup(struct wfs *w, struct node *parent, const char *name, struct fuse_
 void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
 void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi);
 void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
-/* dir.c: the listing table of struct wfs (0 or -errno), freed at the end. */
+/* dir.c: the listing table of struct wfs (0 or -errno; destroy it either
+ * way), freed at the end. */
 int dir_lists_init(struct dir_lists *ls);
 void dir_lists_destroy(struct dir_lists *ls);
 void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);

@@ -45,11 +45,14 @@ struct wfs_opts {
 
 /* The listings of directory passes under way (fs/dir.c). */
 struct listing;
+struct walk_plan;
 struct dir_lists {
 	pthread_mutex_t lock;
 	struct listing *head; /* LOCK: most recently used first */
 	unsigned n;           /* LOCK */
 	uint32_t last_id;     /* LOCK: the id given last */
+	struct walk_plan *plan; /* LOCK: the walk under way (core/walkplan.h) */
+	int prefetching;      /* LOCK: a worker is listing the plan's next directory */
 };
 
 struct wfs {

@@ -405,6 +405,10 @@ def parse_args(argv):
     p.add_argument("--fixture", default=None,
                    help="disk rig: reuse an existing mkhub OUTDIR instead of generating (not "
                         "deleted; the bench adds models--bench--shards to its hub)")
+    p.add_argument("--walk-cpus", default=None, metavar="R,D",
+                   help="walk figures only: pin the walker to CPU R and the daemon's threads "
+                        "to CPU D (R,R: both on one CPU), to see what the scheduler's placement "
+                        "costs a FUSE round trip")
     p.add_argument("--wfs-opt", action="append", default=[],
                    help="extra -o option for wfs (repeatable)")
     p.add_argument("--fuse-read-ahead-kb", type=int, default=None,

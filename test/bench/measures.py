@@ -489,10 +489,31 @@ def m_rand(ctx):
     read_rows(ctx, nas_paths(ctx), ctx.big["size"], "nas", "NAS: ", ("rand",))
 
 
+def pin_daemon(pid, cpus):
+    """Every thread of the daemon onto the CPU set @cpus (threads it
+    starts later inherit their creator's mask)."""
+    for t in os.listdir(f"/proc/{pid}/task"):
+        try:
+            os.sched_setaffinity(int(t), cpus)
+        except ProcessLookupError:
+            pass
+
+
 def m_walk(ctx):
     """find + lstat over the whole tree, cold (caches dropped) then warm."""
     roots = {s: ctx.root(s) for s in ("direct", "wfs")}
-    res = abba(ctx, ("direct", "wfs"), walk_visit(ctx, roots))
+    mask = os.sched_getaffinity(0)
+    if ctx.args.walk_cpus:
+        r, d = (int(x) for x in ctx.args.walk_cpus.split(","))
+        log(f"  walk: walker on CPU {r}, daemon on CPU {d}")
+        pin_daemon(ctx.daemon_pid, {d})
+        os.sched_setaffinity(0, {r})
+    try:
+        res = abba(ctx, ("direct", "wfs"), walk_visit(ctx, roots))
+    finally:
+        os.sched_setaffinity(0, mask)
+        if ctx.args.walk_cpus:
+            pin_daemon(ctx.daemon_pid, mask)
     nd, nw = res["direct"][-1]["n"], res["wfs"][-1]["n"]
     note = "" if nd == nw else f"ENTRY COUNT DIFFERS direct={nd} wfs={nw}"
     for k in ("cold", "warm"):

@@ -61,7 +61,7 @@ class Types(Base):
         # the manifest must exercise every case the spec names, otherwise the
         # other tests check less than they claim
         kinds = {(e["type"], e.get("follow")) for e in FIX.entries}
-        for k in [("dir", None), ("file", None), ("link", "file"),
+        for k in [("dir", None), ("file", None), ("link", "file"), ("link", "dir"),
                   ("link", "ENOENT"), ("link", "ELOOP"), ("link", "escape")]:
             self.assertIn(k, kinds, "manifest has no entry of kind %r" % (k,))
 
@@ -464,6 +464,70 @@ class Readdir(Base):
                              "of before it")
         finally:
             shutil.rmtree(FIX.n(d), ignore_errors=True)
+
+    def listings_ahead(self):
+        """(listed ahead, taken) from `wfsctl stats --json`."""
+        m = wfstest.ctl_json(self, ["stats", FIX.mnt]).get("metrics") or {}
+        ls = m.get("listings") or {}
+        self.assertIsInstance(ls.get("ahead"), int, "stats has no metrics.listings: %s" % sorted(m))
+        return ls["ahead"], ls["ahead_taken"]
+
+    def walk_dir(self, n, files=10):
+        """A directory of N subdirectories of FILES files each on the NAS;
+        (its path, the subdirectories in the order the daemon lists them)."""
+        base = os.path.join(os.path.dirname(self.many_dir()[0]), "zz-walk")
+        os.mkdir(FIX.n(base))
+        self.addCleanup(shutil.rmtree, FIX.n(base), True)
+        for i in range(n):
+            os.mkdir(FIX.n(os.path.join(base, "s%02d" % i)))
+            for k in range(files):
+                with open(FIX.n(os.path.join(base, "s%02d" % i, "f%d" % k)), "wb") as f:
+                    f.write(b"x" * k)
+        return base, [os.path.join(base, x) for x in os.listdir(FIX.n(base))]
+
+    def test_walk_listed_ahead_is_the_nas(self):
+        # While a walk reads one directory the daemon lists the one the walk
+        # will read next (fs/dir.c, core/walkplan.h).  Walked in either
+        # order, every directory lists the NAS's names with the NAS's sizes,
+        # and the listings made ahead are taken (the counters say so).
+        base, order = self.walk_dir(30)
+        for label, seq in (("in listing order", order), ("in reverse", order[::-1])):
+            wfstest.drop_caches()
+            ahead0, taken0 = self.listings_ahead()
+            os.listdir(FIX.m(base))
+            for d in seq:
+                with os.scandir(FIX.m(d)) as it:
+                    got = {x.name: x.stat(follow_symlinks=False).st_size for x in it}
+                want = {x: os.lstat(os.path.join(FIX.n(d), x)).st_size for x in os.listdir(FIX.n(d))}
+                self.assertEqual(got, want, "%s, walked %s" % (d, label))
+            ahead, taken = self.listings_ahead()
+            self.assertGreater(taken - taken0, 0, "walked %s: none of the %d directories listed "
+                               "ahead was taken" % (label, ahead - ahead0))
+            self.assertLessEqual(taken - taken0, ahead - ahead0)
+
+    def test_walk_listed_ahead_not_taken_stale(self):
+        # A listing made ahead is taken only within a tick of being made: a
+        # walker that pauses before the next directory gets it as the NAS
+        # has it then, with names added and sizes changed during the pause.
+        # (The pause is the scenario, a slow walker; what is waited for is
+        # the daemon's counter of listings made ahead.)
+        base, order = self.walk_dir(3)
+        wfstest.drop_caches()
+        ahead0, _ = self.listings_ahead()
+        os.listdir(FIX.m(base))
+        os.listdir(FIX.m(order[0]))  # the first one: the walk goes in listing order
+        self.assertTrue(wfstest.wait_until(lambda: self.listings_ahead()[0] > ahead0, 10, 0.01),
+                        "the daemon listed nothing ahead of a walk of %s" % base)
+        nxt = order[1]
+        with open(FIX.n(os.path.join(nxt, "new")), "wb") as f:
+            f.write(b"new")
+        with open(FIX.n(os.path.join(nxt, "f1")), "ab") as f:
+            f.write(b"grown")
+        time.sleep(0.1)
+        with os.scandir(FIX.m(nxt)) as it:
+            got = {x.name: x.stat(follow_symlinks=False).st_size for x in it}
+        self.assertIn("new", got, "%s listed as it was before the pause" % nxt)
+        self.assertEqual(got.get("f1"), 6, "%s/f1 with its size of before the pause" % nxt)
 
     def test_more_passes_than_listings_kept(self):
         # More passes paused at once than the daemon keeps listings for

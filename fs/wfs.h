@@ -52,7 +52,7 @@ struct dir_lists {
 	unsigned n;           /* LOCK */
 	uint32_t last_id;     /* LOCK: the id given last */
 	struct walk_plan *plan; /* LOCK: the walk under way (core/walkplan.h) */
-	int prefetching;      /* LOCK: a worker is listing the plan's next directory */
+	int prefetching;      /* LOCK: workers listing the plan's next directories */
 };
 
 struct wfs {

@@ -367,9 +367,9 @@ static void classify_ahead(struct wfs *w, struct listing *d, size_t first, size_
  * (dentries, inodes, the reader's stats) only within a directory, and most
  * directories of a hub are one batch.  So when a reply reaches the end of
  * a directory, its worker lists the directory the walk will most likely
- * read next (core/walkplan.h) and classifies its first batch, into a
- * listing that the pass at its offset 0 takes if it comes within a tick
- * (else it is let go).  Only in a walk whose order the plan has seen: a
+ * read next (core/walkplan.h), if fewer than WALK_AHEAD are being listed,
+ * and classifies its first batch, into a listing that the pass at its
+ * offset 0 takes if it comes within a tick (else it is let go).  Only in a walk whose order the plan has seen: a
  * plain `ls` makes none. */
 
 /* Listings made ahead at once.  Two keep a walk waiting on the NAS less

@@ -181,6 +181,21 @@ static struct listing *listing_new_locked(struct dir_lists *ls, fuse_ino_t ino, 
 	return l;
 }
 
+/* Let *@pp go if it was made ahead, no pass took it within a tick, and
+ * nobody holds it (under ls->lock).  1: it is gone, and *@pp is the next
+ * one. */
+static int drop_stale_locked(struct dir_lists *ls, struct listing **pp)
+{
+	struct listing *l = *pp;
+
+	if (!l->unclaimed || mono_ns() - l->made_ns <= AHEAD_MAX_AGE_NS || l->refs != 1)
+		return 0;
+	*pp = l->next;
+	ls->n--;
+	listing_free(l);
+	return 1;
+}
+
 /* Is *@pp one a pass at offset 0 of @rel takes: made ahead for it, and
  * young enough (what it lists, and the attributes of its first batch, are
  * then as fresh as a listing taken now would be, to a tick)?  1: yes; 0:
@@ -194,12 +209,7 @@ static int claimable_locked(struct dir_lists *ls, struct listing **pp, const cha
 		return 0;
 	if (mono_ns() - l->made_ns <= AHEAD_MAX_AGE_NS)
 		return 1;
-	if (l->refs != 1)
-		return 0;
-	*pp = l->next;
-	ls->n--;
-	listing_free(l);
-	return -1;
+	return drop_stale_locked(ls, pp) ? -1 : 0;
 }
 
 /* The listing of @ino whose id @off carries, or at offset 0 one made ahead
@@ -409,6 +419,9 @@ static void prefetch_next(struct wfs *w, size_t size)
 	int r;
 
 	pthread_mutex_lock(&ls->lock);
+	for (struct listing **pp = &ls->head; *pp;) /* guesses that went unused */
+		if (!drop_stale_locked(ls, pp))
+			pp = &(*pp)->next;
 	if (ls->prefetching < WALK_AHEAD && walk_plan_next(ls->plan, rel, sizeof(rel)) == 0 &&
 	    (l = listing_new_locked(ls, 0, rel))) {
 		l->unclaimed = 1;

@@ -379,8 +379,8 @@ static void classify_ahead(struct wfs *w, struct listing *d, size_t first, size_
  * a directory, its worker lists the directory the walk will most likely
  * read next (core/walkplan.h), if fewer than WALK_AHEAD are being listed,
  * and classifies its first batch, into a listing that the pass at its
- * offset 0 takes if it comes within a tick (else it is let go).  Only in a walk whose order the plan has seen: a
- * plain `ls` makes none. */
+ * offset 0 takes if it comes within a tick (else it is let go).  Only in
+ * a walk whose order the plan has seen: a plain `ls` makes none. */
 
 /* Listings made ahead at once.  Two keep a walk waiting on the NAS less
  * than one (cold walk on the bench's tree, by hand: 0.168 -> 0.147 s on

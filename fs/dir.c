@@ -68,6 +68,12 @@ static uint64_t mono_ns(void)
 	return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
 }
 
+/* Was what was read at @ns (mono_ns) read within AHEAD_MAX_AGE_NS? */
+static int young(uint64_t ns)
+{
+	return mono_ns() - ns <= AHEAD_MAX_AGE_NS;
+}
+
 struct listing {
 	uint32_t id;         /* IMMUTABLE: the high half of its offsets */
 	fuse_ino_t ino;      /* LISTS: the directory's (0 until claimed) */
@@ -188,7 +194,7 @@ static int drop_stale_locked(struct dir_lists *ls, struct listing **pp)
 {
 	struct listing *l = *pp;
 
-	if (!l->unclaimed || mono_ns() - l->made_ns <= AHEAD_MAX_AGE_NS || l->refs != 1)
+	if (!l->unclaimed || young(l->made_ns) || l->refs != 1)
 		return 0;
 	*pp = l->next;
 	ls->n--;
@@ -196,20 +202,13 @@ static int drop_stale_locked(struct dir_lists *ls, struct listing **pp)
 	return 1;
 }
 
-/* Is *@pp one a pass at offset 0 of @rel takes: made ahead for it, and
+/* Is @l one a pass at offset 0 of @rel takes: made ahead for it, and
  * young enough (what it lists, and the attributes of its first batch, are
- * then as fresh as a listing taken now would be, to a tick)?  1: yes; 0:
- * no; -1: no, and it was too old and held by nobody, so it is gone and
- * *@pp is the next one (under ls->lock). */
-static int claimable_locked(struct dir_lists *ls, struct listing **pp, const char *rel)
+ * then as fresh as a listing taken now would be, to a tick)?  One too old
+ * is let go by drop_stale_locked().  (under ls->lock) */
+static int claimable_locked(const struct listing *l, const char *rel)
 {
-	struct listing *l = *pp;
-
-	if (!l->unclaimed || strcmp(l->rel, rel))
-		return 0;
-	if (mono_ns() - l->made_ns <= AHEAD_MAX_AGE_NS)
-		return 1;
-	return drop_stale_locked(ls, pp) ? -1 : 0;
+	return l->unclaimed && !strcmp(l->rel, rel) && young(l->made_ns);
 }
 
 /* The listing of @ino whose id @off carries, or at offset 0 one made ahead
@@ -224,11 +223,9 @@ static struct listing *listing_get(struct wfs *w, fuse_ino_t ino, struct node *d
 
 	node_path(dn, rel, sizeof(rel));
 	pthread_mutex_lock(&ls->lock);
-	for (pp = &ls->head; *pp;) {
-		int take = id ? (*pp)->id == id && (*pp)->ino == ino && !strcmp((*pp)->rel, rel)
-			      : claimable_locked(ls, pp, rel);
-
-		if (take > 0) {
+	for (pp = &ls->head; *pp; pp = &(*pp)->next)
+		if (id ? (*pp)->id == id && (*pp)->ino == ino && !strcmp((*pp)->rel, rel)
+		       : claimable_locked(*pp, rel)) {
 			l = *pp;
 			*pp = l->next;
 			l->next = ls->head;
@@ -240,9 +237,6 @@ static struct listing *listing_get(struct wfs *w, fuse_ino_t ino, struct node *d
 			l->ino = ino;
 			break;
 		}
-		if (take == 0)
-			pp = &(*pp)->next;
-	}
 	if (!l && !(l = listing_new_locked(ls, ino, rel))) {
 		pthread_mutex_unlock(&ls->lock);
 		return NULL;
@@ -491,8 +485,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, i
 	if (plus && !d->from_record) {
 		size_t first = pos > 2 ? pos - 2 : 0;
 
-		if (d->ahead.n && d->ahead.first == first &&
-		    mono_ns() - d->ahead.taken_ns <= AHEAD_MAX_AGE_NS) {
+		if (d->ahead.n && d->ahead.first == first && young(d->ahead.taken_ns)) {
 			batch = d->ahead;
 			memset(&d->ahead, 0, sizeof(d->ahead));
 		} else {

@@ -683,7 +683,7 @@ def body(t, work):
     lines = err.decode().splitlines()
     polls = sum(q["op"] == "progress" for q in hub.requests[n0:])
     # 80 MiB at 20 MiB/s: at least 4 s of copying, a line every 2 s of it
-    # (never one a poll: wfsctl polls 4 times a second)
+    # (never one a poll: wfsctl polls at least 4 times a second)
     ok("non-tty: a heartbeat line, not one per poll",
        p.returncode == 0 and 2 <= len(lines) <= polls // 3 + 2,
        "%d progress polls\n%s" % (polls, err.decode()))
@@ -735,7 +735,11 @@ def body(t, work):
     srv3.close()
     os.unlink(sock3)
     out, err = p.communicate(timeout=30)
-    ok("daemon gone during --wait", p.returncode == 1 and b"cannot reach the wfs daemon" in err, err.decode())
+    # the next poll finds no socket, or (polls come sooner near the start)
+    # a connection the dying daemon took and closed
+    ok("daemon gone during --wait", p.returncode == 1 and
+       (b"cannot reach the wfs daemon" in err or
+        b"closed the connection without replying" in err), err.decode())
 
     # --- evict / verify (the glob tests above pinned some)
     r = run("unpin", "models--org--good", f"models--org--kept/snapshots/{REV1}/c.bin", cwd=root)

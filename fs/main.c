@@ -375,17 +375,10 @@ static void write_pid(struct wfs *w)
 		wfs_log(w, LOG_WARNING, "cannot write pid to %s/wfs.lock", w->opt.local);
 }
 
-int main(int argc, char **argv)
-{
-	struct wfs w = {0};
-	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
-	struct fuse_loop_config *cfg;
-	struct ns_entry *root;
-	struct doctor_scan links = {0}; /* links leaving NAS_HUB, counted at start-up */
-	char fsname[PATH_MAX + 16], nas_what[PATH_MAX + 64];
-	int r, ret = 1, ctl_bound = 0, nas_err;
-	struct metrics_src msrc = { .store = &w.store, .gate = &w.gate, .record = &w.record };
+/* ---- start-up and shut-down, in the order main() runs them ---- */
 
+static void tune_malloc(void)
+{
 	/* Each NAS read is answered from a 1 MiB buffer (libfuse copies the
 	 * reply through one: a 1 MiB reply does not fit a default-sized pipe,
 	 * so it is never spliced).  From mmap'ed chunks every buffer would be
@@ -400,223 +393,316 @@ int main(int argc, char **argv)
 	 * thread, 55.5 MiB with two (bench.py --only memory).  The threads
 	 * mostly wait on the NAS or the kernel, not on malloc's lock. */
 	mallopt(M_ARENA_MAX, 2);
+}
 
-	opts_init(&w.opt);
-	w.lock_fd = -1;
-	/* Every option is checked here, before anything is opened or mounted. */
-	r = dir_lists_init(&w.lists);
+/* Every option, checked before anything is opened or mounted.  Returns -1
+ * to go on, or the exit status (--help, --version: 0; a bad option: 2). */
+static int parse_args(struct wfs *w, struct fuse_args *args)
+{
+	int r = dir_lists_init(&w->lists);
+
 	if (r < 0) {
 		fprintf(stderr, "wfs: %s\n", strerror(-r));
-		goto out_args;
+		return 1;
 	}
-	r = opts_parse(&w.opt, &args);
-	if (r == OPTS_HELP || r == OPTS_VERSION) {
-		if (r == OPTS_HELP)
-			opts_usage(stdout);
-		else
-			printf("wfs %s (libfuse %s)\n", WFS_VERSION, fuse_pkgversion());
-		ret = 0;
-		goto out_args;
+	r = opts_parse(&w->opt, args);
+	if (r == OPTS_HELP) {
+		opts_usage(stdout);
+		return 0;
 	}
-	if (r < 0) {
-		ret = 2;
-		goto out_args;
+	if (r == OPTS_VERSION) {
+		printf("wfs %s (libfuse %s)\n", WFS_VERSION, fuse_pkgversion());
+		return 0;
 	}
-	if (!w.opt.log_set)
-		w.opt.log = w.opt.foreground ? WFS_LOG_STDERR : WFS_LOG_SYSLOG;
-	root = calloc(1, sizeof(*root));
-	if (!root)
-		goto out_args;
-	/* A NAS that does not answer may be served from LOCAL_STORE's record;
-	 * one that says no (missing, not a directory, no access) is refused. */
-	nas_err = check_nas(&w, root, nas_what, sizeof(nas_what));
-	if (nas_err < 0 && nas_err != -ETIMEDOUT && !nas_gate_unavailable(nas_err)) {
-		fprintf(stderr, "wfs: %s: %s\n", nas_what,
-			nas_err == -ENOTDIR ? "not a directory" : strerror(-nas_err));
-		free(root);
-		goto out_args;
+	if (r < 0)
+		return 2;
+	if (!w->opt.log_set)
+		w->opt.log = w->opt.foreground ? WFS_LOG_STDERR : WFS_LOG_SYSLOG;
+	return -1;
+}
+
+/* What the start-up learnt of NAS_HUB, from check_start() to open_nas(). */
+struct nas_start {
+	struct ns_entry *root;
+	int err;                  /* 0, or why the NAS did not answer */
+	char what[PATH_MAX + 64]; /* the path that did not */
+};
+
+/* NAS_HUB looked at, the paths checked, LOCAL_STORE's lock taken: nothing
+ * to undo when this fails.  A NAS that does not answer may be served from
+ * LOCAL_STORE's record; one that says no (missing, not a directory, no
+ * access) is refused. */
+static int check_start(struct wfs *w, struct nas_start *ns)
+{
+	ns->root = calloc(1, sizeof(*ns->root));
+	if (!ns->root)
+		return -1;
+	ns->err = check_nas(w, ns->root, ns->what, sizeof(ns->what));
+	if (ns->err < 0 && ns->err != -ETIMEDOUT && !nas_gate_unavailable(ns->err)) {
+		fprintf(stderr, "wfs: %s: %s\n", ns->what,
+			ns->err == -ENOTDIR ? "not a directory" : strerror(-ns->err));
+	} else if (check_paths(w) == 0 && take_lock(w) == 0) {
+		return 0;
 	}
-	if (check_paths(&w) || take_lock(&w)) {
-		free(root);
-		goto out_args;
-	}
-	record_open(&w.record, w.opt.local, w.store_readonly, store_log, &w);
-	w.record_opened = 1;
-	r = nas_err < 0 ? start_from_record(&w, root, nas_what, nas_err) : 0;
+	free(ns->root);
+	return -1;
+}
+
+/* LOCAL_STORE's record (and from it the root, when the NAS did not
+ * answer), the node table and the NAS gate. */
+static int open_nas(struct wfs *w, struct nas_start *ns)
+{
+	int r;
+
+	record_open(&w->record, w->opt.local, w->store_readonly, store_log, w);
+	w->record_opened = 1;
+	r = ns->err < 0 ? start_from_record(w, ns->root, ns->what, ns->err) : 0;
 	if (r == 0)
-		r = node_table_init(&w.nodes, w.roots.path[0], root);
-	free(root);
+		r = node_table_init(&w->nodes, w->roots.path[0], ns->root);
+	free(ns->root);
+	if (r == 0 && (r = nas_gate_init(&w->gate, w->roots.path[0], w->opt.nas_timeout_ms,
+					 store_log, w)) == 0)
+		w->gate_inited = 1;
 	if (r < 0) {
 		if (r != -1)
-			fprintf(stderr, "wfs: NAS_HUB %s: %s\n", w.opt.nas, strerror(-r));
-		goto out_nodes;
+			fprintf(stderr, "wfs: NAS_HUB %s: %s\n", w->opt.nas, strerror(-r));
+		return -1;
 	}
-	if ((r = nas_gate_init(&w.gate, w.roots.path[0], w.opt.nas_timeout_ms, store_log,
-			       &w)) < 0) {
-		fprintf(stderr, "wfs: NAS_HUB %s: %s\n", w.opt.nas, strerror(-r));
-		goto out_nodes;
-	}
-	w.gate_inited = 1;
-	if (nas_err < 0) {
+	if (ns->err < 0) {
 		char why[PATH_MAX + 128];
 
-		snprintf(why, sizeof(why), "%s at start-up", strerror(-nas_err));
-		nas_gate_set_down(&w.gate, why);
+		snprintf(why, sizeof(why), "%s at start-up", strerror(-ns->err));
+		nas_gate_set_down(&w->gate, why);
 	}
-	/* Before the store: opening it may demote copies already. */
-	{
-		struct inval_hooks ih = { .arg = &w, .notify = notify_inval,
-					  .notify_all = notify_inval_all };
+	return 0;
+}
 
-		if ((r = inval_init(&w.inval, 0, &ih)) < 0) {
-			fprintf(stderr, "wfs: %s\n", strerror(-r));
-			goto out_nodes;
-		}
-	}
-	{
-		struct store_opts so = { .workers = w.opt.copy_workers,
-					 .bw_limit = w.opt.promote_bw,
-					 .policy = &w.opt.policy,
-					 .gate = &w.gate };
-		struct store_hooks hooks = { .arg = &w, .log = store_log,
-					     .changed = store_changed };
+/* The invalidator (before the store: opening it may demote copies already),
+ * the store and its pins, the metrics file, and what the control socket
+ * answers from. */
+static int open_store(struct wfs *w, const struct metrics_src *msrc)
+{
+	struct inval_hooks ih = { .arg = w, .notify = notify_inval,
+				  .notify_all = notify_inval_all };
+	struct store_opts so = { .workers = w->opt.copy_workers, .bw_limit = w->opt.promote_bw,
+				 .policy = &w->opt.policy, .gate = &w->gate };
+	struct store_hooks hooks = { .arg = w, .log = store_log, .changed = store_changed };
+	int r = inval_init(&w->inval, 0, &ih);
 
-		r = store_open(&w.store, w.opt.local, &so, &hooks);
-		w.store_open = 1;
-		if (r == 0 && (r = pins_open(&w.pins, &w.store, &w.roots, &w.opt.policy)) == 0)
-			w.pins_open = 1;
-		if (r < 0) {
-			fprintf(stderr, "wfs: LOCAL_STORE %s: %s\n", w.opt.local, strerror(-r));
-			goto out_nodes;
-		}
+	if (r < 0) {
+		fprintf(stderr, "wfs: %s\n", strerror(-r));
+		return -1;
 	}
-	if (w.opt.metrics_file && (r = metrics_write_file(&msrc, w.opt.metrics_file)) < 0) {
-		fprintf(stderr, "wfs: -o metrics_file=%s: cannot write: %s\n", w.opt.metrics_file,
+	r = store_open(&w->store, w->opt.local, &so, &hooks);
+	w->store_open = 1;
+	if (r == 0 && (r = pins_open(&w->pins, &w->store, &w->roots, &w->opt.policy)) == 0)
+		w->pins_open = 1;
+	if (r < 0) {
+		fprintf(stderr, "wfs: LOCAL_STORE %s: %s\n", w->opt.local, strerror(-r));
+		return -1;
+	}
+	if (w->opt.metrics_file && (r = metrics_write_file(msrc, w->opt.metrics_file)) < 0) {
+		fprintf(stderr, "wfs: -o metrics_file=%s: cannot write: %s\n", w->opt.metrics_file,
 			strerror(-r));
-		goto out_nodes;
+		return -1;
 	}
-	w.ctl.roots = &w.roots;
-	w.ctl.store = &w.store;
-	w.ctl.pins = &w.pins;
-	w.ctl.gate = &w.gate;
-	w.ctl.record = &w.record;
-	w.ctl.mount = w.opt.mnt;
-	w.ctl.local = w.opt.local;
-	w.ctl.owner = getuid();
+	w->ctl.roots = &w->roots;
+	w->ctl.store = &w->store;
+	w->ctl.pins = &w->pins;
+	w->ctl.gate = &w->gate;
+	w->ctl.record = &w->record;
+	w->ctl.mount = w->opt.mnt;
+	w->ctl.local = w->opt.local;
+	w->ctl.owner = getuid();
+	return 0;
+}
 
-	snprintf(fsname, sizeof(fsname), "fsname=%s", w.roots.path[0]);
-	if (fuse_opt_add_arg(&args, "-o") || fuse_opt_add_arg(&args, fsname) ||
-	    fuse_opt_add_arg(&args, "-osubtype=wfs,default_permissions"))
-		goto out_nodes;
+/* How far start_session() got, for end_session(). */
+enum session_stage { SES_NONE, SES_NEW, SES_SIGNALS, SES_MOUNTED };
 
-	wfs_log_open(&w);
-	w.se = fuse_session_new(&args, &wfs_ops, sizeof(wfs_ops), &w);
-	if (!w.se) {
+/* The FUSE session: made, signals handled, the control socket bound (before
+ * we detach, so wfsctl works on the line after wfs), mounted, the INIT hooks
+ * in place, detached.  *@stage says how far it got, also on failure. */
+static int start_session(struct wfs *w, struct fuse_args *args, int *ctl_bound,
+			 enum session_stage *stage)
+{
+	char fsname[PATH_MAX + 16];
+	int r;
+
+	snprintf(fsname, sizeof(fsname), "fsname=%s", w->roots.path[0]);
+	if (fuse_opt_add_arg(args, "-o") || fuse_opt_add_arg(args, fsname) ||
+	    fuse_opt_add_arg(args, "-osubtype=wfs,default_permissions"))
+		return -1;
+	wfs_log_open(w);
+	w->se = fuse_session_new(args, &wfs_ops, sizeof(wfs_ops), w);
+	if (!w->se) {
 		fprintf(stderr, "wfs: cannot start a FUSE session (bad -o option?)\n");
-		goto out;
+		return -1;
 	}
-	if (fuse_set_signal_handlers(w.se) != 0)
-		goto out_session;
-	/* Bound before we detach, so wfsctl works on the line after wfs. */
-	if ((r = control_bind(&w.ctl)) < 0 && !(r == -EROFS && w.store_readonly)) {
+	*stage = SES_NEW;
+	if (fuse_set_signal_handlers(w->se) != 0)
+		return -1;
+	*stage = SES_SIGNALS;
+	if ((r = control_bind(&w->ctl)) < 0 && !(r == -EROFS && w->store_readonly)) {
 		fprintf(stderr, "wfs: LOCAL_STORE %s: cannot create the control socket: %s\n",
-			w.opt.local, strerror(-r));
-		goto out_signals;
+			w->opt.local, strerror(-r));
+		return -1;
 	}
-	ctl_bound = r == 0;
-	if (fuse_session_mount(w.se, w.opt.mnt) != 0) {
+	*ctl_bound = r == 0;
+	if (fuse_session_mount(w->se, w->opt.mnt) != 0) {
 		fprintf(stderr, "wfs: MOUNTPOINT %s: mount failed (is /dev/fuse there? root or "
-			"fusermount3 needed)\n", w.opt.mnt);
-		goto out_signals;
+			"fusermount3 needed)\n", w->opt.mnt);
+		return -1;
 	}
-	if (w.opt.readahead_kb) {
-		w.pt.init_done = raise_readahead;
-		w.pt.init_done_arg = &w;
+	*stage = SES_MOUNTED;
+	if (w->opt.readahead_kb) {
+		w->pt.init_done = raise_readahead;
+		w->pt.init_done_arg = w;
 	}
-	if ((r = passthrough_install(&w.pt, w.se, w.opt.passthrough, fh_backing_id)) < 0) {
+	if ((r = passthrough_install(&w->pt, w->se, w->opt.passthrough, fh_backing_id)) < 0) {
 		fprintf(stderr, "wfs: cannot install the passthrough hooks: %s\n", strerror(-r));
-		goto out_unmount;
+		return -1;
 	}
-	if (fuse_daemonize(w.opt.foreground) != 0)
-		goto out_unmount;
-	write_pid(&w);
-	/* Threads only now: fuse_daemonize() forks. */
-	if ((r = inval_start(&w.inval)) < 0)
-		wfs_log(&w, LOG_WARNING, "cannot start the cache invalidation thread: %s; "
+	if (fuse_daemonize(w->opt.foreground) != 0)
+		return -1;
+	write_pid(w);
+	return 0;
+}
+
+/* The threads, only now: fuse_daemonize() forks.  Those that only make the
+ * mount better (the invalidator, the metrics writer, the link scan) are
+ * logged when they cannot start; promotion and the control socket must. */
+static int start_threads(struct wfs *w, int ctl_bound, const struct metrics_src *msrc,
+			 struct doctor_scan *links)
+{
+	int r;
+
+	if ((r = inval_start(&w->inval)) < 0)
+		wfs_log(w, LOG_WARNING, "cannot start the cache invalidation thread: %s; "
 			"demoted files may show stale pages", strerror(-r));
-	if ((r = nas_gate_start(&w.gate)) < 0 ||
-	    (r = store_start(&w.store)) < 0 ||
-	    (r = record_start(&w.record, &w.roots, &w.store, &w.gate)) < 0 ||
-	    (r = auto_start(&w.autop, &w.store, &w.roots, &w.opt.policy, &w.pins)) < 0 ||
-	    (ctl_bound && (r = control_start(&w.ctl)) < 0)) {
-		wfs_log(&w, LOG_ERR, "cannot start promotion or control socket in %s: %s",
-			w.opt.local, strerror(-r));
-		goto out_unmount;
+	if ((r = nas_gate_start(&w->gate)) < 0 ||
+	    (r = store_start(&w->store)) < 0 ||
+	    (r = record_start(&w->record, &w->roots, &w->store, &w->gate)) < 0 ||
+	    (r = auto_start(&w->autop, &w->store, &w->roots, &w->opt.policy, &w->pins)) < 0 ||
+	    (ctl_bound && (r = control_start(&w->ctl)) < 0)) {
+		wfs_log(w, LOG_ERR, "cannot start promotion or control socket in %s: %s",
+			w->opt.local, strerror(-r));
+		return -1;
 	}
 	if (!ctl_bound)
-		wfs_log(&w, LOG_WARNING, "LOCAL_STORE %s is read-only: its verified copies serve, "
+		wfs_log(w, LOG_WARNING, "LOCAL_STORE %s is read-only: its verified copies serve, "
 			"nothing is promoted, and there is no control socket (wfsctl cannot "
-			"reach this mount)", w.opt.local);
-	if (w.opt.metrics_file &&
-	    (r = metrics_writer_start(&w.metrics, w.opt.metrics_file, w.opt.metrics_interval,
-				      &msrc)) < 0)
-		wfs_log(&w, LOG_ERR, "cannot start the metrics writer for %s: %s",
-			w.opt.metrics_file, strerror(-r));
-	if ((r = doctor_scan_start(&links, &w.roots, store_log, &w)) < 0)
-		wfs_log(&w, LOG_WARNING, "cannot start the scan for links leaving NAS_HUB: %s",
+			"reach this mount)", w->opt.local);
+	if (w->opt.metrics_file &&
+	    (r = metrics_writer_start(&w->metrics, w->opt.metrics_file, w->opt.metrics_interval,
+				      msrc)) < 0)
+		wfs_log(w, LOG_ERR, "cannot start the metrics writer for %s: %s",
+			w->opt.metrics_file, strerror(-r));
+	if ((r = doctor_scan_start(links, &w->roots, store_log, w)) < 0)
+		wfs_log(w, LOG_WARNING, "cannot start the scan for links leaving NAS_HUB: %s",
 			strerror(-r));
+	return 0;
+}
 
-	if (w.opt.single_thread) {
-		ret = fuse_session_loop(w.se) ? 1 : 0;
-	} else {
-		cfg = fuse_loop_cfg_create();
-		fuse_loop_cfg_set_max_threads(cfg, w.opt.max_threads);
-		ret = fuse_session_loop_mt(w.se, cfg) ? 1 : 0;
-		fuse_loop_cfg_destroy(cfg);
-	}
-	wfs_log(&w, LOG_INFO, "unmounting %s", w.opt.mnt);
+/* Serve until unmounted or signalled.  Returns the exit status. */
+static int serve(struct wfs *w)
+{
+	struct fuse_loop_config *cfg;
+	int ret;
+
+	if (w->opt.single_thread)
+		return fuse_session_loop(w->se) ? 1 : 0;
+	cfg = fuse_loop_cfg_create();
+	fuse_loop_cfg_set_max_threads(cfg, w->opt.max_threads);
+	ret = fuse_session_loop_mt(w->se, cfg) ? 1 : 0;
+	fuse_loop_cfg_destroy(cfg);
+	return ret;
+}
+
+/* After serving: the order matters. */
+static void stop_serving(struct wfs *w)
+{
+	wfs_log(w, LOG_INFO, "unmounting %s", w->opt.mnt);
 	/* First: closing the device ends every request still waiting for an
 	 * answer we will not give.  Our read-ahead thread may be in a stat()
 	 * of the mount (a SIGTERM right after start-up), and anyone else's
 	 * stat would hang until then too. */
-	fuse_session_unmount(w.se);
-	control_stop(&w.ctl);
-	metrics_writer_stop(&w.metrics); /* reads the store; removes the file */
+	fuse_session_unmount(w->se);
+	control_stop(&w->ctl);
+	metrics_writer_stop(&w->metrics); /* reads the store; removes the file */
 	/* Before the session goes: the invalidator still talks to it (with
 	 * the device closed its notices fail at once instead of waiting). */
-	auto_stop(&w.autop); /* the policy uses the store */
-	record_close(&w.record); /* its thread reads the store */
-	w.record_opened = 0;
-	store_close(&w.store); /* cancels copies, writes the index */
-	w.store_open = 0;
-	inval_stop(&w.inval); /* drops what is left: the kernel's cache went with the mount */
+	auto_stop(&w->autop); /* the policy uses the store */
+	record_close(&w->record); /* its thread reads the store */
+	w->record_opened = 0;
+	store_close(&w->store); /* cancels copies, writes the index */
+	w->store_open = 0;
+	inval_stop(&w->inval); /* drops what is left: the kernel's cache went with the mount */
+}
 
-out_unmount:
-	fuse_session_unmount(w.se);
-	inval_stop(&w.inval); /* before the session goes: the thread uses it */
-out_signals:
-	fuse_remove_signal_handlers(w.se);
-out_session:
-	fuse_session_destroy(w.se);
-out:
-out_nodes:
-	doctor_scan_stop(&links); /* it logs through w */
-	control_stop(&w.ctl);
-	metrics_writer_stop(&w.metrics); /* removes the file */
-	if (w.opt.metrics_file)
-		unlink(w.opt.metrics_file); /* the start-up check may have written it */
-	auto_stop(&w.autop);
-	if (w.record_opened)
-		record_close(&w.record);
-	if (w.store_open)
-		store_close(&w.store);
-	if (w.gate_inited)
-		nas_gate_destroy(&w.gate); /* after the store: its copies report to it */
-	if (w.pins_open)
-		pins_close(&w.pins);
-	inval_destroy(&w.inval); /* after the store: its close may still report */
-	node_table_destroy(&w.nodes);
-out_args:
+static void end_session(struct wfs *w, enum session_stage stage)
+{
+	if (stage >= SES_MOUNTED) {
+		fuse_session_unmount(w->se);
+		inval_stop(&w->inval); /* before the session goes: the thread uses it */
+	}
+	if (stage >= SES_SIGNALS)
+		fuse_remove_signal_handlers(w->se);
+	if (stage >= SES_NEW)
+		fuse_session_destroy(w->se);
+}
+
+/* What open_nas() and open_store() made, however far they got (every stop
+ * and close here is a no-op on what was never started; a failed
+ * check_start() made nothing, and leaves a running daemon's metrics file
+ * alone). */
+static void close_state(struct wfs *w, struct doctor_scan *links)
+{
+	doctor_scan_stop(links); /* it logs through w */
+	control_stop(&w->ctl);
+	metrics_writer_stop(&w->metrics); /* removes the file */
+	if (w->opt.metrics_file)
+		unlink(w->opt.metrics_file); /* the start-up check may have written it */
+	auto_stop(&w->autop);
+	if (w->record_opened)
+		record_close(&w->record);
+	if (w->store_open)
+		store_close(&w->store);
+	if (w->gate_inited)
+		nas_gate_destroy(&w->gate); /* after the store: its copies report to it */
+	if (w->pins_open)
+		pins_close(&w->pins);
+	inval_destroy(&w->inval); /* after the store: its close may still report */
+	node_table_destroy(&w->nodes);
+}
+
+int main(int argc, char **argv)
+{
+	struct wfs w = {0};
+	struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
+	struct doctor_scan links = {0}; /* links leaving NAS_HUB, counted at start-up */
+	struct metrics_src msrc = { .store = &w.store, .gate = &w.gate, .record = &w.record };
+	enum session_stage stage = SES_NONE;
+	struct nas_start ns;
+	int ret, ctl_bound = 0;
+
+	tune_malloc();
+	opts_init(&w.opt);
+	w.lock_fd = -1;
+	ret = parse_args(&w, &args);
+	if (ret < 0) {
+		ret = 1;
+		if (check_start(&w, &ns) == 0) {
+			if (open_nas(&w, &ns) == 0 && open_store(&w, &msrc) == 0 &&
+			    start_session(&w, &args, &ctl_bound, &stage) == 0 &&
+			    start_threads(&w, ctl_bound, &msrc, &links) == 0) {
+				ret = serve(&w);
+				stop_serving(&w);
+			}
+			end_session(&w, stage);
+			close_state(&w, &links);
+		}
+	}
 	dir_lists_destroy(&w.lists);
 	fuse_opt_free_args(&args);
 	opts_free(&w.opt);

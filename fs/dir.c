@@ -449,15 +449,81 @@ static void prefetch_next(struct wfs *w, size_t size)
 	listing_put(w, l, 0);
 }
 
+/* The batch of classified entries a READDIRPLUS at @pos uses: the one made
+ * ahead for it when it is still young, else one made now. */
+static void take_batch(struct wfs *w, struct listing *d, size_t pos, size_t size,
+		       struct plus_batch *batch)
+{
+	size_t first = pos > 2 ? pos - 2 : 0;
+
+	if (d->ahead.n && d->ahead.first == first && young(d->ahead.taken_ns)) {
+		*batch = d->ahead;
+		memset(&d->ahead, 0, sizeof(d->ahead));
+	} else {
+		plus_batch_free(&d->ahead);
+		batch_classify(w, d, first, size, batch);
+	}
+}
+
+/* Entry @i of a pass over @d (0 and 1 are "." and ".."): its name, and what
+ * the reply says of it in @e (READDIRPLUS: a lookup the kernel will hold,
+ * e->ino set) and @st.  Returns 0, or < 0 to leave it out (hidden,
+ * vanished, the NAS down). */
+static int entry_at(struct wfs *w, struct listing *d, struct node *dn, size_t i, int plus,
+		    struct plus_batch *batch, struct ns_entry *ent, const char **name,
+		    struct fuse_entry_param *e, struct stat *st)
+{
+	const struct dir_entry *de;
+	char rel[PATH_MAX];
+	size_t k;
+	int r;
+
+	memset(e, 0, sizeof(*e));
+	memset(st, 0, sizeof(*st));
+	if (i < 2) {
+		*name = i == 0 ? "." : "..";
+		st->st_mode = S_IFDIR;
+		/* ".." is not ours to know */
+		st->st_ino = i == 0 ? node_serial(&w->nodes, dn) : 1;
+		e->attr = *st;
+		return 0;
+	}
+	de = &d->ents[i - 2];
+	*name = de->name;
+	st->st_ino = de->nas_ino; /* glibc hides entries whose d_ino is 0 */
+	if (path_join(d->rel, de->name, rel, sizeof(rel)) < 0)
+		return -ENAMETOOLONG;
+	if (!plus && (S_ISDIR(de->type) || S_ISREG(de->type) || d->from_record)) {
+		st->st_mode = de->type;
+		return 0;
+	}
+	if (!plus) {
+		if ((r = nas_classify(w, rel, ent)) < 0)
+			return r;
+		st->st_mode = ent->st.st_mode & S_IFMT;
+		st->st_ino = ent->st.st_ino;
+		return 0;
+	}
+	k = i - 2 - batch->first; /* before the batch: wraps, and is looked up */
+	if (k < batch->n) {
+		r = ns_batch_get(&batch->b, k, ent);
+		r = lookup_classified(w, dn, de->name, rel, r, ent, e);
+	} else {
+		r = do_lookup(w, dn, de->name, e);
+	}
+	if (r == 0)
+		*st = e->attr;
+	return r;
+}
+
 static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, int plus)
 {
 	struct wfs *w = W(req);
 	struct node *dn = N(w, ino);
 	struct listing *d = listing_get(w, ino, dn, off);
-	char *buf = calloc(1, size), rel[PATH_MAX];
+	char *buf = calloc(1, size);
 	struct ns_entry *ent = malloc(sizeof(*ent));
 	size_t used = 0, pos = OFF_POS(off);
-	uint64_t dot_ino = node_serial(&w->nodes, dn);
 	struct plus_batch batch = { 0 };
 	int r = d && buf && ent ? 0 : -ENOMEM, uncache, ahead, walked;
 	size_t i;
@@ -482,60 +548,16 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, i
 		fuse_reply_err(req, -r);
 		return;
 	}
-	if (plus && !d->from_record) {
-		size_t first = pos > 2 ? pos - 2 : 0;
-
-		if (d->ahead.n && d->ahead.first == first && young(d->ahead.taken_ns)) {
-			batch = d->ahead;
-			memset(&d->ahead, 0, sizeof(d->ahead));
-		} else {
-			plus_batch_free(&d->ahead);
-			batch_classify(w, d, first, size, &batch);
-		}
-	}
+	if (plus && !d->from_record)
+		take_batch(w, d, pos, size, &batch);
 	for (i = pos; i < d->n + 2; i++) {
 		struct fuse_entry_param e;
-		struct stat st = {0};
+		struct stat st;
 		const char *name;
-		struct node *n = NULL;
 		size_t sz;
 
-		memset(&e, 0, sizeof(e));
-		if (i < 2) {
-			name = i == 0 ? "." : "..";
-			st.st_mode = S_IFDIR;
-			st.st_ino = i == 0 ? dot_ino : 1; /* ".." is not ours to know */
-			e.attr = st;
-		} else {
-			const struct dir_entry *de = &d->ents[i - 2];
-
-			name = de->name;
-			/* glibc hides entries whose d_ino is 0. */
-			st.st_ino = de->nas_ino;
-			if (path_join(d->rel, name, rel, sizeof(rel)) < 0)
-				continue;
-			if (!plus && (S_ISDIR(de->type) || S_ISREG(de->type) || d->from_record)) {
-				st.st_mode = de->type;
-			} else if (plus) {
-				size_t k = i - 2 - batch.first;
-
-				if (k < batch.n) {
-					r = ns_batch_get(&batch.b, k, ent);
-					r = lookup_classified(w, dn, name, rel, r, ent, &e);
-				} else {
-					r = do_lookup(w, dn, name, &e);
-				}
-				if (r < 0)
-					continue; /* hidden or vanished */
-				n = N(w, e.ino);
-				st = e.attr;
-			} else {
-				if (nas_classify(w, rel, ent) < 0)
-					continue; /* hidden, vanished, or the NAS is down */
-				st.st_mode = ent->st.st_mode & S_IFMT;
-				st.st_ino = ent->st.st_ino;
-			}
-		}
+		if (entry_at(w, d, dn, i, plus, &batch, ent, &name, &e, &st) < 0)
+			continue;
 		if (plus)
 			sz = fuse_add_direntry_plus(req, buf + used, size - used, name, &e,
 						    OFF_MAKE(d->id, i + 1));
@@ -543,8 +565,8 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, i
 			sz = fuse_add_direntry(req, buf + used, size - used, name, &st,
 					       OFF_MAKE(d->id, i + 1));
 		if (sz > size - used) {
-			if (n)
-				node_forget(&w->nodes, n, 1); /* not sent: undo the lookup */
+			if (plus && i >= 2)
+				node_forget(&w->nodes, N(w, e.ino), 1); /* not sent: undo the lookup */
 			break;
 		}
 		used += sz;

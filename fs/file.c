@@ -333,6 +333,64 @@ static int open_nas_side(struct wfs *w, struct wfs_fh *fh, struct stat *st)
 	return 0;
 }
 
+/* A handle for an open of @n, nothing opened yet. */
+static struct wfs_fh *fh_new(struct wfs *w, struct node *n)
+{
+	struct wfs_fh *fh = calloc(1, sizeof(*fh));
+	char path[PATH_MAX];
+
+	if (!fh)
+		return NULL;
+	pthread_mutex_init(&fh->lock, NULL);
+	fh->nas_fd = fh->local_fd = fh->pt_nas_fd = fh->part_fd = -1;
+	for (int i = 0; i < 4; i++)
+		fh->part_old[i] = -1;
+	fh->node = n;
+	fh->blob = node_blob(w, n);
+	node_backing(&w->nodes, n, path, sizeof(path));
+	fh->nas_path = strdup(path);
+	if (!fh->nas_path) {
+		fh_free(w, fh);
+		return NULL;
+	}
+	return fh;
+}
+
+/* -o nas_passthrough: the NAS file opened buffered for the kernel to read
+ * (@st: the NAS side's attributes).  Blobs only: their bytes never change,
+ * so the NAS client's page cache can be trusted with them (refs are read
+ * O_DIRECT, afresh). */
+static void open_nas_passthrough(struct wfs *w, struct wfs_fh *fh, const struct stat *st)
+{
+	struct stat bst;
+
+	if (!fh->blob || fh->mem || atomic_load(&fh->blob->part_bytes))
+		return;
+	fh->pt_nas_fd = nas_open_buffered(w, fh->nas_path, &bst);
+	if (fh->pt_nas_fd >= 0 && (bst.st_ino != st->st_ino || bst.st_dev != st->st_dev)) {
+		close(fh->pt_nas_fd); /* replaced between the two opens */
+		fh->pt_nas_fd = -1;
+	}
+}
+
+/* The content under a blob's name is immutable, so the kernel may keep its
+ * pages across opens -- unless the NAS shows a new size or mtime (@st, when
+ * @from_nas).  Refs and other small files are rewritten in place, maybe
+ * within one timestamp tick: always read afresh. */
+static void set_keep_cache(struct wfs *w, struct node *n, const struct wfs_fh *fh,
+			   int from_nas, const struct stat *st, struct fuse_file_info *fi)
+{
+	pthread_mutex_lock(&w->nodes.lock);
+	if (from_nas) {
+		if (!node_set_stat_locked(n, st) && n->cache_ok && fh->blob)
+			fi->keep_cache = 1;
+		n->cache_ok = 1;
+	} else if (n->cache_ok && fh->blob) {
+		fi->keep_cache = 1; /* nothing new is known: what the kernel has stands */
+	}
+	pthread_mutex_unlock(&w->nodes.lock);
+}
+
 void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct wfs *w = W(req);
@@ -352,21 +410,8 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, EROFS);
 		return;
 	}
-	fh = calloc(1, sizeof(*fh));
+	fh = fh_new(w, n);
 	if (!fh) {
-		fuse_reply_err(req, ENOMEM);
-		return;
-	}
-	pthread_mutex_init(&fh->lock, NULL);
-	fh->nas_fd = fh->local_fd = fh->pt_nas_fd = fh->part_fd = -1;
-	for (int i = 0; i < 4; i++)
-		fh->part_old[i] = -1;
-	fh->node = n;
-	fh->blob = node_blob(w, n);
-	node_backing(&w->nodes, n, path, sizeof(path));
-	fh->nas_path = strdup(path);
-	if (!fh->nas_path) {
-		fh_free(w, fh);
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
@@ -399,34 +444,12 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 			local = store_check_source(&w->store, fh->blob) &&
 				fh_local_fd(w, fh, &direct) >= 0;
 	}
-	/* Blobs only: their bytes never change, so the NAS client's page
-	 * cache can be trusted with them (refs are read O_DIRECT, afresh). */
-	if (w->opt.nas_passthrough && from_nas && !local && fh->blob && !fh->mem &&
-	    !atomic_load(&fh->blob->part_bytes)) {
-		struct stat bst;
-
-		fh->pt_nas_fd = nas_open_buffered(w, fh->nas_path, &bst);
-		if (fh->pt_nas_fd >= 0 && (bst.st_ino != st.st_ino || bst.st_dev != st.st_dev)) {
-			close(fh->pt_nas_fd); /* replaced between the two opens */
-			fh->pt_nas_fd = -1;
-		}
-	}
+	if (w->opt.nas_passthrough && from_nas && !local)
+		open_nas_passthrough(w, fh, &st);
 	choose_mode(w, n, fh, local && !fh->mem, fh->pt_nas_fd);
 	if (fh->backing_nas)
 		fh->pt_cached = cached_bytes(fh->pt_nas_fd);
-	/* The content under a blob's name is immutable, so the kernel may keep
-	 * its pages across opens -- unless the NAS shows a new size or mtime.
-	 * Refs and other small files are rewritten in place, maybe within one
-	 * timestamp tick: always read afresh. */
-	pthread_mutex_lock(&w->nodes.lock);
-	if (from_nas) {
-		if (!node_set_stat_locked(n, &st) && n->cache_ok && fh->blob)
-			fi->keep_cache = 1;
-		n->cache_ok = 1;
-	} else if (n->cache_ok && fh->blob) {
-		fi->keep_cache = 1; /* nothing new is known: what the kernel has stands */
-	}
-	pthread_mutex_unlock(&w->nodes.lock);
+	set_keep_cache(w, n, fh, from_nas, &st, fi);
 	fi->fh = (uint64_t)(uintptr_t)fh;
 	fi->noflush = 1;
 	if (fuse_reply_open(req, fi) == -ENOENT) {

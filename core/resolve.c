@@ -86,156 +86,174 @@ static void keep_common_prefix(char *done, const char *path, char *todo)
 	memmove(todo, path, strlen(path) + 1);
 }
 
-int hub_resolve(const struct hub_roots *roots, const char *rel, const char *via_dir,
-		const struct stat *entry_st, struct hub_res *out)
+/* A walk towards the end of a link chain: a root, the physical path walked
+ * so far inside it (no links), and the components still to walk.  Each
+ * step takes one component off @todo; a link puts its text back in front
+ * of the rest, once the text alone showed where it goes. */
+struct walk {
+	const struct hub_roots *roots;
+	const char *via_dir;
+	struct hub_res *out;
+	const struct stat *entry_st; /* the caller's lstat of the first component */
+	int root;
+	char done[PATH_MAX], todo[PATH_MAX];
+	struct stat last;            /* lstat of @done, when @have_last */
+	int have_last;
+};
+
+/* What a step leaves (or < 0: -errno). */
+enum { WALK_MORE, WALK_ARRIVED, WALK_SETTLED /* out->kind says where it ended */ };
+
+/* A link text and the rest of the path, before normalisation. */
+#define JOINED_MAX (3 * PATH_MAX)
+
+static void walk_drop(struct walk *wk, const char *rest)
 {
-	/* State: a root, the physical path walked so far inside it (no links),
-	 * and the components still to walk. */
-	char done[PATH_MAX], todo[PATH_MAX], cand[PATH_MAX], lex[PATH_MAX];
-	char link[PATH_MAX], joined[3 * PATH_MAX];
-	int root = 0, r, have_last = 0, jn = 0;
-	struct stat st, last;
+	memmove(wk->todo, rest, strlen(rest) + 1);
+}
 
-	out->kind = 0;
-	out->root = out->hops = 0;
-	out->real[0] = out->via[0] = '\0';
-	memset(&out->st, 0, sizeof(out->st));
-	if (strlen(rel) >= sizeof(todo))
+/* The chain goes on at the text @joined (@jn as snprintf returned it):
+ * decide from the text alone where, before anything it names is touched. */
+static int walk_relocate(struct walk *wk, const char *joined, int jn)
+{
+	char lex[PATH_MAX];
+	const char *rest = NULL;
+	int prev_root = wk->root, r;
+
+	/* Only a text cut short is refused here: a long one that normalises to
+	 * a path that fits (a relative link deep in the tree) is fine, as for
+	 * the kernel. */
+	if (jn < 0 || jn >= JOINED_MAX)
 		return -ENAMETOOLONG;
-	/* The directories above @rel are physical (see resolve.h): start the
-	 * walk at its last component. */
-	{
-		const char *slash = strrchr(rel, '/');
-		size_t n = slash ? (size_t)(slash - rel) : 0;
-
-		memcpy(done, rel, n);
-		done[n] = '\0';
-		strcpy(todo, slash ? slash + 1 : rel);
+	r = path_normalize(joined, lex, sizeof(lex));
+	if (r < 0)
+		return r;
+	wk->root = hub_root_of(wk->roots, lex, &rest);
+	if (wk->root < 0) {
+		/* where it went: doctor_scan names the directories */
+		strcpy(wk->out->real, lex);
+		wk->out->kind = HUB_RES_ESCAPE;
+		return WALK_SETTLED;
 	}
-	/* The caller's lstat of the entry stands for the walk's first one. */
-	if (!strcmp(todo, ".") || !strcmp(todo, ".."))
-		entry_st = NULL;
+	note_via(wk->roots, wk->via_dir, lex, wk->out);
+	wk->have_last = 0;
+	/* What the new path shares with the physical path walked so far (same
+	 * root) needs no second walk. */
+	if (wk->root == prev_root) {
+		keep_common_prefix(wk->done, rest, wk->todo);
+	} else {
+		wk->done[0] = '\0';
+		strcpy(wk->todo, rest);
+	}
+	return WALK_MORE;
+}
 
-	for (;;) {
-		char *p = todo, *comp;
-		size_t n;
+/* "..", with @rest after it: up in @done, or, above the root, only on into
+ * another root. */
+static int walk_up(struct walk *wk, const char *rest)
+{
+	char joined[JOINED_MAX];
 
-		while (*p == '/')
-			p++;
-		if (!*p)
-			break;
-		comp = p;
-		while (*p && *p != '/')
-			p++;
-		n = (size_t)(p - comp);
-		while (*p == '/')
-			p++;
-		/* p is now the rest after this component. */
+	if (wk->done[0]) {
+		path_dirname(wk->done, wk->done, sizeof(wk->done));
+		wk->have_last = 0;
+		walk_drop(wk, rest);
+		return WALK_MORE;
+	}
+	return walk_relocate(wk, joined, snprintf(joined, sizeof(joined), "%s/../%s",
+						  wk->roots->path[wk->root], rest));
+}
 
-		if (n == 1 && comp[0] == '.') {
-			memmove(todo, p, strlen(p) + 1);
-			continue;
-		}
-		if (n == 2 && comp[0] == '.' && comp[1] == '.') {
-			if (done[0]) {
-				path_dirname(done, done, sizeof(done));
-				have_last = 0;
-				memmove(todo, p, strlen(p) + 1);
-				continue;
-			}
-			/* Climbing above this root: only allowed into another root. */
-			jn = snprintf(joined, sizeof(joined), "%s/../%s", roots->path[root], p);
-			goto relocate;
-		}
-		if (snprintf(cand, sizeof(cand), "%s%s%s/%.*s", roots->path[root],
-			     done[0] ? "/" : "", done, (int)n, comp) >= (int)sizeof(cand))
-			return -ENAMETOOLONG;
-		if (entry_st) {
-			st = *entry_st;
-			entry_st = NULL;
-		} else if (lstat(cand, &st) < 0) {
-			if (errno == ENOENT || errno == ENOTDIR) {
-				out->kind = HUB_RES_DANGLING;
-				return 0;
-			}
+/* @cand, the next component, is a link: on to its text, then @rest. */
+static int walk_link(struct walk *wk, const char *cand, const char *rest)
+{
+	char link[PATH_MAX], joined[JOINED_MAX];
+	ssize_t len;
+	int jn;
+
+	if (++wk->out->hops > HUB_MAX_HOPS) {
+		wk->out->kind = HUB_RES_LOOP;
+		return WALK_SETTLED;
+	}
+	len = readlink(cand, link, sizeof(link) - 1);
+	if (len < 0)
+		return -errno;
+	link[len] = '\0';
+	if (link[0] == '/')
+		jn = snprintf(joined, sizeof(joined), "%s/%s", link, rest);
+	else
+		jn = snprintf(joined, sizeof(joined), "%s%s%s/%s/%s", wk->roots->path[wk->root],
+			      wk->done[0] ? "/" : "", wk->done, link, rest);
+	return walk_relocate(wk, joined, jn);
+}
+
+/* One component off @todo. */
+static int walk_step(struct walk *wk)
+{
+	char *p = wk->todo, *comp, cand[PATH_MAX];
+	struct stat st;
+	size_t n;
+
+	while (*p == '/')
+		p++;
+	if (!*p)
+		return WALK_ARRIVED;
+	comp = p;
+	while (*p && *p != '/')
+		p++;
+	n = (size_t)(p - comp);
+	while (*p == '/')
+		p++;
+	/* p: the rest, after this component */
+	if (n == 1 && comp[0] == '.') {
+		walk_drop(wk, p);
+		return WALK_MORE;
+	}
+	if (n == 2 && comp[0] == '.' && comp[1] == '.')
+		return walk_up(wk, p);
+	if (snprintf(cand, sizeof(cand), "%s%s%s/%.*s", wk->roots->path[wk->root],
+		     wk->done[0] ? "/" : "", wk->done, (int)n, comp) >= (int)sizeof(cand))
+		return -ENAMETOOLONG;
+	if (wk->entry_st) {
+		st = *wk->entry_st;
+		wk->entry_st = NULL;
+	} else if (lstat(cand, &st) < 0) {
+		if (errno != ENOENT && errno != ENOTDIR)
 			return -errno;
-		}
-		if (S_ISLNK(st.st_mode)) {
-			ssize_t len;
-
-			if (++out->hops > HUB_MAX_HOPS) {
-				out->kind = HUB_RES_LOOP;
-				return 0;
-			}
-			len = readlink(cand, link, sizeof(link) - 1);
-			if (len < 0)
-				return -errno;
-			link[len] = '\0';
-			if (link[0] == '/')
-				jn = snprintf(joined, sizeof(joined), "%s/%s", link, p);
-			else
-				jn = snprintf(joined, sizeof(joined), "%s%s%s/%s/%s",
-					      roots->path[root], done[0] ? "/" : "", done, link, p);
-			goto relocate;
-		}
-		if (done[0] && strlen(done) + 1 + n >= sizeof(done))
-			return -ENAMETOOLONG;
-		if (done[0])
-			strcat(done, "/");
-		strncat(done, comp, n);
-		last = st; /* the attributes of done, as it now stands */
-		have_last = 1;
-		if (!S_ISDIR(st.st_mode) && *p) {
-			out->kind = HUB_RES_DANGLING; /* "file/more": ENOTDIR */
-			return 0;
-		}
-		memmove(todo, p, strlen(p) + 1);
-		continue;
-
-relocate:
-		/* Decide from the text alone where the chain goes next. */
-		{
-			const char *rest = NULL;
-			int prev_root = root;
-
-			/* Only a text cut short is refused here: a long one that
-			 * normalises to a path that fits (a relative link deep in
-			 * the tree) is fine, as for the kernel. */
-			if (jn < 0 || (size_t)jn >= sizeof(joined))
-				return -ENAMETOOLONG;
-			r = path_normalize(joined, lex, sizeof(lex));
-			if (r < 0)
-				return r;
-			root = hub_root_of(roots, lex, &rest);
-			if (root < 0) {
-				/* where it went: doctor_scan names the directories */
-				strcpy(out->real, lex);
-				out->kind = HUB_RES_ESCAPE;
-				return 0;
-			}
-			note_via(roots, via_dir, lex, out);
-			have_last = 0;
-			/* What the new path shares with the physical path walked so
-			 * far (same root) needs no second walk. */
-			if (root == prev_root)
-				keep_common_prefix(done, rest, todo);
-			else {
-				done[0] = '\0';
-				strcpy(todo, rest);
-			}
-		}
+		wk->out->kind = HUB_RES_DANGLING;
+		return WALK_SETTLED;
 	}
-
-	if (snprintf(out->real, sizeof(out->real), "%s%s%s", roots->path[root],
-		     done[0] ? "/" : "", done) >= (int)sizeof(out->real))
+	if (S_ISLNK(st.st_mode))
+		return walk_link(wk, cand, p);
+	if (wk->done[0] && strlen(wk->done) + 1 + n >= sizeof(wk->done))
 		return -ENAMETOOLONG;
-	if (have_last)
-		out->st = last;
+	if (wk->done[0])
+		strcat(wk->done, "/");
+	strncat(wk->done, comp, n);
+	wk->last = st; /* the attributes of done, as it now stands */
+	wk->have_last = 1;
+	if (!S_ISDIR(st.st_mode) && *p) {
+		wk->out->kind = HUB_RES_DANGLING; /* "file/more": ENOTDIR */
+		return WALK_SETTLED;
+	}
+	walk_drop(wk, p);
+	return WALK_MORE;
+}
+
+/* Nothing left to walk: the target is @done in @root. */
+static int walk_arrive(struct walk *wk)
+{
+	struct hub_res *out = wk->out;
+
+	if (snprintf(out->real, sizeof(out->real), "%s%s%s", wk->roots->path[wk->root],
+		     wk->done[0] ? "/" : "", wk->done) >= (int)sizeof(out->real))
+		return -ENAMETOOLONG;
+	if (wk->have_last)
+		out->st = wk->last;
 	else if (lstat(out->real, &out->st) < 0)
 		return -errno;
-	out->root = root;
-	if (via_dir)
-		note_via(roots, via_dir, out->real, out);
+	out->root = wk->root;
+	note_via(wk->roots, wk->via_dir, out->real, out);
 	if (S_ISREG(out->st.st_mode))
 		out->kind = HUB_RES_FILE;
 	else if (S_ISDIR(out->st.st_mode))
@@ -243,6 +261,34 @@ relocate:
 	else
 		out->kind = HUB_RES_OTHER;
 	return 0;
+}
+
+int hub_resolve(const struct hub_roots *roots, const char *rel, const char *via_dir,
+		const struct stat *entry_st, struct hub_res *out)
+{
+	struct walk wk = { .roots = roots, .via_dir = via_dir, .out = out };
+	const char *slash = strrchr(rel, '/');
+	size_t n = slash ? (size_t)(slash - rel) : 0;
+	int r;
+
+	out->kind = 0;
+	out->root = out->hops = 0;
+	out->real[0] = out->via[0] = '\0';
+	memset(&out->st, 0, sizeof(out->st));
+	if (strlen(rel) >= sizeof(wk.todo))
+		return -ENAMETOOLONG;
+	/* The directories above @rel are physical (see resolve.h): the walk
+	 * starts at its last component, whose lstat the caller may have. */
+	memcpy(wk.done, rel, n);
+	wk.done[n] = '\0';
+	strcpy(wk.todo, slash ? slash + 1 : rel);
+	if (strcmp(wk.todo, ".") && strcmp(wk.todo, ".."))
+		wk.entry_st = entry_st;
+	while ((r = walk_step(&wk)) == WALK_MORE)
+		;
+	if (r == WALK_ARRIVED)
+		return walk_arrive(&wk);
+	return r < 0 ? r : 0;
 }
 
 int hub_check_parents(const struct hub_roots *roots, const char *rel)

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,6 +100,117 @@ void metrics_collect(const struct metrics_src *src, struct metrics *m)
 	m->part_failed = s->part_failed;
 	m->part_copied_bytes = s->part_bytes_copied;
 	metrics_collect_nas(src->gate, src->record, &m->nas);
+}
+
+/* ---- the figures ----
+ * Every scalar of struct metrics, once: its Prometheus family (with a label
+ * for a family of several rows, which are adjacent; the family's type and
+ * help on its first row; NULL: JSON only) and its place in the JSON object
+ * ("a.b": key b of object a).  The two arrays (failed by reason, blobs by
+ * state) and the NAS's state are written by hand below. */
+struct figure {
+	const char *prom, *type, *label, *label_val, *help;
+	const char *json;
+	size_t off;
+};
+
+#define AT(field) offsetof(struct metrics, field)
+
+static const struct figure figures[] = {
+	{ "wfs_served_bytes_total", "counter", "source", "local",
+	  "Bytes read through the mount, by where they were served from.",
+	  "served.local_bytes", AT(served_local_bytes) },
+	{ "wfs_served_bytes_total", NULL, "source", "nas", NULL,
+	  "served.nas_bytes", AT(served_nas_bytes) },
+	{ "wfs_opens_total", "counter", NULL, NULL, "Opens of files in the mount.",
+	  "opens", AT(opens) },
+	{ "wfs_passthrough_opens_total", "counter", NULL, NULL,
+	  "Opens served by FUSE passthrough (reads go to the local copy in the kernel).",
+	  "passthrough_opens", AT(passthrough_opens) },
+	{ "wfs_listings_ahead_total", "counter", NULL, NULL,
+	  "Directories listed from the NAS ahead of a tree walk, before it asked.",
+	  "listings.ahead", AT(listed_ahead) },
+	{ "wfs_listings_ahead_taken_total", "counter", NULL, NULL,
+	  "Directories listed ahead that the walk then read (the rest was NAS work wasted).",
+	  "listings.ahead_taken", AT(listed_ahead_taken) },
+	{ "wfs_index_writes_total", "counter", NULL, NULL,
+	  "Writes of the local store's index (one per request or batch of copies).",
+	  "index_writes", AT(index_writes) },
+	{ "wfs_promotions_started_total", "counter", NULL, NULL,
+	  "Promotions (verified copies to the local store) started.",
+	  "promotions.started", AT(promotions_started) },
+	{ "wfs_promotions_verified_total", "counter", NULL, NULL,
+	  "Promotions that ended with a verified local copy.",
+	  "promotions.verified", AT(promotions_verified) },
+	{ NULL, NULL, NULL, NULL, NULL, "promotions.failed", AT(promotions_failed) },
+	{ "wfs_promotions_auto_queued_total", "counter", NULL, NULL,
+	  "Blobs queued for promotion by themselves (read often from the NAS).",
+	  "promotions.auto_queued", AT(auto_queued) },
+	{ "wfs_promotions_held_total", "counter", "reason", "no_room",
+	  "Promotions not made: the blob stays on the NAS, by reason (no_room: the size "
+	  "limit or free-space floor; excluded: an exclusion glob).",
+	  "promotions.held.no_room", AT(held_no_room) },
+	{ "wfs_promotions_held_total", NULL, "reason", "excluded", NULL,
+	  "promotions.held.excluded", AT(held_excluded) },
+	{ "wfs_promotions_cancelled_total", "counter", NULL, NULL,
+	  "Promotions cancelled (evicted while copying, or shutdown).",
+	  "promotions.cancelled", AT(promotions_cancelled) },
+	{ "wfs_promotion_retries_total", "counter", NULL, NULL,
+	  "Failed copies the daemon queued again by itself (automatic promotions and ref "
+	  "pins, with backoff; at once when the NAS is back).",
+	  "promotions.retries", AT(retries) },
+	{ "wfs_verification_mismatches_total", "counter", NULL, NULL,
+	  "Copies whose content did not match the blob's content-address name "
+	  "(the NAS holds wrong bytes under that name).", "mismatches", AT(mismatches) },
+	{ "wfs_demotions_total", "counter", NULL, NULL,
+	  "Local copies dropped because the source changed or the copy failed a check.",
+	  "demotions", AT(demotions) },
+	{ "wfs_evictions_total", "counter", NULL, NULL, "Local copies evicted.",
+	  "evictions", AT(evictions) },
+	{ "wfs_store_blobs", "gauge", NULL, NULL, "Verified local copies in the local store.",
+	  "store.blobs", AT(store_blobs) },
+	{ "wfs_store_bytes", "gauge", NULL, NULL, "Bytes of verified local copies.",
+	  "store.bytes", AT(store_bytes) },
+	{ "wfs_store_free_bytes", "gauge", NULL, NULL,
+	  "Free bytes on the file system of the local store (for unprivileged users).",
+	  "store.free_bytes", AT(free_bytes) },
+	{ "wfs_store_limit_bytes", "gauge", NULL, NULL,
+	  "Size limit of the local store (0: none but the free-space floor).",
+	  "store.limit", AT(limit) },
+	{ "wfs_store_free_floor_bytes", "gauge", NULL, NULL,
+	  "Free space the local store always leaves on its file system.",
+	  "store.free_floor", AT(floor) },
+	{ "wfs_store_reserved_bytes", "gauge", NULL, NULL, "Space reserved by copies in flight.",
+	  "store.reserved", AT(reserved) },
+	{ "wfs_store_pinned_bytes", "gauge", NULL, NULL,
+	  "Bytes of pinned local copies (never evicted for room).",
+	  "store.pinned_bytes", AT(pinned_bytes) },
+	{ "wfs_promotion_queue_depth", "gauge", NULL, NULL, "Blobs queued for promotion.",
+	  "queue.queued", AT(queued) },
+	{ "wfs_promotions_in_flight", "gauge", NULL, NULL, "Blobs being copied or verified.",
+	  "queue.in_flight", AT(copying) },
+	{ "wfs_local_read_errors_total", "counter", NULL, NULL,
+	  "Reads of a local copy that failed: the copy was demoted, its reads go to the NAS.",
+	  "local_read_errors", AT(local_read_errors) },
+	{ "wfs_partial_files", "gauge", NULL, NULL,
+	  "Files with verified local ranges that are not local whole.",
+	  "partial.files", AT(part_files) },
+	{ "wfs_partial_bytes", "gauge", NULL, NULL, "Bytes of the verified local ranges.",
+	  "partial.bytes", AT(part_bytes) },
+	{ "wfs_range_bytes_local_total", "counter", NULL, NULL,
+	  "Bytes of reads served from verified local ranges of partial files.",
+	  "partial.read_local_bytes", AT(part_read_bytes) },
+	{ "wfs_ranges_verified_total", "counter", NULL, NULL, "Ranges copied and verified.",
+	  "partial.ranges_verified", AT(part_copied) },
+	{ "wfs_ranges_failed_total", "counter", NULL, NULL, "Range copies that failed.",
+	  "partial.ranges_failed", AT(part_failed) },
+	{ "wfs_range_bytes_copied_total", "counter", NULL, NULL,
+	  "Bytes of ranges copied and verified.", "partial.bytes_copied", AT(part_copied_bytes) },
+};
+
+static uint64_t figure_value(const struct metrics *m, const struct figure *f)
+{
+	return *(const uint64_t *)(const void *)((const char *)m + f->off);
 }
 
 /* ---- Prometheus text ---- */
@@ -210,95 +322,28 @@ char *metrics_prometheus(const struct metrics *m)
 
 	family(&b, "wfs_info", "gauge", "wfs daemon running (always 1), with its version.");
 	sample_l(&b, "wfs_info", "version", WFS_VERSION, 1);
+	for (size_t i = 0; i < sizeof(figures) / sizeof(figures[0]); i++) {
+		const struct figure *f = &figures[i];
 
-	family(&b, "wfs_served_bytes_total", "counter",
-	       "Bytes read through the mount, by where they were served from.");
-	sample_l(&b, "wfs_served_bytes_total", "source", "local", m->served_local_bytes);
-	sample_l(&b, "wfs_served_bytes_total", "source", "nas", m->served_nas_bytes);
-
-	metric(&b, "wfs_opens_total", "counter", "Opens of files in the mount.", m->opens);
-	metric(&b, "wfs_passthrough_opens_total", "counter",
-	       "Opens served by FUSE passthrough (reads go to the local copy in the kernel).",
-	       m->passthrough_opens);
-	metric(&b, "wfs_listings_ahead_total", "counter",
-	       "Directories listed from the NAS ahead of a tree walk, before it asked.",
-	       m->listed_ahead);
-	metric(&b, "wfs_listings_ahead_taken_total", "counter",
-	       "Directories listed ahead that the walk then read (the rest was NAS work wasted).",
-	       m->listed_ahead_taken);
-
-	metric(&b, "wfs_index_writes_total", "counter",
-	       "Writes of the local store's index (one per request or batch of copies).",
-	       m->index_writes);
-	metric(&b, "wfs_promotions_started_total", "counter",
-	       "Promotions (verified copies to the local store) started.", m->promotions_started);
-	metric(&b, "wfs_promotions_verified_total", "counter",
-	       "Promotions that ended with a verified local copy.", m->promotions_verified);
+		if (!f->prom)
+			continue;
+		if (f->type)
+			family(&b, f->prom, f->type, f->help);
+		if (f->label)
+			sample_l(&b, f->prom, f->label, f->label_val, figure_value(m, f));
+		else
+			sample(&b, f->prom, figure_value(m, f));
+	}
 	family(&b, "wfs_promotions_failed_total", "counter",
 	       "Promotions that failed, by reason; the blob stays on the NAS.");
 	for (int i = 0; i < STORE_FAIL_N; i++)
 		sample_l(&b, "wfs_promotions_failed_total", "reason", metrics_fail_reason[i],
 			 m->failed_by[i]);
-	metric(&b, "wfs_promotions_auto_queued_total", "counter",
-	       "Blobs queued for promotion by themselves (read often from the NAS).",
-	       m->auto_queued);
-	family(&b, "wfs_promotions_held_total", "counter",
-	       "Promotions not made: the blob stays on the NAS, by reason (no_room: the size "
-	       "limit or free-space floor; excluded: an exclusion glob).");
-	sample_l(&b, "wfs_promotions_held_total", "reason", "no_room", m->held_no_room);
-	sample_l(&b, "wfs_promotions_held_total", "reason", "excluded", m->held_excluded);
-	metric(&b, "wfs_promotions_cancelled_total", "counter",
-	       "Promotions cancelled (evicted while copying, or shutdown).",
-	       m->promotions_cancelled);
-	metric(&b, "wfs_verification_mismatches_total", "counter",
-	       "Copies whose content did not match the blob's content-address name "
-	       "(the NAS holds wrong bytes under that name).", m->mismatches);
-	metric(&b, "wfs_demotions_total", "counter",
-	       "Local copies dropped because the source changed or the copy failed a check.",
-	       m->demotions);
-	metric(&b, "wfs_evictions_total", "counter", "Local copies evicted.", m->evictions);
-
-	metric(&b, "wfs_store_blobs", "gauge", "Verified local copies in the local store.",
-	       m->store_blobs);
-	metric(&b, "wfs_store_bytes", "gauge", "Bytes of verified local copies.", m->store_bytes);
-	metric(&b, "wfs_store_free_bytes", "gauge",
-	       "Free bytes on the file system of the local store (for unprivileged users).",
-	       m->free_bytes);
-	metric(&b, "wfs_store_limit_bytes", "gauge",
-	       "Size limit of the local store (0: none but the free-space floor).", m->limit);
-	metric(&b, "wfs_store_free_floor_bytes", "gauge",
-	       "Free space the local store always leaves on its file system.", m->floor);
-	metric(&b, "wfs_store_reserved_bytes", "gauge", "Space reserved by copies in flight.",
-	       m->reserved);
-	metric(&b, "wfs_store_pinned_bytes", "gauge",
-	       "Bytes of pinned local copies (never evicted for room).", m->pinned_bytes);
-	metric(&b, "wfs_promotion_queue_depth", "gauge", "Blobs queued for promotion.", m->queued);
-	metric(&b, "wfs_promotions_in_flight", "gauge", "Blobs being copied or verified.",
-	       m->copying);
 	family(&b, "wfs_blobs", "gauge",
 	       "Blobs the daemon knows (opened, promoted or indexed), by state.");
 	for (int st = 0; st < BLOB_NSTATES; st++)
 		sample_l(&b, "wfs_blobs", "state", blob_state_name((enum blob_state)st),
 			 m->blobs_by_state[st]);
-	metric(&b, "wfs_promotion_retries_total", "counter",
-	       "Failed copies the daemon queued again by itself (automatic promotions and ref "
-	       "pins, with backoff; at once when the NAS is back).", m->retries);
-	metric(&b, "wfs_local_read_errors_total", "counter",
-	       "Reads of a local copy that failed: the copy was demoted, its reads go to the NAS.",
-	       m->local_read_errors);
-	metric(&b, "wfs_partial_files", "gauge",
-	       "Files with verified local ranges that are not local whole.", m->part_files);
-	metric(&b, "wfs_partial_bytes", "gauge", "Bytes of the verified local ranges.",
-	       m->part_bytes);
-	metric(&b, "wfs_range_bytes_local_total", "counter",
-	       "Bytes of reads served from verified local ranges of partial files.",
-	       m->part_read_bytes);
-	metric(&b, "wfs_ranges_verified_total", "counter", "Ranges copied and verified.",
-	       m->part_copied);
-	metric(&b, "wfs_ranges_failed_total", "counter", "Range copies that failed.",
-	       m->part_failed);
-	metric(&b, "wfs_range_bytes_copied_total", "counter", "Bytes of ranges copied and verified.",
-	       m->part_copied_bytes);
 	prometheus_nas(&b, &m->nas);
 	if (b.oom) {
 		free(b.p);
@@ -330,56 +375,56 @@ json_t *metrics_record_json(const struct metrics_nas *n)
 			 "built", (json_int_t)n->record_built);
 }
 
+/* The object that holds @path's last key ("a.b.c": o.a.b, made as needed),
+ * that key in @key; NULL on ENOMEM. */
+static json_t *json_parent(json_t *o, const char *path, char key[64])
+{
+	const char *dot;
+
+	while (o && (dot = strchr(path, '.'))) {
+		char name[64];
+		json_t *child;
+
+		snprintf(name, sizeof(name), "%.*s", (int)(dot - path), path);
+		child = json_object_get(o, name);
+		if (!child && (!(child = json_object()) || json_object_set_new(o, name, child)))
+			return NULL;
+		o = child;
+		path = dot + 1;
+	}
+	snprintf(key, 64, "%s", path);
+	return o;
+}
+
 json_t *metrics_json(const struct metrics *m)
 {
-	json_t *failed = json_object(), *states = json_object(), *o;
+	json_t *o = json_pack("{s:s}", "version", WFS_VERSION), *failed, *states, *parent;
+	char key[64];
+	int bad = !o;
 
-	for (int i = 0; i < STORE_FAIL_N; i++)
-		json_object_set_new(failed, metrics_fail_reason[i],
-				    json_integer((json_int_t)m->failed_by[i]));
-	for (int st = 0; st < BLOB_NSTATES; st++)
-		json_object_set_new(states, blob_state_name((enum blob_state)st),
-				    json_integer((json_int_t)m->blobs_by_state[st]));
-	o = json_pack("{s:s, s:{s:I, s:I}, s:I, s:I, s:{s:I, s:I}, "
-		      "s:{s:I, s:I, s:I, s:I, s:o, s:I, s:{s:I, s:I}}, s:I, s:I, s:I, s:I, "
-		      "s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I}, s:{s:I, s:I}, s:o}",
-		"version", WFS_VERSION,
-		"served", "local_bytes", (json_int_t)m->served_local_bytes,
-			  "nas_bytes", (json_int_t)m->served_nas_bytes,
-		"opens", (json_int_t)m->opens,
-		"passthrough_opens", (json_int_t)m->passthrough_opens,
-		"listings", "ahead", (json_int_t)m->listed_ahead,
-			    "ahead_taken", (json_int_t)m->listed_ahead_taken,
-		"promotions", "started", (json_int_t)m->promotions_started,
-			      "verified", (json_int_t)m->promotions_verified,
-			      "cancelled", (json_int_t)m->promotions_cancelled,
-			      "failed", (json_int_t)m->promotions_failed,
-			      "failed_by_reason", failed,
-			      "auto_queued", (json_int_t)m->auto_queued,
-			      "held", "no_room", (json_int_t)m->held_no_room,
-				      "excluded", (json_int_t)m->held_excluded,
-		"mismatches", (json_int_t)m->mismatches,
-		"demotions", (json_int_t)m->demotions,
-		"evictions", (json_int_t)m->evictions,
-		"index_writes", (json_int_t)m->index_writes,
-		"store", "blobs", (json_int_t)m->store_blobs, "bytes", (json_int_t)m->store_bytes,
-			 "free_bytes", (json_int_t)m->free_bytes, "limit", (json_int_t)m->limit,
-			 "free_floor", (json_int_t)m->floor, "reserved", (json_int_t)m->reserved,
-			 "pinned_bytes", (json_int_t)m->pinned_bytes,
-		"queue", "queued", (json_int_t)m->queued, "in_flight", (json_int_t)m->copying,
-		"blobs", states);
-	if (o && (json_object_set_new(json_object_get(o, "promotions"), "retries",
-				      json_integer((json_int_t)m->retries)) ||
-		  json_object_set_new(o, "local_read_errors",
-				      json_integer((json_int_t)m->local_read_errors)) ||
-		  json_object_set_new(o, "partial", json_pack("{s:I, s:I, s:I, s:I, s:I, s:I}",
-			"files", (json_int_t)m->part_files, "bytes", (json_int_t)m->part_bytes,
-			"read_local_bytes", (json_int_t)m->part_read_bytes,
-			"ranges_verified", (json_int_t)m->part_copied,
-			"ranges_failed", (json_int_t)m->part_failed,
-			"bytes_copied", (json_int_t)m->part_copied_bytes)) ||
-		  json_object_set_new(o, "nas", metrics_nas_json(&m->nas)) ||
-		  json_object_set_new(o, "record", metrics_record_json(&m->nas)))) {
+	for (size_t i = 0; !bad && i < sizeof(figures) / sizeof(figures[0]); i++) {
+		parent = json_parent(o, figures[i].json, key);
+		bad = !parent || json_object_set_new(parent, key,
+				json_integer((json_int_t)figure_value(m, &figures[i])));
+	}
+	failed = json_object();
+	for (int i = 0; failed && i < STORE_FAIL_N; i++)
+		bad |= json_object_set_new(failed, metrics_fail_reason[i],
+					   json_integer((json_int_t)m->failed_by[i]));
+	states = json_object();
+	for (int st = 0; states && st < BLOB_NSTATES; st++)
+		bad |= json_object_set_new(states, blob_state_name((enum blob_state)st),
+					   json_integer((json_int_t)m->blobs_by_state[st]));
+	if (bad || !failed || !states) {
+		json_decref(failed);
+		json_decref(states);
+		json_decref(o);
+		return NULL;
+	}
+	if (json_object_set_new(json_object_get(o, "promotions"), "failed_by_reason", failed) ||
+	    json_object_set_new(o, "blobs", states) ||
+	    json_object_set_new(o, "nas", metrics_nas_json(&m->nas)) ||
+	    json_object_set_new(o, "record", metrics_record_json(&m->nas))) {
 		json_decref(o);
 		return NULL;
 	}

@@ -298,12 +298,12 @@ static int progress_all(struct waiter *w, struct ctl_reply *rep)
 }
 
 /* How long to wait before the next poll.  Polling every POLL_NS made
- * promote --wait return up to that late: 6-11% of a 1-2 GiB promotion's
- * time on NVMe-class disks.  So the wait is the time the copies should
- * still take at the rate seen (POLL_FIRST_NS, doubled per poll, while no
- * rate is known), within POLL_MIN_NS .. POLL_NS, and never under twice what
- * the last poll took, so that thousands of blobs polled in batches keep the
- * daemon's cost small. */
+ * promote --wait return up to that late (a 1.4 GB blob on NVMe-class
+ * disks: 1.015 s where the copy took ~0.96 s).  So the wait is the time
+ * the copies should still take at the rate seen (POLL_FIRST_NS, doubled
+ * per poll, while no rate is known), within POLL_MIN_NS .. POLL_NS, and
+ * never under twice what the last poll took, so that thousands of blobs
+ * polled in batches keep the daemon's cost small. */
 static long next_poll_ns(const struct waiter *w, uint64_t done, int polls, double cost)
 {
 	double rate = rate_get(&w->rate), ns;

@@ -126,6 +126,89 @@ static json_t *nas_json(const struct nas_file *f, int excluded)
 			 "bytes_done", (json_int_t)0, "pinned", 0, "reason", "");
 }
 
+/* One PATH of a promote: its blobs added to @set, each with the exclusion
+ * glob that matched it (if any), and on a dry run the files the store does
+ * not know added to @nas.  A PATH whose every file is excluded is named in
+ * @refused, unless @force.  Returns NULL, or the error reply. */
+static json_t *promote_collect(struct control *c, const char *rel, int dry, int force,
+			       struct blob_set *set, struct blob_set *one, struct nas_set *nas,
+			       json_t *refused)
+{
+	const char *glob = NULL, *name = NULL;
+	size_t nex = 0, nas0 = nas->n, found;
+	int r;
+
+	blob_set_clear(one);
+	r = dry ? collect_peek(c->roots, c->store, pol_of(c), rel, one, nas)
+		: collect(c->roots, c->store, pol_of(c), rel, one);
+	if (r < 0)
+		return collect_error(rel, r);
+	for (size_t k = nas0; k < nas->n; k++) {
+		nex += nas->v[k].glob != NULL;
+		if (!glob) {
+			glob = nas->v[k].glob;
+			name = nas->v[k].name;
+		}
+	}
+	for (size_t k = 0; k < one->n; k++) {
+		nex += one->glob[k] != NULL;
+		if (blob_set_add(set, one->v[k]) < 0)
+			return reply_error(ENOMEM, "out of memory");
+		/* keep the exclusion with the blob */
+		set->glob[set->n - 1] = one->glob[k];
+		set->name[set->n - 1] = one->name[k];
+		one->name[k] = NULL;
+		if (k == 0) {
+			glob = set->glob[set->n - 1];
+			name = set->name[set->n - 1];
+		}
+	}
+	found = one->n + nas->n - nas0;
+	if (!force && found && nex == found)
+		json_array_append_new(refused, json_pack("{s:o, s:o, s:o?}",
+			"path", reply_path(rel), "glob", reply_path(glob),
+			"name", reply_path(name)));
+	return NULL;
+}
+
+/* What a promote of @set and @nas does (nothing on a dry run), and its
+ * reply: the blobs, the excluded ones left on the NAS, the bytes to copy
+ * and the room for them. */
+static json_t *promote_reply(struct control *c, const struct blob_set *set,
+			     const struct nas_set *nas, int pin, int dry, int force,
+			     json_t *refused)
+{
+	json_t *list = json_array(), *excl = json_array();
+	uint64_t need = 0, evictable = 0, room;
+	size_t i;
+
+	for (i = 0; i < set->n; i++) {
+		struct blob_info snap;
+
+		if (set->glob[i] && !force) {
+			json_array_append_new(excl, excluded_json(c, set, i));
+			continue;
+		}
+		blob_info(c->store, set->v[i], &snap);
+		if (snap.state != BLOB_LOCAL && snap.state != BLOB_MISMATCH)
+			need += snap.size;
+		if (!dry && snap.state != BLOB_MISMATCH)
+			store_promote(c->store, set->v[i], pin, 1);
+		json_array_append_new(list, reply_blob(c->store, set->v[i]));
+	}
+	for (i = 0; i < nas->n; i++) {
+		int skip = nas->v[i].glob && !force;
+
+		json_array_append_new(skip ? excl : list, nas_json(&nas->v[i], skip));
+		need += skip ? 0 : nas->v[i].size;
+	}
+	room = store_room(c->store, &evictable);
+	return json_pack("{s:b, s:o, s:I, s:I, s:I, s:b, s:o, s:O}", "ok", 1, "blobs", list,
+			 "bytes_to_copy", (json_int_t)need, "space_available", (json_int_t)room,
+			 "evictable_bytes", (json_int_t)evictable, "dry_run", dry, "excluded", excl,
+			 "refused", refused);
+}
+
 /* Promote every blob under the paths.  An excluded name keeps its blob on
  * the NAS unless "force": a path that is all excluded is refused (named in
  * "refused"), excluded blobs inside a larger path are skipped (listed in
@@ -139,8 +222,7 @@ static json_t *op_promote(struct control *c, json_t *req)
 	int pin = json_is_true(json_object_get(req, "pin"));
 	int dry = json_is_true(json_object_get(req, "dry_run"));
 	int force = json_is_true(json_object_get(req, "force"));
-	json_t *err = NULL, *paths = req_paths(c, req, &err), *p, *list, *excl, *refused;
-	uint64_t need = 0, evictable = 0, room;
+	json_t *err = NULL, *paths = req_paths(c, req, &err), *p, *refused;
 	size_t i;
 
 	if (!paths)
@@ -152,75 +234,16 @@ static json_t *op_promote(struct control *c, json_t *req)
 	}
 	refused = json_array();
 	json_array_foreach(paths, i, p) {
-		const char *rel = json_string_value(p), *glob = NULL, *name = NULL;
-		size_t nex = 0, nas0 = nas.n;
-		int r;
-
-		blob_set_clear(&one);
-		r = dry ? collect_peek(c->roots, c->store, pol_of(c), rel, &one, &nas)
-			: collect(c->roots, c->store, pol_of(c), rel, &one);
-		if (r < 0) {
-			err = collect_error(rel, r);
-			goto out;
-		}
-		for (size_t k = nas0; k < nas.n; k++) {
-			nex += nas.v[k].glob != NULL;
-			if (!glob) {
-				glob = nas.v[k].glob;
-				name = nas.v[k].name;
-			}
-		}
-		for (size_t k = 0; k < one.n; k++) {
-			nex += one.glob[k] != NULL;
-			if (blob_set_add(&set, one.v[k]) < 0) {
-				err = reply_error(ENOMEM, "out of memory");
-				goto out;
-			}
-			/* keep the exclusion with the blob */
-			set.glob[set.n - 1] = one.glob[k];
-			set.name[set.n - 1] = one.name[k];
-			one.name[k] = NULL;
-			if (k == 0) {
-				glob = set.glob[set.n - 1];
-				name = set.name[set.n - 1];
-			}
-		}
-		if (!force && one.n + nas.n - nas0 && nex == one.n + nas.n - nas0)
-			json_array_append_new(refused, json_pack("{s:o, s:o, s:o?}",
-				"path", reply_path(rel), "glob", reply_path(glob),
-				"name", reply_path(name)));
+		err = promote_collect(c, json_string_value(p), dry, force, &set, &one, &nas,
+				      refused);
+		if (err)
+			break;
 	}
-	blob_set_unique(&set);
-	nas_set_unique(&nas);
-	list = json_array();
-	excl = json_array();
-	for (i = 0; i < set.n; i++) {
-		struct blob_info snap;
-		int skip = set.glob[i] && !force;
-
-		blob_info(c->store, set.v[i], &snap);
-		if (skip) {
-			json_array_append_new(excl, excluded_json(c, &set, i));
-			continue;
-		}
-		if (snap.state != BLOB_LOCAL && snap.state != BLOB_MISMATCH)
-			need += snap.size;
-		if (!dry && snap.state != BLOB_MISMATCH)
-			store_promote(c->store, set.v[i], pin, 1);
-		json_array_append_new(list, reply_blob(c->store, set.v[i]));
+	if (!err) {
+		blob_set_unique(&set);
+		nas_set_unique(&nas);
+		err = promote_reply(c, &set, &nas, pin, dry, force, refused);
 	}
-	for (i = 0; i < nas.n; i++) {
-		int skip = nas.v[i].glob && !force;
-
-		json_array_append_new(skip ? excl : list, nas_json(&nas.v[i], skip));
-		need += skip ? 0 : nas.v[i].size;
-	}
-	room = store_room(c->store, &evictable);
-	err = json_pack("{s:b, s:o, s:I, s:I, s:I, s:b, s:o, s:O}", "ok", 1, "blobs", list,
-			"bytes_to_copy", (json_int_t)need, "space_available", (json_int_t)room,
-			"evictable_bytes", (json_int_t)evictable, "dry_run", dry, "excluded", excl,
-			"refused", refused);
-out:
 	json_decref(refused);
 	json_decref(paths);
 	blob_set_free(&one);

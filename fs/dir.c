@@ -298,21 +298,30 @@ static int list_from_record(struct wfs *w, struct listing *d)
 	return d->ents ? 0 : -ENOMEM;
 }
 
+/* The NAS directory @rel (below the hub): nas_list's entries, or
+ * -ENAMETOOLONG when the NAS path would not fit in PATH_MAX. */
+static int list_rel(struct wfs *w, const char *rel, struct dir_entry **ents, size_t *n)
+{
+	char path[PATH_MAX];
+	int r = path_join(w->roots.path[0], rel, path, sizeof(path));
+
+	return r < 0 ? r : nas_list(w, path, ents, n);
+}
+
 /* Take @d's whole listing (under d->lock), from the NAS or, when it cannot
  * answer, the record. */
 static int dir_list(struct wfs *w, struct listing *d)
 {
-	char path[PATH_MAX];
 	int r;
 
 	if (d->listed)
 		return 0;
-	path_join(w->roots.path[0], d->rel, path, sizeof(path));
-	r = nas_list(w, path, &d->ents, &d->n);
+	r = list_rel(w, d->rel, &d->ents, &d->n);
 	if (NAS_CANNOT_ANSWER(r))
 		r = list_from_record(w, d);
 	if (r < 0) {
-		wfs_log(w, LOG_WARNING, "listing %s: %s", path, strerror(-r));
+		wfs_log(w, LOG_WARNING, "listing %s%s%s: %s", w->roots.path[0],
+			*d->rel ? "/" : "", d->rel, strerror(-r));
 		return r;
 	}
 	d->listed = 1;
@@ -406,7 +415,7 @@ static void prefetch_next(struct wfs *w, size_t size)
 {
 	struct dir_lists *ls = &w->lists;
 	struct dir_entry *ents = NULL;
-	char rel[PATH_MAX], path[PATH_MAX];
+	char rel[PATH_MAX];
 	struct plus_batch b = { 0 };
 	struct listing *l = NULL;
 	size_t n = 0;
@@ -426,9 +435,7 @@ static void prefetch_next(struct wfs *w, size_t size)
 	pthread_mutex_unlock(&ls->lock);
 	if (!l)
 		return;
-	r = path_join(w->roots.path[0], rel, path, sizeof(path));
-	if (r == 0)
-		r = nas_list(w, path, &ents, &n);
+	r = list_rel(w, rel, &ents, &n);
 	if (r == 0) {
 		l->ents = ents;
 		l->n = n;

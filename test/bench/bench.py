@@ -31,7 +31,7 @@ Figures (measures.py; --only NAME,... picks some):
   mmap      NAS-served: mmap, every page copied out, cold
   rand      NAS-served: 4 KiB random preads, the same offsets on each side,
             cold and warm
-  walk      find + lstat of the whole tree, cold and warm (time ratio)
+  walk      find + lstat of the whole tree: cold, warm, and a third walk (time ratio)
   pagecache page-cache growth from one cold read / the file size (no pairs)
   compare   seq, mmap, rand, walk, pagecache through kernel overlayfs (the
             hub as its read-only lower layer) and bindfs -r (apt-get

@@ -370,86 +370,123 @@ struct rec_strings {
 	struct part_range *ranges;
 };
 
-int store_write_index(struct store *s)
-{
+/* The table as the index will say it: records pointing into copies of
+ * every string they name (the blobs' fields change under other threads
+ * once s->lock is let go). */
+struct index_snapshot {
 	struct index_rec *recs;
+	struct rec_strings *str;
+	size_t n;
 	struct index_ref *refs;
 	struct store_ref_rec *rcopy;
-	struct rec_strings *str;
-	size_t n = 0, cap, nrefs;
+	size_t nrefs;
+};
+
+static void snapshot_free(struct index_snapshot *sn)
+{
+	for (size_t i = 0; sn->str && i < sn->n; i++) {
+		free(sn->str[i].key);
+		free(sn->str[i].ranges);
+	}
+	free(sn->str);
+	free(sn->recs);
+	free(sn->refs);
+	free(sn->rcopy);
+}
+
+/* The state @b's record has, or NULL for a blob with none (on the NAS
+ * and not pinned).  A copy still to be re-hashed keeps its record (and
+ * its old proof, which fails again: re-hashed next time too); so do
+ * ranges still to be re-hashed. */
+static const char *record_state(const struct blob *b)
+{
+	if (b->state == BLOB_LOCAL || b->reverify)
+		return "local";
+	if (b->state == BLOB_MISMATCH)
+		return "mismatch";
+	if (b->part && b->part->n)
+		return "partial";
+	return b->pinned ? "nas" : NULL;
+}
+
+/* @b's record, in @sn's next slot (under s->lock). */
+static int snapshot_blob(struct index_snapshot *sn, const struct blob *b, const char *state)
+{
+	const struct blob_part *p = b->part;
+	size_t nr = !strcmp(state, "partial") ? p->n : 0;
+	struct rec_strings *str = &sn->str[sn->n];
+
+	str->key = strdup(b->key);
+	if (nr && (str->ranges = malloc(nr * sizeof(*p->v))))
+		memcpy(str->ranges, p->v, nr * sizeof(*p->v));
+	sn->n++; /* (freed with the rest, whole or not) */
+	if (!str->key || (nr && !str->ranges))
+		return -ENOMEM;
+	snprintf(str->id, sizeof(str->id), "%s", b->id);
+	memcpy(str->xxh, b->xxh, sizeof(str->xxh));
+	memcpy(str->sample, b->sample, sizeof(str->sample));
+	snprintf(str->reason, sizeof(str->reason), "%s", b->reason);
+	sn->recs[sn->n - 1] = (struct index_rec){
+		.key = str->key, .id = str->id, .state = state,
+		.xxh = str->xxh, .sample = str->sample, .reason = str->reason,
+		.size = b->size, .mtime = b->nas_mtime, .ctime = b->nas_ctime,
+		.last_used = b->last_used, .pinned = b->pinned,
+		.use_ns = atomic_load_explicit(&b->use_ns, memory_order_relaxed),
+		.copy_ino = b->copy.ino, .copy_mtime = b->copy.mtime,
+		.copy_ctime = b->copy.ctime,
+		.ranges = str->ranges, .nranges = nr,
+		.part_ino = p ? p->proof.ino : 0,
+		.part_mtime = p ? p->proof.mtime : (struct timespec){ 0 },
+		.part_ctime = p ? p->proof.ctime : (struct timespec){ 0 },
+	};
+	return 0;
+}
+
+/* The whole table into @sn (under s->lock).  -ENOMEM when any record
+ * cannot be copied: an index short of a verified copy's record would
+ * have the next start discard that copy, so none is written. */
+static int snapshot_take(struct store *s, struct index_snapshot *sn)
+{
+	size_t cap = s->blobs.count ? s->blobs.count : 1;
+
+	sn->nrefs = s->nrefs;
+	sn->recs = calloc(cap, sizeof(*sn->recs));
+	sn->str = calloc(cap, sizeof(*sn->str));
+	sn->refs = calloc(sn->nrefs ? sn->nrefs : 1, sizeof(*sn->refs));
+	sn->rcopy = calloc(sn->nrefs ? sn->nrefs : 1, sizeof(*sn->rcopy));
+	if (!sn->recs || !sn->str || !sn->refs || !sn->rcopy)
+		return -ENOMEM;
+	STORE_EACH(s, b) {
+		const char *state = record_state(b);
+
+		if (state && snapshot_blob(sn, b, state) < 0)
+			return -ENOMEM;
+	}
+	if (sn->nrefs)
+		memcpy(sn->rcopy, s->refs, sn->nrefs * sizeof(*sn->rcopy));
+	for (size_t i = 0; i < sn->nrefs; i++)
+		sn->refs[i] = (struct index_ref){ sn->rcopy[i].repo, sn->rcopy[i].ref,
+						  sn->rcopy[i].commit, sn->rcopy[i].pending };
+	return 0;
+}
+
+int store_write_index(struct store *s)
+{
+	struct index_snapshot sn = { 0 };
 	int r;
 
 	pthread_mutex_lock(&s->index_lock);
 	pthread_mutex_lock(&s->lock);
-	/* What changes from here on is in the next write. */
-	s->index_dirty = 0;
-	s->copies_unrecorded = 0;
-	cap = s->blobs.count ? s->blobs.count : 1;
-	nrefs = s->nrefs;
-	recs = calloc(cap, sizeof(*recs));
-	str = calloc(cap, sizeof(*str));
-	refs = calloc(nrefs ? nrefs : 1, sizeof(*refs));
-	rcopy = calloc(nrefs ? nrefs : 1, sizeof(*rcopy));
-	if (!recs || !str || !refs || !rcopy) {
-		free(recs);
-		free(str);
-		free(refs);
-		free(rcopy);
-		pthread_mutex_unlock(&s->lock);
-		pthread_mutex_unlock(&s->index_lock);
-		return -ENOMEM;
+	r = snapshot_take(s, &sn);
+	if (r == 0) { /* what changes from here on is in the next write */
+		s->index_dirty = 0;
+		s->copies_unrecorded = 0;
 	}
-	STORE_EACH(s, b) {
-		/* A copy still to be re-hashed keeps its record (and its
-		 * old proof, which fails again: re-hashed next time too). */
-		const char *state = b->state == BLOB_LOCAL || b->reverify ? "local" :
-				    b->state == BLOB_MISMATCH ? "mismatch" : "nas";
-		const struct blob_part *p = b->part;
-		/* (ranges still to be re-hashed keep their record, as copies do) */
-		size_t nr = !strcmp(state, "nas") && p ? p->n : 0;
-
-		if (nr)
-			state = "partial";
-		if (!strcmp(state, "nas") && !b->pinned)
-			continue;
-		/* Copies: the fields change under other threads once we
-		 * let go of the lock. */
-		str[n].key = strdup(b->key);
-		snprintf(str[n].id, sizeof(str[n].id), "%s", b->id);
-		memcpy(str[n].xxh, b->xxh, sizeof(str[n].xxh));
-		memcpy(str[n].sample, b->sample, sizeof(str[n].sample));
-		snprintf(str[n].reason, sizeof(str[n].reason), "%s", b->reason);
-		if (nr && (str[n].ranges = malloc(nr * sizeof(*p->v))))
-			memcpy(str[n].ranges, p->v, nr * sizeof(*p->v));
-		if (!str[n].key || (nr && !str[n].ranges)) {
-			free(str[n].key);
-			free(str[n].ranges);
-			str[n].ranges = NULL;
-			continue;
-		}
-		recs[n] = (struct index_rec){
-			.key = str[n].key, .id = str[n].id, .state = state,
-			.xxh = str[n].xxh, .sample = str[n].sample, .reason = str[n].reason,
-			.size = b->size, .mtime = b->nas_mtime, .ctime = b->nas_ctime,
-			.last_used = b->last_used, .pinned = b->pinned,
-			.use_ns = atomic_load_explicit(&b->use_ns, memory_order_relaxed),
-			.copy_ino = b->copy.ino, .copy_mtime = b->copy.mtime,
-			.copy_ctime = b->copy.ctime,
-			.ranges = str[n].ranges, .nranges = nr,
-			.part_ino = p ? p->proof.ino : 0,
-			.part_mtime = p ? p->proof.mtime : (struct timespec){ 0 },
-			.part_ctime = p ? p->proof.ctime : (struct timespec){ 0 },
-		};
-		n++;
-	}
-	if (nrefs)
-		memcpy(rcopy, s->refs, nrefs * sizeof(*rcopy));
 	pthread_mutex_unlock(&s->lock);
-	for (size_t i = 0; i < nrefs; i++)
-		refs[i] = (struct index_ref){ rcopy[i].repo, rcopy[i].ref, rcopy[i].commit,
-					      rcopy[i].pending };
-	r = index_write(s->index_path, recs, n, refs, nrefs);
-	s->index_writes++;
+	if (r == 0) {
+		r = index_write(s->index_path, sn.recs, sn.n, sn.refs, sn.nrefs);
+		s->index_writes++;
+	}
 	/* A store that cannot be written (read-only, full) fails every
 	 * write: said once, and again once it worked in between. */
 	if (r < 0 && -r != s->index_err)
@@ -458,14 +495,7 @@ int store_write_index(struct store *s)
 			      "written stays)" : "");
 	s->index_err = r < 0 ? -r : 0;
 	pthread_mutex_unlock(&s->index_lock);
-	for (size_t i = 0; i < n; i++) {
-		free(str[i].key);
-		free(str[i].ranges);
-	}
-	free(str);
-	free(recs);
-	free(refs);
-	free(rcopy);
+	snapshot_free(&sn);
 	return r;
 }
 

@@ -472,11 +472,95 @@ struct rehash {
 	char got[33], got_sample[33];
 };
 
+/* wfsctl evict while @b was re-hashed: as an eviction. */
+static void rehash_evicted_locked(struct store *s, struct blob *b, struct rehash *h)
+{
+	if (!shared_proof_locked(s, b, &h->before))
+		unlink_if_same(s, h->local, &h->before);
+	b->state = BLOB_NAS;
+	b->xxh[0] = '\0';
+	b->copy.ino = 0;
+	b->reason[0] = '\0';
+	s->evicted++;
+	store_reset_hot_locked(s, b);
+	store_dirty_locked(s);
+	store_log_msg(s, LOG_INFO, "evicted %s (%s) while its copy was re-hashed", b->key, b->id);
+}
+
+/* Why the re-hash in @h does not prove @b's copy, into @why ("" when it
+ * does); 1 when the copy itself is bad (not merely its source). */
+static int rehash_verdict(const struct blob *b, const struct rehash *h, char *why, size_t len)
+{
+	*why = '\0';
+	if (h->r < 0) {
+		snprintf(why, len, "local copy %s", h->r == -ENOENT ? "missing" : "unreadable");
+		if (h->r == -ENOENT)
+			return 0;
+		snprintf(why + strlen(why), len - strlen(why), ": %s", strerror(-h->r));
+		return 1;
+	}
+	if (h->moved) {
+		snprintf(why, len, "local copy replaced while it was re-hashed");
+		return 0;
+	}
+	if (strcmp(h->got, h->want)) {
+		snprintf(why, len, "local copy corrupt: xxh128 %s, expected %s", h->got, h->want);
+		return 1;
+	}
+	if ((uint64_t)h->before.st_size != b->size)
+		snprintf(why, len, "source changed size");
+	else /* only positive evidence about the source (see the top) */
+		source_verdict(h->src, h->size, h->src_size, h->got_sample, h->sample, why, len);
+	return 0;
+}
+
+/* The copy is proven again: served locally. */
+static void rehash_proven_locked(struct store *s, struct blob *b, struct rehash *h)
+{
+	prove_locked(b, &h->before);
+	/* A source that could not be read now, or that shows new attributes
+	 * since, is sampled again before the first local read
+	 * (store_check_source); the sweep tries again once the NAS answers. */
+	b->checked = h->src == 0 && same_ts(&b->nas_mtime, &h->nas_mtime) &&
+		     same_ts(&b->nas_ctime, &h->nas_ctime);
+	if (h->src < 0)
+		s->recheck_wanted = 1;
+	b->reason[0] = '\0';
+	store_dirty_locked(s);
+	atomic_store_explicit(&b->state, BLOB_LOCAL, memory_order_release);
+	store_log_msg(s, LOG_NOTICE, "re-verified local copy of %s (%s): xxh128 %s as recorded; "
+		      "served locally again", b->key, b->id, h->want);
+}
+
+/* The copy is not proven (@why): @b is served from the NAS, its copy
+ * removed unless another blob is served from it (a source that changed
+ * leaves the bytes good for the others), and a bad copy demotes every
+ * blob that shares it. */
+static void rehash_demote_locked(struct store *s, struct blob *b, struct rehash *h,
+				 const char *why, int bad_copy)
+{
+	int removed = 0;
+
+	if (bad_copy)
+		demote_sharers_locked(s, h->want, &h->before, why);
+	if (h->r != -ENOENT && !h->moved && !shared_proof_locked(s, b, &h->before))
+		removed = unlink_if_same(s, h->local, &h->before);
+	b->state = BLOB_NAS;
+	b->xxh[0] = '\0';
+	b->copy.ino = 0;
+	snprintf(b->reason, sizeof(b->reason), "%s", why);
+	s->demoted++;
+	store_reset_hot_locked(s, b);
+	store_dirty_locked(s);
+	store_log_msg(s, LOG_WARNING, "demoted %s (%s): %s; its copy %s was never served%s", b->key,
+		      b->id, why, h->local, removed ? " and is removed" : "");
+}
+
 /* Lock held: the re-hash of @b is done (@h); LOCAL again or demoted. */
 static void rehash_done_locked(struct store *s, struct blob *b, struct rehash *h)
 {
-	char why[256] = "";
-	int bad_copy = 0, removed = 0;
+	char why[256];
+	int bad_copy;
 
 	/* Stopping (store_close cancels the hash): still unproven, the index
 	 * keeps it, the next start-up re-hashes it. */
@@ -487,17 +571,7 @@ static void rehash_done_locked(struct store *s, struct blob *b, struct rehash *h
 	free(b->tmp);
 	b->tmp = NULL;
 	if (atomic_load(&b->prog.cancel)) {
-		/* wfsctl evict while it was re-hashed: as an eviction */
-		if (!shared_proof_locked(s, b, &h->before))
-			unlink_if_same(s, h->local, &h->before);
-		b->state = BLOB_NAS;
-		b->xxh[0] = '\0';
-		b->copy.ino = 0;
-		b->reason[0] = '\0';
-		s->evicted++;
-		store_reset_hot_locked(s, b);
-		store_dirty_locked(s);
-		store_log_msg(s, LOG_INFO, "evicted %s (%s) while its copy was re-hashed", b->key, b->id);
+		rehash_evicted_locked(s, b, h);
 		pthread_cond_broadcast(&s->cond); /* settled */
 		return;
 	}
@@ -512,57 +586,11 @@ static void rehash_done_locked(struct store *s, struct blob *b, struct rehash *h
 			snprintf(h->got, sizeof(h->got), "%s", h->want);
 		}
 	}
-	if (h->r < 0) {
-		bad_copy = h->r != -ENOENT;
-		snprintf(why, sizeof(why), "local copy %s", h->r == -ENOENT ? "missing" : "unreadable");
-		if (bad_copy)
-			snprintf(why + strlen(why), sizeof(why) - strlen(why), ": %s", strerror(-h->r));
-	} else if (h->moved) {
-		snprintf(why, sizeof(why), "local copy replaced while it was re-hashed");
-	} else if (strcmp(h->got, h->want)) {
-		bad_copy = 1;
-		snprintf(why, sizeof(why), "local copy corrupt: xxh128 %s, expected %s", h->got,
-			 h->want);
-	} else if ((uint64_t)h->before.st_size != b->size) {
-		snprintf(why, sizeof(why), "source changed size");
-	} else {
-		/* only positive evidence about the source (see the top) */
-		source_verdict(h->src, h->size, h->src_size, h->got_sample, h->sample, why,
-			       sizeof(why));
-	}
-	if (!*why) {
-		prove_locked(b, &h->before);
-		/* A source that could not be read now, or that shows new
-		 * attributes since, is sampled again before the first local
-		 * read (store_check_source); the sweep tries again once the
-		 * NAS answers. */
-		b->checked = h->src == 0 && same_ts(&b->nas_mtime, &h->nas_mtime) &&
-			     same_ts(&b->nas_ctime, &h->nas_ctime);
-		if (h->src < 0)
-			s->recheck_wanted = 1;
-		b->reason[0] = '\0';
-		store_dirty_locked(s);
-		atomic_store_explicit(&b->state, BLOB_LOCAL, memory_order_release);
-		store_log_msg(s, LOG_NOTICE, "re-verified local copy of %s (%s): xxh128 %s as "
-			      "recorded; served locally again", b->key, b->id, h->want);
-		pthread_cond_broadcast(&s->cond); /* settled */
-		return;
-	}
-	if (bad_copy)
-		demote_sharers_locked(s, h->want, &h->before, why);
-	/* Its own copy: removed unless another blob is served from it (a
-	 * source that changed leaves the bytes good for the others). */
-	if (h->r != -ENOENT && !h->moved && !shared_proof_locked(s, b, &h->before))
-		removed = unlink_if_same(s, h->local, &h->before);
-	b->state = BLOB_NAS;
-	b->xxh[0] = '\0';
-	b->copy.ino = 0;
-	snprintf(b->reason, sizeof(b->reason), "%s", why);
-	s->demoted++;
-	store_reset_hot_locked(s, b);
-	store_dirty_locked(s);
-	store_log_msg(s, LOG_WARNING, "demoted %s (%s): %s; its copy %s was never served%s", b->key,
-		      b->id, why, h->local, removed ? " and is removed" : "");
+	bad_copy = rehash_verdict(b, h, why, sizeof(why));
+	if (!*why)
+		rehash_proven_locked(s, b, h);
+	else
+		rehash_demote_locked(s, b, h, why, bad_copy);
 	pthread_cond_broadcast(&s->cond); /* settled */
 }
 

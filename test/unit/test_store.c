@@ -5,6 +5,7 @@
  * start-up), and a local copy that fails a read is demoted and removed. */
 #include "check.h"
 #include "control.h"
+#include "index.h"
 #include "nasgate.h"
 #include "store.h"
 #include "store_int.h"
@@ -19,6 +20,36 @@
 #include <unistd.h>
 
 static char top[PATH_MAX];
+
+static int count_rec(void *arg, const struct index_rec *r)
+{
+	(void)r;
+	(*(int *)arg)++;
+	return 0;
+}
+
+/* The records in the index on disk (-1: unreadable). */
+static int index_records(struct store *s)
+{
+	int n = 0;
+	struct index_cb cb = { .arg = &n, .blob = count_rec };
+
+	return index_read(s->index_path, &cb) > 0 ? n : -1;
+}
+
+/* Linked with --wrap=strdup: the Nth strdup of this thread from when it is
+ * set fails with ENOMEM (0: none fails). */
+static __thread int strdup_fail_at;
+char *__real_strdup(const char *s);
+char *__wrap_strdup(const char *s);
+char *__wrap_strdup(const char *s)
+{
+	if (strdup_fail_at && --strdup_fail_at == 0) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	return __real_strdup(s);
+}
 
 static void put(const char *rel, const char *content, size_t n)
 {
@@ -383,6 +414,40 @@ int main(void)
 	CHECK(&c, info(&s, big)->pinned, "pin survives restart");
 	CHECK(&c, blob_state(bad) == BLOB_MISMATCH, "mismatch flag survives restart");
 	CHECK(&c, store_check_source(&s, a) == 1, "source unchanged");
+
+	/* An index write that cannot copy a record writes nothing: the index
+	 * on disk keeps every verified copy (one left out would be discarded
+	 * at the next start), and the next write is whole. */
+	{
+		int before;
+
+		store_sync(&s);
+		before = index_records(&s);
+		strdup_fail_at = 1;
+		CHECK(&c, store_write_index(&s) == -ENOMEM && strdup_fail_at == 0,
+		      "index write without memory for a record: -ENOMEM");
+		CHECK(&c, before == 6 && index_records(&s) == before,
+		      "the index on disk still has its %d records: %d", before,
+		      index_records(&s));
+	}
+	store_close(&s);
+	CHECK(&c, store_open(&s, local, &opt, NULL) == 0, "reopen after a failed index write");
+	a = blob_of(&s, "nas/" HELLO_SHA, HELLO_SHA);
+	big = blob_of(&s, "nas/big", "big");
+	bad = blob_of(&s, "nas/bad", "");
+	same1 = blob_of(&s, "nas/same1", "");
+	same2 = blob_of(&s, "nas/same2", "");
+	odd = blob_of(&s, "nas/odd\xff\x01name", "");
+	CHECK(&c, a && big && bad && same1 && same2 && odd, "blobs after reopen");
+	CHECK(&c, blob_state(a) == BLOB_LOCAL && blob_state(big) == BLOB_LOCAL &&
+	      blob_state(same1) == BLOB_LOCAL && blob_state(same2) == BLOB_LOCAL &&
+	      blob_state(odd) == BLOB_LOCAL && blob_state(bad) == BLOB_MISMATCH,
+	      "every record kept: %s %s %s %s %s %s", blob_state_name(blob_state(a)),
+	      blob_state_name(blob_state(big)), blob_state_name(blob_state(same1)),
+	      blob_state_name(blob_state(same2)), blob_state_name(blob_state(odd)),
+	      blob_state_name(blob_state(bad)));
+	snprintf(dir, sizeof(dir), "%s/data", local);
+	CHECK(&c, count_files(dir) == 5, "five copies kept, got %d", count_files(dir));
 
 	/* Same size, same mtime, different bytes in the sampled head. */
 	{

@@ -80,6 +80,7 @@ void metrics_collect(const struct metrics_src *src, struct metrics *m)
 	m->passthrough_opens = s->passthrough_opens;
 	m->listed_ahead = s->listed_ahead;
 	m->listed_ahead_taken = s->listed_ahead_taken;
+	m->dir_attrs_refreshed = s->dir_attrs_refreshed;
 	m->promotions_started = s->started;
 	m->promotions_verified = s->promoted;
 	m->promotions_cancelled = s->cancelled;
@@ -133,6 +134,9 @@ static const struct figure figures[] = {
 	{ "wfs_listings_ahead_taken_total", "counter", NULL, NULL,
 	  "Directories listed ahead that the walk then read (the rest was NAS work wasted).",
 	  "listings.ahead_taken", AT(listed_ahead_taken) },
+	{ "wfs_listings_attrs_refreshed_total", "counter", NULL, NULL,
+	  "Stats of a listed directory through the mount, so that the kernel holds its attributes again.",
+	  "listings.attrs_refreshed", AT(dir_attrs_refreshed) },
 	{ "wfs_index_writes_total", "counter", NULL, NULL,
 	  "Writes of the local store's index (one per request or batch of copies).",
 	  "index_writes", AT(index_writes) },

@@ -604,6 +604,8 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, i
 		classify_ahead(w, d, i - 2, size);
 	else if (walked)
 		prefetch_next(w, size);
+	if (!used && !uncache)
+		dir_attrs_note(&w->dirattr, d->rel);
 	listing_put(w, d, used == 0); /* nothing sent: the end of the pass */
 }
 

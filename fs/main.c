@@ -489,6 +489,8 @@ static int open_store(struct wfs *w, const struct metrics_src *msrc)
 	struct store_hooks hooks = { .arg = w, .log = store_log, .changed = store_changed };
 	int r = inval_init(&w->inval, 0, &ih);
 
+	if (r == 0)
+		r = dir_attrs_init(&w->dirattr, w->mnt_abs, &w->store.dir_attrs_refreshed);
 	if (r < 0) {
 		fprintf(stderr, "wfs: %s\n", strerror(-r));
 		return -1;
@@ -580,6 +582,9 @@ static int start_threads(struct wfs *w, int ctl_bound, const struct metrics_src 
 	if ((r = inval_start(&w->inval)) < 0)
 		wfs_log(w, LOG_WARNING, "cannot start the cache invalidation thread: %s; "
 			"demoted files may show stale pages", strerror(-r));
+	if ((r = dir_attrs_start(&w->dirattr)) < 0)
+		wfs_log(w, LOG_WARNING, "cannot start the directory attribute thread: %s; "
+			"a stat after a listing asks the daemon again", strerror(-r));
 	if ((r = nas_gate_start(&w->gate)) < 0 ||
 	    (r = store_start(&w->store)) < 0 ||
 	    (r = record_start(&w->record, &w->roots, &w->store, &w->gate)) < 0 ||
@@ -628,6 +633,7 @@ static void stop_serving(struct wfs *w)
 	 * of the mount (a SIGTERM right after start-up), and anyone else's
 	 * stat would hang until then too. */
 	fuse_session_unmount(w->se);
+	dir_attrs_stop(&w->dirattr); /* its stat in flight, if any, fails now */
 	control_stop(&w->ctl);
 	metrics_writer_stop(&w->metrics); /* reads the store; removes the file */
 	/* Before the session goes: the invalidator still talks to it (with
@@ -644,6 +650,7 @@ static void end_session(struct wfs *w, enum session_stage stage)
 {
 	if (stage >= SES_MOUNTED) {
 		fuse_session_unmount(w->se);
+		dir_attrs_stop(&w->dirattr);
 		inval_stop(&w->inval); /* before the session goes: the thread uses it */
 	}
 	if (stage >= SES_SIGNALS)

@@ -9,6 +9,7 @@
 
 #include "auto.h"
 #include "control.h"
+#include "dirattr.h"
 #include "inval.h"
 #include "metrics.h"
 #include "nasgate.h"
@@ -80,6 +81,8 @@ struct wfs {
 	struct inval_queue inval;
 	uint64_t pt_opens_total;
 	struct dir_lists lists;
+	/* Listed directories, stat'ed again through the mount (fs/dirattr.h) */
+	struct dir_attrs dirattr;
 };
 
 /* The backing id an open announces (fs/file.c; for passthrough.c). */

@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import stat
 import sys
 import threading
@@ -504,6 +505,59 @@ class Readdir(Base):
             self.assertGreater(taken - taken0, 0, "walked %s: none of the %d directories listed "
                                "ahead was taken" % (label, ahead - ahead0))
             self.assertLessEqual(taken - taken0, ahead - ahead0)
+
+    def test_listed_dirs_stat_without_the_daemon(self):
+        # A listing read from the daemon leaves the directory's atime stale
+        # in the kernel (fuse_invalidate_atime), so its next stat would wait
+        # for a GETATTR; the daemon stats each listed directory through the
+        # mount itself, off the reader's path (fs/dirattr.h).  Once its
+        # counter says every directory was done twice, a stat and a listing
+        # of each directory need no daemon at all: they finish with the
+        # daemon stopped (without the refresh the first stat waits).
+        # Cache times of 30 s keep the kernel's own timeouts out of it.
+        local = os.path.join(FIX.gen, "local-dirattr")
+        mnt = os.path.join(FIX.gen, "mnt-dirattr")
+        os.mkdir(mnt)
+        m = wfstest.Mount(FIX.hub, local, mnt, ("auto_promote=off", "attr_timeout=30",
+                                                "entry_timeout=30")).start()
+        try:
+            def refreshed():
+                got = wfstest.ctl_json(self, ["stats", mnt]).get("metrics") or {}
+                n = (got.get("listings") or {}).get("attrs_refreshed")
+                self.assertIsInstance(n, int, "stats has no listings.attrs_refreshed: %s" % got)
+                return n
+
+            before = refreshed()
+            dirs, todo = [], [mnt]
+            while todo:
+                d = todo.pop()
+                dirs.append(d)
+                with os.scandir(d) as it:
+                    for e in it:
+                        if stat.S_ISDIR(os.lstat(e.path).st_mode):
+                            todo.append(e.path)
+            self.assertGreater(len(dirs), 10)
+            self.assertTrue(wfstest.wait_until(lambda: refreshed() >= before + 2 * len(dirs),
+                                               20, 0.02),
+                            "%d of %d directories stat'ed twice by the daemon"
+                            % (refreshed() - before, 2 * len(dirs)))
+            for pid in m.pids:
+                os.kill(pid, signal.SIGSTOP)
+            try:
+                rc, out, err = wfstest.run_captured(
+                    [sys.executable, "-c", "import os, sys\n"
+                     "for d in sys.argv[1:]:\n    os.lstat(d)\n    os.listdir(d)\n"] + dirs,
+                    timeout=10)
+            finally:
+                for pid in m.pids:
+                    os.kill(pid, signal.SIGCONT)
+            self.assertEqual(rc, 0, "a stat or listing of a listed directory needed the daemon "
+                             "(rc %s): %s" % (rc, err[-2000:]))
+        finally:
+            problems = m.stop()
+            shutil.rmtree(local, ignore_errors=True)
+            os.rmdir(mnt)
+            self.assertEqual(problems, [])
 
     def test_walk_listed_ahead_not_taken_stale(self):
         # A listing made ahead is taken only within a tick of being made: a

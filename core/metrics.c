@@ -135,7 +135,8 @@ static const struct figure figures[] = {
 	  "Directories listed ahead that the walk then read (the rest was NAS work wasted).",
 	  "listings.ahead_taken", AT(listed_ahead_taken) },
 	{ "wfs_listings_attrs_refreshed_total", "counter", NULL, NULL,
-	  "Stats of a listed directory through the mount, so that the kernel holds its attributes again.",
+	  "Stats of a listed directory through the mount, so that the kernel holds its "
+	  "attributes again.",
 	  "listings.attrs_refreshed", AT(dir_attrs_refreshed) },
 	{ "wfs_index_writes_total", "counter", NULL, NULL,
 	  "Writes of the local store's index (one per request or batch of copies).",

@@ -426,10 +426,12 @@ json_t *metrics_json(const struct metrics *m)
 		json_decref(o);
 		return NULL;
 	}
-	if (json_object_set_new(json_object_get(o, "promotions"), "failed_by_reason", failed) ||
-	    json_object_set_new(o, "blobs", states) ||
-	    json_object_set_new(o, "nas", metrics_nas_json(&m->nas)) ||
-	    json_object_set_new(o, "record", metrics_record_json(&m->nas))) {
+	/* each call takes its value, set or not: none short-circuited */
+	bad = json_object_set_new(json_object_get(o, "promotions"), "failed_by_reason", failed);
+	bad |= json_object_set_new(o, "blobs", states);
+	bad |= json_object_set_new(o, "nas", metrics_nas_json(&m->nas));
+	bad |= json_object_set_new(o, "record", metrics_record_json(&m->nas));
+	if (bad) {
 		json_decref(o);
 		return NULL;
 	}

@@ -18,18 +18,16 @@ static int64_t now_ns(void)
 	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* Under q->lock: @rel at @r's tail, due @ms from now (dropped, and
- * counted, when @r is full). */
+/* Under q->lock: @rel at @r's tail, due @ms from now (dropped when @r
+ * is full). */
 static void push_locked(struct dir_attrs *q, struct dir_attr_ring *r, const char *rel, int ms)
 {
 	char *copy;
 
 	if (q->stop)
 		return;
-	if (r->count == DIR_ATTRS_CAPACITY || !(copy = strdup(rel))) {
-		q->dropped++;
+	if (r->count == DIR_ATTRS_CAPACITY || !(copy = strdup(rel)))
 		return;
-	}
 	r->v[(r->head + r->count) % DIR_ATTRS_CAPACITY] =
 		(struct dir_attr_item){ .rel = copy, .due_ns = now_ns() + (int64_t)ms * 1000000 };
 	r->count++;

@@ -60,7 +60,6 @@ struct dir_attrs {
 	pthread_mutex_t lock;         /* a leaf: guards what follows */
 	pthread_cond_t work;          /* CLOCK_MONOTONIC */
 	struct dir_attr_ring soon, late;
-	uint64_t dropped;             /* notes that found a ring full */
 	bool stop, started;
 	pthread_t thread;
 };

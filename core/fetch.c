@@ -72,7 +72,7 @@ struct prof {
 
 static int64_t prof_now(const struct job *j)
 {
-	return j->prof ? mono_ns(CLOCK_MONOTONIC) : 0;
+	return j->prof ? mono_ns() : 0;
 }
 
 static size_t round_up(size_t n, size_t a)
@@ -257,7 +257,7 @@ static void sync_done(struct job *j, int final, int res)
 
 	j->syncs--;
 	if (j->prof) {
-		int64_t now = mono_ns(CLOCK_MONOTONIC);
+		int64_t now = mono_ns();
 
 		if (final)
 			j->prof->final_sum += now - j->prof->final_t;
@@ -336,7 +336,7 @@ static void src_hash(struct job *j)
 		} else {
 			content_hash_update(&j->ch, sl->buf, sl->want);
 			if (j->prof)
-				j->prof->hash_here += mono_ns(CLOCK_MONOTONIC) - p0;
+				j->prof->hash_here += mono_ns() - p0;
 		}
 		if (!s->direct)
 			posix_fadvise(s->fd, (off_t)sl->off, (off_t)sl->want, POSIX_FADV_DONTNEED);
@@ -403,7 +403,7 @@ static void src_finish(struct job *j)
 	}
 	j->syncs++;
 	if (j->prof)
-		j->prof->final_t = mono_ns(CLOCK_MONOTONIC);
+		j->prof->final_t = mono_ns();
 	eng_sync(&j->eng, j->ver.fd, 0, (1 << 2) | OP_SYNC);
 }
 
@@ -416,7 +416,7 @@ static void sync_more(struct job *j)
 	j->sync_asked = s->done;
 	j->syncs++;
 	if (j->prof) {
-		j->prof->sync_t = mono_ns(CLOCK_MONOTONIC);
+		j->prof->sync_t = mono_ns();
 		j->prof->syncs++;
 	}
 	eng_sync(&j->eng, j->ver.fd, 1, OP_SYNC);
@@ -435,7 +435,7 @@ static void ver_hash(struct job *j)
 		p0 = prof_now(j);
 		content_hash_update(&j->vh, sl->buf, sl->want);
 		if (j->prof)
-			j->prof->hash_ver += mono_ns(CLOCK_MONOTONIC) - p0;
+			j->prof->hash_ver += mono_ns() - p0;
 		if (!v->direct)
 			posix_fadvise(v->fd, (off_t)sl->off, (off_t)sl->want, POSIX_FADV_DONTNEED);
 		v->hashed += sl->want;
@@ -536,7 +536,7 @@ static void run(struct job *j)
 		p0 = prof_now(j);
 		r = eng_next(&j->eng, 1, j->wait_ns > 0 ? j->wait_ns : -1, &ud, &res);
 		if (j->prof) {
-			j->prof->wait += mono_ns(CLOCK_MONOTONIC) - p0;
+			j->prof->wait += mono_ns() - p0;
 			j->prof->waits++;
 		}
 		while (r > 0) {
@@ -642,15 +642,15 @@ static int open_source(struct job *j, const char *path)
 static void prof_report(struct job *j)
 {
 	struct prof *p = j->prof;
-	double wall = (double)(mono_ns(CLOCK_MONOTONIC) - p->t0) / 1e9;
-	double tail = (double)(mono_ns(CLOCK_MONOTONIC) - p->final_t - p->final_sum) / 1e9;
+	double wall = (double)(mono_ns() - p->t0) / 1e9;
+	double tail = (double)(mono_ns() - p->final_t - p->final_sum) / 1e9;
 
 	fprintf(stderr, "fetch profile %s: %.3f s, %.0f MB/s%s; copy thread cpu %.3f s (hash source "
 		"%.3f, re-read %.3f, waiting %.3f s in %u waits); hasher %s cpu %.3f s, idle %.3f s, "
 		"runnable %.3f s; %u syncs %.3f s; final fsync %.3f s, then re-read %.3f s\n",
 		j->src.path, wall, wall > 0 ? (double)j->size / wall / 1e6 : 0.0,
 		j->eng.fixed ? ", fixed buffers" : "",
-		(double)(mono_ns(CLOCK_THREAD_CPUTIME_ID) - p->cpu0) / 1e9, (double)p->hash_here / 1e9,
+		(double)(clock_ns(CLOCK_THREAD_CPUTIME_ID) - p->cpu0) / 1e9, (double)p->hash_here / 1e9,
 		(double)p->hash_ver / 1e9, (double)p->wait / 1e9, p->waits,
 		j->hs.ran ? "(content address)" : j->ch.md ? "not started" : "none",
 		(double)j->hs.cpu_ns / 1e9, (double)j->hs.idle_ns / 1e9, (double)j->hs.rq_ns / 1e9, p->syncs,
@@ -730,8 +730,8 @@ int fetch_copy_verify(const char *src_path, uint64_t size, const char *tmp_path,
 	eng_fixed(&j->eng, mem, (NSRC + NVER) * SLOT_BYTES);
 	if (getenv("WFS_FETCH_PROFILE") && (j->prof = calloc(1, sizeof(*j->prof)))) {
 		j->hs.prof = 1;
-		j->prof->t0 = mono_ns(CLOCK_MONOTONIC);
-		j->prof->cpu0 = mono_ns(CLOCK_THREAD_CPUTIME_ID);
+		j->prof->t0 = mono_ns();
+		j->prof->cpu0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
 	}
 	if (j->ch.md)
 		hasher_start(&j->hs, &j->ch);

@@ -22,13 +22,13 @@ static void *hasher_main(void *arg)
 
 	pthread_mutex_lock(&h->lock);
 	for (;;) {
-		int64_t p0 = h->prof ? mono_ns(CLOCK_MONOTONIC) : 0;
+		int64_t p0 = h->prof ? mono_ns() : 0;
 		struct slot *sl;
 
 		while (!h->n && !h->stop)
 			pthread_cond_wait(&h->cond, &h->lock);
 		if (h->prof)
-			h->idle_ns += mono_ns(CLOCK_MONOTONIC) - p0;
+			h->idle_ns += mono_ns() - p0;
 		if (!h->n)
 			break;
 		sl = h->q[h->head];
@@ -64,7 +64,7 @@ static void *hasher_main(void *arg)
 		FILE *f = fopen("/proc/thread-self/schedstat", "r");
 		long long on, rq;
 
-		h->cpu_ns = mono_ns(CLOCK_THREAD_CPUTIME_ID);
+		h->cpu_ns = clock_ns(CLOCK_THREAD_CPUTIME_ID);
 		if (f && fscanf(f, "%lld %lld", &on, &rq) == 2)
 			h->rq_ns = rq;
 		if (f)

@@ -13,6 +13,7 @@
 #ifndef WFS_FETCH_INT_H
 #define WFS_FETCH_INT_H
 
+#include "clock.h"
 #include "fetch.h"
 #include "hash.h"
 
@@ -134,14 +135,6 @@ struct job {
 	int err;
 	struct prof *prof;        /* WFS_FETCH_PROFILE: where the time goes */
 };
-
-static inline int64_t mono_ns(clockid_t id)
-{
-	struct timespec t;
-
-	clock_gettime(id, &t);
-	return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
-}
 
 /* fetch_engine.c */
 void eng_init(struct engine *e);

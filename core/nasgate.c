@@ -8,6 +8,7 @@
  * thread calls release instead of answering), or unlinks it from the queue
  * if no thread took it yet.
  */
+#include "clock.h"
 #include "nasgate.h"
 
 #include <errno.h>
@@ -41,14 +42,6 @@ struct nas_job {
 	struct nas_slot *slot;
 	pthread_cond_t done;    /* CLOCK_MONOTONIC */
 };
-
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static struct timespec abs_ms(int64_t ms)
 {
@@ -256,7 +249,7 @@ static int run_job(struct nas_gate *g, int (*fn)(void *), void *arg, void (*rele
 		   int force)
 {
 	struct nas_job j = { .fn = fn, .arg = arg, .release = release, .state = JOB_QUEUED };
-	struct timespec dl = abs_ms(now_ms() + g->timeout_ms);
+	struct timespec dl = abs_ms(mono_ms() + g->timeout_ms);
 	int r, refused, late = 0;
 
 	pthread_mutex_lock(&g->lock);
@@ -437,7 +430,7 @@ static void *prober(void *arg)
 		}
 		pthread_mutex_lock(&g->lock);
 		if (r != 0 && !g->stop) {
-			struct timespec dl = abs_ms(now_ms() + backoff);
+			struct timespec dl = abs_ms(mono_ms() + backoff);
 
 			pthread_cond_timedwait(&g->probe, &g->lock, &dl);
 			backoff = backoff * 2 > NAS_GATE_PROBE_MAX_MS ? NAS_GATE_PROBE_MAX_MS
@@ -483,7 +476,7 @@ int nas_gate_start(struct nas_gate *g)
 
 void nas_gate_destroy(struct nas_gate *g)
 {
-	struct timespec dl = abs_ms(now_ms() + 2000);
+	struct timespec dl = abs_ms(mono_ms() + 2000);
 	int left;
 
 	pthread_mutex_lock(&g->lock);
@@ -544,7 +537,7 @@ void nas_gate_stats(struct nas_gate *g, struct nas_gate_stats *out)
 
 uint64_t nas_gate_wait_change(struct nas_gate *g, uint64_t gen, int64_t timeout_ms)
 {
-	struct timespec dl = abs_ms(now_ms() + timeout_ms);
+	struct timespec dl = abs_ms(mono_ms() + timeout_ms);
 	uint64_t now;
 
 	if (!g)

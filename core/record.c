@@ -12,6 +12,7 @@
  * local blobs changes, and most builds find what the last one did.
  */
 #include "record_int.h"
+#include "clock.h"
 #include "durable.h"
 #include "nasopen.h"
 #include "path.h"
@@ -460,14 +461,6 @@ int record_open(struct record *r, const char *store_dir, int readonly,
 	pthread_cond_init(&r->cond, &mono);
 	pthread_condattr_destroy(&mono);
 	return 0;
-}
-
-static int64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static void wait_until(struct record *r, int64_t deadline_ms)

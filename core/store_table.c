@@ -6,6 +6,7 @@
  */
 #include "store.h"
 #include "store_int.h"
+#include "clock.h"
 #include "path.h"
 
 #include <errno.h>
@@ -45,10 +46,7 @@ void store_log_msg(struct store *s, int prio, const char *fmt, ...)
 
 int64_t store_now_ms(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+	return mono_ms();
 }
 
 uint64_t store_now_ns(void)

@@ -26,6 +26,7 @@
  * batch of a directory is classified while the kernel takes in this one,
  * and the next directory of a tree walk is listed while the walk reads
  * this one (both below). */
+#include "clock.h"
 #include "wfs.h"
 #include "ops.h"
 #include "path.h"
@@ -50,7 +51,7 @@
 struct plus_batch {
 	size_t first, n;
 	struct ns_batch b;
-	uint64_t taken_ns;   /* CLOCK_MONOTONIC: when its classification began */
+	int64_t taken_ns;    /* CLOCK_MONOTONIC: when its classification began */
 };
 
 /* A batch classified ahead serves the next request only this young: its
@@ -60,18 +61,10 @@ struct plus_batch {
  * gets its entries classified afresh. */
 #define AHEAD_MAX_AGE_NS (1000000000ull / NODE_TICKS_PER_S)
 
-static uint64_t mono_ns(void)
-{
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
-}
-
 /* Was what was read at @ns (mono_ns) read within AHEAD_MAX_AGE_NS? */
-static int young(uint64_t ns)
+static int young(int64_t ns)
 {
-	return mono_ns() - ns <= AHEAD_MAX_AGE_NS;
+	return (uint64_t)(mono_ns() - ns) <= AHEAD_MAX_AGE_NS;
 }
 
 struct listing {
@@ -79,7 +72,7 @@ struct listing {
 	fuse_ino_t ino;      /* LISTS: the directory's (0 until claimed) */
 	char rel[PATH_MAX];  /* IMMUTABLE */
 	int unclaimed;       /* LISTS: made ahead for the walk, no pass has taken it */
-	uint64_t made_ns;    /* IMMUTABLE: CLOCK_MONOTONIC, when it was made */
+	int64_t made_ns;     /* IMMUTABLE: CLOCK_MONOTONIC, when it was made */
 	struct listing *next; /* LISTS: the table's, most recently used first */
 	unsigned refs;       /* LISTS: requests using it, and the table's */
 	/* LOCK lock: the kernel sends a pass's READDIRs one at a time, but on

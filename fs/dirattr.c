@@ -1,6 +1,7 @@
 /* dirattr.c - a listed directory's attributes put back in the kernel; see
  * dirattr.h for why and the rules. */
 #include "dirattr.h"
+#include "clock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -9,14 +10,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
-
-static int64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 /* Under q->lock: @rel at @r's tail, due @ms from now (dropped when @r
  * is full). */
@@ -29,7 +22,7 @@ static void push_locked(struct dir_attrs *q, struct dir_attr_ring *r, const char
 	if (r->count == DIR_ATTRS_CAPACITY || !(copy = strdup(rel)))
 		return;
 	r->v[(r->head + r->count) % DIR_ATTRS_CAPACITY] =
-		(struct dir_attr_item){ .rel = copy, .due_ns = now_ns() + (int64_t)ms * 1000000 };
+		(struct dir_attr_item){ .rel = copy, .due_ns = mono_ns() + (int64_t)ms * 1000000 };
 	r->count++;
 	pthread_cond_signal(&q->work);
 }
@@ -79,7 +72,7 @@ static void *dir_attrs_main(void *arg)
 			continue;
 		}
 		it = r->v[r->head];
-		if (now_ns() < it.due_ns) {
+		if (mono_ns() < it.due_ns) {
 			struct timespec ts = { .tv_sec = it.due_ns / 1000000000,
 					       .tv_nsec = it.due_ns % 1000000000 };
 

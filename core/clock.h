@@ -1,0 +1,32 @@
+/* clock.h - clock readings as the plain integers the code compares.
+ *
+ * Deadlines, ages and profiles all count on CLOCK_MONOTONIC (never set back,
+ * never jumps with the wall clock); only the profile reads thread CPU time
+ * through clock_ns().  clock_gettime() of these clocks cannot fail with a
+ * valid id, so the result is not checked.
+ */
+#ifndef WFS_CLOCK_H
+#define WFS_CLOCK_H
+
+#include <stdint.h>
+#include <time.h>
+
+static inline int64_t clock_ns(clockid_t id)
+{
+	struct timespec t;
+
+	clock_gettime(id, &t);
+	return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+static inline int64_t mono_ns(void)
+{
+	return clock_ns(CLOCK_MONOTONIC);
+}
+
+static inline int64_t mono_ms(void)
+{
+	return mono_ns() / 1000000;
+}
+
+#endif

@@ -53,6 +53,9 @@ Figures (measures.py; --only NAME,... picks some):
             the same quarter of a blob of the same size promoted whole
             (models--bench--twin, added for the figure), through the mount
             (kernel passthrough) and directly
+  noise     the seq, mmap and rand visits with the NAS file read directly
+            on both sides (A/A): the rig's own spread of pair ratios, the
+            yardstick for a cold figure's lo-hi
   startup   (once a run, not per rig) a fixture of its own with --many
             --startup-many, that repo promoted, then `wfs` until `wfsctl
             status` answers and a promoted file reads back local, cold/warm
@@ -63,13 +66,13 @@ promote, revision, local and part evict their copies afterwards, so the order of
 figures does not matter.  startup and memory run in the work dir (the disk).
 
 Extension point: a figure is a function m_<name>(ctx) registered in
-measures.MEASUREMENTS; a ratio figure visits its sides with
-measures.abba() and adds a row with ctx.pair_row(); goals live in
-measures.GOALS.
+measures.MEASUREMENTS; a ratio figure visits its sides with frame.abba()
+and adds a row with ctx.pair_row(); goals live in frame.GOALS.
 
 Python standard library only.  Modules: common.py (system helpers),
-rigs.py (rigs, fixture), measures.py (figures), bench.py (this: options,
-runs, tables).
+rigs.py (rigs, fixture), frame.py (goals, Ctx, pairs, the mount), the
+figures in reads.py, promotion.py and once.py, measures.py (their
+registry), bench.py (this: options, runs, tables).
 """
 
 import argparse

@@ -1,4 +1,4 @@
-"""wfs bench: system helpers shared by bench.py, rigs.py and measures.py.
+"""wfs bench: system helpers shared by bench.py, rigs.py and the figures.
 
 Python standard library only.
 """

@@ -1,0 +1,229 @@
+"""wfs integration tests: where the binaries are, skipping, mounts and
+processes (the daemon found, waited for, stopped)."""
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+
+NOBODY = 65534
+WFS_TIMEOUT = 30          # seconds a foreground-returning `wfs` may take
+EXIT_TIMEOUT = 10         # seconds the daemon may take to exit after umount
+
+
+def wfs_bin():
+    return os.environ.get("WFS_BIN") or os.path.join(REPO, "build", "fs", "wfs")
+
+
+def mkhub_bin():
+    return os.environ.get("WFS_MKHUB") or os.path.join(REPO, "test", "mkhub")
+
+
+def in_ci():
+    return os.environ.get("CI", "").lower() == "true"
+
+
+def skip_or_fail(reason):
+    """Skip (locally) or fail (under CI=true): the tests must not be silently
+    skipped in CI."""
+    if in_ci():
+        raise AssertionError("CI=true and the integration tests cannot run: " + reason)
+    raise unittest.SkipTest(reason)
+
+
+def require_mount_capability():
+    """Raise SkipTest (or AssertionError under CI) when the tests cannot mount."""
+    if not sys.platform.startswith("linux"):
+        skip_or_fail("not Linux")
+    if not os.path.exists("/dev/fuse"):
+        skip_or_fail("/dev/fuse does not exist")
+    if os.geteuid() != 0:
+        skip_or_fail("not root (euid %d): the tests mount, drop caches and switch uid" % os.geteuid())
+    for what, path in (("wfs daemon (WFS_BIN)", wfs_bin()), ("mkhub (WFS_MKHUB)", mkhub_bin())):
+        if not (os.path.isfile(path) and os.access(path, os.X_OK)):
+            skip_or_fail("%s not found or not executable: %s" % (what, path))
+
+
+# ---------------------------------------------------------------- mounts
+
+def _unescape_mount_field(s):
+    # /proc/self/mounts escapes space, tab, newline and backslash as \ooo
+    out, i = [], 0
+    while i < len(s):
+        if s[i] == "\\" and len(s[i + 1:i + 4]) == 3 and s[i + 1:i + 4].isdigit():
+            out.append(chr(int(s[i + 1:i + 4], 8)))
+            i += 4
+        else:
+            out.append(s[i])
+            i += 1
+    return "".join(out)
+
+
+def mount_lines():
+    with open("/proc/self/mounts") as f:
+        return f.read().splitlines()
+
+
+def mount_points():
+    """List (not set: a path mounted twice appears twice) of mount points."""
+    pts = []
+    for line in mount_lines():
+        fields = line.split(" ")
+        if len(fields) >= 2:
+            pts.append(_unescape_mount_field(fields[1]))
+    return pts
+
+
+def is_mounted(path):
+    return os.path.realpath(path) in mount_points()
+
+
+def mount_entry(path):
+    path = os.path.realpath(path)
+    for line in mount_lines():
+        fields = line.split(" ")
+        if len(fields) >= 3 and _unescape_mount_field(fields[1]) == path:
+            return fields
+    return None
+
+
+# ---------------------------------------------------------------- processes
+
+def _proc_state(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            data = f.read()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return data[data.rfind(")") + 2:].split(" ", 1)[0]
+
+
+def pid_alive(pid):
+    """True while the process exists and is not a zombie."""
+    st = _proc_state(pid)
+    return st is not None and st != "Z"
+
+
+def pids_with_arg(arg):
+    """Like `pgrep -f`, but exact: processes having `arg` as one argv element."""
+    me = os.getpid()
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        try:
+            with open("/proc/%s/cmdline" % name, "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if os.fsencode(arg) in argv and pid_alive(int(name)):
+            found.append(int(name))
+    return found
+
+
+def daemon_pids(local, mnt):
+    """Pids of the daemon serving `mnt`: from LOCAL_STORE/wfs.lock if it holds
+    a pid of a live process, and from the process table (argv contains mnt)."""
+    pids = set(pids_with_arg(mnt))
+    try:
+        with open(os.path.join(local, "wfs.lock")) as f:
+            txt = f.read().strip()
+        if txt.isdigit() and pid_alive(int(txt)):
+            pids.add(int(txt))
+    except OSError:
+        pass
+    return sorted(pids)
+
+
+def wait_until(pred, timeout, step=0.05):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() >= deadline:
+            return v
+        time.sleep(step)
+
+
+def run_wfs(args, timeout=WFS_TIMEOUT):
+    """Run the wfs binary, stdout/stderr captured through files (a daemon that
+    keeps the caller's pipes open would otherwise hang the test).  Returns
+    (returncode or None on timeout, stdout, stderr)."""
+    return run_captured([wfs_bin()] + list(args), timeout)
+
+
+def run_captured(cmd, timeout, **popen_kw):
+    """Run `cmd` with no stdin and stdout/stderr in files.  Returns
+    (returncode or None on timeout, stdout, stderr)."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err, **popen_kw)
+        try:
+            rc = p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            rc = None
+        out.seek(0)
+        err.seek(0)
+        return rc, out.read().decode(errors="replace"), err.read().decode(errors="replace")
+
+
+def kill_daemon(tc, pids):
+    """kill -9 every pid of a daemon and assert that they are gone."""
+    tc.assertTrue(pids, "no daemon pid known")
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    tc.assertTrue(wait_until(lambda: not any(pid_alive(p) for p in pids), 10),
+                  "daemon %s still alive after SIGKILL" % pids)
+
+
+def drop_dead_mount(tc, mnt):
+    """Take off a mount whose daemon was killed (lazily: it answers
+    ENOTCONN) and assert it is gone."""
+    r = subprocess.run(["fusermount3", "-uz", mnt], capture_output=True, text=True)
+    if r.returncode != 0:
+        subprocess.run(["umount", "-l", mnt], capture_output=True)
+    tc.assertTrue(wait_until(lambda: not is_mounted(mnt), 5), "dead mount still there")
+
+
+def unmount(mnt):
+    """umount, falling back to umount -l.  Returns a list of problems."""
+    problems = []
+    if not is_mounted(mnt):
+        return problems
+    r = subprocess.run(["umount", mnt], capture_output=True, text=True)
+    if r.returncode != 0:
+        # a reader may still be finishing; retry briefly before going lazy
+        ok = wait_until(lambda: subprocess.run(["umount", mnt], capture_output=True).returncode == 0
+                        or not is_mounted(mnt), 3, step=0.2)
+        if not ok:
+            problems.append("umount %s failed (%s); used umount -l" % (mnt, r.stderr.strip()))
+            subprocess.run(["umount", "-l", mnt], capture_output=True)
+    if not wait_until(lambda: not is_mounted(mnt), 5):
+        problems.append("%s still in /proc/self/mounts after umount" % mnt)
+    return problems
+
+
+def stop_daemon(pids, what):
+    """After umount: wait for the daemon(s) to exit; kill them (by pid) if not.
+    Returns a list of problems."""
+    problems = []
+    left = wait_until(lambda: [p for p in pids if pid_alive(p)] == [], EXIT_TIMEOUT)
+    if not left:
+        alive = [p for p in pids if pid_alive(p)]
+        problems.append("%s: daemon pid(s) %s still running %ds after umount"
+                        % (what, alive, EXIT_TIMEOUT))
+        for p in alive:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    return problems

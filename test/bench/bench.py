@@ -16,14 +16,17 @@ one table each.
         message when MemAvailable is short; torn down after its figures, on
         errors and on Ctrl-C.
 
-Pairs (--pairs N, default 5): a ratio figure is measured as N pairs, the
+Pairs (--pairs N, default 10): a ratio figure is measured in N rounds, the
 side that goes first alternating (direct, wfs | wfs, direct | ...), each
 side from the same state (the same file; for cold figures caches dropped
-with sync; echo 3 > /proc/sys/vm/drop_caches right before it).  Reported:
-the median of each side's values, the median of the N pair ratios and their
-range (lo-hi), which shows the noise.  Throughput: ratio = wfs/direct,
-higher is better.  Time figures (walk): ratio = time wfs/direct, lower is
-better.  Must run as root.
+with sync; echo 3 > /proc/sys/vm/drop_caches right before it).  Two rounds
+in a row, one with each side first, make an ABBA block, whose ratio is the
+geometric mean of the two rounds' ratios: an advantage of reading second
+(the disk's host cache gives the second reader up to 2.5x here) cancels in
+it.  Reported: the median of each side's values, the median of the N/2
+block ratios and their range (lo-hi), which shows the noise; the JSON also
+has each round's ratio.  Throughput: ratio = wfs/direct, higher is better.
+Time figures (walk): ratio = time wfs/direct, lower is better.  Must run as root.
 
 Figures (measures.py; --only NAME,... picks some):
   seq       NAS-served: sequential 1 MiB preads of the largest shard, cold
@@ -233,7 +236,7 @@ def met_cell(r):
 
 
 def table(rows, alts, out, with_direct=True):
-    head = ["figure", "unit"] + (["direct", "wfs", "ratio (median)", "lo-hi"]
+    head = ["figure", "unit"] + (["direct", "wfs", "ratio (ABBA median)", "lo-hi"]
                                  if with_direct else ["wfs"]) + ["goal", ""]
     head += [f"{a} ratio (lo-hi)" for a in alts] + ["daemon CPU s"]
     lines = []
@@ -274,8 +277,9 @@ def print_rig(ctx, out):
         mra += (f" (wfs asked for {ra.get('wfs_wanted_kb')}; "
                 f"{ra.get('wfs_kb_at_end')} at the end)")
     if ctx.big:
-        print(f"big file {ctx.big['path']} ({ctx.big['size'] / MiB:.0f} MiB); {a.pairs} pairs "
-              f"a figure (median, lo-hi of the pair ratios); bdi read_ahead_kb NAS "
+        print(f"big file {ctx.big['path']} ({ctx.big['size'] / MiB:.0f} MiB); {a.pairs} rounds "
+              f"a figure (median and lo-hi of its {a.pairs // 2} ABBA blocks' ratios); "
+              f"bdi read_ahead_kb NAS "
               f"{ra.get('direct_kb')}, mount {mra}, LOCAL_STORE "
               f"{ra.get('local_kb')}; {getattr(ctx, 'elapsed', 0):.0f} s", file=out)
     if ctx.compare_info:
@@ -369,9 +373,9 @@ def as_json(run):
 def parse_args(argv):
     names = [m.name for m in MEASUREMENTS]
     p = argparse.ArgumentParser(
-        description="wfs benchmark: every figure as the median ratio of --pairs alternating "
-                    "pairs (direct vs through the mount), on the disk and/or on a "
-                    "memory-backed rig, against the goals of issue 12. Needs root.",
+        description="wfs benchmark: every figure as the median ratio of ABBA blocks of "
+                    "--pairs alternating rounds (direct vs through the mount), on the disk "
+                    "and/or on a memory-backed rig, against the goals of issue 12. Needs root.",
         epilog="measurements: " + ", ".join(
             f"{m.name}{'' if m.default else ' (off by default)'}"
             f"{' (once a run)' if m.once else ''}" for m in MEASUREMENTS)
@@ -381,7 +385,8 @@ def parse_args(argv):
                    help="where the NAS hub and LOCAL_STORE live: the work dir's disk, ext4 on "
                         "memory-backed loop devices, or both in turn (default both)")
     p.add_argument("--pairs", type=int, default=None,
-                   help="pairs a ratio figure (default 5; 3 with --quick)")
+                   help="rounds a ratio figure, even: N/2 ABBA blocks (default 10; 2 with "
+                        "--quick)")
     p.add_argument("--redo", type=int, default=5,
                    help="a figure's rounds during which another process dropped the caches "
                         "(/proc/vmstat drop_pagecache) are measured again, at most this many "
@@ -401,7 +406,7 @@ def parse_args(argv):
     p.add_argument("--random-count", type=int, default=None,
                    help="4 KiB random reads a pass (default 20000; 5000 with --quick)")
     p.add_argument("--quick", action="store_true",
-                   help="smoke test: --scale-mib 256 --many 2000 --random-count 5000 --pairs 3 "
+                   help="smoke test: --scale-mib 256 --many 2000 --random-count 5000 --pairs 2 "
                         "--startup-many 200 --memory-many 5000 --idle-seconds 2")
     p.add_argument("--only", default=None,
                    help="comma-separated measurements to run (" + ",".join(names) + ")")
@@ -441,7 +446,7 @@ def parse_args(argv):
     def dflt(name, normal, quick):
         if getattr(a, name) is None:
             setattr(a, name, quick if q else normal)
-    dflt("pairs", 5, 3)
+    dflt("pairs", 10, 2)
     dflt("scale_mib", 4600, 256)
     dflt("many", 10000, 2000)
     dflt("random_count", 20000, 5000)
@@ -450,8 +455,9 @@ def parse_args(argv):
     dflt("idle_seconds", 10.0, 2.0)
     if a.shard_mib is None:
         a.shard_mib = max(1, min(256, a.scale_mib // 16))
-    if a.pairs < 1:
-        p.error("--pairs must be >= 1")
+    if a.pairs < 2 or a.pairs % 2:
+        p.error(f"--pairs {a.pairs}: must be even and >= 2 (each ABBA block is two rounds, "
+                "one with each side first)")
     if a.only:
         sel = [s.strip() for s in a.only.split(",") if s.strip()]
         bad = [s for s in sel if s not in names]
@@ -510,7 +516,7 @@ def main(argv=None):
     workdir = tempfile.mkdtemp(prefix="wfs-bench-", dir=a.dir)
     machine = machine_info(workdir)
     log(f"work dir {workdir} ({machine['workdir_fs']}); rigs {', '.join(a.rigs) or '-'}; "
-        f"{a.pairs} pairs a figure")
+        f"{a.pairs} rounds ({a.pairs // 2} ABBA blocks) a figure")
     run = {"args": a, "machine": machine, "ctxs": [], "once": None, "interrupted": False,
            "command": "test/bench/bench.py " + " ".join(shlex.quote(x) for x in argv)}
     t_start = time.perf_counter()

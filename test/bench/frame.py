@@ -2,14 +2,17 @@
 primitives both sides share, Ctx (a rig's fixture, mount and rows), abba()
 (the pairs) and the rig's wfs mount.
 
-Pairs: abba() visits the sides of a figure --pairs times, alternating which
-side goes first (direct, wfs | wfs, direct | direct, wfs ...; with more sides
-every other round runs in reverse), each visit starting from the same state
-(caches dropped for cold figures, the same file).  The ratio of a figure is
-the median of the per-pair ratios; lo-hi is their range.
+Pairs: abba() visits the sides of a figure --pairs times (rounds), alternating
+which side goes first (direct, wfs | wfs, direct | direct, wfs ...; with more
+sides every other round runs in reverse), each visit starting from the same
+state (caches dropped for cold figures, the same file).  Two rounds in a row
+make an ABBA block; the ratio of a figure is the median over its blocks of
+each block's ratio, the geometric mean of its two rounds' ratios (see
+block_ratios() for why); lo-hi is the blocks' range.
 """
 
 import hashlib
+import math
 import mmap
 import os
 import random
@@ -208,6 +211,35 @@ def ncpu():
 # --------------------------------------------------------------------------
 # context, pairs and rows
 
+def round_ratios(base, vals):
+    """vals[i] / base[i] for each round, None where a side has no value."""
+    return [v / b if b and v is not None else None for b, v in zip(base, vals)]
+
+
+def block_ratios(per_round):
+    """The ratio of each ABBA block: the geometric mean of the ratios of two
+    rounds in a row, one with each side first.  Measured on these rigs (the
+    'noise' figure, direct against itself), the side that reads second in a
+    round can be 2.5x faster (the disk: the host caches what the first side
+    read) or slower (the memory rig, mmap: pages the host just took back);
+    that multiplies one round's ratio and divides the other's, so it
+    cancels in the block, while a median of single rounds keeps it whenever
+    one order is in the majority (an odd number of rounds).  A block with a
+    round missing is left out, and so is a last round without its partner."""
+    return [math.sqrt(a * b) for a, b in zip(per_round[0::2], per_round[1::2])
+            if a is not None and b is not None and a > 0 and b > 0]
+
+
+def ratio_fields(per_round):
+    """ratio / lo / hi (over ABBA blocks) and round_median of a figure; with
+    no complete block (a single round), the rounds' own figures."""
+    ratios = [x for x in per_round if x is not None]
+    use = block_ratios(per_round) or ratios
+    return {"ratio": median(use), "lo": min(use) if use else None,
+            "hi": max(use) if use else None, "blocks": len(block_ratios(per_round)),
+            "round_median": median(ratios)}
+
+
 class Ctx:
     """What the figures of one rig share: the rig, its fixture and mount,
     and the rows made."""
@@ -268,16 +300,18 @@ class Ctx:
 
     def pair_row(self, key, metric, unit, kind, base, vals, cpu=None, note="", extra=None,
                  res=None):
-        """A figure measured in pairs: base[i] and vals[i] from pair i.
-        direct/wfs = medians, ratio = median of vals[i]/base[i], lo-hi their
-        range, daemon_cpu_s = median of cpu[i].  res: the Rounds measured
-        (its redone / disturbed rounds are noted)."""
+        """A figure measured in rounds: base[i] and vals[i] from round i.
+        direct/wfs = medians, ratio = median of the ABBA blocks' ratios
+        (block_ratios), lo-hi their range, daemon_cpu_s = median of cpu[i].
+        The rounds' own ratios are kept too (ratios, round_median).  res: the
+        Rounds measured (its redone / disturbed rounds are noted)."""
         if res is not None and res.note():
             note = (note + "; " if note else "") + res.note()
-        ratios = [v / b for b, v in zip(base, vals) if b and v is not None]
+        per_round = round_ratios(base, vals)
+        ratios = [x for x in per_round if x is not None]
+        blocks = block_ratios(per_round)
         r = {"key": key, "metric": metric, "unit": unit, "kind": kind,
-             "direct": median(base), "wfs": median(vals), "ratio": median(ratios),
-             "lo": min(ratios) if ratios else None, "hi": max(ratios) if ratios else None,
+             "direct": median(base), "wfs": median(vals), **ratio_fields(per_round),
              "pairs": len(ratios), "ratios": ratios, "values": {"direct": base, "wfs": vals},
              "daemon_cpu_s": median(cpu) if cpu else None, "note": note,
              "goal": goal_text(key)}
@@ -287,7 +321,8 @@ class Ctx:
         self.rows.append(r)
         log(f"  {metric}: direct={fmt(r['direct'])} wfs={fmt(r['wfs'])} "
             f"ratio={fmt(r['ratio'], 3)} ({fmt(r['lo'], 3)}-{fmt(r['hi'], 3)}, "
-            f"{len(ratios)} pairs) {note}")
+            f"{len(blocks)} blocks of {len(ratios)} rounds; rounds "
+            f"{' '.join(fmt(x, 2) for x in ratios)}) {note}")
         return r
 
     def alt(self, key, metric, unit, kind, name, base, vals, note=""):
@@ -299,14 +334,13 @@ class Ctx:
             r = self.row(key, metric, unit, median(base), None, kind, note)
         elif note and f"compare rounds: {note}" not in r["note"]:
             r["note"] = (r["note"] + "; " if r["note"] else "") + f"compare rounds: {note}"
-        ratios = [v / b for b, v in zip(base, vals) if b and v is not None]
+        per_round = round_ratios(base, vals)
         if name not in self.alt_names:
             self.alt_names.append(name)
-        r.setdefault("alt", {})[name] = {
-            "value": median(vals), "direct": median(base), "ratio": median(ratios),
-            "lo": min(ratios) if ratios else None, "hi": max(ratios) if ratios else None,
-            "ratios": ratios}
-        log(f"  {metric}: {name}={fmt(median(vals))} ratio={fmt(median(ratios), 3)}")
+        x = r.setdefault("alt", {})[name] = {
+            "value": median(vals), "direct": median(base), **ratio_fields(per_round),
+            "ratios": [v for v in per_round if v is not None]}
+        log(f"  {metric}: {name}={fmt(median(vals))} ratio={fmt(x['ratio'], 3)}")
 
 
 class Rounds(dict):

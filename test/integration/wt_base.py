@@ -2,6 +2,7 @@
 processes (the daemon found, waited for, stopped)."""
 
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -151,6 +152,29 @@ def wait_until(pred, timeout, step=0.05):
         if time.monotonic() >= deadline:
             return v
         time.sleep(step)
+
+
+def fork_reporting(child):
+    """Fork a child that runs child() -> a picklable report, writes it to a
+    pipe and exits: it never returns into the test runner.  Returns (pid,
+    the pipe's read end); child_report() of what was read gives the report,
+    ("exc", "child died") when there is none."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        try:
+            os.close(r)
+            data = pickle.dumps(child())
+            while data:
+                data = data[os.write(w, data):]
+        finally:
+            os._exit(0)
+    os.close(w)
+    return pid, r
+
+
+def child_report(chunks):
+    return pickle.loads(b"".join(chunks)) if chunks else ("exc", "child died")
 
 
 def run_wfs(args, timeout=WFS_TIMEOUT):

@@ -4,13 +4,12 @@ run as another uid, and small file helpers."""
 import errno
 import json
 import os
-import pickle
 import shutil
 import subprocess
 import tempfile
 
-from wt_base import (daemon_pids, is_mounted, mkhub_bin, NOBODY, require_mount_capability,
-                     run_wfs, stop_daemon, unmount, wait_until)
+from wt_base import (child_report, daemon_pids, fork_reporting, is_mounted, mkhub_bin, NOBODY,
+                     require_mount_capability, run_wfs, stop_daemon, unmount, wait_until)
 
 
 # ---------------------------------------------------------------- hub + mount
@@ -159,27 +158,19 @@ def in_child(fn, *args, uid=None, gid=None):
     a signal that kills it included.  Returns ("ok", result),
     ("errno", errno of the OSError it raised), ("exc", repr of any other
     exception) or ("signal", the signal that killed it)."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # child
+    def child():
         try:
-            os.close(r)
-            try:
-                if uid is not None:
-                    os.setgroups([])
-                    os.setresgid(gid, gid, gid)
-                    os.setresuid(uid, uid, uid)
-                payload = ("ok", fn(*args))
-            except OSError as e:
-                payload = ("errno", e.errno)
-            except BaseException as e:  # noqa: BLE001 -- report, never escape the child
-                payload = ("exc", repr(e))
-            data = pickle.dumps(payload)
-            while data:
-                data = data[os.write(w, data):]
-        finally:
-            os._exit(0)
-    os.close(w)
+            if uid is not None:
+                os.setgroups([])
+                os.setresgid(gid, gid, gid)
+                os.setresuid(uid, uid, uid)
+            return ("ok", fn(*args))
+        except OSError as e:
+            return ("errno", e.errno)
+        except BaseException as e:  # noqa: BLE001 -- report, never escape the child
+            return ("exc", repr(e))
+
+    pid, r = fork_reporting(child)
     chunks = []
     while True:
         c = os.read(r, 1 << 20)
@@ -190,7 +181,7 @@ def in_child(fn, *args, uid=None, gid=None):
     _, status = os.waitpid(pid, 0)
     if os.WIFSIGNALED(status):
         return "signal", os.WTERMSIG(status)
-    return pickle.loads(b"".join(chunks)) if chunks else ("exc", "child died")
+    return child_report(chunks)
 
 
 def as_uid(fn, *args, uid=NOBODY, gid=NOBODY):

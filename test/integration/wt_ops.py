@@ -3,14 +3,14 @@ samplers for auto-promotion and capacity, and the operations tests' tools
 (promtool, mount namespaces, a foreground mount)."""
 
 import os
-import pickle
 import shutil
 import signal
 import subprocess
 import tempfile
 import time
 
-from wt_base import EXIT_TIMEOUT, is_mounted, skip_or_fail, unmount, wait_until, wfs_bin
+from wt_base import (child_report, EXIT_TIMEOUT, fork_reporting, is_mounted, skip_or_fail, unmount,
+                     wait_until, wfs_bin)
 from wt_hub import errname, Mount
 from wt_ctl import ctl_json, state_of
 
@@ -269,24 +269,15 @@ class MntnsChild:
         self.rfd = None
 
     def start(self):
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # child
+        def child():
             try:
-                os.close(r)
-                try:
-                    enter_slave_mntns()
-                    payload = ("ok", self.fn(*self.args))
-                except BaseException:  # noqa: BLE001 -- report, never escape the child
-                    import traceback
-                    payload = ("exc", traceback.format_exc())
-                data = pickle.dumps(payload)
-                while data:
-                    data = data[os.write(w, data):]
-            finally:
-                os._exit(0)
-        os.close(w)
-        self.pid, self.rfd = pid, r
+                enter_slave_mntns()
+                return ("ok", self.fn(*self.args))
+            except BaseException:  # noqa: BLE001 -- report, never escape the child
+                import traceback
+                return ("exc", traceback.format_exc())
+
+        self.pid, self.rfd = fork_reporting(child)
         return self
 
     def result(self, timeout=120):
@@ -306,7 +297,7 @@ class MntnsChild:
             chunks.append(c)
         os.close(self.rfd)
         os.waitpid(self.pid, 0)
-        kind, val = pickle.loads(b"".join(chunks)) if chunks else ("exc", "child died")
+        kind, val = child_report(chunks)
         if kind != "ok":
             raise AssertionError("in the mount-namespace child:\n" + val)
         return val

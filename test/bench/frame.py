@@ -221,8 +221,8 @@ def block_ratios(per_round):
     rounds in a row, one with each side first.  Measured on these rigs (the
     'noise' figure, direct against itself), the side that reads second in a
     round can be 2.5x faster (the disk: the host caches what the first side
-    read) or slower (the memory rig, mmap: pages the host just took back);
-    that multiplies one round's ratio and divides the other's, so it
+    read) or slower (the memory rig's NAS mmap cold in some runs; the cause
+    is the host's, not known); that multiplies one round's ratio and divides the other's, so it
     cancels in the block, while a median of single rounds keeps it whenever
     one order is in the majority (an odd number of rounds).  A block with a
     round missing is left out, and so is a last round without its partner."""

@@ -1,5 +1,6 @@
 /* node.c - the inode table; see node.h. */
 #include "node.h"
+#include "clock.h"
 #include "path.h"
 
 #include <errno.h>
@@ -118,11 +119,7 @@ static void attr_locked(const struct node *n, struct stat *st)
  * fresh once at most, for at most its timeout) */
 static uint32_t now_ticks(void)
 {
-	struct timespec t;
-
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (uint32_t)((uint64_t)t.tv_sec * NODE_TICKS_PER_S +
-			  (uint64_t)t.tv_nsec / (1000000000u / NODE_TICKS_PER_S));
+	return (uint32_t)((uint64_t)mono_ns() / (1000000000u / NODE_TICKS_PER_S));
 }
 
 int node_attr_fresh(struct node_table *t, struct node *n, double ttl, struct stat *st,

@@ -2,6 +2,7 @@
 #include "ctl_promote.h"
 #include "ctl_conn.h"
 #include "ctl_fmt.h"
+#include "clock.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -80,10 +81,7 @@ void progress_line(char *buf, size_t sz, uint64_t done, uint64_t total,
 
 static double now(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+	return (double)mono_ns() / 1e9;
 }
 
 static int oom(void)

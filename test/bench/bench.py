@@ -26,7 +26,8 @@ geometric mean of the two rounds' ratios: an advantage of reading second
 it.  Reported: the median of each side's values, the median of the N/2
 block ratios and their range (lo-hi), which shows the noise; the JSON also
 has each round's ratio.  Throughput: ratio = wfs/direct, higher is better.
-Time figures (walk): ratio = time wfs/direct, lower is better.  Must run as root.
+Time figures (walk): ratio = time wfs/direct, lower is better.  Must run as
+root.
 
 Figures (measures.py; --only NAME,... picks some):
   seq       NAS-served: sequential 1 MiB preads of the largest shard, cold
@@ -57,7 +58,7 @@ Figures (measures.py; --only NAME,... picks some):
             (models--bench--twin, added for the figure), through the mount
             (kernel passthrough) and directly
   noise     the seq, mmap and rand visits with the NAS file read directly
-            on both sides (A/A): the rig's own spread of pair ratios, the
+            on both sides (A/A): the rig's own spread of block ratios, the
             yardstick for a cold figure's lo-hi
   startup   (once a run, not per rig) a fixture of its own with --many
             --startup-many, that repo promoted, then `wfs` until `wfsctl

@@ -234,9 +234,10 @@ def ratio_fields(per_round):
     """ratio / lo / hi (over ABBA blocks) and round_median of a figure; with
     no complete block (a single round), the rounds' own figures."""
     ratios = [x for x in per_round if x is not None]
-    use = block_ratios(per_round) or ratios
+    blocks = block_ratios(per_round)
+    use = blocks or ratios
     return {"ratio": median(use), "lo": min(use) if use else None,
-            "hi": max(use) if use else None, "blocks": len(block_ratios(per_round)),
+            "hi": max(use) if use else None, "blocks": len(blocks),
             "round_median": median(ratios)}
 
 
@@ -309,7 +310,6 @@ class Ctx:
             note = (note + "; " if note else "") + res.note()
         per_round = round_ratios(base, vals)
         ratios = [x for x in per_round if x is not None]
-        blocks = block_ratios(per_round)
         r = {"key": key, "metric": metric, "unit": unit, "kind": kind,
              "direct": median(base), "wfs": median(vals), **ratio_fields(per_round),
              "pairs": len(ratios), "ratios": ratios, "values": {"direct": base, "wfs": vals},
@@ -321,7 +321,7 @@ class Ctx:
         self.rows.append(r)
         log(f"  {metric}: direct={fmt(r['direct'])} wfs={fmt(r['wfs'])} "
             f"ratio={fmt(r['ratio'], 3)} ({fmt(r['lo'], 3)}-{fmt(r['hi'], 3)}, "
-            f"{len(blocks)} blocks of {len(ratios)} rounds; rounds "
+            f"{r['blocks']} blocks of {len(ratios)} rounds; rounds "
             f"{' '.join(fmt(x, 2) for x in ratios)}) {note}")
         return r
 

@@ -16,14 +16,15 @@
 - metrics: `wfsctl stats --prometheus` and the -o metrics_file= textfile pass
   `promtool check metrics`, with figures that follow what was done;
 - every write a client might try on the cache path gets EROFS (root) with
-  one log line naming the path; other uids are refused by the kernel.
+  one log line naming the path; other uids are refused by the kernel;
+- the systemd template unit wfs@.service, run the way systemd would: start,
+  pre-stage, stop, and a restart over the dead mount kill -9 leaves.
 """
 
 import errno
 import json
 import os
 import select
-import shutil
 import signal
 import stat
 import sys
@@ -534,7 +535,7 @@ class Metrics(unittest.TestCase):
 
             import re
             families = set(re.findall(r"^# TYPE (\S+) ", out2, re.M))
-            metrics_man = "\n".join(_section(_man("wfs.1"), ".SH METRICS", (".SH FSTAB",)))
+            metrics_man = "\n".join(wfstest.text_section(wfstest.man_page("wfs.1"), ".SH METRICS", (".SH FSTAB",)))
             in_man = set(re.findall(r"^\.B (wfs_[a-z_]+)", metrics_man, re.M))
             self.assertEqual(sorted(families - in_man), [], "metrics not in wfs.1 METRICS")
             self.assertEqual(sorted(in_man - families), [], "wfs.1 METRICS names metrics wfs does not have")
@@ -756,108 +757,6 @@ class SystemdUnit(unittest.TestCase):
                 subprocess_quiet("umount", "-l", mnt)
                 if pid:
                     wfstest.wait_until(lambda: not wfstest.pid_alive(pid), 5)
-
-
-# ---------------------------------------------------------------- man pages
-
-def _man(name):
-    with open(os.path.join(wfstest.REPO, "doc", name)) as f:
-        return f.read()
-
-
-def _unroff(s):
-    import re
-    s = s.replace("\\-", "-").replace("\\(dq", '"').replace("\\&", "")
-    return re.sub(r"\\f[BIRP]", "", s)
-
-
-def _help(argv):
-    import subprocess
-    r = subprocess.run(argv, capture_output=True, text=True, timeout=30)
-    if r.returncode != 0:
-        raise AssertionError("%s exited %d: %s" % (" ".join(argv), r.returncode, r.stderr))
-    return r.stdout
-
-
-def _section(text, start, end):
-    """Lines of `text` from the first line starting with `start` up to (not
-    including) the next line starting with any of `end`."""
-    out, on = [], False
-    for ln in text.splitlines():
-        if on and any((ln.strip() == "") if e == "" else ln.startswith(e) for e in end):
-            break
-        if ln.startswith(start):
-            on = True
-        if on:
-            out.append(ln)
-    return out
-
-
-class ManPages(unittest.TestCase):
-    """doc/wfs.1 and doc/wfsctl.1 agree with --help: every option and
-    command in one is in the other."""
-
-    def test_wfs_1(self):
-        import re
-        man = _man("wfs.1")
-        plain = _unroff(man)
-        hlp = _help([wfstest.wfs_bin(), "--help"])
-        ver = _help([wfstest.wfs_bin(), "--version"]).split()[1]
-        self.assertRegex(man, r'\.TH WFS 1 "[^"]*" "wfs %s"' % re.escape(ver))
-        opt_lines = _section(hlp, "wfs -o options:", ("FUSE -o options",))
-        in_help = set(re.findall(r"^  ([a-z_]+)=", "\n".join(opt_lines), re.M))
-        self.assertGreater(len(in_help), 10, opt_lines)
-        man_opts = _section(man, ".SS \"wfs \\-o options\"", (".SS \"FUSE",))
-        in_man = set(re.findall(r"^\.B[IR]? ([a-z_]+)=", "\n".join(man_opts), re.M))
-        self.assertEqual(sorted(in_help - in_man), [], "in wfs --help, not in wfs.1")
-        self.assertEqual(sorted(in_man - in_help), [], "in wfs.1, not in wfs --help")
-        for flag in re.findall(r"^  (-\w)(?:, (--[a-z-]+))?", hlp, re.M):
-            for f in flag:
-                if f:
-                    self.assertIn(f, plain, "wfs --help has %s; wfs.1 does not" % f)
-        fuse = " ".join(_section(hlp, "FUSE -o options", ("A revision",)))
-        for word in re.findall(r"\b(allow_other|allow_root|auto_unmount|nosuid|nodev|noatime|"
-                               r"defaults|nofail|noauto|users?|_netdev|x-\*)\b", fuse):
-            self.assertIn(word, plain, "wfs --help names %s; wfs.1 does not" % word)
-
-    def test_wfsctl_1(self):
-        import re
-        man = _man("wfsctl.1")
-        plain = _unroff(man)
-        wfsctl = wfstest.wfsctl_bin()
-        hlp = _help([wfsctl, "--help"])
-        cmds = re.findall(r"^  ([a-z]+) +(.*)$", "\n".join(_section(hlp, "commands:", ("",))), re.M)
-        self.assertGreaterEqual(len(cmds), 7, hlp)
-        sections = {}
-        cur = None
-        for ln in man.splitlines():
-            m = re.match(r'^\.SS "(.*)"$', ln)
-            if m:
-                cur = _unroff(m.group(1))
-                sections[cur] = []
-            elif ln.startswith(".SH"):
-                cur = None
-            elif cur:
-                sections[cur].append(ln)
-        man_cmds = {k.split()[0]: k for k in sections}
-        self.assertEqual(sorted(man_cmds), sorted(c for c, _ in cmds),
-                         "commands in wfsctl.1 vs wfsctl --help")
-        for name, synopsis in cmds:
-            self.assertEqual(man_cmds[name], ("%s %s" % (name, synopsis)).strip(),
-                             "the synopsis of %s" % name)
-            chelp = _help([wfsctl, name, "--help"])
-            opts = set(re.findall(r"^  (--[a-z-]+)", "\n".join(_section(chelp, "options:", ("\n",))), re.M))
-            common = {"--json", "--socket", "--help"}
-            documented = set(re.findall(r"^\.BI? (--[a-z-]+)(?: .*)?$",
-                                        _unroff("\n".join(sections[man_cmds[name]])), re.M))
-            self.assertEqual(sorted(opts - common - documented), [],
-                             "wfsctl %s --help options not in its wfsctl.1 section" % name)
-            self.assertEqual(sorted(documented - opts), [],
-                             "wfsctl.1 documents options wfsctl %s does not take" % name)
-        for opt in re.findall(r"^  (-\w, )?(--[a-z-]+)", "\n".join(_section(hlp, "options:", ("PATH is",))), re.M):
-            for o in opt:
-                if o:
-                    self.assertIn(o.rstrip(", "), plain)
 
 
 if __name__ == "__main__":

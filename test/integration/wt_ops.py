@@ -9,8 +9,8 @@ import subprocess
 import tempfile
 import time
 
-from wt_base import (child_report, EXIT_TIMEOUT, fork_reporting, is_mounted, skip_or_fail, unmount,
-                     wait_until, wfs_bin)
+from wt_base import (child_report, EXIT_TIMEOUT, fork_reporting, is_mounted, REPO, skip_or_fail,
+                     unmount, wait_until, wfs_bin)
 from wt_hub import errname, Mount
 from wt_ctl import ctl_json, state_of
 
@@ -368,3 +368,25 @@ def add_big_repo(hub, repo="models--ops--big", size=48 << 20):
     os.symlink("../../blobs/" + sha, os.path.join(top, "snapshots", rev, "model.safetensors"))
     return {"repo": repo, "rev": rev, "blob": "%s/blobs/%s" % (repo, sha),
             "snap": "%s/snapshots/%s/model.safetensors" % (repo, rev), "sha256": sha, "size": size}
+
+
+# ---------------------------------------------------------------- manual pages
+
+def man_page(name):
+    """The roff source of doc/NAME."""
+    with open(os.path.join(REPO, "doc", name)) as f:
+        return f.read()
+
+
+def text_section(text, start, end):
+    """Lines of `text` from the first line starting with `start` up to (not
+    including) the next line starting with any of `end` ("" : a blank line)."""
+    out, on = [], False
+    for ln in text.splitlines():
+        if on and any((ln.strip() == "") if e == "" else ln.startswith(e) for e in end):
+            break
+        if ln.startswith(start):
+            on = True
+        if on:
+            out.append(ln)
+    return out

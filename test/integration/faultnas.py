@@ -40,7 +40,7 @@ import wfstest
 
 CTL_TIMEOUT = 10       # seconds one control command may take (it is instant)
 START_TIMEOUT = 10     # seconds faultfs may take to mount
-EXIT_TIMEOUT = 10      # seconds it may take to exit once unmounted
+EXIT_TIMEOUT = wfstest.EXIT_TIMEOUT
 
 
 def faultfs_bin():
@@ -149,13 +149,7 @@ class FaultNAS:
             if r.returncode != 0:
                 problems += wfstest.unmount(self.mnt)  # umount, then umount -l
         if self.proc is not None:
-            try:
-                self.proc.wait(timeout=EXIT_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                problems.append("faultfs (pid %d) still running %d s after its unmount"
-                                % (self.proc.pid, EXIT_TIMEOUT))
-                self.proc.kill()
-                self.proc.wait()
+            problems += wfstest.reap_child(self.proc, "faultfs")
             if self.proc.returncode not in (0, -signal.SIGKILL):
                 problems.append("faultfs exited %s; log:\n%s" % (self.proc.returncode, self.log()))
         if wfstest.is_mounted(self.mnt):  # dead, e.g. after vanish()

@@ -236,6 +236,18 @@ def unmount(mnt):
     return problems
 
 
+def reap_child(proc, what):
+    """After its unmount: wait for a child process we started to exit; kill
+    it if it has not within EXIT_TIMEOUT. Returns a list of problems."""
+    try:
+        proc.wait(timeout=EXIT_TIMEOUT)
+        return []
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        return ["%s (pid %d) still running %d s after its unmount" % (what, proc.pid, EXIT_TIMEOUT)]
+
+
 def stop_daemon(pids, what):
     """After umount: wait for the daemon(s) to exit; kill them (by pid) if not.
     Returns a list of problems."""

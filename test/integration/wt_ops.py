@@ -9,8 +9,8 @@ import subprocess
 import tempfile
 import time
 
-from wt_base import (child_report, EXIT_TIMEOUT, fork_reporting, is_mounted, REPO, skip_or_fail,
-                     unmount, wait_until, wfs_bin)
+from wt_base import (child_report, fork_reporting, is_mounted, reap_child, REPO,
+                     skip_or_fail, unmount, wait_until, wfs_bin)
 from wt_hub import errname, Mount
 from wt_ctl import ctl_json, state_of
 
@@ -332,15 +332,7 @@ class ForegroundMount(Mount):
             return f.read()
 
     def stop(self):
-        problems = unmount(self.mnt)
-        try:
-            self.proc.wait(timeout=EXIT_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            problems.append("wfs -f (pid %d) still running %ds after umount"
-                            % (self.proc.pid, EXIT_TIMEOUT))
-            self.proc.kill()
-            self.proc.wait()
-        return problems
+        return unmount(self.mnt) + reap_child(self.proc, "wfs -f")
 
     def cleanup(self):
         try:

@@ -89,12 +89,15 @@ void space_closed_locked(struct store *s, struct blob *b);
  * the background before it may serve: 2, state COPYING, its room reserved,
  * logged.  Its source is verify_sources_loaded's. */
 int verify_loaded_locked(struct store *s, struct blob *b);
-/* At load, after verify_loaded_locked, with no lock held (a stat of each
- * source is NAS I/O): a copy whose source is gone, not a regular file, or
- * of another size is dropped; an error that proves nothing keeps it (one
- * line, the gate told); while the gate says the NAS is down no source is
- * looked at.  Kept copies are unchecked: the sweep and the first open
- * check them.  Returns the number dropped. */
+/* store_startcheck.c.  At load, after verify_loaded_locked, with no lock
+ * held (a stat of each source is NAS I/O): a copy whose source is gone, not
+ * a regular file, or of another size is dropped; an error that proves
+ * nothing keeps it (one line, the gate told); while the gate says the NAS
+ * is down no source is looked at.  The stats run on a thread of their own,
+ * each waited for at most the NAS deadline (past it: the NAS is marked
+ * down) and all at most a few seconds, so a frozen NAS never holds up the
+ * start.  Kept copies are unchecked: the sweep and the first open check
+ * them.  Returns the number dropped. */
 size_t verify_sources_loaded(struct store *s);
 /* A copy just verified by fetch_copy_verify and renamed into data/:
  * record what proves it (its hashes; its identity, taken now). */

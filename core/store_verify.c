@@ -11,8 +11,9 @@
  *                is not the recorded one (or none was: a version 1 index)
  *                is not served until re-hashed in full (reverify_one, in
  *                the sweep) -- equal: LOCAL again, else demoted and
- *                removed.  Then, without the lock, verify_sources_loaded:
- *                the source still exists with the recorded size
+ *                removed.  Then, without the lock, verify_sources_loaded
+ *                (store_startcheck.c): the source still exists with the
+ *                recorded size, each stat within the NAS deadline
  *   first open   store_check_source: the source's size and sampled hash,
  *   and sweep    once per start-up (store_recheck_sweep checks them all in
  *                the background) and again whenever the NAS attributes
@@ -308,119 +309,6 @@ int store_check_source(struct store *s, struct blob *b)
 	r = b->state == BLOB_LOCAL;
 	pthread_mutex_unlock(&s->lock);
 	return r;
-}
-
-/* ---- the sources of the index's copies, at start-up ---- */
-
-/* What a start-up stat says of a source: 0 as recorded, 1 gone or changed
- * (@why says), -errno it proves nothing. */
-static int loaded_source(const char *key, uint64_t size, char *why, size_t wsz)
-{
-	struct stat st;
-
-	if (stat(key, &st) < 0) {
-		int err = -errno;
-
-		if (err != -ENOENT && err != -ENOTDIR)
-			return err;
-		snprintf(why, wsz, "source vanished (%s)", strerror(-err));
-		return 1;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		snprintf(why, wsz, "source is not a regular file any more");
-		return 1;
-	}
-	if ((uint64_t)st.st_size != size) {
-		snprintf(why, wsz, "source changed size: %llu bytes, %llu recorded",
-			 (unsigned long long)st.st_size, (unsigned long long)size);
-		return 1;
-	}
-	return 0;
-}
-
-/* Lock held: the record of @b (LOCAL, or unproven and to be re-hashed)
- * goes: its source is not the file copied. */
-static void drop_loaded_locked(struct store *s, struct blob *b)
-{
-	if (b->reverify) {
-		b->reverify = 0;
-		space_release_locked(s, b);
-		free(b->tmp);
-		b->tmp = NULL;
-	}
-	atomic_store_explicit(&b->state, BLOB_NAS, memory_order_release);
-	b->xxh[0] = '\0';
-	b->copy.ino = 0;
-	b->checked = 0;
-	store_dirty_locked(s);
-}
-
-/* Start-up logs name at most this many sources that could not be checked
- * (an unreachable NAS would fail them all): then a count. */
-#define LOAD_LOG_MAX 5
-
-size_t verify_sources_loaded(struct store *s)
-{
-	struct nas_gate *g = s->opt.gate;
-	struct blob **v;
-	signed char *verdict;
-	size_t n = 0, cap, dropped = 0, unmade = 0;
-
-	pthread_mutex_lock(&s->lock);
-	cap = s->blobs.count ? s->blobs.count : 1;
-	v = malloc(cap * sizeof(*v));
-	verdict = calloc(cap, 1);
-	if (v && verdict)
-		STORE_EACH(s, b)
-			if ((b->state == BLOB_LOCAL || b->reverify) && n < cap)
-				v[n++] = b;
-	pthread_mutex_unlock(&s->lock);
-	if (!v || !verdict) {
-		/* unchecked: every copy's source is checked before it serves */
-		free(v);
-		free(verdict);
-		return 0;
-	}
-	if (n && !nas_gate_up(g))
-		store_log_msg(s, LOG_NOTICE, "start-up: the NAS is down: the sources of %zu local "
-			      "copies are not looked at now; the copies serve, their sources are "
-			      "checked once it is back", n);
-	/* No lock: a blob's key is immutable, its size atomic, and nothing
-	 * else runs yet (store_start is later). */
-	for (size_t i = 0; i < n && nas_gate_up(g); i++) {
-		char why[192];
-		int r = loaded_source(v[i]->key, atomic_load(&v[i]->size), why, sizeof(why));
-
-		if (r == 1) {
-			verdict[i] = 1;
-			store_log_msg(s, LOG_NOTICE, "start-up: dropped local copy of %s (%s)",
-				      v[i]->key, why);
-		} else if (r < 0) {
-			/* proves nothing: kept, checked before it serves */
-			if (unmade++ < LOAD_LOG_MAX)
-				store_log_msg(s, LOG_WARNING, "start-up: cannot stat the source %s "
-					      "of a local copy: %s; the copy is kept, its source "
-					      "checked at its first open", v[i]->key, strerror(-r));
-			nas_gate_note(g, r); /* an unreachable NAS marks the gate down */
-		}
-	}
-	if (unmade > LOAD_LOG_MAX)
-		store_log_msg(s, LOG_WARNING, "start-up: %zu sources of local copies could not be "
-			      "looked at in all; their copies are kept", unmade);
-	pthread_mutex_lock(&s->lock);
-	for (size_t i = 0; i < n; i++) {
-		struct blob *b = v[i];
-
-		/* (the others are unchecked: the sweep and the first open check them) */
-		if (verdict[i] && (b->state == BLOB_LOCAL || b->reverify)) {
-			drop_loaded_locked(s, b);
-			dropped++;
-		}
-	}
-	pthread_mutex_unlock(&s->lock);
-	free(v);
-	free(verdict);
-	return dropped;
 }
 
 /* ---- the re-hash of a copy the index could not prove (start-up) ---- */

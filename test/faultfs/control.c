@@ -114,8 +114,8 @@ static void command(char *line, char *out, size_t sz)
 		while (*a1 == '/')
 			a1++;
 		errno = 0;
-		if ((e = parse_errno(a2)) < 0) {
-			snprintf(out, sz, "error faildir needs an errno name or number");
+		if ((e = strcmp(a2, "hang") ? parse_errno(a2) : FAILDIR_HANG) == -EINVAL) {
+			snprintf(out, sz, "error faildir needs an errno name or number, or hang");
 			return;
 		}
 		if (fstatat(src_fd, *a1 ? a1 : ".", &st, AT_SYMLINK_NOFOLLOW) < 0 ||
@@ -128,11 +128,13 @@ static void command(char *line, char *out, size_t sz)
 		g.faildir_dev = st.st_dev;
 		g.faildir_ino = st.st_ino;
 		g.faildir_err = e;
+		pthread_cond_broadcast(&g.cond); /* calls hung in a directory look again */
 		pthread_mutex_unlock(&g.lock);
 	} else if (!strcmp(cmd, "clear")) {
 		pthread_mutex_lock(&g.lock);
 		g.n_eio = 0;
 		g.faildir_err = 0;
+		pthread_cond_broadcast(&g.cond);
 		pthread_mutex_unlock(&g.lock);
 	} else if (!strcmp(cmd, "latency")) {
 		if (parse_u64(a1, &v1) || v1 > 600000) {

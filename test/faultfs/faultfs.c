@@ -61,7 +61,8 @@ static void usage(FILE *f)
 "  eio REL OFF LEN    reads of SRC/REL overlapping [OFF, OFF+LEN) fail with EIO\n"
 "                     (writes there succeed, as a disk remaps a sector written)\n"
 "  faildir REL ERR    lookups in the directory SRC/REL, and listings of it,\n"
-"                     fail with ERR (a name or number); other calls work\n"
+"                     fail with ERR (a name or number), or with ERR `hang`\n"
+"                     block until `clear`; other calls work\n"
 "  clear              drop every eio range and the faildir\n"
 "  latency MS         every call waits MS milliseconds first (0: off)\n"
 "  state              one JSON line: mode, errno, hung, calls, reads, read_bytes,\n"
@@ -164,10 +165,41 @@ static void on_interrupt(fuse_req_t req, void *data)
 	pthread_mutex_unlock(&g.lock);
 }
 
-/* 0, or the -errno the call must fail with.  A hung call also ends when
+/* g.lock held: wait while @still(@arg) holds.  A hung call also ends when
  * the kernel interrupts it (its caller got a signal: EINTR, so a killed
  * client can exit) or the session ends (libfuse joins its workers at
- * unmount: a worker hung forever would keep the process alive). */
+ * unmount: a worker hung forever would keep the process alive).  0, or
+ * -EINTR / -ENOTCONN if it ended so. */
+static int hang_while(fuse_req_t req, int (*still)(const void *arg), const void *arg)
+{
+	int r = 0;
+
+	g.hung++;
+	while (still(arg) && !fuse_req_interrupted(req) && !fuse_session_exited(se)) {
+		struct timespec ts;
+
+		/* Session end is not signalled to us: look every 100 ms. */
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 100000000L;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&g.cond, &g.lock, &ts);
+	}
+	g.hung--;
+	if (still(arg))
+		r = fuse_req_interrupted(req) ? -EINTR : -ENOTCONN;
+	return r;
+}
+
+static int mode_hang(const void *arg)
+{
+	(void)arg;
+	return g.mode == MODE_HANG;
+}
+
+/* 0, or the -errno the call must fail with. */
 int gate(fuse_req_t req)
 {
 	unsigned lat;
@@ -186,39 +218,39 @@ int gate(fuse_req_t req)
 			;
 	}
 	pthread_mutex_lock(&g.lock);
-	if (g.mode == MODE_HANG) {
-		g.hung++;
-		while (g.mode == MODE_HANG && !fuse_req_interrupted(req) &&
-		       !fuse_session_exited(se)) {
-			struct timespec ts;
-
-			/* Session end is not signalled to us: look every 100 ms. */
-			clock_gettime(CLOCK_REALTIME, &ts);
-			ts.tv_nsec += 100000000L;
-			if (ts.tv_nsec >= 1000000000L) {
-				ts.tv_sec++;
-				ts.tv_nsec -= 1000000000L;
-			}
-			pthread_cond_timedwait(&g.cond, &g.lock, &ts);
-		}
-		g.hung--;
-		if (g.mode == MODE_HANG)
-			r = fuse_req_interrupted(req) ? -EINTR : -ENOTCONN;
-	}
+	if (g.mode == MODE_HANG)
+		r = hang_while(req, mode_hang, NULL);
 	if (g.mode == MODE_FAIL)
 		r = -g.err;
 	pthread_mutex_unlock(&g.lock);
 	return r;
 }
 
-int dir_fault(fuse_ino_t ino)
+/* g.lock held: is `faildir` set on @n's directory? */
+static int dir_faulted(const void *arg)
+{
+	const struct node *n = arg;
+
+	return g.faildir_err && n->dev == g.faildir_dev && n->ino == g.faildir_ino;
+}
+
+/* g.lock held: is @n's directory frozen by `faildir REL hang`? */
+static int dir_hung(const void *arg)
+{
+	return dir_faulted(arg) && g.faildir_err == FAILDIR_HANG;
+}
+
+int dir_fault(fuse_req_t req, fuse_ino_t ino)
 {
 	const struct node *n = N(ino);
-	int r;
+	int r = 0;
 
 	pthread_mutex_lock(&g.lock);
-	r = g.faildir_err && n->dev == g.faildir_dev && n->ino == g.faildir_ino ?
-	    -g.faildir_err : 0;
+	if (dir_hung(n))
+		r = hang_while(req, dir_hung, n);
+	/* (a hang released by `clear`, or turned into an errno by `faildir`) */
+	if (r == 0 && dir_faulted(n))
+		r = -g.faildir_err;
 	pthread_mutex_unlock(&g.lock);
 	return r;
 }
@@ -280,7 +312,7 @@ static void ff_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	int fd, r;
 
 	GATE(req);
-	if ((r = dir_fault(parent)) < 0) {
+	if ((r = dir_fault(req, parent)) < 0) {
 		fuse_reply_err(req, -r);
 		return;
 	}
@@ -349,7 +381,7 @@ static void ff_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	int fd;
 
 	GATE(req);
-	if ((fd = dir_fault(ino)) < 0) {
+	if ((fd = dir_fault(req, ino)) < 0) {
 		fuse_reply_err(req, -fd);
 		return;
 	}

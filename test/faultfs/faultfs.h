@@ -36,11 +36,14 @@ struct faults {
 	unsigned n_eio;
 	struct eio_range eio[MAX_EIO];
 	/* `faildir`: lookups in, and listings of, the source directory
-	 * (dev, ino) fail with faildir_err (0: none) */
+	 * (dev, ino) fail with faildir_err (0: none), or block while it is
+	 * FAILDIR_HANG (one directory of the NAS frozen, the rest answering) */
 	dev_t faildir_dev;
 	ino_t faildir_ino;
 	int faildir_err;
 };
+
+#define FAILDIR_HANG (-1)
 
 extern struct faults g;   /* faultfs.c */
 extern int rw;            /* faultfs.c: --rw (existing regular files writable) */
@@ -50,8 +53,8 @@ extern int rw;            /* faultfs.c: --rw (existing regular files writable) *
 int gate(fuse_req_t req);
 
 /* faultfs.c: 0, or the -errno of `faildir` for a lookup in, or a listing
- * of, the directory @ino. */
-int dir_fault(fuse_ino_t ino);
+ * of, the directory @ino (after blocking, for `faildir REL hang`). */
+int dir_fault(fuse_req_t req, fuse_ino_t ino);
 
 /* Fail the request with the gate's errno, if any, and return. */
 #define GATE(req)                                  \

@@ -18,7 +18,9 @@ ranges (`eio`) or slow (`latency`).
                       record's names, and the NAS's once it is back
   RestartDuringOutage wfs stopped and started again while the NAS is gone:
                       it mounts, serves the local revision, says nas down;
-                      NAS back: nas up, the rest of the hub shows
+                      NAS back: nas up, the rest of the hub shows; with
+                      only blobs/ frozen (the root answers), it mounts
+                      within 10 s and serves the local revision
   EioMidCopy          EIO in a blob's middle: promote fails naming EIO, reads
                       of that range fail EIO and others are right; the range
                       healed, promote succeeds
@@ -406,8 +408,19 @@ class FaultFS(unittest.TestCase):
         os.lstat(self.p(snaps))               # the directory itself answers,
         os.listdir(self.p(REPO))              # and so does the rest
         self.assertTrue(self.nas.cmd("faildir %s/refs/main EIO" % REPO).startswith("error "))
+        self.assertTrue(self.nas.cmd("faildir %s bogus" % snaps).startswith("error "))
         self.assertEqual(self.nas.cmd("clear"), "ok")
         self.assertEqual(sorted(os.listdir(self.p(snaps))), kids)
+        # `hang`: a lookup in it blocks until `clear`; the rest answers meanwhile
+        self.assertEqual(self.nas.cmd("faildir %s hang" % snaps), "ok")
+        r = bounded(os.lstat, self.p("%s/%s" % (snaps, kids[0])), timeout=0)
+        self.nas.wait_hung(1)
+        os.listdir(self.p(REPO))
+        self.assertFalse(r["done"], "a lookup in a hung directory finished: %s" % r)
+        self.assertEqual(self.nas.cmd("clear"), "ok")
+        r["thread"].join(10)
+        self.assertEqual((r["done"], r["errno"]), (True, None), r)
+        self.assertEqual(self.nas.state()["hung"], 0)
 
     def test_latency_and_control_errors(self):
         e = self.big()
@@ -558,6 +571,25 @@ class RestartDuringOutage(WfsOnFaultNAS):
 
     def test_restart_while_nas_vanished(self):
         self.restart(NAS.vanish, NAS.restore)
+
+    def test_start_with_blob_lookups_frozen(self):
+        """NAS_HUB answers, the repo's blobs/ is frozen: the start-up stats
+        of the local copies' sources (under blobs/) must not hold up the
+        start -- each waits at most nas_timeout, then the NAS is marked down
+        and the copies serve, their sources checked later."""
+        cls = type(self)
+        problems = cls.mount.stop()
+        cls.mount.cleanup()
+        cls.mount = None
+        self.assertEqual(problems, [], "stopping wfs")
+        NAS.check("faildir %s/blobs hang" % REPO)
+        cls.start_wfs()   # asserts a mount within 10 s
+        self.assertGreaterEqual(NAS.state()["hung"], 1, "nothing waited in blobs/: the test proves nothing")
+        self.assertRegex(self.mount.log(), r"start-up: a stat of \S+/%s/blobs/\S+ took longer than %d ms"
+                         % (REPO, NAS_TIMEOUT_MS))
+        self.check_local_revision("started with blobs/ frozen")
+        NAS.check("clear")
+        self.wait_nas("up", UP_WAIT)
 
 
 class EioMidCopy(WfsOnFaultNAS):

@@ -36,6 +36,13 @@ int xxh128_hex_of(const void *p, size_t n, char out[33])
 	return 0;
 }
 
+int xxh128_hex_valid(const char *s)
+{
+	size_t n = strspn(s, "0123456789abcdef");
+
+	return n == 32 && !s[n];
+}
+
 int content_hash_init(struct content_hash *h, const char *expected_id, uint64_t size)
 {
 	memset(h, 0, sizeof(*h));

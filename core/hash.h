@@ -27,6 +27,11 @@ struct evp_md_ctx_st;
 /* XXH3-128 (seed 0) of @n bytes at @p, as 32 hex digits.  Returns 0. */
 int xxh128_hex_of(const void *p, size_t n, char out[33]);
 
+/* Is @s such a string: exactly 32 lower-case hex digits?  What the index
+ * says of a copy is checked with it before it is believed (a hand-edited
+ * or damaged index may hold anything valid JSON can). */
+int xxh128_hex_valid(const char *s);
+
 /* Hashes one stream once, computing every hash its name calls for. */
 struct content_hash {
 	struct XXH3_state_s *xxh;

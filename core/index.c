@@ -57,12 +57,18 @@ static int set_name(json_t *o, const char *field, const char *s)
 }
 
 /* The name @field of @o (plain or _hex), in @buf (malloc'ed, the caller
- * frees it), or @dflt when absent or not a name (a NUL inside). */
-static const char *get_name(json_t *o, const char *field, const char *dflt, char **buf)
+ * frees it), or @dflt when absent or not a name (a NUL inside).  *@oom set
+ * when memory ran out: the record is not absent then, and skipping it
+ * would have its copy discarded as an orphan. */
+static const char *get_name(json_t *o, const char *field, const char *dflt, char **buf,
+			    int *oom)
 {
 	size_t n;
+	int e = jbytes_get(o, field, buf, &n);
 
-	if (jbytes_get(o, field, buf, &n) < 0)
+	if (e == -ENOMEM)
+		*oom = 1;
+	if (e < 0)
 		return dflt;
 	if (strlen(*buf) != n) {
 		free(*buf);
@@ -88,7 +94,7 @@ static json_t *text_json(const char *s)
 	return v;
 }
 
-/* A "partial" record's ranges, malloc'ed (NULL when none or not a list;
+/* A "partial" record's ranges, malloc'ed (NULL when none, not a list, or no memory;
  * an entry that is not {off, len, xxh} ends the list there: the reader
  * checks what it gets). */
 static struct part_range *read_ranges(json_t *o, size_t *n)
@@ -106,23 +112,27 @@ static struct part_range *read_ranges(json_t *o, size_t *n)
 		json_int_t off = json_integer_value(json_object_get(e, "off"));
 		json_int_t len = json_integer_value(json_object_get(e, "len"));
 
-		if (!x || off < 0 || len <= 0)
-			break;
+		if (!x || strlen(x) != 32 || off < 0 || len <= 0)
+			break; /* (the ranges before it stand; store_part.c checks them) */
 		v[*n] = (struct part_range){ (uint64_t)off, (uint64_t)len, "" };
 		snprintf(v[(*n)++].xxh, sizeof(v->xxh), "%s", x);
 	}
 	return v;
 }
 
-static void read_part(json_t *o, struct index_rec *rec, struct part_range **buf)
+/* 0, or -ENOMEM (the record is there, but could not be read whole). */
+static int read_part(json_t *o, struct index_rec *rec, struct part_range **buf)
 {
 	*buf = read_ranges(o, &rec->nranges);
+	if (!*buf && json_array_size(json_object_get(o, "ranges")))
+		return -ENOMEM; /* (read_ranges' other NULL: no ranges at all) */
 	rec->ranges = *buf;
 	rec->part_ino = (uint64_t)int_or(o, "part_ino");
 	rec->part_mtime = (struct timespec){ (time_t)int_or(o, "part_mtime_s"),
 					     (long)int_or(o, "part_mtime_ns") };
 	rec->part_ctime = (struct timespec){ (time_t)int_or(o, "part_ctime_s"),
 					     (long)int_or(o, "part_ctime_ns") };
+	return 0;
 }
 
 static json_t *part_json(const struct index_rec *e)
@@ -170,9 +180,10 @@ int index_read(const char *path, const struct index_cb *cb)
 	json_array_foreach(blobs, i, o) {
 		char *key_buf, *id_buf;
 		struct part_range *ranges = NULL;
+		int oom = 0, ranges_oom = 0;
 		struct index_rec rec = {
-			.key = get_name(o, "key", NULL, &key_buf),
-			.id = get_name(o, "id", "", &id_buf),
+			.key = get_name(o, "key", NULL, &key_buf, &oom),
+			.id = get_name(o, "id", "", &id_buf, &oom),
 			.state = str_or(o, "state", "nas"),
 			.xxh = str_or(o, "xxh", ""),
 			.sample = str_or(o, "sample", ""),
@@ -185,6 +196,12 @@ int index_read(const char *path, const struct index_cb *cb)
 			.pinned = json_is_true(json_object_get(o, "pinned")),
 		};
 
+		if (oom) {
+			free(key_buf);
+			free(id_buf);
+			r = -ENOMEM;
+			break;
+		}
 		if (!rec.key) {
 			free(id_buf);
 			continue;
@@ -199,8 +216,8 @@ int index_read(const char *path, const struct index_cb *cb)
 							    (long)int_or(o, "copy_ctime_ns") };
 		}
 		if (version >= 3 && !strcmp(rec.state, "partial"))
-			read_part(o, &rec, &ranges);
-		r = cb->blob(cb->arg, &rec);
+			ranges_oom = read_part(o, &rec, &ranges) < 0;
+		r = ranges_oom ? -ENOMEM : cb->blob(cb->arg, &rec);
 		free(ranges);
 		free(key_buf);
 		free(id_buf);

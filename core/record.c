@@ -440,6 +440,7 @@ int record_open(struct record *r, const char *store_dir, int readonly,
 
 		if (!text) {
 			record_table_free(r->table);
+			r->table = NULL;
 			return -ENOMEM;
 		}
 		/* What the file holds: a build that finds the same writes nothing. */

@@ -165,6 +165,13 @@ static int load_rec(void *arg, const struct index_rec *r)
 	}
 	if (strcmp(r->state, "local"))
 		return 0;
+	if (!xxh128_hex_valid(r->sample)) {
+		/* nothing to vouch for its source with: the copy goes with the
+		 * orphans (its own hash is verify_loaded_locked's to check) */
+		store_log_msg(s, LOG_WARNING, "start-up: dropped local copy of %s (its index "
+			      "record holds no valid sampled hash of its source)", b->key);
+		return 0;
+	}
 	snprintf(b->xxh, sizeof(b->xxh), "%s", r->xxh);
 	snprintf(b->sample, sizeof(b->sample), "%s", r->sample);
 	b->copy = (struct file_proof){ r->copy_ino, r->copy_mtime, r->copy_ctime };
@@ -486,6 +493,14 @@ int store_write_index(struct store *s)
 	if (r == 0) {
 		r = index_write(s->index_path, sn.recs, sn.n, sn.refs, sn.nrefs);
 		s->index_writes++;
+		if (r < 0) {
+			/* Still behind: a worker tries again in INDEX_FLUSH_MS (not at
+			 * once -- copies_unrecorded stays clear, or an idle worker
+			 * would spin on a full disk), and store_sync at once. */
+			pthread_mutex_lock(&s->lock);
+			store_dirty_locked(s);
+			pthread_mutex_unlock(&s->lock);
+		}
 	}
 	/* A store that cannot be written (read-only, full) fails every
 	 * write: said once, and again once it worked in between. */
@@ -499,23 +514,54 @@ int store_write_index(struct store *s)
 	return r;
 }
 
-void store_empty_tmp(struct store *s)
+/* Is @name what durable_replace writes before its rename, for one of the
+ * store's own files ("index.json.<pid>.tmp", "record.json.<pid>.tmp")?
+ * A crash between its write and its rename leaves one; the next start,
+ * holding the store's lock, is the only writer. */
+static int stale_replace_tmp(const char *name)
 {
-	DIR *d = opendir(s->tmp_dir);
+	static const char *const own[] = { "index.json.", "record.json." };
+
+	for (size_t i = 0; i < sizeof(own) / sizeof(*own); i++) {
+		size_t n = strlen(own[i]), d;
+
+		if (strncmp(name, own[i], n))
+			continue;
+		d = strspn(name + n, "0123456789");
+		return d > 0 && !strcmp(name + n + d, ".tmp");
+	}
+	return 0;
+}
+
+/* Unlink every entry of @dir that @pick(name) picks; how many went. */
+static int unlink_picked(const char *dir, int (*pick)(const char *name))
+{
+	DIR *d = opendir(dir);
 	struct dirent *de;
 	int n = 0;
 
 	if (!d)
-		return;
-	while ((de = readdir(d))) {
-		if (de->d_name[0] == '.')
-			continue;
-		if (unlinkat(dirfd(d), de->d_name, 0) == 0)
+		return 0;
+	while ((de = readdir(d)))
+		if (pick(de->d_name) && unlinkat(dirfd(d), de->d_name, 0) == 0)
 			n++;
-	}
 	closedir(d);
-	if (n)
-		store_log_msg(s, LOG_NOTICE, "start-up: discarded %d unverified copies in %s", n,
-			  s->tmp_dir);
+	return n;
 }
 
+static int not_dot(const char *name)
+{
+	return name[0] != '.';
+}
+
+void store_empty_tmp(struct store *s)
+{
+	int n = unlink_picked(s->tmp_dir, not_dot);
+
+	if (n)
+		store_log_msg(s, LOG_NOTICE, "start-up: discarded %d unverified copies in %s", n,
+			      s->tmp_dir);
+	if ((n = unlink_picked(s->dir, stale_replace_tmp)))
+		store_log_msg(s, LOG_NOTICE, "start-up: removed %d temporary files in %s left by "
+			      "an index or record write that did not finish", n, s->dir);
+}

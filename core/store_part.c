@@ -348,11 +348,11 @@ static int ranges_valid(const struct index_rec *r)
 		const struct part_range *x = &r->ranges[i];
 
 		if (!x->len || x->off < end || x->off > r->size || x->len > r->size - x->off ||
-		    strlen(x->xxh) != 32)
+		    !xxh128_hex_valid(x->xxh))
 			return 0;
 		end = x->off + x->len;
 	}
-	return r->nranges > 0;
+	return r->nranges > 0 && xxh128_hex_valid(r->sample);
 }
 
 int part_load_locked(struct store *s, struct blob *b, const struct index_rec *r)
@@ -361,7 +361,12 @@ int part_load_locked(struct store *s, struct blob *b, const struct index_rec *r)
 	char path[PATH_MAX + 64];
 	struct stat st;
 
-	if (!ranges_valid(r) || !(p = part_get_locked(b)))
+	if (!ranges_valid(r)) {
+		store_log_msg(s, LOG_WARNING, "start-up: dropped the partial copy of %s (its index "
+			      "record's ranges or sampled hash are not valid)", b->key);
+		return 0;
+	}
+	if (!(p = part_get_locked(b)))
 		return 0;
 	for (size_t i = 0; i < r->nranges; i++)
 		part_insert_locked(p, r->ranges[i].off, r->ranges[i].len, r->ranges[i].xxh);

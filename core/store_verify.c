@@ -82,13 +82,6 @@ static void prove_locked(struct blob *b, const struct stat *st)
 	file_proof_take(&b->copy, st);
 }
 
-static int is_hex32(const char *x)
-{
-	size_t n = strspn(x, "0123456789abcdef");
-
-	return n == 32 && !x[n];
-}
-
 void verify_record_locked(struct store *s, struct blob *b, const struct fetch_result *res)
 {
 	char local[PATH_MAX + 64];
@@ -118,7 +111,7 @@ int verify_loaded_locked(struct store *s, struct blob *b)
 	/* The quick check: the copy still has the recorded size (the source's
 	 * is verify_sources_loaded's, without the lock; its sampled hash is
 	 * compared before the first local read). */
-	if (!is_hex32(b->xxh) || store_local_path_locked(s, b, local, sizeof(local)) < 0)
+	if (!xxh128_hex_valid(b->xxh) || store_local_path_locked(s, b, local, sizeof(local)) < 0)
 		snprintf(why, sizeof(why), "the index names no valid copy");
 	else if ((r = copy_stat(local, &lst)) < 0)
 		snprintf(why, sizeof(why), "local copy %s", r == -ENOENT ? "missing" :

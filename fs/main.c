@@ -454,7 +454,14 @@ static int open_nas(struct wfs *w, struct nas_start *ns)
 {
 	int r;
 
-	record_open(&w->record, w->opt.local, w->store_readonly, store_log, w);
+	r = record_open(&w->record, w->opt.local, w->store_readonly, store_log, w);
+	if (r < 0) {
+		/* (a damaged record is set aside and opens empty: this is memory) */
+		fprintf(stderr, "wfs: LOCAL_STORE %s: cannot open its record: %s\n", w->opt.local,
+			strerror(-r));
+		free(ns->root);
+		return -1;
+	}
 	w->record_opened = 1;
 	r = ns->err < 0 ? start_from_record(w, ns->root, ns->what, ns->err) : 0;
 	if (r == 0)

@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -328,6 +329,109 @@ static void test_local_error(struct check_count *c)
 	store_close(&s);
 }
 
+/* The record of @key in the index on disk: its "pinned" (1/0), or -1. */
+struct pin_query {
+	const char *key;
+	int pinned;
+};
+
+static int pin_rec(void *arg, const struct index_rec *r)
+{
+	struct pin_query *q = arg;
+
+	if (!strcmp(r->key, q->key))
+		q->pinned = r->pinned;
+	return 0;
+}
+
+static int index_pinned(struct store *s, const char *key)
+{
+	struct pin_query q = { key, -1 };
+	struct index_cb cb = { .arg = &q, .blob = pin_rec };
+	return index_read(s->index_path, &cb) > 0 ? q.pinned : -1;
+}
+
+/* Replace the "sample" of @key's record in the index at @path by @sample. */
+static int index_set_sample(const char *path, const char *key, const char *sample)
+{
+	json_t *root = json_load_file(path, 0, NULL), *o;
+	size_t i;
+	int found = 0;
+
+	if (!root)
+		return -1;
+	json_array_foreach(json_object_get(root, "blobs"), i, o)
+		if (!strcmp(json_string_value(json_object_get(o, "key")), key))
+			found = !json_object_set_new(o, "sample", json_string(sample));
+	found = found && json_dump_file(root, path, 0) == 0;
+	json_decref(root);
+	return found ? 0 : -1;
+}
+
+/* The index when its write fails, when a record is malformed, and what a
+ * crash between a write and its rename leaves. */
+static void test_index_faults(struct check_count *c)
+{
+	struct store_opts opt = { .workers = 1 };
+	struct store s;
+	struct blob *x, *y;
+	char local[PATH_MAX * 2], p[PATH_MAX * 3], keyx[PATH_MAX * 2];
+	/* valid JSON, but 33 bytes: cut to 32 in memory, it is not UTF-8 */
+	const char *bad = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\xc3\xa9";
+
+	snprintf(local, sizeof(local), "%s/ilocal", top);
+	mkdir(local, 0755);
+	put("nas/ix", "index fault x", 13);
+	put("nas/iy", "index fault y", 13);
+	snprintf(keyx, sizeof(keyx), "%s/nas/ix", top);
+	CHECK(c, store_open(&s, local, &opt, NULL) == 0 && store_start(&s) == 0, "open");
+	x = blob_of(&s, "nas/ix", "ix");
+	y = blob_of(&s, "nas/iy", "iy");
+	store_promote(&s, x, 0, 1);
+	store_promote(&s, y, 0, 1);
+	CHECK(c, wait_settled(&s, x) == BLOB_LOCAL && wait_settled(&s, y) == BLOB_LOCAL,
+	      "two local");
+	CHECK(c, store_sync(&s) == 0 && index_pinned(&s, keyx) == 0, "on disk, unpinned: %d",
+	      index_pinned(&s, keyx));
+
+	/* A write that fails (a directory where its temporary file goes) is
+	 * tried again: the change is not lost once the disk takes writes. */
+	snprintf(p, sizeof(p), "%s/index.json.%d.tmp", local, (int)getpid());
+	mkdir(p, 0755);
+	store_pin(&s, x, 1);
+	CHECK(c, store_sync(&s) < 0, "the write fails");
+	rmdir(p);
+	CHECK(c, store_sync(&s) == 0 && index_pinned(&s, keyx) == 1,
+	      "written once it can be: pinned on disk %d", index_pinned(&s, keyx));
+	store_close(&s);
+
+	/* A record whose sampled hash is no XXH3 (hand-edited, damaged): the
+	 * copy cannot be vouched for, so it goes, said in the log -- and the
+	 * index can still be written (it failed every write before). */
+	CHECK(c, index_set_sample(s.index_path, keyx, bad) == 0, "index edited");
+	/* what a crash between durable_replace's write and rename leaves */
+	snprintf(p, sizeof(p), "%s/index.json.99999.tmp", local);
+	check_write_file(p, "{", 1);
+	snprintf(p, sizeof(p), "%s/record.json.123.tmp", local);
+	check_write_file(p, "{", 1);
+	snprintf(p, sizeof(p), "%s/index.json.tmp.mine", local);
+	check_write_file(p, "{", 1);
+	CHECK(c, store_open(&s, local, &opt, NULL) == 0 && store_start(&s) == 0, "reopen");
+	x = blob_of(&s, "nas/ix", "");
+	y = blob_of(&s, "nas/iy", "");
+	CHECK(c, blob_state(x) == BLOB_NAS && blob_state(y) == BLOB_LOCAL,
+	      "the malformed record dropped, the other kept: %s %s",
+	      blob_state_name(blob_state(x)), blob_state_name(blob_state(y)));
+	CHECK(c, store_write_index(&s) == 0, "the index can be written");
+	snprintf(p, sizeof(p), "%s/index.json.99999.tmp", local);
+	CHECK(c, access(p, F_OK) < 0, "a stale index temporary removed");
+	snprintf(p, sizeof(p), "%s/record.json.123.tmp", local);
+	CHECK(c, access(p, F_OK) < 0, "a stale record temporary removed");
+	snprintf(p, sizeof(p), "%s/index.json.tmp.mine", local);
+	CHECK(c, access(p, F_OK) == 0, "a file of another name kept");
+	store_close(&s);
+}
+
 /* sha256("hello\n") */
 #define HELLO_SHA "5891b5b522d5df086d0ff0b110fbd9d21bb4fc7163af34d08286a2e846f6be03"
 
@@ -541,6 +645,7 @@ int main(void)
 	free(bigbuf);
 	test_gate(&c);
 	test_local_error(&c);
+	test_index_faults(&c);
 	snprintf(dir, sizeof(dir), "rm -rf %s", top);
 	if (system(dir) != 0)
 		fprintf(stderr, "could not remove %s\n", top);

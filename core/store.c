@@ -479,17 +479,7 @@ struct store_ref_rec *store_get_refs(struct store *s, size_t *n)
 
 int store_sync(struct store *s)
 {
-	int dirty;
-
-	/* A worker's write in flight may hold the caller's change, its dirty
-	 * flag cleared already: wait for it to be on disk (or to have failed,
-	 * which sets the flag again). */
-	pthread_mutex_lock(&s->index_lock);
-	pthread_mutex_unlock(&s->index_lock);
-	pthread_mutex_lock(&s->lock);
-	dirty = s->index_dirty;
-	pthread_mutex_unlock(&s->lock);
-	return dirty ? store_write_index(s) : 0;
+	return store_write_index_if_dirty(s);
 }
 
 /* ---- life cycle ---- */

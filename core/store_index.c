@@ -477,14 +477,18 @@ static int snapshot_take(struct store *s, struct index_snapshot *sn)
 	return 0;
 }
 
-int store_write_index(struct store *s)
+/* Write the index; with @if_dirty only if it is behind the table.  The
+ * dirty flag is looked at under index_lock: a write in flight (a worker's)
+ * has cleared it already, and the caller must not return before that
+ * write is on disk (or has failed, which sets the flag again). */
+static int write_index(struct store *s, int if_dirty)
 {
 	struct index_snapshot sn = { 0 };
 	int r;
 
 	pthread_mutex_lock(&s->index_lock);
 	pthread_mutex_lock(&s->lock);
-	r = snapshot_take(s, &sn);
+	r = if_dirty && !s->index_dirty ? 1 : snapshot_take(s, &sn);
 	if (r == 0) { /* what changes from here on is in the next write */
 		s->index_dirty = 0;
 		s->copies_unrecorded = 0;
@@ -508,10 +512,21 @@ int store_write_index(struct store *s)
 		store_log_msg(s, LOG_ERR, "cannot write index %s: %s%s", s->index_path,
 			      strerror(-r), r == -EFBIG ? " (over the size cap; the last index "
 			      "written stays)" : "");
-	s->index_err = r < 0 ? -r : 0;
+	if (r <= 0)
+		s->index_err = r < 0 ? -r : 0;
 	pthread_mutex_unlock(&s->index_lock);
 	snapshot_free(&sn);
-	return r;
+	return r < 0 ? r : 0;
+}
+
+int store_write_index(struct store *s)
+{
+	return write_index(s, 0);
+}
+
+int store_write_index_if_dirty(struct store *s)
+{
+	return write_index(s, 1);
 }
 
 /* Is @name what durable_replace writes before its rename, for one of the

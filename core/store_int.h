@@ -116,6 +116,9 @@ void store_layout(struct store *s);
  * records, data/ untouched.  Returns 0 or -ENOMEM. */
 int index_load(struct store *s);
 int store_write_index(struct store *s);
+/* The same if the index is behind the table (after any write in flight);
+ * store_sync. */
+int store_write_index_if_dirty(struct store *s);
 void store_empty_tmp(struct store *s);
 
 /* ---- store_part.c (and, marked, store_part_copy.c): partial copies

@@ -28,7 +28,9 @@
  * open never pass the size limit, and the filesystem keeps its free-space
  * floor.  What does not fit evicts least recently used copies that are
  * neither pinned nor open; what still does not fit stays on the NAS with
- * the reason in the blob's reason.
+ * the reason in the blob's reason.  A copy shared by several blobs (one
+ * file per content hash) counts once and is freed with the last of them
+ * (store_space.c).
  *
  * The index: changes mark it dirty; it is written once per control request
  * (the server calls store_sync), when a batch of copies ends (the worker
@@ -196,6 +198,10 @@ struct blob {
 	int open_count;             /* LOCK: opens in the daemon now: never evicted for room */
 	uint64_t held;              /* LOCK: an evicted copy still open: its space, until
 				     * the last close */
+	char open_xxh[33];          /* LOCK: evicted while open, its copy kept for another
+				     * local blob sharing it: that copy's content hash (its
+				     * readers may hold the file: not freed by evicting the
+				     * others, held if removed); "" after the last close */
 	uint64_t reserved;          /* LOCK: space reserved by the copy in flight (or the copy
 				     * being re-hashed) */
 	char *tmp;                  /* LOCK: the copy in flight's temporary file (re-hashed:
@@ -519,6 +525,8 @@ struct store_usage {
 	uint64_t floor;      /* free space kept on the filesystem */
 	uint64_t fs_bytes;   /* size of the filesystem */
 	uint64_t pinned_bytes, open_bytes; /* of the local copies: never evicted for room */
+	/* @bytes, @used, @pinned_bytes and @open_bytes count a copy once, however
+	 * many blobs share it (one file per content hash); @blobs counts blobs. */
 	uint64_t parts, part_bytes; /* partial copies, the bytes of their verified ranges
 				     * (their blocks are in @used) */
 };

@@ -7,6 +7,12 @@
  * whatever is in flight.  The floor (min_free) is checked against the
  * filesystem's free space, less what copies in flight have reserved but
  * not yet allocated.
+ *
+ * A copy is one file, data/<xx>/<xxh>, shared by every local blob with
+ * that content hash (the same file in two repos): it is counted once, and
+ * only evicting the last of its blobs frees it -- so eviction for room
+ * picks whole copies, never one that a blob evicted while open may still
+ * hold (open_xxh), and counts what they free, not what their blobs weigh.
  */
 #include "store.h"
 #include "store_int.h"
@@ -44,8 +50,100 @@ uint64_t part_charge_locked(const struct store *s, const struct blob *b)
 	return p && p->n ? store_charge(s, p->bytes) + p->n * (s->blk ? s->blk : 4096) : 0;
 }
 
+/* The LOCAL blobs sorted by content hash, so that the blobs sharing a
+ * copy are adjacent (copy_end), and the copies that blobs evicted while
+ * open may still hold. */
+struct copies {
+	struct blob **v;
+	size_t n;
+	const char **held;
+	size_t nheld;
+};
+
+static int by_copy(const void *a, const void *b)
+{
+	const struct blob *x = *(const struct blob *const *)a, *y = *(const struct blob *const *)b;
+	int r = strcmp(x->xxh, y->xxh);
+
+	return r ? r : strcmp(x->key, y->key);
+}
+
+static void copies_free(struct copies *cs)
+{
+	free(cs->v);
+	free(cs->held);
+	memset(cs, 0, sizeof(*cs));
+}
+
+/* 0, or -ENOMEM (then the caller counts each blob as a copy of its own:
+ * never less than the truth). */
+static int copies_get_locked(struct store *s, struct copies *cs)
+{
+	size_t n = 0, nheld = 0;
+
+	memset(cs, 0, sizeof(*cs));
+	STORE_EACH(s, b) {
+		n += b->state == BLOB_LOCAL;
+		nheld += b->open_count && b->open_xxh[0];
+	}
+	cs->v = malloc((n ? n : 1) * sizeof(*cs->v));
+	cs->held = malloc((nheld ? nheld : 1) * sizeof(*cs->held));
+	if (!cs->v || !cs->held) {
+		copies_free(cs);
+		return -ENOMEM;
+	}
+	STORE_EACH(s, b) {
+		if (b->state == BLOB_LOCAL && cs->n < n)
+			cs->v[cs->n++] = b;
+		if (b->open_count && b->open_xxh[0] && cs->nheld < nheld)
+			cs->held[cs->nheld++] = b->open_xxh;
+	}
+	qsort(cs->v, cs->n, sizeof(*cs->v), by_copy);
+	return 0;
+}
+
+/* The end of the copy whose first blob is v[@i]: its blobs are v[@i..end).
+ * A LOCAL blob always has its hash; one without is a copy of its own. */
+static size_t copy_end(const struct copies *cs, size_t i)
+{
+	size_t j = i + 1;
+
+	while (j < cs->n && cs->v[i]->xxh[0] && !strcmp(cs->v[j]->xxh, cs->v[i]->xxh))
+		j++;
+	return j;
+}
+
+/* May a reader of a blob evicted while open still hold the copy @xxh? */
+static int copy_held_open(const struct copies *cs, const char *xxh)
+{
+	for (size_t i = 0; i < cs->nheld; i++)
+		if (!strcmp(cs->held[i], xxh))
+			return 1;
+	return 0;
+}
+
+/* Count one copy, shared by the @n blobs @v. */
+static void tally_copy(struct store *s, struct store_usage *u, struct blob *const *v, size_t n)
+{
+	uint64_t c = store_charge(s, v[0]->size);
+	int pinned = 0, open = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		pinned |= v[i]->pinned;
+		open |= v[i]->open_count > 0;
+	}
+	u->bytes += v[0]->size;
+	u->used += c;
+	if (pinned)
+		u->pinned_bytes += c;
+	else if (open)
+		u->open_bytes += c;
+}
+
 static void tally_locked(struct store *s, struct store_usage *u)
 {
+	struct copies cs;
+
 	memset(u, 0, sizeof(*u));
 	STORE_EACH(s, b) {
 		if (b->part && b->part->n) {
@@ -59,25 +157,41 @@ static void tally_locked(struct store *s, struct store_usage *u)
 			else if (b->open_count)
 				u->open_bytes += c;
 		}
-		if (b->state == BLOB_LOCAL) {
-			uint64_t c = store_charge(s, b->size);
-
+		if (b->state == BLOB_LOCAL)
 			u->blobs++;
-			u->bytes += b->size;
-			u->used += c;
-			if (b->pinned)
-				u->pinned_bytes += c;
-			else if (b->open_count)
-				u->open_bytes += c;
-		} else if (b->state == BLOB_QUEUED) {
+		else if (b->state == BLOB_QUEUED)
 			u->queued++;
-		} else if (b->state == BLOB_COPYING) {
+		else if (b->state == BLOB_COPYING)
 			u->copying++;
+	}
+	if (copies_get_locked(s, &cs) == 0) {
+		for (size_t i = 0, j; i < cs.n; i = j) {
+			j = copy_end(&cs, i);
+			tally_copy(s, u, cs.v + i, j - i);
 		}
+		copies_free(&cs);
+	} else {
+		STORE_EACH(s, b)
+			if (b->state == BLOB_LOCAL)
+				tally_copy(s, u, &b, 1);
 	}
 	u->reserved = s->reserved;
 	u->held = s->held;
 	u->limit = s->opt.policy ? s->opt.policy->store_max : 0;
+}
+
+/* May evicting the blobs v[0..@n) of one copy, to make room for @b, free
+ * it?  None may be pinned, open or @b itself, nor -- when @b is given --
+ * used since @b was asked for; and no reader of a blob evicted while open
+ * may hold it. */
+static int copy_freeable(const struct copies *cs, struct blob *const *v, size_t n,
+			 const struct blob *b)
+{
+	for (size_t i = 0; i < n; i++)
+		if (v[i] == b || v[i]->pinned || v[i]->open_count ||
+		    (b && v[i]->use_ns >= b->want_ns))
+			return 0;
+	return !v[0]->xxh[0] || !copy_held_open(cs, v[0]->xxh);
 }
 
 static void fs_space(struct store *s, struct store_usage *u)
@@ -104,14 +218,20 @@ static uint64_t unallocated_locked(struct store *s);
 uint64_t store_room(struct store *s, uint64_t *evictable)
 {
 	struct store_usage u;
+	struct copies cs;
 	uint64_t pending, ev = 0, room = UINT64_MAX, taken;
 
 	pthread_mutex_lock(&s->lock);
 	tally_locked(s, &u);
 	pending = unallocated_locked(s);
-	STORE_EACH(s, b)
-		if (b->state == BLOB_LOCAL && !b->pinned && !b->open_count)
-			ev += store_charge(s, b->size);
+	if (copies_get_locked(s, &cs) == 0) {
+		for (size_t i = 0, j; i < cs.n; i = j) {
+			j = copy_end(&cs, i);
+			if (copy_freeable(&cs, cs.v + i, j - i, NULL))
+				ev += store_charge(s, cs.v[i]->size);
+		}
+		copies_free(&cs);
+	}
 	pthread_mutex_unlock(&s->lock);
 	fs_space(s, &u);
 	taken = u.used + u.reserved + u.held;
@@ -152,13 +272,20 @@ static uint64_t unallocated_locked(struct store *s)
 	return n;
 }
 
+/* A copy eviction may free: its blobs cs.v[i..j), last used at @last (the
+ * latest use of any of them). */
+struct cand {
+	size_t i, j;
+	uint64_t last;
+	const char *key;
+};
+
 static int lru_cmp(const void *a, const void *b)
 {
-	const struct blob *x = *(const struct blob *const *)a, *y = *(const struct blob *const *)b;
-	uint64_t ux = x->use_ns, uy = y->use_ns;
+	const struct cand *x = a, *y = b;
 
-	if (ux != uy)
-		return ux < uy ? -1 : 1;
+	if (x->last != y->last)
+		return x->last < y->last ? -1 : 1;
 	return strcmp(x->key, y->key);
 }
 
@@ -209,7 +336,8 @@ int space_reserve_locked(struct store *s, struct blob *b, uint64_t need, uint64_
 	struct store_usage u;
 	struct statvfs sv;
 	struct room m = { 0 };
-	struct blob **cand = NULL;
+	struct copies cs;
+	struct cand *cand = NULL;
 	size_t ncand = 0;
 	uint64_t evictable = 0, freed = 0;
 
@@ -227,36 +355,50 @@ int space_reserve_locked(struct store *s, struct blob *b, uint64_t need, uint64_
 	if (fits(&m, 0))
 		goto reserve;
 
-	/* Candidates: local copies neither pinned nor open, and last used
-	 * before @b was asked for -- so the blobs of one request (a repo
-	 * larger than the room) do not evict each other in turn. */
-	cand = malloc((u.blobs ? u.blobs : 1) * sizeof(*cand));
-	if (cand)
-		STORE_EACH(s, o)
-			if (o != b && o->state == BLOB_LOCAL && !o->pinned && !o->open_count &&
-			    o->use_ns < b->want_ns && ncand < u.blobs) {
-				cand[ncand++] = o;
-				evictable += store_charge(s, o->size);
-			}
+	/* Candidates: copies whose every blob is neither pinned nor open, and
+	 * was last used before @b was asked for -- so the blobs of one request
+	 * (a repo larger than the room) do not evict each other in turn.  A
+	 * copy another blob still serves frees nothing: it is no candidate. */
+	if (copies_get_locked(s, &cs) < 0) {
+		explain(&m, &u, 0, why, wsz);
+		return -ENOSPC;
+	}
+	cand = malloc((cs.n ? cs.n : 1) * sizeof(*cand));
+	for (size_t i = 0, j; cand && i < cs.n; i = j) {
+		uint64_t last = 0;
+
+		j = copy_end(&cs, i);
+		if (!copy_freeable(&cs, cs.v + i, j - i, b))
+			continue;
+		for (size_t k = i; k < j; k++)
+			last = cs.v[k]->use_ns > last ? cs.v[k]->use_ns : last;
+		cand[ncand++] = (struct cand){ i, j, last, cs.v[i]->key };
+		evictable += store_charge(s, cs.v[i]->size);
+	}
 	if (!cand || !fits(&m, evictable)) {
 		/* Evicting would not make it fit: keep every copy. */
 		explain(&m, &u, evictable, why, wsz);
 		free(cand);
+		copies_free(&cs);
 		return -ENOSPC;
 	}
 	qsort(cand, ncand, sizeof(*cand), lru_cmp);
-	for (size_t i = 0; i < ncand && !fits(&m, freed); i++) {
+	for (size_t n = 0; n < ncand && !fits(&m, freed); n++) {
 		char msg[PATH_MAX + 128];
 
 		snprintf(msg, sizeof(msg), "evicted for room (least recently used) for %s", b->key);
-		freed += store_charge(s, cand[i]->size);
-		store_demote_locked(s, cand[i], msg, 0);
-		cand[i]->reason[0] = '\0';
-		s->evicted++;
-		(*evicted)++;
+		freed += store_charge(s, cs.v[cand[n].i]->size);
+		/* every blob of the copy: the last one removes the file */
+		for (size_t k = cand[n].i; k < cand[n].j; k++) {
+			store_demote_locked(s, cs.v[k], msg, 0);
+			cs.v[k]->reason[0] = '\0';
+			s->evicted++;
+			(*evicted)++;
+		}
 	}
 	free(cand);
-	/* A copy shared by two blobs frees nothing: count again. */
+	copies_free(&cs);
+	/* What is on disk now, whatever the plan said. */
 	tally_locked(s, &u);
 	m.used = u.used + s->reserved + s->held;
 	if (m.have_fs && statvfs(s->dir, &sv) == 0)
@@ -279,12 +421,23 @@ void space_release_locked(struct store *s, struct blob *b)
 
 void space_unlinked_locked(struct store *s, struct blob *b)
 {
+	struct blob *holder = b->open_count ? b : NULL;
 	uint64_t c;
 
-	if (!b->open_count)
+	/* Its blocks stay while any reader holds the file: @b's own, or those
+	 * of a blob that shared it and was evicted while open.  Held once, by
+	 * one of them, until its last close. */
+	STORE_EACH(s, o) {
+		if (!o->open_xxh[0] || strcmp(o->open_xxh, b->xxh))
+			continue;
+		if (!holder && o->open_count)
+			holder = o;
+		o->open_xxh[0] = '\0'; /* the file it held is accounted for now */
+	}
+	if (!holder)
 		return;
 	c = store_charge(s, b->size);
-	b->held += c;
+	holder->held += c;
 	s->held += c;
 }
 
@@ -292,20 +445,26 @@ void space_closed_locked(struct store *s, struct blob *b)
 {
 	s->held -= b->held < s->held ? b->held : s->held;
 	b->held = 0;
+	b->open_xxh[0] = '\0';
 }
 
 
 /* ---- demotion: a copy gives its room back ---- */
 
-/* Remove @b's local copy unless another local blob has the same bytes.
- * Returns 1 when the file was unlinked. */
+/* Does another local blob serve @b's copy (the same bytes, one file)? */
+static int copy_shared_locked(struct store *s, const struct blob *b)
+{
+	STORE_EACH(s, o)
+		if (o != b && o->state == BLOB_LOCAL && b->xxh[0] && !strcmp(o->xxh, b->xxh))
+			return 1;
+	return 0;
+}
+
+/* Remove @b's local copy.  Returns 1 when the file was unlinked. */
 static int drop_copy_locked(struct store *s, struct blob *b)
 {
 	char path[PATH_MAX + 64];
 
-	STORE_EACH(s, o)
-		if (o != b && o->state == BLOB_LOCAL && !strcmp(o->xxh, b->xxh))
-			return 0;
 	return b->xxh[0] && store_local_path_locked(s, b, path, sizeof(path)) == 0 && unlink(path) == 0;
 }
 
@@ -316,8 +475,13 @@ void store_demote_locked(struct store *s, struct blob *b, const char *why, int i
 	if (b->state != BLOB_LOCAL)
 		return;
 	b->state = BLOB_NAS;
-	if (drop_copy_locked(s, b))
+	if (copy_shared_locked(s, b)) {
+		/* Kept for the others; its readers may hold it until they close. */
+		if (b->open_count)
+			snprintf(b->open_xxh, sizeof(b->open_xxh), "%s", b->xxh);
+	} else if (drop_copy_locked(s, b)) {
 		space_unlinked_locked(s, b);
+	}
 	b->xxh[0] = '\0';
 	snprintf(b->reason, sizeof(b->reason), "%s", why);
 	store_reset_hot_locked(s, b);

@@ -12,6 +12,9 @@ fit, read through a real mount with real system calls.
           `wfsctl status` says why
   Floor   (min_free on a 64 MiB image, no store_max)
           copies stop at the free-space floor, and say so
+  Shared  (store_max=13M) the same 6 MiB file in two repos is one copy:
+          counted once in status (as du counts it), and a 2 MiB copy fits
+          beside it without evicting either blob
 """
 
 import hashlib
@@ -296,6 +299,67 @@ class Floor(unittest.TestCase):
         finally:
             problems = s.stop()
         self.assertEqual(problems, [])
+
+
+class Shared(unittest.TestCase):
+    """The reviewer's case: A pinned and B hold one 6 MiB copy; status said
+    12 MiB used while du said 6, and promoting 2 MiB more evicted B, which
+    freed nothing."""
+    TWIN = 6 * MiB
+
+    @classmethod
+    def setUpClass(cls):
+        twin = wfstest.det_bytes("twin", cls.TWIN)
+        cls.revs = {
+            "models--acme--twin-a": wfstest.make_hf_repo(Fix.hub, "models--acme--twin-a",
+                                                        {"w.bin": twin}),
+            "models--acme--twin-b": wfstest.make_hf_repo(Fix.hub, "models--acme--twin-b",
+                                                        {"w.bin": twin,
+                                                         "small.bin": wfstest.det_bytes("small", 2 * MiB)}),
+        }
+        cls.s = Store("shared", ["store_max=13M", "min_free=1M", "auto_promote=off"])
+        try:
+            cls.s.start()
+        except BaseException:
+            cls.s.stop()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        problems = cls.s.stop()
+        if problems:
+            raise AssertionError("teardown: " + "; ".join(problems))
+
+    def path(self, repo, name):
+        return os.path.join(self.s.mnt, repo, "snapshots", self.revs[repo], name)
+
+    def test_a_shared_copy_counts_once(self):
+        s = self.s
+        a = self.path("models--acme--twin-a", "w.bin")
+        b = self.path("models--acme--twin-b", "w.bin")
+        small = self.path("models--acme--twin-b", "small.bin")
+        ctl_check(self, ["promote", "--wait", "--pin", a])
+        wfstest.next_use_tick()
+        ctl_check(self, ["promote", "--wait", b])
+        self.assertEqual((state_of(a), state_of(b)), ("local", "local"))
+        self.assertEqual(len(wfstest.store_files(s.local)), 1, "A and B are not one file in data/")
+        st = s.status(self)["store"]
+        on_disk = wfstest.store_blocks(s.local)
+        self.assertEqual(st["blobs"], 2)
+        self.assertGreaterEqual(st["used_bytes"], on_disk, "used counts less than du: %s" % st)
+        self.assertLess(st["used_bytes"], self.TWIN + MiB, "the shared copy counted twice: %s" % st)
+        self.assertEqual(st["bytes"], self.TWIN, st)
+        rc, out, err = run_wfsctl(["status", s.mnt])
+        self.assertIn("2 blobs, 6.0 MiB used", out, "human status:\n" + out)
+
+        wfstest.next_use_tick()
+        ctl_check(self, ["promote", "--wait", small])
+        self.assertEqual((state_of(a), state_of(b), state_of(small)), ("local", "local", "local"),
+                         "8 MiB of copies fit in store_max 13 MiB")
+        st = s.status(self)
+        self.assertEqual(st["counters"]["evicted"], 0, "evicted for room that existed")
+        self.assertLess(st["store"]["used_bytes"], self.TWIN + 2 * MiB + MiB, st["store"])
+        self.assertGreaterEqual(st["store"]["used_bytes"], wfstest.store_blocks(s.local))
 
 
 if __name__ == "__main__":

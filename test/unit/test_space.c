@@ -1,0 +1,243 @@
+/* test_space.c - the room of a copy shared by several blobs (the same
+ * bytes in two repos: one file per content hash), without mounting: a hub
+ * tree on disk and the store driven through the calls the daemon makes.
+ *
+ *   count    a shared copy counts once (used, bytes, pinned), as on disk
+ *   evict    eviction for room takes whole copies, least recently used by
+ *            the latest use of any of their blobs, never one another blob
+ *            still serves (pinned, open) or that a blob evicted while open
+ *            may hold; a copy that fits with the truth counted evicts none
+ *   held     an evicted-open blob's copy removed by evicting the last blob
+ *            sharing it is held until that reader closes
+ */
+#include "check.h"
+#include "store.h"
+#include "store_int.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define KiB 1024u
+#define BLOB (256 * KiB)
+
+static char top[PATH_MAX];
+static struct check_count c;
+static struct store *the_store;
+
+static void put(const char *rel, size_t n, unsigned seed)
+{
+	char p[PATH_MAX * 2], *buf = malloc(n ? n : 1);
+
+	for (size_t i = 0; i < n; i++)
+		buf[i] = (char)(seed * 131 + i * 7 + i / 4093);
+	snprintf(p, sizeof(p), "%s/%s", top, rel);
+	check_write_file(p, buf, n);
+	free(buf);
+}
+
+static void mkdirs(const char *rel)
+{
+	char cmd[PATH_MAX * 2];
+
+	snprintf(cmd, sizeof(cmd), "mkdir -p '%s/%s'", top, rel);
+	if (system(cmd) != 0)
+		exit(2);
+}
+
+static struct blob *blob_at(const char *rel)
+{
+	char p[PATH_MAX * 2];
+	struct stat st;
+
+	snprintf(p, sizeof(p), "%s/%s", top, rel);
+	if (stat(p, &st) < 0) {
+		perror(p);
+		exit(2);
+	}
+	return store_blob(the_store, p, &st, strrchr(p, '/') + 1);
+}
+
+static const struct blob_info *info(struct blob *b)
+{
+	static struct blob_info in;
+
+	blob_info(the_store, b, &in);
+	return &in;
+}
+
+static enum blob_state promote(struct blob *b)
+{
+	store_promote(the_store, b, 0, 1);
+	return store_wait_settled(the_store, b, 30000);
+}
+
+/* Two uses either side of this are ordered (the LRU clock is coarse). */
+static void next_use_tick(void)
+{
+	uint64_t t0 = store_now_ns();
+
+	while (store_now_ns() == t0)
+		usleep(1000);
+}
+
+static void use(struct blob *b)
+{
+	store_note_open(the_store, b, NULL);
+	store_note_read(the_store, b, 4096, 1);
+	store_note_close(the_store, b);
+	next_use_tick();
+}
+
+/* Blocks of the files in LOCAL_STORE/data: what the copies take. */
+static uint64_t du_data(const char *local)
+{
+	char cmd[PATH_MAX * 2];
+	unsigned long long kb = 0;
+	FILE *f;
+
+	snprintf(cmd, sizeof(cmd), "find '%s/data' -type f -printf '%%k\\n' | "
+		 "awk '{s+=$1} END {print s+0}'", local);
+	f = popen(cmd, "r");
+	if (!f || fscanf(f, "%llu", &kb) != 1)
+		kb = ~0ull;
+	if (f)
+		pclose(f);
+	return kb * 1024;
+}
+
+static const char *st(struct blob *b)
+{
+	return blob_state_name(blob_state(b));
+}
+
+static void test_shared(void)
+{
+	struct policy_opts pol;
+	struct store_opts opt = { .workers = 1, .policy = &pol };
+	struct store s;
+	struct store_usage u;
+	struct blob *a, *b, *x, *y, *z;
+	char local[PATH_MAX * 2];
+	uint64_t ch, ev;
+
+	policy_opts_init(&pol);
+	pol.auto_on = 0;
+	pol.min_free_pct = 0;
+	snprintf(local, sizeof(local), "%s/local", top);
+	mkdirs("local");
+	mkdirs("hub/models--t--one/blobs");
+	mkdirs("hub/models--t--two/blobs");
+	/* the same bytes in two repos; three other blobs */
+	put("hub/models--t--one/blobs/same", BLOB, 7);
+	put("hub/models--t--two/blobs/same", BLOB, 7);
+	put("hub/models--t--two/blobs/x", BLOB, 8);
+	put("hub/models--t--two/blobs/y", BLOB, 9);
+	put("hub/models--t--two/blobs/z", BLOB, 10);
+	CHECK(&c, store_open(&s, local, &opt, NULL) == 0, "open");
+	the_store = &s;
+	ch = store_charge(&s, BLOB);
+	pol.store_max = 2 * ch + ch / 2; /* two copies fit, three do not */
+	CHECK(&c, store_start(&s) == 0, "start");
+	a = blob_at("hub/models--t--one/blobs/same");
+	b = blob_at("hub/models--t--two/blobs/same");
+	x = blob_at("hub/models--t--two/blobs/x");
+	y = blob_at("hub/models--t--two/blobs/y");
+	z = blob_at("hub/models--t--two/blobs/z");
+
+	/* count: a pinned, b promoted: one file, counted once */
+	store_promote(&s, a, 1, 1);
+	CHECK(&c, store_wait_settled(&s, a, 30000) == BLOB_LOCAL, "a local: %s", info(a)->reason);
+	next_use_tick();
+	CHECK(&c, promote(b) == BLOB_LOCAL, "b local: %s", info(b)->reason);
+	CHECK(&c, !strcmp(info(a)->xxh, info(b)->xxh), "a and b share one copy");
+	store_usage(&s, &u);
+	CHECK(&c, u.blobs == 2 && u.used == ch && u.bytes == BLOB && u.pinned_bytes == ch &&
+	      u.open_bytes == 0, "one copy counted once: %llu blobs, used %llu, bytes %llu, "
+	      "pinned %llu (charge %llu)", (unsigned long long)u.blobs,
+	      (unsigned long long)u.used, (unsigned long long)u.bytes,
+	      (unsigned long long)u.pinned_bytes, (unsigned long long)ch);
+	CHECK(&c, du_data(local) <= u.used, "as on disk: du %llu, used %llu",
+	      (unsigned long long)du_data(local), (unsigned long long)u.used);
+	store_room(&s, &ev);
+	CHECK(&c, ev == 0, "b's copy is a's too (pinned): evicting b would free nothing: %llu",
+	      (unsigned long long)ev);
+
+	/* x fits beside them with the truth counted: nothing evicted */
+	next_use_tick();
+	CHECK(&c, promote(x) == BLOB_LOCAL, "x local: %s", info(x)->reason);
+	CHECK(&c, blob_state(b) == BLOB_LOCAL && atomic_load(&s.evicted) == 0,
+	      "b kept, nothing evicted (%s, %llu evicted)", st(b),
+	      (unsigned long long)atomic_load(&s.evicted));
+
+	/* evict: unpinned, the shared copy is used last through a; b's own use
+	 * is the oldest of all, yet the copy goes by its latest use: x goes */
+	store_pin(&s, a, 0);
+	use(x);
+	use(a);
+	CHECK(&c, promote(y) == BLOB_LOCAL, "y local: %s", info(y)->reason);
+	CHECK(&c, blob_state(x) == BLOB_NAS && blob_state(a) == BLOB_LOCAL &&
+	      blob_state(b) == BLOB_LOCAL, "x evicted, the shared copy kept (x %s, a %s, b %s)",
+	      st(x), st(a), st(b));
+	CHECK(&c, atomic_load(&s.evicted) == 1, "one eviction: %llu",
+	      (unsigned long long)atomic_load(&s.evicted));
+
+	/* a copy with an open blob is not freeable, whichever blob is open */
+	next_use_tick();
+	store_note_open(&s, b, NULL);
+	store_room(&s, &ev);
+	CHECK(&c, ev == ch, "only y's copy is evictable: %llu", (unsigned long long)ev);
+	CHECK(&c, promote(z) == BLOB_LOCAL && blob_state(y) == BLOB_NAS &&
+	      blob_state(a) == BLOB_LOCAL && blob_state(b) == BLOB_LOCAL,
+	      "z took y's room, the copy open through b kept (z %s, y %s, a %s, b %s)",
+	      st(z), st(y), st(a), st(b));
+
+	/* a whole copy goes when it is the least recently used: both blobs */
+	store_note_close(&s, b);
+	use(z);
+	CHECK(&c, promote(y) == BLOB_LOCAL && blob_state(a) == BLOB_NAS &&
+	      blob_state(b) == BLOB_NAS && blob_state(z) == BLOB_LOCAL,
+	      "y took the shared copy's room: both its blobs evicted (y %s, a %s, b %s, z %s)",
+	      st(y), st(a), st(b), st(z));
+	store_usage(&s, &u);
+	CHECK(&c, u.used == 2 * ch && u.blobs == 2 && du_data(local) <= u.used,
+	      "two copies: used %llu, du %llu", (unsigned long long)u.used,
+	      (unsigned long long)du_data(local));
+
+	/* held: b evicted while open, its copy kept for a; evicting a then
+	 * removes the file b's reader may hold: held until b closes, and
+	 * meanwhile the copy was no candidate for room */
+	store_evict(&s, y, 0);
+	store_evict(&s, z, 0);
+	CHECK(&c, promote(a) == BLOB_LOCAL && promote(b) == BLOB_LOCAL, "a, b local again");
+	store_note_open(&s, b, NULL);
+	CHECK(&c, store_evict(&s, b, 0) == 1 && blob_state(a) == BLOB_LOCAL, "b evicted while open");
+	store_usage(&s, &u);
+	CHECK(&c, u.used == ch && u.held == 0, "the copy still a's: used %llu, held %llu",
+	      (unsigned long long)u.used, (unsigned long long)u.held);
+	store_room(&s, &ev);
+	CHECK(&c, ev == 0, "b's reader may hold a's copy: not evictable (%llu)",
+	      (unsigned long long)ev);
+	CHECK(&c, store_evict(&s, a, 0) == 1, "a evicted");
+	store_usage(&s, &u);
+	CHECK(&c, u.used == 0 && u.held == ch, "removed, held for b's reader: used %llu, held %llu",
+	      (unsigned long long)u.used, (unsigned long long)u.held);
+	store_note_close(&s, b);
+	store_usage(&s, &u);
+	CHECK(&c, u.held == 0, "back at b's close: %llu", (unsigned long long)u.held);
+
+	store_close(&s);
+	policy_opts_free(&pol);
+}
+
+int main(void)
+{
+	snprintf(top, sizeof(top), "/var/tmp/wfs-space-XXXXXX");
+	check_tmpdir(top);
+	test_shared();
+	check_rmtree(top);
+	printf("space: %d passed, %d failed\n", c.passed, c.failed);
+	return c.failed ? 1 : 0;
+}

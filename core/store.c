@@ -361,12 +361,21 @@ int store_evict(struct store *s, struct blob *b, int force)
 		store_demote_locked(s, b, "evicted", 0);
 		dropped = 1;
 	} else if (b->state == BLOB_QUEUED || b->state == BLOB_COPYING) {
-		atomic_store(&b->prog.cancel, 1); /* the worker removes its temporary file */
+		/* The worker removes its temporary file; a copy verified
+		 * before it saw the flag is evicted as it ends (copy_one). */
+		atomic_store(&b->prog.cancel, 1);
 		if (b->state == BLOB_QUEUED) {
 			b->state = BLOB_NAS;
 			store_unqueue_locked(s, b);
 			store_reset_hot_locked(s, b);
 			pthread_cond_broadcast(&s->cond); /* settled */
+		}
+		/* Sent to the NAS as a local copy is: unpinned too, or a pin
+		 * left behind would keep a later copy from ever being evicted
+		 * (and status would call it pinned while "evicted" was said). */
+		if (b->pinned) {
+			b->pinned = 0;
+			store_dirty_locked(s);
 		}
 		r = 1;
 	}

@@ -251,6 +251,15 @@ static void copy_one(struct store *s, struct blob *b)
 	b->tmp = NULL;
 	s->auto_running -= auto_copy;
 	copy_done_locked(s, b, r, size, &res, key, id);
+	/* wfsctl evict came after the copy last looked at the cancel flag:
+	 * the operator was told it went to the NAS, so it goes, as a local
+	 * copy evicted then would (its file kept if another blob shares it,
+	 * its space held while open).  Not when stopping: store_close sets
+	 * the flag too, and a verified copy is kept then. */
+	if (b->state == BLOB_LOCAL && atomic_load(&b->prog.cancel) && !s->stop) {
+		store_demote_locked(s, b, "evicted as its copy ended", 0);
+		return;
+	}
 	/* whole now: its ranges are in the copy */
 	if (b->state == BLOB_LOCAL)
 		part_drop_locked(s, b, NULL);

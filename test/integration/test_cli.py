@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """The wfs command line: refusals of bad command lines (non-zero exit, the
 offending path on stderr, no mount left), --help/--version, readiness on
-return, a NAS revision appearing without remount, and a clean unmount."""
+return, a NAS revision appearing without remount, and a clean unmount;
+`wfsctl evict --force` of a pinned file whose copy is in flight leaves it
+unpinned on the NAS, as the command says."""
 
 import collections
 import hashlib
+import json
 import os
 import random
 import re
@@ -391,6 +394,45 @@ class Cli(unittest.TestCase):
         m2 = self.start(local, mnt)
         self.assertEqual(sorted(os.listdir(mnt)), FIX.children()[""])
         self.assertEqual(m2.stop(), [])
+
+    def test_evict_force_mid_copy_unpins(self):
+        wfstest.require_wfsctl()
+        local, mnt = self.path("local"), self.new_mnt()
+        # 1 MB/s: the largest file (~3.6 MiB) copies for seconds
+        self.start(local, mnt, ["promote_mbps=1", "auto_promote=off"])
+        sock = wfstest.wait_ctl(mnt)
+        e = max(FIX.readable(), key=lambda x: x.get("size", 0))
+        f = os.path.join(mnt, e["path"])
+        rep = wfstest.ctl_json(self, ["promote", "--pin", f])
+        key = rep["blobs"][0]["key"]
+
+        def blob():
+            r = wfstest.ctl_request(sock, {"op": "progress", "keys": [key]})
+            return (r or {}).get("blobs", [{}])[0]
+        b = wfstest.wait_until(lambda: (lambda x: x if x.get("state") == "copying" and
+                                        x.get("bytes_done", 0) > 0 else None)(blob()), 20)
+        self.assertTrue(b, "the copy of %s did not start: %s" % (e["path"], blob()))
+        self.assertTrue(b["pinned"], b)
+        rc, out, err = wfstest.run_wfsctl(["evict", "--force", f])
+        self.assertEqual(rc, 0, "evict --force: %s%s" % (out, err))
+        b = blob()
+        self.assertLess(b.get("bytes_done", 0), e["size"], "the copy ended before the evict: %s" % b)
+        self.assertEqual(out.strip(), "evicted 1 blob; reads go to the NAS again", out + err)
+        self.assertFalse(b["pinned"], "still pinned right after evict --force: %s" % b)
+        b = wfstest.wait_until(lambda: (lambda x: x if x.get("state") == "nas" else None)(blob()), 20)
+        self.assertTrue(b, "not on the NAS after evict --force: %s" % blob())
+        self.assertFalse(b["pinned"], b)
+        st = wfstest.ctl_json(self, ["status", f])
+        self.assertEqual(wfstest.state_of(f), "nas")
+        self.assertEqual(wfstest.store_files(local), {}, "a copy left in data/")
+        self.assertEqual(wfstest.tmp_entries(local), [], "a temporary file left in tmp/")
+        repo = [r for r in st["repos"] if r["repo"] == e["path"].split("/")[0]]
+        self.assertTrue(repo, "status --json %s: no repo: %s" % (f, json.dumps(st)[:2000]))
+        self.assertEqual(repo[0]["pinned_files"], 0, "status --json still counts it pinned: %s"
+                         % repo[0])
+        self.assertEqual(set(repo[0]["states"]), {"nas"}, repo[0])
+        with open(f, "rb") as fh:
+            self.assertEqual(hashlib.sha256(fh.read()).hexdigest(), e["sha256"])
 
 
 if __name__ == "__main__":

@@ -205,6 +205,83 @@ int fetch_range_verify(const char *src_path, uint64_t size, int dst_fd, uint64_t
 	return r;
 }
 
+int fetch_hash_source(const char *src_path, uint64_t size, const char *expected_id,
+		      uint64_t bw_limit, struct fetch_progress *prog, struct fetch_result *res)
+{
+	struct content_hash ch = { 0 };
+	struct sample_hash sh = { 0 };
+	struct fetch_result scratch;
+	struct timespec t0;
+	char *buf = NULL;
+	int in, r;
+
+	if (!res)
+		res = &scratch;
+	memset(res, 0, sizeof(*res));
+	res->id_check = -1;
+	in = nas_open(NULL, src_path, 0);
+	if (in == -EISDIR || in == -ENXIO) {
+		snprintf(res->reason, sizeof(res->reason), "%s is not a regular file", src_path);
+		return -EINVAL;
+	}
+	if (in < 0) {
+		res->src_err = in;
+		snprintf(res->reason, sizeof(res->reason), "open %s: %s", src_path, strerror(-in));
+		return in;
+	}
+	r = same_size(in, size, src_path, res);
+	if (r == 0)
+		r = content_hash_init(&ch, expected_id, size);
+	if (r == 0)
+		r = sample_hash_init(&sh, size);
+	if (r == 0 && !(buf = malloc(CHUNK)))
+		r = -ENOMEM;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (uint64_t pos = 0; r == 0 && pos < size;) {
+		size_t n = size - pos < CHUNK ? (size_t)(size - pos) : CHUNK;
+
+		if (prog && atomic_load(&prog->cancel)) {
+			r = -ECANCELED;
+			snprintf(res->reason, sizeof(res->reason), "copy cancelled");
+			break;
+		}
+		throttle(bw_limit, pos, &t0);
+		r = read_all(in, buf, n, pos);
+		if (r < 0) {
+			res->src_err = r == -ESTALE ? 0 : r;
+			snprintf(res->reason, sizeof(res->reason), r == -ESTALE ?
+				 "short read on %s at offset %llu" : "read error on %s at offset %llu: %s",
+				 src_path, (unsigned long long)(r == -ESTALE ? pos :
+				 first_bad(in, buf, pos, n, r)), strerror(-r));
+			break;
+		}
+		content_hash_update(&ch, buf, n);
+		sample_hash_feed(&sh, pos, buf, n);
+		pos += n;
+		if (prog)
+			atomic_fetch_add(&prog->bytes_done, n);
+	}
+	if (r == 0)
+		r = content_hash_final(&ch, res->xxh, &res->id_check);
+	if (r == 0)
+		r = sample_hash_final(&sh, res->sample);
+	if (r == 0)
+		r = same_size(in, size, src_path, res);
+	if (r == 0 && res->id_check == 0) {
+		r = -EBADMSG;
+		snprintf(res->reason, sizeof(res->reason), "content does not match its name: %s %s "
+			 "(blob id %s)", ch.kind == HUB_ID_SHA256 ? "sha256" : "git blob sha1",
+			 ch.id_hex, ch.expected);
+	}
+	/* what was read must not stay cached (the NAS client's pages) */
+	posix_fadvise(in, 0, (off_t)size, POSIX_FADV_DONTNEED);
+	content_hash_free(&ch);
+	sample_hash_free(&sh);
+	free(buf);
+	close(in);
+	return r;
+}
+
 /* Open @path for reading from the disk: O_DIRECT, or buffered when the
  * filesystem refuses it (*@direct 0: drop the pages as they are read). */
 static int open_uncached(const char *path, int *direct)

@@ -47,6 +47,18 @@ int fetch_range_verify(const char *src_path, uint64_t size, int dst_fd, uint64_t
 		       uint64_t len, uint64_t bw_limit, struct fetch_progress *prog,
 		       struct fetch_result *res);
 
+/* Read the whole of the NAS file @src_path (@size bytes) and hash it as
+ * fetch_copy_verify hashes a source -- res->xxh, res->sample and, when
+ * @expected_id is a content address, res->id_check -- writing nothing: for
+ * a blob whose bytes may be a local copy's already (the store compares
+ * res->xxh with it).  Opened, sized, throttled (@bw_limit), counted and
+ * cancelled (@prog, may be NULL) as fetch_range_verify; returns 0, or
+ * -EBADMSG (the content address does not match), -ESTALE (not @size bytes
+ * throughout), -ECANCELED, -EINVAL (not a regular file), or the -errno of
+ * the open or a read (res->src_err set, res->reason naming the offset). */
+int fetch_hash_source(const char *src_path, uint64_t size, const char *expected_id,
+		      uint64_t bw_limit, struct fetch_progress *prog, struct fetch_result *res);
+
 /* XXH3-128 of bytes [@off, @off + @len) of @fd, read from the disk (the
  * pages are dropped first).  0, or -errno (-EIO: short). */
 int fetch_hash_range(int fd, uint64_t off, uint64_t len, char xxh_hex[33]);

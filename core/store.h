@@ -17,7 +17,9 @@
  * and back to NAS on failure, eviction, or a source that changed.  A copy
  * serves reads only once LOCAL: copied, re-read from disk, hashes equal,
  * content address checked, renamed into data/ (store_verify.c says where
- * each of those checks is made).  A copy the index names but cannot prove
+ * each of those checks is made); a blob whose bytes are a local copy's
+ * already is hashed from the NAS and shares that copy (store_copy.c,
+ * adopt_one).  A copy the index names but cannot prove
  * untouched since (index.h: inode, size, mtime, ctime) starts in COPYING,
  * re-hashed in the background, and goes LOCAL or, removed, to NAS.  Knows
  * nothing of FUSE; the daemon tells it of opens, reads and closes

@@ -1,7 +1,10 @@
 /* store_copy.c - the promotion queue and its workers: a queued blob is
  * copied by fetch_copy_verify() (fetch.c: the copy, the hashes, the re-read
  * from disk, the content address), renamed into data/, and only then made
- * LOCAL (verify_record_locked, store_verify.c).  See store.h.
+ * LOCAL (verify_record_locked, store_verify.c).  A blob whose content
+ * address and size are a local blob's is hashed first without a copy
+ * (adopt_one): the same bytes share that copy and take no new room.  See
+ * store.h.
  *
  * A copy that fails leaves the blob on the NAS: its temporary file is
  * removed (fetch.c, and here when the publish fails), its state FAILED with
@@ -13,7 +16,9 @@
 #include "store.h"
 #include "store_int.h"
 #include "durable.h"
+#include "fetch_range.h"
 #include "nasgate.h"
+#include "path.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -189,6 +194,81 @@ static void copy_done_locked(struct store *s, struct blob *b, int r, uint64_t si
 	}
 }
 
+/* A local blob with @b's content address and size: if @b's bytes are
+ * what its name says, they are that blob's copy already.  A guess only --
+ * a local blob's name may have been learnt after its copy was verified --
+ * the hashes decide (adopt_one). */
+static const struct blob *same_name_local_locked(struct store *s, const struct blob *b)
+{
+	if (!hub_id_kind(b->id))
+		return NULL;
+	STORE_EACH(s, o)
+		if (o != b && o->state == BLOB_LOCAL && o->xxh[0] && o->size == b->size &&
+		    !strcmp(o->id, b->id))
+			return o;
+	return NULL;
+}
+
+static int local_copy_of_locked(struct store *s, const char *xxh)
+{
+	STORE_EACH(s, o)
+		if (o->state == BLOB_LOCAL && !strcmp(o->xxh, xxh))
+			return 1;
+	return 0;
+}
+
+/* @b's bytes look local already (same_name_local_locked): hash the NAS
+ * file without writing it, and if its XXH3-128 is a local copy's, @b is
+ * served by that copy -- it takes no new room, not even while hashed
+ * (nothing reserved, nothing in tmp/).  Every check a copy gets but the
+ * re-read (the copy it shares was re-read when it was made): the whole
+ * source hashed, its content address, its size throughout, its sample.
+ * Returns 1 when @b is done with (LOCAL, or failed as a copy fails), 0
+ * when a copy is to be made after all (that copy went meanwhile, or other
+ * bytes).  Called and returns with the lock held. */
+static int adopt_one(struct store *s, struct blob *b)
+{
+	char key[PATH_MAX], id[NAME_MAX + 1];
+	int auto_copy = !b->explicit_req, r;
+	struct fetch_result res;
+	uint64_t size = b->size, rate;
+
+	snprintf(key, sizeof(key), "%s", b->key);
+	snprintf(id, sizeof(id), "%s", b->id);
+	b->state = BLOB_COPYING;
+	s->auto_running += auto_copy;
+	s->started++;
+	rate = copy_rate(s, auto_copy);
+	pthread_mutex_unlock(&s->lock);
+
+	memset(&res, 0, sizeof(res));
+	if (!nas_gate_up(s->opt.gate)) {
+		r = -EHOSTDOWN;
+		snprintf(res.reason, sizeof(res.reason), "cannot copy %s: the NAS is down", key);
+	} else {
+		store_log_msg(s, LOG_INFO, "promoting %s (%s, %llu bytes%s): a local copy has its "
+			      "name, hashing the NAS file to share it", key, id,
+			      (unsigned long long)size, auto_copy ? ", automatic" : "");
+		r = fetch_hash_source(key, size, id, rate, &b->prog, &res);
+		if (res.src_err)
+			nas_gate_note(s->opt.gate, res.src_err);
+	}
+
+	pthread_mutex_lock(&s->lock);
+	s->auto_running -= auto_copy;
+	if (r == 0 && atomic_load(&b->prog.cancel)) {
+		r = -ECANCELED; /* evicted while hashed: nothing to undo */
+	} else if (r == 0 && !local_copy_of_locked(s, res.xxh)) {
+		store_log_msg(s, LOG_INFO, "promoting %s (%s): no local copy has its bytes (%s) "
+			      "now; copying it", key, id, res.xxh);
+		b->state = BLOB_QUEUED;
+		atomic_store(&b->prog.bytes_done, 0);
+		return 0;
+	}
+	copy_done_locked(s, b, r, size, &res, key, id);
+	return 1;
+}
+
 /* Called and returns with the lock held. */
 static void copy_one(struct store *s, struct blob *b)
 {
@@ -197,6 +277,11 @@ static void copy_one(struct store *s, struct blob *b)
 	struct fetch_result res;
 	uint64_t size, rate;
 
+	if (same_name_local_locked(s, b) && adopt_one(s, b)) {
+		if (b->state == BLOB_LOCAL)
+			part_drop_locked(s, b, NULL);
+		return;
+	}
 	snprintf(key, sizeof(key), "%s", b->key);
 	snprintf(id, sizeof(id), "%s", b->id);
 	size = b->size;

@@ -14,7 +14,8 @@ fit, read through a real mount with real system calls.
           copies stop at the free-space floor, and say so
   Shared  (store_max=13M) the same 6 MiB file in two repos is one copy:
           counted once in status (as du counts it), and a 2 MiB copy fits
-          beside it without evicting either blob
+          beside it without evicting either blob; a third repo's copy of it
+          needs no room (hashed, not copied)
 """
 
 import hashlib
@@ -316,6 +317,8 @@ class Shared(unittest.TestCase):
             "models--acme--twin-b": wfstest.make_hf_repo(Fix.hub, "models--acme--twin-b",
                                                         {"w.bin": twin,
                                                          "small.bin": wfstest.det_bytes("small", 2 * MiB)}),
+            "models--acme--twin-c": wfstest.make_hf_repo(Fix.hub, "models--acme--twin-c",
+                                                        {"w.bin": twin}),
         }
         cls.s = Store("shared", ["store_max=13M", "min_free=1M", "auto_promote=off"])
         try:
@@ -360,6 +363,26 @@ class Shared(unittest.TestCase):
         self.assertEqual(st["counters"]["evicted"], 0, "evicted for room that existed")
         self.assertLess(st["store"]["used_bytes"], self.TWIN + 2 * MiB + MiB, st["store"])
         self.assertGreaterEqual(st["store"]["used_bytes"], wfstest.store_blocks(s.local))
+
+    def test_b_bytes_already_local_need_no_room(self):
+        """A third repo's copy of the same file, with 5 MiB free under
+        store_max: hashed, not copied, it shares the copy; a second 6 MiB
+        copy in flight would have evicted small.bin."""
+        s = self.s
+        names = [self.path("models--acme--twin-a", "w.bin"),
+                 self.path("models--acme--twin-b", "w.bin"),
+                 self.path("models--acme--twin-b", "small.bin")]
+        self.assertEqual([state_of(p) for p in names], ["local"] * 3, "test_a's state")
+        before = s.status(self)["store"]["used_bytes"]
+        c = self.path("models--acme--twin-c", "w.bin")
+        wfstest.next_use_tick()
+        ctl_check(self, ["promote", "--wait", c])
+        self.assertEqual([state_of(p) for p in names + [c]], ["local"] * 4)
+        st = s.status(self)
+        self.assertEqual(st["counters"]["evicted"], 0, "evicted for bytes that were local")
+        self.assertEqual(st["store"]["used_bytes"], before, st["store"])
+        self.assertEqual(len(wfstest.store_files(s.local)), 2, "one file per content in data/")
+        self.assertTrue(read_ok(c, wfstest.det_bytes("twin", self.TWIN)))
 
 
 if __name__ == "__main__":

@@ -43,6 +43,12 @@ static int source_attrs_locked(struct store *s, struct blob *b, const struct sta
 		store_demote_locked(s, b, "source size changed", 1);
 		part_drop_locked(s, b, "source size changed");
 	}
+	/* A LOCAL blob's source is sampled before its copy serves again (a
+	 * change demotes it); nothing looks at this one's: what was read of
+	 * it before (an evicted copy still open, the NAS file an open passed
+	 * through) may not be its bytes now. */
+	if (b->state != BLOB_LOCAL)
+		atomic_fetch_add_explicit(&b->bytes_gen, 1, memory_order_release);
 	atomic_store_explicit(&b->size, (uint64_t)st->st_size, memory_order_release);
 	b->nas_mtime = st->st_mtim;
 	b->nas_ctime = st->st_ctim;

@@ -175,6 +175,13 @@ struct blob {
 	_Atomic uint64_t size;      /* ATOMIC (the read path's hotness check) */
 	struct timespec nas_mtime, nas_ctime; /* LOCK */
 	_Atomic enum blob_state state; /* ATOMIC: acquire loads in the read path */
+	/* ATOMIC: +1 whenever a copy made before may no longer hold the blob's
+	 * bytes: a demotion for cause (the source changed, the copy failed a
+	 * check or a read; not an eviction), or new NAS attributes while it is
+	 * not LOCAL (no check of its source follows then).  A file the daemon
+	 * gave the kernel to read at one value holds the blob's bytes while the
+	 * value lasts (fs/file.c: choose_mode). */
+	_Atomic unsigned bytes_gen;
 	int pinned, explicit_req;   /* LOCK */
 	int in_queue;               /* LOCK: linked in the queue (maybe no longer QUEUED) */
 	int checked;                /* LOCK: source sample re-checked since start-up */
@@ -348,6 +355,11 @@ const char *blob_state_name(enum blob_state s);
 static inline enum blob_state blob_state(const struct blob *b)
 {
 	return atomic_load_explicit(&((struct blob *)b)->state, memory_order_acquire);
+}
+/* Its bytes_gen now, without the lock. */
+static inline unsigned blob_bytes_gen(const struct blob *b)
+{
+	return atomic_load_explicit(&((struct blob *)b)->bytes_gen, memory_order_acquire);
 }
 void blob_info(struct store *s, const struct blob *b, struct blob_info *out);
 /* Wait until @b is neither queued nor copying, at most @timeout_ms;

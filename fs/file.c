@@ -48,6 +48,9 @@ struct wfs_fh {
 	char *mem;                  /* OPEN: a refs file opened while the NAS was down:
 				     * its bytes, from the local record */
 	size_t mem_len;             /* OPEN */
+	unsigned bytes_gen; /* OPEN: the blob's bytes_gen (store.h) once the open's
+			     * sides were checked: a backing it registers holds
+			     * those bytes */
 	int backing_id; /* OPEN: > 0: the kernel reads the local copy itself */
 	int backing_nas; /* OPEN: ... or the NAS file (nas_passthrough) */
 	int pt_nas_fd;  /* OPEN: the NAS file passed through, for its cache
@@ -147,13 +150,24 @@ static int fh_local_fd(struct wfs *w, struct wfs_fh *fh, int *direct)
  * under the table lock) is given (-o nas_passthrough).  An inode passed
  * through to its NAS file stays so until its last open closes, even once
  * its blob is local.  The table lock also guards w->pt_warned and
- * w->pt_opens_total. */
-static void choose_mode(struct wfs *w, struct node *n, struct wfs_fh *fh, int local, int nas_fd)
+ * w->pt_opens_total.  Returns 0, or -ESTALE: the inode's passthrough opens
+ * read a backing since found not to hold the blob's bytes (a copy demoted,
+ * a NAS file replaced).  Joining them would serve those bytes to this
+ * open too, and the kernel takes no other kind of open of an inode with
+ * passthrough opens (a FOPEN_DIRECT_IO one gets EIO), so this inode
+ * serves no new open until they close.  An ESTALE open makes the kernel's
+ * open(2) look the path up again (LOOKUP_REVAL), and the lookup gives a
+ * new node (node_get): a new inode, served from the NAS. */
+static int choose_mode(struct wfs *w, struct node *n, struct wfs_fh *fh, int local, int nas_fd)
 {
 	char path[PATH_MAX + 64];
 	int id = 0, fd = -1, refused_now = 0;
 
 	pthread_mutex_lock(&w->nodes.lock);
+	if (node_backing_stale_locked(n)) {
+		pthread_mutex_unlock(&w->nodes.lock);
+		return -ESTALE;
+	}
 	if (n->pt_opens > 0) {
 		id = n->backing_id; /* join the opens already passed through */
 		fh->backing_nas = n->backing_nas;
@@ -168,6 +182,10 @@ static void choose_mode(struct wfs *w, struct node *n, struct wfs_fh *fh, int lo
 			snprintf(path, sizeof(path), "%s", fh->nas_path);
 			fd = dup(nas_fd);
 		}
+		if (fd >= 0 && blob_bytes_gen(fh->blob) != fh->bytes_gen) {
+			close(fd); /* its bytes changed while this open was made: daemon-served */
+			fd = -1;
+		}
 		if (fd >= 0) {
 			id = passthrough_open_backing(&w->pt, fd);
 			close(fd); /* the kernel holds its own reference */
@@ -180,6 +198,7 @@ static void choose_mode(struct wfs *w, struct node *n, struct wfs_fh *fh, int lo
 				id = 0;
 			}
 			n->backing_id = id;
+			n->backing_gen = fh->bytes_gen;
 			n->backing_nas = (uint8_t)(fh->backing_nas = id > 0 && !local);
 		}
 	}
@@ -193,6 +212,7 @@ static void choose_mode(struct wfs *w, struct node *n, struct wfs_fh *fh, int lo
 	}
 	fh->counted = 1;
 	pthread_mutex_unlock(&w->nodes.lock);
+	return 0;
 }
 
 /* The open is over (released, or its reply never reached the opener). */
@@ -443,10 +463,22 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		if (!local)
 			local = store_check_source(&w->store, fh->blob) &&
 				fh_local_fd(w, fh, &direct) >= 0;
+		/* After the checks (a demotion they made counts) and before the
+		 * files a backing is made of are opened. */
+		fh->bytes_gen = blob_bytes_gen(fh->blob);
 	}
 	if (w->opt.nas_passthrough && from_nas && !local)
 		open_nas_passthrough(w, fh, &st);
-	choose_mode(w, n, fh, local && !fh->mem, fh->pt_nas_fd);
+	r = choose_mode(w, n, fh, local && !fh->mem, fh->pt_nas_fd);
+	if (r < 0) {
+		node_path(n, path, sizeof(path));
+		wfs_log(w, LOG_WARNING, "open of %s refused (%s): earlier opens of it, still open, are "
+			"read by the kernel from a copy since demoted or a NAS file since replaced; "
+			"the name is looked up again to a new inode", path, strerror(-r));
+		fuse_reply_err(req, -r);
+		fh_free(w, fh);
+		return;
+	}
 	if (fh->backing_nas)
 		fh->pt_cached = cached_bytes(fh->pt_nas_fd);
 	set_keep_cache(w, n, fh, from_nas, &st, fi);

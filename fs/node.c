@@ -284,8 +284,12 @@ static int node_matches(const struct node *n, const struct node *parent, const c
 {
 	if (n->kind != e->kind)
 		return 0;
+	/* A file node whose backing went stale is passed over: the name gets
+	 * a new node, a new inode in the kernel, which new opens can use (the
+	 * kernel's open(2) of a path looks it up again after an ESTALE). */
 	if (e->kind == NS_FILE)
-		return n->dev == (uint64_t)e->st.st_dev && n->serial == (uint64_t)e->st.st_ino;
+		return n->dev == (uint64_t)e->st.st_dev && n->serial == (uint64_t)e->st.st_ino &&
+		       !node_backing_stale_locked(n);
 	return n->parent == parent && !strcmp(n->name, name);
 }
 
@@ -339,7 +343,7 @@ void node_forget(struct node_table *t, struct node *n, uint64_t nlookup)
 	pthread_mutex_lock(&t->lock);
 	n->nlookup = nlookup > n->nlookup ? 0 : n->nlookup - nlookup;
 	/* Free @n and every parent it leaves with neither lookups nor children. */
-	while (n && n != t->root && n->nlookup == 0 && n->children == 0) {
+	while (n && n != t->root && n->nlookup == 0 && (n->kind != NS_DIR || n->children == 0)) {
 		struct node *parent = n->parent;
 
 		htab_del(&t->nodes, &n->hl);

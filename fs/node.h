@@ -42,7 +42,11 @@ struct node {
 	struct hlink hl;      /* TABLE: in the table (core/htab.h) */
 	struct node *parent;  /* IMMUTABLE: referenced; NULL for the root */
 	uint64_t nlookup;     /* TABLE: the kernel's lookups */
-	uint32_t children;    /* TABLE: nodes whose parent this is */
+	union {
+		uint32_t children;    /* TABLE: DIR: nodes whose parent this is */
+		uint32_t backing_gen; /* TABLE: FILE: its blob's bytes_gen (store.h) when
+				       * backing_id was registered */
+	};
 	uint8_t kind;         /* IMMUTABLE: enum ns_kind */
 	uint8_t weights;      /* ATOMIC: FILE: reached by a name that may be copied
 			       * (hub_holds_weights), under any of its names */
@@ -69,6 +73,18 @@ struct node {
 	struct node_stat st;  /* TABLE: last attributes presented */
 	char name[];          /* IMMUTABLE: its name in the parent (FILE: the first seen) */
 };
+/* With the table lock held: does @n have passthrough opens whose backing
+ * may no longer hold its blob's bytes (a copy demoted, a NAS file replaced
+ * since it was registered)?  No open may join them, and the kernel takes
+ * no other kind of open of an inode with passthrough opens: such a node
+ * serves no new open (fs/file.c) and takes no new lookup (node_get). */
+static inline int node_backing_stale_locked(const struct node *n)
+{
+	struct blob *b = __atomic_load_n(&n->blob, __ATOMIC_ACQUIRE);
+
+	return n->kind == NS_FILE && n->pt_opens > 0 && b && n->backing_gen != blob_bytes_gen(b);
+}
+
 /* The clock of st_read: node_attr_fresh() allows two ticks of slack (the
  * rounding, and a batch classified ahead; fs/dir.c). */
 #define NODE_TICKS_PER_S 64u

@@ -398,15 +398,16 @@ int store_evict(struct store *s, struct blob *b, int force)
 	return r;
 }
 
-int store_local_read_error(struct store *s, struct blob *b, int err)
+int store_local_read_error(struct store *s, struct blob *b, unsigned copy_gen, int err)
 {
 	char path[PATH_MAX + 64], want[33], why[256];
 	int n = 0;
 
 	err = err < 0 ? -err : err;
 	pthread_mutex_lock(&s->lock);
-	if (b->state != BLOB_LOCAL) {
-		/* demoted already (another reader saw it first, or a check) */
+	if (b->state != BLOB_LOCAL || atomic_load(&b->copy_gen) != copy_gen) {
+		/* demoted already (another reader saw it first, or a check), or
+		 * the descriptor that failed was of a copy before this one */
 		pthread_mutex_unlock(&s->lock);
 		return 0;
 	}

@@ -182,6 +182,10 @@ struct blob {
 	 * gave the kernel to read at one value holds the blob's bytes while the
 	 * value lasts (fs/file.c: choose_mode). */
 	_Atomic unsigned bytes_gen;
+	/* ATOMIC: +1 whenever its local copy stops serving (demoted or
+	 * evicted): a descriptor of the copy opened at one value is of an
+	 * earlier copy at any other (a copy made again may have the same path). */
+	_Atomic unsigned copy_gen;
 	int pinned, explicit_req;   /* LOCK */
 	int in_queue;               /* LOCK: linked in the queue (maybe no longer QUEUED) */
 	int checked;                /* LOCK: source sample re-checked since start-up */
@@ -361,6 +365,11 @@ static inline unsigned blob_bytes_gen(const struct blob *b)
 {
 	return atomic_load_explicit(&((struct blob *)b)->bytes_gen, memory_order_acquire);
 }
+/* Its copy_gen now, without the lock. */
+static inline unsigned blob_copy_gen(const struct blob *b)
+{
+	return atomic_load_explicit(&((struct blob *)b)->copy_gen, memory_order_acquire);
+}
 void blob_info(struct store *s, const struct blob *b, struct blob_info *out);
 /* Wait until @b is neither queued nor copying, at most @timeout_ms;
  * returns its state then (tests, and callers that promised to wait). */
@@ -412,15 +421,18 @@ void store_count_passthrough_open(struct store *s);
 int store_check_source(struct store *s, struct blob *b);
 
 /* A read of @b's local copy failed with @err (EIO and friends; either
- * sign): the copy is bad.  Every LOCAL blob served from that file (one
- * file per content hash) is demoted -- reads go to the NAS from now on,
- * the changed hook drops the kernel's pages --, the file removed, the
- * reason "local copy unreadable: <error> (demoted; NAS bytes from now on)",
- * local_error set, the backoff counted as for a failed copy (an automatic
- * or pinned re-promotion waits for it), logged, the index marked dirty.
+ * sign): the copy is bad -- if it is the copy of @copy_gen (blob_copy_gen
+ * when the descriptor read was opened: an error of a copy since demoted or
+ * evicted says nothing of the one verified now).  Every LOCAL blob served
+ * from that file (one file per content hash) is demoted -- reads go to the
+ * NAS from now on, the changed hook drops the kernel's pages --, the file
+ * removed, the reason "local copy unreadable: <error> (demoted; NAS bytes
+ * from now on)", local_error set, the backoff counted as for a failed copy
+ * (an automatic or pinned re-promotion waits for it), logged, the index
+ * marked dirty.
  * No NAS I/O: a FUSE worker may call it.  Returns the number of blobs
- * demoted (0: @b was not LOCAL any more). */
-int store_local_read_error(struct store *s, struct blob *b, int err);
+ * demoted (0: @b was not LOCAL any more, or its copy was another). */
+int store_local_read_error(struct store *s, struct blob *b, unsigned copy_gen, int err);
 
 /* ---- the daemon's hooks (fs/file.c) ----
  * open: @b was opened by the mount-relative name @rel (may be NULL); it is

@@ -475,6 +475,7 @@ void store_demote_locked(struct store *s, struct blob *b, const char *why, int i
 	if (b->state != BLOB_LOCAL)
 		return;
 	b->state = BLOB_NAS;
+	atomic_fetch_add_explicit(&b->copy_gen, 1, memory_order_release);
 	if (invalidate) /* its bytes are wrong now (an evicted copy's are not) */
 		atomic_fetch_add_explicit(&b->bytes_gen, 1, memory_order_release);
 	if (copy_shared_locked(s, b)) {

@@ -24,7 +24,7 @@
 
 /* An open file.  It reads from whichever side its blob is on at the time
  * of each read: opened from the NAS, it moves to the local copy as soon as
- * the copy is verified, and back if the copy is demoted.  Both descriptors
+ * the copy is verified, and back if the copy is demoted.  Its descriptors
  * stay open until release, so a read in flight never loses its fd.
  * Who may touch a field (one rule each):
  *   OPEN   set by op_open before the open is answered, read-only after
@@ -37,8 +37,14 @@ struct wfs_fh {
 	struct node *node;          /* OPEN */
 	char *nas_path;             /* OPEN */
 	int nas_fd, nas_direct;     /* FH */
-	int local_fd, local_direct; /* FH */
-	int local_failed;           /* FH */
+	/* FH: the local copy of generation @local_gen (the blob's copy_gen,
+	 * store.h), or -1; @local_failed: it could not be opened.  Copies of
+	 * earlier generations stay open until release in @local_old, as a
+	 * read in flight may use them. */
+	int local_fd, local_direct;
+	unsigned local_gen;
+	int local_failed;
+	int local_old[4];
 	/* FH: the partial copy (partread.h), of generation @part_gen; those
 	 * of earlier generations stay open until release, as a read in
 	 * flight may use them */
@@ -118,26 +124,52 @@ static int fh_nas_fd(struct wfs *w, struct wfs_fh *fh, int *direct)
 	return fd;
 }
 
-static int fh_local_fd(struct wfs *w, struct wfs_fh *fh, int *direct)
+/* The blob's local copy verified now, opened once per copy: one demoted or
+ * evicted and copied again is another file (under the same name if its
+ * content hash is the same), opened afresh, the descriptor of the copy
+ * before set aside.  *@gen: the copy's generation (for
+ * store_local_read_error).  -errno: the NAS serves this read. */
+static int fh_local_fd(struct wfs *w, struct wfs_fh *fh, int *direct, unsigned *gen)
 {
 	char path[PATH_MAX + 64] = "";
-	int fd;
+	/* Before the path is taken: a copy that changes after is seen as
+	 * changed at the next read, never the reverse. */
+	unsigned now = blob_copy_gen(fh->blob);
+	int fd, slot = -1;
 
 	pthread_mutex_lock(&fh->lock);
-	if (fh->local_fd < 0 && !fh->local_failed) {
-		fd = store_local_path(&w->store, fh->blob, path, sizeof(path));
-		if (fd == 0)
-			fd = open_local_direct(path, &fh->local_direct);
-		if (fd < 0) {
+	if (fh->local_gen != now) {
+		/* The copy it opened (or could not open) stopped serving since. */
+		for (int i = 0; i < 4 && fh->local_fd >= 0 && slot < 0; i++)
+			if (fh->local_old[i] < 0)
+				slot = i;
+		fh->local_failed = 0;
+		if (slot >= 0) {
+			fh->local_old[slot] = fh->local_fd;
+			fh->local_fd = -1;
+		} else if (fh->local_fd >= 0) {
+			fh->local_failed = 1; /* copies came and went: this open reads the NAS */
+			wfs_log(w, LOG_WARNING, "open local copy of %s: this open still holds 5 "
+				"copies since demoted or evicted; reading the NAS", fh->nas_path);
+		}
+		fh->local_gen = now;
+	}
+	/* (the store's -ENOENT: not LOCAL now, a read that raced a demotion:
+	 * no copy failed) */
+	if (!fh->local_failed && fh->local_fd < 0 &&
+	    store_local_path(&w->store, fh->blob, path, sizeof(path)) == 0) {
+		if ((fd = open_local_direct(path, &fh->local_direct)) >= 0) {
+			fh->local_fd = fd;
+		} else {
+			/* until the next copy (this one evicted under the open, say) */
 			fh->local_failed = 1;
 			wfs_log(w, LOG_WARNING, "open local copy %s of %s: %s; reading the NAS",
 				path, fh->nas_path, strerror(-fd));
-		} else {
-			fh->local_fd = fd;
 		}
 	}
-	fd = fh->local_fd;
+	fd = fh->local_failed ? -EIO : fh->local_fd >= 0 ? fh->local_fd : -ENOENT;
 	*direct = fh->local_direct;
+	*gen = fh->local_gen;
 	pthread_mutex_unlock(&fh->lock);
 	return fd;
 }
@@ -254,6 +286,9 @@ static void fh_free(struct wfs *w, struct wfs_fh *fh)
 		close(nas_fd);
 	if (local_fd >= 0)
 		close(local_fd);
+	for (int i = 0; i < 4; i++)
+		if (fh->local_old[i] >= 0)
+			close(fh->local_old[i]);
 	if (fh->part_fd >= 0)
 		close(fh->part_fd);
 	for (int i = 0; i < 4; i++)
@@ -300,8 +335,9 @@ static int open_without_nas(struct wfs *w, struct wfs_fh *fh, struct stat *st)
 	struct record_entry *re;
 	char rel[PATH_MAX];
 	int direct, r = -EIO;
+	unsigned gen;
 
-	if (fh->blob && blob_state(fh->blob) == BLOB_LOCAL && fh_local_fd(w, fh, &direct) >= 0) {
+	if (fh->blob && blob_state(fh->blob) == BLOB_LOCAL && fh_local_fd(w, fh, &direct, &gen) >= 0) {
 		node_attr(&w->nodes, fh->node, st);
 		nas_gate_count_record(&w->gate);
 		return 1;
@@ -364,7 +400,7 @@ static struct wfs_fh *fh_new(struct wfs *w, struct node *n)
 	pthread_mutex_init(&fh->lock, NULL);
 	fh->nas_fd = fh->local_fd = fh->pt_nas_fd = fh->part_fd = -1;
 	for (int i = 0; i < 4; i++)
-		fh->part_old[i] = -1;
+		fh->part_old[i] = fh->local_old[i] = -1;
 	fh->node = n;
 	fh->blob = node_blob(w, n);
 	node_backing(&w->nodes, n, path, sizeof(path));
@@ -419,6 +455,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct wfs_fh *fh;
 	struct stat st;
 	int r, direct, local = 0, from_nas = 1;
+	unsigned gen;
 
 	if (n->kind != NS_FILE) {
 		fuse_reply_err(req, n->kind == NS_DIR ? EISDIR : ELOOP);
@@ -462,7 +499,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 			store_source_attrs(&w->store, fh->blob, &st);
 		if (!local)
 			local = store_check_source(&w->store, fh->blob) &&
-				fh_local_fd(w, fh, &direct) >= 0;
+				fh_local_fd(w, fh, &direct, &gen) >= 0;
 		/* After the checks (a demotion they made counts) and before the
 		 * files a backing is made of are opened. */
 		fh->bytes_gen = blob_bytes_gen(fh->blob);
@@ -666,6 +703,7 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	struct wfs *w = W(req);
 	struct blob *b = fh->blob;
 	int fd = -1, direct = 0, r;
+	unsigned gen;
 
 	__atomic_add_fetch(&N(w, ino)->daemon_reads, 1, __ATOMIC_RELAXED);
 	if (fh->mem) {
@@ -679,7 +717,7 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	}
 	/* Nothing of fh may be touched after the reply: the file can be
 	 * released as soon as the kernel has the bytes. */
-	if (b && blob_state(b) == BLOB_LOCAL && (fd = fh_local_fd(w, fh, &direct)) >= 0) {
+	if (b && blob_state(b) == BLOB_LOCAL && (fd = fh_local_fd(w, fh, &direct, &gen)) >= 0) {
 		store_note_read(&w->store, b, size, 1);
 		r = read_local(req, fd, size, off, !direct, atomic_load(&b->size));
 		if (r == 0)
@@ -688,7 +726,7 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		 * demotes it and logs why).  Anything else (ENOMEM): this read
 		 * only goes to the NAS. */
 		if (r == -EIO)
-			store_local_read_error(&w->store, b, r);
+			store_local_read_error(&w->store, b, gen, r);
 	}
 	if (b && atomic_load(&b->part_bytes) && read_partial(req, w, fh, size, off) == 0)
 		return;

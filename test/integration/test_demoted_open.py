@@ -19,6 +19,16 @@ bytes once the daemon has said the blob is on the NAS again.
                    (/proc/self/fd) gets ESTALE; once A is closed, opens
                    read the NAS's bytes.  For a source renamed over (new
                    bytes) and for a corrupt copy (source unchanged).
+  DaemonServedHeld an open A made while the blob is on the NAS is served by
+                   the daemon, which reads whatever copy is verified at
+                   each read.  Across promote, demote, promote again it
+                   must read the copy verified now, never the descriptor of
+                   the copy it met first: for a source renamed over (the
+                   new copy has other bytes) and for a corrupt copy
+                   demoted and copied again (the new copy has the same
+                   content hash, so the same path in LOCAL_STORE); and a
+                   copy A could not open (removed behind the store's back)
+                   does not keep A on the NAS once the next copy serves.
 
 The mount's entry_timeout is long, so the kernel keeps A's dentry and a
 path open meets A's inode unless the daemon sends it elsewhere.  Waits are
@@ -37,7 +47,8 @@ from wfstest import ctl_check, errname, run_wfsctl, state_of  # noqa: E402
 
 MiB = 1 << 20
 REPO = "models--acme--demoted"
-NAMES = ("pt-renamed.safetensors", "pt-corrupt.safetensors")
+NAMES = ("pt-renamed.safetensors", "pt-corrupt.safetensors",
+         "ds-renamed.safetensors", "ds-corrupt.safetensors", "ds-missing.safetensors")
 SIZE = {n: 3 * MiB + 4321 + 17 * i for i, n in enumerate(NAMES)}  # a copy's size names its file
 OLD = {n: wfstest.det_bytes("old " + n, SIZE[n]) for n in NAMES}
 NEW = {n: wfstest.det_bytes("new " + n, SIZE[n]) for n in NAMES}  # same size: no size check helps
@@ -210,6 +221,82 @@ class PassthroughHeld(Base):
             self.verify(full=True)
             self.assertFalse(os.path.exists(copy), "the corrupt copy is still in LOCAL_STORE")
         self.held_across_demotion(demote, OLD[self.name])
+
+
+# ------------------------------------------------------------------ 2
+
+class DaemonServedHeld(Base):
+    """Bug: a daemon-served open kept the descriptor of the first copy it
+    read, across demotion and a new promotion."""
+
+    def held_across_two_promotions(self, demote, want):
+        a = os.open(self.path, os.O_RDONLY)
+        try:
+            self.assertEqual(wfstest.passthrough_opens(self.path), 0, "A, on the NAS, passed through")
+            self.assertEqual(pread_all(a), OLD[self.name], "A on the NAS")
+            self.promote("first")
+            wfstest.drop_caches()
+            self.assertEqual(pread_all(a), OLD[self.name], "A on the first copy")
+            first = self.the_copy()
+
+            demote()
+            self.promote("second")
+            second = self.the_copy()
+            wfstest.drop_caches()
+            got = pread_all(a)
+            self.assertTrue(got == want, "A, held across demote and promote (copies %s, then %s), "
+                            "read %s" % (first, second, what(got, self.name)))
+            self.assertEqual(wfstest.passthrough_opens(self.path), 0)
+            fresh = wfstest.read_file(self.path)
+            self.assertTrue(fresh == want, "a fresh open read %s" % what(fresh, self.name))
+            self.assertEqual(state_of(self.path), "local", "a read of A demoted the good copy")
+        finally:
+            os.close(a)
+        self.assertEqual(wfstest.read_file(self.path), want, "after A closed")
+        self.assertEqual(state_of(self.path), "local")
+
+    def test_source_renamed_over(self):
+        self.use("ds-renamed.safetensors")
+
+        def demote():
+            self.rename_new_over_source()
+            # an open shows the daemon the new attributes: the copy is demoted
+            os.close(os.open(self.path, os.O_RDONLY))
+            self.assertEqual(state_of(self.path), "nas", "after an open saw the new source")
+        self.held_across_two_promotions(demote, NEW[self.name])
+
+    def test_copy_corrupt_then_copied_again(self):
+        self.use("ds-corrupt.safetensors")
+
+        def demote():
+            self.corrupt_copy()
+            self.verify(full=True)
+        self.held_across_two_promotions(demote, OLD[self.name])
+
+    def test_copy_missing_then_copied_again(self):
+        """A copy A could not open (gone behind the store's back) does not
+        keep A off the next copy."""
+        self.use("ds-missing.safetensors")
+        size = SIZE[self.name]
+        a = os.open(self.path, os.O_RDONLY)
+        try:
+            self.assertEqual(pread_all(a), OLD[self.name], "A on the NAS")
+            self.promote("first")
+            os.unlink(self.the_copy())
+            wfstest.drop_caches()
+            self.assertEqual(pread_all(a), OLD[self.name], "A, its copy gone")
+            self.verify(full=True)
+            self.promote("second")
+            wfstest.drop_caches()
+            l0, n0 = wfstest.served_bytes(self, Fix.mnt)
+            got = pread_all(a)
+            l1, n1 = wfstest.served_bytes(self, Fix.mnt)
+        finally:
+            os.close(a)
+        self.assertTrue(got == OLD[self.name], "A on the second copy read %s" % what(got, self.name))
+        self.assertEqual((l1 - l0 >= size, n1 - n0), (True, 0),
+                         "A on the second copy: served %d local bytes, %d NAS bytes (the copy it "
+                         "could not open kept it on the NAS?)" % (l1 - l0, n1 - n0))
 
 
 if __name__ == "__main__":

@@ -273,6 +273,7 @@ static void test_local_error(struct check_count *c)
 	char local[PATH_MAX * 2], data[PATH_MAX * 2];
 	const struct blob_info *in;
 	int64_t t0;
+	unsigned gen;
 
 	snprintf(local, sizeof(local), "%s/llocal", top);
 	mkdir(local, 0755);
@@ -295,7 +296,10 @@ static void test_local_error(struct check_count *c)
 	blob_set_fs_ino(y, 42);
 	store_sync(&s);
 	t0 = store_now_ms();
-	CHECK(c, store_local_read_error(&s, x, EIO) == 2, "both blobs of the bad file demoted");
+	gen = blob_copy_gen(x);
+	CHECK(c, store_local_read_error(&s, x, gen + 1, EIO) == 0 && blob_state(x) == BLOB_LOCAL,
+	      "an error of another copy than x's own: nothing to do");
+	CHECK(c, store_local_read_error(&s, x, gen, EIO) == 2, "both blobs of the bad file demoted");
 	CHECK(c, blob_state(x) == BLOB_NAS && blob_state(y) == BLOB_NAS &&
 	      blob_state(z) == BLOB_LOCAL, "x, y on the NAS; z untouched");
 	CHECK(c, count_files(data) == 1, "the bad copy removed: %d files", count_files(data));
@@ -316,13 +320,16 @@ static void test_local_error(struct check_count *c)
 	pthread_mutex_lock(&s.lock);
 	CHECK(c, s.index_dirty, "the index is behind");
 	pthread_mutex_unlock(&s.lock);
-	CHECK(c, store_local_read_error(&s, x, -EIO) == 0, "a second report: nothing to do");
+	CHECK(c, store_local_read_error(&s, x, gen, -EIO) == 0, "a second report: nothing to do");
 	/* an automatic re-promotion waits for the backoff; a user's does not */
 	store_promote(&s, x, 0, 0);
 	CHECK(c, blob_state(x) == BLOB_NAS, "automatic request held back: %s",
 	      blob_state_name(blob_state(x)));
 	store_promote(&s, x, 0, 1);
 	CHECK(c, wait_settled(&s, x) == BLOB_LOCAL, "a user's request copies at once");
+	CHECK(c, blob_copy_gen(x) == gen + 1, "one copy_gen since: %u, was %u", blob_copy_gen(x), gen);
+	CHECK(c, store_local_read_error(&s, x, gen, EIO) == 0 && blob_state(x) == BLOB_LOCAL,
+	      "a late error of the demoted copy does not demote the new one");
 	in = info(&s, x);
 	CHECK(c, !in->local_error && !in->fail_count && !in->retry_at_ms && !in->reason[0],
 	      "a verified copy clears it all: %d %u", in->local_error, in->fail_count);

@@ -12,6 +12,12 @@
  * a NAS error is reported to the gate, and the backoff starts (store.h,
  * enum store_who).  The worker holds no store lock while it copies: a NAS
  * read that hangs holds the worker and its reservation, nothing else.
+ *
+ * A copy reads the file it opened.  If the store sees new attributes of
+ * the source meanwhile (a reader's stat or open after the NAS rewrote the
+ * file, or renamed another over it), the copy may hold the old bytes, or
+ * some of each: it is not made LOCAL, and its file leaves data/ (FAILED,
+ * "source changed during the copy"; copied again when asked).
  */
 #include "store.h"
 #include "store_int.h"
@@ -132,11 +138,38 @@ static uint64_t copy_rate(struct store *s, int auto_copy)
 	return policy_share(total, s->auto_max);
 }
 
-static void copy_done_locked(struct store *s, struct blob *b, int r, uint64_t size,
-			     const struct fetch_result *res, const char *key, const char *id)
+/* The copy of @b renamed into data/ as @xxh does not serve (its source
+ * changed while it was made): its file goes, unless a LOCAL blob is served
+ * from that name -- the publish replaced their file with this one, of the
+ * same bytes (one file per content hash), so it is what proves them now. */
+static void unpublish_locked(struct store *s, struct blob *b, const char *xxh)
 {
-	if (r == 0 && b->size == size) {
-		verify_record_locked(s, b, res);
+	char path[PATH_MAX + 64];
+	struct stat st;
+	int shared = 0;
+
+	snprintf(path, sizeof(path), "%s/%.2s/%s", s->data_dir, xxh, xxh);
+	if (lstat(path, &st) < 0 || !S_ISREG(st.st_mode))
+		return;
+	STORE_EACH(s, o)
+		if (o != b && o->state == BLOB_LOCAL && !strcmp(o->xxh, xxh)) {
+			file_proof_take(&o->copy, &st);
+			shared = 1;
+		}
+	if (shared)
+		store_dirty_locked(s);
+	else if (unlink(path) < 0)
+		store_log_msg(s, LOG_WARNING, "cannot remove %s: %s", path, strerror(errno));
+}
+
+static void copy_done_locked(struct store *s, struct blob *b, int r, uint64_t size,
+			     const struct source_at *at, const struct fetch_result *res,
+			     const char *key, const char *id)
+{
+	int changed = r == 0 && (b->size != size || source_changed_locked(b, at));
+
+	if (r == 0 && !changed) {
+		verify_record_locked(s, b, res, 1);
 		store_backoff_clear_locked(b);
 		b->reason[0] = '\0';
 		b->hold = HOLD_NONE;
@@ -150,6 +183,8 @@ static void copy_done_locked(struct store *s, struct blob *b, int r, uint64_t si
 		store_log_msg(s, LOG_INFO, "verified %s (%s): local copy %s", key, id, res->xxh);
 		return;
 	}
+	if (changed)
+		unpublish_locked(s, b, res->xxh);
 	store_reset_hot_locked(s, b);
 	if (r == -ECANCELED) {
 		b->state = BLOB_NAS;
@@ -174,8 +209,12 @@ static void copy_done_locked(struct store *s, struct blob *b, int r, uint64_t si
 			  b->reason);
 	} else {
 		b->state = BLOB_FAILED;
-		if (r == 0)
+		if (r == 0 && b->size != size)
 			snprintf(b->reason, sizeof(b->reason), "source size changed during copy");
+		else if (r == 0)
+			snprintf(b->reason, sizeof(b->reason), "source changed during the copy (the "
+				 "NAS shows a new mtime or ctime): the copy may hold the old bytes "
+				 "and is not used");
 		else
 			snprintf(b->reason, sizeof(b->reason), "%s",
 				 res->reason[0] ? res->reason : strerror(-r));
@@ -231,10 +270,12 @@ static int adopt_one(struct store *s, struct blob *b)
 	char key[PATH_MAX], id[NAME_MAX + 1];
 	int auto_copy = !b->explicit_req, r;
 	struct fetch_result res;
+	struct source_at at;
 	uint64_t size = b->size, rate;
 
 	snprintf(key, sizeof(key), "%s", b->key);
 	snprintf(id, sizeof(id), "%s", b->id);
+	source_at_locked(b, &at); /* what the hash below vouches for */
 	b->state = BLOB_COPYING;
 	s->auto_running += auto_copy;
 	s->started++;
@@ -265,7 +306,7 @@ static int adopt_one(struct store *s, struct blob *b)
 		atomic_store(&b->prog.bytes_done, 0);
 		return 0;
 	}
-	copy_done_locked(s, b, r, size, &res, key, id);
+	copy_done_locked(s, b, r, size, &at, &res, key, id);
 	return 1;
 }
 
@@ -275,6 +316,7 @@ static void copy_one(struct store *s, struct blob *b)
 	char key[PATH_MAX], id[NAME_MAX + 1], tmp[PATH_MAX + 64], why[256];
 	int auto_copy = !b->explicit_req, evicted = 0, r;
 	struct fetch_result res;
+	struct source_at at;
 	uint64_t size, rate;
 
 	if (same_name_local_locked(s, b) && adopt_one(s, b)) {
@@ -285,6 +327,7 @@ static void copy_one(struct store *s, struct blob *b)
 	snprintf(key, sizeof(key), "%s", b->key);
 	snprintf(id, sizeof(id), "%s", b->id);
 	size = b->size;
+	source_at_locked(b, &at);
 	if (space_reserve_locked(s, b, store_charge(s, b->size), &b->reserved, why, sizeof(why),
 				 &evicted) < 0) {
 		b->state = BLOB_NAS;
@@ -335,7 +378,7 @@ static void copy_one(struct store *s, struct blob *b)
 	free(b->tmp);
 	b->tmp = NULL;
 	s->auto_running -= auto_copy;
-	copy_done_locked(s, b, r, size, &res, key, id);
+	copy_done_locked(s, b, r, size, &at, &res, key, id);
 	/* wfsctl evict came after the copy last looked at the cancel flag:
 	 * the operator was told it went to the NAS, so it goes, as a local
 	 * copy evicted then would (its file kept if another blob shares it,

@@ -99,9 +99,24 @@ int verify_loaded_locked(struct store *s, struct blob *b);
  * start.  Kept copies are unchecked: the sweep and the first open check
  * them.  Returns the number dropped. */
 size_t verify_sources_loaded(struct store *s);
-/* A copy just verified by fetch_copy_verify and renamed into data/:
- * record what proves it (its hashes; its identity, taken now). */
-void verify_record_locked(struct store *s, struct blob *b, const struct fetch_result *res);
+/* The source's attributes as the store knows them when a copy begins: the
+ * copy is evidence about that file only.  source_changed_locked: the store
+ * has seen other ones since (a reader's stat or open, source_attrs_locked
+ * in store.c): the NAS file was rewritten or another renamed over it while
+ * it was copied, so the copy may hold the old bytes, or some of each. */
+struct source_at {
+	struct timespec mtime, ctime;
+};
+void source_at_locked(const struct blob *b, struct source_at *at);
+int source_changed_locked(const struct blob *b, const struct source_at *at);
+/* A copy just verified (fetch_copy_verify, or a partial file hashed whole)
+ * and renamed into data/: record what proves it (its hashes; its identity,
+ * taken now).  @checked: its sample is the source's identity as the store
+ * knows the source now (a copy made under the attributes the store still
+ * holds); 0: the source is sampled again before the copy serves an open
+ * (store_check_source) and by the sweep. */
+void verify_record_locked(struct store *s, struct blob *b, const struct fetch_result *res,
+			  int checked);
 /* A thread: every source checked once, then every copy the index could
  * not prove re-hashed. */
 void *store_recheck_sweep(void *arg);

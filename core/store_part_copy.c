@@ -269,7 +269,7 @@ static int adopt(struct store *s, struct blob *b)
 		adopt_failed_locked(s, b, r, why[0] ? why : res.reason[0] ? res.reason : strerror(-r));
 		return 0;
 	}
-	verify_record_locked(s, b, &res);
+	verify_record_locked(s, b, &res, 1);
 	store_backoff_clear_locked(b);
 	b->reason[0] = '\0';
 	b->hold = HOLD_NONE;

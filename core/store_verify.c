@@ -5,7 +5,10 @@
  *   copy time    fetch_copy_verify (fetch.c); its result is recorded here
  *                (verify_record_locked): the copy's XXH3-128, its identity
  *                on disk (inode, mtime, ctime; a write changes the ctime)
- *                and the source's identity (size + sampled hash, hash.h)
+ *                and the source's identity (size + sampled hash, hash.h).
+ *                A copy whose source showed new attributes while it was
+ *                made (source_changed_locked) is not published: its bytes
+ *                may be the old file's (store_copy.c, store_part_copy.c)
  *   start-up     verify_loaded_locked: the copy still has the recorded
  *                size, else the record is dropped; a copy whose identity
  *                is not the recorded one (or none was: a version 1 index)
@@ -82,14 +85,30 @@ static void prove_locked(struct blob *b, const struct stat *st)
 	file_proof_take(&b->copy, st);
 }
 
-void verify_record_locked(struct store *s, struct blob *b, const struct fetch_result *res)
+void source_at_locked(const struct blob *b, struct source_at *at)
+{
+	at->mtime = b->nas_mtime;
+	at->ctime = b->nas_ctime;
+}
+
+int source_changed_locked(const struct blob *b, const struct source_at *at)
+{
+	return !same_ts(&b->nas_mtime, &at->mtime) || !same_ts(&b->nas_ctime, &at->ctime);
+}
+
+void verify_record_locked(struct store *s, struct blob *b, const struct fetch_result *res,
+			  int checked)
 {
 	char local[PATH_MAX + 64];
 	struct stat st;
 
 	snprintf(b->xxh, sizeof(b->xxh), "%s", res->xxh);
 	snprintf(b->sample, sizeof(b->sample), "%s", res->sample);
-	b->checked = 1; /* the sample was taken from the bytes just copied */
+	/* The sample was taken from the bytes just copied: the source's
+	 * identity only if the NAS showed no new attributes since. */
+	b->checked = checked;
+	if (!checked)
+		s->recheck_wanted = 1;
 	b->copy.ino = 0;
 	/* After the rename into data/ (a rename changes the ctime). */
 	if (store_local_path_locked(s, b, local, sizeof(local)) < 0 || copy_stat(local, &st) < 0)

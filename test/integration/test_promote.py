@@ -12,6 +12,9 @@ read counter of the NAS's own block device.
   Mismatch        a blob whose bytes do not match its SHA-256 name
   EqualSizePacks  two equal-size real files with different content
   SourceChanged   NAS bytes rewritten under the same name, size and mtime
+  ReplacedMidCopy a real file (no content address) replaced on the NAS by
+                  same-size new bytes while it is copied, the change seen
+                  through the mount: the old copy never serves
   DryRunPinEvict  promote --dry-run, --pin, evict (refused), evict --force
 """
 
@@ -34,6 +37,10 @@ MiB = 1 << 20
 # a couple of seconds under its readers, fast enough for the rest.
 FIX = wfstest.HubFixture(options=("promote_mbps=8", "auto_promote=off"), scale_mib=40, many=0, mount=False)
 CORRUPT = {}   # the blob altered before mounting (Mismatch)
+# ReplacedMidCopy: a real file in the packs snapshot (its name is no content
+# address: only the source's identity can tell its bytes changed), big
+# enough that its copy at promote_mbps=8 takes about two seconds
+RACE = {"size": 16 * MiB}
 
 
 def setUpModule():
@@ -54,6 +61,10 @@ def setUpModule():
             f.flush()
             os.fsync(f.fileno())
         CORRUPT.update(entry=e, nas=p)
+        pack = next(e for e in FIX.of("file") if "/packs/pack-" in e["path"])
+        RACE["rel"] = os.path.join(os.path.dirname(pack["path"]), "pack-race.bin")
+        with open(FIX.n(RACE["rel"]), "wb") as f:
+            f.write(b"F" * RACE["size"])
         FIX.mount = wfstest.Mount(FIX.hub, FIX.local, FIX.mnt, FIX.options).start()
         wfstest.wait_ctl(FIX.mnt)
     except BaseException:
@@ -491,6 +502,68 @@ class SourceChanged(unittest.TestCase):
         self.assertTrue(got == new, "an open right after the NAS change reads %s bytes"
                         % ("the OLD (stale local copy)" if got == old else "wrong"))
         self.assertEqual(state_of(path), "nas", "state after the source changed")
+
+
+class ReplacedMidCopy(unittest.TestCase):
+    def test_source_replaced_while_copied_is_not_served_old(self):
+        # The copy reads the file it opened (the old one, FFFF...), so it
+        # ends with a good copy of bytes the NAS no longer holds.  A reader
+        # sees the new file (GGGG...) meanwhile, and with it its new mtime
+        # and ctime: that copy must never serve.
+        size, path, nas = RACE["size"], FIX.m(RACE["rel"]), FIX.n(RACE["rel"])
+        old, new = b"F" * size, b"G" * size
+        self.assertTrue(wfstest.read_file(path) == old, "the file does not read FFFF before")
+        self.addCleanup(run_wfsctl, ["evict", "--force", path])
+        key = os.path.realpath(nas)
+        ctl_check(self, ["promote", path])
+
+        def copy_of():
+            for c in ctl_json(self, ["status", FIX.mnt]).get("copies", []):
+                if c.get("key") == key:
+                    return c
+            return None
+        under_way = wfstest.wait_until(lambda: (copy_of() or {}).get("bytes_done", 0) > 0, 60, 0.02)
+        self.assertTrue(under_way, "the copy of %s never got under way (state %s)"
+                        % (RACE["rel"], state_of(path)))
+        tmp = nas + ".new"
+        with open(tmp, "wb") as f:
+            f.write(new)
+            f.flush()
+            os.fsync(f.fileno())
+        os.rename(tmp, nas)
+        os.stat(path)
+        got = wfstest.read_file(path)          # an open: the daemon sees the new attributes
+        self.assertTrue(got == new, "during the copy, a read after the NAS change reads %s bytes"
+                        % ("the OLD" if got == old else "wrong"))
+        mid = copy_of()
+        self.assertTrue(mid and mid.get("bytes_done", 0) < size,
+                        "the copy ended before the change was seen: the test proves nothing; "
+                        "slow it down (%s)" % mid)
+
+        st = wait_state(path, ("nas", "failed", "local", "mismatch"), 120)
+        self.assertIn(st, ("nas", "failed", "local"), "the copy did not settle")
+        self.assertNotEqual(st, "local", "the copy of the OLD bytes was made local after the source "
+                            "showed new attributes during the copy")
+        got = wfstest.read_file(path)
+        self.assertTrue(got == new, "after the copy a new open reads %s bytes"
+                        % ("the OLD (a copy of the replaced file)" if got == old else "wrong"))
+        wfstest.drop_caches()
+        self.assertTrue(wfstest.read_file(path) == new, "after dropping caches: not the new bytes")
+        flagged = [f for f in ctl_json(self, ["status", FIX.mnt]).get("flagged", [])
+                   if f.get("key") == key]
+        self.assertTrue(flagged and "changed" in flagged[0].get("reason", ""),
+                        "status does not say the source changed during the copy: %s" % flagged)
+        old_sha = hashlib.sha256(old).hexdigest()
+        left = [rel for rel in wfstest.store_files(FIX.local)
+                if wfstest.sha256_file(os.path.join(FIX.local, "data", rel))[0] == old_sha]
+        self.assertEqual(left, [], "a copy of the replaced bytes stays in LOCAL_STORE/data")
+        self.assertEqual(wfstest.tmp_entries(FIX.local), [], "LOCAL_STORE/tmp not empty")
+
+        # asked again: a copy of what the NAS holds now
+        ctl_check(self, ["promote", "--wait", path])
+        self.assertEqual(state_of(path), "local")
+        wfstest.drop_caches()
+        self.assertTrue(wfstest.read_file(path) == new, "the new copy does not read the new bytes")
 
 
 # ------------------------------------------------------------------ 8

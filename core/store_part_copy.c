@@ -43,9 +43,10 @@ static int open_part(const char *path, uint64_t size)
 	return fd;
 }
 
-/* The copy of @w ended with @r: the lists follow.  Lock held. */
-static void copied_locked(struct store *s, struct blob *b, struct brange w, int r,
-			  const struct fetch_result *res, const struct stat *st)
+/* The copy of @w ended with @r: the lists follow.  @changed: the store saw
+ * new attributes of the source while it was copied.  Lock held. */
+static void copied_locked(struct store *s, struct blob *b, struct brange w, int r, int changed,
+			  struct fetch_result *res, const struct stat *st)
 {
 	struct blob_part *p = b->part;
 
@@ -53,6 +54,23 @@ static void copied_locked(struct store *s, struct blob *b, struct brange w, int 
 		part_drop_locked(s, b, "source changed (sampled hash differs from its other "
 				 "ranges')");
 		return;
+	}
+	if (r == 0 && changed) {
+		/* The range (and the sample with it) may be the old file's, or
+		 * some of each: never listed.  The ranges listed before are
+		 * checked against the source before they serve an open (the
+		 * new attributes left it unchecked). */
+		char path[PATH_MAX + 64];
+		int fd;
+
+		r = -ESTALE;
+		snprintf(res->reason, sizeof(res->reason), "source changed during the copy (the NAS "
+			 "shows a new mtime or ctime): the range may hold the old bytes");
+		part_path_locked(s, b, path, sizeof(path));
+		if ((fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW)) >= 0) {
+			punch(fd, w.off, w.len);
+			close(fd);
+		}
 	}
 	if (r == 0)
 		r = part_insert_locked(p, w.off, w.len, res->xxh);
@@ -68,7 +86,9 @@ static void copied_locked(struct store *s, struct blob *b, struct brange w, int 
 	if (p->n == 1)
 		snprintf(b->sample, sizeof(b->sample), "%s", res->sample);
 	file_proof_take(&p->proof, st);
-	b->checked = 1; /* the identity was taken just now */
+	/* the identity was taken just now, and the store saw no new
+	 * attributes of the source meanwhile (else @changed) */
+	b->checked = 1;
 	s->part_copied++;
 	s->part_bytes_copied += w.len;
 	p->want_done += w.len;
@@ -90,6 +110,7 @@ static void copy_want(struct store *s, struct blob *b)
 	char key[PATH_MAX], path[PATH_MAX + 64] = "", why[256];
 	struct fetch_result res = { 0 };
 	struct stat st = { 0 };
+	struct source_at at;
 	unsigned gen = p->gen;
 	uint64_t size = b->size;
 	int evicted = 0, fd, r;
@@ -100,9 +121,10 @@ static void copy_want(struct store *s, struct blob *b)
 		s->no_room++;
 		r = -ENOSPC;
 		snprintf(res.reason, sizeof(res.reason), "no room: %s", why);
-		copied_locked(s, b, w, r, &res, &st);
+		copied_locked(s, b, w, r, 0, &res, &st);
 		return;
 	}
+	source_at_locked(b, &at);
 	snprintf(key, sizeof(key), "%s", b->key);
 	part_path_locked(s, b, path, sizeof(path));
 	p->copying = 1;
@@ -142,7 +164,7 @@ static void copy_want(struct store *s, struct blob *b)
 	}
 	if (r == -EUCLEAN)
 		part_drop_locked(s, b, "partial file not of the blob's size");
-	copied_locked(s, b, w, r, &res, &st);
+	copied_locked(s, b, w, r, source_changed_locked(b, &at), &res, &st);
 }
 
 /* Loaded without a matching identity: every range re-hashed, the bytes no
@@ -269,7 +291,10 @@ static int adopt(struct store *s, struct blob *b)
 		adopt_failed_locked(s, b, r, why[0] ? why : res.reason[0] ? res.reason : strerror(-r));
 		return 0;
 	}
-	verify_record_locked(s, b, &res, 1);
+	/* The ranges' sample is the source's identity only as long as no
+	 * new attributes were seen since it was last checked: an unchecked
+	 * source stays so, and is sampled before the copy serves an open. */
+	verify_record_locked(s, b, &res, b->checked);
 	store_backoff_clear_locked(b);
 	b->reason[0] = '\0';
 	b->hold = HOLD_NONE;

@@ -37,6 +37,9 @@ wfs with -o auto_promote=off on a LOCAL_STORE of its own (partial_fix.py).
                  stfile.part_ranges' (dry run and after the copy); reads equal
   LocalDisk      reads inside a local range read 0 sectors from the NAS
                  device; a byte outside one does read it
+  ReplacedMidRange  a real file replaced on the NAS by same-size new bytes
+                 while its first range is copied, the change seen through
+                 the mount: the range is not listed, reads give the new bytes
 
 Waits are on what the daemon reports (xattrs, progress, status), never
 sleeps.
@@ -45,6 +48,7 @@ sleeps.
 import mmap
 import os
 import random
+import shutil
 import sys
 import time
 
@@ -604,6 +608,61 @@ class LocalDisk(PartialCase):
                          "NAS device %s" % (s1 - s0, Fix.loop.dev))
         self.assertGreater(s3 - s2, 0, "control: a byte outside every range read nothing from the "
                            "NAS device; the counter proves nothing")
+
+
+# ================================================================ 10
+
+class ReplacedMidRange(PartialCase):
+    OPTS = ("auto_promote=off", "promote_mbps=2")   # a 6 MiB range takes ~3 s
+    REPO = "models--acme--rangerace"
+
+    def test_range_copied_while_the_source_was_replaced(self):
+        # A range copy reads the file it opened (FFFF...); the NAS renames
+        # same-size new bytes (GGGG...) over it and a reader sees them: the
+        # range, and the sample it was taken with, must not be listed.
+        size, rng = 8 * MiB, (0, 6 * MiB)
+        old, new = b"F" * size, b"G" * size
+        wfstest.make_hf_repo(Fix.hub, self.REPO, {"r.bin": old}, real=("r.bin",))
+        self.addCleanup(shutil.rmtree, os.path.join(Fix.hub, self.REPO), True)
+        rel = snap_rel(self.REPO, "r.bin")
+        nas = os.path.join(Fix.hub, rel)
+        self.start()
+        path = self.p(rel)
+        self.assertTrue(wfstest.read_file(path) == old, "the file does not read FFFF before")
+        key = self.key_of(rel)
+        self.promote_ok(rel, [rng])
+        last = [None]
+
+        def mid_copy():
+            last[0] = self.part(key)
+            return last[0].get("copying") and last[0].get("done_bytes", 0) > 0
+        self.assertTrue(wfstest.wait_until(mid_copy, 30, 0.02), "the range never got under way: %s"
+                        % last[0])
+        with open(nas + ".new", "wb") as f:
+            f.write(new)
+            f.flush()
+            os.fsync(f.fileno())
+        os.rename(nas + ".new", nas)
+        got = wfstest.read_file(path)          # an open: the daemon sees the new attributes
+        self.assertTrue(got == new, "during the copy, a read after the NAS change reads %s bytes"
+                        % ("the OLD" if got == old else "wrong"))
+        mid = self.part(key)
+        self.assertTrue(mid.get("copying") and mid.get("done_bytes", 0) < rng[1],
+                        "the range was copied before the change was seen: the test proves "
+                        "nothing; slow it down (%s)" % mid)
+
+        part = self.wait_settled(key)
+        self.assertEqual(pairs(part.get("ranges")), [], "a range copied while the source was "
+                         "replaced is listed: %s" % part)
+        self.assertIn("changed", part.get("reason", ""), part)
+        self.assertEqual(state_of(path), "nas")
+        self.assert_whole(rel, new, "after the range copy: ")
+        self.assert_preads(rel, new, [(0, 4096), (MiB + 1, 70001), (rng[1] - 5, 10)],
+                           "after the range copy: ")
+        # asked again: a range of what the NAS holds now
+        self.promote_ok(rel, [rng], "--wait")
+        self.assertEqual(pairs(self.part(key).get("ranges")), [rng])
+        self.assert_whole(rel, new, "the new range: ")
 
 
 if __name__ == "__main__":

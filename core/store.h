@@ -155,6 +155,9 @@ struct blob_part {
 				     * in place (store_part_copy.c) */
 	struct blob *qnext;
 	uint64_t reserved;          /* room reserved by the range copy in flight */
+	struct brange inflight;     /* the piece that copy is writing (len 0: none): held
+				     * as the wanted ones are, so no request asks for it
+				     * again while it is off the want list */
 	struct fetch_progress prog; /* ATOMIC: the range copy in flight */
 	char reason[256];           /* why the last range copy failed; "" */
 	uint64_t failed;            /* range copies failed since the last request */

@@ -148,7 +148,8 @@ struct blob_part *part_get_locked(struct blob *b);
 void part_publish_locked(struct blob *b);
 /* On the range worker's queue (once). */
 void part_enqueue_locked(struct store *s, struct blob *b);
-/* A verified range into @p's list, in offset order: 0 or -ENOMEM. */
+/* A verified range into @p's list, in offset order: 0, -EEXIST (it
+ * overlaps a listed range: not inserted) or -ENOMEM. */
 int part_insert_locked(struct blob_part *p, uint64_t off, uint64_t len, const char *xxh);
 /* Drop every local range of @b and remove its partial file (the ranges
  * asked for too; a copy in flight is cancelled).  @why (may be NULL)

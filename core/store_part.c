@@ -7,8 +7,9 @@
  *     read back equal (fetch_range_verify).  Bytes of a range copy that
  *     failed are punched out; bytes no list names (a crash) never serve
  *     and are punched out at the next load;
- *   - ranges are kept apart, each with its own XXH3-128; a request that
- *     overlaps local ranges copies only the gaps (nothing is copied twice);
+ *   - ranges are kept apart, each with its own XXH3-128, never overlapping;
+ *     a request that overlaps local ranges, wanted ones or the piece being
+ *     copied copies only the gaps (nothing is copied twice);
  *   - the file's identity (inode, mtime, ctime) after its last verified
  *     range is what lets the ranges serve after a restart; a file with
  *     another identity has every range re-hashed before any serves, and a
@@ -105,6 +106,7 @@ void part_drop_locked(struct store *s, struct blob *b, const char *why)
 			      p->n == 1 ? "" : "s", b->key, why);
 	p->n = p->nwant = 0;
 	p->bytes = p->want_total = p->want_done = 0;
+	p->inflight = (struct brange){ 0, 0 }; /* its copy is no one's now (gen moves on) */
 	p->unproven = 0;
 	p->adopt = 0;
 	p->gen++;
@@ -130,10 +132,12 @@ static int push_range(struct brange **v, size_t *n, size_t *cap, struct brange r
 	return 0;
 }
 
-/* What @p has or will have: its verified and wanted ranges, normalised. */
+/* What @p has or will have: its verified and wanted ranges and the piece
+ * in flight (off the want list, not listed yet: left out, it would be
+ * asked for and copied a second time), normalised. */
 static struct brange *held_set(const struct blob_part *p, size_t *n)
 {
-	struct brange *v = malloc((p->n + p->nwant + 1) * sizeof(*v));
+	struct brange *v = malloc((p->n + p->nwant + 2) * sizeof(*v));
 
 	*n = 0;
 	if (!v)
@@ -142,6 +146,8 @@ static struct brange *held_set(const struct blob_part *p, size_t *n)
 		v[(*n)++] = (struct brange){ p->v[i].off, p->v[i].len };
 	for (size_t i = 0; i < p->nwant; i++)
 		v[(*n)++] = p->want[i];
+	if (p->inflight.len)
+		v[(*n)++] = p->inflight;
 	*n = brange_normalize(v, *n);
 	return v;
 }
@@ -317,8 +323,23 @@ const char *blob_info_state_name(const struct blob_info *in)
 
 int part_insert_locked(struct blob_part *p, uint64_t off, uint64_t len, const char *xxh)
 {
-	size_t i = 0;
+	size_t i, lo = 0, hi = p->n;
 
+	while (lo < hi) { /* the first range that starts at or past @off */
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (p->v[mid].off < off)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	i = lo;
+	/* the list stays disjoint: an overlap would count its bytes twice (a
+	 * blob with holes taken as whole), and the index would be refused at
+	 * the next start-up; each range keeps its own hash, so none is merged */
+	if ((i > 0 && p->v[i - 1].off + p->v[i - 1].len > off) ||
+	    (i < p->n && p->v[i].off < off + len))
+		return -EEXIST;
 	if (p->n == p->cap) {
 		size_t c = p->cap ? p->cap * 2 : 8;
 		struct part_range *v = realloc(p->v, c * sizeof(*v));
@@ -328,8 +349,6 @@ int part_insert_locked(struct blob_part *p, uint64_t off, uint64_t len, const ch
 		p->v = v;
 		p->cap = c;
 	}
-	while (i < p->n && p->v[i].off < off)
-		i++;
 	memmove(&p->v[i + 1], &p->v[i], (p->n - i) * sizeof(*p->v));
 	p->v[i] = (struct part_range){ .off = off, .len = len };
 	snprintf(p->v[i].xxh, sizeof(p->v[i].xxh), "%s", xxh);

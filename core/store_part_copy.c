@@ -102,20 +102,53 @@ static void copied_locked(struct store *s, struct blob *b, struct brange w, int 
 		p->adopt = 1; /* the worker makes it the whole copy next (adopt) */
 }
 
-/* Copy the first range @b wants.  Called and returns with the lock held. */
+/* The first part of @w that no listed range of @p covers (len 0: they
+ * cover it all).  Lock held. */
+static struct brange unlisted_locked(const struct blob_part *p, struct brange w)
+{
+	uint64_t end = w.off + w.len;
+	size_t lo = 0, hi = p->n;
+
+	while (lo < hi) { /* the first range that ends past w.off */
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (p->v[mid].off + p->v[mid].len <= w.off)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	for (; lo < p->n && p->v[lo].off <= w.off; lo++)
+		w.off = p->v[lo].off + p->v[lo].len;
+	if (w.off >= end)
+		return (struct brange){ end, 0 };
+	return (struct brange){ w.off, (lo < p->n && p->v[lo].off < end ? p->v[lo].off : end) -
+				       w.off };
+}
+
+/* Copy the first range @b wants, or of it what no listed range covers: a
+ * listed range's bytes are never written again, and those of a copy that
+ * fails are punched out, so the piece copied must be none of theirs (only
+ * this worker lists ranges: the list cannot grow under it meanwhile).
+ * Called and returns with the lock held. */
 static void copy_want(struct store *s, struct blob *b)
 {
 	struct blob_part *p = b->part;
-	struct brange w = p->want[0];
+	struct brange w = unlisted_locked(p, p->want[0]);
 	char key[PATH_MAX], path[PATH_MAX + 64] = "", why[256];
 	struct fetch_result res = { 0 };
 	struct stat st = { 0 };
 	struct source_at at;
 	unsigned gen = p->gen;
-	uint64_t size = b->size;
+	uint64_t size = b->size, end = p->want[0].off + p->want[0].len;
 	int evicted = 0, fd, r;
 
-	memmove(p->want, p->want + 1, --p->nwant * sizeof(*p->want));
+	p->want_done += w.off - p->want[0].off; /* local already */
+	if (w.off + w.len < end) /* the rest of it, after a listed range, next */
+		p->want[0] = (struct brange){ w.off + w.len, end - (w.off + w.len) };
+	else
+		memmove(p->want, p->want + 1, --p->nwant * sizeof(*p->want));
+	if (!w.len)
+		return;
 	if (space_reserve_locked(s, b, store_charge(s, w.len) + 2 * s->blk, &p->reserved, why,
 				 sizeof(why), &evicted) < 0) {
 		s->no_room++;
@@ -128,6 +161,7 @@ static void copy_want(struct store *s, struct blob *b)
 	snprintf(key, sizeof(key), "%s", b->key);
 	part_path_locked(s, b, path, sizeof(path));
 	p->copying = 1;
+	p->inflight = w;
 	atomic_store(&p->prog.cancel, 0);
 	atomic_store(&p->prog.bytes_done, 0);
 	pthread_mutex_unlock(&s->lock);
@@ -141,7 +175,7 @@ static void copy_want(struct store *s, struct blob *b)
 		r = fetch_range_verify(key, size, fd, w.off, w.len,
 				       atomic_load(&s->bw_limit), &p->prog, &res);
 		if (r < 0)
-			punch(fd, w.off, w.len); /* never listed: never served */
+			punch(fd, w.off, w.len); /* no listed range's bytes (above): never served */
 		if (r == 0 && fstat(fd, &st) < 0)
 			r = -errno;
 		close(fd);
@@ -154,6 +188,7 @@ static void copy_want(struct store *s, struct blob *b)
 
 	pthread_mutex_lock(&s->lock);
 	p->copying = 0;
+	p->inflight = (struct brange){ 0, 0 };
 	s->reserved -= p->reserved < s->reserved ? p->reserved : s->reserved;
 	p->reserved = 0;
 	if (gen != p->gen) {

@@ -5,6 +5,7 @@
  * dropped when the source changes, and made whole; the index's version 3
  * records, an older index, and byte-range parsing. */
 #include "check.h"
+#include "hash.h"
 #include "index.h"
 #include "range.h"
 #include "store.h"
@@ -267,6 +268,173 @@ static void test_source_and_whole(struct check_count *c, struct store *s, char *
 	CHECK(c, store_verify(s, b, 1, why, sizeof(why)) == 0, "and it verifies: %s", why);
 }
 
+/* A listed range never overlaps another: an overlap is refused, adjacent
+ * ranges stay apart. */
+static void test_insert(struct check_count *c)
+{
+	const char *x = "00000000000000000000000000000000";
+	struct blob_part p = { 0 };
+
+	CHECK(c, part_insert_locked(&p, 100, 50, x) == 0 && part_insert_locked(&p, 0, 100, x) == 0 &&
+	      part_insert_locked(&p, 150, 10, x) == 0, "disjoint and adjacent ranges listed");
+	CHECK(c, part_insert_locked(&p, 120, 10, x) == -EEXIST &&
+	      part_insert_locked(&p, 50, 51, x) == -EEXIST &&
+	      part_insert_locked(&p, 159, 5, x) == -EEXIST &&
+	      part_insert_locked(&p, 0, 200, x) == -EEXIST, "overlapping ranges refused");
+	CHECK(c, p.n == 3 && p.bytes == 160 && p.v[0].off == 0 && p.v[1].off == 100 &&
+	      p.v[2].off == 150, "the list as it was: %zu ranges, %llu bytes", p.n,
+	      (unsigned long long)p.bytes);
+	free(p.v);
+}
+
+#define HALF ((uint64_t)2 << 20)
+
+/* A NAS file of 2 * HALF bytes named by its SHA-256 (a whole copy made of
+ * ranges with holes would not match it), in @buf. */
+static struct blob *sha_blob(struct store *s, unsigned seed, char *buf, char *path, size_t psz)
+{
+	struct content_hash h;
+	char *pat = pattern(seed), x[33];
+	struct stat st;
+
+	memcpy(buf, pat, 2 * HALF);
+	free(pat);
+	content_hash_init(&h, "0000000000000000000000000000000000000000000000000000000000000000",
+			  2 * HALF);
+	content_hash_update(&h, buf, 2 * HALF);
+	content_hash_final(&h, x, NULL);
+	snprintf(path, psz, "%s/%s", nas, h.id_hex);
+	check_write_file(path, buf, 2 * HALF);
+	content_hash_free(&h);
+	if (stat(path, &st) < 0)
+		return NULL;
+	return store_blob(s, path, &st, strrchr(path, '/') + 1);
+}
+
+/* Wait until the range worker copies a piece of @b, with the NAS file open
+ * (bytes done), and nothing else of it is wanted. */
+static int wait_inflight(struct store *s, struct blob *b)
+{
+	int64_t end = store_now_ms() + 10000;
+	int yes;
+
+	do {
+		pthread_mutex_lock(&s->lock);
+		yes = b->part->copying && b->part->inflight.len && !b->part->nwant &&
+		      atomic_load(&b->part->prog.bytes_done);
+		pthread_mutex_unlock(&s->lock);
+		if (yes)
+			return 1;
+		usleep(1000);
+	} while (store_now_ms() < end);
+	return 0;
+}
+
+/* Exactly the ranges @v (@n of them) are listed for @b. */
+static int listed(struct store *s, struct blob *b, const struct brange *v, size_t n)
+{
+	struct brange *have;
+	size_t nh;
+	int ok;
+
+	if (store_part_ranges(s, b, &have, &nh) < 0)
+		return 0;
+	ok = nh == n;
+	for (size_t i = 0; ok && i < n; i++)
+		ok = have[i].off == v[i].off && have[i].len == v[i].len;
+	free(have);
+	return ok;
+}
+
+/* A range asked for again while its copy is in flight (two ranks, each
+ * --part K/N with the header) is not queued a second time: one range, its
+ * bytes counted once, the blob partial (not "whole" with holes, which its
+ * content address would flag MISMATCH); a restart keeps it. */
+static void test_inflight_again(struct check_count *c, struct store *s)
+{
+	struct brange first[] = { { 0, HALF } };
+	char *buf = malloc(SIZE), path[PATH_MAX + 80];
+	struct blob_info in;
+	struct blob *b = sha_blob(s, 7, buf, path, sizeof(path));
+	int64_t r;
+
+	store_set_bw_limit(s, HALF); /* a piece takes about a second */
+	CHECK(c, b && store_part_request(s, b, first, 1, 0) == (int64_t)HALF, "first asked");
+	CHECK(c, wait_inflight(s, b), "its copy in flight");
+	r = store_part_request(s, b, first, 1, 0);
+	CHECK(c, r == 0, "asked again while in flight: %lld bytes queued", (long long)r);
+	CHECK(c, wait_parts(s, b), "settled");
+	blob_info(s, b, &in);
+	CHECK(c, listed(s, b, first, 1) && in.part_bytes == HALF && blob_state(b) == BLOB_NAS &&
+	      !strcmp(blob_info_state_name(&in), "partial"), "one range, counted once: %zu %llu %s",
+	      in.part_n, (unsigned long long)in.part_bytes, blob_info_state_name(&in));
+	CHECK(c, bytes_match(s, b, buf), "its bytes the NAS's");
+	store_set_bw_limit(s, 0);
+	store_close(s);
+	CHECK(c, open_store(s) && (b = store_find(s, path)), "reopened");
+	blob_info(s, b, &in);
+	CHECK(c, b && in.part_n == 1 && in.part_bytes == HALF && listed(s, b, first, 1),
+	      "a restart keeps the range: %zu", in.part_n);
+	store_evict(s, b, 0);
+	free(buf);
+}
+
+/* A request overlapping the piece in flight queues only what lies past
+ * it; when that copy fails (the NAS file gone), what is punched out is
+ * its own bytes, never the listed range's.  A piece wanted twice anyway
+ * (put on the list by hand) is copied only where no range is listed, and
+ * punched only there when it fails. */
+static void test_inflight_fails(struct check_count *c, struct store *s)
+{
+	struct brange first[] = { { 0, HALF } }, over[] = { { HALF / 2, HALF } };
+	struct brange both[] = { { 0, HALF }, { HALF, HALF / 2 } };
+	char *buf = malloc(SIZE), path[PATH_MAX + 80], away[PATH_MAX + 96];
+	struct blob_info in;
+	struct blob *b = sha_blob(s, 9, buf, path, sizeof(path));
+	struct blob_part *p;
+	int64_t r;
+
+	snprintf(away, sizeof(away), "%s.away", path);
+	store_set_bw_limit(s, HALF / 2); /* a second's margin to rename the file */
+	CHECK(c, b && store_part_request(s, b, first, 1, 0) == (int64_t)HALF, "first asked");
+	CHECK(c, wait_inflight(s, b), "its copy in flight");
+	r = store_part_request(s, b, over, 1, 0);
+	CHECK(c, r == (int64_t)HALF / 2, "only the bytes past the piece in flight: %lld",
+	      (long long)r);
+	CHECK(c, rename(path, away) == 0, "the NAS file renamed away");
+	CHECK(c, wait_parts(s, b), "settled");
+	blob_info(s, b, &in);
+	CHECK(c, listed(s, b, first, 1) && in.part_bytes == HALF && in.part_reason[0],
+	      "the first range listed, the second failed: %zu %s", in.part_n, in.part_reason);
+	CHECK(c, bytes_match(s, b, buf), "the listed bytes are still the NAS's");
+
+	pthread_mutex_lock(&s->lock); /* asked twice, by hand */
+	p = b->part;
+	p->want = realloc(p->want, (p->nwant + 1) * sizeof(*p->want));
+	p->capwant = p->nwant + 1;
+	p->want[p->nwant++] = over[0];
+	part_enqueue_locked(s, b);
+	pthread_mutex_unlock(&s->lock);
+	CHECK(c, wait_parts(s, b) && listed(s, b, first, 1) && bytes_match(s, b, buf),
+	      "a failed copy over a listed range punches none of it");
+	CHECK(c, rename(away, path) == 0, "the NAS file back");
+	pthread_mutex_lock(&s->lock);
+	p->want[p->nwant++] = over[0];
+	part_enqueue_locked(s, b);
+	pthread_mutex_unlock(&s->lock);
+	CHECK(c, wait_parts(s, b), "settled");
+	blob_info(s, b, &in);
+	CHECK(c, listed(s, b, both, 2) && in.part_bytes == HALF + HALF / 2 && bytes_match(s, b, buf),
+	      "only the unlisted part copied: %zu ranges, %llu bytes", in.part_n,
+	      (unsigned long long)in.part_bytes);
+	store_set_bw_limit(s, 0);
+	store_close(s);
+	CHECK(c, open_store(s) && (b = store_find(s, path)), "reopened");
+	CHECK(c, b && listed(s, b, both, 2) && bytes_match(s, b, buf), "a restart keeps both");
+	store_evict(s, b, 0);
+	free(buf);
+}
+
 /* The index: a version 2 index still loads; a version 3 "partial" record
  * with overlapping ranges is dropped, never served. */
 static void test_index(struct check_count *c, struct store *s)
@@ -322,6 +490,9 @@ int main(void)
 	test_verify(&c, &s, want);
 	test_pieces(&c, &s);
 	test_source_and_whole(&c, &s, want);
+	test_insert(&c);
+	test_inflight_again(&c, &s);
+	test_inflight_fails(&c, &s);
 	test_index(&c, &s);
 	store_close(&s);
 	free(want);

@@ -508,8 +508,9 @@ int64_t store_now_ms(void); /* CLOCK_MONOTONIC, milliseconds */
 
 /* ---- partial copies: ranges of a blob (store_part.c) ----
  * Ask for local copies of the byte ranges @v (any order, may overlap) of
- * @b: the parts not already verified or asked for are queued for the range
- * worker, in order, each to be copied and verified alone (fetch_range.h).
+ * @b: the parts not already verified, asked for or being copied are queued
+ * for the range worker (a request in offset order, after those before it),
+ * each to be copied and verified alone (fetch_range.h).
  * Every range must lie inside the blob (-EINVAL otherwise, nothing asked).
  * @pin pins the blob (its ranges are not dropped for room; evict --force).
  * A blob that is LOCAL has nothing to copy: 0.  Returns the bytes queued

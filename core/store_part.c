@@ -166,30 +166,43 @@ void part_enqueue_locked(struct store *s, struct blob *b)
 	pthread_cond_broadcast(&s->part_cond);
 }
 
-/* Queue the gaps of [r.off, r.end) that @p neither has nor wants. */
-static int64_t want_gaps_locked(struct blob_part *p, struct brange r)
+/* Queue, in pieces of at most PART_PIECE, the parts of the request @r
+ * (normalised) that the held set @h (normalised) does not cover: one walk
+ * over both, as the two are sorted (a held set made and sorted again for
+ * every range asked for held the lock 47 s at 40k ranges).
+ * Returns the bytes queued, or -ENOMEM with none queued. */
+static int64_t want_gaps_locked(struct blob_part *p, const struct brange *r, size_t nr,
+				const struct brange *h, size_t nh)
 {
-	size_t nh, ng;
-	struct brange *h = held_set(p, &nh), *g;
+	size_t j = 0, before = p->nwant;
 	int64_t added = 0;
 
-	if (!h)
-		return -ENOMEM;
-	g = brange_gaps_alloc(h, nh, r.off, r.len, &ng);
-	if (!g) {
-		free(h);
-		return -ENOMEM;
-	}
-	for (size_t i = 0; i < ng && added >= 0; i++)
-		for (uint64_t o = g[i].off; o < g[i].off + g[i].len && added >= 0; o += PART_PIECE) {
-			uint64_t len = g[i].off + g[i].len - o < PART_PIECE ? g[i].off + g[i].len - o
-									  : PART_PIECE;
+	for (size_t i = 0; i < nr; i++) {
+		uint64_t pos = r[i].off, end = r[i].off + r[i].len;
 
-			added = push_range(&p->want, &p->nwant, &p->capwant,
-					   (struct brange){ o, len }) < 0 ? -ENOMEM : added + (int64_t)len;
+		while (pos < end) {
+			uint64_t stop;
+
+			while (j < nh && h[j].off + h[j].len <= pos)
+				j++;
+			if (j < nh && h[j].off <= pos) { /* held: on past it */
+				pos = h[j].off + h[j].len;
+				continue;
+			}
+			stop = j < nh && h[j].off < end ? h[j].off : end;
+			for (; pos < stop;) {
+				uint64_t len = stop - pos < PART_PIECE ? stop - pos : PART_PIECE;
+
+				if (push_range(&p->want, &p->nwant, &p->capwant,
+					       (struct brange){ pos, len }) < 0) {
+					p->nwant = before;
+					return -ENOMEM;
+				}
+				added += (int64_t)len;
+				pos += len;
+			}
 		}
-	free(g);
-	free(h);
+	}
 	return added;
 }
 
@@ -197,42 +210,46 @@ int64_t store_part_request(struct store *s, struct blob *b, const struct brange 
 			   int pin)
 {
 	struct blob_part *p;
+	struct brange *req = malloc((n + 1) * sizeof(*req)), *h = NULL;
+	size_t nr, nh = 0;
 	int64_t total = 0;
 
+	if (!req)
+		return -ENOMEM;
+	if (n)
+		memcpy(req, v, n * sizeof(*req));
+	nr = brange_normalize(req, n); /* once, and outside the lock */
 	pthread_mutex_lock(&s->lock);
 	for (size_t i = 0; i < n; i++)
 		if (!v[i].len || v[i].off > b->size || v[i].len > b->size - v[i].off) {
-			pthread_mutex_unlock(&s->lock);
-			return -EINVAL;
+			total = -EINVAL;
+			goto out;
 		}
 	if (pin && !b->pinned) {
 		b->pinned = 1;
 		store_dirty_locked(s);
 	}
-	if (b->state == BLOB_LOCAL) {
-		pthread_mutex_unlock(&s->lock);
-		return 0;
-	}
-	if (!(p = part_get_locked(b))) {
-		pthread_mutex_unlock(&s->lock);
-		return -ENOMEM;
+	if (b->state == BLOB_LOCAL)
+		goto out;
+	if (!(p = part_get_locked(b)) || !(h = held_set(p, &nh))) {
+		total = -ENOMEM;
+		goto out;
 	}
 	if (!p->nwant && !p->copying) {
 		p->want_total = p->want_done = 0; /* a new request: progress afresh */
 		p->failed = 0;
 	}
 	p->reason[0] = '\0';
-	for (size_t i = 0; i < n && total >= 0; i++) {
-		int64_t add = want_gaps_locked(p, v[i]);
-
-		total = add < 0 ? add : total + add;
-	}
+	total = want_gaps_locked(p, req, nr, h, nh);
 	if (total > 0) {
 		p->want_total += (uint64_t)total;
 		part_enqueue_locked(s, b);
 		store_dirty_locked(s);
 	}
+out:
 	pthread_mutex_unlock(&s->lock);
+	free(h);
+	free(req);
 	return total;
 }
 

@@ -98,18 +98,23 @@ def mount_entry(path):
 # ---------------------------------------------------------------- processes
 
 def _proc_state(pid):
+    """(state letter, number of threads) of a process, or None if gone."""
     try:
         with open("/proc/%d/stat" % pid) as f:
             data = f.read()
     except (FileNotFoundError, ProcessLookupError):
         return None
-    return data[data.rfind(")") + 2:].split(" ", 1)[0]
+    fields = data[data.rfind(")") + 2:].split(" ")
+    return fields[0], int(fields[17])   # (fields 3 and 20 of proc(5))
 
 
 def pid_alive(pid):
-    """True while the process exists and is not a zombie."""
+    """True while the process exists and is not a zombie.  A leader that
+    exited while other threads of it still run (a kill -9 waits for threads
+    in the kernel) shows as a zombie, but holds its descriptors and locks
+    until the last thread is gone: alive."""
     st = _proc_state(pid)
-    return st is not None and st != "Z"
+    return st is not None and (st[0] != "Z" or st[1] > 1)
 
 
 def pids_with_arg(arg):

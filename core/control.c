@@ -528,6 +528,17 @@ int control_privileged(const struct control *c, uid_t uid)
 	return uid == 0 || uid == c->owner;
 }
 
+/* A dry run of promote changes nothing, so anyone may ask for one -- but
+ * not one with "part": that reads the file's own safetensors header (as
+ * root), and the reply (its ranges, its tensors, or why the header is not
+ * one) tells what the file holds, to a peer who may not be allowed to
+ * read it.  "ranges" reads nothing: the file's size, as status shows. */
+static int open_to_all(const struct control_op *o, json_t *req)
+{
+	return o->fn == op_promote_req && json_is_true(json_object_get(req, "dry_run")) &&
+	       !json_object_get(req, "part");
+}
+
 const struct control_op *control_check(struct control *c, const char *line, size_t len,
 				       uid_t peer, json_t **req, json_t **rep)
 {
@@ -547,11 +558,11 @@ const struct control_op *control_check(struct control *c, const char *line, size
 		*rep = reply_error(EINVAL, "request has no \"op\"");
 	else if (!o)
 		*rep = reply_error(EINVAL, "unknown op \"%s\"", op);
-	else if (o->changes && !(o->fn == op_promote_req &&
-				 json_is_true(json_object_get(*req, "dry_run"))) &&
-		 !control_privileged(c, peer))
-		*rep = reply_error(EPERM, "%s: only root or the mount's owner (uid %u) may do this",
-				   op, (unsigned)c->owner);
+	else if (o->changes && !open_to_all(o, *req) && !control_privileged(c, peer))
+		*rep = reply_error(EPERM, "%s%s: only root or the mount's owner (uid %u) may do this",
+				   op, o->fn == op_promote_req && json_object_get(*req, "part") ?
+				   " with \"part\" (it reads the file's header, a dry run too)" : "",
+				   (unsigned)c->owner);
 	else if (!o->slow || nas_gate_up(c->gate))
 		return o;
 	else if ((o = nas_down_op(c, o, rep)))

@@ -189,7 +189,8 @@ static void usage(FILE *f)
 "above a PATH, the PATH is taken as relative to the mount root.\n"
 "\n"
 "Commands that change state (promote without --dry-run, evict, pin, unpin,\n"
-"verify) need root or the user that mounted wfs.\n"
+"verify) need root or the user that mounted wfs; so does promote --part,\n"
+"a dry run too (it reads the file's own header).\n"
 "\n"
 "exit status: 0 done, 1 failed (reason on stderr), 2 usage error\n");
 }

@@ -113,6 +113,49 @@ class Permissions(unittest.TestCase):
         rep = ctl_json(self, ["status", FIX.m("models--acme--standard")], uid=NOBODY)
         self.assertEqual([r.get("repo") for r in rep.get("repos", [])], ["models--acme--standard"])
 
+    def test_nobody_dry_run_part_reads_nothing(self):
+        """promote --dry-run --part reads the file's own safetensors header,
+        as root: from another user it is refused (EPERM) before the file is
+        opened, so neither a 0600 file's first bytes nor its tensor names
+        reach the reply.  root may, and does see them."""
+        import struct
+        repo = "models--peek--secret"
+        hdr = json.dumps({"secret_tensor_name": {"dtype": "U8", "shape": [4],
+                                                 "data_offsets": [0, 4]}}).encode()
+        valid = struct.pack("<Q", len(hdr)) + hdr + b"\x01\x02\x03\x04"
+        junk = b"hunter2-topsecret-not-a-header" * 4
+        rev = wfstest.make_hf_repo(FIX.hub, repo, {"valid.safetensors": valid,
+                                                   "junk.safetensors": junk},
+                                   real=("valid.safetensors", "junk.safetensors"))
+        leaks = ("secret_tensor_name", "hunter2", "topsecret",
+                 str(struct.unpack("<Q", junk[:8])[0]), "hun")
+        for name in ("valid.safetensors", "junk.safetensors"):
+            rel = "%s/snapshots/%s/%s" % (repo, rev, name)
+            os.chmod(FIX.n(rel), 0o600)  # on the NAS only root may read it
+            for part in ("1/2", "2/2"):
+                cmd = ["promote", "--dry-run", "--part", part, FIX.m(rel)]
+                rc, out, err = run_wfsctl(cmd, uid=NOBODY, timeout=30)
+                self.assert_eperm(" ".join(cmd[:-1]), rc, out, err)
+                rc, out, err = run_wfsctl(["--json"] + cmd, uid=NOBODY, timeout=30)
+                self.assert_eperm("--json " + " ".join(cmd[:-1]), rc, out, err)
+                for leak in leaks:
+                    self.assertNotIn(leak, out + err, "%s as uid %d told of %s's bytes"
+                                     % (" ".join(cmd[:-1]), NOBODY, name))
+            rep, _ = wfstest.as_uid(wfstest.ctl_request, SOCK, {
+                "op": "promote", "paths": [rel], "dry_run": True, "part": [1, 2]})
+            self.assertEqual((rep.get("ok"), rep.get("errno")), (False, "EPERM"), rep)
+            self.assertFalse(any(leak in json.dumps(rep) for leak in leaks), rep)
+            # a dry run of ranges reads no byte of the file: still open to all
+            rep, _ = wfstest.as_uid(wfstest.ctl_request, SOCK, {
+                "op": "promote", "paths": [rel], "dry_run": True, "ranges": [[0, 4]]})
+            self.assertTrue(rep and rep.get("ok"), rep)
+            self.assertFalse(any(leak in json.dumps(rep) for leak in leaks), rep)
+        # the owner may: the header is read
+        rel = "%s/snapshots/%s/valid.safetensors" % (repo, rev)
+        rep = ctl_json(self, ["promote", "--dry-run", "--part", "1/1", FIX.m(rel)])
+        self.assertEqual(rep.get("ranges"), [[0, len(valid)]], rep)
+        self.assertEqual(state_of(FIX.m(rel)), "nas")
+
     def test_root_may(self):
         # the same request that nobody was refused works for root
         p = FIX.m(a_shard()["path"])

@@ -200,32 +200,12 @@ static void queue_siblings(struct auto_promoter *a, const char *name)
  * many small files turning hot one after the other costs one walk, not one
  * each.  Only the policy thread uses it. */
 #define NAME_CACHE_S 30        /* a new revision's names are seen this late at most */
-#define NAME_CACHE_MAX 200000  /* names kept */
 
 struct name_cache {
 	char repo[NAME_MAX + 1];
 	int64_t at_ms;             /* CLOCK_MONOTONIC */
-	json_t *map;           /* NAS key -> [mount-relative names] */
-	size_t n;
+	json_t *map;           /* NAS key -> [mount-relative names] (collect.h) */
 };
-
-static int cache_one(void *arg, const char *rel, const struct ns_entry *e)
-{
-	struct name_cache *nc = arg;
-	json_t *v = json_object_get(nc->map, e->backing);
-
-	if (nc->n >= NAME_CACHE_MAX)
-		return 1;
-	if (!v) {
-		v = json_array();
-		/* _nocheck: NAS names need not be UTF-8, and this map is
-		 * never serialised */
-		if (!v || json_object_set_new_nocheck(nc->map, e->backing, v) < 0)
-			return -ENOMEM;
-	}
-	nc->n++;
-	return json_array_append_new(v, json_string_nocheck(rel)) < 0 ? -ENOMEM : 0;
-}
 
 static void names_of(struct auto_promoter *a, struct name_cache *nc, const char *repo,
 		     const char *key, struct names *out)
@@ -240,16 +220,12 @@ static void names_of(struct auto_promoter *a, struct name_cache *nc, const char 
 	    !json_object_get(nc->map, key))
 		nc->map = (json_decref(nc->map), NULL);
 	if (strcmp(nc->repo, repo) || now - nc->at_ms > NAME_CACHE_S * 1000 || !nc->map) {
-		char snaps[PATH_MAX];
-
 		json_decref(nc->map);
 		nc->map = json_object();
-		nc->n = 0;
 		nc->at_ms = now;
 		snprintf(nc->repo, sizeof(nc->repo), "%s", repo);
-		snprintf(snaps, sizeof(snaps), "%s/snapshots", repo);
 		if (nc->map)
-			collect_walk(a->roots, snaps, cache_one, nc);
+			collect_snapshot_names(a->roots, repo, nc->map, COLLECT_NAMES_MAX);
 	}
 	v = json_object_get(nc->map, key);
 	json_array_foreach(v, i, name)

@@ -142,6 +142,109 @@ int collect_walk(const struct hub_roots *roots, const char *rel,
 	return ns_walk(roots, rel, NS_WALK_WEIGHTS, file_only, &fw);
 }
 
+/* ---- the snapshot names of blobs ---- */
+
+struct name_map {
+	json_t *map;
+	size_t n, max;
+};
+
+static int map_one(void *arg, const char *rel, const struct ns_entry *e)
+{
+	struct name_map *nm = arg;
+	json_t *v = json_object_get(nm->map, e->backing);
+
+	if (nm->n >= nm->max)
+		return 1;
+	if (!v) {
+		v = json_array();
+		/* _nocheck: NAS names need not be UTF-8, and this map is
+		 * never serialised */
+		if (!v || json_object_set_new_nocheck(nm->map, e->backing, v) < 0)
+			return -ENOMEM;
+	}
+	nm->n++;
+	return json_array_append_new(v, json_string_nocheck(rel)) < 0 ? -ENOMEM : 0;
+}
+
+int collect_snapshot_names(const struct hub_roots *roots, const char *repo, json_t *map,
+			   size_t max)
+{
+	struct name_map nm = { map, 0, max };
+	char snaps[PATH_MAX];
+	int r;
+
+	if (snprintf(snaps, sizeof(snaps), "%s/snapshots", repo) >= (int)sizeof(snaps))
+		return -ENAMETOOLONG;
+	r = collect_walk(roots, snaps, map_one, &nm);
+	if (r == -ENOENT)
+		return 0; /* no snapshots: no names */
+	return r < 0 ? r : (int)nm.n;
+}
+
+/* A path inside "<repo>/blobs" names blobs by their blobs/<id> names only,
+ * which the exclusion globs rarely speak of: their snapshot names count
+ * too (README "Exclusions": a blob is excluded when any of its names is).
+ * For such a path, with globs to match, a new map of @rel's repo's
+ * snapshot names by NAS key in *@map (NULL otherwise).  Returns -errno:
+ * without the names the exclusions cannot be told, and an excluded pack
+ * must not be copied for want of them. */
+static int blob_dir_names(const struct hub_roots *roots, const struct policy_opts *pol,
+			  const char *rel, json_t **map)
+{
+	size_t len = strcspn(rel, "/");
+	char repo[NAME_MAX + 1];
+	int r;
+
+	*map = NULL;
+	if (!pol || !pol->nexclude || !rel[len] || strncmp(rel + len + 1, "blobs", 5) ||
+	    (rel[len + 6] && rel[len + 6] != '/') || len > NAME_MAX)
+		return 0;
+	snprintf(repo, sizeof(repo), "%.*s", (int)len, rel);
+	if (!(*map = json_object()))
+		return -ENOMEM;
+	r = collect_snapshot_names(roots, repo, *map, COLLECT_NAMES_MAX);
+	if (r < 0) {
+		json_decref(*map);
+		*map = NULL;
+	}
+	return r < 0 ? r : 0;
+}
+
+/* The exclusion glob a snapshot name of the NAS file @key matches, that
+ * name in *@name; NULL if none does. */
+static const char *names_excluded(const struct policy_opts *pol, json_t *map, const char *key,
+				  const char **name)
+{
+	json_t *v = json_object_get(map, key), *nm;
+	const char *glob;
+	size_t i;
+
+	json_array_foreach(v, i, nm)
+		if ((glob = policy_excluded(pol, json_string_value(nm)))) {
+			*name = json_string_value(nm);
+			return glob;
+		}
+	return NULL;
+}
+
+/* Note the glob of an excluded snapshot name of each blob of @set from
+ * @from on (found by its blobs/ name, not excluded by it). */
+static int set_exclude_by_names(struct blob_set *set, size_t from,
+				const struct policy_opts *pol, json_t *map)
+{
+	for (size_t i = from; map && i < set->n; i++) {
+		const char *name = NULL, *glob;
+
+		if (set->glob[i] || !(glob = names_excluded(pol, map, set->v[i]->key, &name)))
+			continue;
+		if (!(set->name[i] = strdup(name)))
+			return -ENOMEM;
+		set->glob[i] = glob;
+	}
+	return 0;
+}
+
 struct collecting {
 	struct store *s;
 	const struct policy_opts *pol;
@@ -166,10 +269,18 @@ int collect(const struct hub_roots *roots, struct store *s, const struct policy_
 	    const char *rel, struct blob_set *set)
 {
 	struct collecting c = { s, pol, set };
+	size_t n0 = set->n;
+	json_t *names;
+	int r;
 
 	if (!hub_holds_weights(rel))
 		return -EMEDIUMTYPE;
-	return collect_walk(roots, rel, collect_one, &c);
+	r = collect_walk(roots, rel, collect_one, &c);
+	if (r < 0 || (r = blob_dir_names(roots, pol, rel, &names)) < 0)
+		return r;
+	r = set_exclude_by_names(set, n0, pol, names);
+	json_decref(names);
+	return r;
 }
 
 /* ---- read-only: collect_peek ---- */
@@ -276,8 +387,27 @@ int collect_peek(const struct hub_roots *roots, struct store *s, const struct po
 		 const char *rel, struct blob_set *known, struct nas_set *unknown)
 {
 	struct peeking p = { s, pol, known, unknown };
+	size_t k0 = known->n, u0 = unknown->n;
+	json_t *names;
+	int r;
 
 	if (!hub_holds_weights(rel))
 		return -EMEDIUMTYPE;
-	return collect_walk(roots, rel, peek_one, &p);
+	r = collect_walk(roots, rel, peek_one, &p);
+	if (r < 0 || (r = blob_dir_names(roots, pol, rel, &names)) < 0)
+		return r;
+	r = set_exclude_by_names(known, k0, pol, names);
+	for (size_t i = u0; names && r == 0 && i < unknown->n; i++) {
+		struct nas_file *f = &unknown->v[i];
+		const char *name = NULL, *glob;
+
+		if (f->glob || !(glob = names_excluded(pol, names, f->key, &name)))
+			continue;
+		if (!(f->name = strdup(name)))
+			r = -ENOMEM;
+		else
+			f->glob = glob;
+	}
+	json_decref(names);
+	return r;
 }

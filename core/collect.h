@@ -15,6 +15,7 @@
 #include "resolve.h"
 #include "store.h"
 
+#include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -36,10 +37,22 @@ int collect_walk(const struct hub_roots *roots, const char *rel,
 
 /* Add every blob under @rel to @set (blobs created in the store as
  * needed), noting for each whether a name it was found by matches an
- * exclusion glob of @pol (may be NULL).  -EMEDIUMTYPE: @rel is not weight
- * data (a ref, a marker, a client's file): it is always read from the NAS. */
+ * exclusion glob of @pol (may be NULL) -- for a blob found by its
+ * "<repo>/blobs/<id>" name, any of its snapshot names (a walk of the
+ * repo's snapshots: collect_snapshot_names).  -EMEDIUMTYPE: @rel is not
+ * weight data (a ref, a marker, a client's file): it is always read from
+ * the NAS. */
 int collect(const struct hub_roots *roots, struct store *s, const struct policy_opts *pol,
 	    const char *rel, struct blob_set *set);
+
+/* Every snapshot name of @repo's files, by the NAS file it resolves to:
+ * @map (a JSON object) gets, for each NAS key, an array of the
+ * mount-relative names (strings of bytes: NAS names need not be UTF-8, so
+ * the map is not for serialising).  One walk of "<repo>/snapshots", at
+ * most @max names.  Returns the number of names, or -errno (none: 0). */
+#define COLLECT_NAMES_MAX 200000
+int collect_snapshot_names(const struct hub_roots *roots, const char *repo, json_t *map,
+			   size_t max);
 
 /* A file under a path that the store has no blob for (collect_peek): what
  * a read-only request reports of it, from the NAS.  Until a request that

@@ -288,6 +288,36 @@ class Exclusions(unittest.TestCase):
         wfstest.ctl_check(self, ["evict", os.path.join(Fix.mounts["on"].mnt, REPO)])
 
 
+    def test_promote_by_blob_name_honours_exclusions(self):
+        """A blob is excluded when any of its names is: naming it as
+        <repo>/blobs/<id> (or promoting <repo>/blobs) does not get past a
+        glob its snapshot name matches."""
+        repo = os.path.join(Fix.mounts["on"].mnt, REPO)
+        gid = hashlib.sha256(Fix.files["q4.gguf"]).hexdigest()
+        gblob, gguf = os.path.join(repo, "blobs", gid), snap("q4.gguf")
+        rc, out, err = run_wfsctl(["promote", "--wait", gblob])
+        self.assertEqual(rc, 1, "promote of an excluded blob by its blobs/ name exited %s\n%s%s"
+                         % (rc, out, err))
+        self.assertIn("excluded by '*.gguf'", err, "no word of the exclusion:\n" + err)
+        self.assertEqual(state_of(gblob), "nas")
+        rc, out, err = run_wfsctl(["--json", "promote", "--dry-run", gblob])
+        rep = wfstest.parse_json_out(out) or {}
+        self.assertEqual(rc, 1, "dry run of an excluded blob: %s%s" % (out, err))
+        self.assertEqual([(e.get("glob"), e.get("name")) for e in rep.get("refused", [])],
+                         [("*.gguf", "%s/snapshots/%s/q4.gguf" % (REPO, Fix.rev))], rep)
+        self.assertEqual(rep.get("bytes_to_copy"), 0, rep)
+        # the whole blobs/ directory: the rest is promoted, the excluded blob is not
+        rc, out, err = run_wfsctl(["promote", "--wait", os.path.join(repo, "blobs")])
+        self.assertEqual(rc, 0, "promote of blobs/: rc %s\n%s%s" % (rc, out, err))
+        self.assertIn("excluded", out)
+        self.assertEqual((state_of(gblob), state_of(gguf)), ("nas", "nas"))
+        self.assertEqual(state_of(snap("config.json")), "local")
+        wfstest.ctl_check(self, ["promote", "--wait", "--force", gblob])
+        self.assertEqual(state_of(gguf), "local")
+        self.assertTrue(read_through(gguf) == Fix.files["q4.gguf"])
+        wfstest.ctl_check(self, ["evict", repo])
+
+
 class Priority(unittest.TestCase):
     def test_explicit_goes_first(self):
         slow, fast = snap("slow.bin"), snap("fast.bin")

@@ -20,11 +20,14 @@
 #include <unistd.h>
 
 /* The one file @rel names: its key and size, and its blob (NULL on a dry
- * run for a file the store does not know).  NULL with *@err. */
+ * run for a file the store does not know); the exclusion glob one of its
+ * names matches (collect.h), and that name.  NULL with *@err. */
 struct one_file {
 	struct blob *b;
 	char key[PATH_MAX];
 	uint64_t size;
+	const char *glob;
+	char name[PATH_MAX];
 };
 
 static json_t *find_file(struct control *c, const char *rel, int dry, struct one_file *f)
@@ -47,9 +50,13 @@ static json_t *find_file(struct control *c, const char *rel, int dry, struct one
 		blob_info(c->store, f->b, &in);
 		snprintf(f->key, sizeof(f->key), "%s", in.key);
 		f->size = in.size;
+		f->glob = set.glob[0];
+		snprintf(f->name, sizeof(f->name), "%s", set.glob[0] ? set.name[0] : "");
 	} else {
 		snprintf(f->key, sizeof(f->key), "%s", nas.v[0].key);
 		f->size = nas.v[0].size;
+		f->glob = nas.v[0].glob;
+		snprintf(f->name, sizeof(f->name), "%s", nas.v[0].glob ? nas.v[0].name : "");
 	}
 	blob_set_free(&set);
 	nas_set_free(&nas);
@@ -130,17 +137,23 @@ static uint64_t to_copy(struct store *s, struct blob *b, const struct brange *v,
 	return t;
 }
 
+/* Ranges of a file an exclusion glob keeps on the NAS are refused, as a
+ * whole promote of it is, unless "force": the reply still lists them (what
+ * --force would take), names the glob in "refused", and nothing is
+ * queued. */
 json_t *control_promote_part(struct control *c, json_t *req, json_t *paths)
 {
 	const char *rel = json_string_value(json_array_get(paths, 0));
 	int pin = json_is_true(json_object_get(req, "pin"));
 	int dry = json_is_true(json_object_get(req, "dry_run"));
-	json_t *part = json_object_get(req, "part"), *err, *list, *rep;
+	int force = json_is_true(json_object_get(req, "force"));
+	json_t *part = json_object_get(req, "part"), *err, *list, *rep, *refused;
 	struct one_file f = { 0 };
 	struct brange *v = NULL;
 	size_t n = 0;
 	uint64_t need;
 	int64_t queued = 0;
+	int go;
 
 	if (json_array_size(paths) != 1 || !rel)
 		return reply_error(EINVAL, "--range and --part take exactly one file");
@@ -153,20 +166,27 @@ json_t *control_promote_part(struct control *c, json_t *req, json_t *paths)
 		return err;
 	}
 	n = brange_normalize(v, n);
-	need = to_copy(c->store, f.b, v, n);
-	if (!dry && (queued = store_part_request(c->store, f.b, v, n, pin)) < 0) {
+	refused = json_array();
+	go = !f.glob || force;
+	if (!go)
+		json_array_append_new(refused, json_pack("{s:o, s:o, s:o}", "path", reply_path(rel),
+			"glob", reply_path(f.glob), "name", reply_path(f.name)));
+	need = go ? to_copy(c->store, f.b, v, n) : 0;
+	if (go && !dry && (queued = store_part_request(c->store, f.b, v, n, pin)) < 0) {
 		free(v);
+		json_decref(refused);
 		return reply_error((int)-queued, "%s: %s", rel, strerror((int)-queued));
 	}
 	list = json_array();
 	for (size_t i = 0; i < n; i++)
 		json_array_append_new(list, json_pack("[I, I]", (json_int_t)v[i].off,
 						      (json_int_t)v[i].len));
-	rep = json_pack("{s:b, s:o, s:o, s:o, s:I, s:I, s:I, s:I, s:b}", "ok", 1,
+	rep = json_pack("{s:b, s:o, s:o, s:o, s:I, s:I, s:I, s:I, s:b, s:o}", "ok", 1,
 			"path", reply_path(rel), "key", reply_path(f.key), "ranges", list,
 			"bytes", (json_int_t)brange_total(v, n), "size", (json_int_t)f.size,
 			"bytes_to_copy", (json_int_t)need,
-			"space_available", (json_int_t)store_room(c->store, NULL), "dry_run", dry);
+			"space_available", (json_int_t)store_room(c->store, NULL), "dry_run", dry,
+			"refused", refused);
 	if (rep && f.b)
 		json_object_set_new(rep, "blob", reply_blob(c->store, f.b));
 	free(v);

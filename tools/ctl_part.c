@@ -16,8 +16,8 @@
 
 static json_t *request(const struct ctl_opts *o, json_t *paths)
 {
-	json_t *req = json_pack("{s:s, s:o, s:b, s:b}", "op", "promote", "paths", paths,
-				"pin", o->pin, "dry_run", o->dry_run);
+	json_t *req = json_pack("{s:s, s:o, s:b, s:b, s:b}", "op", "promote", "paths", paths,
+				"pin", o->pin, "dry_run", o->dry_run, "force", o->force);
 	json_t *list = json_array();
 
 	if (!req || !list) {
@@ -186,11 +186,16 @@ int cmd_promote_part(const struct ctl_opts *o)
 	ret = ctl_call(t.socket, "promote", req, o->json, &rep) ? 1 : 0;
 	json_decref(req);
 	if (ret == 0) {
-		if (o->json && !o->wait)
+		/* an excluded FILE: refused (nothing queued) unless --force */
+		bool refused = json_array_size(json_object_get(rep.obj, "refused")) > 0;
+
+		if (o->json && (!o->wait || refused))
 			ctl_print_raw(&rep);
-		else if (!o->json)
+		else if (!o->json && (o->dry_run || !refused))
 			print_reply(rep.obj, o->dry_run);
-		if (o->wait)
+		if (refused)
+			ret = report_excluded(rep.obj, o->json) ? 1 : 0;
+		else if (o->wait)
 			ret = wait_ranges(o, t.socket, rep.obj);
 		ctl_reply_free(&rep);
 	}

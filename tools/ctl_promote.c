@@ -418,9 +418,8 @@ void sync_record(const char *sock)
 }
 
 /* Exclusion globs keep some paths on the NAS: say which were skipped, and
- * refuse (exit 1) the PATHs that were nothing but excluded.  Returns how
- * many PATHs were refused. */
-static size_t report_excluded(const json_t *rep, bool json)
+ * refuse (exit 1) the PATHs that were nothing but excluded. */
+size_t report_excluded(const json_t *rep, bool json)
 {
 	const json_t *excl = json_object_get(rep, "excluded");
 	const json_t *refused = json_object_get(rep, "refused");

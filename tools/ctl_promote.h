@@ -7,6 +7,7 @@
 
 #include "ctl_cmds.h"
 
+#include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -44,5 +45,10 @@ void progress_line(char *buf, size_t sz, uint64_t done, uint64_t total,
  * ({"op":"sync"}), so a NAS outage from then on shows what was copied; a
  * failure is a warning on stderr. */
 void sync_record(const char *sock);
+
+/* A promote reply's exclusions: each refused PATH (all excluded) on stderr,
+ * naming the glob and --force, and (unless @json) how many excluded blobs
+ * under larger PATHs were skipped.  Returns how many PATHs were refused. */
+size_t report_excluded(const json_t *rep, bool json);
 
 #endif

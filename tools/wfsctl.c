@@ -58,7 +58,7 @@ static const struct cmd cmds[] = {
 "options:\n" COMMON_OPTS },
 	{ "promote", cmd_promote, F_WAIT | F_PIN | F_DRY_RUN | F_FORCE | F_RANGE, 1, SIZE_MAX,
 	  "[--wait] [--pin] [--dry-run] [--force] PATH...\n"
-	  "       wfsctl promote [--wait] [--pin] [--dry-run] (--range OFF:LEN... | --part K/N) FILE",
+	  "       wfsctl promote [--wait] [--pin] [--dry-run] [--force] (--range OFF:LEN... | --part K/N) FILE",
 "Copy every blob under each PATH (a repo, a revision, a directory, a file or\n"
 "a glob) to the local store, verified, so reads stop going to the NAS.\n"
 "Only a repo's blobs/ and snapshots/ are copied: refs, .no_exist, trees/,\n"
@@ -79,7 +79,8 @@ static const struct cmd cmds[] = {
 "  --force         promote paths an exclusion glob (wfs -o exclude=) keeps\n"
 "                  on the NAS too.  Without it, a PATH that is all excluded\n"
 "                  is refused (exit 1) and excluded blobs under a larger\n"
-"                  PATH are skipped and counted\n"
+"                  PATH are skipped and counted; so are ranges of an\n"
+"                  excluded FILE (--range, --part)\n"
 "  --range OFF:LEN copy only bytes [OFF, OFF+LEN) of FILE (sizes in bytes or\n"
 "                  with K, M, G, T: powers of 1024); repeatable.  Reads of\n"
 "                  FILE take those bytes from the local store and the rest\n"
@@ -333,8 +334,6 @@ static int parse_cmd_args(const struct cmd *c, int argc, char **argv, int i,
 		return usage_error(c, "%s", "--range and --part take exactly one FILE");
 	if (o->nranges && o->part_n)
 		return usage_error(c, "%s", "--range and --part cannot be combined");
-	if ((o->nranges || o->part_n) && o->force)
-		return usage_error(c, "%s", "--force is for whole promotions");
 	if (o->wait && o->dry_run)
 		return usage_error(c, "%s: a dry run copies nothing to wait for",
 				   "--wait with --dry-run");

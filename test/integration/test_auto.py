@@ -318,6 +318,43 @@ class Exclusions(unittest.TestCase):
         wfstest.ctl_check(self, ["evict", repo])
 
 
+    def test_ranges_of_an_excluded_file_need_force(self):
+        """promote --range / --part of a file an exclusion glob matches is
+        refused like a whole promote of it (exit 1, the glob named, nothing
+        copied) unless --force."""
+        import struct
+        repo = "models--acme--exclparts"
+        hdr = json.dumps({"w": {"dtype": "U8", "shape": [8, 4096],
+                                "data_offsets": [0, 8 * 4096]}}).encode()
+        st = struct.pack("<Q", len(hdr)) + hdr + wfstest.det_bytes("st", 8 * 4096)
+        rev = wfstest.make_hf_repo(Fix.hub, repo, {"x.gguf": wfstest.det_bytes("xg", 3 * MiB),
+                                                   "pack/w.safetensors": st})
+        mnt = Fix.mounts["on"].mnt
+        gguf = os.path.join(mnt, repo, "snapshots", rev, "x.gguf")
+        stp = os.path.join(mnt, repo, "snapshots", rev, "pack", "w.safetensors")
+        for args, path, glob in ((["--range", "0:64K", "--range", "1M:4K"], gguf, "*.gguf"),
+                                 (["--part", "2/4"], stp, "*/pack/*")):
+            for extra in ([], ["--wait"], ["--pin"]):
+                rc, out, err = run_wfsctl(["promote"] + extra + args + [path])
+                self.assertEqual(rc, 1, "promote %s of an excluded file: rc %s\n%s%s"
+                                 % (" ".join(extra + args), rc, out, err))
+                self.assertIn("excluded by '%s'" % glob, err)
+                self.assertIn("--force", err)
+                self.assertEqual(state_of(path), "nas")
+            rc, out, err = run_wfsctl(["--json", "promote", "--dry-run"] + args + [path])
+            rep = wfstest.parse_json_out(out) or {}
+            self.assertEqual(rc, 1, "dry run: %s%s" % (out, err))
+            self.assertEqual([e.get("glob") for e in rep.get("refused", [])], [glob], rep)
+            self.assertTrue(rep.get("ranges"), "a dry run still lists the ranges: %s" % rep)
+            self.assertEqual(rep.get("bytes_to_copy"), 0, rep)
+            # --force stages them
+            rep = ctl_json(self, ["promote", "--wait", "--force"] + args + [path])
+            self.assertEqual([b.get("state") for b in rep.get("blobs", [])], ["partial"], rep)
+            self.assertEqual(state_of(path), "partial")
+        wfstest.ctl_check(self, ["evict", os.path.join(mnt, repo)])
+        self.assertEqual((state_of(gguf), state_of(stp)), ("nas", "nas"))
+
+
 class Priority(unittest.TestCase):
     def test_explicit_goes_first(self):
         slow, fast = snap("slow.bin"), snap("fast.bin")

@@ -244,6 +244,30 @@ static int snapshot_exists(const struct hub_roots *roots, const char *repo, cons
 	return ok;
 }
 
+/* The ref moved on (or back) while @r->pending was still being copied:
+ * that revision is not wanted any more; unpin what neither the kept
+ * revision, the one the ref names now (@next) nor another ref pin has, and
+ * forget it (pending and the reason it gave). */
+static void drop_pending(struct pins *p, struct pin *r, const char *next)
+{
+	struct blob_set keep = { 0 }, gone = { 0 };
+	size_t n;
+
+	kept_by_others(p, r->repo, r->ref, &keep);
+	revision_set(p, r->repo, r->commit, &keep);
+	revision_set(p, r->repo, next, &keep);
+	blob_set_unique(&keep);
+	revision_set(p, r->repo, r->pending, &gone);
+	n = unpin_unless_kept(p, &gone, &keep);
+	blob_set_free(&keep);
+	blob_set_free(&gone);
+	store_log_msg(p->store, LOG_NOTICE, "ref pin %s refs/%s: revision %s dropped before it was "
+		      "local (the ref names %s): %zu blobs unpinned", r->repo, r->ref, r->pending,
+		      next, n);
+	r->pending[0] = '\0';
+	r->reason[0] = '\0';
+}
+
 int pins_pin(struct pins *p, const char *repo, const char *ref, char *commit, size_t csz)
 {
 	struct blob_set set = { 0 };
@@ -262,7 +286,13 @@ int pins_pin(struct pins *p, const char *repo, const char *ref, char *commit, si
 	if (err < 0)
 		goto out;
 	if (get(p, repo, ref, &r) == 0) {
-		snprintf(r.pending, sizeof(r.pending), "%s", strcmp(r.commit, c) ? c : "");
+		const char *next = strcmp(r.commit, c) ? c : "";
+
+		/* a revision the ref no longer names: dropped, as when the
+		 * poll sees the ref move (follow_ref) */
+		if (r.pending[0] && strcmp(r.pending, next))
+			drop_pending(p, &r, c);
+		snprintf(r.pending, sizeof(r.pending), "%s", next);
 	} else {
 		memset(&r, 0, sizeof(r));
 		snprintf(r.repo, sizeof(r.repo), "%s", repo);
@@ -367,23 +397,6 @@ static int settle(struct pins *p, struct pin *r)
 	return 1;
 }
 
-/* The ref moved on while @r->pending was still being copied: that revision
- * is not wanted any more; unpin what neither the kept revision, the new one
- * nor another ref pin has. */
-static void drop_pending(struct pins *p, struct pin *r, const char *next)
-{
-	struct blob_set keep = { 0 }, gone = { 0 };
-
-	kept_by_others(p, r->repo, r->ref, &keep);
-	revision_set(p, r->repo, r->commit, &keep);
-	revision_set(p, r->repo, next, &keep);
-	blob_set_unique(&keep);
-	revision_set(p, r->repo, r->pending, &gone);
-	unpin_unless_kept(p, &gone, &keep);
-	blob_set_free(&keep);
-	blob_set_free(&gone);
-}
-
 /* One ref pin: follow the ref, promote the revision it moved to, and once
  * that is all local, let the old one go.  Returns 1 when the pin changed. */
 static int follow_ref(struct pins *p, struct pin *r)
@@ -399,6 +412,12 @@ static int follow_ref(struct pins *p, struct pin *r)
 		snprintf(r->reason, sizeof(r->reason), "cannot read %s/refs/%s: %s", r->repo, r->ref,
 			 strerror(-err));
 		return changed;
+	}
+	/* Back to the kept revision before the pending one was local: that
+	 * one is dropped, as when the ref moves on to a third. */
+	if (!strcmp(cur, r->commit) && r->pending[0]) {
+		drop_pending(p, r, cur);
+		return 1;
 	}
 	if (!strcmp(cur, r->commit) || !strcmp(cur, r->pending))
 		return changed;

@@ -21,6 +21,7 @@
 #include "pins.h"
 #include "path.h"
 #include "record.h"
+#include "jbytes.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -67,7 +68,8 @@ static json_t *req_paths(struct control *c, json_t *req, json_t **err)
 			json_decref(out);
 			return NULL;
 		}
-		json_array_append_new(out, json_string(norm));
+		/* _nocheck: a NAS name need not be UTF-8 (req_hex_names) */
+		json_array_append_new(out, json_string_nocheck(norm));
 	}
 	return out;
 }
@@ -523,6 +525,62 @@ static const struct control_op *nas_down_op(struct control *c, const struct cont
 	return NULL;
 }
 
+/* One name of "path_hex" / "paths_hex" as a byte string (json_t), or NULL
+ * with *@why. */
+static json_t *hex_name(json_t *v, const char **why)
+{
+	const char *hex = json_string_value(v);
+	char *raw = NULL;
+	size_t len = 0;
+	json_t *out;
+	int r = hex ? jbytes_unhex(hex, &raw, &len) : -EINVAL;
+
+	if (r == 0 && (!len || memchr(raw, '\0', len)))
+		r = -EINVAL;
+	*why = r == -ENOMEM ? "out of memory" :
+	       "\"path_hex\" and \"paths_hex\" hold names in hex, two digits a byte (no NUL)";
+	/* _nocheck: the bytes of a NAS name, which need not be UTF-8; the
+	 * handlers read them (json_string_value), nothing serialises them */
+	out = r == 0 ? json_stringn_nocheck(raw, len) : NULL;
+	free(raw);
+	return out;
+}
+
+/* NAS names are bytes, JSON strings UTF-8: a name that is not UTF-8 comes
+ * as "path_hex" / "paths_hex" (jbytes.h: the bytes in hex), instead of
+ * "path" / "paths".  Taken into "path" / "paths" as byte strings here, so
+ * every handler reads the name as it reads any other.  0, or -EINVAL with
+ * *@why. */
+static int req_hex_names(json_t *req, const char **why)
+{
+	json_t *h = json_object_get(req, "path_hex"), *hs = json_object_get(req, "paths_hex");
+	json_t *one, *list, *e;
+	size_t i;
+
+	if ((h && json_object_get(req, "path")) || (hs && json_object_get(req, "paths"))) {
+		*why = "give a name as \"path\" (\"paths\") or as \"path_hex\" (\"paths_hex\"), "
+		       "not both";
+		return -EINVAL;
+	}
+	if (h && (!(one = hex_name(h, why)) || json_object_set_new(req, "path", one)))
+		return -EINVAL;
+	if (!hs)
+		return 0;
+	if (json_is_string(hs))
+		return (one = hex_name(hs, why)) && !json_object_set_new(req, "paths", one) ? 0 :
+		       -EINVAL;
+	if (!json_is_array(hs) || !(list = json_array())) {
+		*why = "\"paths_hex\" must be a list of names in hex";
+		return -EINVAL;
+	}
+	json_array_foreach(hs, i, e)
+		if (!(one = hex_name(e, why)) || json_array_append_new(list, one)) {
+			json_decref(list);
+			return -EINVAL;
+		}
+	return json_object_set_new(req, "paths", list) ? -EINVAL : 0;
+}
+
 int control_privileged(const struct control *c, uid_t uid)
 {
 	return uid == 0 || uid == c->owner;
@@ -544,7 +602,7 @@ const struct control_op *control_check(struct control *c, const char *line, size
 {
 	json_error_t jerr;
 	const struct control_op *o = NULL;
-	const char *op = NULL;
+	const char *op = NULL, *why = NULL;
 
 	*rep = NULL;
 	*req = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
@@ -558,6 +616,8 @@ const struct control_op *control_check(struct control *c, const char *line, size
 		*rep = reply_error(EINVAL, "request has no \"op\"");
 	else if (!o)
 		*rep = reply_error(EINVAL, "unknown op \"%s\"", op);
+	else if (req_hex_names(*req, &why) < 0)
+		*rep = reply_error(EINVAL, "%s: %s", op, why);
 	else if (o->changes && !open_to_all(o, *req) && !control_privileged(c, peer))
 		*rep = reply_error(EPERM, "%s%s: only root or the mount's owner (uid %u) may do this",
 				   op, o->fn == op_promote_req && json_object_get(*req, "part") ?

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static json_t *hex_json(const char *p, size_t n)
+json_t *jbytes_hex(const char *p, size_t n)
 {
 	char *hex = malloc(2 * n + 1);
 	json_t *v;
@@ -32,11 +32,11 @@ int jbytes_set(json_t *o, const char *field, const char *p, size_t n)
 	if (v)
 		return json_object_set_new(o, field, v) ? -ENOMEM : 0;
 	snprintf(hexfield, sizeof(hexfield), "%s_hex", field);
-	v = hex_json(p, n);
+	v = jbytes_hex(p, n);
 	return !v || json_object_set_new(o, hexfield, v) ? -ENOMEM : 0;
 }
 
-static int unhex(const char *hex, char **out, size_t *len)
+int jbytes_unhex(const char *hex, char **out, size_t *len)
 {
 	size_t n = strlen(hex);
 
@@ -81,5 +81,5 @@ int jbytes_get(json_t *o, const char *field, char **out, size_t *len)
 		return -ENOENT;
 	if (!(hex = json_string_value(v)))
 		return -EINVAL;
-	return unhex(hex, out, len);
+	return jbytes_unhex(hex, out, len);
 }

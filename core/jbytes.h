@@ -18,4 +18,12 @@ int jbytes_set(json_t *o, const char *field, const char *p, size_t n);
  * 0, -ENOENT when neither is there, -EINVAL when malformed, -ENOMEM. */
 int jbytes_get(json_t *o, const char *field, char **out, size_t *len);
 
+/* The bytes @p, @n as lower-case hex, a JSON string (NULL: no memory). */
+json_t *jbytes_hex(const char *p, size_t n);
+
+/* The bytes the hex text @hex stands for, in *@out (malloc'ed,
+ * NUL-terminated; the caller frees it), its length in *@len.  0, -EINVAL
+ * when not hex, -ENOMEM. */
+int jbytes_unhex(const char *hex, char **out, size_t *len);
+
 #endif

@@ -2,23 +2,37 @@
 #include "ctl_cmds.h"
 #include "ctl_conn.h"
 #include "ctl_fmt.h"
+#include "jbytes.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-json_t *ctl_paths_json(const struct ctl_target *t)
+int ctl_req_paths(json_t *req, const struct ctl_target *t, bool root_if_none)
 {
-	json_t *a = json_array();
-	size_t i;
+	json_t *a = json_array(), *h = json_array();
+	bool text = true, ok = a && h;
 
-	for (i = 0; a && i < t->nrel; i++)
-		if (json_array_append_new(a, json_string(t->rel[i]))) {
-			json_decref(a);
-			return NULL;
-		}
-	return a;
+	for (size_t i = 0; ok && i < t->nrel; i++) {
+		json_t *s = json_string(t->rel[i]); /* NULL: not UTF-8 */
+
+		text = text && s;
+		ok = !(s && json_array_append_new(a, s)) &&
+		     !json_array_append_new(h, jbytes_hex(t->rel[i], strlen(t->rel[i])));
+	}
+	if (ok && !t->nrel && root_if_none)
+		ok = !json_array_append_new(a, json_string(""));
+	if (ok)
+		ok = !json_object_set(req, text ? "paths" : "paths_hex", text ? a : h);
+	json_decref(a);
+	json_decref(h);
+	return ok ? 0 : -ENOMEM;
+}
+
+int ctl_req_path(json_t *req, const char *rel)
+{
+	return jbytes_set(req, "path", rel, strlen(rel));
 }
 
 static int oom(void)
@@ -41,19 +55,11 @@ static int simple_call(const struct ctl_opts *o, const char *cmd, json_t *req,
 		json_decref(req);
 		return 1;
 	}
-	if (with_paths) {
-		json_t *paths = ctl_paths_json(&t);
-
-		/* No PATH (verify): the mount root, which covers every blob. */
-		if (paths && !t.nrel && json_array_append_new(paths, json_string(""))) {
-			json_decref(paths);
-			paths = NULL;
-		}
-		if (!paths || json_object_set_new(req, "paths", paths)) {
-			json_decref(req);
-			ctl_target_free(&t);
-			return oom();
-		}
+	/* No PATH (verify): the mount root, which covers every blob. */
+	if (with_paths && ctl_req_paths(req, &t, true)) {
+		json_decref(req);
+		ctl_target_free(&t);
+		return oom();
 	}
 	r = ctl_call(t.socket, cmd, req, o->json, rep);
 	json_decref(req);
@@ -415,7 +421,7 @@ int cmd_status(const struct ctl_opts *o)
 	 * for the whole mount, wherever the cwd is. */
 	scoped = t.nrel == 1;
 	req = json_pack("{s:s}", "op", "status");
-	if (!req || (scoped && json_object_set_new(req, "path", json_string(t.rel[0])))) {
+	if (!req || (scoped && ctl_req_path(req, t.rel[0]))) {
 		json_decref(req);
 		ctl_target_free(&t);
 		return oom();

@@ -35,7 +35,14 @@ int cmd_promote_part(const struct ctl_opts *o); /* ctl_part.c: --range, --part *
 int cmd_stats(const struct ctl_opts *o);   /* ctl_stats.c */
 int cmd_doctor(const struct ctl_opts *o);  /* ctl_doctor.c */
 
-/* The resolved paths as a JSON array of strings, or NULL (out of memory). */
-json_t *ctl_paths_json(const struct ctl_target *t);
+/* Name the resolved paths in @req: "paths", a list of strings -- or, when
+ * one is not UTF-8 (JSON strings are; names are bytes), "paths_hex", the
+ * same list in hex (jbytes.h).  No path: [""], the mount root, with
+ * @root_if_none.  0, or -ENOMEM. */
+int ctl_req_paths(json_t *req, const struct ctl_target *t, bool root_if_none);
+
+/* Name one path in @req: "path", or "path_hex" when it is not UTF-8.
+ * 0, or -ENOMEM. */
+int ctl_req_path(json_t *req, const char *rel);
 
 #endif

@@ -30,8 +30,9 @@ int cmd_doctor(const struct ctl_opts *o)
 
 	if (ctl_target_resolve(&t, o->socket, o->paths, o->npaths))
 		return 1;
-	req = json_pack("{s:s, s:s}", "op", "doctor", "path", t.nrel ? t.rel[0] : "");
-	r = req ? ctl_call(t.socket, "doctor", req, o->json, &rep) : -1;
+	req = json_pack("{s:s}", "op", "doctor");
+	r = req && !ctl_req_path(req, t.nrel ? t.rel[0] : "") ?
+	    ctl_call(t.socket, "doctor", req, o->json, &rep) : -1;
 	json_decref(req);
 	ctl_target_free(&t);
 	if (r)

@@ -14,13 +14,13 @@
 
 #define POLL_NS 250000000L
 
-static json_t *request(const struct ctl_opts *o, json_t *paths)
+static json_t *request(const struct ctl_opts *o, const struct ctl_target *t)
 {
-	json_t *req = json_pack("{s:s, s:o, s:b, s:b, s:b}", "op", "promote", "paths", paths,
-				"pin", o->pin, "dry_run", o->dry_run, "force", o->force);
+	json_t *req = json_pack("{s:s, s:b, s:b, s:b}", "op", "promote", "pin", o->pin,
+				"dry_run", o->dry_run, "force", o->force);
 	json_t *list = json_array();
 
-	if (!req || !list) {
+	if (!req || !list || ctl_req_paths(req, t, false)) {
 		json_decref(req);
 		json_decref(list);
 		return NULL;
@@ -171,13 +171,12 @@ int cmd_promote_part(const struct ctl_opts *o)
 {
 	struct ctl_target t;
 	struct ctl_reply rep;
-	json_t *req, *paths;
+	json_t *req;
 	int ret;
 
 	if (ctl_target_resolve(&t, o->socket, o->paths, o->npaths))
 		return 1;
-	paths = ctl_paths_json(&t);
-	req = paths ? request(o, paths) : NULL;
+	req = request(o, &t);
 	if (!req) {
 		ctl_target_free(&t);
 		fprintf(stderr, "wfsctl: out of memory\n");

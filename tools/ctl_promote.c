@@ -451,7 +451,7 @@ int cmd_promote(const struct ctl_opts *o)
 	struct ctl_target t;
 	struct ctl_reply rep;
 	struct waiter w = { 0 };
-	json_t *req, *paths;
+	json_t *req;
 	size_t refused;
 	int ret;
 
@@ -459,10 +459,10 @@ int cmd_promote(const struct ctl_opts *o)
 		return cmd_promote_part(o);
 	if (ctl_target_resolve(&t, o->socket, o->paths, o->npaths))
 		return 1;
-	paths = ctl_paths_json(&t);
-	req = paths ? json_pack("{s:s,s:o,s:b,s:b,s:b}", "op", "promote", "paths", paths,
-				"pin", o->pin, "dry_run", o->dry_run, "force", o->force) : NULL;
-	if (!req) {
+	req = json_pack("{s:s,s:b,s:b,s:b}", "op", "promote", "pin", o->pin, "dry_run",
+			o->dry_run, "force", o->force);
+	if (!req || ctl_req_paths(req, &t, false)) {
+		json_decref(req);
 		ctl_target_free(&t);
 		return oom();
 	}

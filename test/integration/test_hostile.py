@@ -351,6 +351,74 @@ class Replies(unittest.TestCase):
         self.assertIn("models--hostile--bad\\xff", [r.get("repo") for r in rep["repos"]])
 
 
+class NotUtf8Names(unittest.TestCase):
+    """Names that are not UTF-8 can be named to wfsctl, end to end: it sends
+    them as "path_hex"/"paths_hex" (JSON strings are UTF-8), the daemon
+    takes the bytes."""
+
+    def test_name_with_byte_e9(self):
+        repo, rev = b"models--hostile--caf\xe9", "e" * 40
+        snapdir = os.path.join(b(F["hub"]), repo, b"snapshots", b(rev))
+        os.makedirs(snapdir)
+        os.makedirs(os.path.join(b(F["hub"]), repo, b"blobs"))
+        data = det_bytes("e9", 300000)
+        with open(os.path.join(snapdir, b"caf\xe9.bin"), "wb") as f:
+            f.write(data)
+        with open(os.path.join(b(F["hub"]), repo, b"blobs", b"blob\xe9"), "wb") as f:
+            f.write(b"a blob named with \xe9")
+        os.symlink(b"../../blobs/blob\xe9", os.path.join(snapdir, b"lien\xe9.bin"))
+        path = m(repo, "snapshots", rev, b"caf\xe9.bin")
+        # as str, the way the shell hands wfsctl the bytes (surrogateescape)
+        p, top = os.fsdecode(path), os.fsdecode(m(repo))
+        rel = "models--hostile--caf\\xe9/snapshots/%s/caf\\xe9.bin" % rev
+
+        rep = ctl_json(self, ["promote", "--dry-run", p])
+        self.assertEqual([(x["key"], x["state"]) for x in rep["blobs"]],
+                         [(os.fsdecode(n(repo, "snapshots", rev, b"caf\xe9.bin"))
+                           .replace("\udce9", "\\xe9"), "nas")], rep)
+        wfstest.ctl_check(self, ["promote", "--wait", p])
+        self.assertEqual(wfstest.state_of(path), "local")
+        self.assertEqual(wfstest.read_file(path), data)
+        out, _ = wfstest.ctl_check(self, ["status", p])
+        rep = ctl_json(self, ["status", top])
+        self.assertEqual([(r["repo"], r["files"], r["local_files"]) for r in rep["repos"]],
+                         [("models--hostile--caf\\xe9", 2, 1)], rep)
+        self.assertEqual(ctl_json(self, ["verify", p]).get("checked"), 1)
+        self.assertEqual(ctl_json(self, ["pin", p]).get("count"), 1)
+        self.assertEqual(ctl_json(self, ["unpin", p]).get("count"), 1)
+        self.assertEqual(ctl_json(self, ["evict", p]).get("evicted"), 1)
+        self.assertEqual(wfstest.state_of(path), "nas")
+        rep = ctl_json(self, ["promote", "--wait", "--range", "0:4K", p])
+        self.assertEqual(wfstest.state_of(path), "partial")
+        ctl_json(self, ["evict", p])
+        rep = ctl_json(self, ["doctor", top])
+        self.assertEqual(rep.get("links"), [], rep)
+        # the directory whose name is not UTF-8: both files, the link's blob too
+        wfstest.ctl_check(self, ["promote", "--wait", top])
+        lien = m(repo, "snapshots", rev, b"lien\xe9.bin")
+        self.assertEqual((wfstest.state_of(path), wfstest.state_of(lien)), ("local", "local"))
+        self.assertEqual(wfstest.read_file(lien), b"a blob named with \xe9")
+        wfstest.ctl_check(self, ["evict", top])
+
+        # the protocol: the bytes in hex, and what it refuses
+        hexrel = os.path.join(repo, b"snapshots", b(rev), b"caf\xe9.bin").hex()
+        rep = ctl_request(F["sock"], {"op": "promote", "paths_hex": [hexrel], "dry_run": True})
+        self.assertTrue(rep and rep.get("ok"), rep)
+        self.assertEqual(len(rep["blobs"]), 1, rep)
+        rep = ctl_request(F["sock"], {"op": "status", "path_hex": repo.hex()})
+        self.assertEqual([r["repo"] for r in rep["repos"]], ["models--hostile--caf\\xe9"], rep)
+        for req in ({"op": "promote", "paths_hex": ["zz"]}, {"op": "promote", "paths_hex": [""]},
+                    {"op": "promote", "paths_hex": ["6100"]}, {"op": "status", "path_hex": 5},
+                    {"op": "promote", "paths_hex": [hexrel], "paths": [rel]},
+                    {"op": "status", "path_hex": repo.hex(), "path": "x"}):
+            rep = ctl_request(F["sock"], req)
+            self.assertEqual((rep.get("ok"), rep.get("errno")), (False, "EINVAL"), (req, rep))
+        # the reply's escaped text is not the name (it is a name of its own)
+        rep = ctl_request(F["sock"], {"op": "promote", "paths": [rel], "dry_run": True})
+        self.assertEqual((rep.get("ok"), rep.get("errno")), (False, "ENOENT"), rep)
+        self.assertIn(rel, rep.get("error", ""))
+
+
 class Scan(unittest.TestCase):
     def test_links_leaving_the_hub_counted_at_start(self):
         mount = F["mount"]

@@ -266,7 +266,11 @@ static void print_refs(const json_t *refs)
 		return;
 	printf("\nref pins:\n");
 	json_array_foreach(refs, i, r) {
-		printf("  %s refs/%s -> %s (%llu/%llu local)", jget_str(r, "repo"), jget_str(r, "ref"),
+		char repo[FMT_TEXT], ref[FMT_TEXT], why[FMT_TEXT];
+
+		printf("  %s refs/%s -> %s (%llu/%llu local)",
+		       fmt_text(jget_str(r, "repo"), repo, sizeof(repo)),
+		       fmt_text(jget_str(r, "ref"), ref, sizeof(ref)),
 		       *jget_str(r, "commit") ? jget_str(r, "commit") : "(none yet)",
 		       (unsigned long long)jget_u64(r, "local_files"),
 		       (unsigned long long)jget_u64(r, "files"));
@@ -276,7 +280,7 @@ static void print_refs(const json_t *refs)
 			       (unsigned long long)jget_u64(r, "pending_files"));
 		putchar('\n');
 		if (*jget_str(r, "reason"))
-			printf("      %s\n", jget_str(r, "reason"));
+			printf("      %s\n", fmt_text(jget_str(r, "reason"), why, sizeof(why)));
 	}
 }
 
@@ -290,12 +294,13 @@ static void print_held(const json_t *held, uint64_t total)
 		return;
 	printf("\nnot local (%llu), served from the NAS:\n", (unsigned long long)total);
 	json_array_foreach(held, i, h) {
-		char name[1024], sz[32];
+		char name[FMT_TEXT], sz[32], why[FMT_TEXT];
 
 		printf("  %-8s %s  %s: %s\n", jget_str(h, "hold"),
 		       fmt_bytes(jget_u64(h, "size"), sz, sizeof(sz)),
-		       *jget_str(h, "name") ? jget_str(h, "name") : fmt_blob(h, name, sizeof(name)),
-		       jget_str(h, "reason"));
+		       *jget_str(h, "name") ? fmt_text(jget_str(h, "name"), name, sizeof(name)) :
+		       fmt_blob(h, name, sizeof(name)),
+		       fmt_text(jget_str(h, "reason"), why, sizeof(why)));
 	}
 	if (total > json_array_size(held))
 		printf("  ... and %llu more\n", (unsigned long long)(total - json_array_size(held)));
@@ -330,7 +335,7 @@ static void print_partial(const json_t *list)
 	printf("\npartial files (local ranges; the rest read from the NAS): %zu\n",
 	       json_array_size(list));
 	json_array_foreach(list, i, f) {
-		char a[32], b[32], name[1024];
+		char a[32], b[32], name[1024], why[FMT_TEXT];
 
 		printf("  %s: %s of %s local in %llu range%s%s%s%s\n", fmt_blob(f, name, sizeof(name)),
 		       fmt_bytes(jget_u64(f, "local_bytes"), a, sizeof(a)),
@@ -338,7 +343,8 @@ static void print_partial(const json_t *list)
 		       (unsigned long long)jget_u64(f, "nranges"),
 		       jget_u64(f, "nranges") == 1 ? "" : "s",
 		       jget_bool(f, "copying") ? ", copying" : "",
-		       *jget_str(f, "reason") ? "; last failure: " : "", jget_str(f, "reason"));
+		       *jget_str(f, "reason") ? "; last failure: " : "",
+		       fmt_text(jget_str(f, "reason"), why, sizeof(why)));
 		json_array_foreach(json_object_get(f, "ranges"), k, r) {
 			if (k == 8) {
 				printf("    ... %zu more\n", json_array_size(json_object_get(f, "ranges")) - 8);
@@ -387,7 +393,7 @@ static void print_status(const json_t *st, bool revisions)
 	printf("\n!!! %zu flagged blob%s, served from the NAS:\n",
 	       json_array_size(flagged), json_array_size(flagged) == 1 ? "" : "s");
 	json_array_foreach(flagged, i, f) {
-		char state[32], name[1024];
+		char state[32], name[1024], why[FMT_TEXT];
 		size_t k;
 
 		/* a local copy that failed a read: the local disk, not the NAS */
@@ -397,7 +403,8 @@ static void print_status(const json_t *st, bool revisions)
 			state[k] = (char)(state[k] >= 'a' && state[k] <= 'z' ? state[k] - 32 : state[k]);
 		printf("%-8s  %s: %s\n", state[0] ? state : "FLAGGED",
 		       fmt_blob(f, name, sizeof(name)),
-		       *jget_str(f, "reason") ? jget_str(f, "reason") : "no reason given");
+		       *jget_str(f, "reason") ? fmt_text(jget_str(f, "reason"), why, sizeof(why)) :
+		       "no reason given");
 	}
 }
 
@@ -448,9 +455,14 @@ static size_t print_keyed(const char *cmd, const json_t *list, const char *what)
 	json_t *e;
 	size_t i;
 
-	json_array_foreach(list, i, e)
-		fprintf(stderr, "wfsctl: %s: %s: %s: %s\n", cmd, jget_str(e, "key"), what,
-			*jget_str(e, "reason") ? jget_str(e, "reason") : "no reason given");
+	json_array_foreach(list, i, e) {
+		char key[FMT_TEXT], why[FMT_TEXT];
+
+		fprintf(stderr, "wfsctl: %s: %s: %s: %s\n", cmd,
+			fmt_text(jget_str(e, "key"), key, sizeof(key)), what,
+			*jget_str(e, "reason") ? fmt_text(jget_str(e, "reason"), why, sizeof(why)) :
+			"no reason given");
+	}
 	return json_array_size(list);
 }
 

@@ -1,6 +1,7 @@
 /* ctl_conn.c - one request/reply exchange with the wfs control socket; see
  * ctl_conn.h. */
 #include "ctl_conn.h"
+#include "ctl_fmt.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -196,6 +197,7 @@ int ctl_call_ex(const char *sock, const char *cmd, const json_t *req,
 		bool json_out, const char *err_prefix, struct ctl_reply *rep)
 {
 	const char *err, *ename;
+	char text[FMT_TEXT];
 	int r = ctl_exchange(sock, req, rep);
 
 	if (r || !json_is_true(json_object_get(rep->obj, "ok")))
@@ -235,6 +237,8 @@ int ctl_call_ex(const char *sock, const char *cmd, const json_t *req,
 		ctl_print_raw(rep);
 	if (!err || !*err)
 		err = "the daemon refused the request";
+	/* it often names a NAS path, which may hold control characters */
+	err = fmt_text(err, text, sizeof(text));
 	/* the daemon may name the op itself: "promote: only root ..." */
 	if (!strncmp(err, cmd, strlen(cmd)) && err[strlen(cmd)] == ':')
 		fprintf(stderr, "wfsctl: %s", err);

@@ -47,16 +47,25 @@ int cmd_doctor(const struct ctl_opts *o)
 		       "%zu flagged blob%s\n", (unsigned long long)jget_u64(rep.obj, "entries"),
 		       (unsigned long long)problems, problems == 1 ? "" : "s",
 		       json_array_size(flags), json_array_size(flags) == 1 ? "" : "s");
-		json_array_foreach(links, i, e)
+		json_array_foreach(links, i, e) {
+			char path[FMT_TEXT], target[FMT_TEXT];
+
 			printf("  %-8s %s -> %s\n", problem_text(jget_str(e, "problem")),
-			       jget_str(e, "path"), jget_str(e, "target"));
+			       fmt_text(jget_str(e, "path"), path, sizeof(path)),
+			       fmt_text(jget_str(e, "target"), target, sizeof(target)));
+		}
 		if (problems > json_array_size(links))
 			printf("  ... and %llu more\n",
 			       (unsigned long long)(problems - json_array_size(links)));
-		json_array_foreach(flags, i, e)
+		json_array_foreach(flags, i, e) {
+			char key[FMT_TEXT], id[FMT_TEXT], why[FMT_TEXT];
+
 			printf("  %-8s %s (id %s): %s\n",
 			       !strcmp(jget_str(e, "state"), "mismatch") ? "MISMATCH" : "FAILED",
-			       jget_str(e, "key"), jget_str(e, "id"), jget_str(e, "reason"));
+			       fmt_text(jget_str(e, "key"), key, sizeof(key)),
+			       fmt_text(jget_str(e, "id"), id, sizeof(id)),
+			       fmt_text(jget_str(e, "reason"), why, sizeof(why)));
+		}
 	}
 	r = problems || json_array_size(flags);
 	ctl_reply_free(&rep);

@@ -23,6 +23,23 @@ const char *fmt_duration(double seconds, char *buf, size_t sz)
 	return buf;
 }
 
+/* Control characters (C0, DEL) of @s as '?', in place: a NAS name or a
+ * reason with a newline or an escape sequence must not forge a line of
+ * output or drive the terminal. */
+static char *clean(char *s)
+{
+	for (char *p = s; *p; p++)
+		if ((unsigned char)*p < 0x20 || *p == 0x7f)
+			*p = '?';
+	return s;
+}
+
+const char *fmt_text(const char *s, char *buf, size_t sz)
+{
+	snprintf(buf, sz, "%s", s ? s : "");
+	return clean(buf);
+}
+
 void table_init(struct table *t, size_t ncols, const char *const *hdr,
 		const char *align)
 {
@@ -53,12 +70,7 @@ int table_add(struct table *t, const char *const *row)
 				free(t->cells[t->nrows * t->ncols + i]);
 			return -ENOMEM;
 		}
-		/* a NAS name with a newline or an escape sequence must not
-		 * break the table or drive the terminal */
-		for (char *p = c; *p; p++)
-			if ((unsigned char)*p < 0x20 || *p == 0x7f)
-				*p = '?';
-		t->cells[t->nrows * t->ncols + i] = c;
+		t->cells[t->nrows * t->ncols + i] = clean(c);
 	}
 	t->nrows++;
 	return 0;
@@ -154,7 +166,7 @@ const char *fmt_blob(const json_t *blob, char *buf, size_t sz)
 		snprintf(buf, sz, "%s", key);
 	else
 		snprintf(buf, sz, "%s (id %s)", key, id);
-	return buf;
+	return clean(buf);
 }
 
 const char *fmt_time(int64_t t, char *buf, size_t sz)

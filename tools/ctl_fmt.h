@@ -57,7 +57,16 @@ const char *fmt_nas(const json_t *nas, char *buf, size_t sz);
 const char *fmt_record(const json_t *rec, char *buf, size_t sz);
 
 /* How a blob of a reply is named to a person: its key (the NAS path,
- * which for hub blobs ends in the id), plus "(id ID)" where it does not. */
+ * which for hub blobs ends in the id), plus "(id ID)" where it does not;
+ * control characters as in fmt_text. */
 const char *fmt_blob(const json_t *blob, char *buf, size_t sz);
+
+/* @s (a NAS name, a link's target, a reason from the daemon; NULL: "")
+ * for a person's terminal, in @buf (cut to @sz): control characters (C0,
+ * DEL) as '?', as table cells show them, so that a name holding a newline
+ * or an escape sequence can neither forge a line nor drive the terminal.
+ * Returns @buf. */
+#define FMT_TEXT 4096
+const char *fmt_text(const char *s, char *buf, size_t sz);
 
 #endif

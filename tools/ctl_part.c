@@ -41,18 +41,19 @@ static json_t *request(const struct ctl_opts *o, const struct ctl_target *t)
 static void print_reply(const json_t *rep, bool dry)
 {
 	const json_t *ranges = json_object_get(rep, "ranges"), *r;
-	char a[32], b[32], c[32], d[32];
+	char a[32], b[32], c[32], d[32], path[FMT_TEXT];
 	size_t i;
 
+	fmt_text(jget_str(rep, "path"), path, sizeof(path));
 	printf("%s%s: %zu range%s, %s of %s; %s to copy, %s available\n", dry ? "dry run: " : "",
-	       jget_str(rep, "path"), json_array_size(ranges), json_array_size(ranges) == 1 ? "" : "s",
+	       path, json_array_size(ranges), json_array_size(ranges) == 1 ? "" : "s",
 	       fmt_bytes(jget_u64(rep, "bytes"), a, sizeof(a)),
 	       fmt_bytes(jget_u64(rep, "size"), b, sizeof(b)),
 	       fmt_bytes(jget_u64(rep, "bytes_to_copy"), c, sizeof(c)),
 	       fmt_bytes(jget_u64(rep, "space_available"), d, sizeof(d)));
 	if (jget_u64(rep, "bytes_to_copy") > jget_u64(rep, "space_available"))
 		fprintf(stderr, "wfsctl: promote: %s: %s to copy but %s available: the ranges that "
-			"do not fit stay on the NAS (\"no room\")\n", jget_str(rep, "path"),
+			"do not fit stay on the NAS (\"no room\")\n", path,
 			fmt_bytes(jget_u64(rep, "bytes_to_copy"), a, sizeof(a)),
 			fmt_bytes(jget_u64(rep, "space_available"), d, sizeof(d)));
 	if (!dry)
@@ -122,6 +123,7 @@ static int wait_ranges(const struct ctl_opts *o, const char *sock, const json_t 
 	bool bar = (!o->json || tty) && jget_u64(promoted, "bytes_to_copy");
 	struct ctl_reply rep = { 0 };
 	json_t *blob, *part;
+	char path[FMT_TEXT], text[FMT_TEXT];
 	time_t last = 0;
 	bool done;
 	int ret = 1;
@@ -152,16 +154,17 @@ static int wait_ranges(const struct ctl_opts *o, const char *sock, const json_t 
 		sync_record(sock);
 	if (o->json)
 		ctl_print_raw(&rep);
+	fmt_text(jget_str(promoted, "path"), path, sizeof(path));
 	if (covered(blob, want)) {
 		if (!o->json)
-			printf("promote: %s: every range local (%s)\n", jget_str(promoted, "path"),
+			printf("promote: %s: every range local (%s)\n", path,
 			       jget_str(blob, "state"));
 		ret = 0;
 	} else {
 		const char *why = jget_str(part, "reason");
 
-		fprintf(stderr, "wfsctl: promote: %s: not every range became local: %s\n",
-			jget_str(promoted, "path"), *why ? why : jget_str(blob, "reason"));
+		fprintf(stderr, "wfsctl: promote: %s: not every range became local: %s\n", path,
+			fmt_text(*why ? why : jget_str(blob, "reason"), text, sizeof(text)));
 	}
 	ctl_reply_free(&rep);
 	return ret;

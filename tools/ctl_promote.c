@@ -144,12 +144,14 @@ static void print_queued(const json_t *rep, bool waiting)
 	/* --wait reports these with the rest at the end */
 	json_array_foreach(blobs, i, bl) {
 		enum blob_fate f = blob_fate(jget_str(bl, "state"));
-		char name[1024];
+		char name[1024], state[64], why[FMT_TEXT];
 
 		if (!waiting && (f == FATE_FAILED || f == FATE_DROPPED))
 			fprintf(stderr, "wfsctl: promote: %s: not queued (%s)%s%s\n",
-				fmt_blob(bl, name, sizeof(name)), jget_str(bl, "state"),
-				*jget_str(bl, "reason") ? ": " : "", jget_str(bl, "reason"));
+				fmt_blob(bl, name, sizeof(name)),
+				fmt_text(jget_str(bl, "state"), state, sizeof(state)),
+				*jget_str(bl, "reason") ? ": " : "",
+				fmt_text(jget_str(bl, "reason"), why, sizeof(why)));
 	}
 }
 
@@ -232,7 +234,7 @@ static size_t report_failures(const json_t *blobs, const json_t *seen_keys)
 	json_array_foreach(blobs, i, bl) {
 		const char *state = jget_str(bl, "state"), *reason = jget_str(bl, "reason");
 		enum blob_fate f = blob_fate(state);
-		char name[1024];
+		char name[1024], st[64], why[FMT_TEXT];
 
 		if (f != FATE_FAILED && f != FATE_DROPPED)
 			continue;
@@ -240,14 +242,16 @@ static size_t report_failures(const json_t *blobs, const json_t *seen_keys)
 		fprintf(stderr, "wfsctl: promote: %s: %s: %s\n", fmt_blob(bl, name, sizeof(name)),
 			f == FATE_DROPPED ? "dropped, still served from the NAS" :
 			!strcmp(state, "unknown") ? "no longer known to the daemon" :
-			*state ? state : "no state",
-			*reason ? reason : "no reason given");
+			*state ? fmt_text(state, st, sizeof(st)) : "no state",
+			*reason ? fmt_text(reason, why, sizeof(why)) : "no reason given");
 	}
 	json_object_foreach((json_t *)seen_keys, key, v)
 		if (!json_is_true(v)) {
+			char k[FMT_TEXT];
+
 			bad++;
 			fprintf(stderr, "wfsctl: promote: %s: the daemon no longer reports "
-				"this blob\n", key);
+				"this blob\n", fmt_text(key, k, sizeof(k)));
 		}
 	return bad;
 }
@@ -427,12 +431,17 @@ size_t report_excluded(const json_t *rep, bool json)
 	json_t *e;
 	size_t i;
 
-	json_array_foreach(refused, i, e)
+	json_array_foreach(refused, i, e) {
+		char path[FMT_TEXT], glob[FMT_TEXT];
+
 		fprintf(stderr, "wfsctl: promote: %s: excluded by '%s' (wfs -o exclude): kept on the "
-			"NAS; --force promotes it anyway\n", jget_str(e, "path"), jget_str(e, "glob"));
+			"NAS; --force promotes it anyway\n",
+			fmt_text(jget_str(e, "path"), path, sizeof(path)),
+			fmt_text(jget_str(e, "glob"), glob, sizeof(glob)));
+	}
 	if (json_array_size(excl) > json_array_size(refused) || (json_array_size(excl) &&
 							      !json_array_size(refused))) {
-		char a[32];
+		char a[32], path[FMT_TEXT], glob[FMT_TEXT];
 
 		json_array_foreach(excl, i, e)
 			bytes += jget_u64(e, "size");
@@ -440,8 +449,8 @@ size_t report_excluded(const json_t *rep, bool json)
 			printf("promote: %zu excluded blob%s (%s) kept on the NAS (e.g. %s, by '%s'); "
 			       "--force to promote them\n", json_array_size(excl),
 			       json_array_size(excl) == 1 ? "" : "s", fmt_bytes(bytes, a, sizeof(a)),
-			       jget_str(json_array_get(excl, 0), "path"),
-			       jget_str(json_array_get(excl, 0), "glob"));
+			       fmt_text(jget_str(json_array_get(excl, 0), "path"), path, sizeof(path)),
+			       fmt_text(jget_str(json_array_get(excl, 0), "glob"), glob, sizeof(glob)));
 	}
 	return json_array_size(refused);
 }

@@ -419,6 +419,29 @@ class NotUtf8Names(unittest.TestCase):
         self.assertIn(rel, rep.get("error", ""))
 
 
+class Terminal(unittest.TestCase):
+    def test_wfsctl_prints_no_control_characters(self):
+        """wfsctl's human output replaces the control characters of NAS
+        names, link targets and reasons ('?', as its tables do): a name
+        cannot forge a line or drive the terminal."""
+        repo, rev = "models--hostile--ctl", "c" * 40
+        snapdir = os.path.join(F["hub"], repo, "snapshots", rev)
+        os.makedirs(snapdir)
+        os.symlink(b"gone\x1b[31m\nFAKE LINE", os.path.join(b(snapdir), b"dang\x1b]0;x\x07\n"))
+        rc, out, err = wfstest.run_wfsctl(["doctor", os.path.join(F["mnt"], repo)])
+        self.assertEqual(rc, 1, "doctor of a dangling link: %s%s" % (out, err))
+        self.assertIn("dang?]0;x??", out)
+        self.assertIn("gone?[31m?FAKE LINE", out)
+        # the daemon's error names the file
+        p = os.fsdecode(os.path.join(snap("odd"), b"new\nline.txt"))
+        rc, out2, err = wfstest.run_wfsctl(["promote", "--range", "0:1G", p])
+        self.assertEqual(rc, 1, "a range past the end: %s%s" % (out2, err))
+        self.assertIn("odd/new?line.txt: range 0:1073741824 is past the end", err)
+        for text in (out, out2, err):
+            self.assertFalse(any(c in text for c in "\x1b\x07"), repr(text))
+            self.assertFalse(any(ln.startswith("FAKE") for ln in text.splitlines()), repr(text))
+
+
 class Scan(unittest.TestCase):
     def test_links_leaving_the_hub_counted_at_start(self):
         mount = F["mount"]

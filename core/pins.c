@@ -305,7 +305,10 @@ int pins_pin(struct pins *p, const char *repo, const char *ref, char *commit, si
 	err = revision_set(p, repo, c, &set);
 	if (err >= 0) {
 		pin_set(p, &set, 1, why, sizeof(why));
-		err = (int)set.n;
+		/* what was pinned: excluded blobs stay on the NAS, unpinned */
+		err = 0;
+		for (size_t i = 0; i < set.n; i++)
+			err += !set.glob[i];
 	}
 	blob_set_free(&set);
 	persist(p);

@@ -54,8 +54,9 @@ void pins_close(struct pins *p);
 
 /* Pin the revision refs/@ref of @repo names: its blobs are pinned and
  * queued now, the pin persisted before the return.  @commit receives the
- * revision.  Returns the number of blobs, -ENOENT (no such repo, ref or
- * revision), -EINVAL (a bad name), -ENOTSUP. */
+ * revision.  Returns the number of blobs pinned (excluded ones are not),
+ * -ENOENT (no such repo, ref or revision), -EINVAL (a bad name),
+ * -ENOTSUP. */
 int pins_pin(struct pins *p, const char *repo, const char *ref, char *commit, size_t csz);
 /* Drop the pin and unpin its revisions' blobs (unless another pin keeps
  * them).  Returns the number unpinned, -ENOENT when there was no pin. */

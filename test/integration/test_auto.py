@@ -417,6 +417,18 @@ class RefPin(unittest.TestCase):
         self.assertFalse(wfstest.blob_pinned(self, b2))
         self.assertIsNone(pin_state())
 
+    def test_pin_ref_counts_what_it_pins(self):
+        """pin --ref reports the blobs it pinned: not the excluded ones."""
+        m = Fix.mounts["on"]
+        repo = "models--acme--refcount"
+        wfstest.make_hf_repo(Fix.hub, repo, {"a.bin": wfstest.det_bytes("rc-a", MiB),
+                                             "x.gguf": wfstest.det_bytes("rc-x", MiB)})
+        path = os.path.join(m.mnt, repo)
+        rep = ctl_json(self, ["pin", "--ref", "main", path])
+        self.assertEqual(rep.get("count"), 1, rep)
+        out, _ = wfstest.ctl_check(self, ["unpin", "--ref", "main", path])
+        self.assertIn("1 blob unpinned", out)
+
 
 def make_bad_rev(repo, commit):
     """A revision of `repo` that can never become local: good.bin, and

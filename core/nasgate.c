@@ -156,6 +156,7 @@ static void *nas_thread(void *arg)
 	struct nas_slot slot = { 0 };
 
 	pthread_mutex_lock(&g->lock);
+	g->starting--;
 	for (;;) {
 		struct nas_job *j;
 		int (*fn)(void *);
@@ -174,6 +175,7 @@ static void *nas_thread(void *arg)
 		g->qhead = j->next;
 		if (!g->qhead)
 			g->qtail = NULL;
+		g->queued--;
 		j->state = JOB_RUNNING;
 		j->slot = &slot;
 		slot.job = j;
@@ -207,17 +209,23 @@ static void *nas_thread(void *arg)
 	return NULL;
 }
 
-/* With the lock held: a thread for a queued job, started if none is idle. */
+/* With the lock held, a job just queued: wake an idle thread, and start one
+ * more while the queued jobs outnumber the threads on their way to the
+ * queue (idle or starting).  A woken thread counts as idle until it takes
+ * the lock again, so every caller of a burst (the kernel's readahead sends
+ * several READs at once) would see the same idle thread and only wake it:
+ * the jobs would queue behind one thread and their deadlines, which count
+ * the time queued, pass on a NAS slow but within nas_timeout. */
 static int want_thread_locked(struct nas_gate *g)
 {
 	pthread_attr_t a;
 	pthread_t t;
 	int r;
 
-	if (g->idle > 0) {
+	if (g->idle > 0)
 		pthread_cond_signal(&g->work);
+	if (g->queued <= g->idle + g->starting)
 		return 0;
-	}
 	if (g->threads >= NAS_GATE_THREADS)
 		return 0; /* a busy thread takes it when done */
 	pthread_attr_init(&a);
@@ -228,6 +236,7 @@ static int want_thread_locked(struct nas_gate *g)
 	if (r)
 		return -r;
 	g->threads++;
+	g->starting++;
 	return 0;
 }
 
@@ -240,6 +249,7 @@ static void unqueue_locked(struct nas_gate *g, struct nas_job *j)
 			*pp = j->next;
 			if (g->qtail == j)
 				g->qtail = prev;
+			g->queued--;
 			return;
 		}
 }
@@ -269,6 +279,7 @@ static int run_job(struct nas_gate *g, int (*fn)(void *), void *arg, void (*rele
 	else
 		g->qhead = &j;
 	g->qtail = &j;
+	g->queued++;
 	if ((r = want_thread_locked(g)) < 0 && g->threads == 0) {
 		unqueue_locked(g, &j);
 		pthread_mutex_unlock(&g->lock);

@@ -73,6 +73,8 @@ struct nas_gate {
 	void *log_arg;            /* IMMUTABLE */
 	struct nas_job *qhead, *qtail; /* LOCK: jobs waiting for a thread */
 	unsigned threads, idle;   /* LOCK: NAS threads started, waiting for work */
+	unsigned queued;          /* LOCK: jobs on the queue */
+	unsigned starting;        /* LOCK: threads created that have not taken the lock yet */
 	unsigned stuck;           /* LOCK: threads running a job past its deadline */
 	int stop;                 /* LOCK */
 	int probe_now;            /* LOCK: an EIO/ESTALE asked the prober to look */

@@ -77,6 +77,97 @@ static void wait_up(struct nas_gate *g, int want)
 		gen = nas_gate_wait_change(g, gen, 10000);
 }
 
+/* A burst: @want calls that each wait until all @want run at once (a
+ * readahead's READs on a slow NAS), or give up at @by (CLOCK_MONOTONIC
+ * ms): the gate must give each queued call a thread of its own. */
+struct burst {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int want, running, most, arrived;
+	int64_t by;
+};
+
+static int burst_fn(void *arg)
+{
+	struct burst *b = arg;
+	int r = 0;
+
+	pthread_mutex_lock(&b->lock);
+	b->running++;
+	if (b->running > b->most)
+		b->most = b->running;
+	pthread_cond_broadcast(&b->cond);
+	while (b->most < b->want && r == 0) {
+		struct timespec dl = { .tv_sec = b->by / 1000, .tv_nsec = (b->by % 1000) * 1000000 };
+
+		if (pthread_cond_timedwait(&b->cond, &b->lock, &dl) == ETIMEDOUT &&
+		    b->most < b->want)
+			r = -EAGAIN; /* never all at once: not a NAS verdict */
+	}
+	b->running--;
+	pthread_mutex_unlock(&b->lock);
+	return r;
+}
+
+struct burst_caller {
+	struct nas_gate *g;
+	struct burst *b;
+	pthread_t t;
+	int r;
+};
+
+static void *burst_caller(void *arg)
+{
+	struct burst_caller *c = arg;
+
+	pthread_mutex_lock(&c->b->lock);
+	c->b->arrived++;
+	pthread_cond_broadcast(&c->b->cond);
+	pthread_mutex_unlock(&c->b->lock);
+	c->r = nas_call(c->g, burst_fn, c->b, NULL);
+	return NULL;
+}
+
+/* One burst of @n calls on @g, with idle threads left by earlier calls.
+ * The gate's lock is held while the callers gather, so that they all
+ * queue at once, before a woken thread can take its job: the moment a
+ * count of idle threads that was not yet brought down would mislead the
+ * next caller.  Returns how many calls failed. */
+static int one_burst(struct nas_gate *g, int n)
+{
+	struct burst b = { .lock = PTHREAD_MUTEX_INITIALIZER, .want = n, .by = ms_now() + 1500 };
+	struct burst_caller c[NAS_GATE_THREADS];
+	pthread_condattr_t ca;
+	int bad = 0;
+
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* @by is */
+	pthread_cond_init(&b.cond, &ca);
+	pthread_condattr_destroy(&ca);
+
+	pthread_mutex_lock(&g->lock);
+	for (int i = 0; i < n; i++) {
+		c[i] = (struct burst_caller){ .g = g, .b = &b };
+		if (pthread_create(&c[i].t, NULL, burst_caller, &c[i]))
+			exit(2);
+	}
+	pthread_mutex_lock(&b.lock);
+	while (b.arrived < n)
+		pthread_cond_wait(&b.cond, &b.lock);
+	pthread_mutex_unlock(&b.lock);
+	pthread_mutex_unlock(&g->lock);
+	for (int i = 0; i < n; i++) {
+		pthread_join(c[i].t, NULL);
+		if (c[i].r != 0) {
+			fprintf(stderr, "burst call %d of %d: %d (%d at once at most)\n", i, n,
+				c[i].r, b.most);
+			bad++;
+		}
+	}
+	pthread_cond_destroy(&b.cond);
+	return bad;
+}
+
 int main(void)
 {
 	char root[] = "/tmp/wfs-gate-XXXXXX", away[64];
@@ -178,6 +269,25 @@ int main(void)
 	pthread_mutex_unlock(&h.lock);
 	wait_up(&g, 1);
 	CHECK(&cnt, nas_call(&g, ok_fn, &n, NULL) == 0, "runs again once they ended");
+
+	/* a burst of calls on a slow NAS that answers within the deadline:
+	 * each gets a thread (up to NAS_GATE_THREADS) and none times out.  A
+	 * fresh gate, its deadline ample: one warm-up call leaves one idle
+	 * thread, the first burst leaves eight. */
+	{
+		struct nas_gate b;
+		int bad = 0, m = 0;
+
+		CHECK(&cnt, nas_gate_init(&b, root, 5000, NULL, NULL) == 0, "init");
+		CHECK(&cnt, nas_call(&b, ok_fn, &m, NULL) == 0 && m == 1, "warm-up");
+		for (int round = 0; round < 10 && !bad; round++)
+			bad = one_burst(&b, round % 2 ? NAS_GATE_THREADS : 8);
+		CHECK(&cnt, bad == 0, "%d calls of a burst failed", bad);
+		nas_gate_stats(&b, &st);
+		CHECK(&cnt, st.up && st.timeouts == 0, "up %d, timeouts %llu", st.up,
+		      (unsigned long long)st.timeouts);
+		nas_gate_destroy(&b);
+	}
 
 	/* no gate: the call runs on the caller */
 	CHECK(&cnt, nas_call(NULL, ok_fn, &n, NULL) == 0, "no gate");

@@ -467,8 +467,7 @@ static void take_batch(struct wfs *w, struct listing *d, size_t pos, size_t size
 
 /* Entry @i of a pass over @d (0 and 1 are "." and ".."): its name, and what
  * the reply says of it in @e (READDIRPLUS: a lookup the kernel will hold,
- * e->ino set) and @st.  Returns 0, or < 0 to leave it out (hidden,
- * vanished, the NAS down). */
+ * e->ino set) and @st.  Returns 0, or -errno: see name_left_out(). */
 static int entry_at(struct wfs *w, struct listing *d, struct node *dn, size_t i, int plus,
 		    struct plus_batch *batch, struct ns_entry *ent, const char **name,
 		    struct fuse_entry_param *e, struct stat *st)
@@ -516,6 +515,18 @@ static int entry_at(struct wfs *w, struct listing *d, struct node *dn, size_t i,
 	return r;
 }
 
+/* Is entry_at's error @r one of the name alone -- hidden, vanished since
+ * the listing, not ours to read -- so that the name is left out, as a walk
+ * leaves it (ns.h, NS_WALK_STRICT)?  Any other (the NAS failing part way
+ * through a pass, a name of it not in the record) ends the reply there: a
+ * reply cut short, or an empty one, would read as the directory's end, and
+ * a reader (an engine globbing shards) would take a short listing for a
+ * whole one. */
+static int name_left_out(int r)
+{
+	return r == -ENOENT || r == -EACCES || r == -EPERM || r == -ELOOP || r == -ENAMETOOLONG;
+}
+
 static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, int plus)
 {
 	struct wfs *w = W(req);
@@ -525,7 +536,7 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, i
 	struct ns_entry *ent = malloc(sizeof(*ent));
 	size_t used = 0, pos = OFF_POS(off);
 	struct plus_batch batch = { 0 };
-	int r = d && buf && ent ? 0 : -ENOMEM, uncache, ahead, walked;
+	int r = d && buf && ent ? 0 : -ENOMEM, uncache, ahead, walked, err = 0;
 	size_t i;
 
 	if (r < 0) {
@@ -556,8 +567,13 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, i
 		const char *name;
 		size_t sz;
 
-		if (entry_at(w, d, dn, i, plus, &batch, ent, &name, &e, &st) < 0)
+		r = entry_at(w, d, dn, i, plus, &batch, ent, &name, &e, &st);
+		if (r < 0 && name_left_out(r))
 			continue;
+		if (r < 0) {
+			err = NAS_CANNOT_ANSWER(r) ? -EIO : r;
+			break;
+		}
 		if (plus)
 			sz = fuse_add_direntry_plus(req, buf + used, size - used, name, &e,
 						    OFF_MAKE(d->id, i + 1));
@@ -573,6 +589,9 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, i
 	}
 	wfs_log(w, LOG_DEBUG, "readdir%s %s pos %zu size %zu: %zu bytes%s", plus ? "plus" : "",
 		d->rel, pos, size, used, d->from_record ? " (record)" : "");
+	if (err < 0)
+		wfs_log(w, LOG_WARNING, "listing %s stops at %s: %s%s", d->rel, d->ents[i - 2].name,
+			strerror(-err), used ? " (after the entries before it)" : "");
 	/* The record's names: the kernel must not keep them (see the top). */
 	uncache = d->from_record;
 	if (uncache)
@@ -581,11 +600,14 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, i
 	 * once this reply is sent, a tree walk's NAS work and the kernel's
 	 * (dentries, inodes, the reader's stats) run side by side, on two
 	 * cores, instead of in turn. */
-	ahead = plus && !d->from_record && used && i >= 2 && i - 2 < d->n;
+	ahead = !err && plus && !d->from_record && used && i >= 2 && i - 2 < d->n;
 	d->ahead_busy = ahead;
 	walked = plus && !d->from_record;
 	pthread_mutex_unlock(&d->lock);
-	fuse_reply_buf(req, buf, used);
+	if (err < 0 && !used)
+		fuse_reply_err(req, -err);
+	else
+		fuse_reply_buf(req, buf, used);
 	if (uncache)
 		inval_push(&w->inval, ino);
 	free(buf);
@@ -593,6 +615,13 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, i
 	plus_batch_free(&batch);
 	if (walked && off == 0)
 		plan_begin(w, d);
+	if (err < 0) {
+		/* Not the end: the listing stays, so that the kernel's next
+		 * request at this position meets the same entries (taken
+		 * again from the record, they would be others). */
+		listing_put(w, d, 0);
+		return;
+	}
 	if (ahead)
 		classify_ahead(w, d, i - 2, size);
 	else if (walked)

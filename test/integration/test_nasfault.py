@@ -15,7 +15,9 @@ ranges (`eio`) or slow (`latency`).
   RecordBuild         a rebuild of the local record that meets a failing
                       directory fails and keeps the record (file and memory);
                       a directory opened before the NAS went lists the
-                      record's names, and the NAS's once it is back
+                      record's names, and the NAS's once it is back; a
+                      listing the NAS fails part way through ends in EIO,
+                      never early
   RestartDuringOutage wfs stopped and started again while the NAS is gone:
                       it mounts, serves the local revision, says nas down;
                       NAS back: nas up, the rest of the hub shows; with
@@ -33,6 +35,7 @@ fails the test instead of hanging it); waits are on events (status, the
 faultfs state), never sleeps; tearDown puts the NAS back to health first.
 """
 
+import ctypes
 import errno
 import hashlib
 import mmap
@@ -47,7 +50,9 @@ import faultnas  # noqa: E402
 import wfstest  # noqa: E402
 from wfstest import ctl_check, ctl_json, errname, run_wfsctl, state_of  # noqa: E402
 
-FIX = wfstest.HubFixture(options=(), scale_mib=8, many=0, mount=False)
+# many: datasets--acme--many/blobs, 300 names, for a listing that takes many replies
+FIX = wfstest.HubFixture(options=(), scale_mib=8, many=300, mount=False)
+MANY_BLOBS = "datasets--acme--many/blobs"
 NAS = None          # the FaultNAS over FIX.hub the daemons use
 REPO = "models--acme--standard"
 OTHER_REPO = "models--acme--packs"    # never promoted: in no record
@@ -96,6 +101,26 @@ def sha_size_uncached(path):
     (each read reaches the daemon or the local copy)."""
     wfstest.drop_pages(path)
     return wfstest.sha256_file(path)
+
+
+SYS_GETDENTS64 = {"x86_64": 217, "aarch64": 61}.get(os.uname().machine)
+LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+def getdents(fd, size):
+    """One getdents64(2) of `size` bytes on the directory fd: the names it
+    gave ([] at the end), or OSError."""
+    buf = ctypes.create_string_buffer(size)
+    n = LIBC.syscall(SYS_GETDENTS64, fd, buf, size)
+    if n < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+    names, off = [], 0
+    while off < n:  # struct linux_dirent64: ino, off, reclen, type, name
+        reclen = int.from_bytes(buf.raw[off + 16:off + 18], sys.byteorder)
+        names.append(buf.raw[off + 19:off + reclen].split(b"\0", 1)[0].decode())
+        off += reclen
+    return names
 
 
 def revision_entries():
@@ -539,6 +564,46 @@ class RecordBuild(WfsOnFaultNAS):
         NAS.check("ok")
         self.wait_nas("up", UP_WAIT)
         self.assertEqual(sorted(os.listdir(d)), full, "listing %s once the NAS is back" % d)
+
+
+    def test_listing_cut_by_outage(self):
+        """A pass over a directory the NAS gave whole, the NAS gone before
+        its end: what the reader has not got yet fails EIO -- a reply cut
+        short or empty would be the end of the directory to the kernel, and
+        a reader would take a short listing for the whole one."""
+        if SYS_GETDENTS64 is None:
+            self.skipTest("getdents64's number on %s is not known here" % os.uname().machine)
+        d = self.m(MANY_BLOBS)
+        want = FIX.children()[MANY_BLOBS]
+        self.assertEqual(len(want), 300)
+        fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            first = getdents(fd, 512)
+            self.assertTrue(first, "the first getdents64 of %s gave nothing" % d)
+            NAS.check("fail ENOTCONN")
+
+            def rest():
+                """getdents64 until it fails or ends: (names, errno)."""
+                got = []
+                while True:
+                    try:
+                        names = getdents(fd, 512)
+                    except OSError as e:
+                        return got, e.errno
+                    if not names:
+                        return got, None
+                    got += names
+            r = bounded(rest, timeout=FAIL_WAIT)
+        finally:
+            os.close(fd)
+        self.assertTrue(r["done"], "getdents64 of %s blocked with the NAS gone" % d)
+        got, err = r["value"]
+        names = [x for x in first + got if x not in (".", "..")]
+        self.assertLess(len(names), len(want), "%s listed whole with the NAS gone: the test "
+                        "proves nothing" % d)
+        self.assertEqual(errname(err), "EIO", "%s: %d of %d names, then %s instead of EIO"
+                         % (d, len(names), len(want), "the end" if err is None else errname(err)))
+        self.assertEqual(names, [x for x in names if x in want], "names not in %s" % d)
 
 
 class RestartDuringOutage(WfsOnFaultNAS):

@@ -125,16 +125,36 @@ out:
 }
 
 struct stat_job {
+	const struct hub_roots *roots; /* the daemon's: lives as long as it */
 	struct stat st;
 	struct statvfs sv;
 	char path[PATH_MAX];
 };
 
+/* An lstat that follows no link in any component: the directory opened as
+ * nas_open() opens it (a root itself: canonical), the name looked at in it.
+ * The daemon runs as root: a link swapped in on the NAS since the lookup,
+ * for the name or a directory above it, must not show its target's
+ * attributes (a file other users could not even see). */
 static int stat_fn(void *arg)
 {
 	struct stat_job *j = arg;
+	const char *rest, *name = strrchr(j->path, '/');
+	char dir[PATH_MAX];
+	int root, fd, r;
 
-	return stat(j->path, &j->st) < 0 ? -errno : 0;
+	root = hub_root_of(j->roots, j->path, &rest) >= 0 && !*rest;
+	if (!root && (!name || !name[1]))
+		return -EINVAL;
+	if (!root)
+		path_dirname(j->path, dir, sizeof(dir));
+	fd = nas_open(j->roots, root ? j->path : dir, O_DIRECTORY);
+	if (fd < 0)
+		return fd;
+	r = fstatat(fd, root ? "" : name + 1, &j->st,
+		    root ? AT_EMPTY_PATH : AT_SYMLINK_NOFOLLOW) < 0 ? -errno : 0;
+	close(fd);
+	return r;
 }
 
 static int statvfs_fn(void *arg)
@@ -152,6 +172,7 @@ static int run_stat(struct wfs *w, int (*fn)(void *), const char *path, struct s
 
 	if (!j)
 		return -ENOMEM;
+	j->roots = &w->roots;
 	snprintf(j->path, sizeof(j->path), "%s", path);
 	r = nas_call(&w->gate, fn, j, free);
 	if (r == -ETIMEDOUT)

@@ -36,6 +36,9 @@ int nas_classify(struct wfs *w, const char *rel, struct ns_entry *out);
  * ENOMEM). */
 int nas_classify_batch(struct wfs *w, const char *dir_rel, const char *const *names, size_t n,
 		       struct ns_batch *out);
+/* lstat the physical NAS path @path following no link in any component
+ * (nasopen.h): a link at @path gives its own attributes, one above it
+ * -ELOOP (or -ENOTDIR). */
 int nas_stat(struct wfs *w, const char *path, struct stat *st);
 int nas_statvfs(struct wfs *w, struct statvfs *sv);
 /* The directory @path's entries but "." and "..": *@ents malloc'ed. */

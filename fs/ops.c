@@ -258,6 +258,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	struct stat st;
 	char path[PATH_MAX];
 	double ttl = timeout_for(w, n, 1), left;
+	int r, changed = 0;
 	(void)fi;
 
 	/* Attributes read less than their timeout ago (by a READDIRPLUS, a
@@ -282,15 +283,29 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 			node_path(n, rel, sizeof(rel));
 			path_join(w->roots.path[0], rel, path, sizeof(path));
 		}
-		/* The NAS cannot answer: the attributes last presented stand. */
-		if (nas_stat(w, path, &st) == 0) {
+		/* No link is followed (nas_stat).  A link swapped in for the
+		 * name (another type of file) or for a directory above it: the
+		 * name is not this node any more -- stale, so that the kernel
+		 * looks it up again.  The NAS cannot answer: the attributes
+		 * last presented stand. */
+		r = nas_stat(w, path, &st);
+		if (r == 0) {
 			pthread_mutex_lock(&w->nodes.lock);
-			node_set_stat_locked(n, &st);
+			changed = (st.st_mode & S_IFMT) != (n->st.mode & S_IFMT);
+			if (!changed)
+				node_set_stat_locked(n, &st);
 			pthread_mutex_unlock(&w->nodes.lock);
-			/* New NAS attributes make the blob re-check its source. */
-			if (n->kind == NS_FILE && b)
-				store_source_attrs(&w->store, b, &st);
 		}
+		if (changed || r == -ELOOP || r == -ENOTDIR) {
+			wfs_log(w, LOG_WARNING, "getattr %s: %s on the NAS now: stale", path,
+				!changed ? "a link or a file on its path"
+					 : S_ISLNK(st.st_mode) ? "a link" : "another type of file");
+			fuse_reply_err(req, ESTALE);
+			return;
+		}
+		/* New NAS attributes make the blob re-check its source. */
+		if (r == 0 && n->kind == NS_FILE && b)
+			store_source_attrs(&w->store, b, &st);
 	}
 	node_attr(&w->nodes, n, &st);
 	fuse_reply_attr(req, &st, timeout_for(w, n, 1));

@@ -9,7 +9,9 @@ for real: what the mount shows (DESIGN.md "The namespace"), that nothing
 blocks on a FIFO, that replies and the log escape the names, that the
 links leaving NAS_HUB are counted at start-up with the root= to name, and
 that a link swapped into a parent component of a blob's NAS path between
-lookup and open (or copy) is refused, never followed.
+lookup and open (or copy) is refused, never followed; nor is one swapped in
+for a file (or a directory above it) a reader holds open: its attributes
+are never the target's.
 """
 
 import errno
@@ -64,6 +66,14 @@ def wait_log(tc, mount, pattern, timeout=SETTLE):
     if not wfstest.wait_until(lambda: rx.search(mount.log()), timeout):
         tc.fail("no log line /%s/ within %d s; log:\n%s" % (pattern, timeout, mount.log()[-5000:]))
     return rx.search(mount.log())
+
+
+def remove(path):
+    """Remove a link, a file or a tree, if there."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    elif os.path.lexists(path):
+        os.unlink(path)
 
 
 def scan_line(mount):
@@ -493,6 +503,49 @@ class Swapped(unittest.TestCase):
                       % wfstest.errname(got))
         wait_log(self, F["mount"], r"open %s: Too many levels of symbolic links"
                  % re.escape(os.path.join(F["hub"], SWAP, "blobs", sha)), 0)
+
+    def test_getattr_follows_no_link(self):
+        """A file held open, then on the NAS the file itself, or a directory
+        above it, swapped for a link to a root-only file outside NAS_HUB:
+        once the attributes time out (attr_timeout, 1 s: not a blob), the
+        GETATTR of the held inode says ESTALE, never the target's size."""
+        secret = os.path.join(F["base"], "getattr-secret.bin")
+        with open(secret, "wb") as f:
+            f.write(det_bytes("secret", 4321))
+        os.chmod(secret, 0o600)
+        outside = os.path.join(F["base"], "getattr-outside")
+        os.makedirs(outside)
+        os.link(secret, os.path.join(outside, "file.bin"))
+        for what in ("file", "dir"):
+            top = os.path.join(F["hub"], "getattr-" + what)
+            os.makedirs(top)
+            self.addCleanup(remove, top + ".moved")
+            self.addCleanup(remove, top)
+            nas = os.path.join(top, "file.bin")
+            with open(nas, "wb") as f:
+                f.write(det_bytes(what, 1000))
+            fd = os.open(os.path.join(F["mnt"], "getattr-" + what, "file.bin"), os.O_RDONLY)
+            self.addCleanup(os.close, fd)
+            self.assertEqual(os.fstat(fd).st_size, 1000, what)
+            if what == "file":
+                os.unlink(nas)
+                os.symlink(secret, nas)
+            else:
+                os.rename(top, top + ".moved")
+                os.symlink(outside, top)
+
+            def changed():
+                """fstat until it fails or shows other attributes (the
+                kernel asks the daemon once they timed out)."""
+                try:
+                    return os.fstat(fd).st_size != 1000 and ("size", os.fstat(fd).st_size)
+                except OSError as e:
+                    return ("errno", e.errno)
+            got = wfstest.wait_until(changed, 10, 0.05)
+            self.assertEqual(got, ("errno", errno.ESTALE), "fstat of a file held open, its %s "
+                             "swapped for a link on the NAS (the target is %d bytes)" % (what, 4321))
+            wait_log(self, F["mount"], r"getattr %s: .* on the NAS now: stale"
+                     % re.escape(os.path.join(top, "file.bin")), 0)
 
     def test_copy_refused(self):
         # A mount of its own: one copy worker, slowed, so the victim's copy

@@ -226,21 +226,41 @@ static int take(void *arg, const char *rel, const struct ns_entry *e)
 	return 0;
 }
 
+/* Does @p lie in the revision directory "<repo>/snapshots/<rev>" that
+ * holds the link @link (the directory itself included)? */
+static int in_revision_of(const char *link, const char *p)
+{
+	const char *s = strchr(link, '/');
+	size_t len;
+
+	if (!s || s == link || strncmp(s, "/snapshots/", 11) != 0 || !(s = strchr(s + 11, '/')))
+		return 0;
+	len = (size_t)(s - link);
+	return strncmp(link, p, len) == 0 && (p[len] == '\0' || p[len] == '/');
+}
+
 /* A link is kept when its text, read from its directory, names a kept
- * file: what a reader's resolution reaches without the NAS. */
-static void keep_link(struct build *b, struct rnode *n)
+ * file, or (@dirs) a kept directory of the link's own revision
+ * (packs-latest -> packs): what a reader's resolution reaches without the
+ * NAS, never leaving the revision.  Returns 1 when @dirs kept it. */
+static int keep_link(struct build *b, struct rnode *n, int dirs)
 {
 	char dir[PATH_MAX], joined[PATH_MAX], norm[PATH_MAX];
 	struct rnode *f;
 
-	if (n->kind != NS_LINK || n->target[0] == '/')
-		return;
+	if (n->kind != NS_LINK || n->target[0] == '/' || (dirs && n->keep))
+		return 0;
 	path_dirname(n->path, dir, sizeof(dir));
 	if (path_join(dir, n->target, joined, sizeof(joined)) < 0 ||
 	    path_normalize(joined, norm, sizeof(norm)) < 0)
-		return;
+		return 0;
 	f = rnode_find(&b->h, norm);
-	n->keep = f && f->kind == NS_FILE && f->keep;
+	if (!dirs) {
+		n->keep = f && f->kind == NS_FILE && f->keep;
+		return 0;
+	}
+	n->keep = f && f->kind == NS_DIR && f->keep && in_revision_of(n->path, norm);
+	return n->keep;
 }
 
 static void keep_parents(struct build *b, const struct rnode *n)
@@ -265,13 +285,24 @@ static int settle(struct build *b, struct record_table **out)
 	struct rnodes kept = { 0 };
 	struct ns_entry *root = NULL;
 	size_t dropped;
-	int e = 0;
+	int e = 0, more = 1;
 
 	for (size_t i = 0; i < b->all.n; i++)
-		keep_link(b, b->all.v[i]);
+		keep_link(b, b->all.v[i], 0);
 	for (size_t i = 0; i < b->all.n; i++)
 		if (b->all.v[i]->keep)
 			keep_parents(b, b->all.v[i]);
+	/* A directory is kept once something under it is: links to
+	 * directories after the parents, until no more is kept (a link may
+	 * be all a directory holds). */
+	while (more) {
+		more = 0;
+		for (size_t i = 0; i < b->all.n; i++)
+			if (keep_link(b, b->all.v[i], 1)) {
+				keep_parents(b, b->all.v[i]);
+				more = 1;
+			}
+	}
 	for (size_t i = 0; !e && i < b->all.n; i++) {
 		struct rnode *n = b->all.v[i];
 

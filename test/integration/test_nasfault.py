@@ -18,6 +18,9 @@ ranges (`eio`) or slow (`latency`).
                       record's names, and the NAS's once it is back; a
                       listing the NAS fails part way through ends in EIO,
                       never early
+  LinkToDirectory     a snapshot's link to a directory of its revision
+                      (packs-latest -> packs), promoted: with the NAS gone,
+                      the files read through the link too
   RestartDuringOutage wfs stopped and started again while the NAS is gone:
                       it mounts, serves the local revision, says nas down;
                       NAS back: nas up, the rest of the hub shows; with
@@ -604,6 +607,35 @@ class RecordBuild(WfsOnFaultNAS):
         self.assertEqual(errname(err), "EIO", "%s: %d of %d names, then %s instead of EIO"
                          % (d, len(names), len(want), "the end" if err is None else errname(err)))
         self.assertEqual(names, [x for x in names if x in want], "names not in %s" % d)
+
+
+class LinkToDirectory(WfsOnFaultNAS):
+    """A link to a directory of its revision is in the record with the
+    local files under it: while the NAS is gone a reader goes through it
+    as through the directory.  (This class's store holds OTHER_REPO.)"""
+
+    PROMOTE = False
+
+    def test_read_through_link_while_down(self):
+        self.wait_nas("up", UP_WAIT)
+        with open(FIX.n(OTHER_REPO + "/refs/main")) as f:
+            snap = "%s/snapshots/%s" % (OTHER_REPO, f.read().strip())
+        files = [e for e in FIX.readable() if e["path"].startswith(snap + "/packs/")]
+        self.assertTrue(files and os.readlink(FIX.n(snap + "/packs-latest")) == "packs")
+        ctl_check(self, ["promote", "--wait", self.m(snap)], timeout=60)
+        self.assertEqual([state_of(self.m(e["path"])) for e in files], ["local"] * len(files))
+        NAS.check("fail ENOTCONN")
+        via = [snap + "/packs-latest/" + os.path.basename(e["path"]) for e in files]
+        calls = [(os.readlink, (self.m(snap + "/packs-latest"),)),
+                 (os.listdir, (self.m(snap + "/packs-latest"),))]
+        calls += [(sha_size_uncached, (self.m(p),)) for p in via]
+        res = bounded_all(calls, LOCAL_WAIT)
+        got = [r.get("value") if r["errno"] is None else errname(r["errno"]) for r in res]
+        want = ["packs", sorted(os.path.basename(e["path"]) for e in files)]
+        want += [(e["sha256"], e["size"]) for e in files]
+        got[1] = sorted(got[1]) if isinstance(got[1], list) else got[1]
+        self.assertEqual(got, want, "through %s/packs-latest with the NAS gone; the log ends:\n%s"
+                         % (snap, self.debug_state()))
 
 
 class RestartDuringOutage(WfsOnFaultNAS):

@@ -75,6 +75,10 @@ static void hub(void)
 	check_ln(nas, "../../../../blobs/" H1, SNAP "/sub/dir/file");
 	check_ln(nas, "../../blobs/" OTHER, SNAP "/other.bin");
 	check_ln(nas, "../../blobs/" H256, SNAP "/" ODD);
+	/* links to directories: one in the revision (kept, its files are),
+	 * one out of it (never) */
+	check_ln(nas, "sub", SNAP "/latest");
+	check_ln(nas, "../../blobs", SNAP "/blobs-dir");
 	check_put(nas, REPO "/refs/main", REV);
 	check_put(nas, REPO "/.no_exist/" REV "/missing.txt", "");
 	check_put(nas, "models--x--y/blobs/" OTHER, "other too");
@@ -148,8 +152,11 @@ static void answers(struct check_count *c, struct record *r, const char *when)
 	      ent.e.st.st_mtim.tv_nsec == st.st_mtim.tv_nsec && !strcmp(ent.e.backing, p) &&
 	      !(ent.e.st.st_mode & 0222), "%s: blob file: kind %d size %lld", when, ent.e.kind,
 	      (long long)ent.e.st.st_size);
-	CHECK(c, !strcmp(list(r, SNAP), "config.json|" ODD "|sub"), "%s: snapshot lists %s",
-	      when, list(r, SNAP));
+	CHECK(c, look(r, SNAP "/latest") == 0 && ent.e.kind == NS_LINK &&
+	      !strcmp(ent.e.target, "sub"), "%s: a link to a directory of the revision", when);
+	CHECK(c, look(r, SNAP "/blobs-dir") == -ENOENT, "%s: a link out of the revision", when);
+	CHECK(c, !strcmp(list(r, SNAP), "config.json|latest|" ODD "|sub"),
+	      "%s: snapshot lists %s", when, list(r, SNAP));
 	CHECK(c, !strcmp(list(r, REPO "/blobs"), H256 "|" H1), "%s: blobs list %s", when,
 	      list(r, REPO "/blobs"));
 	CHECK(c, !strcmp(list(r, REPO), "blobs|refs|snapshots"), "%s: repo lists %s", when,
@@ -325,7 +332,8 @@ int main(void)
 	CHECK(&c, store_evict(&s, b256, 0) == 1, "evict");
 	CHECK(&c, record_sync(&r, 30000) == 0 && look(&r, SNAP "/config.json") == -ENOENT &&
 	      look(&r, REPO "/blobs/" H256) == -ENOENT && look(&r, SNAP "/sub/dir/file") == 0 &&
-	      !strcmp(list(&r, SNAP), "sub"), "evicted: gone after a sync (%s)", list(&r, SNAP));
+	      !strcmp(list(&r, SNAP), "latest|sub"), "evicted: gone after a sync (%s)",
+	      list(&r, SNAP));
 	record_close(&r);
 
 	/* The NAS down: nothing is walked, the record from disk answers. */

@@ -322,6 +322,25 @@ static void notify_inval_all(void *arg)
 	free(ids);
 }
 
+/* A path field of /proc/self/mountinfo as the path it is: the kernel
+ * writes space, tab, newline and backslash as octal escapes (\040). */
+static char *mountinfo_unescape(char *s)
+{
+	char *out = s;
+
+	for (const char *p = s; *p; out++) {
+		if (p[0] == '\\' && p[1] >= '0' && p[1] <= '3' && p[2] >= '0' && p[2] <= '7' &&
+		    p[3] >= '0' && p[3] <= '7') {
+			*out = (char)((p[1] - '0') << 6 | (p[2] - '0') << 3 | (p[3] - '0'));
+			p += 4;
+		} else {
+			*out = *p++;
+		}
+	}
+	*out = '\0';
+	return s;
+}
+
 /* The connection's read-ahead, past the 128 KiB the kernel caps a FUSE
  * mount at during INIT (large sequential reads of weights want more), set
  * through sysfs.  Called right after the INIT reply is written (the kernel
@@ -341,7 +360,7 @@ static void raise_readahead(void *arg)
 
 		/* the last match is the newest mount on that path: ours */
 		if (sscanf(line, "%*d %*d %u:%u %*s %4095s", &m1, &m2, point) == 3 &&
-		    !strcmp(point, w->mnt_abs) && strstr(line, " - fuse")) {
+		    !strcmp(mountinfo_unescape(point), w->mnt_abs) && strstr(line, " - fuse")) {
 			maj = m1;
 			min = m2;
 			found = 1;
@@ -395,6 +414,27 @@ static void tune_malloc(void)
 	mallopt(M_ARENA_MAX, 2);
 }
 
+/* The options left for FUSE, checked now by a session made and dropped
+ * (libfuse names an unknown one): before LOCAL_STORE is created or opened,
+ * not after.  0 or -1. */
+static int check_fuse_opts(const struct fuse_args *args)
+{
+	struct fuse_args copy = FUSE_ARGS_INIT(0, NULL);
+	struct fuse_session *se = NULL;
+	int ok = 1;
+
+	for (int i = 0; ok && i < args->argc; i++)
+		ok = fuse_opt_add_arg(&copy, args->argv[i]) == 0;
+	if (ok)
+		se = fuse_session_new(&copy, &wfs_ops, sizeof(wfs_ops), NULL);
+	if (se)
+		fuse_session_destroy(se);
+	else
+		fprintf(stderr, ok ? "wfs: bad -o option (see wfs --help)\n" : "wfs: out of memory\n");
+	fuse_opt_free_args(&copy);
+	return se ? 0 : -1;
+}
+
 /* Every option, checked before anything is opened or mounted.  Returns -1
  * to go on, or the exit status (--help, --version: 0; a bad option: 2). */
 static int parse_args(struct wfs *w, struct fuse_args *args)
@@ -414,7 +454,7 @@ static int parse_args(struct wfs *w, struct fuse_args *args)
 		printf("wfs %s (libfuse %s)\n", WFS_VERSION, fuse_pkgversion());
 		return 0;
 	}
-	if (r < 0)
+	if (r < 0 || check_fuse_opts(args) < 0)
 		return 2;
 	if (!w->opt.log_set)
 		w->opt.log = w->opt.foreground ? WFS_LOG_STDERR : WFS_LOG_SYSLOG;
@@ -526,6 +566,21 @@ static int open_store(struct wfs *w, const struct metrics_src *msrc)
 	return 0;
 }
 
+/* "fsname=@path" as one -o option: libfuse splits options at commas and
+ * takes a backslash as an escape, so both are escaped (a NAS_HUB path may
+ * hold either). */
+static void fsname_opt(const char *path, char *out, size_t sz)
+{
+	size_t n = (size_t)snprintf(out, sz, "fsname=");
+
+	for (; *path && n + 3 < sz; path++) {
+		if (*path == ',' || *path == '\\')
+			out[n++] = '\\';
+		out[n++] = *path;
+	}
+	out[n] = '\0';
+}
+
 /* How far start_session() got, for end_session(). */
 enum session_stage { SES_NONE, SES_NEW, SES_SIGNALS, SES_MOUNTED };
 
@@ -538,7 +593,7 @@ static int start_session(struct wfs *w, struct fuse_args *args, int *ctl_bound,
 	char fsname[PATH_MAX + 16];
 	int r;
 
-	snprintf(fsname, sizeof(fsname), "fsname=%s", w->roots.path[0]);
+	fsname_opt(w->roots.path[0], fsname, sizeof(fsname));
 	if (fuse_opt_add_arg(args, "-o") || fuse_opt_add_arg(args, fsname) ||
 	    fuse_opt_add_arg(args, "-osubtype=wfs,default_permissions"))
 		return -1;
@@ -616,19 +671,25 @@ static int start_threads(struct wfs *w, int ctl_bound, const struct metrics_src 
 	return 0;
 }
 
-/* Serve until unmounted or signalled.  Returns the exit status. */
+/* Serve until unmounted or signalled.  Returns the exit status: a stop
+ * by SIGTERM, SIGINT or SIGHUP is a clean one (systemctl stop), which
+ * libfuse reports as the signal's number; an error as -errno. */
 static int serve(struct wfs *w)
 {
 	struct fuse_loop_config *cfg;
 	int ret;
 
-	if (w->opt.single_thread)
-		return fuse_session_loop(w->se) ? 1 : 0;
-	cfg = fuse_loop_cfg_create();
-	fuse_loop_cfg_set_max_threads(cfg, w->opt.max_threads);
-	ret = fuse_session_loop_mt(w->se, cfg) ? 1 : 0;
-	fuse_loop_cfg_destroy(cfg);
-	return ret;
+	if (w->opt.single_thread) {
+		ret = fuse_session_loop(w->se);
+	} else {
+		cfg = fuse_loop_cfg_create();
+		fuse_loop_cfg_set_max_threads(cfg, w->opt.max_threads);
+		ret = fuse_session_loop_mt(w->se, cfg);
+		fuse_loop_cfg_destroy(cfg);
+	}
+	if (ret > 0)
+		wfs_log(w, LOG_INFO, "stopping: %s", strsignal(ret));
+	return ret < 0 ? 1 : 0;
 }
 
 /* After serving: the order matters. */

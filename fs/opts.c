@@ -1,5 +1,6 @@
 /* opts.c - the wfs command line; see opts.h. */
 #include "opts.h"
+#include "passthrough.h"
 #include "wfs.h"
 
 #include <errno.h>
@@ -96,7 +97,7 @@ static const struct opt_row daemon_rows[] = {
 	  .set = set_log, .dflt = "stderr with -f, else syslog",
 	  .help = "where log lines go" },
 	{ .name = "max_threads", .kind = OPT_UINT, .off = OFF(max_threads), .min = 1,
-	  .max = 1024, .unit = "threads", .help = "FUSE worker threads" },
+	  .max = PT_MAX_PENDING, .unit = "threads", .help = "FUSE worker threads" },
 	{ .name = "copy_workers", .kind = OPT_UINT, .off = OFF(copy_workers), .min = 1,
 	  .max = 64, .unit = "workers",
 	  .help = "concurrent promotions; by default one per online\n"

@@ -20,7 +20,12 @@
 
 struct fuse_session;
 
-#define PT_MAX_PENDING 256
+/* OPENs read and not yet answered.  Each holds a FUSE worker until its
+ * reply, so there are at most -o max_threads of them (opts.c caps it at
+ * this): an OPEN not recorded would be answered without passthrough while
+ * choose_mode counted it as one, and the kernel refuses mixing the two
+ * (EIO to open(2)). */
+#define PT_MAX_PENDING 1024
 
 /* Rules, field by field: SET-UP: written by passthrough_install() before
  * any request is read, then read-only; LOCK: under @lock; ATOMIC: a release

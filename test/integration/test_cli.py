@@ -11,6 +11,7 @@ import json
 import os
 import random
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -28,6 +29,12 @@ def setUpModule():
 
 def tearDownModule():
     FIX.teardown()
+
+
+def mountinfo_path(field):
+    """A path field of /proc/self/mountinfo or /proc/self/mounts as the
+    path it is (space, tab, newline and backslash are octal escapes)."""
+    return re.sub(r"\\([0-3][0-7][0-7])", lambda m: chr(int(m.group(1), 8)), field)
 
 
 class Cli(unittest.TestCase):
@@ -157,6 +164,7 @@ class Cli(unittest.TestCase):
         ("readahead_kb=2000000", "above range"),
         ("readahead_kb=99999999999999999999999", "overflows"),
         ("max_threads=0", "below range"),
+        ("max_threads=1025", "more OPENs in flight than passthrough can track"),
         ("copy_workers=65", "above range"),
         ("metrics_interval=0", "below range"),
         ("auto_opens=three", "not a number"),
@@ -357,13 +365,19 @@ class Cli(unittest.TestCase):
                          "snapshots before: %s)" % ({k: round(v, 2) for k, v in seen.items()}, old, before))
 
     def test_readahead_raised(self):
-        """-o readahead_kb= reaches the mount's bdi once INIT is answered."""
-        mnt = self.new_mnt()
-        self.start(self.path("local"), mnt, ["readahead_kb=4096"])
+        """-o readahead_kb= reaches the mount's bdi once INIT is answered,
+        also on a mount point whose name mountinfo escapes (a space)."""
+        for name in ("mnt", "mnt point"):
+            with self.subTest(mount_point=name):
+                self.readahead_raised(self.new_mnt(name))
+
+    def readahead_raised(self, mnt):
+        self.start(self.path("local-" + os.path.basename(mnt).replace(" ", "_")), mnt,
+                   ["readahead_kb=4096"])
 
         def bdi():
             with open("/proc/self/mountinfo") as f:
-                lines = [l for l in f if l.split(" ")[4] == os.path.realpath(mnt)]
+                lines = [l for l in f if mountinfo_path(l.split(" ")[4]) == os.path.realpath(mnt)]
             return lines[-1].split(" ")[2] if lines else None
 
         dev = bdi()
@@ -377,6 +391,41 @@ class Cli(unittest.TestCase):
         # for it (the bound only stops a hang)
         wfstest.wait_until(lambda: value() == "4096", 10)
         self.assertEqual(value(), "4096", ra)
+
+    def test_unknown_option_refused_first(self):
+        """An -o word neither wfs nor FUSE knows (a typo) is refused, exit
+        2, before LOCAL_STORE is made or opened."""
+        local, mnt = self.path("local"), self.new_mnt()
+        rc, out, err = wfstest.run_wfs(["-o", "entry_timout=5", FIX.hub, local, mnt], timeout=20)
+        self.cleanup_mount(mnt)
+        self.assertEqual(rc, 2, "exit status %s, stderr %r" % (rc, err))
+        self.assertIn("entry_timout", err)
+        self.assertFalse(os.path.exists(local), "LOCAL_STORE made before the refusal")
+
+    def test_nas_hub_path_with_comma_and_backslash(self):
+        """NAS_HUB is passed to FUSE as fsname=: its commas and backslashes
+        must not split or escape the option list."""
+        hub = self.path("hub,a\\b")
+        os.makedirs(os.path.join(hub, "models--a--b", "refs"))
+        mnt = self.new_mnt()
+        m = wfstest.Mount(hub, self.path("local"), mnt, ()).start()
+        self.addCleanup(lambda: self.cleanup_mount(mnt))
+        self.assertEqual(os.listdir(mnt), ["models--a--b"])
+        src = [mountinfo_path(l.split(" ")[0]) for l in wfstest.mount_lines()
+               if mountinfo_path(l.split(" ")[1]) == os.path.realpath(mnt)]
+        self.assertEqual(src, [os.path.realpath(hub)], "the mount's source (fsname)")
+        self.assertEqual(m.stop(), [])
+
+    def test_sigterm_exits_0(self):
+        """systemctl stop sends SIGTERM: a clean stop, exit status 0 (wfs.1:
+        1 means the mount could not be made)."""
+        mnt = self.new_mnt()
+        m = wfstest.ForegroundMount(FIX.hub, self.path("local"), mnt, []).start()
+        self.addCleanup(m.cleanup)
+        self.addCleanup(lambda: self.cleanup_mount(mnt))
+        m.proc.send_signal(signal.SIGTERM)
+        self.assertEqual(m.proc.wait(wfstest.EXIT_TIMEOUT), 0, m.log())
+        self.assertFalse(wfstest.is_mounted(mnt))
 
     def test_unmount_leaves_nothing(self):
         local, mnt = self.path("local"), self.new_mnt()

@@ -130,6 +130,23 @@ static int copy_range(const char *src, int in, int out, uint64_t off, uint64_t l
 	return r;
 }
 
+/* The NAS file @src_path open for reading, or -errno with @res's reason
+ * (and src_err, for the gate) filled: -EINVAL for what is no regular file. */
+static int open_source(const char *src_path, struct fetch_result *res)
+{
+	int in = nas_open(NULL, src_path, 0);
+
+	if (in == -EISDIR || in == -ENXIO) {
+		snprintf(res->reason, sizeof(res->reason), "%s is not a regular file", src_path);
+		return -EINVAL;
+	}
+	if (in < 0) {
+		res->src_err = in;
+		snprintf(res->reason, sizeof(res->reason), "open %s: %s", src_path, strerror(-in));
+	}
+	return in;
+}
+
 /* The source is still @size bytes after the copy: 0, or -ESTALE. */
 static int same_size(int fd, uint64_t size, const char *src, struct fetch_result *res)
 {
@@ -170,12 +187,8 @@ int fetch_range_verify(const char *src_path, uint64_t size, int dst_fd, uint64_t
 			 (unsigned long long)size);
 		return -EINVAL;
 	}
-	in = nas_open(NULL, src_path, 0);
-	if (in < 0) {
-		res->src_err = in;
-		snprintf(res->reason, sizeof(res->reason), "open %s: %s", src_path, strerror(-in));
+	if ((in = open_source(src_path, res)) < 0)
 		return in;
-	}
 	r = same_size(in, size, src_path, res);
 	if (r == 0)
 		r = copy_range(src_path, in, dst_fd, off, len, bw_limit, prog, res);
@@ -219,16 +232,8 @@ int fetch_hash_source(const char *src_path, uint64_t size, const char *expected_
 		res = &scratch;
 	memset(res, 0, sizeof(*res));
 	res->id_check = -1;
-	in = nas_open(NULL, src_path, 0);
-	if (in == -EISDIR || in == -ENXIO) {
-		snprintf(res->reason, sizeof(res->reason), "%s is not a regular file", src_path);
-		return -EINVAL;
-	}
-	if (in < 0) {
-		res->src_err = in;
-		snprintf(res->reason, sizeof(res->reason), "open %s: %s", src_path, strerror(-in));
+	if ((in = open_source(src_path, res)) < 0)
 		return in;
-	}
 	r = same_size(in, size, src_path, res);
 	if (r == 0)
 		r = content_hash_init(&ch, expected_id, size);

@@ -108,11 +108,13 @@ def read_ok(path, want):
     return hashlib.sha256(got).digest() == hashlib.sha256(want).digest()
 
 
-class Limit(unittest.TestCase):
+class StoreCase(unittest.TestCase):
+    """A class whose tests share one mount (cls.s), started by start_store
+    from setUpClass and stopped after the last test."""
+
     @classmethod
-    def setUpClass(cls):
-        cls.s = Store("limit", ["store_max=24M", "min_free=1M", "auto_bytes=1M", "auto_opens=0",
-                                "auto_mbps=0", "auto_siblings=off"])
+    def start_store(cls, name, options):
+        cls.s = Store(name, options)
         try:
             cls.s.start()
         except BaseException:
@@ -124,6 +126,13 @@ class Limit(unittest.TestCase):
         problems = cls.s.stop()
         if problems:
             raise AssertionError("teardown: " + "; ".join(problems))
+
+
+class Limit(StoreCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.start_store("limit", ["store_max=24M", "min_free=1M", "auto_bytes=1M", "auto_opens=0",
+                                  "auto_mbps=0", "auto_siblings=off"])
 
     def names(self):
         return ["f%02d.bin" % i for i in range(NFILES)]
@@ -302,7 +311,7 @@ class Floor(unittest.TestCase):
         self.assertEqual(problems, [])
 
 
-class Shared(unittest.TestCase):
+class Shared(StoreCase):
     """The reviewer's case: A pinned and B hold one 6 MiB copy; status said
     12 MiB used while du said 6, and promoting 2 MiB more evicted B, which
     freed nothing."""
@@ -320,18 +329,7 @@ class Shared(unittest.TestCase):
             "models--acme--twin-c": wfstest.make_hf_repo(Fix.hub, "models--acme--twin-c",
                                                         {"w.bin": twin}),
         }
-        cls.s = Store("shared", ["store_max=13M", "min_free=1M", "auto_promote=off"])
-        try:
-            cls.s.start()
-        except BaseException:
-            cls.s.stop()
-            raise
-
-    @classmethod
-    def tearDownClass(cls):
-        problems = cls.s.stop()
-        if problems:
-            raise AssertionError("teardown: " + "; ".join(problems))
+        cls.start_store("shared", ["store_max=13M", "min_free=1M", "auto_promote=off"])
 
     def path(self, repo, name):
         return os.path.join(self.s.mnt, repo, "snapshots", self.revs[repo], name)

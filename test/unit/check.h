@@ -99,4 +99,46 @@ static inline void check_ln(const char *root, const char *target, const char *re
 	}
 }
 
+/* @n bytes of a pattern @seed picks (no two seeds alike, no page alike) at
+ * @root/@rel: blobs of a size without keeping them in the test. */
+static inline void check_put_pattern(const char *root, const char *rel, size_t n,
+				     unsigned seed)
+{
+	char p[8192], *buf = malloc(n ? n : 1);
+
+	if (!buf)
+		exit(2);
+	for (size_t i = 0; i < n; i++)
+		buf[i] = (char)(seed * 131 + i * 7 + i / 4093);
+	check_path(p, sizeof(p), root, rel);
+	check_write_file(p, buf, n);
+	free(buf);
+}
+
+/* mkdir -p @root/@rel. */
+static inline void check_mkdirs(const char *root, const char *rel)
+{
+	char cmd[8300];
+
+	snprintf(cmd, sizeof(cmd), "mkdir -p '%s/%s'", root, rel);
+	if (system(cmd) != 0)
+		exit(2);
+}
+
+/* Regular files under @dir (-1: cannot tell). */
+static inline int check_count_files(const char *dir)
+{
+	char cmd[8300];
+	FILE *f;
+	int n = -1;
+
+	snprintf(cmd, sizeof(cmd), "find '%s' -type f | wc -l", dir);
+	f = popen(cmd, "r");
+	if (f && fscanf(f, "%d", &n) != 1)
+		n = -1;
+	if (f)
+		pclose(f);
+	return n;
+}
+
 #endif

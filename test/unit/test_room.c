@@ -41,22 +41,12 @@ static struct check_count c;
 
 static void put(const char *rel, size_t n, unsigned seed)
 {
-	char p[PATH_MAX * 2], *buf = malloc(n ? n : 1);
-
-	for (size_t i = 0; i < n; i++)
-		buf[i] = (char)(seed * 131 + i * 7 + i / 4093);
-	snprintf(p, sizeof(p), "%s/%s", top, rel);
-	check_write_file(p, buf, n);
-	free(buf);
+	check_put_pattern(top, rel, n, seed);
 }
 
 static void mkdirs(const char *rel)
 {
-	char cmd[PATH_MAX * 2];
-
-	snprintf(cmd, sizeof(cmd), "mkdir -p '%s/%s'", top, rel);
-	if (system(cmd) != 0)
-		exit(2);
+	check_mkdirs(top, rel);
 }
 
 /* <repo>/blobs/<blob> and <repo>/snapshots/<rev>/<name> -> ../../blobs/<blob> */

@@ -34,35 +34,20 @@ static struct store *the_store;
 
 static void put(const char *rel, size_t n, unsigned seed)
 {
-	char p[PATH_MAX * 2], *buf = malloc(n ? n : 1);
-
-	for (size_t i = 0; i < n; i++)
-		buf[i] = (char)(seed * 131 + i * 7 + i / 4093);
-	snprintf(p, sizeof(p), "%s/%s", top, rel);
-	check_write_file(p, buf, n);
-	free(buf);
+	check_put_pattern(top, rel, n, seed);
 }
 
 static void mkdirs(const char *rel)
 {
-	char cmd[PATH_MAX * 2];
-
-	snprintf(cmd, sizeof(cmd), "mkdir -p '%s/%s'", top, rel);
-	if (system(cmd) != 0)
-		exit(2);
+	check_mkdirs(top, rel);
 }
 
+static struct blob *blob_named(const char *rel, const char *id);
+
+/* The blob at @rel, named by its file name. */
 static struct blob *blob_at(const char *rel)
 {
-	char p[PATH_MAX * 2];
-	struct stat st;
-
-	snprintf(p, sizeof(p), "%s/%s", top, rel);
-	if (stat(p, &st) < 0) {
-		perror(p);
-		exit(2);
-	}
-	return store_blob(the_store, p, &st, strrchr(p, '/') + 1);
+	return blob_named(rel, strrchr(rel, '/') + 1);
 }
 
 static const struct blob_info *info(struct blob *b)
@@ -258,17 +243,10 @@ static void sha_of(size_t n, unsigned seed, char out[65])
 
 static int files_in(const char *local, const char *sub)
 {
-	char cmd[PATH_MAX * 2];
-	FILE *f;
-	int n = -1;
+	char p[PATH_MAX * 2];
 
-	snprintf(cmd, sizeof(cmd), "find '%s/%s' -type f | wc -l", local, sub);
-	f = popen(cmd, "r");
-	if (f && fscanf(f, "%d", &n) != 1)
-		n = -1;
-	if (f)
-		pclose(f);
-	return n;
+	snprintf(p, sizeof(p), "%s/%s", local, sub);
+	return check_count_files(p);
 }
 
 static struct blob *blob_named(const char *rel, const char *id)

@@ -87,17 +87,7 @@ static struct blob *blob_of(struct store *s, const char *rel, const char *id)
 
 static int count_files(const char *dir)
 {
-	char cmd[PATH_MAX * 2];
-	FILE *f;
-	int n = -1;
-
-	snprintf(cmd, sizeof(cmd), "find %s -type f | wc -l", dir);
-	f = popen(cmd, "r");
-	if (f && fscanf(f, "%d", &n) != 1)
-		n = -1;
-	if (f)
-		pclose(f);
-	return n;
+	return check_count_files(dir);
 }
 
 static void put_stamped(const char *rel, const char *content, size_t n, time_t mtime)

@@ -492,22 +492,22 @@ static json_t *op_pin(struct control *c, json_t *req, const char *op)
 }
 
 /* Who may do what (README.md "Control protocol"): name, handler, changes
- * (root or the mount's owner only), slow (see struct control_op). */
+ * (root or the mount's owner only), slow, lingers (see struct control_op). */
 static const struct control_op control_ops[] = {
-	{ "status", op_status, 0, 1 },
-	{ "promote", op_promote_req, 1, 1 }, /* a dry run changes nothing: see below */
-	{ "progress", op_progress_req, 0, 0 },
-	{ "doctor", op_doctor, 0, 1 },
-	{ "stats", op_stats, 0, 0 },
-	{ "evict", op_each, 1, 1 },
-	{ "verify", op_each, 1, 1 },
-	{ "pin", op_pin, 1, 1 },
-	{ "unpin", op_pin, 1, 1 },
-	{ "sync", op_sync, 1, 0 }, /* waits for the record's thread, never walks itself */
+	{ "status", op_status, 0, 1, 0 },
+	{ "promote", op_promote_req, 1, 1, 0 }, /* a dry run changes nothing: see below */
+	{ "progress", op_progress_req, 0, 0, 0 },
+	{ "doctor", op_doctor, 0, 1, 0 },
+	{ "stats", op_stats, 0, 0, 0 },
+	{ "evict", op_each, 1, 1, 0 },
+	{ "verify", op_each, 1, 1, 0 },
+	{ "pin", op_pin, 1, 1, 0 },
+	{ "unpin", op_pin, 1, 1, 0 },
+	{ "sync", op_sync, 1, 0, 1 }, /* waits for the record's thread, never walks itself */
 };
 
 /* status while the NAS is down: quick, it does not walk (see above) */
-static const struct control_op status_offline = { "status", op_status_offline, 0, 0 };
+static const struct control_op status_offline = { "status", op_status_offline, 0, 0, 0 };
 
 /* The op to run while the NAS is down, or NULL with *@rep a refusal: the
  * slow ops are the ones that walk the NAS. */

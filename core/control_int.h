@@ -14,8 +14,17 @@ struct control_op {
 	const char *name;
 	json_t *(*fn)(struct control *c, json_t *req, const char *op);
 	int changes;  /* changes state: root or the mount's owner only */
-	int slow;     /* walks a tree or hashes: at most CONTROL_WORKERS_SLOW at once */
+	int slow;     /* walks a tree or hashes: at most CONTROL_WORKERS_SLOW at once,
+		       * and refused while the NAS is down */
+	int lingers;  /* may wait seconds without walking the NAS (sync waits for the
+		       * record's rebuild): counted as slow, but runs while it is down */
 };
+
+/* Does @o count against CONTROL_WORKERS_SLOW? */
+static inline int control_op_long(const struct control_op *o)
+{
+	return o->slow || o->lingers;
+}
 
 /* Root or the mount's owner: may change state, and is not held to the
  * limits set for other users. */

@@ -65,7 +65,7 @@ static struct control_conn *take_request(struct control *c)
 		struct control_conn *k = *pp;
 
 		if ((!k->privileged && c->running_other >= CONTROL_WORKERS_OTHER) ||
-		    (k->o->slow && c->running_slow >= CONTROL_WORKERS_SLOW))
+		    (control_op_long(k->o) && c->running_slow >= CONTROL_WORKERS_SLOW))
 			continue;
 		*pp = k->next;
 		k->next = NULL;
@@ -88,7 +88,7 @@ static void *worker(void *arg)
 		if (c->stopping)
 			break; /* control_stop drops what is still queued */
 		c->running_other += !k->privileged;
-		c->running_slow += k->o->slow;
+		c->running_slow += control_op_long(k->o);
 		pthread_mutex_unlock(&c->lock);
 
 		rep = control_run(c, k->o, k->req);
@@ -100,7 +100,7 @@ static void *worker(void *arg)
 
 		pthread_mutex_lock(&c->lock);
 		c->running_other -= !k->privileged;
-		c->running_slow -= k->o->slow;
+		c->running_slow -= control_op_long(k->o);
 		k->next = c->done;
 		c->done = k;
 		/* a request the limits held back may run now */

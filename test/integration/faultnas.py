@@ -360,6 +360,15 @@ class FaultDisk:
 STRAGGLERS = []     # threads left blocked by a failed test; joined once the NAS is healed
 
 
+def module_nas(fix):
+    """setUpModule of a test module on a faultfs NAS: faultfs and wfsctl
+    there (else skip or fail), the fixture set up, faultfs over its hub."""
+    require_faultfs()
+    wfstest.require_wfsctl()
+    fix.setup()
+    return start_nas(fix)
+
+
 def start_nas(fix):
     """faultfs over the fixture's hub (a HubFixture already set up), at
     <gen>/nas; the fixture is torn down if it cannot start."""

@@ -33,10 +33,7 @@ SYNCS = 4               # the daemon's control workers (core/control.h)
 
 def setUpModule():
     global NAS
-    faultnas.require_faultfs()
-    wfstest.require_wfsctl()
-    FIX.setup()
-    NAS = faultnas.start_nas(FIX)
+    NAS = faultnas.module_nas(FIX)
 
 
 def tearDownModule():

@@ -74,10 +74,7 @@ BLOB_RE = re.compile(r"^(models|datasets)--[^/]+/blobs/[^/]+$")
 
 def setUpModule():
     global NAS, REV
-    faultnas.require_faultfs()
-    wfstest.require_wfsctl()
-    FIX.setup()
-    NAS = faultnas.start_nas(FIX)
+    NAS = faultnas.module_nas(FIX)
     try:
         with open(FIX.n(REPO + "/refs/main")) as f:
             REV = f.read().strip()
@@ -743,10 +740,32 @@ class FreshAttrs(WfsOnFaultNAS):
                "nas_timeout=%d" % NAS_TIMEOUT_MS)
     PROMOTE = False
 
+    def listings_ahead(self):
+        """(listed ahead, taken) from `wfsctl stats --json`."""
+        m = ctl_json(self, ["--socket", self.sock, "stats"]).get("metrics") or {}
+        ls = m.get("listings") or {}
+        self.assertIsInstance(ls.get("ahead"), int, "stats has no metrics.listings: %s" % sorted(m))
+        return ls["ahead"], ls["ahead_taken"]
+
     def test_getattr_after_listing_asks_nas_nothing(self):
-        d = REPO + "/snapshots"
-        os.listdir(self.m(REPO))   # READDIRPLUS: the attributes of snapshots/
+        # original/ is the only directory of the revision, and has none: a
+        # walk of the two has no next directory, so the daemon lists
+        # nothing ahead -- a listing ahead (of a sibling) could meet the
+        # frozen NAS below on a loaded machine, mark it down and fail this.
+        # The start-up scan for links leaving NAS_HUB walks the NAS on a
+        # thread of its own: it ends (one log line) before the NAS freezes.
+        self.assertTrue(wfstest.wait_until(lambda: "under the repos' blobs/" in self.mount.log(),
+                                           30, 0.02), "the start-up link scan did not end")
+        p = "%s/snapshots/%s" % (REPO, REV)
+        d = p + "/original"
+        ahead0 = self.listings_ahead()[0]
+        os.listdir(self.m(p))      # READDIRPLUS: the attributes of original/
+        # held open: its dentry and its parents' stay in the kernel through
+        # a drop_caches (another test's), which would send a LOOKUP
+        held = os.open(self.m(d), os.O_RDONLY | os.O_DIRECTORY)
+        self.addCleanup(os.close, held)
         os.listdir(self.m(d))      # read from the daemon: its atime is stale
+        self.assertEqual(self.listings_ahead()[0], ahead0, "a directory was listed ahead")
         before = self.nas()
         # frozen: a NAS stat now would hang in faultfs, past nas_timeout
         NAS.check("hang")
@@ -754,8 +773,10 @@ class FreshAttrs(WfsOnFaultNAS):
         hung = NAS.state()["hung"]
         NAS.check("ok")
         self.assertTrue(r["done"], "lstat %s: still blocked after %d s" % (d, FAIL_WAIT))
-        self.assertIsNone(r["errno"], "lstat %s: %s" % (d, errname(r["errno"])))
-        self.assertEqual(hung, 0, "lstat %s reached the NAS (a call hung in faultfs)" % d)
+        self.assertIsNone(r["errno"], "lstat %s: %s; the daemon's log ends:\n%s"
+                          % (d, errname(r["errno"]), self.debug_state()))
+        self.assertEqual(hung, 0, "lstat %s reached the NAS (a call hung in faultfs); the daemon's "
+                         "log ends:\n%s" % (d, self.debug_state()))
         nas = os.lstat(FIX.n(d))
         st = r["value"]
         self.assertEqual((st.st_ino, st.st_mtime_ns, st.st_nlink),

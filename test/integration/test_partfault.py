@@ -66,10 +66,7 @@ _seq = itertools.count()
 
 def setUpModule():
     global NAS
-    faultnas.require_faultfs()
-    wfstest.require_wfsctl()
-    FIX.setup()
-    NAS = faultnas.start_nas(FIX)
+    NAS = faultnas.module_nas(FIX)
 
 
 def tearDownModule():

@@ -82,14 +82,17 @@ static uint64_t first_bad(int fd, char *buf, uint64_t pos, size_t n, int err)
 	return pos;
 }
 
-/* The copy loop: read, hash, write.  res->reason set on failure. */
-static int copy_range(const char *src, int in, int out, uint64_t off, uint64_t len,
-		      uint64_t bw_limit, struct fetch_progress *prog, struct fetch_result *res)
+/* The read loop of a source: [@off, @off + @len) of @in in CHUNK pieces,
+ * throttled to @bw_limit, cancellable and counted through @prog, each piece
+ * handed to @use(@arg, its offset, its bytes) -- 0, or -errno to end the
+ * loop (@use sets res->reason).  res->reason set on a read failure. */
+static int read_source(const char *src, int in, uint64_t off, uint64_t len, uint64_t bw_limit,
+		       struct fetch_progress *prog, struct fetch_result *res,
+		       int (*use)(void *arg, uint64_t pos, const char *buf, size_t n), void *arg)
 {
-	struct content_hash ch = { 0 }; /* no name: XXH3-128 alone */
 	char *buf = malloc(CHUNK);
 	struct timespec t0;
-	int r = buf ? content_hash_init(&ch, NULL, len) : -ENOMEM;
+	int r = buf ? 0 : -ENOMEM;
 
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (uint64_t pos = off; r == 0 && pos < off + len;) {
@@ -110,23 +113,51 @@ static int copy_range(const char *src, int in, int out, uint64_t off, uint64_t l
 				 strerror(-r));
 			break;
 		}
-		content_hash_update(&ch, buf, n);
-		r = durable_pwrite_fd(out, buf, n, (off_t)pos);
-		if (r < 0) {
-			snprintf(res->reason, sizeof(res->reason), "write of the local range at "
-				 "offset %llu: %s", (unsigned long long)pos, strerror(-r));
+		if ((r = use(arg, pos, buf, n)) < 0)
 			break;
-		}
 		pos += n;
 		if (prog)
 			atomic_fetch_add(&prog->bytes_done, n);
 	}
+	free(buf);
+	return r;
+}
+
+/* copy_range's piece: hashed, then written at its own offset. */
+struct copy_piece {
+	struct content_hash *ch;
+	int out;
+	struct fetch_result *res;
+};
+
+static int copy_piece(void *arg, uint64_t pos, const char *buf, size_t n)
+{
+	struct copy_piece *c = arg;
+	int r;
+
+	content_hash_update(c->ch, buf, n);
+	r = durable_pwrite_fd(c->out, buf, n, (off_t)pos);
+	if (r < 0)
+		snprintf(c->res->reason, sizeof(c->res->reason), "write of the local range at "
+			 "offset %llu: %s", (unsigned long long)pos, strerror(-r));
+	return r;
+}
+
+/* The copy loop: read, hash, write.  res->reason set on failure. */
+static int copy_range(const char *src, int in, int out, uint64_t off, uint64_t len,
+		      uint64_t bw_limit, struct fetch_progress *prog, struct fetch_result *res)
+{
+	struct content_hash ch = { 0 }; /* no name: XXH3-128 alone */
+	struct copy_piece c = { &ch, out, res };
+	int r = content_hash_init(&ch, NULL, len);
+
+	if (r == 0)
+		r = read_source(src, in, off, len, bw_limit, prog, res, copy_piece, &c);
 	if (r == 0)
 		r = content_hash_final(&ch, res->xxh, NULL);
 	/* what was read must not stay cached twice (the NAS client's pages) */
 	posix_fadvise(in, (off_t)off, (off_t)len, POSIX_FADV_DONTNEED);
 	content_hash_free(&ch);
-	free(buf);
 	return r;
 }
 
@@ -218,14 +249,28 @@ int fetch_range_verify(const char *src_path, uint64_t size, int dst_fd, uint64_t
 	return r;
 }
 
+/* fetch_hash_source's piece: the content hashes and the source sample. */
+struct hash_piece {
+	struct content_hash *ch;
+	struct sample_hash *sh;
+};
+
+static int hash_piece(void *arg, uint64_t pos, const char *buf, size_t n)
+{
+	struct hash_piece *h = arg;
+
+	content_hash_update(h->ch, buf, n);
+	sample_hash_feed(h->sh, pos, buf, n);
+	return 0;
+}
+
 int fetch_hash_source(const char *src_path, uint64_t size, const char *expected_id,
 		      uint64_t bw_limit, struct fetch_progress *prog, struct fetch_result *res)
 {
 	struct content_hash ch = { 0 };
 	struct sample_hash sh = { 0 };
+	struct hash_piece h = { &ch, &sh };
 	struct fetch_result scratch;
-	struct timespec t0;
-	char *buf = NULL;
 	int in, r;
 
 	if (!res)
@@ -239,33 +284,8 @@ int fetch_hash_source(const char *src_path, uint64_t size, const char *expected_
 		r = content_hash_init(&ch, expected_id, size);
 	if (r == 0)
 		r = sample_hash_init(&sh, size);
-	if (r == 0 && !(buf = malloc(CHUNK)))
-		r = -ENOMEM;
-	clock_gettime(CLOCK_MONOTONIC, &t0);
-	for (uint64_t pos = 0; r == 0 && pos < size;) {
-		size_t n = size - pos < CHUNK ? (size_t)(size - pos) : CHUNK;
-
-		if (prog && atomic_load(&prog->cancel)) {
-			r = -ECANCELED;
-			snprintf(res->reason, sizeof(res->reason), "copy cancelled");
-			break;
-		}
-		throttle(bw_limit, pos, &t0);
-		r = read_all(in, buf, n, pos);
-		if (r < 0) {
-			res->src_err = r == -ESTALE ? 0 : r;
-			snprintf(res->reason, sizeof(res->reason), r == -ESTALE ?
-				 "short read on %s at offset %llu" : "read error on %s at offset %llu: %s",
-				 src_path, (unsigned long long)(r == -ESTALE ? pos :
-				 first_bad(in, buf, pos, n, r)), strerror(-r));
-			break;
-		}
-		content_hash_update(&ch, buf, n);
-		sample_hash_feed(&sh, pos, buf, n);
-		pos += n;
-		if (prog)
-			atomic_fetch_add(&prog->bytes_done, n);
-	}
+	if (r == 0)
+		r = read_source(src_path, in, 0, size, bw_limit, prog, res, hash_piece, &h);
 	if (r == 0)
 		r = content_hash_final(&ch, res->xxh, &res->id_check);
 	if (r == 0)
@@ -282,7 +302,6 @@ int fetch_hash_source(const char *src_path, uint64_t size, const char *expected_
 	posix_fadvise(in, 0, (off_t)size, POSIX_FADV_DONTNEED);
 	content_hash_free(&ch);
 	sample_hash_free(&sh);
-	free(buf);
 	close(in);
 	return r;
 }

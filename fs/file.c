@@ -22,6 +22,10 @@
 #include <time.h>
 
 
+/* Descriptors of an open's earlier local copies or partial files, kept
+ * until its release: a read in flight may still use one. */
+#define FH_OLD_FDS 4
+
 /* An open file.  It reads from whichever side its blob is on at the time
  * of each read: opened from the NAS, it moves to the local copy as soon as
  * the copy is verified, and back if the copy is demoted.  Its descriptors
@@ -44,13 +48,13 @@ struct wfs_fh {
 	int local_fd, local_direct;
 	unsigned local_gen;
 	int local_failed;
-	int local_old[4];
+	int local_old[FH_OLD_FDS];
 	/* FH: the partial copy (partread.h), of generation @part_gen; those
 	 * of earlier generations stay open until release, as a read in
 	 * flight may use them */
 	int part_fd, part_direct;
 	unsigned part_gen;
-	int part_old[4];
+	int part_old[FH_OLD_FDS];
 	char *mem;                  /* OPEN: a refs file opened while the NAS was down:
 				     * its bytes, from the local record */
 	size_t mem_len;             /* OPEN */
@@ -124,6 +128,22 @@ static int fh_nas_fd(struct wfs *w, struct wfs_fh *fh, int *direct)
 	return fd;
 }
 
+/* A free place in @old (FH_OLD_FDS of them), or -1. */
+static int old_fd_slot(const int *old)
+{
+	for (int i = 0; i < FH_OLD_FDS; i++)
+		if (old[i] < 0)
+			return i;
+	return -1;
+}
+
+static void close_old_fds(const int *old)
+{
+	for (int i = 0; i < FH_OLD_FDS; i++)
+		if (old[i] >= 0)
+			close(old[i]);
+}
+
 /* The blob's local copy verified now, opened once per copy: one demoted or
  * evicted and copied again is another file (under the same name if its
  * content hash is the same), opened afresh, the descriptor of the copy
@@ -140,17 +160,17 @@ static int fh_local_fd(struct wfs *w, struct wfs_fh *fh, int *direct, unsigned *
 	pthread_mutex_lock(&fh->lock);
 	if (fh->local_gen != now) {
 		/* The copy it opened (or could not open) stopped serving since. */
-		for (int i = 0; i < 4 && fh->local_fd >= 0 && slot < 0; i++)
-			if (fh->local_old[i] < 0)
-				slot = i;
+		if (fh->local_fd >= 0)
+			slot = old_fd_slot(fh->local_old);
 		fh->local_failed = 0;
 		if (slot >= 0) {
 			fh->local_old[slot] = fh->local_fd;
 			fh->local_fd = -1;
 		} else if (fh->local_fd >= 0) {
 			fh->local_failed = 1; /* copies came and went: this open reads the NAS */
-			wfs_log(w, LOG_WARNING, "open local copy of %s: this open still holds 5 "
-				"copies since demoted or evicted; reading the NAS", fh->nas_path);
+			wfs_log(w, LOG_WARNING, "open local copy of %s: this open still holds %d "
+				"copies since demoted or evicted; reading the NAS", fh->nas_path,
+				FH_OLD_FDS + 1);
 		}
 		fh->local_gen = now;
 	}
@@ -286,14 +306,10 @@ static void fh_free(struct wfs *w, struct wfs_fh *fh)
 		close(nas_fd);
 	if (local_fd >= 0)
 		close(local_fd);
-	for (int i = 0; i < 4; i++)
-		if (fh->local_old[i] >= 0)
-			close(fh->local_old[i]);
+	close_old_fds(fh->local_old);
 	if (fh->part_fd >= 0)
 		close(fh->part_fd);
-	for (int i = 0; i < 4; i++)
-		if (fh->part_old[i] >= 0)
-			close(fh->part_old[i]);
+	close_old_fds(fh->part_old);
 	if (fh->pt_nas_fd >= 0)
 		close(fh->pt_nas_fd);
 	pthread_mutex_destroy(&fh->lock);
@@ -399,7 +415,7 @@ static struct wfs_fh *fh_new(struct wfs *w, struct node *n)
 		return NULL;
 	pthread_mutex_init(&fh->lock, NULL);
 	fh->nas_fd = fh->local_fd = fh->pt_nas_fd = fh->part_fd = -1;
-	for (int i = 0; i < 4; i++)
+	for (int i = 0; i < FH_OLD_FDS; i++)
 		fh->part_old[i] = fh->local_old[i] = -1;
 	fh->node = n;
 	fh->blob = node_blob(w, n);
@@ -608,9 +624,8 @@ static int fh_part_fd(struct wfs *w, struct wfs_fh *fh, unsigned gen, int *direc
 		pthread_mutex_unlock(&fh->lock);
 		return fd;
 	}
-	for (int i = 0; i < 4 && fh->part_fd >= 0; i++)
-		if (fh->part_old[i] < 0)
-			slot = i;
+	if (fh->part_fd >= 0)
+		slot = old_fd_slot(fh->part_old);
 	fd = store_part_path(&w->store, fh->blob, path, sizeof(path), &now);
 	if (fd == 0 && now != gen)
 		fd = -ESTALE;

@@ -81,6 +81,7 @@ void metrics_collect(const struct metrics_src *src, struct metrics *m)
 	m->listed_ahead = s->listed_ahead;
 	m->listed_ahead_taken = s->listed_ahead_taken;
 	m->dir_attrs_refreshed = s->dir_attrs_refreshed;
+	m->uring_requests = s->uring_requests;
 	m->promotions_started = s->started;
 	m->promotions_verified = s->promoted;
 	m->promotions_cancelled = s->cancelled;
@@ -138,6 +139,9 @@ static const struct figure figures[] = {
 	  "Stats of a listed directory through the mount, so that the kernel holds its "
 	  "attributes again.",
 	  "listings.attrs_refreshed", AT(dir_attrs_refreshed) },
+	{ "wfs_fuse_uring_requests_total", "counter", NULL, NULL,
+	  "FUSE requests taken through io_uring (-o fuse_uring) rather than /dev/fuse.",
+	  "fuse_uring_requests", AT(uring_requests) },
 	{ "wfs_index_writes_total", "counter", NULL, NULL,
 	  "Writes of the local store's index (one per request or batch of copies).",
 	  "index_writes", AT(index_writes) },

@@ -333,6 +333,27 @@ int nas_call(struct nas_gate *g, int (*fn)(void *arg), void *arg, void (*release
 	return run_job(g, fn, arg, release, 0);
 }
 
+int nas_gate_admit(struct nas_gate *g)
+{
+	if (atomic_load_explicit(&g->up, memory_order_acquire))
+		return 0;
+	atomic_fetch_add(&g->failed_down, 1);
+	return -EHOSTDOWN;
+}
+
+void nas_gate_done(struct nas_gate *g, int r)
+{
+	char why[96];
+
+	if (r != -ETIMEDOUT) {
+		judge(g, r);
+		return;
+	}
+	atomic_fetch_add(&g->timeouts, 1);
+	snprintf(why, sizeof(why), "a call took longer than %u ms", g->timeout_ms);
+	set_down(g, why);
+}
+
 /* ---- the prober ---- */
 
 struct probe_arg {

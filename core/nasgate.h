@@ -109,6 +109,16 @@ void nas_gate_destroy(struct nas_gate *g);
  * as -ENOTCONN, so that -ETIMEDOUT always means the gate owns @arg. */
 int nas_call(struct nas_gate *g, int (*fn)(void *arg), void *arg, void (*release)(void *arg));
 
+/* A call the caller makes itself, waiting for it at most the deadline by
+ * its own means (fs/uring.h: an io_uring read on a ring thread, no hand-off
+ * to a NAS thread): nas_gate_admit() first -- 0, or -EHOSTDOWN, refused as
+ * nas_call refuses (the NAS is down); then nas_gate_done() with its result,
+ * -ETIMEDOUT if it passed the deadline (counted, and the NAS marked down,
+ * as nas_call's would be).  The caller bounds how many of its calls may be
+ * stuck at once. */
+int nas_gate_admit(struct nas_gate *g);
+void nas_gate_done(struct nas_gate *g, int r);
+
 /* Could the NAS not answer (the gate's refusal, a deadline, an error
  * meaning it is unreachable)?  Then, and only then, may a caller answer from
  * what it kept locally; any other error is the NAS's answer. */

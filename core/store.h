@@ -338,6 +338,8 @@ struct store {
 	_Atomic uint64_t listed_ahead, listed_ahead_taken;
 	/* listed directories stat'ed again through the mount (fs/dirattr.h) */
 	_Atomic uint64_t dir_attrs_refreshed;
+	/* requests taken through io_uring (fs/uring.h) */
+	_Atomic uint64_t uring_requests;
 	_Atomic uint64_t retries;   /* failed copies queued again by the store (the backoff) */
 	_Atomic uint64_t local_read_errors; /* store_local_read_error calls that demoted */
 	int retry_pending;          /* LOCK: some blob may wait for a retry (store_retry_due

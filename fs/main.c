@@ -4,6 +4,7 @@
  * leaves a stray mount), takes the LOCAL_STORE lock, mounts, and only then
  * detaches, so a script can use the mount on its next line.
  */
+#include "connready.h"
 #include "doctor.h"
 #include "ops.h"
 #include "opts.h"
@@ -322,67 +323,6 @@ static void notify_inval_all(void *arg)
 	free(ids);
 }
 
-/* A path field of /proc/self/mountinfo as the path it is: the kernel
- * writes space, tab, newline and backslash as octal escapes (\040). */
-static char *mountinfo_unescape(char *s)
-{
-	char *out = s;
-
-	for (const char *p = s; *p; out++) {
-		if (p[0] == '\\' && p[1] >= '0' && p[1] <= '3' && p[2] >= '0' && p[2] <= '7' &&
-		    p[3] >= '0' && p[3] <= '7') {
-			*out = (char)((p[1] - '0') << 6 | (p[2] - '0') << 3 | (p[3] - '0'));
-			p += 4;
-		} else {
-			*out = *p++;
-		}
-	}
-	*out = '\0';
-	return s;
-}
-
-/* The connection's read-ahead, past the 128 KiB the kernel caps a FUSE
- * mount at during INIT (large sequential reads of weights want more), set
- * through sysfs.  Called right after the INIT reply is written (the kernel
- * has applied it then), on a FUSE worker: the mount is found in
- * /proc/self/mountinfo by its path, never by a stat() of the mount point,
- * which would hold the mount busy against an umount racing start-up. */
-static void raise_readahead(void *arg)
-{
-	struct wfs *w = arg;
-	unsigned maj = 0, min = 0, m1, m2;
-	char line[4096], path[128];
-	FILE *f = fopen("/proc/self/mountinfo", "r");
-	int found = 0;
-
-	while (f && fgets(line, sizeof(line), f)) {
-		char point[PATH_MAX];
-
-		/* the last match is the newest mount on that path: ours */
-		if (sscanf(line, "%*d %*d %u:%u %*s %4095s", &m1, &m2, point) == 3 &&
-		    !strcmp(mountinfo_unescape(point), w->mnt_abs) && strstr(line, " - fuse")) {
-			maj = m1;
-			min = m2;
-			found = 1;
-		}
-	}
-	if (f)
-		fclose(f);
-	if (!found) {
-		wfs_log(w, LOG_INFO, "cannot set read-ahead of %s: not found in /proc/self/mountinfo",
-			w->opt.mnt);
-		return;
-	}
-	snprintf(path, sizeof(path), "/sys/class/bdi/%u:%u/read_ahead_kb", maj, min);
-	f = fopen(path, "w");
-	if (!f || fprintf(f, "%u\n", w->opt.readahead_kb) < 0 || fclose(f) != 0)
-		wfs_log(w, LOG_INFO, "cannot set read-ahead of %s via %s: %s", w->opt.mnt, path,
-			strerror(errno));
-	else
-		wfs_log(w, LOG_DEBUG, "read-ahead of %s set to %u KiB", w->opt.mnt,
-			w->opt.readahead_kb);
-}
-
 static void write_pid(struct wfs *w)
 {
 	char pid[32];
@@ -619,9 +559,16 @@ static int start_session(struct wfs *w, struct fuse_args *args, int *ctl_bound,
 		return -1;
 	}
 	*stage = SES_MOUNTED;
-	if (w->opt.readahead_kb) {
-		w->pt.init_done = raise_readahead;
-		w->pt.init_done_arg = w;
+	w->pt.init_done = connection_ready;
+	w->pt.init_done_arg = w;
+	if (w->opt.fuse_uring) {
+		w->uring = (struct fuse_uring){
+			.se = w->se, .devfd = fuse_session_fd(w->se),
+			.threads = w->opt.max_threads, .log = store_log, .log_arg = w,
+			.requests = &w->store.uring_requests,
+			.note_request = passthrough_note_request, .note_arg = &w->pt,
+		};
+		w->pt.uring = &w->uring;
 	}
 	if ((r = passthrough_install(&w->pt, w->se, w->opt.passthrough, fh_backing_id)) < 0) {
 		fprintf(stderr, "wfs: cannot install the passthrough hooks: %s\n", strerror(-r));
@@ -701,6 +648,9 @@ static void stop_serving(struct wfs *w)
 	 * of the mount (a SIGTERM right after start-up), and anyone else's
 	 * stat would hang until then too. */
 	fuse_session_unmount(w->se);
+	/* Its threads end; closing their rings ends the requests still
+	 * queued for them, as closing the device does for the others. */
+	uring_stop(&w->uring);
 	dir_attrs_stop(&w->dirattr); /* its stat in flight, if any, fails now */
 	control_stop(&w->ctl);
 	metrics_writer_stop(&w->metrics); /* reads the store; removes the file */
@@ -718,6 +668,7 @@ static void end_session(struct wfs *w, enum session_stage stage)
 {
 	if (stage >= SES_MOUNTED) {
 		fuse_session_unmount(w->se);
+		uring_stop(&w->uring);
 		dir_attrs_stop(&w->dirattr);
 		inval_stop(&w->inval); /* before the session goes: the thread uses it */
 	}

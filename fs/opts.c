@@ -115,6 +115,11 @@ static const struct opt_row daemon_rows[] = {
 		  "cache copy); a NAS that hangs then hangs such a\n"
 		  "reader, and an open file moves to its local copy\n"
 		  "only when reopened" },
+	{ .name = "fuse_uring", .kind = OPT_BOOL, .off = OFF(fuse_uring),
+	  .help = "take requests through io_uring, a queue a CPU\n"
+		  "(FUSE over io_uring, kernel >= 6.14, with\n"
+		  "/sys/module/fuse/parameters/enable_uring set;\n"
+		  "without it, through /dev/fuse as before)" },
 	{ .name = "readahead_kb", .kind = OPT_UINT, .off = OFF(readahead_kb), .max = 1048576,
 	  .unit = "KiB",
 	  .help = "kernel read-ahead of the mount, KiB (0 leaves the\n"

@@ -5,6 +5,7 @@
 #include <fuse_lowlevel.h>
 
 #include "passthrough.h"
+#include "uring.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -17,6 +18,7 @@
 #define OP_OPEN 14
 #define INIT_EXT (1u << 30)
 #define INIT2_PASSTHROUGH (1u << 5) /* FUSE_PASSTHROUGH is bit 37 */
+#define INIT2_OVER_IO_URING (1u << 9) /* FUSE_OVER_IO_URING is bit 41 */
 #define OPEN_DIRECT_IO (1u << 0)
 #define OPEN_KEEP_CACHE (1u << 1)
 #define OPEN_PASSTHROUGH (1u << 7)
@@ -40,8 +42,11 @@ struct out_header {
 	uint64_t unique;
 };
 
-/* fuse_init_out: flags at 12, flags2 at 32, max_stack_depth at 36. */
+/* fuse_init_out: flags at 12, max_write at 20, max_pages at 28, flags2
+ * at 32, max_stack_depth at 36. */
 #define INIT_OUT_FLAGS 12
+#define INIT_OUT_MAX_WRITE 20
+#define INIT_OUT_MAX_PAGES 28
 #define INIT_OUT_FLAGS2 32
 #define INIT_OUT_STACK_DEPTH 36
 
@@ -79,21 +84,21 @@ static struct passthrough *PT(void *userdata)
 	return userdata;
 }
 
-static ssize_t pt_read(int fd, void *buf, size_t len, void *userdata)
+void passthrough_note_request(void *arg, const void *req, size_t len)
 {
-	struct passthrough *pt = PT(userdata);
-	ssize_t n = read(fd, buf, len);
-	const struct in_header *h = buf;
+	struct passthrough *pt = arg;
+	const struct in_header *h = req;
 
-	REQUEST_READ();
-	if (n < (ssize_t)sizeof(*h))
-		return n;
-	if (h->opcode == OP_INIT && (size_t)n >= sizeof(*h) + sizeof(struct init_in)) {
+	if (len < sizeof(*h))
+		return;
+	if (h->opcode == OP_INIT && len >= sizeof(*h) + sizeof(struct init_in)) {
 		const struct init_in *in = (const void *)(h + 1);
+		int ext = in->flags & INIT_EXT;
 
 		pthread_mutex_lock(&pt->lock);
 		pt->init_unique = h->unique;
-		pt->offered = (in->flags & INIT_EXT) && (in->flags2 & INIT2_PASSTHROUGH);
+		pt->offered = ext && (in->flags2 & INIT2_PASSTHROUGH);
+		pt->uring_offered = ext && (in->flags2 & INIT2_OVER_IO_URING);
 		pthread_mutex_unlock(&pt->lock);
 	} else if (h->opcode == OP_OPEN) {
 		pthread_mutex_lock(&pt->lock);
@@ -101,6 +106,15 @@ static ssize_t pt_read(int fd, void *buf, size_t len, void *userdata)
 			pt->pending[pt->npending++] = h->unique;
 		pthread_mutex_unlock(&pt->lock);
 	}
+}
+
+static ssize_t pt_read(int fd, void *buf, size_t len, void *userdata)
+{
+	ssize_t n = read(fd, buf, len);
+
+	REQUEST_READ();
+	if (n > 0)
+		passthrough_note_request(PT(userdata), buf, (size_t)n);
 	return n;
 }
 
@@ -115,23 +129,46 @@ static int take_pending(struct passthrough *pt, uint64_t unique)
 	return 0;
 }
 
+/* The largest request or reply the INIT reply @p allows: what a ring
+ * entry's payload buffer must hold (the kernel refuses a smaller one). */
+static size_t uring_payload_of(const uint8_t *p)
+{
+	uint32_t max_write;
+	uint16_t max_pages;
+	size_t len = 8192;
+
+	memcpy(&max_write, p + INIT_OUT_MAX_WRITE, 4);
+	memcpy(&max_pages, p + INIT_OUT_MAX_PAGES, 2);
+	if (max_write > len)
+		len = max_write;
+	if ((size_t)max_pages * 4096 > len)
+		len = (size_t)max_pages * 4096;
+	return len;
+}
+
 static void edit_init(struct passthrough *pt, struct iovec *body)
 {
 	uint8_t *p = body->iov_base;
 	uint32_t flags, flags2, depth = 1;
 
-	if (!pt->wanted || !pt->offered || body->iov_len < INIT_OUT_STACK_DEPTH + 4)
+	if (body->iov_len < INIT_OUT_STACK_DEPTH + 4)
 		return;
 	memcpy(&flags, p + INIT_OUT_FLAGS, 4);
 	if (!(flags & INIT_EXT))
 		return;
 	memcpy(&flags2, p + INIT_OUT_FLAGS2, 4);
-	flags2 |= INIT2_PASSTHROUGH;
+	if (pt->wanted && pt->offered) {
+		flags2 |= INIT2_PASSTHROUGH;
+		/* 1: our backing files are on an ordinary filesystem.  0 or
+		 * more than 2 makes every registration fail. */
+		memcpy(p + INIT_OUT_STACK_DEPTH, &depth, 4);
+		__atomic_store_n(&pt->negotiated, 1, __ATOMIC_RELEASE);
+	}
+	if (pt->uring && pt->uring_offered) {
+		flags2 |= INIT2_OVER_IO_URING;
+		pt->uring_payload = uring_payload_of(p);
+	}
 	memcpy(p + INIT_OUT_FLAGS2, &flags2, 4);
-	/* 1: our backing files are on an ordinary filesystem.  0 or more than
-	 * 2 makes every registration fail. */
-	memcpy(p + INIT_OUT_STACK_DEPTH, &depth, 4);
-	__atomic_store_n(&pt->negotiated, 1, __ATOMIC_RELEASE);
 }
 
 static void edit_open(struct passthrough *pt, struct iovec *body)
@@ -155,6 +192,7 @@ static ssize_t pt_writev(int fd, struct iovec *iov, int count, void *userdata)
 {
 	struct passthrough *pt = PT(userdata);
 	const struct out_header *h = iov[0].iov_base;
+	ssize_t n;
 
 	if (count >= 2 && iov[0].iov_len >= sizeof(*h)) {
 		int is_init, is_open;
@@ -168,7 +206,7 @@ static ssize_t pt_writev(int fd, struct iovec *iov, int count, void *userdata)
 		if (is_open && h->error == 0)
 			edit_open(pt, &iov[1]);
 		if (is_init) {
-			ssize_t n = writev(fd, iov, count);
+			n = writev(fd, iov, count);
 
 			if (n >= 0 && h->error == 0 && pt->init_done)
 				pt->init_done(pt->init_done_arg);
@@ -180,6 +218,9 @@ static ssize_t pt_writev(int fd, struct iovec *iov, int count, void *userdata)
 		take_pending(pt, h->unique);
 		pthread_mutex_unlock(&pt->lock);
 	}
+	if (pt->uring && count >= 1 && iov[0].iov_len >= sizeof(*h) &&
+	    (n = uring_take_reply(pt->uring, iov, count)) >= 0)
+		return n;
 	return writev(fd, iov, count);
 }
 

@@ -16,9 +16,11 @@
 #define WFS_PASSTHROUGH_H
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 
 struct fuse_session;
+struct fuse_uring;
 
 /* OPENs read and not yet answered.  Each holds a FUSE worker until its
  * reply, so there are at most -o max_threads of them (opts.c caps it at
@@ -48,11 +50,22 @@ struct passthrough {
 	 * settings (read-ahead) are final when this runs. */
 	void (*init_done)(void *arg);
 	void *init_done_arg;
+	/* FUSE over io_uring (uring.h): the INIT reply asks for it when
+	 * @uring is set and the kernel offered it; the ring threads' replies
+	 * are handed to it. */
+	struct fuse_uring *uring; /* SET-UP (may be NULL: not wanted) */
+	int uring_offered;   /* LOCK: the kernel's INIT offered it */
+	size_t uring_payload; /* LOCK: > 0 once our INIT reply asked for it: the
+			       * largest request or reply it allows */
 };
 
 /* Install the hooks on a mounted session.  Returns -errno. */
 int passthrough_install(struct passthrough *pt, struct fuse_session *se, int wanted,
 			int (*backing_of)(uint64_t fh));
+
+/* A request read some other way than from /dev/fuse (uring.c): noted as
+ * if read there (an OPEN's reply gets edited). */
+void passthrough_note_request(void *pt, const void *req, size_t len);
 
 /* May this open use passthrough at all (negotiated and not refused)? */
 int passthrough_usable(const struct passthrough *pt);

@@ -16,6 +16,7 @@
 #include "record.h"
 #include "node.h"
 #include "passthrough.h"
+#include "uring.h"
 #include "store.h"
 #include "resolve.h"
 
@@ -38,6 +39,7 @@ struct wfs_opts {
 	unsigned readahead_kb;
 	int passthrough;
 	int nas_passthrough;
+	int fuse_uring;
 	uint64_t promote_bw; /* bytes/s, 0 = unlimited */
 	struct policy_opts policy; /* automatic promotion, capacity (core/policy.h) */
 	char *metrics_file;  /* -o metrics_file= (absolute) */
@@ -83,6 +85,8 @@ struct wfs {
 	struct dir_lists lists;
 	/* Listed directories, stat'ed again through the mount (fs/dirattr.h) */
 	struct dir_attrs dirattr;
+	/* Requests over io_uring, -o fuse_uring (fs/uring.h) */
+	struct fuse_uring uring;
 };
 
 /* The backing id an open announces (fs/file.c; for passthrough.c). */

@@ -1,0 +1,492 @@
+/* uring.c - see uring.h.  Layouts and constants are those of the kernel's
+ * include/uapi/linux/fuse.h (protocol 7.42 and later); the system's header
+ * predates them, so the few we need are spelt here. */
+#define FUSE_USE_VERSION 312
+#include <fuse_lowlevel.h>
+
+#include "uring.h"
+
+#include <errno.h>
+#include <liburing.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <stdarg.h>
+#include <string.h>
+#include <syslog.h>
+#include <unistd.h>
+
+#define CMD_REGISTER 1u
+#define CMD_COMMIT_AND_FETCH 2u
+/* How often a ring thread with nothing to do looks at u->stop. */
+#define IDLE_LOOK_MS 100
+/* The user_data of a NAS read's SQE: its struct ring_read's address with
+ * this bit set (a FUSE command's is 0). */
+#define READ_TAG 1u
+/* Reads a ring thread may leave behind past their deadline (a hung NAS)
+ * before it refuses more: each holds a buffer until the NAS answers. */
+#define MAX_ABANDONED 4
+
+struct in_header {
+	uint32_t len, opcode;
+	uint64_t unique, nodeid;
+	uint32_t uid, gid, pid;
+	uint16_t total_extlen, padding;
+};
+
+struct out_header {
+	uint32_t len;
+	int32_t error;
+	uint64_t unique;
+};
+
+/* The registered header buffer: the kernel writes a request's in header
+ * and its opcode's fixed argument here, we write the reply's out header. */
+struct req_header {
+	char in_out[128];
+	char op_in[128];
+	struct {
+		uint64_t flags;
+		uint64_t commit_id;
+		uint32_t payload_sz; /* bytes in the payload buffer, either way */
+		uint32_t padding;
+		uint64_t reserved;
+	} ent;
+};
+
+/* In the command area of a 128-byte SQE. */
+struct cmd_req {
+	uint64_t flags;
+	uint64_t commit_id;
+	uint16_t qid;
+	uint8_t padding[6];
+};
+
+/* A NAS read made on a ring thread's own ring (uring_pread). */
+struct ring_read {
+	void *buf;
+	struct ring_read *next;  /* on the thread's abandoned list */
+};
+
+/* One ring thread and the one entry it registers: so an entry the kernel
+ * gives a request to always has a thread waiting for it. */
+struct uring_ent {
+	struct fuse_uring *u;
+	unsigned qid;
+	pthread_t thread;
+	struct io_uring ring;
+	struct iovec iov[2];     /* what REGISTER names: header, payload */
+	struct req_header *hdr;
+	char *payload;
+	size_t payload_len;
+	char *req;               /* the request laid out as /dev/fuse gives it */
+	pthread_mutex_t lock;
+	pthread_cond_t replied_cond;
+	_Atomic uint64_t unique; /* the request in hand, 0 when none */
+	int replied;             /* LOCK */
+	int inited, running;     /* OWNER (uring_start, uring_stop) */
+	struct ring_read *abandoned; /* OWNER: reads past their deadline, not ended */
+	unsigned nabandoned;     /* OWNER */
+};
+
+/* The ring thread this is, or NULL.  Thread-local, not passed down: a NAS
+ * read is asked for deep in file.c's READ handler, which libfuse calls
+ * with nothing of ours that says which ring the request came from. */
+static __thread struct uring_ent *ring_self;
+
+static void ulog(struct fuse_uring *u, int prio, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void ulog(struct fuse_uring *u, int prio, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+
+	if (!u->log)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	u->log(u->log_arg, prio, msg);
+}
+
+/* The number of queues the kernel makes: one a possible CPU ("0-N"). */
+static unsigned possible_cpus(void)
+{
+	FILE *f = fopen("/sys/devices/system/cpu/possible", "r");
+	unsigned lo = 0, hi = 0;
+	int n = f ? fscanf(f, "%u-%u", &lo, &hi) : 0;
+
+	if (f)
+		fclose(f);
+	if (n == 2)
+		return hi + 1;
+	if (n == 1)
+		return lo + 1;
+	return (unsigned)sysconf(_SC_NPROCESSORS_CONF);
+}
+
+static void queue_cmd(struct uring_ent *e, unsigned op, uint64_t commit_id)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&e->ring);
+	struct cmd_req *cmd;
+
+	if (!sqe)
+		return; /* one command in flight a ring: the ring holds four */
+	memset((char *)sqe, 0, 2 * sizeof(*sqe)); /* a 128-byte slot */
+	sqe->opcode = IORING_OP_URING_CMD;
+	sqe->fd = e->u->devfd;
+	sqe->cmd_op = op;
+	if (op == CMD_REGISTER) {
+		sqe->addr = (uint64_t)(uintptr_t)e->iov;
+		sqe->len = 2;
+	}
+	cmd = (struct cmd_req *)sqe->cmd;
+	cmd->qid = (uint16_t)e->qid;
+	cmd->commit_id = commit_id;
+}
+
+/* Answer the request in hand ourselves (one libfuse could not be given). */
+static void answer_error(struct uring_ent *e, uint64_t unique, int err)
+{
+	struct out_header oh = { .len = sizeof(oh), .error = -err, .unique = unique };
+
+	memcpy(e->hdr->in_out, &oh, sizeof(oh));
+	e->hdr->ent.payload_sz = 0;
+}
+
+/* Hand the request the kernel put in our buffers to libfuse, and wait for
+ * its reply (made on this thread, or later on another).  0, or -1 when
+ * stopping with the reply not made. */
+static int serve_request(struct uring_ent *e)
+{
+	struct fuse_uring *u = e->u;
+	struct in_header in;
+	size_t psz = e->hdr->ent.payload_sz, oplen;
+	struct fuse_buf buf = { .mem = e->req };
+	int r = 0;
+
+	memcpy(&in, e->hdr->in_out, sizeof(in));
+	if (psz > e->payload_len || in.len < sizeof(in) + psz ||
+	    (oplen = in.len - sizeof(in) - psz) > sizeof(e->hdr->op_in)) {
+		ulog(u, LOG_ERR, "FUSE over io_uring: request %llu (opcode %u) of %u bytes does "
+		     "not fit its buffers; answered EIO", (unsigned long long)in.unique,
+		     in.opcode, in.len);
+		answer_error(e, in.unique, EIO);
+		return 0;
+	}
+	memcpy(e->req, &in, sizeof(in));
+	memcpy(e->req + sizeof(in), e->hdr->op_in, oplen);
+	memcpy(e->req + sizeof(in) + oplen, e->payload, psz);
+	buf.size = in.len;
+	if (u->requests)
+		atomic_fetch_add(u->requests, 1);
+	pthread_mutex_lock(&e->lock);
+	e->replied = 0;
+	atomic_store(&e->unique, in.unique);
+	pthread_mutex_unlock(&e->lock);
+	if (u->note_request)
+		u->note_request(u->note_arg, e->req, in.len);
+	fuse_session_process_buf(u->se, &buf);
+	pthread_mutex_lock(&e->lock);
+	while (!e->replied && !atomic_load(&u->stop)) {
+		struct timespec until;
+
+		clock_gettime(CLOCK_REALTIME, &until);
+		until.tv_nsec += IDLE_LOOK_MS * 1000000L;
+		if (until.tv_nsec >= 1000000000L) {
+			until.tv_sec++;
+			until.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&e->replied_cond, &e->lock, &until);
+	}
+	if (!e->replied) {
+		atomic_store(&e->unique, 0);
+		r = -1;
+	}
+	pthread_mutex_unlock(&e->lock);
+	return r;
+}
+
+static int ring_open(struct uring_ent *e)
+{
+	unsigned flags = IORING_SETUP_SQE128 | IORING_SETUP_SINGLE_ISSUER |
+			 IORING_SETUP_DEFER_TASKRUN;
+	int r = io_uring_queue_init(4, &e->ring, flags);
+
+	if (r == -EINVAL) /* a kernel before 6.1: no deferred task work */
+		r = io_uring_queue_init(4, &e->ring, IORING_SETUP_SQE128);
+	return r;
+}
+
+/* A read this thread left behind ended (@user_data its tag): free it. */
+static void reap_read(struct uring_ent *e, uint64_t user_data)
+{
+	struct ring_read **p = &e->abandoned;
+
+	while (*p && (uint64_t)(uintptr_t)*p != (user_data & ~(uint64_t)READ_TAG))
+		p = &(*p)->next;
+	if (*p) {
+		struct ring_read *rd = *p;
+
+		*p = rd->next;
+		e->nabandoned--;
+		free(rd->buf);
+		free(rd);
+	}
+}
+
+static int64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int uring_here(void)
+{
+	return ring_self != NULL;
+}
+
+ssize_t uring_pread(int fd, size_t len, off_t off, unsigned timeout_ms, void **buf)
+{
+	struct uring_ent *e = ring_self;
+	int64_t deadline = mono_ms() + timeout_ms;
+	struct io_uring_sqe *sqe;
+	struct ring_read *rd;
+	uint64_t tag;
+
+	if (!e)
+		return -ENOTSUP;
+	if (e->nabandoned >= MAX_ABANDONED)
+		return -EHOSTDOWN;
+	if (!(rd = calloc(1, sizeof(*rd))) || posix_memalign(&rd->buf, 4096, len ? len : 4096)) {
+		free(rd);
+		return -ENOMEM;
+	}
+	tag = (uint64_t)(uintptr_t)rd | READ_TAG;
+	if (!(sqe = io_uring_get_sqe(&e->ring))) { /* never: the ring holds four */
+		free(rd->buf);
+		free(rd);
+		return -EBUSY;
+	}
+	memset((char *)sqe, 0, 2 * sizeof(*sqe));
+	io_uring_prep_read(sqe, fd, rd->buf, (unsigned)len, (uint64_t)off);
+	io_uring_sqe_set_data64(sqe, tag);
+	for (int r = io_uring_submit(&e->ring);;) {
+		struct io_uring_cqe *cqe = NULL;
+		int64_t left = deadline - mono_ms();
+		struct __kernel_timespec ts = { .tv_sec = left / 1000,
+						.tv_nsec = (left % 1000) * 1000000 };
+		uint64_t ud;
+
+		if (r >= 0)
+			r = left > 0 ? io_uring_wait_cqe_timeout(&e->ring, &cqe, &ts) : -ETIME;
+		if (r == -EINTR || (r == 0 && !cqe)) {
+			r = 0;
+			continue;
+		}
+		if (r < 0) {
+			/* past the deadline (or the ring failed): the read goes on
+			 * into its own buffer, freed when it ends */
+			rd->next = e->abandoned;
+			e->abandoned = rd;
+			e->nabandoned++;
+			return r == -ETIME ? -ETIMEDOUT : r;
+		}
+		ud = cqe->user_data;
+		r = cqe->res;
+		io_uring_cqe_seen(&e->ring, cqe);
+		if (ud != tag) {
+			reap_read(e, ud); /* an earlier read left behind */
+			r = 0;
+			continue;
+		}
+		if (r < 0) {
+			free(rd->buf);
+			free(rd);
+			/* -ETIMEDOUT of our own means the deadline passed */
+			return r == -ETIMEDOUT ? -ENOTCONN : r;
+		}
+		*buf = rd->buf;
+		free(rd);
+		return r;
+	}
+}
+
+static void *ring_thread(void *arg)
+{
+	struct uring_ent *e = arg;
+	struct fuse_uring *u = e->u;
+	struct __kernel_timespec idle = { .tv_nsec = IDLE_LOOK_MS * 1000000L };
+	int r;
+
+	/* Not pinned to its queue's CPU: a reader's requests all come to the
+	 * queue of its CPU, and threads pinned there would copy every reply on
+	 * that one CPU, beside the reader's own copies (1 MiB sequential reads
+	 * ran at 0.7x of unpinned threads; 4 KiB random reads gained ~10%
+	 * pinned, within the noise).  The scheduler keeps a woken thread near
+	 * its waker anyway. */
+	ring_self = e;
+	/* The ring is made here: its deferred work runs on this thread. */
+	if ((r = ring_open(e)) < 0) {
+		ulog(u, LOG_WARNING, "FUSE over io_uring: queue %u: cannot make a ring: %s",
+		     e->qid, strerror(-r));
+		return NULL;
+	}
+	queue_cmd(e, CMD_REGISTER, 0);
+	while (!atomic_load(&u->stop)) {
+		struct io_uring_cqe *cqe = NULL;
+
+		if ((r = io_uring_submit(&e->ring)) >= 0)
+			r = io_uring_wait_cqe_timeout(&e->ring, &cqe, &idle);
+		if (r == -ETIME || r == -EINTR || (r == 0 && !cqe))
+			continue;
+		if (r < 0)
+			break;
+		r = cqe->res;
+		if (cqe->user_data & READ_TAG) {
+			reap_read(e, cqe->user_data);
+			io_uring_cqe_seen(&e->ring, cqe);
+			continue;
+		}
+		io_uring_cqe_seen(&e->ring, cqe);
+		if (r < 0) {
+			/* ENOTCONN and the like: the connection ended */
+			if (r != -ENOTCONN && r != -ECONNABORTED && r != -ECANCELED)
+				ulog(u, LOG_WARNING, "FUSE over io_uring: queue %u: %s; its "
+				     "requests go through /dev/fuse", e->qid, strerror(-r));
+			break;
+		}
+		if (serve_request(e) < 0)
+			break;
+		queue_cmd(e, CMD_COMMIT_AND_FETCH, e->hdr->ent.commit_id);
+	}
+	io_uring_queue_exit(&e->ring);
+	/* Reads still left behind: the NAS reads are O_DIRECT wherever it
+	 * allows (nas.h), so the kernel holds their pages, not this memory. */
+	while (e->abandoned)
+		reap_read(e, (uint64_t)(uintptr_t)e->abandoned);
+	return NULL;
+}
+
+static void ent_free(struct uring_ent *e)
+{
+	if (!e->inited)
+		return;
+	free(e->hdr);
+	free(e->payload);
+	free(e->req);
+	pthread_mutex_destroy(&e->lock);
+	pthread_cond_destroy(&e->replied_cond);
+}
+
+static int ent_init(struct fuse_uring *u, struct uring_ent *e, unsigned qid, size_t payload)
+{
+	e->u = u;
+	e->qid = qid;
+	e->payload_len = payload;
+	pthread_mutex_init(&e->lock, NULL);
+	pthread_cond_init(&e->replied_cond, NULL);
+	e->inited = 1;
+	if (posix_memalign((void **)&e->hdr, 4096, sizeof(*e->hdr)) ||
+	    posix_memalign((void **)&e->payload, 4096, payload) ||
+	    !(e->req = malloc(sizeof(struct in_header) + sizeof(e->hdr->op_in) + payload)))
+		return -ENOMEM;
+	e->iov[0] = (struct iovec){ e->hdr, sizeof(*e->hdr) };
+	e->iov[1] = (struct iovec){ e->payload, payload };
+	return 0;
+}
+
+int uring_start(struct fuse_uring *u, size_t payload)
+{
+	unsigned queues = possible_cpus(), per_queue = u->threads / queues, n, started = 0;
+	int r = 0;
+
+	/* Two at least: a request that waits on the NAS leaves one for the
+	 * queue's other readers. */
+	if (per_queue < 2)
+		per_queue = 2;
+	n = queues * per_queue;
+
+	u->ents = calloc(n, sizeof(*u->ents));
+	if (!u->ents)
+		return -ENOMEM;
+	/* Before any thread runs: a reply is looked for among all of them
+	 * (an entry not started never holds a request). */
+	atomic_store(&u->nents, n);
+	for (unsigned i = 0; i < n && r == 0; i++) {
+		struct uring_ent *e = &u->ents[i];
+
+		r = ent_init(u, e, i / per_queue, payload);
+		if (r == 0)
+			r = -pthread_create(&e->thread, NULL, ring_thread, e);
+		e->running = r == 0;
+		started += r == 0;
+	}
+	if (r < 0)
+		ulog(u, LOG_WARNING, "FUSE over io_uring: %u of %u ring threads started: %s; "
+		     "requests of a queue without one go through /dev/fuse", started, n,
+		     strerror(-r));
+	else
+		ulog(u, LOG_INFO, "FUSE over io_uring: %u queues, %u threads each, %zu KiB "
+		     "buffers", queues, per_queue, payload >> 10);
+	return r;
+}
+
+ssize_t uring_take_reply(struct fuse_uring *u, const struct iovec *iov, int count)
+{
+	const struct out_header *oh = iov[0].iov_base;
+	unsigned n = atomic_load(&u->nents);
+
+	if (!oh->unique)
+		return -ENOENT; /* a notification: /dev/fuse */
+	for (unsigned i = 0; i < n; i++) {
+		struct uring_ent *e = &u->ents[i];
+		size_t body = 0;
+
+		if (atomic_load(&e->unique) != oh->unique)
+			continue;
+		pthread_mutex_lock(&e->lock);
+		if (atomic_load(&e->unique) != oh->unique) {
+			pthread_mutex_unlock(&e->lock);
+			continue;
+		}
+		for (int k = 1; k < count; k++)
+			body += iov[k].iov_len;
+		if (body > e->payload_len) {
+			answer_error(e, oh->unique, EIO);
+			body = 0;
+		} else {
+			body = 0;
+			for (int k = 1; k < count; k++) {
+				memcpy(e->payload + body, iov[k].iov_base, iov[k].iov_len);
+				body += iov[k].iov_len;
+			}
+			memcpy(e->hdr->in_out, oh, sizeof(*oh));
+			e->hdr->ent.payload_sz = (uint32_t)body;
+		}
+		e->replied = 1;
+		atomic_store(&e->unique, 0);
+		pthread_cond_signal(&e->replied_cond);
+		pthread_mutex_unlock(&e->lock);
+		return (ssize_t)(sizeof(*oh) + body);
+	}
+	return -ENOENT;
+}
+
+void uring_stop(struct fuse_uring *u)
+{
+	unsigned n = atomic_load(&u->nents);
+
+	if (!u->ents)
+		return;
+	atomic_store(&u->stop, 1);
+	for (unsigned i = 0; i < n; i++)
+		if (u->ents[i].running)
+			pthread_join(u->ents[i].thread, NULL);
+	for (unsigned i = 0; i < n; i++)
+		ent_free(&u->ents[i]);
+	free(u->ents);
+	u->ents = NULL;
+	atomic_store(&u->nents, 0);
+}

@@ -172,8 +172,12 @@ int index_read(const char *path, const struct index_cb *cb)
 	if (!root)
 		return -EINVAL;
 	version = json_integer_value(json_object_get(root, "version"));
-	if (version < 1 || version > INDEX_VERSION ||
-	    !json_is_array(blobs = json_object_get(root, "blobs"))) {
+	if (version > INDEX_VERSION) {
+		/* a later wfs wrote it: its records are not ours to read */
+		json_decref(root);
+		return version > INT_MAX ? INT_MAX : (int)version;
+	}
+	if (version < 1 || !json_is_array(blobs = json_object_get(root, "blobs"))) {
 		json_decref(root);
 		return -EINVAL;
 	}

@@ -66,8 +66,10 @@ struct index_cb {
 /* Call the callbacks for each record.  Returns the version read (1 to 3),
  * 0 when there is no index, a callback's error, or what makes the file
  * unreadable, before any callback is called:
+ *   > INDEX_VERSION  the version of an index a later wfs wrote (INT_MAX
+ *            at most): no record read, no callback called
  *   -EFBIG   larger than INDEX_MAX_BYTES (not read at all)
- *   -EINVAL  not JSON, truncated, not an index, or a version not known
+ *   -EINVAL  not JSON, truncated, not an index, or a version below 1
  *   other    -errno of open or read (-ELOOP: a symbolic link) */
 int index_read(const char *path, const struct index_cb *cb);
 

@@ -319,6 +319,8 @@ struct store {
 	int copies_unrecorded;      /* LOCK: copies verified since the last write */
 	int index_err;              /* index_lock: errno of the last failed index write
 				     * (logged once, not at every retry); 0 after a success */
+	int index_newer;            /* IMMUTABLE: index.json is of a later wfs's version:
+				     * never read, replaced or cleaned up after */
 	uint64_t tmp_serial;        /* LOCK */
 	uint64_t reserved;          /* LOCK: room reserved by copies in flight */
 	uint64_t held;              /* LOCK: by evicted copies still open */

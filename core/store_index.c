@@ -325,6 +325,23 @@ static void index_damaged(struct store *s, int err)
 		      s->index_path, why, moved, copies, s->data_dir);
 }
 
+/* The index is of version @version, newer than this wfs's: a later wfs
+ * wrote it (a downgrade).  Moved aside, it would be replaced by an index
+ * naming none of its copies, and the start-up after that would remove them
+ * all: it is left as it is, unread, never written over, and data/ is left
+ * alone. */
+static void index_newer(struct store *s, int version)
+{
+	s->index_newer = 1;
+	store_log_msg(s, LOG_ERR, "start-up: index %s is of version %d, newer than this wfs "
+		      "(%d): left as it is, not read and never replaced.  Starting with no "
+		      "records: what was local is served from the NAS, copies made meanwhile are "
+		      "not recorded; the %zu files in %s are kept, never served and never "
+		      "removed by this wfs (run the wfs that wrote the index to use them)",
+		      s->index_path, version, INDEX_VERSION, count_copies(s->data_dir),
+		      s->data_dir);
+}
+
 int index_load(struct store *s)
 {
 	struct load ld = { .s = s };
@@ -336,6 +353,11 @@ int index_load(struct store *s)
 	if (r == -ENOMEM) {
 		pthread_mutex_unlock(&s->lock);
 		return r;
+	}
+	if (r > INDEX_VERSION) {
+		index_newer(s, r);
+		pthread_mutex_unlock(&s->lock);
+		return 0;
 	}
 	if (r < 0) {
 		/* Nothing was loaded (index_read calls back only once the
@@ -488,8 +510,11 @@ static int write_index(struct store *s, int if_dirty)
 
 	pthread_mutex_lock(&s->index_lock);
 	pthread_mutex_lock(&s->lock);
-	r = if_dirty && !s->index_dirty ? 1 : snapshot_take(s, &sn);
-	if (r == 0) { /* what changes from here on is in the next write */
+	/* An index of a later wfs is never replaced (index_newer): the table
+	 * is as written as it will be, or the workers would try again and
+	 * again. */
+	r = (if_dirty && !s->index_dirty) || s->index_newer ? 1 : snapshot_take(s, &sn);
+	if (r == 0 || s->index_newer) { /* what changes from here on is in the next write */
 		s->index_dirty = 0;
 		s->copies_unrecorded = 0;
 	}

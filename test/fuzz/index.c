@@ -138,10 +138,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	fuzz_write(in_path, data, size);
 	cb = (struct index_cb){ .arg = &n, .blob = on_blob, .ref = on_ref };
 	r = index_read(in_path, &cb);
-	FUZZ_ASSERT(r <= INDEX_VERSION, "index_read returned %d", r);
+	/* (a version past INDEX_VERSION: a later wfs's index, nothing read) */
+	FUZZ_ASSERT(r <= INDEX_VERSION || n == 0, "index_read returned %d", r);
 	cb.ref = NULL; /* optional */
 	r = index_read(in_path, &cb);
-	FUZZ_ASSERT(r <= INDEX_VERSION, "index_read returned %d", r);
+	FUZZ_ASSERT(r <= INDEX_VERSION || n == 0, "index_read returned %d", r);
 
 	/* The same bytes as a store's index, next to a copy it may name. */
 	{

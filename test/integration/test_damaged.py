@@ -7,8 +7,10 @@ starts again.  Whatever the damage, the daemon starts, serves the NAS's
 bytes (compared through the mount), never an unverified copy, and logs what
 it did:
 
-  index.json truncated, garbage, over the size cap, of an unknown version
+  index.json truncated, garbage, over the size cap
       -> moved aside to index.json.damaged, no records, data/ kept
+  index.json of a newer version (a downgrade)
+      -> left as it is, never replaced, no records, data/ kept
   a record naming a missing copy, a copy of the wrong size, a copy name
   leading out of data/
       -> the record dropped (the blob on the NAS), nothing outside touched
@@ -221,14 +223,36 @@ class Damage(unittest.TestCase):
                 f.write(wfstest.det_bytes("garbage", 10000))
         self.damaged_index(garbage, "truncated, not JSON, or not an index of a known version")
 
-    def test_unknown_version_index(self):
-        def future(path):
-            with open(path) as f:
-                idx = json.load(f)
-            idx["version"] = 99
-            with open(path, "w") as f:
-                json.dump(idx, f)
-        self.damaged_index(future, "truncated, not JSON, or not an index of a known version")
+    def test_newer_version_index(self):
+        """An index a later wfs wrote (a downgrade): left as it is, never
+        replaced, and no copy of it removed -- moved aside, the next
+        start-up would have removed them all."""
+        self.local_both()
+        before = self.st.files()
+        path = os.path.join(self.st.local, "index.json")
+        with open(path) as f:
+            idx = json.load(f)
+        idx["version"] = 99
+        with open(path, "w") as f:
+            json.dump(idx, f)
+        with open(path, "rb") as f:
+            newer = f.read()
+        for run in (1, 2):
+            self.st.start()
+            self.wait_log(r"index %s is of version 99, newer than this wfs \(3\): left as it "
+                          r"is, not read and never replaced\..* the 2 files in %s are kept"
+                          % (re.escape(path), re.escape(os.path.join(self.st.local, "data"))), 0)
+            self.assert_states({BIG: "nas", SMALL: "nas"})
+            self.assert_bytes(BIG)
+            self.assert_bytes(SMALL)
+            if run == 1:  # a copy made meanwhile serves, and is not recorded
+                self.st.promote(self, SMALL)
+                self.assert_bytes(SMALL)
+            self.st.stop(self)
+            with open(path, "rb") as f:
+                self.assertEqual(f.read(), newer, "index.json of version 99 after run %d" % run)
+            self.assertFalse(os.path.exists(path + ".damaged"), "index.json.damaged")
+            self.assertEqual(self.st.files(), before, "data/ after run %d" % run)
 
     def test_huge_index(self):
         def huge(path):

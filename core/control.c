@@ -632,14 +632,33 @@ const struct control_op *control_check(struct control *c, const char *line, size
 	return NULL;
 }
 
+/* @rep of a request whose change the index could not record (@err): not
+ * ok, with the reason, whatever else it says (README.md "The local
+ * store": the write is tried again, and lost if the daemon dies first). */
+static json_t *unrecorded(struct control *c, json_t *rep, const char *op, int err)
+{
+	json_t *e = reply_error(-err, "%s: done, but cannot write the index %s/index.json: %s "
+				"(tried again every 2 s; lost if wfs stops before it is written)",
+				op, c->local, strerror(-err));
+
+	if (!e || json_object_update(rep, e) < 0) {
+		json_decref(rep);
+		rep = json_incref(e);
+	}
+	json_decref(e);
+	return rep;
+}
+
 json_t *control_run(struct control *c, const struct control_op *o, json_t *req)
 {
+	int dry = open_to_all(o, req), r; /* a dry run: nothing of it to record */
 	json_t *rep = o->fn(c, req, o->name);
 
 	/* One index write for the whole request, however many blobs it
 	 * touched; durable before the reply. */
-	if (o->changes)
-		store_sync(c->store);
+	if (o->changes && (r = store_sync(c->store)) < 0 && !dry && rep &&
+	    json_is_true(json_object_get(rep, "ok")))
+		rep = unrecorded(c, rep, o->name, r);
 	return rep;
 }
 

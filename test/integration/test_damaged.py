@@ -569,6 +569,39 @@ class OnItsOwnFilesystem(unittest.TestCase):
         self.assertTrue(got == self.st.data[BIG], "bytes through the mount")
         self.assertEqual(wfstest.read_file(self.st.path(SMALL)), self.st.data[SMALL])
 
+    def test_index_write_fails_when_full(self):
+        """A change a request made that the index cannot record (the disk
+        filled since): the request exits 1 with the reason, the index on
+        disk stays whole, no temporary file is left, and the write is made
+        once there is room again."""
+        self.st.start()
+        self.st.promote(self, SMALL)
+        path = os.path.join(self.st.local, "index.json")
+        with open(path, "rb") as f:
+            before = f.read()
+        self.fill()
+        rc, out, err = wfstest.run_wfsctl(["pin", self.st.path(BIG)])
+        self.assertEqual(rc, 1, "wfsctl pin with the index unwritable: %r %r" % (out, err))
+        self.assertRegex(err, r"pin: done, but cannot write the index %s: No space left on "
+                         r"device" % re.escape(path))
+        # a dry run (open to every user) changes nothing: nothing of it to record
+        rc, out, err = wfstest.run_wfsctl(["--json", "promote", "--dry-run", self.st.path(BIG)])
+        self.assertEqual(rc, 0, "wfsctl promote --dry-run with the index unwritable: %r" % err)
+        with open(path, "rb") as f:
+            self.assertEqual(f.read(), before, "index.json after a failed write")
+        self.assertEqual([n for n in os.listdir(self.st.local) if n.endswith(".tmp")], [])
+        self.assertEqual(state_of(self.st.path(SMALL)), "local")
+        self.assertEqual(wfstest.read_file(self.st.path(SMALL)), self.st.data[SMALL])
+        os.unlink(os.path.join(self.fs.mnt, "fill"))
+
+        def pinned():
+            try:
+                return self.st.record(BIG)["pinned"]
+            except AssertionError:  # no record of BIG yet
+                return False
+        self.assertTrue(wfstest.wait_until(pinned, SETTLE), "the pin never reached index.json")
+        ctl_check(self, ["pin", self.st.path(BIG)])
+
     def test_read_only_store(self):
         """LOCAL_STORE's filesystem read-only at start: the mount works,
         the proven copies serve, the rest comes from the NAS."""

@@ -107,17 +107,23 @@ static struct blob *dequeue_locked(struct store *s)
 }
 
 /* Rename the verified copy @tmp into data/; the rename is durable (the
- * directory fsynced) before the index may name it.  Mode 0400 under 0700
+ * directory fsynced, and data/ too when the directory is new: its entry
+ * is data/'s) before the index may name it.  Mode 0400 under 0700
  * directories: only the daemon reads copies (a NAS file readable by root
  * alone stays so).  A file already under that name is replaced, never
  * trusted: it may be one the index could not prove (store_verify.c). */
 int store_publish(struct store *s, const char *tmp, const char *xxh)
 {
 	char dir[PATH_MAX + 16], dst[PATH_MAX + 64];
+	int r;
 
 	snprintf(dir, sizeof(dir), "%s/%.2s", s->data_dir, xxh);
-	if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+	if (mkdir(dir, 0700) == 0) {
+		if ((r = durable_fsync_dir(s->data_dir)) < 0)
+			return r;
+	} else if (errno != EEXIST) {
 		return -errno;
+	}
 	snprintf(dst, sizeof(dst), "%s/%s", dir, xxh);
 	if (chmod(tmp, 0400) < 0 || rename(tmp, dst) < 0)
 		return -errno;

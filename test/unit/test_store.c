@@ -5,6 +5,7 @@
  * start-up), and a local copy that fails a read is demoted and removed. */
 #include "check.h"
 #include "control.h"
+#include "fsyncs.h"
 #include "index.h"
 #include "nasgate.h"
 #include "store.h"
@@ -431,6 +432,30 @@ static void test_index_faults(struct check_count *c)
 	store_close(&s);
 }
 
+/* A publish that makes data/<xx> makes both it and its entry in data/
+ * durable before the index may name the copy: fsyncing data/<xx> alone
+ * leaves the directory itself to a power loss (POSIX). */
+static void test_publish_syncs(struct check_count *c)
+{
+	struct store_opts opt = { .workers = 1 };
+	const char *xxh = "ab0123456789abcdef0123456789abcd";
+	char local[PATH_MAX * 2], tmp[PATH_MAX * 3], sub[PATH_MAX * 3];
+	struct store s;
+
+	snprintf(local, sizeof(local), "%s/plocal", top);
+	mkdir(local, 0755);
+	CHECK(c, store_open(&s, local, &opt, NULL) == 0, "open");
+	snprintf(tmp, sizeof(tmp), "%s/copy.part", s.tmp_dir);
+	check_write_file(tmp, "x", 1);
+	snprintf(sub, sizeof(sub), "%s/ab", s.data_dir);
+	fsyncs_watch(1);
+	CHECK(c, store_publish(&s, tmp, xxh) == 0, "published");
+	fsyncs_watch(0);
+	CHECK(c, fsynced(sub), "the new directory %s fsynced", sub);
+	CHECK(c, fsynced(s.data_dir), "%s fsynced once %s is made in it", s.data_dir, sub);
+	store_close(&s);
+}
+
 /* wfsctl evict --force of a pinned blob whose copy is running or queued:
  * unpinned, the copy cancelled, on the NAS -- what "evicted" said. */
 static void test_evict_in_flight(struct check_count *c)
@@ -690,6 +715,7 @@ int main(void)
 	test_local_error(&c);
 	test_index_faults(&c);
 	test_evict_in_flight(&c);
+	test_publish_syncs(&c);
 	snprintf(dir, sizeof(dir), "rm -rf %s", top);
 	if (system(dir) != 0)
 		fprintf(stderr, "could not remove %s\n", top);

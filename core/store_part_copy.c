@@ -2,6 +2,7 @@
  * partial copies) and wfsctl verify of them; the rules are store_part.c's. */
 #include "store.h"
 #include "store_int.h"
+#include "durable.h"
 #include "fetch_range.h"
 #include "nasgate.h"
 
@@ -22,23 +23,31 @@ static void punch(int fd, uint64_t off, uint64_t len)
 		fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, (off_t)off, (off_t)len);
 }
 
-/* Open (making it, of the blob's size, if new) the partial file. */
-static int open_part(const char *path, uint64_t size)
+/* Open (making it, of the blob's size, if new) the partial file @path in
+ * @dir.  A new one's entry in @dir is made durable before any range of it
+ * is, so before the index names one: else a power loss could take the
+ * file, and its verified ranges with it. */
+static int open_part(const char *dir, const char *path, uint64_t size)
 {
 	struct stat st;
-	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600), made = 1;
+	int err = 0;
 
+	if (fd < 0 && errno == EEXIST) {
+		made = 0;
+		fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+	}
 	if (fd < 0)
 		return -errno;
-	if (fstat(fd, &st) < 0 || (!st.st_size && ftruncate(fd, (off_t)size) < 0)) {
-		int err = -errno;
-
+	if (fstat(fd, &st) < 0 || (!st.st_size && ftruncate(fd, (off_t)size) < 0))
+		err = -errno;
+	else if ((uint64_t)st.st_size != size && st.st_size)
+		err = -EUCLEAN; /* not ours any more: the caller drops it */
+	else if (made)
+		err = durable_fsync_dir(dir);
+	if (err < 0) {
 		close(fd);
 		return err;
-	}
-	if ((uint64_t)st.st_size != size && st.st_size) {
-		close(fd);
-		return -EUCLEAN; /* not ours any more: the caller drops it */
 	}
 	return fd;
 }
@@ -171,7 +180,7 @@ static void copy_want(struct store *s, struct blob *b)
 	if (!nas_gate_up(s->opt.gate)) {
 		r = -EHOSTDOWN;
 		snprintf(res.reason, sizeof(res.reason), "cannot copy %s: the NAS is down", key);
-	} else if ((fd = r = open_part(path, size)) >= 0) {
+	} else if ((fd = r = open_part(s->part_dir, path, size)) >= 0) {
 		r = fetch_range_verify(key, size, fd, w.off, w.len,
 				       atomic_load(&s->bw_limit), &p->prog, &res);
 		if (r < 0)

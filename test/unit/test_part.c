@@ -5,6 +5,7 @@
  * dropped when the source changes, and made whole; the index's version 3
  * records, an older index, and byte-range parsing. */
 #include "check.h"
+#include "fsyncs.h"
 #include "hash.h"
 #include "index.h"
 #include "range.h"
@@ -128,8 +129,15 @@ static void test_copy(struct check_count *c, struct store *s, const char *want)
 	unsigned gen;
 	int64_t r;
 
+	/* the partial file is new: its entry in parts/ is durable before the
+	 * index names its ranges (fsyncing the file alone leaves it to a
+	 * power loss) */
+	fsyncs_watch(1);
 	CHECK(c, store_part_request(s, b, req, 3, 0) == 300001 + 12345 + 4097, "queued bytes");
 	CHECK(c, wait_parts(s, b), "settled");
+	fsyncs_watch(0);
+	CHECK(c, fsynced(s->part_dir), "%s fsynced once the partial file is made in it",
+	      s->part_dir);
 	blob_info(s, b, &in);
 	CHECK(c, in.part_n == 3 && in.part_bytes == 300001 + 12345 + 4097 &&
 	      !strcmp(blob_info_state_name(&in), "partial"), "three ranges, partial: %zu %s",

@@ -368,8 +368,9 @@ static void copy_one(struct store *s, struct blob *b)
 		store_log_msg(s, LOG_INFO, "promoting %s (%s, %llu bytes%s)", key, id,
 			      (unsigned long long)size, auto_copy ? ", automatic" : "");
 		r = fetch_copy_verify(key, size, tmp, id, rate, &b->prog, &res);
-		if (r == 0)
-			r = store_publish(s, tmp, res.xxh);
+		if (r == 0 && (r = store_publish(s, tmp, res.xxh)) < 0)
+			snprintf(res.reason, sizeof(res.reason), "cannot move the verified copy "
+				 "into %s/%.2s/%s: %s", s->data_dir, res.xxh, res.xxh, strerror(-r));
 		/* a partial copy never serves: never left behind either */
 		if (r < 0)
 			unlink(tmp);

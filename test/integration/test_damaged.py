@@ -360,6 +360,26 @@ class Damage(unittest.TestCase):
         self.assert_bytes(BIG)
         self.assertEqual(wfstest.read_file(other), self.st.data[BIG])
 
+    def test_directory_in_place_of_a_copy(self):
+        """A directory where a copy goes: never served, not removed, and a
+        promotion that cannot put its copy there says where and why."""
+        idx = self.local_both()
+        copy = self.st.copy(SMALL, idx)
+        os.unlink(copy)
+        os.makedirs(os.path.join(copy, "sub"))
+        self.st.start()
+        self.wait_log(r"start-up: dropped local copy of %s \(local copy is not a regular "
+                      r"file\)" % re.escape(self.st.key(SMALL)), 0)
+        self.assert_states({BIG: "local", SMALL: "nas"})
+        rc, out, err = wfstest.run_wfsctl(["promote", "--wait", self.st.path(SMALL)])
+        self.assertEqual(rc, 1, "promote onto a directory: %r %r" % (out, err))
+        why = "cannot move the verified copy into %s: Is a directory" % copy
+        self.assertIn(why, err)
+        flagged = ctl_json(self, ["status", self.st.mnt])["flagged"]
+        self.assertEqual([(f["key"], f["reason"]) for f in flagged], [(self.st.key(SMALL), why)])
+        self.assertTrue(os.path.isdir(os.path.join(copy, "sub")), "the directory is kept")
+        self.assert_bytes(SMALL)
+
     def test_record_naming_a_path_outside_data(self):
         """A damaged record whose copy name leads out of data/ (to a file
         of the blob's size): never served, never removed."""

@@ -319,8 +319,9 @@ struct store {
 	int copies_unrecorded;      /* LOCK: copies verified since the last write */
 	int index_err;              /* index_lock: errno of the last failed index write
 				     * (logged once, not at every retry); 0 after a success */
-	int index_newer;            /* IMMUTABLE: index.json is of a later wfs's version:
-				     * never read, replaced or cleaned up after */
+	int index_kept;             /* IMMUTABLE: index.json could not be read, and is not
+				     * damaged (a later wfs's version, a read error): never
+				     * replaced, nothing cleaned up after it (index_left) */
 	uint64_t tmp_serial;        /* LOCK */
 	uint64_t reserved;          /* LOCK: room reserved by copies in flight */
 	uint64_t held;              /* LOCK: by evicted copies still open */

@@ -13,7 +13,9 @@
  * Damage: nothing found on disk is trusted beyond what it proves.  An
  * index that cannot be read is moved aside and the store starts without
  * records, data/ kept (never served, not removed either: only an index read
- * whole says what is an orphan); a record whose copy is not the file
+ * whole says what is an orphan) -- or, when nothing says the index is
+ * damaged (a later wfs's version, a read error), it is left in place and
+ * never replaced (index_left); a record whose copy is not the file
  * verified is re-hashed before it serves (store_verify.c).
  */
 #include "store.h"
@@ -325,21 +327,28 @@ static void index_damaged(struct store *s, int err)
 		      s->index_path, why, moved, copies, s->data_dir);
 }
 
-/* The index is of version @version, newer than this wfs's: a later wfs
- * wrote it (a downgrade).  Moved aside, it would be replaced by an index
- * naming none of its copies, and the start-up after that would remove them
- * all: it is left as it is, unread, never written over, and data/ is left
- * alone. */
-static void index_newer(struct store *s, int version)
+/* The index could not be read (@r: a version newer than this wfs's, or a
+ * read error), yet nothing says it is damaged: a later wfs wrote it (a
+ * downgrade), or the disk failed a read it may not fail again.  Moved
+ * aside, it would be replaced by an index naming none of its copies, and
+ * the start-up after that would remove them all: it is left as it is,
+ * unread, never written over, and data/ is left alone. */
+static void index_left(struct store *s, int r)
 {
-	s->index_newer = 1;
-	store_log_msg(s, LOG_ERR, "start-up: index %s is of version %d, newer than this wfs "
-		      "(%d): left as it is, not read and never replaced.  Starting with no "
-		      "records: what was local is served from the NAS, copies made meanwhile are "
-		      "not recorded; the %zu files in %s are kept, never served and never "
-		      "removed by this wfs (run the wfs that wrote the index to use them)",
-		      s->index_path, version, INDEX_VERSION, count_copies(s->data_dir),
-		      s->data_dir);
+	char why[128];
+
+	s->index_kept = 1;
+	if (r > INDEX_VERSION)
+		snprintf(why, sizeof(why), "is of version %d, newer than this wfs (%d)", r,
+			 INDEX_VERSION);
+	else
+		snprintf(why, sizeof(why), "cannot be read (%s)", strerror(-r));
+	store_log_msg(s, LOG_ERR, "start-up: index %s %s: left as it is, not read and never "
+		      "replaced.  Starting with no records: what was local is served from the NAS, "
+		      "copies made meanwhile are not recorded; the %zu files in %s are kept, never "
+		      "served and never removed by this run (%s to use them)", s->index_path, why,
+		      count_copies(s->data_dir), s->data_dir, r > INDEX_VERSION ?
+		      "run the wfs that wrote the index" : "restart once the index reads");
 }
 
 int index_load(struct store *s)
@@ -354,8 +363,10 @@ int index_load(struct store *s)
 		pthread_mutex_unlock(&s->lock);
 		return r;
 	}
-	if (r > INDEX_VERSION) {
-		index_newer(s, r);
+	/* Damage is what the file holds (not JSON, not an index, too large, a
+	 * link or not a file): any other error says nothing of it. */
+	if (r > INDEX_VERSION || (r < 0 && r != -EINVAL && r != -EFBIG && r != -ELOOP)) {
+		index_left(s, r);
 		pthread_mutex_unlock(&s->lock);
 		return 0;
 	}
@@ -510,11 +521,11 @@ static int write_index(struct store *s, int if_dirty)
 
 	pthread_mutex_lock(&s->index_lock);
 	pthread_mutex_lock(&s->lock);
-	/* An index of a later wfs is never replaced (index_newer): the table
+	/* An index left as it was (index_left) is never replaced: the table
 	 * is as written as it will be, or the workers would try again and
 	 * again. */
-	r = (if_dirty && !s->index_dirty) || s->index_newer ? 1 : snapshot_take(s, &sn);
-	if (r == 0 || s->index_newer) { /* what changes from here on is in the next write */
+	r = (if_dirty && !s->index_dirty) || s->index_kept ? 1 : snapshot_take(s, &sn);
+	if (r == 0 || s->index_kept) { /* what changes from here on is in the next write */
 		s->index_dirty = 0;
 		s->copies_unrecorded = 0;
 	}

@@ -22,6 +22,10 @@ NAS is a plain directory: only the local side is faulty.
                     nothing (documented); `wfsctl verify --full PATH` finds
                     the copy unreadable, exits 1 and demotes it; the next
                     read gets the NAS's bytes, the disk still failing
+  IndexReadError    index.json's blocks fail at start-up: the index is left
+                    in place and never replaced, the copy served from the
+                    NAS; the disk healed, the next start-up serves the copy
+                    again, not copied again
 
 Waits are on what the daemon reports (status, xattrs, log lines), never
 sleeps.  Every step's undo is registered as soon as it is done (faults
@@ -346,6 +350,54 @@ class PassthroughReads(LocalFault):
         self.assert_reads_right("after verify --full, the disk still failing")
         self.assertGreater(wfstest.daemon_reads(self.path), d0, "the read after the demotion "
                            "was not served by the daemon")
+
+
+class IndexReadError(LocalFault):
+    """index.json's blocks fail EIO at start-up: an error that says nothing
+    of its content.  The index is left as it is and never replaced, so the
+    copies it names are local again once the disk reads -- moved aside as
+    damaged, an index naming nothing would have replaced it, and the next
+    start-up would have removed them."""
+
+    OPTIONS = ("passthrough=off",)
+    NAME = "daemon.safetensors"
+
+    def restart(self):
+        self.stop_wfs()
+        self.mount = wfstest.ForegroundMount(Fix.hub, self.local, self.mnt,
+                                             ("auto_promote=off",) + self.OPTIONS).start()
+        wfstest.wait_ctl(self.mnt)
+
+    def test_unreadable_index_is_kept(self):
+        copy = self.promote()
+        ino = os.stat(copy).st_ino
+        index = os.path.join(self.local, "index.json")
+        self.stop_wfs()  # (the index is written at the stop)
+        before = wfstest.read_file(index)
+        Fix.disk.fail_file(index)
+        self.addCleanup(Fix.disk.heal)
+        drop_file_pages(index)
+        self.assertEqual(wfstest.errno_of(read_direct, index), errno.EIO)
+        self.mount = wfstest.ForegroundMount(Fix.hub, self.local, self.mnt,
+                                             ("auto_promote=off",) + self.OPTIONS).start()
+        wfstest.wait_ctl(self.mnt)
+        self.assertIn("index %s cannot be read (Input/output error): left as it is, not read "
+                      "and never replaced" % index, self.mount.log())
+        self.assertEqual(state_of(self.path), "nas", "a copy the index could not vouch for")
+        self.assert_reads_right("index unreadable")
+        self.stop_wfs()
+        Fix.disk.heal()
+        self.assertFalse(os.path.exists(index + ".damaged"), "index.json moved aside")
+        self.assertEqual(wfstest.read_file(index), before, "index.json after a run that could "
+                         "not read it")
+        self.assertEqual(os.stat(copy).st_ino, ino, "the copy in LOCAL_STORE/data")
+        self.mount = wfstest.ForegroundMount(Fix.hub, self.local, self.mnt,
+                                             ("auto_promote=off",) + self.OPTIONS).start()
+        wfstest.wait_ctl(self.mnt)
+        self.assertEqual(state_of(self.path), "local", "the disk healed: local again\nlog:\n%s"
+                         % self.log_tail())
+        self.assertEqual(os.stat(copy).st_ino, ino, "not copied again")
+        self.assert_reads_right("index readable again")
 
 
 if __name__ == "__main__":

@@ -120,6 +120,10 @@ void verify_record_locked(struct store *s, struct blob *b, const struct fetch_re
 /* A thread: every source checked once, then every copy the index could
  * not prove re-hashed. */
 void *store_recheck_sweep(void *arg);
+/* Is a blob other than @b, of @b's copy name, still to be re-hashed (a
+ * re-verification pending since start-up)?  Then the file is that blob's
+ * to prove: removing it with @b would lose a copy that may be good. */
+int rehash_pending_locked(struct store *s, const struct blob *b);
 
 /* ---- store_index.c ---- */
 /* LOCAL_STORE's directories made (data/, tmp/ recreated if missing) and

@@ -360,6 +360,14 @@ static int shared_proof_locked(struct store *s, const struct blob *b, const stru
 	return 0;
 }
 
+int rehash_pending_locked(struct store *s, const struct blob *b)
+{
+	STORE_EACH(s, o)
+		if (o != b && o->reverify && b->xxh[0] && !strcmp(o->xxh, b->xxh))
+			return 1;
+	return 0;
+}
+
 struct rehash {
 	char local[PATH_MAX + 64], key[PATH_MAX], want[33], sample[33];
 	uint64_t size;
@@ -375,7 +383,7 @@ struct rehash {
 /* wfsctl evict while @b was re-hashed: as an eviction. */
 static void rehash_evicted_locked(struct store *s, struct blob *b, struct rehash *h)
 {
-	if (!shared_proof_locked(s, b, &h->before))
+	if (!shared_proof_locked(s, b, &h->before) && !rehash_pending_locked(s, b))
 		unlink_if_same(s, h->local, &h->before);
 	b->state = BLOB_NAS;
 	b->xxh[0] = '\0';
@@ -443,7 +451,9 @@ static void rehash_demote_locked(struct store *s, struct blob *b, struct rehash 
 
 	if (bad_copy)
 		demote_sharers_locked(s, h->want, &h->before, why);
-	if (h->r != -ENOENT && !h->moved && !shared_proof_locked(s, b, &h->before))
+	/* (a bad copy goes even so: a blob still to re-hash it finds it gone) */
+	if (h->r != -ENOENT && !h->moved && !shared_proof_locked(s, b, &h->before) &&
+	    (bad_copy || !rehash_pending_locked(s, b)))
 		removed = unlink_if_same(s, h->local, &h->before);
 	b->state = BLOB_NAS;
 	b->xxh[0] = '\0';

@@ -349,18 +349,21 @@ static int index_pinned(struct store *s, const char *key)
 	return index_read(s->index_path, &cb) > 0 ? q.pinned : -1;
 }
 
-/* Replace the "sample" of @key's record in the index at @path by @sample. */
-static int index_set_sample(const char *path, const char *key, const char *sample)
+/* Set @field of @key's record in the index at @path to @v (taken). */
+static int index_set(const char *path, const char *key, const char *field, json_t *v)
 {
 	json_t *root = json_load_file(path, 0, NULL), *o;
 	size_t i;
 	int found = 0;
 
-	if (!root)
+	if (!root) {
+		json_decref(v);
 		return -1;
+	}
 	json_array_foreach(json_object_get(root, "blobs"), i, o)
 		if (!strcmp(json_string_value(json_object_get(o, "key")), key))
-			found = !json_object_set_new(o, "sample", json_string(sample));
+			found = !json_object_set(o, field, v);
+	json_decref(v);
 	found = found && json_dump_file(root, path, 0) == 0;
 	json_decref(root);
 	return found ? 0 : -1;
@@ -408,7 +411,7 @@ static void test_index_faults(struct check_count *c)
 	/* A record whose sampled hash is no XXH3 (hand-edited, damaged): the
 	 * copy cannot be vouched for, so it goes, said in the log -- and the
 	 * index can still be written (it failed every write before). */
-	CHECK(c, index_set_sample(s.index_path, keyx, bad) == 0, "index edited");
+	CHECK(c, index_set(s.index_path, keyx, "sample", json_string(bad)) == 0, "index edited");
 	/* what a crash between durable_replace's write and rename leaves */
 	snprintf(p, sizeof(p), "%s/index.json.99999.tmp", local);
 	check_write_file(p, "{", 1);
@@ -429,6 +432,48 @@ static void test_index_faults(struct check_count *c)
 	CHECK(c, access(p, F_OK) < 0, "a stale record temporary removed");
 	snprintf(p, sizeof(p), "%s/index.json.tmp.mine", local);
 	CHECK(c, access(p, F_OK) == 0, "a file of another name kept");
+	store_close(&s);
+}
+
+/* Two blobs share a copy; one is proven at start-up, the other is to be
+ * re-hashed (its record's proof is not the file's).  Evicting the proven
+ * one must leave the file to the other: its re-hash makes it local again. */
+static void test_evict_shared_unproven(struct check_count *c)
+{
+	struct store_opts opt = { .workers = 1 };
+	char local[PATH_MAX * 2], key[PATH_MAX * 2], copy[PATH_MAX * 3], xxh[33];
+	struct store s;
+	struct blob *a, *b;
+
+	snprintf(local, sizeof(local), "%s/slocal", top);
+	mkdir(local, 0755);
+	put("nas/sa", "shared bytes", 12);
+	put("nas/sb", "shared bytes", 12);
+	CHECK(c, store_open(&s, local, &opt, NULL) == 0 && store_start(&s) == 0, "open");
+	a = blob_of(&s, "nas/sa", "sa");
+	b = blob_of(&s, "nas/sb", "sb");
+	store_promote(&s, a, 0, 1);
+	CHECK(c, wait_settled(&s, a) == BLOB_LOCAL, "a local");
+	store_promote(&s, b, 0, 1);
+	CHECK(c, wait_settled(&s, b) == BLOB_LOCAL, "b local");
+	snprintf(xxh, sizeof(xxh), "%s", info(&s, a)->xxh);
+	CHECK(c, !strcmp(xxh, info(&s, b)->xxh), "one copy for both");
+	store_close(&s);
+	snprintf(key, sizeof(key), "%s/nas/sb", top);
+	CHECK(c, index_set(s.index_path, key, "copy_ino", json_integer(1)) == 0, "index edited");
+
+	/* not started: b's re-hash waits for the sweep */
+	CHECK(c, store_open(&s, local, &opt, NULL) == 0, "reopen");
+	a = blob_of(&s, "nas/sa", "");
+	b = blob_of(&s, "nas/sb", "");
+	CHECK(c, blob_state(a) == BLOB_LOCAL && blob_state(b) == BLOB_COPYING,
+	      "a proven, b to be re-hashed: %s %s", blob_state_name(blob_state(a)),
+	      blob_state_name(blob_state(b)));
+	CHECK(c, store_evict(&s, a, 0) == 1, "a evicted");
+	snprintf(copy, sizeof(copy), "%s/%.2s/%s", s.data_dir, xxh, xxh);
+	CHECK(c, access(copy, F_OK) == 0, "the copy b is re-hashed from is kept");
+	CHECK(c, store_start(&s) == 0 && wait_settled(&s, b) == BLOB_LOCAL,
+	      "b re-hashed, local: %s (%s)", blob_state_name(blob_state(b)), info(&s, b)->reason);
 	store_close(&s);
 }
 
@@ -716,6 +761,7 @@ int main(void)
 	test_index_faults(&c);
 	test_evict_in_flight(&c);
 	test_publish_syncs(&c);
+	test_evict_shared_unproven(&c);
 	snprintf(dir, sizeof(dir), "rm -rf %s", top);
 	if (system(dir) != 0)
 		fprintf(stderr, "could not remove %s\n", top);

@@ -38,9 +38,11 @@ Figures (measures.py; --only NAME,... picks some):
   walk      find + lstat of the whole tree: cold, warm, and a third walk (time ratio)
   pagecache page-cache growth from one cold read / the file size (no pairs)
   compare   seq, mmap, rand, walk, pagecache through kernel overlayfs (the
-            hub as its read-only lower layer) and bindfs -r (apt-get
-            installed if missing, not with --no-install): columns of the same
-            rows, each its own ratio to direct measured in the same rounds
+            hub as its read-only lower layer), bindfs -r (apt-get
+            installed if missing, not with --no-install) and wfs -o
+            fuse_uring=on (where the kernel has FUSE over io_uring): columns
+            of the same rows, each its own ratio to direct measured in the
+            same rounds
   promote   `wfsctl promote --wait` of the largest shard (fsync, O_DIRECT
             re-read, SHA-256) vs the SHA-256 rate of one core (hashlib, i.e.
             OpenSSL, over memory) measured in the same rounds; also vs cp
@@ -341,8 +343,8 @@ def print_report(run, out):
         print_once(run["once"], out)
     print_summary(run["ctxs"], out)
     print("\nratio = wfs/direct; rates: higher is better (1.0 = parity); (time) rows: lower "
-          "is better.  overlayfs / bindfs ratios: that filesystem / direct, in rounds of "
-          "their own.  promote rows: direct = the named baseline.  local: rows: direct = "
+          "is better.  overlayfs / bindfs / fuse_uring ratios: that mount / direct, in rounds "
+          "of their own.  promote rows: direct = the named baseline.  local: rows: direct = "
           "the verified copy in LOCAL_STORE read directly.  part: rows: direct = the named "
           "baseline read in the same rounds.", file=out)
 
@@ -478,6 +480,24 @@ def _on_signal(signum, frame):
     raise SystemExit(128 + signum)
 
 
+ENABLE_URING = "/sys/module/fuse/parameters/enable_uring"
+
+
+def enable_fuse_uring(a):
+    """--wfs-opt fuse_uring=on: the kernel offers FUSE over io_uring only to
+    mounts made while this parameter is set.  Set it for the run; returns
+    the value to put back (None: nothing was changed)."""
+    if "fuse_uring=on" not in a.wfs_opt:
+        return None
+    if not os.path.exists(ENABLE_URING):
+        sys.exit(f"bench.py: --wfs-opt fuse_uring=on, but this kernel has no {ENABLE_URING}")
+    with open(ENABLE_URING) as f:
+        was = f.read().strip()
+    with open(ENABLE_URING, "w") as f:
+        f.write("1")
+    return was
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     a = parse_args(argv)
@@ -514,6 +534,7 @@ def main(argv=None):
     # Ctrl-C: KeyboardInterrupt, even when started with SIGINT ignored
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
+    uring_was = enable_fuse_uring(a)
     workdir = tempfile.mkdtemp(prefix="wfs-bench-", dir=a.dir)
     machine = machine_info(workdir)
     log(f"work dir {workdir} ({machine['workdir_fs']}); rigs {', '.join(a.rigs) or '-'}; "
@@ -546,6 +567,9 @@ def main(argv=None):
         run["interrupted"] = True
     finally:
         with no_interrupts():
+            if uring_was is not None:
+                with open(ENABLE_URING, "w") as f:
+                    f.write(uring_was)
             if not a.keep:
                 try:
                     remove_tree(workdir)

@@ -7,9 +7,12 @@ import shutil
 import subprocess
 import time
 
-from common import (bdi_read_ahead_path, drop_caches, fmt, is_mounted, log, meminfo,
-                    read_ahead_kb, resident_bytes, Skip, wait_mounted)
-from frame import abba, col, gib_s, mmap_read, rand_read, seq_read, tree_walk, unmount_extra
+import json
+
+from common import (bdi_read_ahead_path, drop_caches, find_daemon, fmt, is_mounted, log,
+                    meminfo, read_ahead_kb, resident_bytes, Skip, wait_mounted)
+from frame import (abba, col, gib_s, mmap_read, rand_read, seq_read, tree_walk, unmount_extra,
+                   wfs_argv)
 
 
 # --------------------------------------------------------------------------
@@ -301,11 +304,54 @@ def mount_bindfs(ctx, b, hub, mnt):
     return None, proc
 
 
+ENABLE_URING = "/sys/module/fuse/parameters/enable_uring"
+
+
+def mount_wfs_uring(ctx, hub, mnt):
+    """A second wfs mount of the hub with -o fuse_uring=on (LOCAL_STORE of
+    its own, auto_promote=off), the kernel's enable_uring set for its INIT
+    and put back.  Returns (why not, None) or (None, mnt) once a read went
+    through a ring (the daemon's fuse_uring_requests counter)."""
+    if not os.path.exists(ENABLE_URING):
+        return "this kernel has no FUSE over io_uring", None
+    local = os.path.join(os.path.dirname(mnt), "uring-local")
+    os.makedirs(mnt, exist_ok=True)
+    with open(ENABLE_URING) as f:
+        was = f.read().strip()
+    try:
+        with open(ENABLE_URING, "w") as f:
+            f.write("1")
+        r = subprocess.run(wfs_argv(ctx.args, hub, local, mnt,
+                                    ["auto_promote=off", "fuse_uring=on"]),
+                           timeout=120, capture_output=True, text=True)
+    finally:
+        with open(ENABLE_URING, "w") as f:
+            f.write(was)
+    if r.returncode != 0 or not wait_mounted(mnt, timeout=10):
+        return f"wfs -o fuse_uring=on did not mount: {r.stderr.strip()}", None
+    ctx.extra_mounts.append({"mnt": mnt, "local": local})
+    find_daemon(mnt, local)
+    os.listdir(mnt)
+    q = subprocess.run([ctx.args.wfsctl, "--json", "stats", mnt], capture_output=True,
+                       text=True, timeout=60)
+    try:
+        n = json.loads(q.stdout)["metrics"]["fuse_uring_requests"]
+    except (ValueError, KeyError):
+        n = 0
+    if not n:
+        return "wfs -o fuse_uring=on mounted, but took no request through io_uring", None
+    deadline = time.perf_counter() + 3  # the daemon raises its read-ahead after INIT
+    while read_ahead_kb(mnt) != read_ahead_kb(ctx.mnt) and time.perf_counter() < deadline:
+        time.sleep(0.05)
+    return None, mnt
+
+
 def m_compare(ctx):
     """The NAS-side read figures (seq cold/warm, mmap cold, rand 4 KiB
     cold/warm, walk cold/warm, page-cache growth) through kernel overlayfs
-    (mount -t overlay, the NAS hub as its single read-only lowerdir) and
-    bindfs (-r, default options; installed with apt-get if missing) over the
+    (mount -t overlay, the NAS hub as its single read-only lowerdir),
+    bindfs (-r, default options; installed with apt-get if missing) and a
+    second wfs mount with -o fuse_uring=on (where the kernel has it) over the
     same files, each as ratios to direct measured in the same rounds
     (abba over direct, overlayfs, bindfs: the order reversed every other
     round).  They land in columns of the rows the wfs figures made."""
@@ -332,6 +378,12 @@ def m_compare(ctx):
                 mnts["bindfs"] = os.path.join(cdir, "bindfs")
         else:
             notes.append("bindfs rows skipped")
+        if ctx.args.wfsctl and os.access(ctx.args.wfsctl, os.X_OK):
+            why, m = mount_wfs_uring(ctx, hub, os.path.join(cdir, "uring"))
+            if why:
+                notes.append(f"fuse_uring rows skipped: {why}")
+            else:
+                mnts["fuse_uring"] = m
         for n in notes:
             ctx.errors.append({"measurement": "compare", "status": "note", "message": n})
         if not mnts:
@@ -346,6 +398,9 @@ def m_compare(ctx):
         if "bindfs" in mnts:
             parts.append(f"bindfs = {bindfs_version(b)} -r NAS_HUB (FUSE, default options), "
                          f"bdi read_ahead_kb {ra['bindfs']}")
+        if "fuse_uring" in mnts:
+            parts.append("fuse_uring = wfs -o fuse_uring=on (FUSE over io_uring, NAS reads on "
+                         f"the rings), bdi read_ahead_kb {ra['fuse_uring']}")
         ctx.compare_info = "; ".join(parts)
         names = list(mnts)
         paths = {"direct": os.path.join(hub, rel)}

@@ -264,12 +264,23 @@ size_t store_part_plan(struct store *s, struct blob *b, uint64_t off, uint64_t l
 	pthread_mutex_lock(&s->lock);
 	p = b->part;
 	if (p && !p->unproven && b->state != BLOB_LOCAL) {
+		/* the first range ending past @off, by bisection: a read over
+		 * many ranges plans again for each PART_SEGS of them (fs/file.c),
+		 * under the store's lock, and a file may hold tens of thousands */
+		size_t lo = 0, hi = p->n;
+
+		while (lo < hi) {
+			size_t mid = lo + (hi - lo) / 2;
+
+			if (p->v[mid].off + p->v[mid].len <= off)
+				lo = mid + 1;
+			else
+				hi = mid;
+		}
 		*gen = p->gen;
-		for (size_t i = 0; i < p->n && k < cap; i++) {
+		for (size_t i = lo; i < p->n && k < cap; i++) {
 			uint64_t a = p->v[i].off, e = a + p->v[i].len;
 
-			if (e <= off)
-				continue;
 			if (a >= off + len)
 				break;
 			a = a > off ? a : off;

@@ -652,9 +652,45 @@ static int fh_part_fd(struct wfs *w, struct wfs_fh *fh, unsigned gen, int *direc
 	return fd;
 }
 
+#define PART_SEGS 64 /* local parts planned at a time, on the stack */
+
+/* Bytes [@off, @off + @len) of a file with local ranges into @out, @segs
+ * (@n, of generation @gen) its first plan.  A full plan may stop short of
+ * the read's end: the rest is planned again from its last part's end, so
+ * every local byte is read locally however many ranges the read spans
+ * (the NAS, down, would fail them).  Adds the local bytes to *@local.
+ * Returns part_read's 0 or -errno, or 1: the copy moved on meanwhile. */
+static int read_planned(struct wfs *w, struct wfs_fh *fh, struct part_src *src,
+			struct brange *segs, size_t n, unsigned gen, char *out, uint64_t off,
+			size_t len, uint64_t *local)
+{
+	uint64_t pos = off, end = off + len;
+	int r, nas_asked = 0;
+
+	for (;;) {
+		uint64_t stop = n < PART_SEGS ? end : segs[n - 1].off + segs[n - 1].len, here = 0;
+		unsigned now = gen;
+
+		for (size_t i = 0; i < n; i++)
+			here += segs[i].len;
+		/* a piece all inside local ranges never asks the NAS for anything */
+		if (here < stop - pos && !nas_asked) {
+			src->nas_fd = fh_nas_fd(w, fh, &src->nas_direct);
+			nas_asked = 1;
+		}
+		r = part_read(w, src, segs, n, out + (pos - off), pos, (size_t)(stop - pos));
+		*local += here;
+		if (r || stop == end)
+			return r;
+		pos = stop;
+		n = store_part_plan(&w->store, fh->blob, pos, end - pos, segs, PART_SEGS, &now);
+		if (n && now != gen)
+			return 1;
+	}
+}
+
 /* A read of a file with local ranges: 0 once answered, 1 when the NAS is
  * to serve it all. */
-#define PART_SEGS 64
 static int read_partial(fuse_req_t req, struct wfs *w, struct wfs_fh *fh, size_t size, off_t off)
 {
 	struct brange segs[PART_SEGS];
@@ -671,33 +707,29 @@ static int read_partial(fuse_req_t req, struct wfs *w, struct wfs_fh *fh, size_t
 	n = store_part_plan(&w->store, fh->blob, (uint64_t)off, len, segs, PART_SEGS, &gen);
 	if (!n || (src.local_fd = fh_part_fd(w, fh, gen, &src.local_direct)) < 0)
 		return 1;
-	for (size_t i = 0; i < n; i++)
-		local += segs[i].len;
 	/* all inside one range (a rank reading its own part): read as a local
 	 * copy is, straight into the reply's buffer.  Counted before: once
 	 * read_local has replied, the file may be released (fh freed) by
 	 * another thread. */
-	if (n == 1 && local == len) {
+	if (n == 1 && segs[0].len == len) {
 		struct blob *b = fh->blob;
 
-		store_part_note_read(&w->store, b, local);
+		store_part_note_read(&w->store, b, len);
 		r = read_local(req, src.local_fd, len, off, !src.local_direct, fsize);
 		if (r == -EIO)
 			store_part_read_error(&w->store, b); /* no reply sent */
 		return r == 0 ? 0 : 1;
 	}
-	/* a read all inside local ranges never asks the NAS for anything */
-	if (local < len)
-		src.nas_fd = fh_nas_fd(w, fh, &src.nas_direct);
 	out = malloc(len ? len : 1);
 	if (!out) {
 		fuse_reply_err(req, ENOMEM);
 		return 0;
 	}
-	r = part_read(w, &src, segs, n, out, (uint64_t)off, len);
-	if (r == -EUCLEAN) {
+	r = read_planned(w, fh, &src, segs, n, gen, out, (uint64_t)off, len, &local);
+	if (r == -EUCLEAN || r == 1) {
 		free(out);
-		store_part_read_error(&w->store, fh->blob);
+		if (r == -EUCLEAN)
+			store_part_read_error(&w->store, fh->blob);
 		return 1;
 	}
 	if (r == 0) {

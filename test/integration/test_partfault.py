@@ -28,6 +28,12 @@ fault-injecting NAS of test_nasfault.py (faultnas.FaultNAS: test/faultfs).
                    never serves: its bad bytes still fail EIO through the
                    mount); the range healed, the same promote succeeds and
                    the range then serves with the NAS gone
+  ManyRanges       160 adjacent 1 KiB local ranges (each requested alone,
+                   so kept apart), more than one plan of a read holds
+                   (fs/file.c: PART_SEGS), then the NAS gone: O_DIRECT
+                   preads spanning them (one READ each) and a buffered one
+                   read right; a read starting before them EIO; the NAS
+                   back, the bytes around them read right
 
 Each test has a mount and LOCAL_STORE of its own (independent of the
 others and of their order).  Every call that could hang runs in a thread
@@ -57,6 +63,7 @@ NAS_TIMEOUT_MS = 500
 LOCAL_WAIT = 5      # s: bytes inside local ranges read right within this, whatever the NAS does
 FAIL_WAIT = 5       # s: bytes that need the NAS fail EIO within this (deadline 0.5 s + slack)
 DOWN_WAIT = 5       # s: status says nas down
+WAIT_COPIED = 60    # s: many small ranges copied (under ASan too)
 UP_WAIT = 15        # s: the prober backs off to 2 s between looks (+ its deadline + slack)
 
 KiB, MiB = 1 << 10, 1 << 20
@@ -108,6 +115,17 @@ def mmap_slice(path, off, n):
     if kind == "exc":
         raise RuntimeError("mmap child: " + val)
     return val
+
+
+def direct_pread(path, off, n):
+    """open O_DIRECT, pread n bytes at off into an aligned buffer, close."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+    try:
+        with mmap.mmap(-1, n) as buf:
+            got = os.preadv(fd, [buf], off)
+            return bytes(buf[:got])
+    finally:
+        os.close(fd)
 
 
 def snapshot_of(blob_rel):
@@ -425,6 +443,47 @@ class EioInRange(PartOnFaultNAS):
         NAS.check("ok")
         self.wait_nas("up", UP_WAIT)
         self.assert_reads(pread_file, path, 0, len(self.want), "NAS back: the whole file", timeout=30)
+
+
+class ManyRanges(PartOnFaultNAS):
+    """A read over more local ranges than one plan of it holds."""
+
+    COUNT, SIZE, BASE = 160, 1 * KiB, 1 * MiB   # one 128 KiB READ spans 128 of them
+
+    def test_read_spanning_many_ranges(self):
+        snap = snapshot_of(self.blob["nas_real"])
+        path = self.m(snap["path"])
+        ranges = [(self.BASE + i * self.SIZE, self.SIZE) for i in range(self.COUNT)]
+        # one request each: adjacent ranges asked apart are copied and
+        # verified apart, and stay apart (each with its own hash)
+        for r in ranges:
+            rep = wfstest.ctl_request(self.sock, {"op": "promote", "paths": [snap["path"]],
+                                                  "ranges": [list(r)]}, timeout=30)
+            self.assertTrue(rep and rep.get("ok"), "promote %s: %s" % (r, rep))
+        last = [None]
+
+        def copied():
+            last[0] = self.part()
+            return last[0]["ranges"] == [list(r) for r in ranges] and not last[0]["copying"]
+        self.assertTrue(wfstest.wait_until(copied, WAIT_COPIED), "ranges after %d s: %s"
+                        % (WAIT_COPIED, last[0]))
+        self.sync_record()
+        NAS.check("fail ENOTCONN")
+        span = self.COUNT * self.SIZE
+        # O_DIRECT: one READ of the whole span reaches the daemon, and its
+        # reply is what read(2) returns (a buffered read would retry a
+        # failed read-ahead page by page, in READs of a few ranges each)
+        self.assert_reads(direct_pread, path, self.BASE, span, "O_DIRECT pread over %d local "
+                          "ranges, NAS gone" % self.COUNT)
+        self.assert_reads(direct_pread, path, self.BASE + 8 * KiB, span - 16 * KiB,
+                          "O_DIRECT pread over most of them, NAS gone")
+        self.assert_reads(pread_file, path, self.BASE + 3 * self.SIZE + 100, span - 7 * self.SIZE,
+                          "unaligned pread over most of them, NAS gone", drop=True)
+        self.assert_eio(pread_file, path, self.BASE - 4096, 8192, "pread straddling the first's start")
+        NAS.check("ok")
+        self.wait_nas("up", UP_WAIT)
+        self.assert_reads(pread_file, path, self.BASE - 64 * KiB, span + 128 * KiB,
+                          "NAS back: around the ranges", timeout=FAIL_WAIT, drop=True)
 
 
 if __name__ == "__main__":

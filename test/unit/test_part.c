@@ -153,6 +153,16 @@ static void test_copy(struct check_count *c, struct store *s, const char *want)
 	      seg[0].len == 1, "a read straddling an edge: one local byte");
 	CHECK(c, store_part_plan(s, b, 400000, 1000, seg, 8, &gen) == 0, "outside: none");
 	CHECK(c, store_part_plan(s, b, 0, SIZE, seg, 8, &gen) == 5, "whole: every range");
+	/* a read planned again from a part's end (fs/file.c, more ranges
+	 * than one plan holds): the ranges from there on, the first clipped */
+	CHECK(c, store_part_plan(s, b, 0, SIZE, seg, 2, &gen) == 2 && seg[1].off == 700000 &&
+	      seg[1].len == 77777, "at most cap, in order");
+	CHECK(c, store_part_plan(s, b, 780000, SIZE - 780000, seg, 8, &gen) == 3 &&
+	      seg[0].off == 780000 && seg[0].len == 10122 && seg[1].off == 790122 &&
+	      seg[2].off == SIZE - 4097, "from inside a range on: %llu+%llu",
+	      (unsigned long long)seg[0].off, (unsigned long long)seg[0].len);
+	CHECK(c, store_part_plan(s, b, 800000, SIZE - 4097 - 800000, seg, 8, &gen) == 0,
+	      "between the last two: none");
 	CHECK(c, stat(part_file(s, b), &st) == 0 && (uint64_t)st.st_blocks * 512 <
 	      in.part_bytes + 6 * 8192, "sparse: %llu bytes allocated",
 	      (unsigned long long)st.st_blocks * 512);

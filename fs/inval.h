@@ -88,6 +88,16 @@ void inval_get_stats(struct inval_queue *q, struct inval_stats *st);
  * kernel's cache is gone with the mount.  Pushes after it are ignored. */
 void inval_stop(struct inval_queue *q);
 
+/* Put @stand_in (a path, opened read-only) in place of the descriptor
+ * @fd, atomically (dup3): the file @fd held is closed -- /dev/fuse's last
+ * descriptor: the kernel ends the connection and every request still
+ * waiting for an answer -- but the number stays taken until the caller
+ * closes it.  A notice written to it meanwhile fails EBADF at once; after
+ * a plain close it could land in a file another thread opened under the
+ * same number (libfuse forgets the number only once it has unmounted).
+ * Returns 0 or -errno (@fd as it was). */
+int inval_retire_fd(int fd, const char *stand_in);
+
 /* Free the queue (after inval_stop, or if it was never started). */
 void inval_destroy(struct inval_queue *q);
 

@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <malloc.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -639,38 +640,50 @@ static int serve(struct wfs *w)
 	return ret < 0 ? 1 : 0;
 }
 
+/* The device closed first: that ends every request waiting for an answer we
+ * will not give.  A stand-in holds its number until the invalidator has
+ * stopped: its notices fail at once, never land in another file.  Unmounted
+ * already (POLLERR)? An unmounted /dev/fuse polls so too: libfuse won't umount. */
+static void end_device(struct wfs *w)
+{
+	struct pollfd dev = { .fd = fuse_session_fd(w->se) };
+	int r = dev.fd >= 0 && poll(&dev, 1, 0) == 1 && (dev.revents & POLLERR);
+
+	if (dev.fd < 0)
+		return; /* unmounted already (stop_serving) */
+	if ((r = inval_retire_fd(dev.fd, r ? "/dev/fuse" : "/dev/null")) < 0) /* the old order */
+		wfs_log(w, LOG_WARNING, "unmounting %s: no stand-in for the FUSE device: %s",
+			w->opt.mnt, strerror(-r));
+	else
+		inval_stop(&w->inval);
+	fuse_session_unmount(w->se);
+	inval_stop(&w->inval);
+}
+
 /* After serving: the order matters. */
 static void stop_serving(struct wfs *w)
 {
 	wfs_log(w, LOG_INFO, "unmounting %s", w->opt.mnt);
-	/* First: closing the device ends every request still waiting for an
-	 * answer we will not give.  Our read-ahead thread may be in a stat()
-	 * of the mount (a SIGTERM right after start-up), and anyone else's
-	 * stat would hang until then too. */
-	fuse_session_unmount(w->se);
-	/* Its threads end; closing their rings ends the requests still
-	 * queued for them, as closing the device does for the others. */
+	end_device(w);
+	/* The rings' threads end; closing the rings drops their hold on the
+	 * device, which ends the requests still queued for them. */
 	uring_stop(&w->uring);
 	dir_attrs_stop(&w->dirattr); /* its stat in flight, if any, fails now */
 	control_stop(&w->ctl);
 	metrics_writer_stop(&w->metrics); /* reads the store; removes the file */
-	/* Before the session goes: the invalidator still talks to it (with
-	 * the device closed its notices fail at once instead of waiting). */
 	auto_stop(&w->autop); /* the policy uses the store */
 	record_close(&w->record); /* its thread reads the store */
 	w->record_opened = 0;
 	store_close(&w->store); /* cancels copies, writes the index */
 	w->store_open = 0;
-	inval_stop(&w->inval); /* drops what is left: the kernel's cache went with the mount */
 }
 
 static void end_session(struct wfs *w, enum session_stage stage)
 {
 	if (stage >= SES_MOUNTED) {
-		fuse_session_unmount(w->se);
+		end_device(w); /* once unmounted, nothing more */
 		uring_stop(&w->uring);
 		dir_attrs_stop(&w->dirattr);
-		inval_stop(&w->inval); /* before the session goes: the thread uses it */
 	}
 	if (stage >= SES_SIGNALS)
 		fuse_remove_signal_handlers(w->se);

@@ -332,7 +332,14 @@ class ForegroundMount(Mount):
             return f.read()
 
     def stop(self):
-        return unmount(self.mnt) + reap_child(self.proc, "wfs -f")
+        problems = unmount(self.mnt) + reap_child(self.proc, "wfs -f")
+        # unmounted from outside, the daemon must not unmount again (libfuse
+        # would say "failed to unmount ...: Invalid argument", or detach
+        # whatever was mounted there since)
+        again = [l for l in self.log().splitlines() if "failed to unmount" in l]
+        if again:
+            problems.append("wfs -f unmounted %s again after its umount: %s" % (self.mnt, again[0]))
+        return problems
 
     def cleanup(self):
         try:

@@ -6,10 +6,13 @@
 #include "inval.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define MAX_SEEN 4096
 
@@ -229,6 +232,40 @@ static void test_stop(struct check_count *c)
 	}
 }
 
+/* The device's descriptor retired at shutdown (fs/main.c: end_device): its
+ * file closed at once (here a pipe's write end: the reader sees the end),
+ * its number still taken, a write to it EBADF -- never into a file opened
+ * since. */
+static void test_retire_fd(struct check_count *c)
+{
+	int p[2], other;
+	char byte;
+
+	CHECK(c, pipe(p) == 0, "pipe");
+	CHECK(c, inval_retire_fd(p[1], "/dev/null") == 0, "retired");
+	CHECK(c, read(p[0], &byte, 1) == 0, "the file it held is closed: end of file for its reader");
+	CHECK(c, fcntl(p[1], F_GETFD) == FD_CLOEXEC, "the number is still taken, close-on-exec");
+	errno = 0;
+	CHECK(c, write(p[1], "x", 1) == -1 && errno == EBADF, "a write to it fails EBADF: %s",
+	      strerror(errno));
+	other = open("/dev/null", O_WRONLY | O_CLOEXEC);
+	CHECK(c, other >= 0 && other != p[1], "an open meanwhile gets another number: %d", other);
+	CHECK(c, inval_retire_fd(-1, "/dev/null") == -EBADF, "no descriptor: -EBADF");
+	close(other);
+	close(p[1]);
+	close(p[0]);
+	/* the stand-in for a device unmounted already: it polls POLLERR as
+	 * that device does, so libfuse does not unmount a second time */
+	if (access("/dev/fuse", R_OK) == 0) {
+		struct pollfd pf = { .fd = dup(1) };
+
+		CHECK(c, inval_retire_fd(pf.fd, "/dev/fuse") == 0, "retired for /dev/fuse");
+		CHECK(c, poll(&pf, 1, 0) == 1 && (pf.revents & POLLERR), "it polls POLLERR: %#x",
+		      (unsigned)pf.revents);
+		close(pf.fd);
+	}
+}
+
 int main(void)
 {
 	struct check_count c = { 0, 0 };
@@ -239,6 +276,7 @@ int main(void)
 	test_full_queue_coalesces(&c);
 	test_push_under_the_consumers_lock(&c);
 	test_stop(&c);
+	test_retire_fd(&c);
 	printf("inval: %d passed, %d failed\n", c.passed, c.failed);
 	return c.failed ? 1 : 0;
 }

@@ -1,36 +1,9 @@
-/* fetch.c - the verified copy, as one io_uring pipeline and a hasher.
- *
- * Two streams share one ring.  The source stream reads the NAS file into a
- * ring of slots; reads complete in any order, but the slots are hashed (and
- * their writes issued) strictly in offset order, because the hashes are
- * streaming.  Every so often the completed prefix of the copy is made durable
- * (fdatasync), and the verification stream re-reads that durable prefix from
- * the disk while the copy goes on, so the re-read costs little extra time.
- * The last segment is re-read after the final fsync.
- *
- * A slot is reused only once its previous chunk is fully written and hashed
- * (source) or hashed (verification); with chunk k always in slot k % n, that
- * keeps the bookkeeping to three offsets per stream.
- *
- * Where the time goes (WFS_FETCH_PROFILE, test_fetch --bench): SHA-256 is
- * the cost that cannot shrink, about 0.5 ns a byte on one core; XXH3 is a
- * tenth of that; the rest is the kernel's I/O.  Hashing everything on the
- * copying thread made a copy take SHA-256 + XXH3 twice + the I/O in turn.
- * So when the blob is named by a content address, the source bytes are
- * hashed (the address and XXH3-128) on a hasher thread of their own, slot
- * by slot in offset order, 64 KiB of one hash then the same 64 KiB of the
- * other while they are in the cache, and the copying thread only drives the
- * I/O, samples the source and hashes the re-read (XXH3 only: equal to the
- * XXH3 of the source read, it proves the durable copy is the bytes the
- * address was computed over).  A copy then goes at the hasher's pace as
- * long as another core takes the rest.  The slot memory is registered with
- * the ring (fixed buffers: no pages pinned and dirtied per operation), a
- * third less CPU for the copying thread.  The periodic fdatasyncs run in the
- * ring while the copy goes on; the hasher is seldom left waiting for them.
- *
- * The engine (io_uring, or the same operations done synchronously) is in
- * fetch_engine.c, the content-address hasher in fetch_hasher.c; what they
- * share with this file is in fetch_int.h.
+/* fetch.c - the verified copy's entry points: fetch_copy_verify() and
+ * fetch_hash_file() set a job up (the source opened and checked, the copy
+ * created and its space reserved, the slot memory), run it through the
+ * pipeline (fetch_pipeline.c, where the design is described) and check
+ * its end.  Also the job's failure (its first cause and reason) and the
+ * WFS_FETCH_PROFILE report.  What the fetch files share is in fetch_int.h.
  */
 #include "fetch.h"
 #include "fetch_int.h"
@@ -49,36 +22,12 @@
 #include <time.h>
 #include <unistd.h>
 
-/* the copying thread waits for the hasher to hash this many slots more
- * (fewer wake-ups; the other slots keep the reads and writes going) */
-#define WAKE_BATCH 4
 #define SEG_MIN ((uint64_t)4 << 20)
 #define SEG_MAX ((uint64_t)256 << 20)
-/* a throttled pipeline still looks at the cancel flag this often */
-#define MAX_NAP_NS 100000000LL
 
 void (*fetch_test_durable)(const char *tmp_path, uint64_t durable);
 
-/* ---- WFS_FETCH_PROFILE: where the time of a copy goes, on stderr ---- */
-
-struct prof {
-	int64_t t0, cpu0;
-	int64_t hash_here;  /* this thread hashing the source (no hasher) */
-	int64_t hash_ver;   /* this thread hashing the re-read */
-	int64_t wait;       /* this thread waiting for the ring or the hasher */
-	int64_t sync_t, sync_sum, final_t, final_sum;
-	unsigned syncs, waits;
-};
-
-static int64_t prof_now(const struct job *j)
-{
-	return j->prof ? mono_ns() : 0;
-}
-
-static size_t round_up(size_t n, size_t a)
-{
-	return (n + a - 1) / a * a;
-}
+/* ---- the job's failure ---- */
 
 static void __attribute__((format(printf, 3, 0)))
 vfail(struct job *j, int err, const char *fmt, va_list ap)
@@ -89,8 +38,7 @@ vfail(struct job *j, int err, const char *fmt, va_list ap)
 	vsnprintf(j->res->reason, sizeof(j->res->reason), fmt, ap);
 }
 
-static void __attribute__((format(printf, 3, 4)))
-fail(struct job *j, int err, const char *fmt, ...)
+void job_fail(struct job *j, int err, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -101,8 +49,7 @@ fail(struct job *j, int err, const char *fmt, ...)
 
 /* The source itself failed (a NAS error): as fail, and said so in
  * res->src_err when it is the first cause. */
-static void __attribute__((format(printf, 3, 4)))
-fail_src(struct job *j, int err, const char *fmt, ...)
+void job_fail_src(struct job *j, int err, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -113,443 +60,17 @@ fail_src(struct job *j, int err, const char *fmt, ...)
 	va_end(ap);
 }
 
-static void fail_write(struct job *j, int err, const char *what)
+void job_fail_write(struct job *j, int err, const char *what)
 {
 	if (err == -ENOSPC)
-		fail(j, err, "no space left on %s", j->dir);
+		job_fail(j, err, "no space left on %s", j->dir);
 	else if (err == -EDQUOT)
-		fail(j, err, "disk quota exceeded on %s", j->dir);
+		job_fail(j, err, "disk quota exceeded on %s", j->dir);
 	else
-		fail(j, err, "%s %s: %s", what, j->ver.path, strerror(-err));
+		job_fail(j, err, "%s %s: %s", what, j->ver.path, strerror(-err));
 }
 
-/* ---- the pipeline ---- */
-
-static struct slot *slot_at(struct stream *s, uint64_t off)
-{
-	return &s->slots[(off / CHUNK) % s->n];
-}
-
-static uint64_t ud_of(struct slot *sl, int op)
-{
-	return (uint64_t)(uintptr_t)sl | (uint64_t)op;
-}
-
-/* An O_DIRECT request refused with EINVAL (alignment the filesystem will
- * not take, or no direct I/O at all): go on buffered, once. */
-static int retry_buffered(struct stream *s, struct slot *sl, int res)
-{
-	if (res != -EINVAL || !sl->direct)
-		return 0;
-	if (s->direct) {
-		int fl = fcntl(s->fd, F_GETFL);
-
-		if (fl < 0 || fcntl(s->fd, F_SETFL, fl & ~O_DIRECT) < 0)
-			return 0;
-		s->direct = 0;
-	}
-	return 1;
-}
-
-static void submit_read(struct job *j, struct stream *s, struct slot *sl)
-{
-	size_t len = sl->want - sl->got;
-
-	if (sl->off + sl->want == j->size) {
-		/* asking one byte past the end makes a longer source visible */
-		len = round_up(len + (s->is_src ? 1 : 0), ALIGN);
-	}
-	sl->direct = s->direct;
-	eng_rw(&j->eng, 0, s->fd, sl->buf + sl->got, len, sl->off + sl->got, ud_of(sl, OP_READ));
-}
-
-static void submit_write(struct job *j, struct slot *sl)
-{
-	struct stream *d = &j->ver;
-	size_t len = sl->want - sl->got;
-
-	sl->direct = d->direct;
-	if (d->direct) {
-		/* O_DIRECT writes whole blocks; the padding is trimmed at the end */
-		size_t padded = round_up(len, ALIGN);
-
-		memset(sl->buf + sl->want, 0, padded - len);
-		len = padded;
-	}
-	eng_rw(&j->eng, 1, d->fd, sl->buf + sl->got, len, sl->off + sl->got, ud_of(sl, OP_WRITE));
-}
-
-static void read_done(struct job *j, struct slot *sl, int res)
-{
-	struct stream *s = sl->st;
-	/* the source changing under us is "stale"; the copy doing so is damage */
-	int changed = s->is_src ? -ESTALE : -EIO;
-
-	if (res < 0) {
-		if (retry_buffered(s, sl, res) || res == -EAGAIN || res == -EINTR)
-			submit_read(j, s, sl);
-		else if (s->is_src)
-			fail_src(j, res, "read error on %s at offset %" PRIu64 ": %s", s->path,
-				 sl->off + sl->got, strerror(-res));
-		else
-			fail(j, res, "read error on %s at offset %" PRIu64 ": %s", s->path,
-			     sl->off + sl->got, strerror(-res));
-		return;
-	}
-	if (res == 0) {
-		fail(j, changed, "short read on %s at offset %" PRIu64, s->path, sl->off + sl->got);
-		return;
-	}
-	sl->got += (size_t)res;
-	if (sl->got > sl->want)
-		fail(j, changed, "%s is longer than %" PRIu64 " bytes", s->path, j->size);
-	else if (sl->got < sl->want)
-		submit_read(j, s, sl);
-	else
-		sl->state = SLOT_READY;
-}
-
-static void write_done(struct job *j, struct slot *sl, int res)
-{
-	if (res < 0) {
-		if (retry_buffered(&j->ver, sl, res) || res == -EAGAIN || res == -EINTR)
-			submit_write(j, sl);
-		else
-			fail_write(j, res, "write error on");
-		return;
-	}
-	if (res == 0) {
-		fail(j, -EIO, "short write on %s at offset %" PRIu64, j->ver.path, sl->off + sl->got);
-		return;
-	}
-	sl->got += (size_t)res;
-	if (sl->got < sl->want) {
-		submit_write(j, sl);
-		return;
-	}
-	sl->state = SLOT_WRITTEN;
-}
-
-/* Free the source slots written and hashed, in offset order. */
-static void src_reap(struct job *j)
-{
-	struct stream *s = &j->src;
-	uint64_t id_done = hasher_done(&j->hs), was = s->done;
-
-	j->hs.seen = id_done;
-	while (s->done < s->hashed) {
-		struct slot *d = slot_at(s, s->done);
-
-		if (d->state != SLOT_WRITTEN || d->off + d->want > id_done)
-			break;
-		d->state = SLOT_FREE;
-		s->done += d->want;
-	}
-	if (j->prog && s->done != was)
-		atomic_store(&j->prog->bytes_done, s->done);
-}
-
-/* @final: the fsync after the last write, else the periodic fdatasync (one
- * at a time, so its target is still j->sync_asked) */
-static void sync_done(struct job *j, int final, int res)
-{
-	uint64_t target = final ? j->size : j->sync_asked;
-
-	j->syncs--;
-	if (j->prof) {
-		int64_t now = mono_ns();
-
-		if (final)
-			j->prof->final_sum += now - j->prof->final_t;
-		else
-			j->prof->sync_sum += now - j->prof->sync_t;
-	}
-	if (res < 0) {
-		fail_write(j, res, "fsync failed on");
-		return;
-	}
-	if (target > j->ver.limit) {
-		if (fetch_test_durable && j->copying)
-			fetch_test_durable(j->ver.path, target);
-		j->ver.limit = target;
-	}
-	j->final_synced |= final;
-}
-
-static void complete(struct job *j, uint64_t ud, int res)
-{
-	struct slot *sl = (struct slot *)(uintptr_t)(ud & ~(uint64_t)3);
-
-	if ((ud & 3) == OP_SYNC)
-		sync_done(j, (int)(ud >> 2), res);
-	else if ((ud & 3) == OP_WAKE)
-		j->hs.waiting = 0;  /* the hasher moved on: looked at in advance() */
-	else if (j->err)
-		return;  /* after a failure, operations in flight are only drained */
-	else if ((ud & 3) == OP_READ)
-		read_done(j, sl, res);
-	else
-		write_done(j, sl, res);
-}
-
-/* Sleep-based token bucket: a read may start whenever the bucket is not in
- * debt, and takes its whole size; so the average never passes the rate and a
- * burst never passes one chunk, whatever the rate. */
-static int throttle_take(struct job *j, size_t n)
-{
-	struct timespec now;
-
-	if (j->rate <= 0)
-		return 1;
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	j->tokens += j->rate * ((double)(now.tv_sec - j->last.tv_sec) +
-				(double)(now.tv_nsec - j->last.tv_nsec) / 1e9);
-	if (j->tokens > (double)CHUNK)
-		j->tokens = (double)CHUNK;
-	j->last = now;
-	if (j->tokens < 0) {
-		double ns = -j->tokens / j->rate * 1e9 + 1;
-
-		j->wait_ns = ns > MAX_NAP_NS ? MAX_NAP_NS : (int64_t)ns;
-		return 0;
-	}
-	j->tokens -= (double)n;
-	return 1;
-}
-
-/* The source slots read, in offset order: sampled, hashed (here, or handed
- * to the hasher) and written. */
-static void src_hash(struct job *j)
-{
-	struct stream *s = &j->src;
-
-	while (!j->err && s->hashed < j->size) {
-		struct slot *sl = slot_at(s, s->hashed);
-		int64_t p0;
-
-		if (sl->state != SLOT_READY || sl->off != s->hashed)
-			break;
-		p0 = prof_now(j);
-		sample_hash_feed(&j->sh, sl->off, sl->buf, sl->want);
-		if (j->hs.started) {
-			hasher_post(&j->hs, sl);
-		} else {
-			content_hash_update(&j->ch, sl->buf, sl->want);
-			if (j->prof)
-				j->prof->hash_here += mono_ns() - p0;
-		}
-		if (!s->direct)
-			posix_fadvise(s->fd, (off_t)sl->off, (off_t)sl->want, POSIX_FADV_DONTNEED);
-		s->hashed += sl->want;
-		sl->state = SLOT_WRITING;
-		sl->got = 0;
-		submit_write(j, sl);
-	}
-}
-
-/* Start reads into the free slots, up to s->limit: the source's size, or
- * for the verification the prefix of the copy known durable. */
-static void read_more(struct job *j, struct stream *s)
-{
-	while (s->sub < s->limit) {
-		struct slot *sl = slot_at(s, s->sub);
-		size_t want = j->size - s->sub < CHUNK ? (size_t)(j->size - s->sub) : CHUNK;
-
-		if (sl->state != SLOT_FREE || (s->is_src && !throttle_take(j, want)))
-			break;
-		/* a buffered re-read must come from the disk: drop the (clean,
-		 * synced) cached pages first */
-		if (!s->is_src && !s->direct)
-			posix_fadvise(s->fd, (off_t)s->sub, (off_t)want, POSIX_FADV_DONTNEED);
-		sl->off = s->sub;
-		sl->want = want;
-		sl->got = 0;
-		sl->state = SLOT_READING;
-		submit_read(j, s, sl);
-		s->sub += want;
-	}
-}
-
-/* Once every byte is written: settle the content address, trim the O_DIRECT
- * padding, and issue the fsync that makes the whole copy durable. */
-static void src_finish(struct job *j)
-{
-	struct stream *s = &j->src;
-	struct stat st;
-
-	if (j->finalized || s->done < j->size)
-		return;
-	j->finalized = 1;
-	content_hash_final(&j->ch, j->res->xxh, &j->res->id_check);
-	sample_hash_final(&j->sh, j->res->sample);
-	if (j->res->id_check == 0) {
-		fail(j, -EBADMSG, "content does not match its name: %s %s (blob id %s)",
-		     j->ch.kind == HUB_ID_SHA256 ? "sha256" : "git blob sha1", j->ch.id_hex,
-		     j->ch.expected);
-		return;
-	}
-	if (fstat(s->fd, &st) < 0) {
-		fail_src(j, -errno, "cannot stat %s: %s", s->path, strerror(errno));
-		return;
-	}
-	if ((uint64_t)st.st_size != j->size) {
-		fail(j, -ESTALE, "%s changed size during the copy (%" PRIu64 " bytes, expected %" PRIu64 ")",
-		     s->path, (uint64_t)st.st_size, j->size);
-		return;
-	}
-	if (ftruncate(j->ver.fd, (off_t)j->size) < 0 || fchmod(j->ver.fd, 0444) < 0) {
-		fail_write(j, -errno, "cannot finish");
-		return;
-	}
-	j->syncs++;
-	if (j->prof)
-		j->prof->final_t = mono_ns();
-	eng_sync(&j->eng, j->ver.fd, 0, (1 << 2) | OP_SYNC);
-}
-
-static void sync_more(struct job *j)
-{
-	struct stream *s = &j->src;
-
-	if (j->finalized || j->syncs || s->done >= j->size || s->done - j->sync_asked < j->seg)
-		return;
-	j->sync_asked = s->done;
-	j->syncs++;
-	if (j->prof) {
-		j->prof->sync_t = mono_ns();
-		j->prof->syncs++;
-	}
-	eng_sync(&j->eng, j->ver.fd, 1, OP_SYNC);
-}
-
-static void ver_hash(struct job *j)
-{
-	struct stream *v = &j->ver;
-
-	while (!j->err && v->hashed < j->size) {
-		struct slot *sl = slot_at(v, v->hashed);
-		int64_t p0;
-
-		if (sl->state != SLOT_READY || sl->off != v->hashed)
-			break;
-		p0 = prof_now(j);
-		content_hash_update(&j->vh, sl->buf, sl->want);
-		if (j->prof)
-			j->prof->hash_ver += mono_ns() - p0;
-		if (!v->direct)
-			posix_fadvise(v->fd, (off_t)sl->off, (off_t)sl->want, POSIX_FADV_DONTNEED);
-		v->hashed += sl->want;
-		sl->state = SLOT_FREE;
-		if (j->prog && !j->copying)
-			atomic_store(&j->prog->bytes_done, v->hashed);
-	}
-}
-
-/* While the hasher has work, a read of its eventfd is in flight (with
- * io_uring; without, a blocking read only once nothing else is pending),
- * done once the hasher is WAKE_BATCH slots further (or has all it holds).
- * The hasher stores done, then loads wake_at; this stores wake_at, then
- * loads done (all seq_cst): one of the two sees the other's store, and the
- * one whose compare-exchange takes wake_at to 0 writes efd, once. */
-static int hasher_wait(struct job *j)
-{
-	struct hasher *h = &j->hs;
-	uint64_t done, at, one = 1;
-
-	if (!h->started)
-		return 0;
-	done = hasher_done(h);
-	if (done > h->seen)
-		return 1;  /* it moved on since src_reap() looked: advance again */
-	if (h->waiting || done >= h->posted || (!j->eng.uring && j->eng.inflight))
-		return 0;
-	at = done + WAKE_BATCH * CHUNK;
-	if (at > h->posted)
-		at = h->posted;
-	atomic_store(&h->wake_at, at);
-	if (atomic_load(&h->done) >= at) {
-		uint64_t want = at;
-
-		/* reached already: the hasher may not have seen wake_at */
-		if (atomic_compare_exchange_strong(&h->wake_at, &want, 0))
-			while (write(h->efd, &one, sizeof(one)) < 0 && errno == EINTR)
-				;
-	}
-	h->waiting = 1;
-	eng_wake(&j->eng, h->efd, &h->efd_buf, OP_WAKE);
-	return 0;
-}
-
-static void advance_once(struct job *j)
-{
-	j->wait_ns = 0;
-	if (j->prog && atomic_load(&j->prog->cancel))
-		fail(j, -ECANCELED, "cancelled");
-	if (j->err) {
-		if (j->hs.started)  /* what it holds is only drained */
-			atomic_store(&j->hs.abort, 1);
-		return;
-	}
-	if (j->copying) {
-		src_reap(j);
-		src_hash(j);
-		src_finish(j);
-		sync_more(j);
-		if (!j->err)
-			read_more(j, &j->src);
-	}
-	ver_hash(j);
-	if (!j->err)
-		read_more(j, &j->ver);
-}
-
-/* Everything that can go on now; then, if the hasher is what is waited
- * for, a read of its eventfd in flight. */
-static void advance(struct job *j)
-{
-	do
-		advance_once(j);
-	while (!j->err && hasher_wait(j));
-}
-
-static int finished(struct job *j)
-{
-	return j->ver.hashed == j->size && (!j->copying || j->final_synced);
-}
-
-static void run(struct job *j)
-{
-	for (;;) {
-		uint64_t ud;
-		int64_t p0;
-		int res, r;
-
-		advance(j);
-		if (j->eng.inflight == 0) {
-			if (j->err || finished(j))
-				return;
-			if (j->wait_ns <= 0) {
-				fail(j, -EIO, "internal error: copy pipeline stalled");
-				return;
-			}
-		}
-		p0 = prof_now(j);
-		r = eng_next(&j->eng, 1, j->wait_ns > 0 ? j->wait_ns : -1, &ud, &res);
-		if (j->prof) {
-			j->prof->wait += mono_ns() - p0;
-			j->prof->waits++;
-		}
-		while (r > 0) {
-			complete(j, ud, res);
-			r = eng_next(&j->eng, 0, 0, &ud, &res);
-		}
-		if (r < 0) {
-			/* the ring is broken: nothing in flight can be waited for */
-			fail(j, r, "io_uring failed: %s", strerror(-r));
-			return;
-		}
-	}
-}
+/* ---- the job ---- */
 
 static void stream_init(struct stream *s, int fd, const char *path, struct slot *slots,
 			unsigned n, unsigned char *mem)
@@ -610,25 +131,25 @@ static int open_source(struct job *j, const char *path)
 	int fd = nas_open(NULL, path, 0);
 
 	if (fd == -EISDIR || fd == -ENXIO) {
-		fail(j, -EINVAL, "%s is not a regular file", path);
+		job_fail(j, -EINVAL, "%s is not a regular file", path);
 		return -1;
 	}
 	if (fd < 0) {
-		fail_src(j, fd, "cannot open %s: %s", path, strerror(-fd));
+		job_fail_src(j, fd, "cannot open %s: %s", path, strerror(-fd));
 		return -1;
 	}
 	j->src.fd = fd;
 	j->src.direct = try_direct(fd);
 	if (fstat(fd, &st) < 0) {
-		fail_src(j, -errno, "cannot stat %s: %s", path, strerror(errno));
+		job_fail_src(j, -errno, "cannot stat %s: %s", path, strerror(errno));
 		return -1;
 	}
 	if (!S_ISREG(st.st_mode)) {
-		fail(j, -EINVAL, "%s is not a regular file", path);
+		job_fail(j, -EINVAL, "%s is not a regular file", path);
 		return -1;
 	}
 	if ((uint64_t)st.st_size != j->size) {
-		fail(j, -ESTALE, "%s is %" PRIu64 " bytes, expected %" PRIu64, path,
+		job_fail(j, -ESTALE, "%s is %" PRIu64 " bytes, expected %" PRIu64, path,
 		     (uint64_t)st.st_size, j->size);
 		return -1;
 	}
@@ -694,7 +215,7 @@ int fetch_copy_verify(const char *src_path, uint64_t size, const char *tmp_path,
 	    content_hash_init(&j->vh, NULL, size) < 0 ||
 	    posix_memalign((void **)&mem, ALIGN, (NSRC + NVER) * SLOT_BYTES) != 0) {
 		mem = NULL;
-		fail(j, -ENOMEM, "out of memory");
+		job_fail(j, -ENOMEM, "out of memory");
 		goto out;
 	}
 	if (open_source(j, src_path) < 0)
@@ -703,9 +224,9 @@ int fetch_copy_verify(const char *src_path, uint64_t size, const char *tmp_path,
 	j->ver.fd = open(tmp_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	if (j->ver.fd < 0) {
 		if (errno == EEXIST)
-			fail(j, -EEXIST, "%s already exists", tmp_path);
+			job_fail(j, -EEXIST, "%s already exists", tmp_path);
 		else
-			fail_write(j, -errno, "cannot create");
+			job_fail_write(j, -errno, "cannot create");
 		goto out;
 	}
 	created = 1;
@@ -714,7 +235,7 @@ int fetch_copy_verify(const char *src_path, uint64_t size, const char *tmp_path,
 	j->ver.direct = try_direct(j->ver.fd);
 	if (size && fallocate(j->ver.fd, 0, 0, (off_t)round_up(size, ALIGN)) < 0 &&
 	    errno != EOPNOTSUPP && errno != ENOSYS) {
-		fail_write(j, -errno, "cannot reserve space for");
+		job_fail_write(j, -errno, "cannot reserve space for");
 		goto out;
 	}
 
@@ -735,7 +256,7 @@ int fetch_copy_verify(const char *src_path, uint64_t size, const char *tmp_path,
 	}
 	if (j->ch.md)
 		hasher_start(&j->hs, &j->ch);
-	run(j);
+	job_run(j);
 	hasher_stop(&j->hs, j->err != 0);
 	if (j->prof)
 		prof_report(j);
@@ -745,7 +266,7 @@ int fetch_copy_verify(const char *src_path, uint64_t size, const char *tmp_path,
 
 		content_hash_final(&j->vh, copy, NULL);
 		if (strcmp(copy, res->xxh) != 0)
-			fail(j, -EIO, "copy does not match source (xxh %s vs %s)", res->xxh, copy);
+			job_fail(j, -EIO, "copy does not match source (xxh %s vs %s)", res->xxh, copy);
 	}
 out:
 	err = j->err;
@@ -792,7 +313,7 @@ int fetch_hash_file(const char *path, char xxh_hex[33], struct fetch_progress *p
 	j->ver.limit = j->size;
 	eng_init(&j->eng);
 	eng_fixed(&j->eng, mem, NVER * SLOT_BYTES);
-	run(j);
+	job_run(j);
 	err = j->err;
 	if (!err)
 		content_hash_final(&j->vh, xxh_hex, NULL);

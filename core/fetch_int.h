@@ -1,14 +1,17 @@
-/* fetch_int.h - internal to fetch.c, fetch_engine.c and fetch_hasher.c;
- * nothing else includes it (the interface is fetch.h).
+/* fetch_int.h - internal to the fetch files (fetch.c, fetch_pipeline.c,
+ * fetch_engine.c, fetch_hasher.c); nothing else includes it (the interface
+ * is fetch.h).
  *
- * fetch.c owns the pipeline (the source and verification streams over one
- * ring of slots, the syncs, the throttle), the profile (WFS_FETCH_PROFILE),
- * fetch_copy_verify() and fetch_hash_file(); the design is described at its
- * top.  fetch_engine.c owns the engine: the operations on io_uring, or the
- * same operations done synchronously.  fetch_hasher.c owns the
- * content-address hasher, the thread that hashes the source slots.  This
- * header holds what they share: the sizes, the slot, stream, hasher, engine
- * and job structures, and the functions of the engine and the hasher.
+ * fetch.c owns the job: its set-up, fetch_copy_verify() and
+ * fetch_hash_file(), its failure record and the profile report
+ * (WFS_FETCH_PROFILE).  fetch_pipeline.c owns the pipeline (the source and
+ * verification streams over one ring of slots, the syncs, the throttle);
+ * the design is described at its top.  fetch_engine.c owns the engine: the
+ * operations on io_uring, or the same operations done synchronously.
+ * fetch_hasher.c owns the content-address hasher, the thread that hashes
+ * the source slots.  This header holds what they share: the sizes, the
+ * slot, stream, hasher, engine, profile and job structures, and the
+ * functions each offers the others.
  */
 #ifndef WFS_FETCH_INT_H
 #define WFS_FETCH_INT_H
@@ -38,7 +41,15 @@
 enum { OP_READ = 0, OP_WRITE = 1, OP_SYNC = 2, OP_WAKE = 3 };
 enum { SLOT_FREE, SLOT_READING, SLOT_READY, SLOT_WRITING, SLOT_WRITTEN };
 
-struct prof;  /* fetch.c: WFS_FETCH_PROFILE */
+/* WFS_FETCH_PROFILE: where the time of a copy goes (fetch.c reports it) */
+struct prof {
+	int64_t t0, cpu0;
+	int64_t hash_here;  /* this thread hashing the source (no hasher) */
+	int64_t hash_ver;   /* this thread hashing the re-read */
+	int64_t wait;       /* this thread waiting for the ring or the hasher */
+	int64_t sync_t, sync_sum, final_t, final_sum;
+	unsigned syncs, waits;
+};
 
 struct slot {
 	struct stream *st;
@@ -135,6 +146,25 @@ struct job {
 	int err;
 	struct prof *prof;        /* WFS_FETCH_PROFILE: where the time goes */
 };
+
+static inline size_t round_up(size_t n, size_t a)
+{
+	return (n + a - 1) / a * a;
+}
+
+/* fetch.c: the job fails with -errno @err and a reason (only the first
+ * cause is kept); _src: the source itself failed (a NAS error: also in
+ * res->src_err); _write: a write to the copy failed ("no space left on
+ * <dir>", or @what and the copy's path). */
+void job_fail(struct job *j, int err, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void job_fail_src(struct job *j, int err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+void job_fail_write(struct job *j, int err, const char *what);
+
+/* fetch_pipeline.c: drive the job's streams until every byte is copied,
+ * made durable and re-read (or, fetch_hash_file, read), or it failed
+ * (j->err). */
+void job_run(struct job *j);
 
 /* fetch_engine.c */
 void eng_init(struct engine *e);

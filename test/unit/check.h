@@ -4,10 +4,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 struct check_count {
@@ -97,6 +99,31 @@ static inline void check_ln(const char *root, const char *target, const char *re
 		perror(p);
 		exit(2);
 	}
+}
+
+/* @n bytes (malloc'ed: the caller frees them) of a xorshift sequence @seed
+ * picks: no two pages alike. */
+static inline unsigned char *check_pattern(size_t n, uint64_t seed)
+{
+	unsigned char *b = malloc(n ? n : 1);
+	uint64_t x = seed * 0x9e3779b97f4a7c15ULL + 1;
+
+	for (size_t i = 0; i < n; i++) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		b[i] = (unsigned char)x;
+	}
+	return b;
+}
+
+/* The monotonic clock, in seconds. */
+static inline double check_now_s(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
 /* @n bytes of a pattern @seed picks (no two seeds alike, no page alike) at

@@ -226,7 +226,18 @@ static void rehash(struct store *s, struct blob *b)
 	int fd, *ok = calloc(n + 1, sizeof(*ok));
 
 	if (!v || !set || !ok) {
+		struct timespec until;
+
 		free(v), free(set), free(ok);
+		/* The ranges stay unproven (none serves) and are re-hashed in a
+		 * second, the lock let go meanwhile: the worker would otherwise
+		 * come straight back here, never letting go of it, for as long
+		 * as memory is short -- every open and read of the store held. */
+		store_log_msg(s, LOG_WARNING, "start-up: no memory to re-hash the %zu local range%s of "
+			      "%s: tried again in a second", n, n == 1 ? "" : "s", b->key);
+		clock_gettime(CLOCK_REALTIME, &until); /* part_cond's clock */
+		until.tv_sec++;
+		pthread_cond_timedwait(&s->part_cond, &s->lock, &until);
 		return;
 	}
 	memcpy(v, p->v, n * sizeof(*v));

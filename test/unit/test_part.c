@@ -13,12 +13,31 @@
 #include "store_int.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define SIZE ((size_t)5 << 20)
+
+/* Linked with --wrap=calloc: while armed, a calloc of calloc_nmemb ints
+ * (the re-hash's verdicts: one a range, and one) fails, and is counted. */
+static atomic_int calloc_armed, calloc_failed;
+static size_t calloc_nmemb;
+void *__real_calloc(size_t n, size_t sz);
+void *__wrap_calloc(size_t n, size_t sz);
+void *__wrap_calloc(size_t n, size_t sz)
+{
+	if (atomic_load(&calloc_armed) && n == calloc_nmemb && sz == sizeof(int)) {
+		atomic_fetch_add(&calloc_failed, 1);
+		errno = ENOMEM;
+		return NULL;
+	}
+	return __real_calloc(n, sz);
+}
 
 static char top[PATH_MAX], nas[PATH_MAX + 8], local[PATH_MAX + 8], key[PATH_MAX + 16];
 
@@ -200,6 +219,67 @@ static void test_restart(struct check_count *c, struct store *s, const char *wan
 	CHECK(c, in.part_n == 4 && bytes_match(s, b, want) &&
 	      store_part_plan(s, b, 4000, 2000, seg, 8, &gen) == 0, "the damaged range dropped: %zu",
 	      in.part_n);
+}
+
+struct plan_call {
+	struct store *s;
+	struct blob *b;
+	size_t n;
+};
+
+static void *open_and_plan(void *arg)
+{
+	struct plan_call *pc = arg;
+	struct brange seg[8];
+	unsigned gen;
+
+	if ((pc->b = open_blob(pc->s)))
+		pc->n = store_part_plan(pc->s, pc->b, 0, SIZE, seg, 8, &gen);
+	return NULL;
+}
+
+/* A re-hash at start-up that cannot get memory: the ranges stay unproven
+ * (none serves) and it is tried again later, the store's lock let go
+ * meanwhile -- an open and a read's plan are answered -- not at once in a
+ * loop that never lets go of it; once memory is back the ranges serve. */
+static void test_rehash_no_memory(struct check_count *c, struct store *s, const char *want)
+{
+	struct plan_call pc = { s, NULL, 99 };
+	char path[PATH_MAX + 64];
+	struct blob *b = open_blob(s);
+	struct blob_info in;
+	struct timespec until;
+	int64_t end;
+	int answered, tries;
+	pthread_t t;
+
+	blob_info(s, b, &in);
+	snprintf(path, sizeof(path), "%s", part_file(s, b));
+	store_close(s);
+	CHECK(c, chmod(path, 0640) == 0, "the partial file's ctime moved: re-hashed at start-up");
+	calloc_nmemb = in.part_n + 1;
+	atomic_store(&calloc_armed, 1);
+	CHECK(c, open_store(s), "reopened");
+	end = store_now_ms() + 10000;
+	while (atomic_load(&calloc_failed) < 2 && store_now_ms() < end)
+		usleep(2000);
+	CHECK(c, atomic_load(&calloc_failed) >= 2, "the re-hash failed and was tried again: %d",
+	      atomic_load(&calloc_failed));
+	pthread_create(&t, NULL, open_and_plan, &pc);
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 5;
+	answered = pthread_timedjoin_np(t, NULL, &until) == 0;
+	tries = atomic_load(&calloc_failed);
+	atomic_store(&calloc_armed, 0);
+	if (!answered)
+		pthread_join(t, NULL);
+	CHECK(c, answered && pc.b && pc.n == 0, "an open and a plan answered meanwhile (%s), "
+	      "nothing served: %zu", answered ? "yes" : "blocked 5 s", pc.n);
+	CHECK(c, tries < 20, "tried again later, not at once: %d tries", tries);
+	CHECK(c, pc.b && wait_parts(s, pc.b), "re-hashed once memory is back");
+	blob_info(s, pc.b, &in);
+	CHECK(c, in.part_n == calloc_nmemb - 1 && !in.part_unproven && bytes_match(s, pc.b, want),
+	      "every range serves again: %zu", in.part_n);
 }
 
 /* wfsctl verify --full of a partial file: ranges as verified pass; one
@@ -560,6 +640,7 @@ int main(void)
 		return 2;
 	test_copy(&c, &s, want);
 	test_restart(&c, &s, want);
+	test_rehash_no_memory(&c, &s, want);
 	test_verify(&c, &s, want);
 	test_pieces(&c, &s);
 	test_source_and_whole(&c, &s, want);

@@ -37,6 +37,7 @@ struct nas_job {
 	int (*fn)(void *arg);
 	void *arg;
 	void (*release)(void *arg);
+	int on_fd;              /* JOB_ON_FD was given */
 	enum job_state state;
 	int result;
 	struct nas_slot *slot;
@@ -124,17 +125,24 @@ void nas_gate_set_down(struct nas_gate *g, const char *reason)
 		set_down(g, reason);
 }
 
-/* What a call's result says of the NAS: down, worth a probe, or nothing. */
-static void judge(struct nas_gate *g, int r)
+/* How a job is run (run_job's @flags). */
+#define JOB_FORCE 1 /* even while down (the prober) */
+#define JOB_ON_FD 2 /* on a descriptor opened earlier (nas_call_on_fd) */
+
+/* What a call's result says of the NAS: down, worth a probe, or nothing.
+ * @on_fd: the call used a descriptor opened earlier, which may be of a
+ * mount since gone while the NAS path answers again: its "unreachable"
+ * asks the prober, whose look at NAS_HUB says down or not. */
+static void judge(struct nas_gate *g, int r, int on_fd)
 {
 	char why[96];
 
 	if (r >= 0)
 		return;
-	if (nas_gate_unavailable(r)) {
+	if (nas_gate_unavailable(r) && !on_fd) {
 		snprintf(why, sizeof(why), "a call failed: %s", strerror(-r));
 		set_down(g, why);
-	} else if (r == -EIO || r == -ESTALE) {
+	} else if (r == -EIO || r == -ESTALE || nas_gate_unavailable(r)) {
 		pthread_mutex_lock(&g->lock);
 		g->probe_now = 1;
 		pthread_cond_broadcast(&g->probe);
@@ -145,7 +153,7 @@ static void judge(struct nas_gate *g, int r)
 void nas_gate_note(struct nas_gate *g, int err)
 {
 	if (g)
-		judge(g, err > 0 ? -err : err);
+		judge(g, err > 0 ? -err : err, 0);
 }
 
 /* ---- the NAS threads ---- */
@@ -162,7 +170,7 @@ static void *nas_thread(void *arg)
 		int (*fn)(void *);
 		void (*release)(void *);
 		void *fa;
-		int r;
+		int r, on_fd;
 
 		while (!g->stop && !g->qhead) {
 			g->idle++;
@@ -183,6 +191,7 @@ static void *nas_thread(void *arg)
 		fn = j->fn;
 		fa = j->arg;
 		release = j->release;
+		on_fd = j->on_fd;
 		pthread_mutex_unlock(&g->lock);
 
 		r = fn(fa);
@@ -194,7 +203,7 @@ static void *nas_thread(void *arg)
 			pthread_mutex_unlock(&g->lock);
 			if (release)
 				release(fa);
-			judge(g, r);
+			judge(g, r, on_fd);
 			pthread_mutex_lock(&g->lock);
 		} else {
 			slot.job->result = r;
@@ -254,16 +263,17 @@ static void unqueue_locked(struct nas_gate *g, struct nas_job *j)
 		}
 }
 
-/* Run a job; @force: even while down (the prober). */
+/* Run a job, as @flags (JOB_*) say. */
 static int run_job(struct nas_gate *g, int (*fn)(void *), void *arg, void (*release)(void *),
-		   int force)
+		   int flags)
 {
-	struct nas_job j = { .fn = fn, .arg = arg, .release = release, .state = JOB_QUEUED };
+	struct nas_job j = { .fn = fn, .arg = arg, .release = release, .state = JOB_QUEUED,
+			     .on_fd = !!(flags & JOB_ON_FD) };
 	struct timespec dl = abs_ms(mono_ms() + g->timeout_ms);
 	int r, refused, late = 0;
 
 	pthread_mutex_lock(&g->lock);
-	refused = !force && !atomic_load_explicit(&g->up, memory_order_acquire);
+	refused = !(flags & JOB_FORCE) && !atomic_load_explicit(&g->up, memory_order_acquire);
 	if (!refused && g->stuck >= NAS_GATE_THREADS) {
 		refused = 1;
 		set_down_locked(g, "every NAS thread is stuck in a call");
@@ -318,7 +328,7 @@ static int run_job(struct nas_gate *g, int (*fn)(void *), void *arg, void (*rele
 		if (release)
 			release(arg);
 	} else {
-		judge(g, r);
+		judge(g, r, j.on_fd);
 	}
 	return r;
 }
@@ -331,6 +341,14 @@ int nas_call(struct nas_gate *g, int (*fn)(void *arg), void *arg, void (*release
 		return r == -ETIMEDOUT ? -ENOTCONN : r;
 	}
 	return run_job(g, fn, arg, release, 0);
+}
+
+int nas_call_on_fd(struct nas_gate *g, int (*fn)(void *arg), void *arg,
+		   void (*release)(void *arg))
+{
+	if (!g)
+		return nas_call(g, fn, arg, release);
+	return run_job(g, fn, arg, release, JOB_ON_FD);
 }
 
 int nas_gate_admit(struct nas_gate *g)
@@ -346,7 +364,7 @@ void nas_gate_done(struct nas_gate *g, int r)
 	char why[96];
 
 	if (r != -ETIMEDOUT) {
-		judge(g, r);
+		judge(g, r, 1);
 		return;
 	}
 	atomic_fetch_add(&g->timeouts, 1);
@@ -401,7 +419,7 @@ static int probe_once(struct nas_gate *g)
 	pthread_mutex_lock(&g->lock);
 	g->probe_busy = 1;
 	pthread_mutex_unlock(&g->lock);
-	r = run_job(g, probe_fn, p, probe_release, 1);
+	r = run_job(g, probe_fn, p, probe_release, JOB_FORCE);
 	if (r != -ETIMEDOUT) {
 		pthread_mutex_lock(&g->lock);
 		g->probe_busy = 0;

@@ -109,13 +109,23 @@ void nas_gate_destroy(struct nas_gate *g);
  * as -ENOTCONN, so that -ETIMEDOUT always means the gate owns @arg. */
 int nas_call(struct nas_gate *g, int (*fn)(void *arg), void *arg, void (*release)(void *arg));
 
+/* nas_call for a call on a descriptor an earlier call opened (a read):
+ * an error meaning unreachable only asks the prober to look, as EIO does.
+ * Such a descriptor may be of a mount since gone (a FUSE NAS client
+ * restarted, a stale NFS mount replaced) while the NAS path answers
+ * again: the caller opens the path afresh, and that call says whether the
+ * NAS is down.  A deadline passed marks it down, as for any call. */
+int nas_call_on_fd(struct nas_gate *g, int (*fn)(void *arg), void *arg,
+		   void (*release)(void *arg));
+
 /* A call the caller makes itself, waiting for it at most the deadline by
  * its own means (fs/uring.h: an io_uring read on a ring thread, no hand-off
  * to a NAS thread): nas_gate_admit() first -- 0, or -EHOSTDOWN, refused as
  * nas_call refuses (the NAS is down); then nas_gate_done() with its result,
  * -ETIMEDOUT if it passed the deadline (counted, and the NAS marked down,
- * as nas_call's would be).  The caller bounds how many of its calls may be
- * stuck at once. */
+ * as nas_call's would be).  Such calls are on descriptors (reads): their
+ * other errors are judged as nas_call_on_fd's.  The caller bounds how many
+ * of its calls may be stuck at once. */
 int nas_gate_admit(struct nas_gate *g);
 void nas_gate_done(struct nas_gate *g, int r);
 

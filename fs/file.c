@@ -41,6 +41,9 @@ struct wfs_fh {
 	struct node *node;          /* OPEN */
 	char *nas_path;             /* OPEN */
 	int nas_fd, nas_direct;     /* FH */
+	/* FH: what @nas_fd is; descriptors of it whose mount died (kept) */
+	struct stat nas_st;
+	int nas_old[FH_OLD_FDS];
 	/* FH: the local copy of generation @local_gen (the blob's copy_gen,
 	 * store.h), or -1; @local_failed: it could not be opened.  Copies of
 	 * earlier generations stay open until release in @local_old, as a
@@ -120,8 +123,10 @@ static int fh_nas_fd(struct wfs *w, struct wfs_fh *fh, int *direct)
 		}
 		if (fd < 0 && !NAS_CANNOT_ANSWER(fd))
 			wfs_log(w, LOG_WARNING, "open %s: %s", fh->nas_path, strerror(-fd));
-		else if (fd >= 0)
+		else if (fd >= 0) {
 			fh->nas_fd = fd;
+			fh->nas_st = st;
+		}
 	}
 	*direct = fh->nas_direct;
 	pthread_mutex_unlock(&fh->lock);
@@ -310,6 +315,7 @@ static void fh_free(struct wfs *w, struct wfs_fh *fh)
 	if (fh->part_fd >= 0)
 		close(fh->part_fd);
 	close_old_fds(fh->part_old);
+	close_old_fds(fh->nas_old);
 	if (fh->pt_nas_fd >= 0)
 		close(fh->pt_nas_fd);
 	pthread_mutex_destroy(&fh->lock);
@@ -398,6 +404,7 @@ static int open_nas_side(struct wfs *w, struct wfs_fh *fh, struct stat *st)
 	if (fd < 0)
 		return fd;
 	fh->nas_fd = fd; /* not shared yet: no lock needed */
+	fh->nas_st = *st;
 	if (!S_ISREG(st->st_mode)) {
 		wfs_log(w, LOG_WARNING, "open %s: not a regular file any more", fh->nas_path);
 		return -EIO;
@@ -416,7 +423,7 @@ static struct wfs_fh *fh_new(struct wfs *w, struct node *n)
 	pthread_mutex_init(&fh->lock, NULL);
 	fh->nas_fd = fh->local_fd = fh->pt_nas_fd = fh->part_fd = -1;
 	for (int i = 0; i < FH_OLD_FDS; i++)
-		fh->part_old[i] = fh->local_old[i] = -1;
+		fh->part_old[i] = fh->local_old[i] = fh->nas_old[i] = -1;
 	fh->node = n;
 	fh->blob = node_blob(w, n);
 	node_backing(&w->nodes, n, path, sizeof(path));
@@ -587,6 +594,36 @@ static int read_local(fuse_req_t req, int fd, size_t size, off_t off, int drop,
 	return 0;
 }
 
+/* The NAS descriptor @dead failed as one of a mount since gone does (a
+ * NAS client restarted): the path opened afresh serves the open, if it is
+ * still the same file.  That open says whether the NAS is down. */
+static int fh_nas_reopen(struct wfs *w, struct wfs_fh *fh, int dead, int *direct)
+{
+	int fd, slot;
+
+	pthread_mutex_lock(&fh->lock);
+	fd = fh->nas_fd; /* != @dead: another read opened it again already */
+	if (fd == dead) {
+		slot = old_fd_slot(fh->nas_old);
+		fd = slot < 0 ? -EMFILE : nas_reopen_same(w, fh->nas_path, &fh->nas_st, direct);
+		if (fd >= 0) {
+			fh->nas_old[slot] = dead;
+			fh->nas_fd = fd;
+			fh->nas_direct = *direct;
+		}
+		if (slot < 0)
+			wfs_log(w, LOG_WARNING, "read %s: the NAS descriptor of this open died %d "
+				"times; the file must be opened again", fh->nas_path, FH_OLD_FDS + 1);
+		else if (!NAS_CANNOT_ANSWER(fd))
+			wfs_log(w, fd >= 0 ? LOG_NOTICE : LOG_WARNING, "read %s: its NAS descriptor "
+				"died; opened again: %s", fh->nas_path, fd >= 0 ? "the same file"
+				: fd == -ESTALE ? "another file now" : strerror(-fd));
+	}
+	*direct = fh->nas_direct;
+	pthread_mutex_unlock(&fh->lock);
+	return fd;
+}
+
 static void read_nas(fuse_req_t req, struct wfs *w, struct wfs_fh *fh, size_t size, off_t off)
 {
 	char *buf;
@@ -600,6 +637,10 @@ static void read_nas(fuse_req_t req, struct wfs *w, struct wfs_fh *fh, size_t si
 		return;
 	}
 	n = span_nas(w, fd, (uint64_t)off, size, !direct, &buf, &skip);
+	/* (not the gate's -ETIMEDOUT or -EHOSTDOWN: the NAS is down) */
+	if ((n == -ESTALE || (nas_gate_unavailable((int)n) && n != -ETIMEDOUT && n != -EHOSTDOWN)) &&
+	    (fd = fh_nas_reopen(w, fh, fd, &direct)) >= 0)
+		n = span_nas(w, fd, (uint64_t)off, size, !direct, &buf, &skip);
 	if (n < 0) {
 		fuse_reply_err(req, NAS_CANNOT_ANSWER(n) ? EIO : (int)-n);
 		return;

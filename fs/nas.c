@@ -353,6 +353,22 @@ int nas_open_buffered(struct wfs *w, const char *path, struct stat *st)
 	return open_file(w, path, 1, &direct, st);
 }
 
+int nas_reopen_same(struct wfs *w, const char *path, const struct stat *was, int *direct)
+{
+	struct stat st;
+	int fd = nas_open_file(w, path, direct, &st);
+
+	if (fd >= 0 && (st.st_ino != was->st_ino || st.st_size != was->st_size ||
+			st.st_mtim.tv_sec != was->st_mtim.tv_sec ||
+			st.st_mtim.tv_nsec != was->st_mtim.tv_nsec ||
+			st.st_ctim.tv_sec != was->st_ctim.tv_sec ||
+			st.st_ctim.tv_nsec != was->st_ctim.tv_nsec)) {
+		close(fd);
+		return -ESTALE;
+	}
+	return fd;
+}
+
 struct read_job {
 	int fd, drop;
 	size_t len;
@@ -414,7 +430,9 @@ ssize_t nas_pread(struct wfs *w, int fd, size_t len, off_t off, int drop, void *
 		free(j);
 		return -ENOMEM;
 	}
-	r = nas_call(&w->gate, read_fn, j, read_release);
+	/* @fd may be of a NAS mount since gone: its "unreachable" is not the
+	 * NAS's (the caller opens the path again: nas_reopen_same) */
+	r = nas_call_on_fd(&w->gate, read_fn, j, read_release);
 	if (r == -ETIMEDOUT)
 		return r;
 	if (r < 0) {

@@ -51,9 +51,16 @@ int nas_open_file(struct wfs *w, const char *path, int *direct, struct stat *st)
 /* The same without O_DIRECT: a backing file for the kernel's passthrough,
  * read through the NAS file's page cache. */
 int nas_open_buffered(struct wfs *w, const char *path, struct stat *st);
+/* Open @path again for a reader whose descriptor of it died with its
+ * mount (a NAS client restarted): the descriptor, or -ESTALE when the file
+ * there now is not the one @was describes (inode, size, mtime, ctime), so
+ * an open never mixes the bytes of two files. */
+int nas_reopen_same(struct wfs *w, const char *path, const struct stat *was, int *direct);
 /* pread @len bytes at @off (both multiples of 4096 when @direct) into a
  * buffer of the call's: on success *@buf (free() it) holds the bytes read
- * (the return value, maybe short). */
+ * (the return value, maybe short).  An error meaning unreachable does not
+ * mark the NAS down by itself (nas_call_on_fd): @fd may be of a mount
+ * since gone. */
 ssize_t nas_pread(struct wfs *w, int fd, size_t len, off_t off, int drop, void **buf);
 
 /* From the record: the entry for @rel (0 or -EIO: the NAS is needed and

@@ -234,6 +234,22 @@ int main(void)
 	wait_up(&g, 1);
 	CHECK(&cnt, nas_gate_up(&g), "up once the root answers");
 
+	/* ENOTCONN from a call on a descriptor opened earlier (a read): that
+	 * descriptor may be of a mount since gone; the root answers, so the
+	 * NAS stays up.  With the root gone too, the probe it asked for finds
+	 * it down. */
+	CHECK(&cnt, nas_call_on_fd(&g, err_fn, &e, NULL) == -ENOTCONN, "ENOTCONN on a descriptor");
+	nas_gate_stats(&g, &st);
+	CHECK(&cnt, st.up && st.outages == 2, "a dead descriptor took the NAS down: up %d, "
+	      "outages %llu", st.up, (unsigned long long)st.outages);
+	CHECK(&cnt, rename(root, away) == 0, "rename");
+	r = nas_call_on_fd(&g, err_fn, &e, NULL);
+	CHECK(&cnt, r == -ENOTCONN || r == -EHOSTDOWN, "ENOTCONN, or down already: %d", r);
+	wait_up(&g, 0);
+	CHECK(&cnt, !nas_gate_up(&g), "ENOTCONN on a descriptor, the root unreachable: down");
+	CHECK(&cnt, rename(away, root) == 0, "rename back");
+	wait_up(&g, 1);
+
 	/* EIO on one file: the root answers, so it stays up; EIO with the root
 	 * gone: the probe confirms it, down */
 	e = EIO;

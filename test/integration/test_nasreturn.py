@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Files held open across a NAS outage, on the fault-injecting NAS of
+test_nasfault.py (faultnas.FaultNAS: test/faultfs).
+
+  HeldAcrossVanish  a file not local, opened and read before its NAS
+                    vanished (kill -9 of faultfs: the mount, and every
+                    descriptor of it, answers ENOTCONN); faultfs started
+                    again on the same path and the daemon seeing it up:
+                    reads on the descriptor held meanwhile give the NAS's
+                    bytes, and leave the NAS up (the dead descriptor the
+                    daemon held is not the NAS failing)
+
+Every call that could hang runs in a thread with a bounded join; waits are
+on the daemon's reported state, never sleeps; tearDown puts the NAS back
+to health first.
+"""
+
+import os
+import re
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import faultnas  # noqa: E402
+import wfstest  # noqa: E402
+from wfstest import ctl_json, errname  # noqa: E402
+
+FIX = wfstest.HubFixture(options=(), scale_mib=4, many=0, mount=False)
+NAS = None
+REPO = "models--acme--standard"
+BLOB_RE = re.compile(r"^(models|datasets)--[^/]+/blobs/[^/]+$")
+
+NAS_TIMEOUT_MS = 500
+DOWN_WAIT = 5       # s: status says nas down (nas_timeout + slack)
+UP_WAIT = 15        # s: the prober backs off to 2 s between looks (+ its deadline + slack)
+READ_WAIT = 10      # s: a read on the held descriptor answers within this
+
+
+def setUpModule():
+    global NAS
+    NAS = faultnas.module_nas(FIX)
+
+
+def tearDownModule():
+    faultnas.stop_nas(NAS, FIX)
+
+
+class HeldAcrossVanish(unittest.TestCase):
+    def setUp(self):
+        local = os.path.join(FIX.gen, "local-held")
+        self.mnt = os.path.join(FIX.gen, "mnt-held")
+        os.makedirs(self.mnt, exist_ok=True)
+        self.m = wfstest.ForegroundMount(NAS.mnt, local, self.mnt,
+                                         ["auto_promote=off", "nas_timeout=%d" % NAS_TIMEOUT_MS]).start()
+        self.addCleanup(self.m.cleanup)
+        self.addCleanup(self.m.stop)
+        self.addCleanup(faultnas.heal_stragglers)
+        self.addCleanup(lambda: NAS.reset() if NAS.alive() else NAS.restore())
+        self.sock = os.path.join(os.path.realpath(local), "wfs.sock")
+
+    def nas(self):
+        return ctl_json(self, ["--socket", self.sock, "status"])["nas"]
+
+    def test_read_after_nas_back(self):
+        e = max((x for x in FIX.entries if x["type"] == "file" and BLOB_RE.match(x["path"])),
+                key=lambda x: x["size"])
+        self.assertGreaterEqual(e["size"], 1 << 20, "the biggest blob is too small")
+        with open(FIX.n(e["path"]), "rb") as f:
+            want = f.read()
+        path = os.path.join(self.mnt, e["path"])
+        fd = os.open(path, os.O_RDONLY)
+        self.addCleanup(os.close, fd)
+        self.assertEqual(os.pread(fd, 4096, 0), want[:4096])
+        NAS.vanish()
+        faultnas.wait_nas_state(self, self.nas, "down", DOWN_WAIT)
+        NAS.restore()
+        up = faultnas.wait_nas_state(self, self.nas, "up", UP_WAIT)
+        wfstest.drop_pages(path)  # each read below reaches the daemon
+        for off in (len(want) // 2, len(want) - 4096, 0):
+            r = faultnas.bounded(os.pread, fd, 4096, off, timeout=READ_WAIT)
+            self.assertTrue(r["done"], "pread at %d on the held descriptor: blocked" % off)
+            self.assertIsNone(r["errno"], "pread at %d on the descriptor held across the outage, "
+                              "the NAS back: %s; the daemon's log ends:\n%s"
+                              % (off, errname(r["errno"]), self.m.log()[-2000:]))
+            self.assertEqual(r["value"], want[off:off + 4096], "pread at %d" % off)
+        now = self.nas()
+        self.assertEqual((now["state"], now["outages"]), ("up", up["outages"]),
+                         "reads on the held descriptor marked the NAS down: %s" % now)
+        self.assertRegex(self.m.log(), r"read \S+/%s: its NAS descriptor died; opened again: "
+                         r"the same file" % re.escape(e["path"]))
+
+
+if __name__ == "__main__":
+    wfstest.main()

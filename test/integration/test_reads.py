@@ -7,6 +7,7 @@ import hashlib
 import mmap
 import os
 import random
+import resource
 import shutil
 import subprocess
 import sys
@@ -190,6 +191,49 @@ def resident_bytes(path):
     finally:
         os.close(fd)
     return sum(1 for b in vec.raw if b & 1) * page
+
+
+class ManyOpens(unittest.TestCase):
+    """Opens held at once past the soft descriptor limit the daemon was
+    started with (a service's is 1024 under systemd; the daemon holds one
+    or two descriptors an open): every open and read succeeds."""
+
+    SOFT = 128
+    OPENS = 300
+
+    def test_opens_past_soft_limit(self):
+        wfstest.require_wfsctl()
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if hard != resource.RLIM_INFINITY and hard < 4 * self.OPENS:
+            self.skipTest("hard RLIMIT_NOFILE %d is too low to tell" % hard)
+        local = os.path.join(FIX.gen, "local-manyopens")
+        mnt = os.path.join(FIX.gen, "mnt-manyopens")
+        os.mkdir(mnt)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (self.SOFT, hard))
+        try:  # the daemon inherits the low soft limit
+            m = wfstest.Mount(FIX.hub, local, mnt, ("auto_promote=off",)).start()
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        self.addCleanup(lambda: self.assertEqual(m.stop(), []))
+        files = sorted(FIX.of("file"), key=lambda e: (-e["size"], e["path"]))[:2]
+        wfstest.ctl_check(self, ["promote", "--wait", os.path.join(mnt, files[0]["path"])])
+        self.assertEqual(wfstest.state_of(os.path.join(mnt, files[0]["path"])), "local")
+        for e in files:  # a local copy, then a NAS file
+            want = wfstest.read_file(FIX.n(e["path"]))[:4096]
+            fds, err = [], None
+            try:
+                while len(fds) < self.OPENS:
+                    fds.append(os.open(os.path.join(mnt, e["path"]), os.O_RDONLY))
+                bad = [i for i, fd in enumerate(fds) if os.pread(fd, 4096, 0) != want]
+            except OSError as ex:
+                err = ex
+            finally:
+                for fd in fds:
+                    os.close(fd)
+            self.assertIsNone(err, "%s (%s): open #%d of %d held at once: %s"
+                              % (e["path"], "local" if e is files[0] else "NAS", len(fds) + 1,
+                                 self.OPENS, err))
+            self.assertEqual(bad, [], "%s: opens whose first 4 KiB are wrong" % e["path"])
 
 
 def drop_caches():

@@ -637,9 +637,7 @@ static void read_nas(fuse_req_t req, struct wfs *w, struct wfs_fh *fh, size_t si
 		return;
 	}
 	n = span_nas(w, fd, (uint64_t)off, size, !direct, &buf, &skip);
-	/* (not the gate's -ETIMEDOUT or -EHOSTDOWN: the NAS is down) */
-	if ((n == -ESTALE || (nas_gate_unavailable((int)n) && n != -ETIMEDOUT && n != -EHOSTDOWN)) &&
-	    (fd = fh_nas_reopen(w, fh, fd, &direct)) >= 0)
+	if (nas_fd_died(n) && (fd = fh_nas_reopen(w, fh, fd, &direct)) >= 0)
 		n = span_nas(w, fd, (uint64_t)off, size, !direct, &buf, &skip);
 	if (n < 0) {
 		fuse_reply_err(req, NAS_CANNOT_ANSWER(n) ? EIO : (int)-n);
@@ -720,6 +718,9 @@ static int read_planned(struct wfs *w, struct wfs_fh *fh, struct part_src *src,
 			nas_asked = 1;
 		}
 		r = part_read(w, src, segs, n, out + (pos - off), pos, (size_t)(stop - pos));
+		if (nas_fd_died(r) &&
+		    (src->nas_fd = fh_nas_reopen(w, fh, src->nas_fd, &src->nas_direct)) >= 0)
+			r = part_read(w, src, segs, n, out + (pos - off), pos, (size_t)(stop - pos));
 		*local += here;
 		if (r || stop == end)
 			return r;
@@ -778,7 +779,7 @@ static int read_partial(fuse_req_t req, struct wfs *w, struct wfs_fh *fh, size_t
 		store_note_read(&w->store, fh->blob, len - local, 0);
 		fuse_reply_buf(req, out, len);
 	} else {
-		fuse_reply_err(req, -r);
+		fuse_reply_err(req, NAS_CANNOT_ANSWER(r) ? EIO : -r);
 	}
 	free(out);
 	return 0;

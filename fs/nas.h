@@ -18,6 +18,7 @@
 
 #include "wfs.h"
 
+#include <errno.h>
 #include <sys/statvfs.h>
 
 #define NAS_CANNOT_ANSWER(r) nas_cannot_answer(r)
@@ -51,6 +52,14 @@ int nas_open_file(struct wfs *w, const char *path, int *direct, struct stat *st)
 /* The same without O_DIRECT: a backing file for the kernel's passthrough,
  * read through the NAS file's page cache. */
 int nas_open_buffered(struct wfs *w, const char *path, struct stat *st);
+/* Did a read on a descriptor fail as one of a NAS mount since gone does
+ * (an error meaning unreachable, or ESTALE; not the gate's deadline or
+ * refusal: the NAS is down then)?  The caller may open it again. */
+static inline int nas_fd_died(ssize_t r)
+{
+	return r == -ESTALE || (nas_gate_unavailable((int)r) && r != -ETIMEDOUT && r != -EHOSTDOWN);
+}
+
 /* Open @path again for a reader whose descriptor of it died with its
  * mount (a NAS client restarted): the descriptor, or -ESTALE when the file
  * there now is not the one @was describes (inode, size, mtime, ctime), so

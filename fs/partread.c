@@ -90,7 +90,7 @@ static int read_nas(struct wfs *w, const struct part_src *src, char *dst, uint64
 		return -EIO;
 	n = span_nas(w, src->nas_fd, off, len, !src->nas_direct, &buf, &skip);
 	if (n < 0)
-		return NAS_CANNOT_ANSWER((int)n) ? -EIO : (int)n;
+		return (int)n;
 	if ((size_t)n == len)
 		memcpy(dst, buf + skip, len);
 	free(buf);

@@ -8,7 +8,9 @@ test_nasfault.py (faultnas.FaultNAS: test/faultfs).
                     again on the same path and the daemon seeing it up:
                     reads on the descriptor held meanwhile give the NAS's
                     bytes, and leave the NAS up (the dead descriptor the
-                    daemon held is not the NAS failing)
+                    daemon held is not the NAS failing); the same for a
+                    file with a local range (`promote --range`): its bytes
+                    outside the range read right on the held descriptor
 
 Every call that could hang runs in a thread with a bounded join; waits are
 on the daemon's reported state, never sleeps; tearDown puts the NAS back
@@ -61,28 +63,45 @@ class HeldAcrossVanish(unittest.TestCase):
     def nas(self):
         return ctl_json(self, ["--socket", self.sock, "status"])["nas"]
 
-    def test_read_after_nas_back(self):
-        e = max((x for x in FIX.entries if x["type"] == "file" and BLOB_RE.match(x["path"])),
-                key=lambda x: x["size"])
-        self.assertGreaterEqual(e["size"], 1 << 20, "the biggest blob is too small")
+    def blob(self, rank):
+        """The rank-th biggest blob (a real file under blobs/): entry, bytes."""
+        e = sorted((x for x in FIX.entries if x["type"] == "file" and BLOB_RE.match(x["path"])),
+                   key=lambda x: (-x["size"], x["path"]))[rank]
+        self.assertGreaterEqual(e["size"], 1 << 20, "the blob is too small")
         with open(FIX.n(e["path"]), "rb") as f:
-            want = f.read()
+            return e, f.read()
+
+    def test_read_after_nas_back(self):
+        e, want = self.blob(0)
+        self.read_across_vanish(e, want)
+
+    def test_partial_file_read_after_nas_back(self):
+        """Bytes outside the local range come from the NAS: the same."""
+        e, want = self.blob(1)
+        path = os.path.join(self.mnt, e["path"])
+        wfstest.ctl_check(self, ["promote", "--range", "5000:3000", "--wait", path])
+        self.assertEqual(wfstest.state_of(path), "partial")
+        self.read_across_vanish(e, want)
+
+    def read_across_vanish(self, e, want):
         path = os.path.join(self.mnt, e["path"])
         fd = os.open(path, os.O_RDONLY)
         self.addCleanup(os.close, fd)
-        self.assertEqual(os.pread(fd, 4096, 0), want[:4096])
+        self.assertEqual(os.pread(fd, 4096, len(want) // 2), want[len(want) // 2:][:4096])
         NAS.vanish()
         faultnas.wait_nas_state(self, self.nas, "down", DOWN_WAIT)
         NAS.restore()
         up = faultnas.wait_nas_state(self, self.nas, "up", UP_WAIT)
         wfstest.drop_pages(path)  # each read below reaches the daemon
-        for off in (len(want) // 2, len(want) - 4096, 0):
-            r = faultnas.bounded(os.pread, fd, 4096, off, timeout=READ_WAIT)
+        # first the page a partial file's local range (5000:3000) lies in: the
+        # kernel's retry of a failed read, page by page, meets it first
+        for off, n in ((5000, 3000), (0, 16384), (len(want) // 2, 4096), (len(want) - 4096, 4096)):
+            r = faultnas.bounded(os.pread, fd, n, off, timeout=READ_WAIT)
             self.assertTrue(r["done"], "pread at %d on the held descriptor: blocked" % off)
             self.assertIsNone(r["errno"], "pread at %d on the descriptor held across the outage, "
                               "the NAS back: %s; the daemon's log ends:\n%s"
                               % (off, errname(r["errno"]), self.m.log()[-2000:]))
-            self.assertEqual(r["value"], want[off:off + 4096], "pread at %d" % off)
+            self.assertEqual(r["value"], want[off:off + n], "pread at %d" % off)
         now = self.nas()
         self.assertEqual((now["state"], now["outages"]), ("up", up["outages"]),
                          "reads on the held descriptor marked the NAS down: %s" % now)

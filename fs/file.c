@@ -1,14 +1,12 @@
-/* file.c - open, read, release: where a file's bytes come from.
- *
- * A file is read from its blob's verified local copy when there is one and
- * from the NAS otherwise, deciding at every read, so an open file moves to
- * the copy the moment it is verified.
+/* file.c - open and release: which sides a file has, and whether the
+ * kernel reads one of them itself (passthrough).  The daemon's reads are
+ * read.c's.
  */
 #include "wfs.h"
 #include "ops.h"
 #include "path.h"
 #include "nas.h"
-#include "partread.h"
+#include "fh.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -22,56 +20,6 @@
 #include <time.h>
 
 
-/* Descriptors of an open's earlier local copies or partial files, kept
- * until its release: a read in flight may still use one. */
-#define FH_OLD_FDS 4
-
-/* An open file.  It reads from whichever side its blob is on at the time
- * of each read: opened from the NAS, it moves to the local copy as soon as
- * the copy is verified, and back if the copy is demoted.  Its descriptors
- * stay open until release, so a read in flight never loses its fd.
- * Who may touch a field (one rule each):
- *   OPEN   set by op_open before the open is answered, read-only after
- *          (the kernel sends every READ and the RELEASE after that reply);
- *   FH     under @lock;
- *   TABLE  under w->nodes.lock (with the node's open tallies). */
-struct wfs_fh {
-	pthread_mutex_t lock;
-	struct blob *blob;          /* OPEN */
-	struct node *node;          /* OPEN */
-	char *nas_path;             /* OPEN */
-	int nas_fd, nas_direct;     /* FH */
-	/* FH: what @nas_fd is; descriptors of it whose mount died (kept) */
-	struct stat nas_st;
-	int nas_old[FH_OLD_FDS];
-	/* FH: the local copy of generation @local_gen (the blob's copy_gen,
-	 * store.h), or -1; @local_failed: it could not be opened.  Copies of
-	 * earlier generations stay open until release in @local_old, as a
-	 * read in flight may use them. */
-	int local_fd, local_direct;
-	unsigned local_gen;
-	int local_failed;
-	int local_old[FH_OLD_FDS];
-	/* FH: the partial copy (partread.h), of generation @part_gen; those
-	 * of earlier generations stay open until release, as a read in
-	 * flight may use them */
-	int part_fd, part_direct;
-	unsigned part_gen;
-	int part_old[FH_OLD_FDS];
-	char *mem;                  /* OPEN: a refs file opened while the NAS was down:
-				     * its bytes, from the local record */
-	size_t mem_len;             /* OPEN */
-	unsigned bytes_gen; /* OPEN: the blob's bytes_gen (store.h) once the open's
-			     * sides were checked: a backing it registers holds
-			     * those bytes */
-	int backing_id; /* OPEN: > 0: the kernel reads the local copy itself */
-	int backing_nas; /* OPEN: ... or the NAS file (nas_passthrough) */
-	int pt_nas_fd;  /* OPEN: the NAS file passed through, for its cache
-			 * figures at release (-1 if none) */
-	uint64_t pt_cached; /* OPEN: bytes of it in the page cache at open */
-	int counted;    /* TABLE: counted in the node's open tallies */
-	int noted;      /* OPEN: store_note_open() was called: store_note_close() is due */
-};
 
 int fh_backing_id(uint64_t fh)
 {
@@ -94,7 +42,7 @@ static int open_backing(const char *path, int flags)
 }
 
 /* Open a local copy with O_DIRECT where its filesystem allows it. */
-static int open_local_direct(const char *path, int *direct)
+int open_local_direct(const char *path, int *direct)
 {
 	int fd = open_backing(path, O_DIRECT);
 
@@ -106,7 +54,7 @@ static int open_local_direct(const char *path, int *direct)
 	return fd;
 }
 
-static int fh_nas_fd(struct wfs *w, struct wfs_fh *fh, int *direct)
+int fh_nas_fd(struct wfs *w, struct wfs_fh *fh, int *direct)
 {
 	int fd;
 
@@ -134,7 +82,7 @@ static int fh_nas_fd(struct wfs *w, struct wfs_fh *fh, int *direct)
 }
 
 /* A free place in @old (FH_OLD_FDS of them), or -1. */
-static int old_fd_slot(const int *old)
+int old_fd_slot(const int *old)
 {
 	for (int i = 0; i < FH_OLD_FDS; i++)
 		if (old[i] < 0)
@@ -154,7 +102,7 @@ static void close_old_fds(const int *old)
  * content hash is the same), opened afresh, the descriptor of the copy
  * before set aside.  *@gen: the copy's generation (for
  * store_local_read_error).  -errno: the NAS serves this read. */
-static int fh_local_fd(struct wfs *w, struct wfs_fh *fh, int *direct, unsigned *gen)
+int fh_local_fd(struct wfs *w, struct wfs_fh *fh, int *direct, unsigned *gen)
 {
 	char path[PATH_MAX + 64] = "";
 	/* Before the path is taken: a copy that changes after is seen as
@@ -548,280 +496,6 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fh_uncount(w, fh); /* the opener was interrupted */
 		fh_free(w, fh);
 	}
-}
-
-/* Reads use O_DIRECT where the filesystem allows it: the bytes land only in
- * the FUSE inode's page cache, never in the NAS file's (or the copy's) too,
- * and an NFS client's stale cache is not consulted.  Every read goes
- * through an aligned buffer of ours (partread.h: span_local, span_nas; a
- * 1 MiB reply does not fit libfuse's pipe, so it would not be spliced
- * anyway): a NAS read through the gate, so it has a deadline; a local read
- * here, so its error is seen (a local copy that returns EIO is demoted, and
- * the read retried on the NAS). */
-
-/* The bytes of @buf (@n of them) from @skip on, at most @size. */
-static void reply_slice(fuse_req_t req, const char *buf, ssize_t n, off_t skip, size_t size)
-{
-	size_t avail;
-
-	if (n <= skip) {
-		fuse_reply_buf(req, NULL, 0);
-		return;
-	}
-	avail = (size_t)(n - skip);
-	fuse_reply_buf(req, buf + skip, avail < size ? avail : size);
-}
-
-/* A read of the local copy of a file of @file_size bytes: 0 once
- * answered, or -errno (not answered).  A copy shorter than its file is a
- * bad copy (-EIO): a short reply would tell the kernel the file ends there. */
-static int read_local(fuse_req_t req, int fd, size_t size, off_t off, int drop,
-		      uint64_t file_size)
-{
-	uint64_t left = (uint64_t)off < file_size ? file_size - (uint64_t)off : 0;
-	size_t need = left < size ? (size_t)left : size, skip;
-	char *buf;
-	ssize_t n = span_local(fd, (uint64_t)off, size, drop, &buf, &skip);
-
-	if (n < 0)
-		return (int)n;
-	if ((size_t)n < need) {
-		free(buf);
-		return -EIO;
-	}
-	fuse_reply_buf(req, buf + skip, (size_t)n);
-	free(buf);
-	return 0;
-}
-
-/* The NAS descriptor @dead failed as one of a mount since gone does (a
- * NAS client restarted): the path opened afresh serves the open, if it is
- * still the same file.  That open says whether the NAS is down. */
-static int fh_nas_reopen(struct wfs *w, struct wfs_fh *fh, int dead, int *direct)
-{
-	int fd, slot;
-
-	pthread_mutex_lock(&fh->lock);
-	fd = fh->nas_fd; /* != @dead: another read opened it again already */
-	if (fd == dead) {
-		slot = old_fd_slot(fh->nas_old);
-		fd = slot < 0 ? -EMFILE : nas_reopen_same(w, fh->nas_path, &fh->nas_st, direct);
-		if (fd >= 0) {
-			fh->nas_old[slot] = dead;
-			fh->nas_fd = fd;
-			fh->nas_direct = *direct;
-		}
-		if (slot < 0)
-			wfs_log(w, LOG_WARNING, "read %s: the NAS descriptor of this open died %d "
-				"times; the file must be opened again", fh->nas_path, FH_OLD_FDS + 1);
-		else if (!NAS_CANNOT_ANSWER(fd))
-			wfs_log(w, fd >= 0 ? LOG_NOTICE : LOG_WARNING, "read %s: its NAS descriptor "
-				"died; opened again: %s", fh->nas_path, fd >= 0 ? "the same file"
-				: fd == -ESTALE ? "another file now" : strerror(-fd));
-	}
-	*direct = fh->nas_direct;
-	pthread_mutex_unlock(&fh->lock);
-	return fd;
-}
-
-static void read_nas(fuse_req_t req, struct wfs *w, struct wfs_fh *fh, size_t size, off_t off)
-{
-	char *buf;
-	size_t skip;
-	int direct;
-	ssize_t n;
-	int fd = fh_nas_fd(w, fh, &direct);
-
-	if (fd < 0) {
-		fuse_reply_err(req, EIO);
-		return;
-	}
-	n = span_nas(w, fd, (uint64_t)off, size, !direct, &buf, &skip);
-	if (nas_fd_died(n) && (fd = fh_nas_reopen(w, fh, fd, &direct)) >= 0)
-		n = span_nas(w, fd, (uint64_t)off, size, !direct, &buf, &skip);
-	if (n < 0) {
-		fuse_reply_err(req, NAS_CANNOT_ANSWER(n) ? EIO : (int)-n);
-		return;
-	}
-	fuse_reply_buf(req, buf + skip, (size_t)n);
-	free(buf);
-}
-
-/* The partial copy of generation @gen, opened once per generation (an
- * older one stays open: a read in flight may use it).  -ESTALE when the
- * copy has moved on since the read was planned. */
-static int fh_part_fd(struct wfs *w, struct wfs_fh *fh, unsigned gen, int *direct)
-{
-	char path[PATH_MAX + 64];
-	unsigned now;
-	int fd, slot = -1;
-
-	pthread_mutex_lock(&fh->lock);
-	if (fh->part_fd >= 0 && fh->part_gen == gen) {
-		fd = fh->part_fd;
-		*direct = fh->part_direct;
-		pthread_mutex_unlock(&fh->lock);
-		return fd;
-	}
-	if (fh->part_fd >= 0)
-		slot = old_fd_slot(fh->part_old);
-	fd = store_part_path(&w->store, fh->blob, path, sizeof(path), &now);
-	if (fd == 0 && now != gen)
-		fd = -ESTALE;
-	if (fd == 0 && fh->part_fd >= 0 && slot < 0)
-		fd = -EMFILE; /* generations come and go: the NAS serves this open */
-	if (fd == 0)
-		fd = open_local_direct(path, direct);
-	/* Still generation @gen now: the file opened is the one the plan was
-	 * made on (ranges dropped between the two looks would have moved it
-	 * on, and a new partial file may sit under the same name). */
-	if (fd >= 0 && (store_part_path(&w->store, fh->blob, path, sizeof(path), &now) < 0 ||
-			now != gen)) {
-		close(fd);
-		fd = -ESTALE;
-	}
-	if (fd >= 0) {
-		if (slot >= 0)
-			fh->part_old[slot] = fh->part_fd;
-		fh->part_fd = fd;
-		fh->part_gen = gen;
-		fh->part_direct = *direct;
-	}
-	pthread_mutex_unlock(&fh->lock);
-	return fd;
-}
-
-#define PART_SEGS 64 /* local parts planned at a time, on the stack */
-
-/* Bytes [@off, @off + @len) of a file with local ranges into @out, @segs
- * (@n, of generation @gen) its first plan.  A full plan may stop short of
- * the read's end: the rest is planned again from its last part's end, so
- * every local byte is read locally however many ranges the read spans
- * (the NAS, down, would fail them).  Adds the local bytes to *@local.
- * Returns part_read's 0 or -errno, or 1: the copy moved on meanwhile. */
-static int read_planned(struct wfs *w, struct wfs_fh *fh, struct part_src *src,
-			struct brange *segs, size_t n, unsigned gen, char *out, uint64_t off,
-			size_t len, uint64_t *local)
-{
-	uint64_t pos = off, end = off + len;
-	int r, nas_asked = 0;
-
-	for (;;) {
-		uint64_t stop = n < PART_SEGS ? end : segs[n - 1].off + segs[n - 1].len, here = 0;
-		unsigned now = gen;
-
-		for (size_t i = 0; i < n; i++)
-			here += segs[i].len;
-		/* a piece all inside local ranges never asks the NAS for anything */
-		if (here < stop - pos && !nas_asked) {
-			src->nas_fd = fh_nas_fd(w, fh, &src->nas_direct);
-			nas_asked = 1;
-		}
-		r = part_read(w, src, segs, n, out + (pos - off), pos, (size_t)(stop - pos));
-		if (nas_fd_died(r) &&
-		    (src->nas_fd = fh_nas_reopen(w, fh, src->nas_fd, &src->nas_direct)) >= 0)
-			r = part_read(w, src, segs, n, out + (pos - off), pos, (size_t)(stop - pos));
-		*local += here;
-		if (r || stop == end)
-			return r;
-		pos = stop;
-		n = store_part_plan(&w->store, fh->blob, pos, end - pos, segs, PART_SEGS, &now);
-		if (n && now != gen)
-			return 1;
-	}
-}
-
-/* A read of a file with local ranges: 0 once answered, 1 when the NAS is
- * to serve it all. */
-static int read_partial(fuse_req_t req, struct wfs *w, struct wfs_fh *fh, size_t size, off_t off)
-{
-	struct brange segs[PART_SEGS];
-	struct part_src src = { .nas_fd = -1 };
-	uint64_t fsize = atomic_load(&fh->blob->size), local = 0;
-	unsigned gen = 0;
-	size_t n, len;
-	char *out;
-	int r = 0;
-
-	if ((uint64_t)off >= fsize)
-		return 1;
-	len = (uint64_t)off + size > fsize ? (size_t)(fsize - (uint64_t)off) : size;
-	n = store_part_plan(&w->store, fh->blob, (uint64_t)off, len, segs, PART_SEGS, &gen);
-	if (!n || (src.local_fd = fh_part_fd(w, fh, gen, &src.local_direct)) < 0)
-		return 1;
-	/* all inside one range (a rank reading its own part): read as a local
-	 * copy is, straight into the reply's buffer.  Counted before: once
-	 * read_local has replied, the file may be released (fh freed) by
-	 * another thread. */
-	if (n == 1 && segs[0].len == len) {
-		struct blob *b = fh->blob;
-
-		store_part_note_read(&w->store, b, len);
-		r = read_local(req, src.local_fd, len, off, !src.local_direct, fsize);
-		if (r == -EIO)
-			store_part_read_error(&w->store, b); /* no reply sent */
-		return r == 0 ? 0 : 1;
-	}
-	out = malloc(len ? len : 1);
-	if (!out) {
-		fuse_reply_err(req, ENOMEM);
-		return 0;
-	}
-	r = read_planned(w, fh, &src, segs, n, gen, out, (uint64_t)off, len, &local);
-	if (r == -EUCLEAN || r == 1) {
-		free(out);
-		if (r == -EUCLEAN)
-			store_part_read_error(&w->store, fh->blob);
-		return 1;
-	}
-	if (r == 0) {
-		store_part_note_read(&w->store, fh->blob, local);
-		store_note_read(&w->store, fh->blob, len - local, 0);
-		fuse_reply_buf(req, out, len);
-	} else {
-		fuse_reply_err(req, NAS_CANNOT_ANSWER(r) ? EIO : -r);
-	}
-	free(out);
-	return 0;
-}
-
-void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
-		    struct fuse_file_info *fi)
-{
-	struct wfs_fh *fh = (struct wfs_fh *)(uintptr_t)fi->fh;
-	struct wfs *w = W(req);
-	struct blob *b = fh->blob;
-	int fd = -1, direct = 0, r;
-	unsigned gen;
-
-	__atomic_add_fetch(&N(w, ino)->daemon_reads, 1, __ATOMIC_RELAXED);
-	if (fh->mem) {
-		/* From a copy: once the reply is written the file may be
-		 * released (and fh->mem freed) while writev still returns. */
-		char copy[RECORD_MAX_DATA];
-
-		memcpy(copy, fh->mem, fh->mem_len);
-		reply_slice(req, copy, (ssize_t)fh->mem_len, off, size);
-		return;
-	}
-	/* Nothing of fh may be touched after the reply: the file can be
-	 * released as soon as the kernel has the bytes. */
-	if (b && blob_state(b) == BLOB_LOCAL && (fd = fh_local_fd(w, fh, &direct, &gen)) >= 0) {
-		store_note_read(&w->store, b, size, 1);
-		r = read_local(req, fd, size, off, !direct, atomic_load(&b->size));
-		if (r == 0)
-			return;
-		/* A media error: the copy cannot be trusted any more (the store
-		 * demotes it and logs why).  Anything else (ENOMEM): this read
-		 * only goes to the NAS. */
-		if (r == -EIO)
-			store_local_read_error(&w->store, b, gen, r);
-	}
-	if (b && atomic_load(&b->part_bytes) && read_partial(req, w, fh, size, off) == 0)
-		return;
-	if (b)
-		store_note_read(&w->store, b, size, 0);
-	read_nas(req, w, fh, size, off);
 }
 
 void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)

@@ -309,9 +309,11 @@ ENABLE_URING = "/sys/module/fuse/parameters/enable_uring"
 
 def mount_wfs_uring(ctx, hub, mnt):
     """A second wfs mount of the hub with -o fuse_uring=on (LOCAL_STORE of
-    its own, auto_promote=off), the kernel's enable_uring set for its INIT
-    and put back.  Returns (why not, None) or (None, mnt) once a read went
-    through a ring (the daemon's fuse_uring_requests counter)."""
+    its own, auto_promote=off), the kernel's enable_uring set until its rings
+    took a request and put back then (the kernel reads it when it sends
+    INIT and again when it applies the reply).  Returns (why not, None) or
+    (None, mnt) once a request went through a ring (the daemon's
+    fuse_uring_requests counter)."""
     if not os.path.exists(ENABLE_URING):
         return "this kernel has no FUSE over io_uring", None
     local = os.path.join(os.path.dirname(mnt), "uring-local")
@@ -324,20 +326,24 @@ def mount_wfs_uring(ctx, hub, mnt):
         r = subprocess.run(wfs_argv(ctx.args, hub, local, mnt,
                                     ["auto_promote=off", "fuse_uring=on"]),
                            timeout=120, capture_output=True, text=True)
+        if r.returncode != 0 or not wait_mounted(mnt, timeout=10):
+            return f"wfs -o fuse_uring=on did not mount: {r.stderr.strip()}", None
+        ctx.extra_mounts.append({"mnt": mnt, "local": local})
+        find_daemon(mnt, local)
+        deadline, n = time.perf_counter() + 5, 0
+        while not n and time.perf_counter() < deadline:
+            os.stat(os.path.join(mnt, ctx.big["nas_real"]))
+            q = subprocess.run([ctx.args.wfsctl, "--json", "stats", mnt], capture_output=True,
+                               text=True, timeout=60)
+            try:
+                n = json.loads(q.stdout)["metrics"]["fuse_uring_requests"]
+            except (ValueError, KeyError):
+                n = 0
+            if not n:
+                time.sleep(0.05)
     finally:
         with open(ENABLE_URING, "w") as f:
             f.write(was)
-    if r.returncode != 0 or not wait_mounted(mnt, timeout=10):
-        return f"wfs -o fuse_uring=on did not mount: {r.stderr.strip()}", None
-    ctx.extra_mounts.append({"mnt": mnt, "local": local})
-    find_daemon(mnt, local)
-    os.listdir(mnt)
-    q = subprocess.run([ctx.args.wfsctl, "--json", "stats", mnt], capture_output=True,
-                       text=True, timeout=60)
-    try:
-        n = json.loads(q.stdout)["metrics"]["fuse_uring_requests"]
-    except (ValueError, KeyError):
-        n = 0
     if not n:
         return "wfs -o fuse_uring=on mounted, but took no request through io_uring", None
     deadline = time.perf_counter() + 3  # the daemon raises its read-ahead after INIT

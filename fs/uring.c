@@ -84,6 +84,12 @@ struct uring_ent {
 	_Atomic uint64_t unique; /* the request in hand, 0 when none */
 	int replied;             /* LOCK */
 	int inited, running;     /* OWNER (uring_start, uring_stop) */
+	/* OWNER: the reply to the request in hand is committed already (made
+	 * on this thread: uring_take_reply committed it at once) */
+	int committed;
+	/* OWNER: the completion of this entry's next request, met by
+	 * uring_pread while waiting for its read, kept for the loop */
+	int stashed, stashed_res;
 	struct ring_read *abandoned; /* OWNER: reads past their deadline, not ended */
 	unsigned nabandoned;     /* OWNER */
 };
@@ -181,6 +187,7 @@ static int serve_request(struct uring_ent *e)
 		atomic_fetch_add(u->requests, 1);
 	pthread_mutex_lock(&e->lock);
 	e->replied = 0;
+	e->committed = 0;
 	atomic_store(&e->unique, in.unique);
 	pthread_mutex_unlock(&e->lock);
 	if (u->note_request)
@@ -297,7 +304,12 @@ ssize_t uring_pread(int fd, size_t len, off_t off, unsigned timeout_ms, void **b
 		r = cqe->res;
 		io_uring_cqe_seen(&e->ring, cqe);
 		if (ud != tag) {
-			reap_read(e, ud); /* an earlier read left behind */
+			if (ud & READ_TAG) {
+				reap_read(e, ud); /* an earlier read left behind */
+			} else { /* the entry's next request: the loop's */
+				e->stashed = 1;
+				e->stashed_res = r;
+			}
 			r = 0;
 			continue;
 		}
@@ -311,6 +323,45 @@ ssize_t uring_pread(int fd, size_t len, off_t off, unsigned timeout_ms, void **b
 		free(rd);
 		return r;
 	}
+}
+
+/* Wait for the entry's next request (its completion kept by uring_pread,
+ * or from the ring), reaping reads left behind meanwhile.  1: one is in
+ * the buffers; 0: none within @idle; -1: stop (asked, or the connection
+ * ended). */
+static int next_request(struct uring_ent *e, struct __kernel_timespec *idle)
+{
+	struct io_uring_cqe *cqe = NULL;
+	int r;
+
+	if (atomic_load(&e->u->stop))
+		return -1;
+	if (e->stashed) {
+		e->stashed = 0;
+		r = e->stashed_res;
+	} else {
+		if ((r = io_uring_submit(&e->ring)) >= 0)
+			r = io_uring_wait_cqe_timeout(&e->ring, &cqe, idle);
+		if (r == -ETIME || r == -EINTR || (r == 0 && !cqe))
+			return 0;
+		if (r < 0)
+			return -1;
+		r = cqe->res;
+		if (cqe->user_data & READ_TAG) {
+			reap_read(e, cqe->user_data);
+			io_uring_cqe_seen(&e->ring, cqe);
+			return 0;
+		}
+		io_uring_cqe_seen(&e->ring, cqe);
+	}
+	if (r < 0) {
+		/* ENOTCONN and the like: the connection ended */
+		if (r != -ENOTCONN && r != -ECONNABORTED && r != -ECANCELED)
+			ulog(e->u, LOG_WARNING, "FUSE over io_uring: queue %u: %s; its requests go "
+			     "through /dev/fuse", e->qid, strerror(-r));
+		return -1;
+	}
+	return 1;
 }
 
 static void *ring_thread(void *arg)
@@ -334,32 +385,13 @@ static void *ring_thread(void *arg)
 		return NULL;
 	}
 	queue_cmd(e, CMD_REGISTER, 0);
-	while (!atomic_load(&u->stop)) {
-		struct io_uring_cqe *cqe = NULL;
-
-		if ((r = io_uring_submit(&e->ring)) >= 0)
-			r = io_uring_wait_cqe_timeout(&e->ring, &cqe, &idle);
-		if (r == -ETIME || r == -EINTR || (r == 0 && !cqe))
+	while ((r = next_request(e, &idle)) >= 0) {
+		if (r == 0)
 			continue;
-		if (r < 0)
-			break;
-		r = cqe->res;
-		if (cqe->user_data & READ_TAG) {
-			reap_read(e, cqe->user_data);
-			io_uring_cqe_seen(&e->ring, cqe);
-			continue;
-		}
-		io_uring_cqe_seen(&e->ring, cqe);
-		if (r < 0) {
-			/* ENOTCONN and the like: the connection ended */
-			if (r != -ENOTCONN && r != -ECONNABORTED && r != -ECANCELED)
-				ulog(u, LOG_WARNING, "FUSE over io_uring: queue %u: %s; its "
-				     "requests go through /dev/fuse", e->qid, strerror(-r));
-			break;
-		}
 		if (serve_request(e) < 0)
 			break;
-		queue_cmd(e, CMD_COMMIT_AND_FETCH, e->hdr->ent.commit_id);
+		if (!e->committed)
+			queue_cmd(e, CMD_COMMIT_AND_FETCH, e->hdr->ent.commit_id);
 	}
 	io_uring_queue_exit(&e->ring);
 	/* Reads still left behind: the NAS reads are O_DIRECT wherever it
@@ -469,6 +501,14 @@ ssize_t uring_take_reply(struct fuse_uring *u, const struct iovec *iov, int coun
 		atomic_store(&e->unique, 0);
 		pthread_cond_signal(&e->replied_cond);
 		pthread_mutex_unlock(&e->lock);
+		if (ring_self == e) {
+			/* Made on the thread that took the request: committed now,
+			 * so the reader has it while the handler does what it does
+			 * after replying (a listing made ahead of a walk). */
+			e->committed = 1;
+			queue_cmd(e, CMD_COMMIT_AND_FETCH, e->hdr->ent.commit_id);
+			io_uring_submit(&e->ring);
+		}
 		return (ssize_t)(sizeof(*oh) + body);
 	}
 	return -ENOENT;

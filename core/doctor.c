@@ -50,13 +50,21 @@ json_t *doctor_reply(const struct hub_roots *roots, struct store *s, const char 
 {
 	struct findings f = { .links = json_array() };
 	json_t *flags = json_array();
+	int r;
 
 	if (!f.links || !flags) {
 		json_decref(f.links);
 		json_decref(flags);
 		return NULL;
 	}
-	ns_walk(roots, rel, 0, look, &f);
+	/* A PATH that is not there (a typo), or a listing that broke off, is
+	 * an error: "checked 0 entries", exit 0, would say all is well. */
+	r = ns_walk(roots, rel, 0, look, &f);
+	if (r < 0) {
+		json_decref(f.links);
+		json_decref(flags);
+		return reply_error(-r, "%s: %s", *rel ? rel : "/", strerror(-r));
+	}
 	store_each(s, flagged, flags);
 	return json_pack("{s:b, s:I, s:I, s:o, s:o}", "ok", 1, "entries", f.entries,
 			 "link_problems", f.problems, "links", f.links, "flagged", flags);

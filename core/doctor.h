@@ -11,7 +11,8 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-/* Walk @rel ("" for the whole hub) and build the reply object. */
+/* Walk @rel ("" for the whole hub) and build the reply object; an error
+ * reply when @rel is not there or its walk failed. */
 json_t *doctor_reply(const struct hub_roots *roots, struct store *s, const char *rel);
 
 /* At mount: links under the repos' blobs/ and snapshots/ that lead outside

@@ -711,6 +711,16 @@ class Doctor(Base):
         rc, out, err = wfstest.run_wfsctl(["doctor", os.path.join(FIX.mnt, clean)])
         self.assertEqual(rc, 0, "doctor of %s: %s %s" % (clean, out, err))
 
+    def test_doctor_of_a_path_not_there(self):
+        """A PATH not in the hub (a typo) is an error naming it, as for the
+        other commands: not "checked 0 entries" and exit 0."""
+        missing = "models--acme--no-such-repo"
+        rc, out, err = wfstest.run_wfsctl(["doctor", os.path.join(FIX.mnt, missing)])
+        self.assertEqual(rc, 1, "doctor of %s: %s %s" % (missing, out, err))
+        self.assertIn("wfsctl: doctor: %s: No such file or directory [ENOENT]" % missing, err)
+        rep = wfstest.ctl_request(wfstest.socket_of(FIX.mnt), {"op": "doctor", "path": missing})
+        self.assertEqual((rep.get("ok"), rep.get("errno")), (False, "ENOENT"), rep)
+
 
 class Xattrs(Base):
     def test_state_is_nas(self):

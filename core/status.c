@@ -88,13 +88,18 @@ static int keys_add(struct keys *k, const char *key, uint64_t size)
 	return 0;
 }
 
+static void keys_free(struct keys *k)
+{
+	keys_clear(k);
+	free(k->v);
+	free(k->size);
+}
+
 static void view_free(struct view *v)
 {
 	blob_set_free(&v->set);
 	nas_set_free(&v->nas);
-	keys_clear(&v->keys);
-	free(v->keys.v);
-	free(v->keys.size);
+	keys_free(&v->keys);
 	free(v->e);
 }
 
@@ -233,9 +238,7 @@ static int record_files(struct view *v, const char *rel)
 		r = record_visit(v, at, &todo);
 		free(at);
 	}
-	keys_clear(&todo);
-	free(todo.v);
-	free(todo.size);
+	keys_free(&todo);
 	return r;
 }
 
@@ -517,6 +520,9 @@ static json_t *path_check(struct view *v, const char *norm)
 struct sums {
 	json_int_t local_bytes, nas_bytes, opens, held;
 	json_t *copies, *flagged, *held_list, *partial;
+	/* the NAS key of each entry of @partial, as it is: the reply's "key"
+	 * is escaped where the name is not UTF-8, and finds no blob */
+	struct keys partial_keys;
 };
 
 static void sum_blob(void *arg, const struct blob_info *b)
@@ -528,14 +534,16 @@ static void sum_blob(void *arg, const struct blob_info *b)
 	s->opens += (json_int_t)b->opens;
 	/* files with local ranges (their ranges are added after: no store
 	 * call under its lock) */
-	if (b->part_bytes || b->part_copying || b->part_reason[0])
-		json_array_append_new(s->partial, json_pack("{s:o, s:o, s:o?, s:s, s:I, s:I, s:I, "
+	if ((b->part_bytes || b->part_copying || b->part_reason[0]) &&
+	    keys_add(&s->partial_keys, b->key, 0) == 0 &&
+	    json_array_append_new(s->partial, json_pack("{s:o, s:o, s:o?, s:s, s:I, s:I, s:I, "
 			"s:b, s:o, s:I}", "key", reply_path(b->key), "id", reply_path(b->id),
 			"name", reply_path(b->name), "state", blob_info_state_name(b),
 			"size", (json_int_t)b->size, "local_bytes", (json_int_t)b->part_bytes,
 			"nranges", (json_int_t)b->part_n, "copying", b->part_copying,
 			"reason", reply_path(b->part_reason), "served_local_bytes",
-			(json_int_t)b->local_bytes));
+			(json_int_t)b->local_bytes)) < 0)
+		free(s->partial_keys.v[--s->partial_keys.n]); /* one key per entry */
 	if (b->state == BLOB_COPYING)
 		json_array_append_new(s->copies, json_pack("{s:o, s:o, s:s, s:I, s:I}", "key",
 			reply_path(b->key), "id", reply_path(b->id), "state", blob_state_name(b->state),
@@ -558,13 +566,13 @@ static void sum_blob(void *arg, const struct blob_info *b)
 }
 
 /* Each partial file's verified ranges, [offset, length]. */
-static void partial_ranges(struct control *c, json_t *list)
+static void partial_ranges(struct control *c, json_t *list, const struct keys *keys)
 {
 	json_t *e;
 	size_t i;
 
 	json_array_foreach(list, i, e) {
-		struct blob *b = store_find(c->store, json_string_value(json_object_get(e, "key")));
+		struct blob *b = store_find(c->store, keys->v[i]);
 		json_t *rl = json_array();
 		struct brange *v = NULL;
 		size_t n = 0;
@@ -760,7 +768,8 @@ json_t *status_reply(struct control *c, json_t *req, int walk)
 	sums.held_list = json_array();
 	sums.partial = json_array();
 	store_each(c->store, sum_blob, &sums);
-	partial_ranges(c, sums.partial);
+	partial_ranges(c, sums.partial, &sums.partial_keys);
+	keys_free(&sums.partial_keys);
 	rep = json_pack("{s:b, s:o, s:o, s:s, s:o, s:o, s:{s:I, s:I, s:I}, s:o, s:o, s:I, s:o, "
 			"s:o}",
 		"ok", 1, "local", reply_path(c->local),

@@ -400,6 +400,12 @@ class NotUtf8Names(unittest.TestCase):
         self.assertEqual(wfstest.state_of(path), "nas")
         rep = ctl_json(self, ["promote", "--wait", "--range", "0:4K", p])
         self.assertEqual(wfstest.state_of(path), "partial")
+        # status names the partial file escaped, and still finds its ranges
+        rep = ctl_json(self, ["status", top])
+        self.assertEqual([(x["key"], x["nranges"], x["ranges"]) for x in rep["partial"]
+                          if "caf\\xe9.bin" in x["key"]],
+                         [(os.fsdecode(n(repo, "snapshots", rev, b"caf\xe9.bin"))
+                           .replace("\udce9", "\\xe9"), 1, [[0, 4096]])], rep["partial"])
         ctl_json(self, ["evict", p])
         rep = ctl_json(self, ["doctor", top])
         self.assertEqual(rep.get("links"), [], rep)

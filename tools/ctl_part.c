@@ -4,6 +4,7 @@
 #include "ctl_conn.h"
 #include "ctl_fmt.h"
 #include "ctl_promote.h"
+#include "clock.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -105,10 +106,10 @@ static bool covered(const json_t *blob, const json_t *want)
 
 /* One progress poll of @key: its blob in the reply. */
 static json_t *poll_blob(const struct ctl_opts *o, const char *sock, const char *key,
-			 struct ctl_reply *rep)
+			 const struct bar *bar, struct ctl_reply *rep)
 {
 	json_t *req = json_pack("{s:s, s:[s]}", "op", "progress", "keys", key);
-	int r = req ? ctl_call(sock, "promote", req, o->json, rep) : -ENOMEM;
+	int r = req ? ctl_call_ex(sock, "promote", req, o->json, bar_break(bar), rep) : -ENOMEM;
 
 	json_decref(req);
 	return r ? NULL : json_array_get(json_object_get(rep->obj, "blobs"), 0);
@@ -119,36 +120,32 @@ static json_t *poll_blob(const struct ctl_opts *o, const char *sock, const char 
 static int wait_ranges(const struct ctl_opts *o, const char *sock, const json_t *promoted)
 {
 	const json_t *want = json_object_get(promoted, "ranges");
-	bool tty = isatty(STDERR_FILENO);
-	bool bar = (!o->json || tty) && jget_u64(promoted, "bytes_to_copy");
+	struct bar bar = { .tty = isatty(STDERR_FILENO) };
 	struct ctl_reply rep = { 0 };
 	json_t *blob, *part;
 	char path[FMT_TEXT], text[FMT_TEXT];
-	time_t last = 0;
 	bool done;
 	int ret = 1;
 
+	/* as for whole files (ctl_promote.c): with --json, for a person only */
+	bar.on = (!o->json || bar.tty) && jget_u64(promoted, "bytes_to_copy");
 	for (;;) {
 		const struct timespec ts = { 0, POLL_NS };
-		char line[256];
+		uint64_t copied;
 
 		ctl_reply_free(&rep);
-		if (!(blob = poll_blob(o, sock, jget_str(promoted, "key"), &rep)))
+		if (!(blob = poll_blob(o, sock, jget_str(promoted, "key"), &bar, &rep)))
 			return 1;
 		part = json_object_get(blob, "part");
 		done = !jget_bool(part, "copying") && !jget_bool(part, "unproven");
-		if (bar && (tty || done || time(NULL) - last >= 2)) {
-			progress_line(line, sizeof(line), jget_u64(part, "done_bytes"),
-				      jget_u64(part, "want_bytes"), 0, 0, 1);
-			fprintf(stderr, tty ? "\r%s" : "%s\n", line);
-			last = time(NULL);
-		}
+		copied = jget_u64(part, "done_bytes");
+		rate_add(&bar.rate, (double)mono_ns() / 1e9, copied);
+		bar_show(&bar, copied, jget_u64(part, "want_bytes"), done && covered(blob, want), 1,
+			 done);
 		if (done)
 			break;
 		nanosleep(&ts, NULL);
 	}
-	if (bar && tty)
-		fputc('\n', stderr);
 	/* as a whole promote --wait: what is local shows during an outage */
 	if (jget_u64(promoted, "bytes_to_copy"))
 		sync_record(sock);

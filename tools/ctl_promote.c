@@ -157,17 +157,49 @@ static void print_queued(const json_t *rep, bool waiting)
 
 /* ---- --wait ---- */
 
+void bar_show(struct bar *b, uint64_t done, uint64_t total, size_t nlocal, size_t nblobs,
+	      bool final)
+{
+	char line[256];
+	double t = now();
+	size_t len;
+
+	if (!b->on)
+		return;
+	if (!b->tty && !final && t - b->last_plain < PLAIN_EVERY)
+		return;
+	b->last_plain = t;
+	progress_line(line, sizeof(line), done, total, rate_get(&b->rate), nlocal, nblobs);
+	len = strlen(line);
+	if (b->tty) {
+		/* Overwrite in place: pad with blanks rather than an escape
+		 * sequence, so the line stays plain ASCII on any terminal. */
+		fprintf(stderr, "\r%s%*s", line,
+			b->last_len > len ? (int)(b->last_len - len) : 0, "");
+		if (final)
+			fputc('\n', stderr);
+		b->last_len = final ? 0 : len;
+	} else {
+		fprintf(stderr, "%s\n", line);
+	}
+	fflush(stderr);
+}
+
+const char *bar_break(const struct bar *b)
+{
+	return b->on && b->tty && b->last_len ? "\n" : "";
+}
+
 struct waiter {
 	const char *sock;
-	bool json, bar, tty;
+	bool json;
+	struct bar bar;
 	json_t *keys;     /* distinct keys of the promoted blobs */
 	json_t *copying;  /* key -> true: blobs that were not local at promote */
 	uint64_t total;   /* bytes of those */
 	size_t ncopy;     /* how many */
 	bool settled;     /* the wait saw every blob settle (not cut short) */
-	struct rate rate;
-	double start, last_plain;
-	size_t last_len;  /* of the last tty line, to blank its tail */
+	double start;
 };
 
 static int waiter_init(struct waiter *w, const json_t *promoted)
@@ -194,34 +226,6 @@ static int waiter_init(struct waiter *w, const json_t *promoted)
 		}
 	}
 	return 0;
-}
-
-static void waiter_show(struct waiter *w, uint64_t done, size_t nlocal, bool final)
-{
-	char line[256];
-	double t = now();
-	size_t len;
-
-	if (!w->bar)
-		return;
-	if (!w->tty && !final && t - w->last_plain < PLAIN_EVERY)
-		return;
-	w->last_plain = t;
-	progress_line(line, sizeof(line), done, w->total, rate_get(&w->rate), nlocal,
-		      json_array_size(w->keys));
-	len = strlen(line);
-	if (w->tty) {
-		/* Overwrite in place: pad with blanks rather than an escape
-		 * sequence, so the line stays plain ASCII on any terminal. */
-		fprintf(stderr, "\r%s%*s", line,
-			w->last_len > len ? (int)(w->last_len - len) : 0, "");
-		if (final)
-			fputc('\n', stderr);
-		w->last_len = len;
-	} else {
-		fprintf(stderr, "%s\n", line);
-	}
-	fflush(stderr);
 }
 
 /* Report every blob that will not become local; returns how many. */
@@ -278,7 +282,7 @@ static int progress_all(struct waiter *w, struct ctl_reply *rep)
 			json_array_append(keys, json_array_get(w->keys, i));
 		req = json_pack("{s:s,s:o}", "op", "progress", "keys", keys);
 		r = req ? ctl_call_ex(w->sock, "promote", req, w->json,
-				      w->bar && w->tty && w->last_len ? "\n" : "", &part) : -ENOMEM;
+				      bar_break(&w->bar), &part) : -ENOMEM;
 		json_decref(req);
 		if (r) {
 			json_decref(all);
@@ -308,7 +312,7 @@ static int progress_all(struct waiter *w, struct ctl_reply *rep)
  * polled in batches keep the daemon's cost small. */
 static long next_poll_ns(const struct waiter *w, uint64_t done, int polls, double cost)
 {
-	double rate = rate_get(&w->rate), ns;
+	double rate = rate_get(&w->bar.rate), ns;
 
 	if (rate > 0)
 		ns = (double)(w->total > done ? w->total - done : 0) / rate * 1e9;
@@ -357,17 +361,17 @@ static int wait_all(struct waiter *w)
 			if (json_is_true(json_object_get(w->copying, key)))
 				done += f == FATE_LOCAL ? size : (d > size ? size : d);
 		}
-		rate_add(&w->rate, now(), done);
+		rate_add(&w->bar.rate, now(), done);
 		if (pending) {
 			const struct timespec ts = { 0, next_poll_ns(w, done, polls++,
 								     now() - t0) };
 
 			json_decref(seen);
-			waiter_show(w, done, nlocal, false);
+			bar_show(&w->bar, done, w->total, nlocal, json_array_size(w->keys), false);
 			nanosleep(&ts, NULL);
 			continue;
 		}
-		waiter_show(w, done, nlocal, true);
+		bar_show(&w->bar, done, w->total, nlocal, json_array_size(w->keys), true);
 		w->settled = true;
 		if (w->json)
 			ctl_print_raw(&rep);
@@ -491,13 +495,13 @@ int cmd_promote(const struct ctl_opts *o)
 	if (o->wait) {
 		w.sock = t.socket;
 		w.json = o->json;
-		w.tty = isatty(STDERR_FILENO);
+		w.bar.tty = isatty(STDERR_FILENO);
 		/* With --json the bar is for a person watching, not for logs. */
-		w.bar = !o->json || w.tty;
+		w.bar.on = !o->json || w.bar.tty;
 		ret = waiter_init(&w, rep.obj) ? oom() : 0;
 		/* nothing to copy: no bar, but still one poll, so the outcome
 		 * (and the --json reply) is the daemon's current word */
-		w.bar = w.bar && w.total;
+		w.bar.on = w.bar.on && w.total;
 		if (!ret)
 			ret = wait_all(&w);
 		if (w.settled && w.ncopy)

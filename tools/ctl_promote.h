@@ -36,6 +36,25 @@ struct rate {
 void rate_add(struct rate *r, double t, uint64_t bytes);
 double rate_get(const struct rate *r); /* bytes per second, 0 if unknown */
 
+/* The progress bar of a --wait, on stderr: on a terminal redrawn in place
+ * (blanks over the tail of a longer line before it), else a line every
+ * few seconds and one at the end, for a log. */
+struct bar {
+	bool on, tty;
+	struct rate rate;  /* the caller adds samples (rate_add) */
+	double last_plain; /* when the last line went to a non-terminal */
+	size_t last_len;   /* of the last terminal line, to blank its tail */
+};
+
+/* Draw the bar (nothing unless @b->on): @done of @total bytes, @nlocal of
+ * @nblobs blobs local; @final ends the line. */
+void bar_show(struct bar *b, uint64_t done, uint64_t total, size_t nlocal, size_t nblobs,
+	      bool final);
+
+/* What to print on stderr before a message while the bar is drawn: a
+ * newline to end its line on a terminal, else nothing. */
+const char *bar_break(const struct bar *b);
+
 /* The progress line, plain ASCII:
  * "[#####---------------]  25%  1.0 GiB / 4.0 GiB  312.4 MiB/s  ETA 0:10  1/4 local" */
 void progress_line(char *buf, size_t sz, uint64_t done, uint64_t total,

@@ -92,6 +92,7 @@ class Blob:
         self.snaps = snaps
         self.paths = list({self.key: 1, **{f"{repo}/snapshots/{r}/{p}": 1 for r, p in snaps}})
         self.history = [state]
+        self.part = None  # local ranges (promote --range): see Hub.promote_ranges
 
     def set(self, state, reason=""):
         self.state, self.reason = state, reason
@@ -139,6 +140,12 @@ class Hub:
                     b.set("mismatch", f"sha256 of the NAS content is {hexid('x', 64)}, not {b.id}")
                 elif b.done >= b.size:
                     b.set("local")
+            for b in self.blobs:
+                p = b.part
+                if p and p["copying"]:
+                    p["done"] = min(p["want"], p["done"] + int(self.speed * dt))
+                    if p["done"] == p["want"]:
+                        p["copying"], p["have"] = False, p["asked"]
             if len([b for b in self.blobs if b.state == "copying"]) < 2:
                 for b in self.blobs:
                     if b.state == "queued":
@@ -180,7 +187,24 @@ class Hub:
                           "queued": sum(b.state == "queued" for b in self.blobs),
                           "copying": sum(b.state == "copying" for b in self.blobs)}}
 
+    def promote_ranges(self, req):
+        """promote --range of one file: its ranges copied at the hub's speed
+        (no overlap with ones already local, in this stand-in)."""
+        sel = self.paths_to_blobs(req["paths"])
+        if len(req["paths"]) != 1 or len(sel) != 1:
+            raise ReqError("EINVAL", "--range and --part take exactly one file")
+        b, asked = sel[0], sorted(req["ranges"])
+        want = sum(n for _, n in asked)
+        if not req["dry_run"]:
+            b.part = {"asked": asked, "have": [], "want": want, "done": 0, "copying": True}
+        return {"path": req["paths"][0], "key": b.key, "ranges": asked, "bytes": want,
+                "size": b.size, "bytes_to_copy": want,
+                "space_available": CAPACITY - self.local_bytes(), "dry_run": req["dry_run"],
+                "refused": []}
+
     def op_promote(self, req):
+        if "ranges" in req:
+            return self.promote_ranges(req)
         sel = self.paths_to_blobs(req["paths"])
         need = sum(b.size for b in sel if b.state != "local")
         for b in sel:
@@ -227,9 +251,7 @@ class Hub:
     def op_progress(self, req):
         bykey = {b.key: b for b in self.blobs}
         # a key the daemon does not know: as core/control.c answers it
-        return {"blobs": [{"key": k, "id": bykey[k].id, "state": bykey[k].state,
-                           "bytes_done": bykey[k].done, "size": bykey[k].size,
-                           "reason": bykey[k].reason} if k in bykey else
+        return {"blobs": [progress_of(bykey[k]) if k in bykey else
                           {"key": k, "state": "unknown", "reason": "no such blob"}
                           for k in req["keys"]]}
 
@@ -276,6 +298,21 @@ class Hub:
         return out
 
 
+def progress_of(b):
+    """A blob as core/reply.c shows it: with local ranges, state "partial"
+    and a "part" object."""
+    out = {"key": b.key, "id": b.id, "state": b.state, "bytes_done": b.done, "size": b.size,
+           "reason": b.reason}
+    p = b.part
+    if p:
+        if b.state in ("nas", "failed"):  # core/store_part.c blob_info_state_name
+            out["state"] = "partial"
+        out["part"] = {"local_bytes": sum(n for _, n in p["have"]), "nranges": len(p["have"]),
+                       "ranges": p["have"], "want_bytes": p["want"], "done_bytes": p["done"],
+                       "copying": p["copying"], "unproven": False, "reason": ""}
+    return out
+
+
 def count(blobs, **extra):
     d = dict(extra)
     d.update(files=len(blobs), bytes=sum(b.size for b in blobs),
@@ -293,7 +330,7 @@ class ReqError(Exception):
 # field -> type, per op; every other field is refused
 SCHEMA = {
     "status": {"path": str},
-    "promote": {"paths": list, "pin": bool, "dry_run": bool, "force": bool},
+    "promote": {"paths": list, "pin": bool, "dry_run": bool, "force": bool, "ranges": "ranges"},
     "progress": {"keys": list},
     "evict": {"paths": list, "force": bool},
     "pin": {"paths": list, "ref": str},
@@ -302,7 +339,7 @@ SCHEMA = {
     "stats": {"prometheus": bool},
     "sync": {},
 }
-OPTIONAL = {("status", "path"), ("pin", "ref"), ("unpin", "ref")}
+OPTIONAL = {("status", "path"), ("pin", "ref"), ("unpin", "ref"), ("promote", "ranges")}
 
 
 def check(req):
@@ -320,6 +357,12 @@ def check(req):
             if (op, k) in OPTIONAL:
                 continue
             raise ReqError("EINVAL", f"{op}: missing field {k!r}")
+        if t == "ranges":  # [[offset, length], ...]
+            if not (isinstance(req[k], list) and req[k] and all(
+                    isinstance(r, list) and len(r) == 2 and all(type(x) is int for x in r)
+                    and r[0] >= 0 and r[1] > 0 for r in req[k])):
+                raise ReqError("EINVAL", f"{op}: {k} must be a list of [offset, length]")
+            continue
         if not isinstance(req[k], t):
             raise ReqError("EINVAL", f"{op}: {k} must be {t.__name__}")
         if t is list and not all(isinstance(x, str) for x in req[k]):

@@ -60,6 +60,23 @@ class Case:
             print(f"FAIL {name}\n{detail}")
 
 
+def screen(text):
+    """The lines a terminal shows for @text: a carriage return goes back
+    to the start of the line, and what is written then overwrites it."""
+    lines, col = [[]], 0
+    for ch in text:
+        if ch == "\r":
+            col = 0
+        elif ch == "\n":
+            lines.append([])
+            col = 0
+        else:
+            line = lines[-1]
+            line[col:col + 1] = [ch]
+            col += 1
+    return ["".join(l) for l in lines]
+
+
 def selftest(wfsctl):
     t = Case(os.path.abspath(wfsctl))
     work = tempfile.mkdtemp(prefix="wfsctl-test-", dir="/var/tmp")
@@ -205,6 +222,20 @@ def body(t, work):
     r = run("promote", "models--org--nothere", cwd=root)
     ok("daemon error names the path", r[0] == 1 and "models--org--nothere: no such file" in r[2]
        and "[ENOENT]" in r[2], show(r))
+
+    # --- promote --wait --range: the bar as for whole files
+    shard = f"models--org--good/snapshots/{REV1}/model-00001-of-00002.safetensors"
+    r = run("promote", "--wait", "--range", "0:40M", shard, cwd=root, tty=True)
+    frames = [l.rstrip() for l in screen(r[2]) if l.startswith("[")]
+    ok("promote --wait --range: exit 0, every range local", r[0] == 0
+       and f"promote: {shard}: every range local (partial)" in r[1], show(r))
+    ok("promote --wait --range: the bar ends with the range local, no text left from an "
+       "earlier, longer line", len(frames) == 1 and re.fullmatch(
+           r"\[#{24}\] 100%  40\.0 MiB / 40\.0 MiB  [0-9.]+ MiB/s  ETA 0:00  1/1 local",
+           frames[0]), show(r) + repr(frames))
+    ok("promote --wait --range: a rate and an ETA while it copies",
+       re.search(r"\r\[#*-+\] +\d+%  [^\r]* [1-9][0-9.]* MiB/s  ETA \d+:\d\d  0/1 local",
+                 r[2]), show(r))
 
     # --- promote --wait, success, with the bar on a terminal
     r = run("promote", "--wait", "models--org--good", cwd=root, tty=True)

@@ -6,6 +6,7 @@
  */
 #include "ctl_cmds.h"
 
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -243,6 +244,18 @@ static const struct {
 	{ "--force", F_FORCE }, { "--full", F_FULL }, { "--prometheus", F_PROMETHEUS },
 };
 
+/* K/N of --part, in decimal digits only: sscanf's %u alone would take
+ * " 1", "+1" or "-1" (as 4294967295).  0, or -EINVAL. */
+static int part_parse(const char *v, unsigned *k, unsigned *n)
+{
+	size_t dk = strspn(v, "0123456789"), dn = v[dk] == '/' ? strspn(v + dk + 1, "0123456789") : 0;
+
+	if (!dk || dk > 9 || !dn || dn > 9 || v[dk + 1 + dn] ||
+	    sscanf(v, "%u/%u", k, n) != 2 || !*k || *k > *n)
+		return -EINVAL;
+	return 0;
+}
+
 /* --range OFF:LEN and --part K/N (also as --opt=VALUE): 0 not one of
  * them, -1 a usage error (said), else the arguments taken (1 or 2). */
 static int range_opt(const struct cmd *c, int argc, char **argv, int i, struct ctl_opts *o)
@@ -250,7 +263,6 @@ static int range_opt(const struct cmd *c, int argc, char **argv, int i, struct c
 	const char *a = argv[i], *v;
 	int is_part = !strncmp(a, "--part", 6), taken = 1;
 	size_t len = is_part ? 6 : 7;
-	char extra;
 
 	if (strncmp(a, is_part ? "--part" : "--range", len) || (a[len] && a[len] != '='))
 		return 0;
@@ -258,8 +270,7 @@ static int range_opt(const struct cmd *c, int argc, char **argv, int i, struct c
 	if (!v || !*v)
 		return usage_error(c, "%s needs a value", is_part ? "--part (K/N)" : "--range (OFF:LEN)"), -1;
 	if (is_part) {
-		if (sscanf(v, "%u/%u%c", &o->part_k, &o->part_n, &extra) != 2 || !o->part_k ||
-		    o->part_k > o->part_n)
+		if (part_parse(v, &o->part_k, &o->part_n) < 0)
 			return usage_error(c, "--part takes K/N with 1 <= K <= N, not '%s'", v), -1;
 		return taken;
 	}

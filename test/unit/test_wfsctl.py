@@ -115,7 +115,8 @@ def body(t, work):
     r = run("--version")
     ok("--version", r[0] == 0 and r[1].startswith("wfsctl (wfs) "), show(r))
     for args in ([], ["frob"], ["status", "--nope"], ["promote"], ["status", "a", "b"],
-                 ["promote", "--wait", "--dry-run", "x"], ["--socket"], ["verify", "--force"]):
+                 ["promote", "--wait", "--dry-run", "x"], ["--socket"], ["verify", "--force"],
+                 ["promote", "--part", "1/-1", "x"], ["promote", "--part", "+1/2", "x"]):
         r = run(*args)
         ok(f"usage error {args}", r[0] == 2 and r[2], show(r))
 

@@ -72,16 +72,41 @@ static void squeeze(char *p)
 		strcpy(p, "/");
 }
 
+/* Errors of a path's resolution that find_root tells apart, naming the
+ * directory: a dead FUSE mount (ENOTCONN), one this user may not enter
+ * (EACCES: without -o allow_other). */
+static int root_error(int r)
+{
+	return r == -ENOTCONN || r == -EACCES;
+}
+
+/* realpath(@path) into @out; a path where nothing resolves (root_error) as
+ * it is, lexically absolute: find_root names the mount from it.  0 or
+ * -errno. */
+static int resolve_dir(const char *path, char *out)
+{
+	int r;
+
+	if (realpath(path, out))
+		return 0;
+	r = -errno;
+	if (root_error(r) && snprintf(out, PATH_MAX, "%s", path) >= PATH_MAX)
+		return -ENAMETOOLONG;
+	return r;
+}
+
 /* The absolute form of @arg without following a symlink in its last
  * component: in the mount, snapshot entries are links to ../../blobs/<id>,
  * and the daemon must see the snapshot path (and a dangling link must stay
  * nameable).  The directories above it are resolved with realpath, so ".."
- * means what the kernel means by it. */
+ * means what the kernel means by it.  A root_error: @out the path as
+ * given, made absolute. */
 static int make_absolute(const char *arg, char *out)
 {
 	char buf[PATH_MAX * 2], dir[PATH_MAX];
 	char *slash, *base;
 	size_t n;
+	int r = 0;
 
 	if (arg[0] == '/') {
 		n = (size_t)snprintf(buf, sizeof(buf), "%s", arg);
@@ -97,26 +122,42 @@ static int make_absolute(const char *arg, char *out)
 	base = slash + 1;
 	if (!*base || !strcmp(base, "..")) {
 		/* "/" or ".../..": a directory, nothing to keep unresolved */
-		return realpath(buf, out) ? 0 : -errno;
+		return resolve_dir(buf, out);
 	}
 	if (slash == buf)
 		strcpy(dir, "/");
 	else {
 		*slash = '\0';
-		if (!realpath(buf, dir))
-			return -errno;
+		r = resolve_dir(buf, dir);
+		if (r < 0 && !root_error(r))
+			return r;
 	}
 	if ((size_t)snprintf(out, PATH_MAX, "%s%s%s", dir,
 			     strcmp(dir, "/") ? "/" : "", base) >= PATH_MAX)
 		return -ENAMETOOLONG;
+	return r;
+}
+
+/* @dir without its last component ("/a" -> "/"); 0, or -1 at "/". */
+static int up(char *dir)
+{
+	char *slash = strrchr(dir, '/');
+
+	if (!strcmp(dir, "/"))
+		return -1;
+	if (slash == dir)
+		slash[1] = '\0';
+	else
+		*slash = '\0';
 	return 0;
 }
 
 /* Walk from @abs up to "/" looking for the mount root's xattr.  On success
  * @root holds the directory and @sock the socket path.  -ENODATA: none
- * found; -ENOTCONN: a wfs mount whose daemon is gone (@root: where);
- * -EACCES: none found, but a directory on the way could not be asked
- * (@root: the highest such), most likely a FUSE mount of another user. */
+ * found; -ENOTCONN: a wfs mount whose daemon is gone (@root: its mount
+ * point, the highest directory that answers so); -EACCES: none found, but
+ * a directory on the way could not be asked (@root: the highest such),
+ * most likely a FUSE mount of another user. */
 static int find_root(const char *abs, char *root, char *sock, size_t socksz)
 {
 	char denied[PATH_MAX] = "";
@@ -125,25 +166,27 @@ static int find_root(const char *abs, char *root, char *sock, size_t socksz)
 	for (;;) {
 		/* lgetxattr: never follow the link a PATH may name */
 		ssize_t n = lgetxattr(root, CTL_SOCKET_XATTR, sock, socksz - 1);
-		char *slash;
 
 		if (n > 0) {
 			sock[n] = '\0';
 			return 0;
 		}
-		if (n < 0 && errno == ENOTCONN)
+		if (n < 0 && errno == ENOTCONN) {
+			char above[PATH_MAX];
+
+			/* every path in a dead mount says so: name the mount */
+			strcpy(above, root);
+			while (!up(above) && lgetxattr(above, CTL_SOCKET_XATTR, sock, socksz - 1) < 0 &&
+			       errno == ENOTCONN)
+				strcpy(root, above);
 			return -ENOTCONN;
+		}
 		if (n < 0 && errno == ERANGE)
 			return -ENAMETOOLONG;
 		if (n < 0 && errno == EACCES)
 			strcpy(denied, root);
-		if (!strcmp(root, "/"))
+		if (up(root) < 0)
 			break;
-		slash = strrchr(root, '/');
-		if (slash == root)
-			slash[1] = '\0';
-		else
-			*slash = '\0';
 	}
 	if (!*denied)
 		return -ENODATA;
@@ -240,7 +283,7 @@ static int resolve_one(struct ctl_target *t, const char *socket_opt,
 	const char *under;
 	int r = make_absolute(arg, abs);
 
-	if (!r)
+	if (!r || root_error(r)) /* find_root names the mount */
 		r = find_root(abs, root, sock, sizeof(sock));
 	if (r == -ENOTCONN) {
 		fprintf(stderr, "wfsctl: %s: the wfs mount at %s is not connected "

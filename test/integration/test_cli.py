@@ -6,6 +6,7 @@ return, a NAS revision appearing without remount, and a clean unmount;
 unpinned on the NAS, as the command says."""
 
 import collections
+import errno
 import hashlib
 import json
 import os
@@ -443,6 +444,33 @@ class Cli(unittest.TestCase):
         m2 = self.start(local, mnt)
         self.assertEqual(sorted(os.listdir(mnt)), FIX.children()[""])
         self.assertEqual(m2.stop(), [])
+
+    def test_wfsctl_names_a_dead_mount(self):
+        """After kill -9 of the daemon, wfsctl on a path deep in its dead
+        mount names the mount point, not the path, as the mount that is
+        not connected."""
+        wfstest.require_wfsctl()
+        mnt = self.new_mnt()
+        m = self.start(self.path("local"), mnt)
+        for pid in m.pids:
+            os.kill(pid, signal.SIGKILL)
+        self.assertTrue(wfstest.wait_until(lambda: wfstest.errno_of(os.stat, mnt) == errno.ENOTCONN,
+                                           wfstest.EXIT_TIMEOUT), "the mount is not dead")
+        deep = os.path.join(mnt, "models--acme--standard", "snapshots")
+        rc, out, err = wfstest.run_wfsctl(["status", deep])
+        self.assertEqual(rc, 1, out + err)
+        self.assertIn("wfsctl: %s: the wfs mount at %s is not connected" % (deep, mnt), err)
+
+    def test_wfsctl_names_a_mount_it_cannot_enter(self):
+        """Without -o allow_other other users cannot enter the mount:
+        wfsctl, asked about a path deep in it, names the mount."""
+        wfstest.require_wfsctl()
+        mnt = self.new_mnt()
+        self.start(self.path("local"), mnt)
+        deep = os.path.join(mnt, "models--acme--standard", "snapshots")
+        rc, out, err = wfstest.run_wfsctl(["status", deep], uid=wfstest.NOBODY)
+        self.assertEqual(rc, 1, out + err)
+        self.assertIn("wfsctl: %s: no access to %s to look for a wfs mount" % (deep, mnt), err)
 
     def test_evict_force_mid_copy_unpins(self):
         wfstest.require_wfsctl()

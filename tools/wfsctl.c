@@ -197,6 +197,11 @@ static void usage(FILE *f)
 "exit status: 0 done, 1 failed (reason on stderr), 2 usage error\n");
 }
 
+static void print_version(void)
+{
+	printf("wfsctl (wfs) %s\n", WFS_VERSION);
+}
+
 static void cmd_usage(const struct cmd *c, FILE *f)
 {
 	fprintf(f, "usage: wfsctl %s %s\n\n%s", c->name, c->synopsis, c->help);
@@ -305,6 +310,10 @@ static int parse_cmd_args(const struct cmd *c, int argc, char **argv, int i,
 			cmd_usage(c, stdout);
 			return 0;
 		}
+		if (!strcmp(a, "-V") || !strcmp(a, "--version")) {
+			print_version();
+			return 0;
+		}
 		if (!strcmp(a, "--json")) {
 			o->json = true;
 			continue;
@@ -375,7 +384,7 @@ int main(int argc, char **argv)
 			return 0;
 		}
 		if (!strcmp(argv[i], "-V") || !strcmp(argv[i], "--version")) {
-			printf("wfsctl (wfs) %s\n", WFS_VERSION);
+			print_version();
 			return 0;
 		}
 		if (!strcmp(argv[i], "--json")) {
@@ -394,8 +403,13 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	if (!strcmp(argv[i], "help")) {
-		c = i + 1 < argc ? find_cmd(argv[i + 1]) : NULL;
-		if (i + 1 < argc && !c)
+		const char *topic = i + 1 < argc ? argv[i + 1] : NULL;
+
+		/* "help --help": the usage, as "help" alone */
+		if (topic && (!strcmp(topic, "-h") || !strcmp(topic, "--help")))
+			topic = NULL;
+		c = topic ? find_cmd(topic) : NULL;
+		if (topic && !c)
 			return usage_error(NULL, "unknown command '%s'", argv[i + 1]);
 		if (c)
 			cmd_usage(c, stdout);

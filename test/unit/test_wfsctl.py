@@ -114,6 +114,11 @@ def body(t, work):
         ok(f"{c} --help", r[0] == 0 and r[1].startswith(f"usage: wfsctl {c}"), show(r))
     r = run("--version")
     ok("--version", r[0] == 0 and r[1].startswith("wfsctl (wfs) "), show(r))
+    # wfsctl(1): the options "may come before the command or among its arguments"
+    r = run("status", "--version")
+    ok("COMMAND --version", r[0] == 0 and r[1].startswith("wfsctl (wfs) "), show(r))
+    r = run("help", "--help")
+    ok("help --help", r[0] == 0 and r[1].startswith("usage: wfsctl [--socket PATH]"), show(r))
     for args in ([], ["frob"], ["status", "--nope"], ["promote"], ["status", "a", "b"],
                  ["promote", "--wait", "--dry-run", "x"], ["--socket"], ["verify", "--force"],
                  ["promote", "--part", "1/-1", "x"], ["promote", "--part", "+1/2", "x"]):

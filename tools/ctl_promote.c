@@ -261,8 +261,21 @@ static size_t report_failures(const json_t *blobs, const json_t *seen_keys)
 }
 
 /* Keys per progress request: a repo can have thousands of blobs, and one
- * request must stay under the daemon's 64 KiB limit. */
+ * request must stay under the daemon's 64 KiB limit -- in count, and in
+ * bytes (a key is a NAS path: a file deep in a snapshot, escaped, can take
+ * hundreds), with room for the rest of the request. */
 #define PROGRESS_BATCH 200
+#define PROGRESS_BYTES (CTL_REQUEST_MAX - 1024)
+
+/* The bytes of @s as a JSON string (jansson's escapes at most). */
+static size_t json_str_len(const char *s)
+{
+	size_t n = 2;
+
+	for (; *s; s++)
+		n += *s == '"' || *s == '\\' ? 2 : (unsigned char)*s < 0x20 ? 6 : 1;
+	return n;
+}
 
 /* One progress poll of every key, in batches; the replies' "blobs" are
  * merged into @rep (whose raw line is rebuilt for --json). */
@@ -273,13 +286,18 @@ static int progress_all(struct waiter *w, struct ctl_reply *rep)
 
 	if (!all)
 		return oom();
-	for (size_t at = 0; at < n || at == 0; at += PROGRESS_BATCH) {
+	for (size_t at = 0, next; at < n || at == 0; at = next) {
 		json_t *keys = json_array(), *req;
 		struct ctl_reply part = { 0 };
+		size_t bytes = 0;
 		int r;
 
-		for (size_t i = at; i < n && i < at + PROGRESS_BATCH; i++)
-			json_array_append(keys, json_array_get(w->keys, i));
+		for (next = at; next < n && next < at + PROGRESS_BATCH; next++) {
+			bytes += json_str_len(json_string_value(json_array_get(w->keys, next))) + 1;
+			if (next > at && bytes > PROGRESS_BYTES)
+				break; /* the next request takes it */
+			json_array_append(keys, json_array_get(w->keys, next));
+		}
 		req = json_pack("{s:s,s:o}", "op", "progress", "keys", keys);
 		r = req ? ctl_call_ex(w->sock, "promote", req, w->json,
 				      bar_break(&w->bar), &part) : -ENOMEM;

@@ -472,6 +472,23 @@ class Cli(unittest.TestCase):
         self.assertEqual(rc, 1, out + err)
         self.assertIn("wfsctl: %s: no access to %s to look for a wfs mount" % (deep, mnt), err)
 
+    def test_promote_wait_long_keys(self):
+        """promote --wait polls the blobs' keys (NAS paths) in batches: 201
+        files deep in a snapshot, with names of 240 bytes, make requests
+        of 200 keys over the daemon's 64 KiB, and the wait must not fail
+        for it (the promote itself went through)."""
+        wfstest.require_wfsctl()
+        hub, mnt, repo = self.path("hub"), self.new_mnt(), "models--acme--long"
+        os.mkdir(hub)
+        names = ["d" * 250 + "/f%03d" % i + "x" * 236 for i in range(201)]
+        wfstest.make_hf_repo(hub, repo, {n: b"%d" % i for i, n in enumerate(names)}, real=names)
+        m = wfstest.Mount(hub, self.path("local"), mnt, ["auto_promote=off"])
+        self.addCleanup(lambda: self.cleanup_mount(mnt))
+        m.start()
+        rc, out, err = wfstest.run_wfsctl(["promote", "--wait", os.path.join(mnt, repo)])
+        self.assertEqual(rc, 0, out + err)
+        self.assertIn("promote: 201 blobs local", out)
+
     def test_evict_force_mid_copy_unpins(self):
         wfstest.require_wfsctl()
         local, mnt = self.path("local"), self.new_mnt()

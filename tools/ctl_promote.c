@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -61,22 +62,28 @@ double rate_get(const struct rate *r)
 }
 
 void progress_line(char *buf, size_t sz, uint64_t done, uint64_t total,
-		   double rate, size_t nlocal, size_t nblobs)
+		   double rate, size_t nlocal, size_t nblobs, size_t cols)
 {
-	enum { WIDTH = 24 };
-	char bar[WIDTH + 1], d[32], t[32], eta[32];
+	enum { WIDTH = 24, NARROWEST = 4 };
+	char bar[WIDTH + 1], d[32], t[32], eta[32], text[192];
 	double frac = total ? (double)(done > total ? total : done) / (double)total : 1.0;
-	size_t fill = (size_t)(frac * WIDTH), i;
+	size_t width = WIDTH, len, i;
 
-	for (i = 0; i < WIDTH; i++)
-		bar[i] = i < fill ? '#' : '-';
-	bar[WIDTH] = '\0';
 	fmt_duration(rate > 0 ? (double)(total - (done > total ? total : done)) / rate : -1,
 		     eta, sizeof(eta));
-	snprintf(buf, sz, "[%s] %3.0f%%  %s / %s  %.1f MiB/s  ETA %s  %zu/%zu local",
-		 bar, frac * 100.0, fmt_bytes(done, d, sizeof(d)),
-		 fmt_bytes(total, t, sizeof(t)), rate / (1024.0 * 1024.0), eta,
-		 nlocal, nblobs);
+	len = (size_t)snprintf(text, sizeof(text), "%3.0f%%  %s / %s  %.1f MiB/s  ETA %s  %zu/%zu local",
+			       frac * 100.0, fmt_bytes(done, d, sizeof(d)),
+			       fmt_bytes(total, t, sizeof(t)), rate / (1024.0 * 1024.0), eta,
+			       nlocal, nblobs);
+	/* "[bar] " around the text, within cols - 1 (a line as wide as the
+	 * terminal may wrap, and \r goes back to its last row only) */
+	if (cols > 1 && len + WIDTH + 3 > cols - 1)
+		width = cols - 1 > len + 3 + NARROWEST ? cols - 1 - len - 3 : 0;
+	for (i = 0; i < width; i++)
+		bar[i] = i < (size_t)(frac * (double)width) ? '#' : '-';
+	bar[width] = '\0';
+	snprintf(buf, cols > 1 && cols < sz ? cols : sz, "%s%s%s%s", width ? "[" : "", bar,
+		 width ? "] " : "", text);
 }
 
 static double now(void)
@@ -157,6 +164,14 @@ static void print_queued(const json_t *rep, bool waiting)
 
 /* ---- --wait ---- */
 
+/* The width of the terminal on stderr (0: unknown). */
+static size_t term_cols(void)
+{
+	struct winsize ws;
+
+	return ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 ? ws.ws_col : 0;
+}
+
 void bar_show(struct bar *b, uint64_t done, uint64_t total, size_t nlocal, size_t nblobs,
 	      bool final)
 {
@@ -169,7 +184,8 @@ void bar_show(struct bar *b, uint64_t done, uint64_t total, size_t nlocal, size_
 	if (!b->tty && !final && t - b->last_plain < PLAIN_EVERY)
 		return;
 	b->last_plain = t;
-	progress_line(line, sizeof(line), done, total, rate_get(&b->rate), nlocal, nblobs);
+	progress_line(line, sizeof(line), done, total, rate_get(&b->rate), nlocal, nblobs,
+		      b->tty ? term_cols() : 0);
 	len = strlen(line);
 	if (b->tty) {
 		/* Overwrite in place: pad with blanks rather than an escape

@@ -56,9 +56,11 @@ void bar_show(struct bar *b, uint64_t done, uint64_t total, size_t nlocal, size_
 const char *bar_break(const struct bar *b);
 
 /* The progress line, plain ASCII:
- * "[#####---------------]  25%  1.0 GiB / 4.0 GiB  312.4 MiB/s  ETA 0:10  1/4 local" */
+ * "[#####---------------]  25%  1.0 GiB / 4.0 GiB  312.4 MiB/s  ETA 0:10  1/4 local"
+ * With @cols (a terminal's width; 0: none) it is shorter than that: the
+ * bar narrows, then goes, then the tail is cut. */
 void progress_line(char *buf, size_t sz, uint64_t done, uint64_t total,
-		   double rate, size_t nlocal, size_t nblobs);
+		   double rate, size_t nlocal, size_t nblobs, size_t cols);
 
 /* Once copies have settled: the daemon refreshes its local record now
  * ({"op":"sync"}), so a NAS outage from then on shows what was copied; a

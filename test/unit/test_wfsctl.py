@@ -8,14 +8,17 @@ and exits 1 if any failed.
 Standard library only (and test/integration/wfstest.py, for running wfsctl
 as another uid).
 """
+import fcntl
 import json
 import os
 import pty
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
+import termios
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -28,13 +31,16 @@ class Case:
     def __init__(self, wfsctl):
         self.wfsctl, self.failed, self.count = wfsctl, 0, 0
 
-    def run(self, *args, cwd=None, tty=False, timeout=60):
-        """(rc, stdout, stderr) of wfsctl; stderr on a pty if tty."""
+    def run(self, *args, cwd=None, tty=False, cols=0, timeout=60):
+        """(rc, stdout, stderr) of wfsctl; stderr on a pty if tty (@cols
+        columns wide, if given)."""
         argv = [self.wfsctl] + list(args)
         if not tty:
             p = subprocess.run(argv, cwd=cwd, capture_output=True, timeout=timeout)
             return p.returncode, p.stdout.decode("ascii"), p.stderr.decode("ascii")
         master, slave = pty.openpty()
+        if cols:
+            fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, cols, 0, 0))
         p = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=slave)
         os.close(slave)
         err = b""
@@ -257,6 +263,15 @@ def body(t, work):
     ok("progress polled", sum(q["op"] == "progress" for q in hub.requests) >= 5)
     ok("tty bar redrawn in place, ascii", "\r[" in r[2] and "100%" in r[2] and "MiB/s" in r[2]
        and "ETA" in r[2] and r[2].endswith("\n"), show(r))
+    # an 80-column terminal: a line as wide as it wraps, and each redraw
+    # (\r: back to the start of the last row only) leaves a row behind
+    for cols in (80, 40):
+        r = run("evict", "--force", "models--org--good", cwd=root)
+        r = run("promote", "--wait", "models--org--good", cwd=root, tty=True, cols=cols)
+        frames = [f for f in re.split(r"[\r\n]", r[2]) if f.strip()]
+        ok(f"promote --wait on a {cols}-column terminal: every bar line fits",
+           r[0] == 0 and len(frames) > 1 and all(len(f) < cols for f in frames)
+           and (cols < 80 or frames[-1].rstrip().endswith("3/3 local")), show(r) + repr(frames))
     r = run("promote", "--wait", "--json", "models--org--good", cwd=root)
     rep = json.loads(r[1]) if r[0] == 0 else {}
     ok("promote --wait --json prints the final progress reply",

@@ -345,19 +345,30 @@ int64_t store_retry_due(struct store *s)
 	return pending ? next : -1;
 }
 
+/* @b has local ranges, or ranges on their way. */
+static int part_held_locked(const struct blob *b)
+{
+	return b->part && (b->part->n || b->part->nwant || b->part->unproven || b->part->copying);
+}
+
 int store_evict(struct store *s, struct blob *b, int force)
 {
 	int r = 0, dropped = 0;
 
 	pthread_mutex_lock(&s->lock);
 	if (b->pinned && !force) {
+		/* A pin with nothing local nor on its way (wfsctl pin does not
+		 * promote) keeps nothing from an evict: not "skipped", which
+		 * --force would not change either. */
+		r = part_held_locked(b) || b->state == BLOB_LOCAL || b->state == BLOB_QUEUED ||
+		    b->state == BLOB_COPYING ? -EBUSY : 0;
 		pthread_mutex_unlock(&s->lock);
-		return -EBUSY;
+		return r;
 	}
 	/* Its local ranges first (a copy of them in flight is cancelled), then
 	 * its whole copy or the whole copy queued or running -- which may be
 	 * one made from those ranges. */
-	if (b->part && (b->part->n || b->part->nwant || b->part->unproven || b->part->copying)) {
+	if (part_held_locked(b)) {
 		part_drop_locked(s, b, NULL);
 		dropped = 1;
 	}

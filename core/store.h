@@ -470,7 +470,8 @@ int store_promote(struct store *s, struct blob *b, int pin, int explicit_req);
  * who is retried.  Returns 1 when queued now, 0 otherwise. */
 int store_request(struct store *s, struct blob *b, enum store_who who, int now);
 /* Drop the local copy (pinned ones only with @force).  Returns 1 when
- * evicted, 0 when nothing to do, -EBUSY when pinned. */
+ * evicted, 0 when nothing to do (pinned or not), -EBUSY when pinned and
+ * there was. */
 int store_evict(struct store *s, struct blob *b, int force);
 void store_pin(struct store *s, struct blob *b, int pin);
 /* Re-check the source (and with @full re-hash the local copy).  Returns 1

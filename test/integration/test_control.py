@@ -164,6 +164,24 @@ class Permissions(unittest.TestCase):
         ctl_check(self, ["evict", p])
         self.assertEqual(state_of(p), "nas")
 
+    def test_evict_of_pins_with_nothing_local(self):
+        """wfsctl pin does not promote: an evict of pinned blobs still on
+        the NAS has nothing to keep, so it names none 'not evicted: pinned
+        (evict --force to drop it)' and exits 0 -- --force would not
+        change them either.  A pinned local copy is still kept."""
+        repo = FIX.m("models--acme--packs")
+        ctl_check(self, ["pin", repo])
+        self.addCleanup(lambda: ctl_check(self, ["unpin", repo]))
+        rc, out, err = run_wfsctl(["evict", repo])
+        self.assertEqual((rc, out, err), (0, "evicted 0 blobs\n", ""))
+        p = FIX.m(a_shard()["path"])
+        ctl_check(self, ["promote", "--wait", "--pin", p])
+        self.addCleanup(lambda: ctl_check(self, ["evict", "--force", p]))
+        rc, out, err = run_wfsctl(["evict", p])
+        self.assertEqual(rc, 1, out + err)
+        self.assertIn("not evicted: pinned (evict --force to drop it)", err)
+        self.assertEqual(state_of(p), "local")
+
 
 # ---------------------------------------------------------------- limits
 

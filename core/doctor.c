@@ -17,9 +17,37 @@
 #define DOCTOR_MAX_LISTED 1000 /* a broken hub can have many; the count is exact */
 
 struct findings {
+	struct store *s;
 	json_t *links;
+	json_t *flagged; /* scoped to the walk: the flagged blobs its files name */
+	json_t *seen;    /* ... by key, each once (a blob has many names); NULL: not scoped */
 	json_int_t entries, problems;
 };
+
+static void flagged(void *arg, const struct blob_info *b)
+{
+	json_t *list = arg;
+
+	if (b->state == BLOB_MISMATCH || b->state == BLOB_FAILED)
+		json_array_append_new(list, json_pack("{s:o, s:o, s:s, s:o}", "key",
+			reply_path(b->key), "id", reply_path(b->id), "state",
+			blob_state_name(b->state), "reason", reply_path(b->reason)));
+}
+
+/* The blob a file of the walk names, if verification flagged it. */
+static void look_blob(struct findings *f, const struct ns_entry *e)
+{
+	struct blob_info in;
+	struct blob *b;
+
+	if (!e->backing[0] || json_object_get(f->seen, e->backing) ||
+	    !(b = store_find(f->s, e->backing)))
+		return;
+	/* _nocheck: a NAS name need not be UTF-8; the set is never sent */
+	json_object_set_new_nocheck(f->seen, e->backing, json_true());
+	blob_info(f->s, b, &in);
+	flagged(f->flagged, &in);
+}
 
 static int look(void *arg, const char *rel, const struct ns_entry *e)
 {
@@ -33,41 +61,40 @@ static int look(void *arg, const char *rel, const struct ns_entry *e)
 				reply_path(rel), "target", reply_path(e->target), "problem",
 				ns_link_state_name(e->link_state)));
 	}
+	if (f->seen && (e->kind == NS_FILE || (e->kind == NS_LINK &&
+					      e->link_state == NS_LINK_RESOLVED)))
+		look_blob(f, e);
 	return 0;
-}
-
-static void flagged(void *arg, const struct blob_info *b)
-{
-	json_t *list = arg;
-
-	if (b->state == BLOB_MISMATCH || b->state == BLOB_FAILED)
-		json_array_append_new(list, json_pack("{s:o, s:o, s:s, s:o}", "key",
-			reply_path(b->key), "id", reply_path(b->id), "state",
-			blob_state_name(b->state), "reason", reply_path(b->reason)));
 }
 
 json_t *doctor_reply(const struct hub_roots *roots, struct store *s, const char *rel)
 {
-	struct findings f = { .links = json_array() };
-	json_t *flags = json_array();
+	/* The whole mount: every flagged blob the store knows, named in the
+	 * tree or not; a PATH: those its files name, so that a clean part of
+	 * the hub exits 0 whatever another repo holds. */
+	struct findings f = { .s = s, .links = json_array(), .flagged = json_array(),
+			      .seen = *rel ? json_object() : NULL };
+	json_t *rep = NULL;
 	int r;
 
-	if (!f.links || !flags) {
-		json_decref(f.links);
-		json_decref(flags);
-		return NULL;
-	}
+	if (!f.links || !f.flagged || (*rel && !f.seen))
+		goto out;
 	/* A PATH that is not there (a typo), or a listing that broke off, is
 	 * an error: "checked 0 entries", exit 0, would say all is well. */
 	r = ns_walk(roots, rel, 0, look, &f);
 	if (r < 0) {
-		json_decref(f.links);
-		json_decref(flags);
-		return reply_error(-r, "%s: %s", *rel ? rel : "/", strerror(-r));
+		rep = reply_error(-r, "%s: %s", *rel ? rel : "/", strerror(-r));
+		goto out;
 	}
-	store_each(s, flagged, flags);
-	return json_pack("{s:b, s:I, s:I, s:o, s:o}", "ok", 1, "entries", f.entries,
-			 "link_problems", f.problems, "links", f.links, "flagged", flags);
+	if (!*rel)
+		store_each(s, flagged, f.flagged);
+	rep = json_pack("{s:b, s:I, s:I, s:O, s:O}", "ok", 1, "entries", f.entries,
+			"link_problems", f.problems, "links", f.links, "flagged", f.flagged);
+out:
+	json_decref(f.links);
+	json_decref(f.flagged);
+	json_decref(f.seen);
+	return rep;
 }
 
 /* ---- the scan at mount (doctor.h) ---- */

@@ -141,7 +141,8 @@ COMMON_OPTS },
 "shows as they are because wfs will not follow them -- they dangle, loop, or\n"
 "lead outside NAS_HUB -- and list blobs verification flagged: mismatch (the\n"
 "NAS holds bytes that do not match the blob's content address) or failed\n"
-"copies, with the reason.  Exit 1 when anything is listed.\n"
+"copies, with the reason (with PATH, the blobs its files name; without, every\n"
+"one).  Exit 1 when anything is listed.\n"
 COMMON_OPTS },
 	{ "stats", cmd_stats, F_PROMETHEUS, 0, 1, "[--prometheus] [PATH]",
 "Print the daemon's counters (since it started) and gauges: bytes served\n"

@@ -440,6 +440,33 @@ class Limits(unittest.TestCase):
         self.assertEqual((rep["bytes_to_copy"], len(rep["blobs"])), (size, 3), rep)
 
 
+class Doctor(unittest.TestCase):
+    def test_doctor_path_lists_its_own_flagged_blobs(self):
+        """doctor PATH checks the tree under PATH: a blob flagged in another
+        repo (its bytes do not match its SHA-256 name) makes doctor of that
+        repo, and of the whole mount, exit 1 -- not doctor of a clean one."""
+        import hashlib
+        repo, rev = "models--doctor--bad", "d" * 40
+        sha = hashlib.sha256(b"what the name says").hexdigest()
+        os.makedirs(FIX.n("%s/snapshots/%s" % (repo, rev)))
+        os.makedirs(FIX.n(repo + "/blobs"))
+        with open(FIX.n("%s/blobs/%s" % (repo, sha)), "wb") as f:
+            f.write(b"other bytes")
+        os.symlink("../../blobs/" + sha, FIX.n("%s/snapshots/%s/model.bin" % (repo, rev)))
+        self.assertTrue(wfstest.wait_until(lambda: os.path.isdir(FIX.m(repo)), 10))
+        rc, out, err = run_wfsctl(["promote", "--wait", FIX.m(repo)])
+        self.assertEqual(rc, 1, out + err)
+        self.assertIn("mismatch", err)
+        clean = "models--acme--standard"
+        rc, out, err = run_wfsctl(["doctor", FIX.m(clean)])
+        self.assertEqual(rc, 0, "doctor of %s: %s%s" % (clean, out, err))
+        self.assertIn(", 0 flagged blobs", out)
+        for path in (FIX.m(repo), FIX.m("%s/snapshots/%s/model.bin" % (repo, rev)), FIX.mnt):
+            rep = wfstest.parse_json_out(run_wfsctl(["--json", "doctor", path])[1])
+            self.assertIn(FIX.n("%s/blobs/%s" % (repo, sha)),
+                          [b["key"] for b in rep["flagged"] if b["state"] == "mismatch"], (path, rep))
+
+
 class BadRequests(unittest.TestCase):
     def assert_alive(self, what):
         rep = wfstest.ctl_request(SOCK, {"op": "status"})

@@ -36,6 +36,12 @@ int jbytes_set(json_t *o, const char *field, const char *p, size_t n)
 	return !v || json_object_set_new(o, hexfield, v) ? -ENOMEM : 0;
 }
 
+int jbytes_hex_value(char c)
+{
+	return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 :
+	       c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
 int jbytes_unhex(const char *hex, char **out, size_t *len)
 {
 	size_t n = strlen(hex);
@@ -45,14 +51,16 @@ int jbytes_unhex(const char *hex, char **out, size_t *len)
 	if (!(*out = malloc(n / 2 + 1)))
 		return -ENOMEM;
 	for (size_t i = 0; i < n / 2; i++) {
-		unsigned int b;
+		int hi = jbytes_hex_value(hex[2 * i]), lo = jbytes_hex_value(hex[2 * i + 1]);
 
-		if (sscanf(hex + 2 * i, "%2x", &b) != 1) {
+		/* two hex digits a byte, nothing else: sscanf's %2x would take
+		 * " 1", "+1" or "-1" (as 0xff) for a byte too */
+		if (hi < 0 || lo < 0) {
 			free(*out);
 			*out = NULL;
 			return -EINVAL;
 		}
-		(*out)[i] = (char)b;
+		(*out)[i] = (char)(hi << 4 | lo);
 	}
 	(*out)[n / 2] = '\0';
 	*len = n / 2;

@@ -21,6 +21,9 @@ int jbytes_get(json_t *o, const char *field, char **out, size_t *len);
 /* The bytes @p, @n as lower-case hex, a JSON string (NULL: no memory). */
 json_t *jbytes_hex(const char *p, size_t n);
 
+/* The value of the hex digit @c (either case), or -1. */
+int jbytes_hex_value(char c);
+
 /* The bytes the hex text @hex stands for, in *@out (malloc'ed,
  * NUL-terminated; the caller frees it), its length in *@len.  0, -EINVAL
  * when not hex, -ENOMEM. */

@@ -1,5 +1,6 @@
 /* reply.c - see reply.h. */
 #include "reply.h"
+#include "jbytes.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -67,20 +68,14 @@ int reply_escape(const char *s, char *out, size_t outsz, int controls)
 	return esc;
 }
 
-static int hex_digit(char c)
-{
-	return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 :
-	       c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-}
-
 int reply_unescape(const char *s, char *out, size_t outsz)
 {
 	size_t used = 0;
 	int any = 0;
 
 	while (*s) {
-		int hi = s[0] == '\\' && s[1] == 'x' ? hex_digit(s[2]) : -1;
-		int lo = hi >= 0 ? hex_digit(s[3]) : -1;
+		int hi = s[0] == '\\' && s[1] == 'x' ? jbytes_hex_value(s[2]) : -1;
+		int lo = hi >= 0 ? jbytes_hex_value(s[3]) : -1;
 		char c;
 
 		if (lo >= 0) {

@@ -425,6 +425,9 @@ class NotUtf8Names(unittest.TestCase):
         self.assertEqual([r["repo"] for r in rep["repos"]], ["models--hostile--caf\\xe9"], rep)
         for req in ({"op": "promote", "paths_hex": ["zz"]}, {"op": "promote", "paths_hex": [""]},
                     {"op": "promote", "paths_hex": ["6100"]}, {"op": "status", "path_hex": 5},
+                    # two hex digits a byte: not a sign, a blank or 0x
+                    {"op": "status", "path_hex": "-1"}, {"op": "status", "path_hex": "+1"},
+                    {"op": "status", "path_hex": " a"}, {"op": "status", "path_hex": "0x61"},
                     {"op": "promote", "paths_hex": [hexrel], "paths": [rel]},
                     {"op": "status", "path_hex": repo.hex(), "path": "x"}):
             rep = ctl_request(F["sock"], req)

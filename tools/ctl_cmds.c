@@ -492,17 +492,21 @@ static int pin_call(const struct ctl_opts *o, const char *op, const char *done)
 	uint64_t n;
 
 	if (o->ref) {
+		char repo[FMT_TEXT], ref[FMT_TEXT];
+
 		if (simple_call(o, op, json_pack("{s:s, s:s}", "op", op, "ref", o->ref), true, &rep))
 			return 1;
 		n = jget_u64(rep.obj, "count");
+		/* the repo is a NAS name: no control character reaches the terminal */
+		fmt_text(jget_str(rep.obj, "repo"), repo, sizeof(repo));
+		fmt_text(o->ref, ref, sizeof(ref));
 		if (!o->json && !strcmp(op, "pin"))
 			printf("pinned %s refs/%s (revision %s, %llu blob%s); it follows the ref\n",
-			       jget_str(rep.obj, "repo"), o->ref, jget_str(rep.obj, "commit"),
+			       repo, ref, jget_str(rep.obj, "commit"),
 			       (unsigned long long)n, n == 1 ? "" : "s");
 		else if (!o->json)
 			printf("dropped the pin of %s refs/%s; %llu blob%s unpinned\n",
-			       jget_str(rep.obj, "repo"), o->ref, (unsigned long long)n,
-			       n == 1 ? "" : "s");
+			       repo, ref, (unsigned long long)n, n == 1 ? "" : "s");
 		ctl_reply_free(&rep);
 		return 0;
 	}

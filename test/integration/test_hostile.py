@@ -456,7 +456,16 @@ class Terminal(unittest.TestCase):
         rc, out2, err = wfstest.run_wfsctl(["promote", "--range", "0:1G", p])
         self.assertEqual(rc, 1, "a range past the end: %s%s" % (out2, err))
         self.assertIn("odd/new?line.txt: range 0:1073741824 is past the end", err)
-        for text in (out, out2, err):
+        # a ref pin names its repo
+        esc = "models--hostile--ref\x1b]0;x\x07\nFAKE"
+        ev = wfstest.make_hf_repo(F["hub"], esc, {"a.bin": b"a"})
+        top = os.fsdecode(m(esc))
+        self.assertTrue(wfstest.wait_until(lambda: os.path.isdir(top), 10))
+        rc, out3, err3 = wfstest.run_wfsctl(["pin", "--ref", "main", top])
+        self.assertEqual(rc, 0, out3 + err3)
+        self.assertIn("pinned models--hostile--ref?]0;x??FAKE refs/main (revision %s" % ev, out3)
+        wfstest.ctl_check(self, ["unpin", "--ref", "main", top])
+        for text in (out, out2, err, out3):
             self.assertFalse(any(c in text for c in "\x1b\x07"), repr(text))
             self.assertFalse(any(ln.startswith("FAKE") for ln in text.splitlines()), repr(text))
 

@@ -367,7 +367,7 @@ static int parse_cmd_args(const struct cmd *c, int argc, char **argv, int i,
 	return -1; /* go on and run it */
 }
 
-int main(int argc, char **argv)
+static int run(int argc, char **argv)
 {
 	struct ctl_opts o = { 0 };
 	const struct cmd *c;
@@ -433,4 +433,25 @@ int main(int argc, char **argv)
 	free(o.paths);
 	free(o.ranges);
 	return r;
+}
+
+/* Output that could not be written (a full disk) must not exit 0: a
+ * script moves the file into place on success (wfsctl(1)'s node-exporter
+ * example: wfsctl stats --prometheus > F.$$ && mv F.$$ F). */
+static int stdout_written(int r)
+{
+	int bad;
+
+	errno = 0;
+	bad = fflush(stdout) != 0 || ferror(stdout);
+	if (!bad)
+		return r;
+	fprintf(stderr, "wfsctl: cannot write the output: %s\n",
+		errno ? strerror(errno) : "write error");
+	return r ? r : 1;
+}
+
+int main(int argc, char **argv)
+{
+	return stdout_written(run(argc, argv));
 }

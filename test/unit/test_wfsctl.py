@@ -152,6 +152,14 @@ def body(t, work):
     r = run("--json", "status", "models--org--good", cwd=root)
     ok("--json before the command", r[0] == 0 and json.loads(r[1])["repos"][0]["repo"] == "models--org--good",
        show(r))
+    # output lost on a full disk is a failure: wfsctl(1)'s cron example
+    # moves the file into place when wfsctl exits 0
+    for args in (["--json", "status"], ["stats", "--prometheus"], ["status"]):
+        with open("/dev/full", "w") as full:
+            p = subprocess.run([t.wfsctl] + args, cwd=root, stdout=full, stderr=subprocess.PIPE,
+                               timeout=60)
+        ok(f"{' '.join(args)} > /dev/full: exit 1, said", p.returncode == 1
+           and b"wfsctl: cannot write the output" in p.stderr, repr((p.returncode, p.stderr)))
 
     # --- the NAS's state and the local record
     nas_tests(t, hub, root)

@@ -619,10 +619,11 @@ const struct control_op *control_check(struct control *c, const char *line, size
 	else if (req_hex_names(*req, &why) < 0)
 		*rep = reply_error(EINVAL, "%s: %s", op, why);
 	else if (o->changes && !open_to_all(o, *req) && !control_privileged(c, peer))
-		*rep = reply_error(EPERM, "%s%s: only root or the mount's owner (uid %u) may do this",
-				   op, o->fn == op_promote_req && json_object_get(*req, "part") ?
-				   " with \"part\" (it reads the file's header, a dry run too)" : "",
-				   (unsigned)c->owner);
+		/* "OP: ...": wfsctl adds no "OP: " of its own before it */
+		*rep = reply_error(EPERM, "%s: only root or the mount's owner (uid %u) may do this%s",
+				   op, (unsigned)c->owner,
+				   o->fn == op_promote_req && json_object_get(*req, "part") ?
+				   " with \"part\" (it reads the file's header, a dry run too)" : "");
 	else if (!o->slow || nas_gate_up(c->gate))
 		return o;
 	else if ((o = nas_down_op(c, o, rep)))

@@ -136,6 +136,8 @@ class Permissions(unittest.TestCase):
                 cmd = ["promote", "--dry-run", "--part", part, FIX.m(rel)]
                 rc, out, err = run_wfsctl(cmd, uid=NOBODY, timeout=30)
                 self.assert_eperm(" ".join(cmd[:-1]), rc, out, err)
+                self.assertIn("wfsctl: promote: only root or the mount's owner (uid 0) may do "
+                              "this with \"part\"", err)
                 rc, out, err = run_wfsctl(["--json"] + cmd, uid=NOBODY, timeout=30)
                 self.assert_eperm("--json " + " ".join(cmd[:-1]), rc, out, err)
                 for leak in leaks:

@@ -201,6 +201,7 @@ static void copy_done_locked(struct store *s, struct blob *b, int r, uint64_t si
 		b->state = BLOB_MISMATCH;
 		snprintf(b->reason, sizeof(b->reason), "%s", res->reason);
 		s->mismatches++;
+		store_dirty_locked(s); /* the index keeps the flag */
 		store_log_msg(s, LOG_ERR, "MISMATCH %s: %s; not promoted, served from the NAS", key,
 			  res->reason);
 	} else if (r == -ENOSPC || r == -EDQUOT) {

@@ -545,6 +545,34 @@ static void test_evict_in_flight(struct check_count *c)
 	store_close(&s);
 }
 
+/* A mismatch is in the index once found: its request's store_sync ran
+ * while the copy was still going, and killed before any other change, a
+ * restart would forget it (and copy the blob again). */
+static void test_mismatch_recorded(struct check_count *c)
+{
+	enum { N = 2 << 20 };
+	struct store_opts opt = { .workers = 1 };
+	char local[PATH_MAX * 2], *buf = pattern(N, 9);
+	struct store s;
+	struct blob *b;
+
+	snprintf(local, sizeof(local), "%s/mlocal", top);
+	mkdir(local, 0755);
+	put("nas/mbad", buf, N);
+	free(buf);
+	CHECK(c, store_open(&s, local, &opt, NULL) == 0 && store_start(&s) == 0, "open");
+	store_set_bw_limit(&s, N); /* the copy takes about a second */
+	b = blob_of(&s, "nas/mbad",
+		    "1111111111111111111111111111111111111111111111111111111111111111");
+	store_promote(&s, b, 0, 1);
+	CHECK(c, store_sync(&s) == 0, "the request's sync");
+	CHECK(c, wait_settled(&s, b) == BLOB_MISMATCH, "mismatch: %s",
+	      blob_state_name(blob_state(b)));
+	CHECK(c, store_sync(&s) == 0 && index_records(&s) == 1,
+	      "the mismatch in the index on disk: %d records", index_records(&s));
+	store_close(&s);
+}
+
 /* sha256("hello\n") */
 #define HELLO_SHA "5891b5b522d5df086d0ff0b110fbd9d21bb4fc7163af34d08286a2e846f6be03"
 
@@ -760,6 +788,7 @@ int main(void)
 	test_local_error(&c);
 	test_index_faults(&c);
 	test_evict_in_flight(&c);
+	test_mismatch_recorded(&c);
 	test_publish_syncs(&c);
 	test_evict_shared_unproven(&c);
 	snprintf(dir, sizeof(dir), "rm -rf %s", top);

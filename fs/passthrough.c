@@ -5,6 +5,7 @@
 #include <fuse_lowlevel.h>
 
 #include "passthrough.h"
+#include "replyorder.h"
 #include "uring.h"
 
 #include <errno.h>
@@ -62,19 +63,8 @@ struct backing_map {
 	uint64_t padding;
 };
 
-/* Every reply reaches the kernel before it sends a request that depends on
- * it (the RELEASE of a file comes after the replies to its READs), so a
- * reply happens before the read() of any later request.  ThreadSanitizer
- * sees that for replies written with writev() but not for those spliced
- * from a pipe (libfuse's zero-copy READ replies): there, say it ourselves. */
 #ifdef __SANITIZE_THREAD__
-#include <sanitizer/tsan_interface.h>
-static char reply_order;
-#define REPLY_SENT() __tsan_release(&reply_order)
-#define REQUEST_READ() __tsan_acquire(&reply_order)
-#else
-#define REPLY_SENT() ((void)0)
-#define REQUEST_READ() ((void)0)
+char wfs_reply_order; /* replyorder.h */
 #endif
 
 static struct passthrough *PT(void *userdata)

@@ -4,6 +4,7 @@
 #define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
 
+#include "replyorder.h"
 #include "uring.h"
 
 #include <errno.h>
@@ -361,6 +362,7 @@ static int next_request(struct uring_ent *e, struct __kernel_timespec *idle)
 			     "through /dev/fuse", e->qid, strerror(-r));
 		return -1;
 	}
+	REQUEST_READ();
 	return 1;
 }
 
@@ -497,6 +499,7 @@ ssize_t uring_take_reply(struct fuse_uring *u, const struct iovec *iov, int coun
 			memcpy(e->hdr->in_out, oh, sizeof(*oh));
 			e->hdr->ent.payload_sz = (uint32_t)body;
 		}
+		REPLY_SENT(); /* before the commit that hands it to the kernel */
 		e->replied = 1;
 		atomic_store(&e->unique, 0);
 		pthread_cond_signal(&e->replied_cond);

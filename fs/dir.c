@@ -123,6 +123,7 @@ int dir_lists_init(struct dir_lists *ls)
 {
 	memset(ls, 0, sizeof(*ls));
 	pthread_mutex_init(&ls->lock, NULL);
+	pthread_cond_init(&ls->tails_done, NULL);
 	ls->plan = walk_plan_new();
 	return ls->plan ? 0 : -ENOMEM;
 }
@@ -136,6 +137,7 @@ void dir_lists_destroy(struct dir_lists *ls)
 		listing_free(l);
 	}
 	walk_plan_free(ls->plan);
+	pthread_cond_destroy(&ls->tails_done);
 	pthread_mutex_destroy(&ls->lock);
 }
 
@@ -527,6 +529,86 @@ static int name_left_out(int r)
 	return r == -ENOENT || r == -EACCES || r == -EPERM || r == -ELOOP || r == -ENAMETOOLONG;
 }
 
+/* ---- what a READDIRPLUS does after replying ----
+ *
+ * Classifying the next batch ahead, listing the walk's next directory:
+ * on a /dev/fuse worker, the next request meanwhile goes to another
+ * worker.  A ring thread (fs/uring.h) takes no request until its handler
+ * returns, and the kernel gives the next request to the entry committed
+ * last -- its own -- so there the tail runs on a thread of its own, at most
+ * REPLY_TAILS at once (past that, inline as on a worker).  Over rings the
+ * cold walk went 1.82x -> 1.48x of direct (bench compare). */
+#define REPLY_TAILS 4
+
+struct reply_tail {
+	struct wfs *w;
+	struct listing *d; /* the reply's listing, its reference handed over */
+	size_t first, size;
+	int ahead, walked, note, end;
+};
+
+static void run_tail(const struct reply_tail *t)
+{
+	if (t->ahead)
+		classify_ahead(t->w, t->d, t->first, t->size);
+	else if (t->walked)
+		prefetch_next(t->w, t->size);
+	if (t->note)
+		dir_attrs_note(&t->w->dirattr, t->d->rel);
+	listing_put(t->w, t->d, t->end);
+}
+
+static void tail_ended(struct dir_lists *ls)
+{
+	pthread_mutex_lock(&ls->lock);
+	if (--ls->tails == 0)
+		pthread_cond_broadcast(&ls->tails_done);
+	pthread_mutex_unlock(&ls->lock);
+}
+
+static void *tail_thread(void *arg)
+{
+	struct reply_tail *t = arg;
+	struct dir_lists *ls = &t->w->lists;
+
+	run_tail(t);
+	free(t);
+	tail_ended(ls);
+	return NULL;
+}
+
+static void tail_after_reply(const struct reply_tail *t)
+{
+	struct dir_lists *ls = &t->w->lists;
+	struct reply_tail *own;
+	pthread_t th;
+	int go;
+
+	if ((t->ahead || t->walked) && uring_here() && (own = malloc(sizeof(*own)))) {
+		*own = *t;
+		pthread_mutex_lock(&ls->lock);
+		go = ls->tails < REPLY_TAILS;
+		ls->tails += go;
+		pthread_mutex_unlock(&ls->lock);
+		if (go && pthread_create(&th, NULL, tail_thread, own) == 0) {
+			pthread_detach(th);
+			return;
+		}
+		if (go)
+			tail_ended(ls);
+		free(own);
+	}
+	run_tail(t);
+}
+
+void dir_tails_wait(struct dir_lists *ls)
+{
+	pthread_mutex_lock(&ls->lock);
+	while (ls->tails)
+		pthread_cond_wait(&ls->tails_done, &ls->lock);
+	pthread_mutex_unlock(&ls->lock);
+}
+
 static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, int plus)
 {
 	struct wfs *w = W(req);
@@ -622,13 +704,9 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, i
 		listing_put(w, d, 0);
 		return;
 	}
-	if (ahead)
-		classify_ahead(w, d, i - 2, size);
-	else if (walked)
-		prefetch_next(w, size);
-	if (!used && !uncache)
-		dir_attrs_note(&w->dirattr, d->rel);
-	listing_put(w, d, used == 0); /* nothing sent: the end of the pass */
+	tail_after_reply(&(struct reply_tail){ .w = w, .d = d, .first = i - 2, .size = size,
+		.ahead = ahead, .walked = walked, .note = !used && !uncache,
+		.end = used == 0 /* nothing sent: the end of the pass */ });
 }
 
 void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,

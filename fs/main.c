@@ -682,6 +682,7 @@ static void stop_serving(struct wfs *w)
 	/* The rings' threads end; closing the rings drops their hold on the
 	 * device, which ends the requests still queued for them. */
 	uring_stop(&w->uring);
+	dir_tails_wait(&w->lists); /* they note directories, read the store */
 	dir_attrs_stop(&w->dirattr); /* its stat in flight, if any, fails now */
 	control_stop(&w->ctl);
 	metrics_writer_stop(&w->metrics); /* reads the store; removes the file */
@@ -697,6 +698,7 @@ static void end_session(struct wfs *w, enum session_stage stage)
 	if (stage >= SES_MOUNTED) {
 		end_device(w); /* once unmounted, nothing more */
 		uring_stop(&w->uring);
+		dir_tails_wait(&w->lists);
 		dir_attrs_stop(&w->dirattr);
 	}
 	if (stage >= SES_SIGNALS)

@@ -25,6 +25,9 @@ void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
  * way), freed at the end. */
 int dir_lists_init(struct dir_lists *ls);
 void dir_lists_destroy(struct dir_lists *ls);
+/* dir.c: wait for the replies' tails still running on threads of their
+ * own (over io_uring): after the rings stopped, before what they use goes. */
+void dir_tails_wait(struct dir_lists *ls);
 void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
 void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi);
 void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off, struct fuse_file_info *fi);

@@ -56,6 +56,8 @@ struct dir_lists {
 	uint32_t last_id;     /* LOCK: the id given last */
 	struct walk_plan *plan; /* LOCK: the walk under way (core/walkplan.h) */
 	int prefetching;      /* LOCK: workers listing the plan's next directories */
+	unsigned tails;       /* LOCK: replies' tails running on threads of their own */
+	pthread_cond_t tails_done; /* LOCK: @tails went to 0 */
 };
 
 struct wfs {

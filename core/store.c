@@ -558,6 +558,7 @@ int store_start(struct store *s)
 	s->threads = calloc(s->opt.workers + 1, sizeof(*s->threads));
 	if (!s->threads)
 		return -ENOMEM;
+	store_trim(s); /* before the first copy: it fits with the truth counted */
 	if (pthread_create(&s->threads[s->nthreads], NULL, store_recheck_sweep, s) == 0)
 		s->nthreads++;
 	for (unsigned i = 0; i < s->opt.workers; i++) {

@@ -75,6 +75,10 @@ uint64_t part_charge_locked(const struct store *s, const struct blob *b);
 int space_reserve_locked(struct store *s, struct blob *b, uint64_t need, uint64_t *slot,
 			 char *why, size_t wsz, int *evicted);
 void space_release_locked(struct store *s, struct blob *b);
+/* At the start: copies over store_max (a limit lowered since the last run)
+ * are evicted, least recently used first, until they fit; pinned and open
+ * ones stay (logged when they alone are over it). */
+void store_trim(struct store *s);
 /* @b's copy was unlinked: while it is open its blocks stay in use. */
 void space_unlinked_locked(struct store *s, struct blob *b);
 /* The last open of @b closed. */

@@ -330,39 +330,41 @@ static void explain(const struct room *m, const struct store_usage *u,
 	}
 }
 
-int space_reserve_locked(struct store *s, struct blob *b, uint64_t need, uint64_t *slot,
-			 char *why, size_t wsz, int *evicted)
+/* What the copies, reservations and held copies take now, and the
+ * filesystem's free space, floor and pending allocations. */
+static void room_now_locked(struct store *s, struct room *m, struct store_usage *u)
 {
-	struct store_usage u;
 	struct statvfs sv;
-	struct room m = { 0 };
+
+	tally_locked(s, u);
+	m->limit = u->limit;
+	m->used = u->used + s->reserved + s->held;
+	if (statvfs(s->dir, &sv) == 0) {
+		m->have_fs = 1;
+		m->avail = (uint64_t)sv.f_bavail * sv.f_frsize;
+		m->floor = policy_floor(s->opt.policy, (uint64_t)sv.f_blocks * sv.f_frsize);
+		m->pending = unallocated_locked(s);
+	}
+}
+
+/* Evict least recently used copies until @m fits: copies whose every blob
+ * is neither pinned nor open and, when @b is given, was last used before
+ * @b was asked for -- so the blobs of one request (a repo larger than the
+ * room) do not evict each other in turn.  A copy another blob still serves
+ * frees nothing: it is no candidate.  Unless @partial, nothing is evicted
+ * when evicting every candidate would not make it fit.  Returns 0, or
+ * -ENOSPC (-ENOMEM) with *@evictable what the candidates take. */
+static int evict_lru_locked(struct store *s, struct room *m, const struct blob *b,
+			    const char *msg, int partial, uint64_t *evictable, int *evicted)
+{
 	struct copies cs;
 	struct cand *cand = NULL;
 	size_t ncand = 0;
-	uint64_t evictable = 0, freed = 0;
+	uint64_t freed = 0;
 
-	*evicted = 0;
-	tally_locked(s, &u);
-	m.need = need;
-	m.limit = u.limit;
-	m.used = u.used + s->reserved + s->held;
-	if (statvfs(s->dir, &sv) == 0) {
-		m.have_fs = 1;
-		m.avail = (uint64_t)sv.f_bavail * sv.f_frsize;
-		m.floor = policy_floor(s->opt.policy, (uint64_t)sv.f_blocks * sv.f_frsize);
-		m.pending = unallocated_locked(s);
-	}
-	if (fits(&m, 0))
-		goto reserve;
-
-	/* Candidates: copies whose every blob is neither pinned nor open, and
-	 * was last used before @b was asked for -- so the blobs of one request
-	 * (a repo larger than the room) do not evict each other in turn.  A
-	 * copy another blob still serves frees nothing: it is no candidate. */
-	if (copies_get_locked(s, &cs) < 0) {
-		explain(&m, &u, 0, why, wsz);
-		return -ENOSPC;
-	}
+	*evictable = 0;
+	if (copies_get_locked(s, &cs) < 0)
+		return -ENOMEM;
 	cand = malloc((cs.n ? cs.n : 1) * sizeof(*cand));
 	for (size_t i = 0, j; cand && i < cs.n; i = j) {
 		uint64_t last = 0;
@@ -373,20 +375,16 @@ int space_reserve_locked(struct store *s, struct blob *b, uint64_t need, uint64_
 		for (size_t k = i; k < j; k++)
 			last = cs.v[k]->use_ns > last ? cs.v[k]->use_ns : last;
 		cand[ncand++] = (struct cand){ i, j, last, cs.v[i]->key };
-		evictable += store_charge(s, cs.v[i]->size);
+		*evictable += store_charge(s, cs.v[i]->size);
 	}
-	if (!cand || !fits(&m, evictable)) {
+	if (!cand || (!partial && !fits(m, *evictable))) {
 		/* Evicting would not make it fit: keep every copy. */
-		explain(&m, &u, evictable, why, wsz);
 		free(cand);
 		copies_free(&cs);
-		return -ENOSPC;
+		return cand ? -ENOSPC : -ENOMEM;
 	}
 	qsort(cand, ncand, sizeof(*cand), lru_cmp);
-	for (size_t n = 0; n < ncand && !fits(&m, freed); n++) {
-		char msg[PATH_MAX + 128];
-
-		snprintf(msg, sizeof(msg), "evicted for room (least recently used) for %s", b->key);
+	for (size_t n = 0; n < ncand && !fits(m, freed); n++) {
 		freed += store_charge(s, cs.v[cand[n].i]->size);
 		/* every blob of the copy: the last one removes the file */
 		for (size_t k = cand[n].i; k < cand[n].j; k++) {
@@ -398,11 +396,29 @@ int space_reserve_locked(struct store *s, struct blob *b, uint64_t need, uint64_
 	}
 	free(cand);
 	copies_free(&cs);
+	return fits(m, freed) ? 0 : -ENOSPC;
+}
+
+int space_reserve_locked(struct store *s, struct blob *b, uint64_t need, uint64_t *slot,
+			 char *why, size_t wsz, int *evicted)
+{
+	struct store_usage u;
+	struct room m = { 0 };
+	uint64_t evictable = 0;
+	char msg[PATH_MAX + 128];
+
+	*evicted = 0;
+	room_now_locked(s, &m, &u);
+	m.need = need;
+	if (fits(&m, 0))
+		goto reserve;
+	snprintf(msg, sizeof(msg), "evicted for room (least recently used) for %s", b->key);
+	if (evict_lru_locked(s, &m, b, msg, 0, &evictable, evicted) < 0 && !*evicted) {
+		explain(&m, &u, evictable, why, wsz);
+		return -ENOSPC;
+	}
 	/* What is on disk now, whatever the plan said. */
-	tally_locked(s, &u);
-	m.used = u.used + s->reserved + s->held;
-	if (m.have_fs && statvfs(s->dir, &sv) == 0)
-		m.avail = (uint64_t)sv.f_bavail * sv.f_frsize;
+	room_now_locked(s, &m, &u);
 	if (!fits(&m, 0)) {
 		explain(&m, &u, 0, why, wsz);
 		return -ENOSPC;
@@ -411,6 +427,34 @@ reserve:
 	s->reserved += m.need;
 	*slot = m.need;
 	return 0;
+}
+
+void store_trim(struct store *s)
+{
+	struct store_usage u;
+	struct room m = { 0 };
+	uint64_t evictable;
+	char msg[128], lim[32], used[32];
+	int evicted = 0, r;
+
+	pthread_mutex_lock(&s->lock);
+	room_now_locked(s, &m, &u);
+	m.have_fs = 0; /* the floor is kept by the copies that start, not here */
+	if (fits(&m, 0)) {
+		pthread_mutex_unlock(&s->lock);
+		return;
+	}
+	fmt_bytes(m.limit, lim, sizeof(lim));
+	fmt_bytes(m.used, used, sizeof(used));
+	snprintf(msg, sizeof(msg), "evicted (least recently used): the copies (%s) were over "
+		 "store_max (%s)", used, lim);
+	r = evict_lru_locked(s, &m, NULL, msg, 1, &evictable, &evicted);
+	room_now_locked(s, &m, &u);
+	store_log_msg(s, r < 0 ? LOG_WARNING : LOG_NOTICE, "store_max %s: the copies took %s; "
+		      "%d evicted, %s now%s", lim, used, evicted,
+		      fmt_bytes(m.used, used, sizeof(used)), r < 0 ? ", still over: the rest is "
+		      "pinned or open" : "");
+	pthread_mutex_unlock(&s->lock);
 }
 
 void space_release_locked(struct store *s, struct blob *b)

@@ -6,7 +6,8 @@
  *   room     the size limit counts copies, copies in flight and evicted
  *            copies still open; eviction is least recently used, never a
  *            pinned or open copy; what does not fit stays on the NAS with
- *            the reason; the limit holds while copies are in flight
+ *            the reason; the limit holds while copies are in flight, and
+ *            from the start when it was lowered since the last run
  *   auto     NAS reads past the threshold promote; a hot shard queues its
  *            siblings (by name and by weight_map); exclusions hold; off is off
  *   refs     a ref pin follows its ref, unpins the old revision once the new
@@ -303,6 +304,43 @@ static void test_room(void)
 		CHECK(&c, u.blobs == 3 && u.reserved == 0, "three local, nothing reserved: %llu, %llu",
 		      (unsigned long long)u.blobs, (unsigned long long)u.reserved);
 		store_set_bw_limit(&s, 0);
+	}
+
+	/* store_max lowered between two runs: the start evicts down to it,
+	 * least recently used first, never the pinned copy */
+	{
+		char kept[3][64];
+		int n = 0;
+
+		for (int i = 0; i < 8 && n < 3; i++)
+			if (blob_state(b[i]) == BLOB_LOCAL) {
+				snprintf(kept[n++], sizeof(kept[0]), "models--t--room/blobs/b%d", i);
+				store_note_read(&s, b[i], 4096, 1); /* used in this order */
+				if (n == 1)
+					store_pin(&s, b[i], 1);
+				next_use_tick();
+			}
+		CHECK(&c, n == 3, "three local copies to shrink: %d", n);
+		store_close(&s);
+		pol.store_max = 2 * ch + ch / 2; /* room for two */
+		CHECK(&c, store_open(&s, local, &opt, NULL) == 0 && store_start(&s) == 0, "reopen");
+		n = 0;
+		for (int i = 0; i < 8; i++) {
+			snprintf(name, sizeof(name), "models--t--room/blobs/b%d", i);
+			b[i] = blob_at(&s, name);
+			n += blob_state(b[i]) == BLOB_LOCAL;
+		}
+		CHECK(&c, blob_state(blob_at(&s, kept[0])) == BLOB_LOCAL &&
+		      blob_state(blob_at(&s, kept[1])) == BLOB_NAS &&
+		      blob_state(blob_at(&s, kept[2])) == BLOB_LOCAL,
+		      "the pinned and the most recently used copies kept");
+		store_usage(&s, &u);
+		CHECK(&c, u.used <= pol.store_max && n == 2 && u.pinned_bytes == ch,
+		      "a lower store_max holds from the start: %llu of %llu, %d local, %llu pinned",
+		      (unsigned long long)u.used, (unsigned long long)pol.store_max, n,
+		      (unsigned long long)u.pinned_bytes);
+		CHECK(&c, du_copies(local) <= pol.store_max, "on disk too: %llu of %llu",
+		      (unsigned long long)du_copies(local), (unsigned long long)pol.store_max);
 	}
 	store_close(&s);
 	policy_opts_free(&pol);

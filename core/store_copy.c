@@ -130,18 +130,18 @@ int store_publish(struct store *s, const char *tmp, const char *xxh)
 	return durable_fsync_dir(dir);
 }
 
-/* Bytes/s this copy may read: a cap is shared by every copy that may run
- * at once under it. */
-static uint64_t copy_rate(struct store *s, int auto_copy)
+uint64_t store_copy_rate(struct store *s, int auto_copy)
 {
 	const struct policy_opts *pol = s->opt.policy;
 	uint64_t total = atomic_load_explicit(&s->bw_limit, memory_order_relaxed);
+	/* promote_mbps: the workers' copies, automatic or not, and the range
+	 * worker's may all run at once */
+	uint64_t share = policy_share(total, s->opt.workers + 1), auto_share;
 
-	if (!auto_copy)
-		return policy_share(total, s->opt.workers);
-	if (pol && pol->auto_bw && (!total || pol->auto_bw < total))
-		total = pol->auto_bw;
-	return policy_share(total, s->auto_max);
+	if (!auto_copy || !pol || !pol->auto_bw)
+		return share;
+	auto_share = policy_share(pol->auto_bw, s->auto_max);
+	return share && share < auto_share ? share : auto_share;
 }
 
 /* The copy of @b renamed into data/ as @xxh does not serve (its source
@@ -286,7 +286,7 @@ static int adopt_one(struct store *s, struct blob *b)
 	b->state = BLOB_COPYING;
 	s->auto_running += auto_copy;
 	s->started++;
-	rate = copy_rate(s, auto_copy);
+	rate = store_copy_rate(s, auto_copy);
 	pthread_mutex_unlock(&s->lock);
 
 	memset(&res, 0, sizeof(res));
@@ -352,7 +352,7 @@ static void copy_one(struct store *s, struct blob *b)
 	b->state = BLOB_COPYING;
 	s->auto_running += auto_copy;
 	s->started++;
-	rate = copy_rate(s, auto_copy);
+	rate = store_copy_rate(s, auto_copy);
 	pthread_mutex_unlock(&s->lock);
 
 	/* Evicted copies are gone from data/ already: the index must stop

@@ -178,5 +178,9 @@ int store_publish(struct store *s, const char *tmp, const char *xxh);
 void store_unqueue_locked(struct store *s, struct blob *b);
 void store_enqueue_locked(struct store *s, struct blob *b);
 void *store_worker(void *arg);
+/* Bytes/s a copy may read from the NAS (0: no cap): promote_mbps is shared
+ * by every copy that may run at once (the workers' and the range worker's),
+ * and an automatic copy keeps to its share of auto_mbps too. */
+uint64_t store_copy_rate(struct store *s, int auto_copy);
 
 #endif

@@ -182,7 +182,7 @@ static void copy_want(struct store *s, struct blob *b)
 		snprintf(res.reason, sizeof(res.reason), "cannot copy %s: the NAS is down", key);
 	} else if ((fd = r = open_part(s->part_dir, path, size)) >= 0) {
 		r = fetch_range_verify(key, size, fd, w.off, w.len,
-				       atomic_load(&s->bw_limit), &p->prog, &res);
+				       store_copy_rate(s, 0), &p->prog, &res);
 		if (r < 0)
 			punch(fd, w.off, w.len); /* no listed range's bytes (above): never served */
 		if (r == 0 && fstat(fd, &st) < 0)

@@ -518,7 +518,7 @@ static void test_evict_in_flight(struct check_count *c)
 	put("nas/eq", buf + 1, N - 1);
 	free(buf);
 	CHECK(c, store_open(&s, local, &opt, NULL) == 0 && store_start(&s) == 0, "open");
-	store_set_bw_limit(&s, N); /* a copy takes about a second */
+	store_set_bw_limit(&s, 2 * N); /* a half each (worker, range worker): ~1 s a copy */
 	b = blob_of(&s, "nas/ev", "ev");
 	q = blob_of(&s, "nas/eq", "eq");
 	store_promote(&s, b, 1, 1);
@@ -561,7 +561,7 @@ static void test_mismatch_recorded(struct check_count *c)
 	put("nas/mbad", buf, N);
 	free(buf);
 	CHECK(c, store_open(&s, local, &opt, NULL) == 0 && store_start(&s) == 0, "open");
-	store_set_bw_limit(&s, N); /* the copy takes about a second */
+	store_set_bw_limit(&s, 2 * N); /* a half each (worker, range worker): ~1 s a copy */
 	b = blob_of(&s, "nas/mbad",
 		    "1111111111111111111111111111111111111111111111111111111111111111");
 	store_promote(&s, b, 0, 1);

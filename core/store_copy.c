@@ -168,6 +168,15 @@ static void unpublish_locked(struct store *s, struct blob *b, const char *xxh)
 		store_log_msg(s, LOG_WARNING, "cannot remove %s: %s", path, strerror(errno));
 }
 
+/* @b did not fit.  A ref pin asks for its revision's blobs at every poll
+ * of the ref: its next try waits for the backoff a failure starts, and
+ * the store makes it when that passes (a poll before is not one). */
+static void pin_backoff_locked(struct store *s, struct blob *b)
+{
+	if (b->who == STORE_BY_PIN)
+		store_backoff_locked(s, b);
+}
+
 static void copy_done_locked(struct store *s, struct blob *b, int r, uint64_t size,
 			     const struct source_at *at, const struct fetch_result *res,
 			     const char *key, const char *id)
@@ -212,6 +221,7 @@ static void copy_done_locked(struct store *s, struct blob *b, int r, uint64_t si
 			 res->reason[0] ? res->reason : strerror(-r));
 		s->failed_by[STORE_FAIL_NO_SPACE]++;
 		s->no_room++;
+		pin_backoff_locked(s, b);
 		store_log_msg(s, LOG_WARNING, "promotion of %s stopped: %s; served from the NAS", key,
 			  b->reason);
 	} else {
@@ -342,6 +352,7 @@ static void copy_one(struct store *s, struct blob *b)
 		snprintf(b->reason, sizeof(b->reason), "%s", why);
 		s->no_room++;
 		store_reset_hot_locked(s, b); /* hot again later: tried again then */
+		pin_backoff_locked(s, b);
 		store_log_msg(s, LOG_NOTICE, "not promoting %s (%s): %s; served from the NAS", key,
 			  id, why);
 		return;

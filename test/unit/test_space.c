@@ -13,6 +13,8 @@
  *            hashed, not copied: it shares that copy with no room free for
  *            a second one; other bytes under that name are a mismatch; a
  *            local blob whose name was not its bytes' gets a copy made
+ *   pinfull  a ref pin's blob that does not fit is tried again after a
+ *            backoff, not at every poll of the ref (each try a log line)
  */
 #include "check.h"
 #include "hash.h"
@@ -358,12 +360,58 @@ static void test_adopt(void)
 	policy_opts_free(&pol);
 }
 
+/* A ref pin asks for the blobs of its revision not local at every poll
+ * (pins.c pin_set): one that does not fit waits for its backoff. */
+static void test_pin_no_room(void)
+{
+	struct policy_opts pol;
+	struct store_opts opt = { .workers = 1, .policy = &pol };
+	struct store s;
+	struct blob *held, *want;
+	char local[PATH_MAX * 2];
+	uint64_t tries;
+
+	policy_opts_init(&pol);
+	pol.auto_on = 0;
+	pol.min_free_pct = 0;
+	snprintf(local, sizeof(local), "%s/local-pinfull", top);
+	mkdirs("local-pinfull");
+	mkdirs("hub/models--t--full/blobs");
+	put("hub/models--t--full/blobs/held", BLOB, 21);
+	put("hub/models--t--full/blobs/want", BLOB, 22);
+	CHECK(&c, store_open(&s, local, &opt, NULL) == 0, "open");
+	the_store = &s;
+	pol.store_max = store_charge(&s, BLOB) * 3 / 2; /* room for one */
+	CHECK(&c, store_start(&s) == 0, "start");
+	held = blob_at("hub/models--t--full/blobs/held");
+	want = blob_at("hub/models--t--full/blobs/want");
+	store_pin(&s, held, 1);
+	CHECK(&c, promote(held) == BLOB_LOCAL, "the pinned copy fills the room");
+	store_pin(&s, want, 1);
+	for (int poll = 0; poll < 5; poll++) {
+		store_request(&s, want, STORE_BY_PIN, 0);
+		CHECK(&c, store_wait_settled(&s, want, 30000) == BLOB_NAS &&
+		      strstr(info(want)->reason, "no room"), "no room: %s", info(want)->reason);
+	}
+	tries = s.no_room;
+	CHECK(&c, tries == 1, "5 polls of the ref tried the copy that cannot fit %llu times",
+	      (unsigned long long)tries);
+	CHECK(&c, info(want)->auto_retry, "it is tried again later by itself");
+	/* an operator's request is not held back */
+	store_promote(&s, want, 0, 1);
+	CHECK(&c, store_wait_settled(&s, want, 30000) == BLOB_NAS && s.no_room == tries + 1,
+	      "wfsctl promote tries at once");
+	store_close(&s);
+	policy_opts_free(&pol);
+}
+
 int main(void)
 {
 	snprintf(top, sizeof(top), "/var/tmp/wfs-space-XXXXXX");
 	check_tmpdir(top);
 	test_shared();
 	test_adopt();
+	test_pin_no_room();
 	check_rmtree(top);
 	printf("space: %d passed, %d failed\n", c.passed, c.failed);
 	return c.failed ? 1 : 0;

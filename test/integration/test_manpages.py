@@ -52,6 +52,19 @@ class ManPages(unittest.TestCase):
                                r"defaults|nofail|noauto|users?|_netdev|x-\*)\b", fuse):
             self.assertIn(word, plain, "wfs --help names %s; wfs.1 does not" % word)
 
+    def test_index_version(self):
+        """The format version of index.json that wfs.1 and the README give
+        is the one the code writes (core/index.h)."""
+        with open(os.path.join(wfstest.REPO, "core", "index.h")) as f:
+            code = int(re.search(r"^#define INDEX_VERSION (\d+)$", f.read(), re.M).group(1))
+        man = " ".join(_unroff(wfstest.man_page("wfs.1")).split())
+        self.assertEqual(re.findall(r"index\.json The state index \(mode 0600, format version (\d+)", man),
+                         [str(code)], "wfs.1 on LOCAL_STORE/index.json")
+        with open(os.path.join(wfstest.REPO, "README.md")) as f:
+            readme = f.read()
+        self.assertEqual(set(re.findall(r"The index \(version (\d+)\)", readme)), {str(code)},
+                         "README.md on the index")
+
     def test_wfsctl_1(self):
         man = wfstest.man_page("wfsctl.1")
         plain = _unroff(man)

@@ -16,20 +16,27 @@
 
 #define DOCTOR_MAX_LISTED 1000 /* a broken hub can have many; the count is exact */
 
+/* The flagged blobs: the first REPLY_FLAGGED_MAX listed, all counted. */
+struct flagged_list {
+	json_t *list;
+	json_int_t total;
+};
+
 struct findings {
 	struct store *s;
 	json_t *links;
-	json_t *flagged; /* scoped to the walk: the flagged blobs its files name */
+	struct flagged_list flagged; /* scoped to the walk: the flagged blobs its files name */
 	json_t *seen;    /* ... by key, each once (a blob has many names); NULL: not scoped */
 	json_int_t entries, problems;
 };
 
 static void flagged(void *arg, const struct blob_info *b)
 {
-	json_t *list = arg;
+	struct flagged_list *f = arg;
 
-	if (b->state == BLOB_MISMATCH || b->state == BLOB_FAILED)
-		json_array_append_new(list, json_pack("{s:o, s:o, s:s, s:o}", "key",
+	if ((b->state == BLOB_MISMATCH || b->state == BLOB_FAILED) &&
+	    f->total++ < REPLY_FLAGGED_MAX)
+		json_array_append_new(f->list, json_pack("{s:o, s:o, s:s, s:o}", "key",
 			reply_path(b->key), "id", reply_path(b->id), "state",
 			blob_state_name(b->state), "reason", reply_path(b->reason)));
 }
@@ -46,7 +53,7 @@ static void look_blob(struct findings *f, const struct ns_entry *e)
 	/* _nocheck: a NAS name need not be UTF-8; the set is never sent */
 	json_object_set_new_nocheck(f->seen, e->backing, json_true());
 	blob_info(f->s, b, &in);
-	flagged(f->flagged, &in);
+	flagged(&f->flagged, &in);
 }
 
 static int look(void *arg, const char *rel, const struct ns_entry *e)
@@ -72,12 +79,12 @@ json_t *doctor_reply(const struct hub_roots *roots, struct store *s, const char 
 	/* The whole mount: every flagged blob the store knows, named in the
 	 * tree or not; a PATH: those its files name, so that a clean part of
 	 * the hub exits 0 whatever another repo holds. */
-	struct findings f = { .s = s, .links = json_array(), .flagged = json_array(),
+	struct findings f = { .s = s, .links = json_array(), .flagged.list = json_array(),
 			      .seen = *rel ? json_object() : NULL };
 	json_t *rep = NULL;
 	int r;
 
-	if (!f.links || !f.flagged || (*rel && !f.seen))
+	if (!f.links || !f.flagged.list || (*rel && !f.seen))
 		goto out;
 	/* A PATH that is not there (a typo), or a listing that broke off, is
 	 * an error: "checked 0 entries", exit 0, would say all is well. */
@@ -87,12 +94,13 @@ json_t *doctor_reply(const struct hub_roots *roots, struct store *s, const char 
 		goto out;
 	}
 	if (!*rel)
-		store_each(s, flagged, f.flagged);
-	rep = json_pack("{s:b, s:I, s:I, s:O, s:O}", "ok", 1, "entries", f.entries,
-			"link_problems", f.problems, "links", f.links, "flagged", f.flagged);
+		store_each(s, flagged, &f.flagged);
+	rep = json_pack("{s:b, s:I, s:I, s:O, s:O, s:I}", "ok", 1, "entries", f.entries,
+			"link_problems", f.problems, "links", f.links, "flagged", f.flagged.list,
+			"flagged_total", f.flagged.total);
 out:
 	json_decref(f.links);
-	json_decref(f.flagged);
+	json_decref(f.flagged.list);
 	json_decref(f.seen);
 	return rep;
 }

@@ -8,6 +8,11 @@
 
 #include <jansson.h>
 
+/* `status` and `doctor` list at most this many flagged blobs, and give
+ * their number as "flagged_total": a store with tens of thousands of
+ * failed copies would otherwise make a reply wfsctl refuses to read. */
+#define REPLY_FLAGGED_MAX 200
+
 /* {"ok":false, "error": <message>, "errno": "<ENAME>"} */
 json_t *reply_error(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -518,7 +518,7 @@ static json_t *path_check(struct view *v, const char *norm)
 #define HELD_LIST_MAX 200 /* status lists at most this many blobs kept on the NAS */
 
 struct sums {
-	json_int_t local_bytes, nas_bytes, opens, held;
+	json_int_t local_bytes, nas_bytes, opens, held, flagged_total;
 	json_t *copies, *flagged, *held_list, *partial;
 	/* the NAS key of each entry of @partial, as it is: the reply's "key"
 	 * is escaped where the name is not UTF-8, and finds no blob */
@@ -551,7 +551,8 @@ static void sum_blob(void *arg, const struct blob_info *b)
 	/* A local copy that failed a read is flagged too: the local disk is
 	 * the operator's to look at, and until it is copied again the NAS
 	 * serves it (and an outage hides it). */
-	if (b->state == BLOB_MISMATCH || b->state == BLOB_FAILED || b->local_error)
+	if ((b->state == BLOB_MISMATCH || b->state == BLOB_FAILED || b->local_error) &&
+	    s->flagged_total++ < REPLY_FLAGGED_MAX)
 		json_array_append_new(s->flagged, json_pack("{s:o, s:o, s:s, s:o, s:b}", "key",
 			reply_path(b->key), "id", reply_path(b->id), "state",
 			blob_state_name(b->state), "reason", reply_path(b->reason),
@@ -770,14 +771,15 @@ json_t *status_reply(struct control *c, json_t *req, int walk)
 	store_each(c->store, sum_blob, &sums);
 	partial_ranges(c, sums.partial, &sums.partial_keys);
 	keys_free(&sums.partial_keys);
-	rep = json_pack("{s:b, s:o, s:o, s:s, s:o, s:o, s:{s:I, s:I, s:I}, s:o, s:o, s:I, s:o, "
-			"s:o}",
+	rep = json_pack("{s:b, s:o, s:o, s:s, s:o, s:o, s:{s:I, s:I, s:I}, s:o, s:I, s:o, s:I, "
+			"s:o, s:o}",
 		"ok", 1, "local", reply_path(c->local),
 		"mount", reply_path(c->mount), "from", reply_from(repos, refs),
 		"repos", repos, "copies", sums.copies,
 		"served", "local_bytes", sums.local_bytes, "nas_bytes", sums.nas_bytes,
 		"opens", sums.opens,
-		"flagged", sums.flagged, "held", sums.held_list, "held_total", sums.held,
+		"flagged", sums.flagged, "flagged_total", sums.flagged_total,
+		"held", sums.held_list, "held_total", sums.held,
 		"ref_pins", refs, "partial", sums.partial);
 	if (rep)
 		add_state(c, rep);

@@ -361,6 +361,7 @@ static void print_status(const json_t *st, bool revisions)
 {
 	const json_t *served = json_object_get(st, "served");
 	const json_t *flagged = json_object_get(st, "flagged");
+	uint64_t nflagged = jget_total(st, "flagged");
 	uint64_t sl = jget_u64(served, "local_bytes"), sn = jget_u64(served, "nas_bytes");
 	char a[32], b[32];
 	json_t *f;
@@ -386,12 +387,12 @@ static void print_status(const json_t *st, bool revisions)
 	print_refs(json_object_get(st, "ref_pins"));
 	print_held(json_object_get(st, "held"), jget_u64(st, "held_total"));
 	print_partial(json_object_get(st, "partial"));
-	if (!json_array_size(flagged))
+	if (!nflagged)
 		return;
 	/* Loud on purpose: a mismatch means the NAS holds wrong bytes under a
 	 * content address, which an operator has to go and fix. */
-	printf("\n!!! %zu flagged blob%s, served from the NAS:\n",
-	       json_array_size(flagged), json_array_size(flagged) == 1 ? "" : "s");
+	printf("\n!!! %llu flagged blob%s, served from the NAS:\n",
+	       (unsigned long long)nflagged, nflagged == 1 ? "" : "s");
 	json_array_foreach(flagged, i, f) {
 		char state[32], name[1024], why[FMT_TEXT];
 		size_t k;
@@ -406,6 +407,9 @@ static void print_status(const json_t *st, bool revisions)
 		       *jget_str(f, "reason") ? fmt_text(jget_str(f, "reason"), why, sizeof(why)) :
 		       "no reason given");
 	}
+	if (nflagged > json_array_size(flagged))
+		printf("  ... and %llu more\n",
+		       (unsigned long long)(nflagged - json_array_size(flagged)));
 }
 
 int cmd_status(const struct ctl_opts *o)

@@ -24,7 +24,7 @@ int cmd_doctor(const struct ctl_opts *o)
 	struct ctl_target t;
 	struct ctl_reply rep;
 	json_t *req, *links, *flags, *e;
-	uint64_t problems;
+	uint64_t problems, nflagged;
 	size_t i;
 	int r;
 
@@ -40,13 +40,14 @@ int cmd_doctor(const struct ctl_opts *o)
 	links = json_object_get(rep.obj, "links");
 	flags = json_object_get(rep.obj, "flagged");
 	problems = jget_u64(rep.obj, "link_problems");
+	nflagged = jget_total(rep.obj, "flagged");
 	if (o->json) {
 		ctl_print_raw(&rep);
 	} else {
 		printf("checked %llu entries: %llu link%s shown as links and never followed, "
-		       "%zu flagged blob%s\n", (unsigned long long)jget_u64(rep.obj, "entries"),
+		       "%llu flagged blob%s\n", (unsigned long long)jget_u64(rep.obj, "entries"),
 		       (unsigned long long)problems, problems == 1 ? "" : "s",
-		       json_array_size(flags), json_array_size(flags) == 1 ? "" : "s");
+		       (unsigned long long)nflagged, nflagged == 1 ? "" : "s");
 		json_array_foreach(links, i, e) {
 			char path[FMT_TEXT], target[FMT_TEXT];
 
@@ -66,8 +67,11 @@ int cmd_doctor(const struct ctl_opts *o)
 			       fmt_text(jget_str(e, "id"), id, sizeof(id)),
 			       fmt_text(jget_str(e, "reason"), why, sizeof(why)));
 		}
+		if (nflagged > json_array_size(flags))
+			printf("  ... and %llu more\n",
+			       (unsigned long long)(nflagged - json_array_size(flags)));
 	}
-	r = problems || json_array_size(flags);
+	r = problems || nflagged;
 	ctl_reply_free(&rep);
 	return r ? 1 : 0;
 }

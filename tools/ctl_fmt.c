@@ -144,6 +144,15 @@ uint64_t jget_u64(const json_t *obj, const char *key)
 	return 0;
 }
 
+uint64_t jget_total(const json_t *obj, const char *key)
+{
+	char total[64];
+	uint64_t n = json_array_size(json_object_get(obj, key));
+
+	snprintf(total, sizeof(total), "%s_total", key);
+	return jget_u64(obj, total) > n ? jget_u64(obj, total) : n;
+}
+
 const char *jget_str(const json_t *obj, const char *key)
 {
 	const char *s = json_string_value(json_object_get(obj, key));

@@ -40,6 +40,10 @@ void table_free(struct table *t);
 uint64_t jget_u64(const json_t *obj, const char *key);
 const char *jget_str(const json_t *obj, const char *key);
 bool jget_bool(const json_t *obj, const char *key);
+/* How many entries the list @key of @obj stands for: its "<key>_total"
+ * (a daemon lists only the first ones), at least the list's length (an
+ * older daemon sent no total). */
+uint64_t jget_total(const json_t *obj, const char *key);
 
 /* "2026-11-30 22:41:07", local time, of CLOCK_REALTIME seconds; returns @buf. */
 const char *fmt_time(int64_t t, char *buf, size_t sz);

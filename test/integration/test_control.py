@@ -469,6 +469,41 @@ class Doctor(unittest.TestCase):
                           [b["key"] for b in rep["flagged"] if b["state"] == "mismatch"], (path, rep))
 
 
+class ManyFlagged(unittest.TestCase):
+    def test_flagged_lists_are_capped_with_a_total(self):
+        """Flagged blobs are listed up to 200 in status and doctor replies,
+        with their number in "flagged_total": tens of thousands of them
+        must not make a reply larger than wfsctl reads.  The text says how
+        many more there are; doctor exits 1 on the total."""
+        import hashlib
+        cap, n = 200, 205
+        repo, rev = "models--many--bad", "e" * 40
+        os.makedirs(FIX.n("%s/snapshots/%s" % (repo, rev)))
+        os.makedirs(FIX.n(repo + "/blobs"))
+        for i in range(n):
+            sha = hashlib.sha256(b"what the name says %d" % i).hexdigest()
+            with open(FIX.n("%s/blobs/%s" % (repo, sha)), "wb") as f:
+                f.write(b"other bytes %d" % i)
+            os.symlink("../../blobs/" + sha, FIX.n("%s/snapshots/%s/f%03d.bin" % (repo, rev, i)))
+        self.assertTrue(wfstest.wait_until(lambda: os.path.isdir(FIX.m(repo)), 10))
+        rc, out, err = run_wfsctl(["promote", "--wait", FIX.m(repo)], timeout=120)
+        self.assertEqual(rc, 1, out + err)
+        rep = ctl_json(self, ["status", FIX.mnt])
+        total = rep["flagged_total"]
+        self.assertGreaterEqual(total, n, rep["flagged"][:3])
+        self.assertEqual(len(rep["flagged"]), cap)
+        rc, out, err = run_wfsctl(["status", FIX.mnt])
+        self.assertEqual(rc, 0, err)
+        self.assertIn("!!! %d flagged blobs, served from the NAS:" % total, out)
+        self.assertIn("  ... and %d more\n" % (total - cap), out)
+        rep = wfstest.parse_json_out(run_wfsctl(["--json", "doctor", FIX.m(repo)])[1])
+        self.assertEqual((len(rep["flagged"]), rep["flagged_total"]), (cap, n))
+        rc, out, err = run_wfsctl(["doctor", FIX.m(repo)])
+        self.assertEqual(rc, 1, out + err)
+        self.assertIn(", %d flagged blobs\n" % n, out)
+        self.assertIn("  ... and %d more\n" % (n - cap), out)
+
+
 class BadRequests(unittest.TestCase):
     def assert_alive(self, what):
         rep = wfstest.ctl_request(SOCK, {"op": "status"})

@@ -131,7 +131,8 @@ static json_t *nas_json(const struct nas_file *f, int excluded)
 /* One PATH of a promote: its blobs added to @set, each with the exclusion
  * glob that matched it (if any), and on a dry run the files the store does
  * not know added to @nas.  A PATH whose every file is excluded is named in
- * @refused, unless @force.  Returns NULL, or the error reply. */
+ * @refused with how many there are, unless @force.  Returns NULL, or the
+ * error reply. */
 static json_t *promote_collect(struct control *c, const char *rel, int dry, int force,
 			       struct blob_set *set, struct blob_set *one, struct nas_set *nas,
 			       json_t *refused)
@@ -167,9 +168,9 @@ static json_t *promote_collect(struct control *c, const char *rel, int dry, int 
 	}
 	found = one->n + nas->n - nas0;
 	if (!force && found && nex == found)
-		json_array_append_new(refused, json_pack("{s:o, s:o, s:o?}",
+		json_array_append_new(refused, json_pack("{s:o, s:o, s:o?, s:I}",
 			"path", reply_path(rel), "glob", reply_path(glob),
-			"name", reply_path(name)));
+			"name", reply_path(name), "count", (json_int_t)found));
 	return NULL;
 }
 

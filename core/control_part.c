@@ -169,8 +169,9 @@ json_t *control_promote_part(struct control *c, json_t *req, json_t *paths)
 	refused = json_array();
 	go = !f.glob || force;
 	if (!go)
-		json_array_append_new(refused, json_pack("{s:o, s:o, s:o}", "path", reply_path(rel),
-			"glob", reply_path(f.glob), "name", reply_path(f.name)));
+		json_array_append_new(refused, json_pack("{s:o, s:o, s:o, s:i}", "path",
+			reply_path(rel), "glob", reply_path(f.glob), "name", reply_path(f.name),
+			"count", 1));
 	need = go ? to_copy(c->store, f.b, v, n) : 0;
 	if (go && !dry && (queued = store_part_request(c->store, f.b, v, n, pin)) < 0) {
 		free(v);

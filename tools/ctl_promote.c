@@ -465,28 +465,40 @@ size_t report_excluded(const json_t *rep, bool json)
 {
 	const json_t *excl = json_object_get(rep, "excluded");
 	const json_t *refused = json_object_get(rep, "refused");
-	uint64_t bytes = 0;
+	uint64_t bytes = 0, in_refused = 0;
 	json_t *e;
 	size_t i;
 
 	json_array_foreach(refused, i, e) {
-		char path[FMT_TEXT], glob[FMT_TEXT];
+		char path[FMT_TEXT], glob[FMT_TEXT], what[64];
+		uint64_t n = jget_u64(e, "count");
 
-		fprintf(stderr, "wfsctl: promote: %s: excluded by '%s' (wfs -o exclude): kept on the "
-			"NAS; --force promotes it anyway\n",
-			fmt_text(jget_str(e, "path"), path, sizeof(path)),
+		/* an older daemon sent no count: one at least */
+		in_refused += n ? n : 1;
+		if (n > 1)
+			snprintf(what, sizeof(what), "all %llu blobs under it are",
+				 (unsigned long long)n);
+		else
+			snprintf(what, sizeof(what), "%s", n ? "its one blob is" : "it is");
+		fprintf(stderr, "wfsctl: promote: %s: nothing to promote: %s excluded by '%s' "
+			"(wfs -o exclude) and kept on the NAS; --force promotes it anyway\n",
+			fmt_text(jget_str(e, "path"), path, sizeof(path)), what,
 			fmt_text(jget_str(e, "glob"), glob, sizeof(glob)));
 	}
-	if (json_array_size(excl) > json_array_size(refused) || (json_array_size(excl) &&
-							      !json_array_size(refused))) {
+	/* the blobs skipped under the other PATHs */
+	if (json_array_size(excl) > in_refused) {
 		char a[32], path[FMT_TEXT], glob[FMT_TEXT];
+		size_t n = json_array_size(excl) - in_refused;
 
 		json_array_foreach(excl, i, e)
 			bytes += jget_u64(e, "size");
-		if (!json)
+		if (!json && in_refused)
+			printf("promote: %zu more excluded blob%s kept on the NAS; --force to "
+			       "promote them\n", n, n == 1 ? "" : "s");
+		else if (!json)
 			printf("promote: %zu excluded blob%s (%s) kept on the NAS (e.g. %s, by '%s'); "
-			       "--force to promote them\n", json_array_size(excl),
-			       json_array_size(excl) == 1 ? "" : "s", fmt_bytes(bytes, a, sizeof(a)),
+			       "--force to promote them\n", n, n == 1 ? "" : "s",
+			       fmt_bytes(bytes, a, sizeof(a)),
 			       fmt_text(jget_str(json_array_get(excl, 0), "path"), path, sizeof(path)),
 			       fmt_text(jget_str(json_array_get(excl, 0), "glob"), glob, sizeof(glob)));
 	}
@@ -500,6 +512,7 @@ int cmd_promote(const struct ctl_opts *o)
 	struct waiter w = { 0 };
 	json_t *req;
 	size_t refused;
+	bool nothing;
 	int ret;
 
 	if (o->nranges || o->part_n)
@@ -519,14 +532,18 @@ int cmd_promote(const struct ctl_opts *o)
 		ctl_target_free(&t);
 		return ret;
 	}
-	if (o->json && !o->wait)
+	/* Every PATH refused (all excluded): nothing was queued, so no "0
+	 * blobs" report and no wait, which would read as success. */
+	nothing = !json_array_size(json_object_get(rep.obj, "blobs")) &&
+		  json_array_size(json_object_get(rep.obj, "refused"));
+	if (o->json && (!o->wait || nothing))
 		ctl_print_raw(&rep);
 	else if (o->dry_run)
 		print_dry_run(rep.obj);
-	else if (!o->json)
+	else if (!o->json && !nothing)
 		print_queued(rep.obj, o->wait);
 	refused = report_excluded(rep.obj, o->json);
-	if (o->wait) {
+	if (o->wait && !nothing) {
 		w.sock = t.socket;
 		w.json = o->json;
 		w.bar.tty = isatty(STDERR_FILENO);

@@ -288,6 +288,22 @@ class Exclusions(unittest.TestCase):
         wfstest.ctl_check(self, ["evict", os.path.join(Fix.mounts["on"].mnt, REPO)])
 
 
+    def test_promote_of_a_directory_all_excluded(self):
+        """promote of a directory every file of which an exclusion glob
+        keeps on the NAS (pack/, by */pack/*) says there is nothing to
+        promote, names the glob and --force, and exits 1 -- it prints no
+        "0 blobs local" report that reads as success first."""
+        pack = snap("pack")
+        for extra in ([], ["--wait"]):
+            rc, out, err = run_wfsctl(["promote"] + extra + [pack])
+            self.assertEqual((rc, out), (1, ""), "promote %s of pack/: %s" % (extra, err))
+            self.assertIn(": nothing to promote: its one blob is excluded by '*/pack/*' "
+                          "(wfs -o exclude) and kept on the NAS; --force promotes it anyway", err)
+            self.assertEqual(state_of(snap("pack/extra.bin")), "nas")
+            rep = wfstest.parse_json_out(run_wfsctl(["--json", "promote"] + extra + [pack])[1])
+            self.assertEqual(([r.get("glob") for r in rep["refused"]], rep["refused"][0].get("count"),
+                              rep["blobs"]), (["*/pack/*"], 1, []), rep)
+
     def test_promote_by_blob_name_honours_exclusions(self):
         """A blob is excluded when any of its names is: naming it as
         <repo>/blobs/<id> (or promoting <repo>/blobs) does not get past a

@@ -14,6 +14,7 @@
 
 struct ctl_opts {
 	const char *socket; /* --socket, or NULL to find it from the mount */
+	long timeout;       /* --timeout SECONDS (0: none), -1: not given */
 	bool json;          /* print the daemon's reply instead of tables */
 	bool wait, pin, dry_run, force, full;
 	bool prometheus;    /* stats --prometheus */

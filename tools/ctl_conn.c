@@ -5,12 +5,217 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
+
+static int connect_path(int fd, const char *path);
+
+static unsigned timeout_s = CTL_TIMEOUT_DEFAULT_S;
+static bool timed_out;
+static pid_t peer_pid; /* the daemon's, as the last connection saw it (0: unknown) */
+
+void ctl_set_timeout(unsigned seconds)
+{
+	timeout_s = seconds;
+}
+
+unsigned ctl_timeout(void)
+{
+	return timeout_s;
+}
+
+bool ctl_timed_out(void)
+{
+	return timed_out;
+}
+
+/* The state letter of process @pid in /proc/PID/stat ('T': stopped), or 0. */
+static char proc_state(pid_t pid)
+{
+	char path[64], buf[512], *paren;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	/* "PID (COMM) S ...": COMM may hold anything, the last ')' ends it */
+	paren = strrchr(buf, ')');
+	return paren && paren[1] == ' ' ? paren[2] : 0;
+}
+
+void ctl_report_timeout(const char *cmd, const char *what, pid_t pid)
+{
+	char why[128] = "is it stopped or hung?";
+	char st = pid > 0 ? proc_state(pid) : 0;
+
+	timed_out = true;
+	if (st == 'T' || st == 't')
+		snprintf(why, sizeof(why), "it is stopped (pid %d: SIGSTOP, or a debugger); "
+			 "kill -CONT %d resumes it", (int)pid, (int)pid);
+	else if (st)
+		snprintf(why, sizeof(why), "it is running (pid %d) but busy or hung", (int)pid);
+	fprintf(stderr, "wfsctl: %s%s%s did not answer within %u s: %s (--timeout SECONDS "
+		"changes the limit)\n", cmd ? cmd : "", cmd ? ": " : "", what, timeout_s, why);
+}
+
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;  /* CLOCK_MONOTONIC: disarmed */
+	pthread_t thread;
+	bool armed;
+	char what[PATH_MAX + 64];
+} dog = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+static void *dog_run(void *arg)
+{
+	struct timespec until;
+	int r = 0;
+
+	(void)arg;
+	clock_gettime(CLOCK_MONOTONIC, &until);
+	until.tv_sec += timeout_s;
+	pthread_mutex_lock(&dog.lock);
+	while (dog.armed && r != ETIMEDOUT)
+		r = pthread_cond_timedwait(&dog.cond, &dog.lock, &until);
+	if (dog.armed) {
+		/* the main thread waits in the kernel for the FUSE daemon:
+		 * only the end of the process gets it out */
+		ctl_report_timeout(NULL, dog.what, 0);
+		_exit(CTL_EXIT_TIMEOUT);
+	}
+	pthread_mutex_unlock(&dog.lock);
+	return NULL;
+}
+
+int ctl_watchdog_arm(const char *path)
+{
+	pthread_condattr_t attr;
+	int r;
+
+	if (!timeout_s)
+		return 0;
+	snprintf(dog.what, sizeof(dog.what), "the daemon of the wfs mount at %s", path);
+	if ((r = pthread_condattr_init(&attr)))
+		return -r;
+	r = pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+	if (!r)
+		r = pthread_cond_init(&dog.cond, &attr);
+	pthread_condattr_destroy(&attr);
+	if (r)
+		return -r;
+	dog.armed = true;
+	if ((r = pthread_create(&dog.thread, NULL, dog_run, NULL))) {
+		dog.armed = false;
+		pthread_cond_destroy(&dog.cond);
+		return -r;
+	}
+	return 0;
+}
+
+void ctl_watchdog_disarm(void)
+{
+	if (!dog.armed)
+		return;
+	pthread_mutex_lock(&dog.lock);
+	dog.armed = false;
+	pthread_cond_signal(&dog.cond);
+	pthread_mutex_unlock(&dog.lock);
+	pthread_join(dog.thread, NULL);
+	pthread_cond_destroy(&dog.cond);
+}
+
+/* The pid of the daemon at @sock: the one that made the socket, if it is
+ * still there (wfs makes it before it goes into the background), else
+ * the one LOCAL_STORE/wfs.lock next to it names; 0: unknown. */
+static pid_t daemon_pid(const char *sock)
+{
+	const char *slash = strrchr(sock, '/');
+	char path[PATH_MAX + 16], buf[32];
+	ssize_t n;
+	int fd;
+
+	if (peer_pid > 0 && proc_state(peer_pid))
+		return peer_pid;
+	snprintf(path, sizeof(path), "%.*s/wfs.lock", slash ? (int)(slash - sock) : 1,
+		 slash ? sock : ".");
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	buf[n > 0 ? n : 0] = '\0';
+	return (pid_t)atoi(buf);
+}
+
+static int64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Milliseconds left before @deadline for poll(2): -1 with no deadline (< 0). */
+static int ms_left(int64_t deadline)
+{
+	int64_t left = deadline - mono_ms();
+
+	if (deadline < 0)
+		return -1;
+	return left <= 0 ? 0 : left > INT_MAX ? INT_MAX : (int)left;
+}
+
+/* Wait until @fd is ready for @events, by @deadline: 0, -ETIMEDOUT. */
+static int wait_ready(int fd, short events, int64_t deadline)
+{
+	for (;;) {
+		struct pollfd p = { .fd = fd, .events = events };
+		int n = poll(&p, 1, ms_left(deadline));
+
+		if (n > 0)
+			return 0;
+		if (n == 0)
+			return -ETIMEDOUT;
+		if (errno != EINTR)
+			return -errno;
+	}
+}
+
+/* connect(2) by @deadline: a unix socket's connect waits while the
+ * listener's backlog is full (a stopped daemon accepts nothing), for as
+ * long as SO_SNDTIMEO says, then fails with EAGAIN. */
+static int connect_by(int fd, const char *path, int64_t deadline)
+{
+	int left = ms_left(deadline), r;
+
+	if (left >= 0) {
+		struct timeval tv = { left / 1000, (left % 1000) * 1000 };
+
+		if (!left)
+			return -ETIMEDOUT;
+		if (setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)))
+			return -errno;
+	}
+	r = connect_path(fd, path);
+	return r == -EAGAIN && left >= 0 ? -ETIMEDOUT : r;
+}
 
 void ctl_reply_free(struct ctl_reply *rep)
 {
@@ -59,17 +264,23 @@ static int connect_path(int fd, const char *path)
 	return r;
 }
 
-static int send_all(int fd, const char *buf, size_t len)
+static int send_all(int fd, const char *buf, size_t len, int64_t deadline)
 {
 	while (len) {
 		/* MSG_NOSIGNAL: a daemon that went away is an error to report,
 		 * not a reason to die of SIGPIPE. */
-		ssize_t n = send(fd, buf, len, MSG_NOSIGNAL);
+		ssize_t n = send(fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+		int r;
 
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
-			return -errno;
+			if (errno != EAGAIN && errno != EWOULDBLOCK)
+				return -errno;
+			r = wait_ready(fd, POLLOUT, deadline);
+			if (r)
+				return r;
+			continue;
 		}
 		buf += n;
 		len -= (size_t)n;
@@ -77,9 +288,9 @@ static int send_all(int fd, const char *buf, size_t len)
 	return 0;
 }
 
-/* Read up to the first newline (or EOF) into a NUL-terminated malloc'd
- * string. */
-static int recv_line(int fd, char **out)
+/* Read up to the first newline (or EOF), by @deadline, into a
+ * NUL-terminated malloc'd string. */
+static int recv_line(int fd, char **out, int64_t deadline)
 {
 	size_t len = 0, cap = 4096;
 	char *buf = malloc(cap);
@@ -104,6 +315,11 @@ static int recv_line(int fd, char **out)
 				return -ENOMEM;
 			}
 			buf = nb;
+		}
+		n = wait_ready(fd, POLLIN, deadline);
+		if (n < 0) {
+			free(buf);
+			return (int)n;
 		}
 		n = read(fd, buf + len, cap - len - 1);
 		if (n < 0) {
@@ -137,6 +353,9 @@ static int recv_line(int fd, char **out)
 int ctl_exchange(const char *sock, const json_t *req, struct ctl_reply *rep)
 {
 	char *line = json_dumps(req, JSON_COMPACT);
+	int64_t deadline = timeout_s ? mono_ms() + (int64_t)timeout_s * 1000 : -1;
+	struct ucred cred;
+	socklen_t clen = sizeof(cred);
 	size_t len;
 	int fd, r;
 
@@ -155,12 +374,14 @@ int ctl_exchange(const char *sock, const json_t *req, struct ctl_reply *rep)
 		free(line);
 		return -errno;
 	}
-	r = connect_path(fd, sock);
+	r = connect_by(fd, sock, deadline);
+	/* the daemon's pid, to say what state it is in if it does not answer */
+	peer_pid = !r && !getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) ? cred.pid : 0;
 	if (!r)
-		r = send_all(fd, line, len + 1);
+		r = send_all(fd, line, len + 1, deadline);
 	free(line);
 	if (!r)
-		r = recv_line(fd, &rep->raw);
+		r = recv_line(fd, &rep->raw, deadline);
 	close(fd);
 	if (r)
 		return r;
@@ -196,9 +417,14 @@ int ctl_call(const char *sock, const char *cmd, const json_t *req,
 int ctl_call_ex(const char *sock, const char *cmd, const json_t *req,
 		bool json_out, const char *err_prefix, struct ctl_reply *rep)
 {
+	return ctl_report(sock, cmd, json_out, err_prefix, ctl_exchange(sock, req, rep), rep);
+}
+
+int ctl_report(const char *sock, const char *cmd, bool json_out, const char *err_prefix,
+	       int r, struct ctl_reply *rep)
+{
 	const char *err, *ename;
 	char text[FMT_TEXT];
-	int r = ctl_exchange(sock, req, rep);
 
 	if (r || !json_is_true(json_object_get(rep->obj, "ok")))
 		fputs(err_prefix, stderr);
@@ -206,6 +432,13 @@ int ctl_call_ex(const char *sock, const char *cmd, const json_t *req,
 	switch (r) {
 	case 0:
 		break;
+	case -ETIMEDOUT: {
+		char what[PATH_MAX + 32];
+
+		snprintf(what, sizeof(what), "the wfs daemon at %s", sock);
+		ctl_report_timeout(cmd, what, daemon_pid(sock));
+		return r;
+	}
 	case -E2BIG:
 		fprintf(stderr, "wfsctl: %s: the request is over the daemon's %u KiB "
 			"limit; name a directory instead of its files\n",

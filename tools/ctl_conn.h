@@ -10,6 +10,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/types.h>
 
 /* The daemon rejects longer requests, so we refuse to send them. */
 #define CTL_REQUEST_MAX (64u << 10)
@@ -17,16 +18,48 @@
  * peer is not a wfs daemon, or something is badly wrong. */
 #define CTL_REPLY_MAX (16u << 20)
 
+/* How long one exchange (connect, request, reply) may take by default: a
+ * daemon that is stopped (SIGSTOP) or hung must not hang wfsctl, and its
+ * scripts, forever; the longest requests (walks of a large hub over a
+ * slow NAS) take far less.  --timeout changes it (0: none). */
+#define CTL_TIMEOUT_DEFAULT_S 120
+/* The exit status when the daemon did not answer in time. */
+#define CTL_EXIT_TIMEOUT 3
+
 struct ctl_reply {
 	json_t *obj; /* the reply object */
 	char *raw;   /* the reply line as received, without the newline */
 };
 
-/* Send @req to the daemon at @sock and read its reply.  Prints nothing.
- * -ECONNREFUSED/-ENOENT/...: could not connect; -E2BIG: request too large;
- * -EMSGSIZE: reply too large; -EBADMSG: reply is not a JSON object with a
- * boolean "ok"; -ECONNRESET: closed without a reply. */
+/* The time each later exchange may take, in seconds (0: no limit). */
+void ctl_set_timeout(unsigned seconds);
+unsigned ctl_timeout(void);
+/* Whether an exchange timed out (main exits CTL_EXIT_TIMEOUT then). */
+bool ctl_timed_out(void);
+/* Say on stderr that @what did not answer within the timeout -- with the
+ * daemon's state when its pid (@pid > 0) is known: stopped, or running --
+ * and remember it for ctl_timed_out(). */
+void ctl_report_timeout(const char *cmd, const char *what, pid_t pid);
+
+/* Look at a mount within the timeout: from ctl_watchdog_arm() to
+ * ctl_watchdog_disarm(), a call that waits for the FUSE daemon longer than
+ * the timeout ends wfsctl (CTL_EXIT_TIMEOUT), the message naming the mount
+ * at @path: such a call cannot be timed out any other way.  Arming fails
+ * only for want of a thread (-errno), then nothing watches. */
+int ctl_watchdog_arm(const char *path);
+void ctl_watchdog_disarm(void);
+
+/* Send @req to the daemon at @sock and read its reply, within the timeout.
+ * Prints nothing.  -ECONNREFUSED/-ENOENT/...: could not connect; -E2BIG:
+ * request too large; -EMSGSIZE: reply too large; -EBADMSG: reply is not a
+ * JSON object with a boolean "ok"; -ECONNRESET: closed without a reply;
+ * -ETIMEDOUT: no reply in time. */
 int ctl_exchange(const char *sock, const json_t *req, struct ctl_reply *rep);
+
+/* The messages ctl_call prints for ctl_exchange's result @r and @rep:
+ * returns what ctl_call returns (and frees @rep unless it returns 0). */
+int ctl_report(const char *sock, const char *cmd, bool json_out, const char *err_prefix,
+	       int r, struct ctl_reply *rep);
 
 /* ctl_exchange plus the messages a user needs: connection problems as
  * "cannot reach the wfs daemon at SOCK: REASON", and {"ok":false} replies as

@@ -109,7 +109,7 @@ static json_t *poll_blob(const struct ctl_opts *o, const char *sock, const char 
 			 const struct bar *bar, struct ctl_reply *rep)
 {
 	json_t *req = json_pack("{s:s, s:[s]}", "op", "progress", "keys", key);
-	int r = req ? ctl_call_ex(sock, "promote", req, o->json, bar_break(bar), rep) : -ENOMEM;
+	int r = req ? progress_poll(sock, req, o->json, bar, rep) : -ENOMEM;
 
 	json_decref(req);
 	return r ? NULL : json_array_get(json_object_get(rep->obj, "blobs"), 0);

@@ -1,6 +1,7 @@
 /* ctl_path.c - from command-line PATHs to the daemon's socket and
  * mount-relative paths; see ctl_path.h. */
 #include "ctl_path.h"
+#include "ctl_conn.h"
 
 #include <errno.h>
 #include <glob.h>
@@ -328,8 +329,8 @@ static int resolve_one(struct ctl_target *t, const char *socket_opt,
 	return set_str(rel, under);
 }
 
-int ctl_target_resolve(struct ctl_target *t, const char *socket_opt,
-		       char *const *args, size_t nargs)
+static int resolve_target(struct ctl_target *t, const char *socket_opt,
+			  char *const *args, size_t nargs)
 {
 	struct strv paths = { 0 };
 	size_t i;
@@ -366,5 +367,24 @@ int ctl_target_resolve(struct ctl_target *t, const char *socket_opt,
 	strv_free(&paths);
 	if (r)
 		ctl_target_free(t);
+	return r;
+}
+
+int ctl_target_resolve(struct ctl_target *t, const char *socket_opt,
+		       char *const *args, size_t nargs)
+{
+	char cwd[PATH_MAX];
+	int r;
+
+	/* Finding the mount asks it (lgetxattr, glob): a stopped daemon
+	 * would hang wfsctl there, before any socket. */
+	if (!nargs && !getcwd(cwd, sizeof(cwd)))
+		strcpy(cwd, ".");
+	r = ctl_watchdog_arm(nargs ? args[0] : cwd);
+	if (r < 0)
+		fprintf(stderr, "wfsctl: warning: no thread to time the mount out: %s\n",
+			strerror(-r));
+	r = resolve_target(t, socket_opt, args, nargs);
+	ctl_watchdog_disarm();
 	return r;
 }

@@ -21,6 +21,8 @@
  * and rename take a few ms more). */
 #define POLL_FIRST_NS 10000000L
 #define POLL_MIN_NS 5000000L
+/* A progress poll the daemon turned away (EAGAIN) is sent again this late. */
+#define POLL_BUSY_NS 100000000L
 /* Without a terminal, a progress line every this many seconds (a log file
  * wants a heartbeat, not 4 lines a second). */
 #define PLAIN_EVERY 2.0
@@ -293,6 +295,24 @@ static size_t json_str_len(const char *s)
 	return n;
 }
 
+int progress_poll(const char *sock, const json_t *req, bool json, const struct bar *bar,
+		  struct ctl_reply *rep)
+{
+	double give_up = now() + ctl_timeout();
+
+	for (;;) {
+		int r = ctl_exchange(sock, req, rep);
+		const struct timespec ts = { 0, POLL_BUSY_NS };
+
+		if (r || json_is_true(json_object_get(rep->obj, "ok")) ||
+		    strcmp(jget_str(rep->obj, "errno"), "EAGAIN") ||
+		    (ctl_timeout() && now() >= give_up))
+			return ctl_report(sock, "promote", json, bar_break(bar), r, rep);
+		ctl_reply_free(rep);
+		nanosleep(&ts, NULL);
+	}
+}
+
 /* One progress poll of every key, in batches; the replies' "blobs" are
  * merged into @rep (whose raw line is rebuilt for --json). */
 static int progress_all(struct waiter *w, struct ctl_reply *rep)
@@ -315,8 +335,7 @@ static int progress_all(struct waiter *w, struct ctl_reply *rep)
 			json_array_append(keys, json_array_get(w->keys, next));
 		}
 		req = json_pack("{s:s,s:o}", "op", "progress", "keys", keys);
-		r = req ? ctl_call_ex(w->sock, "promote", req, w->json,
-				      bar_break(&w->bar), &part) : -ENOMEM;
+		r = req ? progress_poll(w->sock, req, w->json, &w->bar, &part) : -ENOMEM;
 		json_decref(req);
 		if (r) {
 			json_decref(all);

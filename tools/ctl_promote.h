@@ -6,6 +6,7 @@
 #define WFS_CTL_PROMOTE_H
 
 #include "ctl_cmds.h"
+#include "ctl_conn.h"
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -61,6 +62,14 @@ const char *bar_break(const struct bar *b);
  * bar narrows, then goes, then the tail is cut. */
 void progress_line(char *buf, size_t sz, uint64_t done, uint64_t total,
 		   double rate, size_t nlocal, size_t nblobs, size_t cols);
+
+/* One progress poll of a --wait: ctl_call_ex(@sock, "promote", @req, ...),
+ * except that a reply refusing it for now ("errno":"EAGAIN": the daemon's
+ * connection caps) is asked again, every POLL_BUSY_NS, for as long as the
+ * timeout (ctl_timeout()): a wait of minutes must not fail for a moment's
+ * crowd. */
+int progress_poll(const char *sock, const json_t *req, bool json, const struct bar *bar,
+		  struct ctl_reply *rep);
 
 /* Once copies have settled: the daemon refreshes its local record now
  * ({"op":"sync"}), so a NAS outage from then on shows what was copied; a

@@ -2,9 +2,11 @@
  * path in the mount, sends one JSON request per command over its unix socket
  * and prints the reply as a table (or as JSON for scripts).
  *
- * Exit status: 0 done, 1 failed (reason on stderr), 2 usage error.
+ * Exit status: 0 done, 1 failed (reason on stderr), 2 usage error, 3 the
+ * daemon did not answer in time.
  */
 #include "ctl_cmds.h"
+#include "ctl_conn.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -39,6 +41,8 @@ struct cmd {
 #define COMMON_OPTS \
 "  --json          print the daemon's reply (one JSON object) on stdout\n" \
 "  --socket PATH   the daemon's control socket (LOCAL_STORE/wfs.sock)\n" \
+"  --timeout SECONDS  give up (exit 3) when the daemon does not answer in\n" \
+"                  this time (default 120; 0: wait for ever)\n" \
 "  -h, --help      this text\n"
 
 static const struct cmd cmds[] = {
@@ -168,7 +172,8 @@ static void usage(FILE *f)
 {
 	size_t i;
 
-	fprintf(f, "usage: wfsctl [--socket PATH] [--json] COMMAND [OPTIONS] [PATH...]\n"
+	fprintf(f, "usage: wfsctl [--socket PATH] [--json] [--timeout SECONDS] COMMAND [OPTIONS] "
+		"[PATH...]\n"
 		"\n"
 		"Control a running wfs daemon (a FUSE overlay of a Hugging Face hub cache).\n"
 		"\n"
@@ -182,6 +187,10 @@ static void usage(FILE *f)
 "                  the one named by the user.wfs.socket attribute of the mount\n"
 "                  root above PATH, or above the current directory)\n"
 "  --json          print the daemon's reply as one JSON object (for scripts)\n"
+"  --timeout SECONDS  how long to wait for the daemon (finding the mount,\n"
+"                  connecting, each request and its reply) before giving up\n"
+"                  with exit 3: default 120, verify --full none; 0: no limit.\n"
+"                  promote --wait waits for ever; each of its polls is timed\n"
 "  -h, --help      this text; wfsctl COMMAND --help for a command\n"
 "  -V, --version   print the version\n"
 "\n"
@@ -196,7 +205,8 @@ static void usage(FILE *f)
 "verify) need root or the user that mounted wfs; so does promote --part,\n"
 "a dry run too (it reads the file's own header).\n"
 "\n"
-"exit status: 0 done, 1 failed (reason on stderr), 2 usage error\n");
+"exit status: 0 done, 1 failed (reason on stderr), 2 usage error, 3 the\n"
+"daemon did not answer within --timeout\n");
 }
 
 static void print_version(void)
@@ -227,20 +237,51 @@ static const struct cmd *find_cmd(const char *name)
 	return NULL;
 }
 
-/* --socket PATH / --socket=PATH.  Returns how many extra argv entries it
- * used (0 or 1), -1 if it is not --socket, -2 if its value is missing. */
-static int socket_opt(int argc, char **argv, int i, const char **out)
+/* --NAME VALUE / --NAME=VALUE (@name without the dashes).  Returns how
+ * many extra argv entries it used (0 or 1), -1 if it is not --NAME, -2 if
+ * its value is missing. */
+static int value_opt(const char *name, int argc, char **argv, int i, const char **out)
 {
-	if (!strncmp(argv[i], "--socket=", 9)) {
-		*out = argv[i] + 9;
+	size_t len = strlen(name);
+
+	if (strncmp(argv[i], "--", 2) || strncmp(argv[i] + 2, name, len))
+		return -1;
+	if (argv[i][2 + len] == '=') {
+		*out = argv[i] + 3 + len;
 		return **out ? 0 : -2;
 	}
-	if (strcmp(argv[i], "--socket"))
+	if (argv[i][2 + len])
 		return -1;
 	if (i + 1 >= argc || !*argv[i + 1])
 		return -2;
 	*out = argv[i + 1];
 	return 1;
+}
+
+/* The options both before the command and among its arguments take:
+ * --socket PATH and --timeout SECONDS.  Returns as value_opt, or -3 for a
+ * usage error (said). */
+static int conn_opt(const struct cmd *c, int argc, char **argv, int i, struct ctl_opts *o)
+{
+	const char *v = NULL;
+	char *end;
+	int n = value_opt("socket", argc, argv, i, &o->socket);
+
+	if (n == -2)
+		return usage_error(c, "%s needs a socket path", "--socket"), -3;
+	if (n != -1)
+		return n;
+	n = value_opt("timeout", argc, argv, i, &v);
+	if (n == -2)
+		return usage_error(c, "%s needs a number of seconds", "--timeout"), -3;
+	if (n < 0)
+		return n;
+	errno = 0;
+	o->timeout = strtol(v, &end, 10);
+	/* a year at most: the deadline is counted in milliseconds */
+	if (*end || v[0] < '0' || v[0] > '9' || errno || o->timeout > 366L * 86400)
+		return usage_error(c, "--timeout takes whole seconds (0: no limit), not '%s'", v), -3;
+	return n;
 }
 
 static const struct {
@@ -320,9 +361,9 @@ static int parse_cmd_args(const struct cmd *c, int argc, char **argv, int i,
 			o->json = true;
 			continue;
 		}
-		n = socket_opt(argc, argv, i, &o->socket);
-		if (n == -2)
-			return usage_error(c, "%s needs a socket path", "--socket");
+		n = conn_opt(c, argc, argv, i, o);
+		if (n == -3)
+			return 2;
 		if (n >= 0) {
 			i += n;
 			continue;
@@ -370,7 +411,7 @@ static int parse_cmd_args(const struct cmd *c, int argc, char **argv, int i,
 
 static int run(int argc, char **argv)
 {
-	struct ctl_opts o = { 0 };
+	struct ctl_opts o = { .timeout = -1 };
 	const struct cmd *c;
 	int i, r;
 
@@ -393,9 +434,9 @@ static int run(int argc, char **argv)
 			o.json = true;
 			continue;
 		}
-		n = socket_opt(argc, argv, i, &o.socket);
-		if (n == -2)
-			return usage_error(NULL, "%s needs a socket path", "--socket");
+		n = conn_opt(NULL, argc, argv, i, &o);
+		if (n == -3)
+			return 2;
 		if (n < 0)
 			return usage_error(NULL, "unknown option '%s'", argv[i]);
 		i += n;
@@ -429,8 +470,16 @@ static int run(int argc, char **argv)
 		return 1;
 	}
 	r = parse_cmd_args(c, argc, argv, i + 1, &o);
+	/* verify --full re-hashes every local copy before it replies: hours
+	 * for a large store, so no limit unless one is asked for */
+	if (o.timeout >= 0)
+		ctl_set_timeout((unsigned)o.timeout);
+	else if (o.full)
+		ctl_set_timeout(0);
 	if (r < 0)
 		r = c->run(&o);
+	if (r && ctl_timed_out())
+		r = CTL_EXIT_TIMEOUT;
 	free(o.paths);
 	free(o.ranges);
 	return r;

@@ -504,6 +504,37 @@ class ManyFlagged(unittest.TestCase):
         self.assertIn("  ... and %d more\n" % (n - cap), out)
 
 
+class Stopped(unittest.TestCase):
+    def test_stopped_daemon_times_out(self):
+        """A daemon that is stopped (SIGSTOP) makes wfsctl give up after
+        --timeout with exit 3, naming the mount or the socket and saying the
+        daemon is stopped -- found from the mount (its xattr is asked of the
+        daemon too) or through --socket -- instead of hanging for ever."""
+        import signal
+        import time
+        pids = FIX.mount.pids
+        self.assertTrue(pids)
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            t0 = time.monotonic()
+            rc, out, err = run_wfsctl(["--timeout", "2", "status", FIX.mnt], timeout=60)
+            self.assertEqual(rc, 3, "status of a stopped daemon's mount: %s%s" % (out, err))
+            self.assertLess(time.monotonic() - t0, 30)
+            self.assertIn("wfsctl: the daemon of the wfs mount at %s did not answer within 2 s"
+                          % FIX.mnt, err)
+            rc, out, err = run_wfsctl(["--timeout", "2", "--socket", SOCK, "status"], timeout=60)
+            self.assertEqual(rc, 3, "status through the socket of a stopped daemon: %s%s"
+                             % (out, err))
+            self.assertIn("wfsctl: status: the wfs daemon at %s did not answer within 2 s: "
+                          "it is stopped (pid " % SOCK, err)
+            self.assertIn(int(err.split("stopped (pid ")[1].split(":")[0]), pids, err)
+        finally:
+            for pid in pids:
+                os.kill(pid, signal.SIGCONT)
+        ctl_json(self, ["status", FIX.mnt])
+
+
 class BadRequests(unittest.TestCase):
     def assert_alive(self, what):
         rep = wfstest.ctl_request(SOCK, {"op": "status"})

@@ -91,7 +91,7 @@ class ManPages(unittest.TestCase):
                              "the synopsis of %s" % name)
             chelp = _help([wfsctl, name, "--help"])
             opts = set(re.findall(r"^  (--[a-z-]+)", "\n".join(wfstest.text_section(chelp, "options:", ("\n",))), re.M))
-            common = {"--json", "--socket", "--help"}
+            common = {"--json", "--socket", "--timeout", "--help"}
             documented = set(re.findall(r"^\.BI? (--[a-z-]+)(?: .*)?$",
                                         _unroff("\n".join(sections[man_cmds[name]])), re.M))
             self.assertEqual(sorted(opts - common - documented), [],

@@ -389,6 +389,9 @@ class Handler(socketserver.StreamRequestHandler):
             return
         if srv.mode == "silent":
             return
+        if srv.mode == "hang":  # a stopped daemon: the line read, no reply ever
+            srv.stop.wait()
+            return
         try:
             if len(line) > REQ_MAX or (len(line) == REQ_MAX + 1 and not line.endswith(b"\n")):
                 raise ReqError("E2BIG", "request over 64 KiB")
@@ -401,6 +404,11 @@ class Handler(socketserver.StreamRequestHandler):
             op = check(req)
             with srv.hub.lock:
                 srv.hub.requests.append(req)
+                # the daemon's caps turn a connection away with EAGAIN
+                if op == "progress" and srv.busy_polls > 0:
+                    srv.busy_polls -= 1
+                    raise ReqError("EAGAIN", "too many connections (at most 128 at once): "
+                                   "try again later")
             if op in CHANGING and not req.get("dry_run"):
                 cred = self.request.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
                                                struct.calcsize("3i"))
@@ -423,6 +431,7 @@ class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
             os.unlink(path)
         super().__init__(path, Handler)
         self.hub, self.mode = hub, mode
+        self.busy_polls = 0  # progress requests to turn away with EAGAIN first
         self.allow_uids = allow_uids if allow_uids is not None else {0, os.getuid()}
         self.stop = threading.Event()
         threading.Thread(target=self.serve_forever, args=(0.05,), daemon=True).start()

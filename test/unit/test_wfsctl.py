@@ -433,6 +433,29 @@ def body(t, work):
         r = run("--socket", s, "status")
         ok(f"peer sends {mode}", r[0] == 1 and want in r[2], show(r))
         bad.close()
+    # a daemon that never answers (stopped): the timeout, exit 3, the socket named
+    s = f"{store}/hang.sock"
+    hang = Server(s, Hub(1), mode="hang")
+    t0 = time.monotonic()
+    r = run("--socket", s, "--timeout", "1", "status", timeout=30)
+    ok("no reply: exit 3 after --timeout", r[0] == 3 and time.monotonic() - t0 < 10
+       and f"wfsctl: status: the wfs daemon at {s} did not answer within 1 s: " in r[2]
+       and "--timeout SECONDS" in r[2], show(r))
+    r = run("status", "--timeout=0", "--timeout", "1", "--socket", s, timeout=30)
+    ok("--timeout after the command", r[0] == 3 and "within 1 s" in r[2], show(r))
+    for bad in ("-1", "1.5", "x", ""):
+        r = run("--timeout", bad, "--socket", s, "status", timeout=30)
+        ok(f"--timeout '{bad}': usage error", r[0] == 2 and "--timeout" in r[2], show(r))
+    hang.close()
+    # promote --wait: a poll turned away (EAGAIN) is asked again, not a failure
+    s = f"{store}/busy.sock"
+    bhub = Hub(40)
+    busy = Server(s, bhub)
+    busy.busy_polls = 3
+    r = run("--socket", s, "promote", "--wait", "models--org--good", timeout=60)
+    ok("promote --wait survives EAGAIN polls", r[0] == 0 and busy.busy_polls == 0
+       and "3 blobs local" in r[1] and "EAGAIN" not in r[2], show(r))
+    busy.close()
     # a socket path longer than sun_path
     deep = f"{work}/" + "/".join(["d" * 50] * 3)
     os.makedirs(deep)

@@ -73,7 +73,7 @@ static json_t *part_ranges(const char *rel, const struct one_file *f, json_t *pa
 	int fd, r;
 
 	if (json_array_size(part) != 2 || k < 1 || of < 1 || k > of || of > 1 << 20)
-		return reply_error(EINVAL, "--part K/N: 1 <= K <= N (N at most 1048576)");
+		return reply_error(EINVAL, "%s: --part K/N: 1 <= K <= N (N at most 1048576)", rel);
 	fd = nas_open(NULL, f->key, 0);
 	if (fd < 0)
 		return reply_error(-fd, "%s: cannot open %s: %s", rel, f->key, strerror(-fd));
@@ -93,7 +93,8 @@ static json_t *list_ranges(const char *rel, const struct one_file *f, json_t *li
 	size_t i;
 
 	if (!json_is_array(list) || !json_array_size(list) || json_array_size(list) > 65536)
-		return reply_error(EINVAL, "\"ranges\" must be a list of 1 to 65536 [offset, length]");
+		return reply_error(EINVAL, "%s: \"ranges\" must be a list of 1 to 65536 "
+				   "[offset, length]", rel);
 	*v = calloc(json_array_size(list), sizeof(**v));
 	if (!*v)
 		return reply_error(ENOMEM, "out of memory");
@@ -102,9 +103,17 @@ static json_t *list_ranges(const char *rel, const struct one_file *f, json_t *li
 		json_int_t len = json_integer_value(json_array_get(e, 1));
 
 		if (!json_is_integer(json_array_get(e, 0)) || !json_is_integer(json_array_get(e, 1)) ||
-		    off < 0 || len <= 0)
-			return reply_error(EINVAL, "range %zu: [offset, length] with offset >= 0 and "
-					   "length > 0", i + 1);
+		    off < 0 || len <= 0) {
+			/* the entry as sent (cut short: a line holds up to 64 KiB) */
+			char *as_sent = json_dumps(e, JSON_COMPACT | JSON_ENCODE_ANY);
+			json_t *err = reply_error(EINVAL, "%s: range %zu (%.64s%s): not [offset, "
+						  "length] with offset >= 0 and length > 0", rel,
+						  i + 1, as_sent ? as_sent : "?",
+						  as_sent && strlen(as_sent) > 64 ? "..." : "");
+
+			free(as_sent);
+			return err;
+		}
 		if ((uint64_t)off > f->size || (uint64_t)len > f->size - (uint64_t)off)
 			return reply_error(EINVAL, "%s: range %lld:%lld is past the end of the file "
 					   "(%llu bytes)", rel, (long long)off, (long long)len,

@@ -612,6 +612,22 @@ class BadRequests(unittest.TestCase):
                     {"op": "promote", "paths": ["no-such-repo"]}):
             self.expect_error((json.dumps(req) + "\n").encode(), "request %s" % req)
 
+    def test_bad_ranges_name_the_file(self):
+        """A malformed "ranges" entry (or "part") of a promote is refused
+        with EINVAL naming the file and the entry, as every other error of
+        a request that names a path."""
+        path = a_shard()["path"]
+        for extra, want in (({"ranges": [[0, 10], [-1, 5]]}, "range 2 ([-1,5]): "),
+                            ({"ranges": [[0, 10], [7]]}, "range 2 ([7]): "),
+                            ({"ranges": [[0, "x"]]}, 'range 1 ([0,"x"]): '),
+                            ({"ranges": "0:10"}, '"ranges" must be'),
+                            ({"part": [3, 2]}, "--part K/N")):
+            req = dict({"op": "promote", "paths": [path], "dry_run": True}, **extra)
+            rep = self.expect_error((json.dumps(req) + "\n").encode(), "request %s" % req)
+            self.assertEqual(rep["errno"], "EINVAL", rep)
+            self.assertTrue(rep["error"].startswith(path + ": "), rep)
+            self.assertIn(want, rep["error"])
+
     def test_still_serving_files(self):
         e = a_shard()
         self.assertEqual(wfstest.sha256_file(FIX.m(e["path"])), (e["sha256"], e["size"]))

@@ -418,6 +418,27 @@ static void set_keep_cache(struct wfs *w, struct node *n, const struct wfs_fh *f
 	pthread_mutex_unlock(&w->nodes.lock);
 }
 
+/* The errno for an open whose NAS side failed with @r.  The name itself
+ * swapped on the NAS for a link or another type of file since the kernel
+ * looked it up (a snapshot's real file replaced by the link huggingface_hub
+ * writes): ESTALE, as getattr answers (ops.c), so that open(2) looks the
+ * name up again and opens what it is now.  A link on the way to it (a
+ * parent swapped), a FIFO or other file that cannot be read: EIO, never
+ * followed. */
+static int open_error(struct wfs *w, const char *path, int r)
+{
+	struct stat st;
+
+	if ((r == -ELOOP || r == -ENXIO || r == -EISDIR) && nas_stat(w, path, &st) == 0 &&
+	    !S_ISREG(st.st_mode)) {
+		wfs_log(w, LOG_WARNING, "open %s: %s on the NAS now: stale", path,
+			S_ISLNK(st.st_mode) ? "a link" : "another type of file");
+		return ESTALE;
+	}
+	return r == -ELOOP || r == -ENXIO || r == -ESTALE || r == -EISDIR || r == -EXDEV ||
+	       r == -EINVAL ? EIO : -r;
+}
+
 void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct wfs *w = W(req);
@@ -453,10 +474,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		r = r == 2 ? 0 : r;
 	}
 	if (r < 0) {
-		/* a link, FIFO or other file swapped in since the lookup: the
-		 * reader gets EIO, as for any NAS file that cannot be read */
-		fuse_reply_err(req, r == -ELOOP || r == -ENXIO || r == -ESTALE || r == -EISDIR ||
-				    r == -EXDEV || r == -EINVAL ? EIO : -r);
+		fuse_reply_err(req, open_error(w, fh->nas_path, r));
 		fh_free(w, fh);
 		return;
 	}

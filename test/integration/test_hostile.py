@@ -15,6 +15,7 @@ are never the target's.
 """
 
 import errno
+import hashlib
 import os
 import re
 import shutil
@@ -521,6 +522,32 @@ class Swapped(unittest.TestCase):
                       % wfstest.errname(got))
         wait_log(self, F["mount"], r"open %s: Too many levels of symbolic links"
                  % re.escape(os.path.join(F["hub"], SWAP, "blobs", sha)), 0)
+
+    def test_name_swapped_for_blob_link_reopens(self):
+        """A snapshot's real file replaced on the NAS by the link
+        huggingface_hub writes (a mirror re-synced with links) while the
+        kernel still holds the name (a snapshot name is kept blob_timeout,
+        60 s): the open answers ESTALE, open(2) looks the name up again and
+        reads the same bytes through the new link -- not EIO."""
+        repo, name = "models--hostile--resync", "model.safetensors"
+        data = det_bytes("resync", 10000)
+        rev = make_hf_repo(F["hub"], repo, {name: data}, real=(name,))
+        self.addCleanup(remove, os.path.join(F["hub"], repo))
+        rel = os.path.join(repo, "snapshots", rev, name)
+        self.assertEqual(wfstest.read_file(os.path.join(F["mnt"], rel)), data)
+        # what huggingface_hub would have written: the blob, then the link
+        sha = hashlib.sha256(data).hexdigest()
+        with open(os.path.join(F["hub"], repo, "blobs", sha), "wb") as f:
+            f.write(data)
+        nas = os.path.join(F["hub"], rel)
+        os.symlink("../../blobs/" + sha, nas + ".tmp")
+        os.rename(nas + ".tmp", nas)
+        got = wfstest.errno_of(wfstest.read_file, os.path.join(F["mnt"], rel))
+        self.assertIsNone(got, "open of a name the NAS swapped for its blob's link: %s"
+                          % wfstest.errname(got))
+        self.assertEqual(wfstest.read_file(os.path.join(F["mnt"], rel)), data)
+        self.assertEqual(os.readlink(os.path.join(F["mnt"], rel)), "../../blobs/" + sha)
+        wait_log(self, F["mount"], r"open %s: a link on the NAS now: stale" % re.escape(nas), 0)
 
     def test_getattr_follows_no_link(self):
         """A file held open, then on the NAS the file itself, or a directory

@@ -280,7 +280,8 @@ static int list_from_record(struct wfs *w, struct listing *d)
 		if (re && path_join(d->rel, names[i], rel, sizeof(rel)) == 0 &&
 		    record_lookup(&w->record, rel, re) == 0) {
 			d->ents[d->n].name = names[i];
-			d->ents[d->n].nas_ino = re->e.st.st_ino ? re->e.st.st_ino : 1;
+			d->ents[d->n].nas_ino = re->e.st.st_ino ?
+						node_shown_ino(&w->nodes, &re->e.st) : 1;
 			d->ents[d->n].type = re->e.st.st_mode & S_IFMT;
 			d->n++;
 			names[i] = NULL;
@@ -502,7 +503,7 @@ static int entry_at(struct wfs *w, struct listing *d, struct node *dn, size_t i,
 		if ((r = nas_classify(w, rel, ent)) < 0)
 			return r;
 		st->st_mode = ent->st.st_mode & S_IFMT;
-		st->st_ino = ent->st.st_ino;
+		st->st_ino = node_shown_ino(&w->nodes, &ent->st);
 		return 0;
 	}
 	k = i - 2 - batch->first; /* before the batch: wraps, and is looked up */

@@ -22,6 +22,13 @@ static uint64_t file_hash(uint64_t dev, uint64_t ino)
 	return mix(dev * 0x9e3779b97f4a7c15ULL ^ ino);
 }
 
+uint64_t node_shown_ino(const struct node_table *t, const struct stat *st)
+{
+	if ((uint64_t)st->st_dev == t->dev)
+		return (uint64_t)st->st_ino;
+	return file_hash((uint64_t)st->st_dev, (uint64_t)st->st_ino);
+}
+
 static uint64_t name_hash(const struct node *parent, int kind, const char *name)
 {
 	return mix((uint64_t)(uintptr_t)parent ^ path_hash(name) ^ (uint64_t)kind);
@@ -225,7 +232,7 @@ static int node_update(struct node_table *t, struct node *n, const struct ns_ent
 	} else {
 		if (e->kind == NS_LINK)
 			r = set_aux(n, e->target);
-		n->serial = e->st.st_ino; /* files are keyed by theirs */
+		n->serial = node_shown_ino(t, &e->st); /* files are keyed by theirs */
 	}
 	if (r < 0)
 		return r;
@@ -233,7 +240,8 @@ static int node_update(struct node_table *t, struct node *n, const struct ns_ent
 	return 0;
 }
 
-static struct node *node_new(struct node *parent, const char *name, const struct ns_entry *e)
+static struct node *node_new(const struct node_table *t, struct node *parent, const char *name,
+			     const struct ns_entry *e)
 {
 	size_t len = strlen(name);
 	struct node *n = calloc(1, sizeof(*n) + len + 1);
@@ -244,7 +252,7 @@ static struct node *node_new(struct node *parent, const char *name, const struct
 	n->kind = (uint8_t)e->kind;
 	n->parent = parent;
 	n->dev = e->kind == NS_FILE ? (uint64_t)e->st.st_dev : 0;
-	n->serial = e->st.st_ino;
+	n->serial = node_shown_ino(t, &e->st);
 	parent->children++;
 	return n;
 }
@@ -254,12 +262,13 @@ int node_table_init(struct node_table *t, const char *nas, const struct ns_entry
 	memset(t, 0, sizeof(*t));
 	pthread_mutex_init(&t->lock, NULL);
 	t->nas = nas;
+	t->dev = (uint64_t)root_entry->st.st_dev;
 	t->root = calloc(1, sizeof(*t->root) + 1);
 	if (htab_init(&t->nodes, 1024) < 0 || !t->root)
 		return -ENOMEM;
 	t->root->nlookup = 1;
 	t->root->kind = NS_DIR;
-	t->root->serial = root_entry->st.st_ino;
+	t->root->serial = node_shown_ino(t, &root_entry->st);
 	return node_update(t, t->root, root_entry);
 }
 
@@ -279,8 +288,8 @@ void node_table_destroy(struct node_table *t)
 	pthread_mutex_destroy(&t->lock);
 }
 
-static int node_matches(const struct node *n, const struct node *parent, const char *name,
-			const struct ns_entry *e)
+static int node_matches(const struct node_table *t, const struct node *n,
+			const struct node *parent, const char *name, const struct ns_entry *e)
 {
 	if (n->kind != e->kind)
 		return 0;
@@ -288,7 +297,7 @@ static int node_matches(const struct node *n, const struct node *parent, const c
 	 * a new node, a new inode in the kernel, which new opens can use (the
 	 * kernel's open(2) of a path looks it up again after an ESTALE). */
 	if (e->kind == NS_FILE)
-		return n->dev == (uint64_t)e->st.st_dev && n->serial == (uint64_t)e->st.st_ino &&
+		return n->dev == (uint64_t)e->st.st_dev && n->serial == node_shown_ino(t, &e->st) &&
 		       !node_backing_stale_locked(n);
 	return n->parent == parent && !strcmp(n->name, name);
 }
@@ -305,10 +314,10 @@ struct node *node_get(struct node_table *t, struct node *parent, const char *nam
 	pthread_mutex_lock(&t->lock);
 	n = NULL;
 	for (struct hlink *l = htab_chain(&t->nodes, h); l && !n; l = l->next)
-		if (l->hash == h && node_matches(htab_entry(l, struct node, hl), parent, name, e))
+		if (l->hash == h && node_matches(t, htab_entry(l, struct node, hl), parent, name, e))
 			n = htab_entry(l, struct node, hl);
 	if (!n) {
-		n = node_new(parent, name, e);
+		n = node_new(t, parent, name, e);
 		if (!n) {
 			pthread_mutex_unlock(&t->lock);
 			errno = ENOMEM;

@@ -99,6 +99,7 @@ struct node_table {
 	struct htab nodes;    /* TABLE: every node but the root */
 	struct node *root;    /* IMMUTABLE after node_table_init */
 	const char *nas;      /* IMMUTABLE: NAS_HUB: file paths are stored relative to it */
+	uint64_t dev;         /* IMMUTABLE: NAS_HUB's st_dev (node_shown_ino) */
 };
 
 int node_table_init(struct node_table *t, const char *nas, const struct ns_entry *root_entry);
@@ -121,6 +122,12 @@ void node_backing(struct node_table *t, const struct node *n, char *buf, size_t 
 
 /* LINK: the link text shown (under the table lock). */
 void node_target(struct node_table *t, const struct node *n, char *buf, size_t sz);
+
+/* The st_ino shown for a NAS object of attributes @st: its own inode
+ * number on NAS_HUB's filesystem; on another (a root= directory, a mount
+ * below NAS_HUB) one mixed with its device, since the mount shows one
+ * st_dev for all and two files must not share an st_ino. */
+uint64_t node_shown_ino(const struct node_table *t, const struct stat *st);
 
 /* The st_ino shown for @n (under the table lock). */
 uint64_t node_serial(struct node_table *t, const struct node *n);

@@ -11,6 +11,7 @@ import os
 import shutil
 import signal
 import stat
+import subprocess
 import sys
 import threading
 import time
@@ -301,6 +302,46 @@ class Inodes(Base):
             if len(shas) > 1:
                 bad.append("inode %d serves %d different contents" % (ino, len(shas)))
         self.assertNone(bad, "inode identity")
+
+    def test_two_filesystems_two_inodes(self):
+        """Blobs in a store on a filesystem of its own (-o root=), beside
+        NAS_HUB's: the mount shows one st_dev for all, so files of the two
+        that have the same inode number on their own filesystems must not
+        share an st_ino (os.path.samefile, du, cp -a would take them for
+        one file).  Two tmpfs number their inodes alike from 1."""
+        base = wfstest.make_base("wfs-twofs-")
+        self.addCleanup(shutil.rmtree, base, True)
+        hub, store = os.path.join(base, "hub"), os.path.join(base, "store")
+        for d in (hub, store):
+            os.mkdir(d)
+            subprocess.run(["mount", "-t", "tmpfs", "tmpfs", d], check=True)
+            self.addCleanup(subprocess.run, ["umount", "-l", d])
+        files = {"f%02d.bin" % i: wfstest.det_bytes("twofs%d" % i, 100 + i) for i in range(24)}
+        wfstest.make_hf_repo(hub, "models--two--fs", files)
+        blobs = os.path.join(hub, "models--two--fs", "blobs")
+        for sha in sorted(os.listdir(blobs))[:12]:  # half of them into the store
+            shutil.move(os.path.join(blobs, sha), os.path.join(store, sha))
+            os.symlink(os.path.join(store, sha), os.path.join(blobs, sha))
+        nas = {os.stat(os.path.join(blobs, s)).st_ino for s in os.listdir(blobs)}
+        self.assertLess(len(nas), len(files), "no inode number is on both filesystems")
+        mnt = os.path.join(base, "mnt")
+        os.mkdir(mnt)
+        mount = wfstest.ForegroundMount(hub, os.path.join(base, "local"), mnt,
+                                        ["auto_promote=off", "root=" + store]).start()
+        self.addCleanup(mount.cleanup)
+        self.addCleanup(mount.stop)
+        snap = os.path.join(mnt, "models--two--fs", "snapshots")
+        snap = os.path.join(snap, os.listdir(snap)[0])
+        inos = {}
+        for name, data in files.items():
+            with open(os.path.join(snap, name), "rb") as f:
+                self.assertEqual(f.read(), data, name)
+                inos.setdefault(os.fstat(f.fileno()).st_ino, []).append(name)
+        self.assertEqual({i: n for i, n in inos.items() if len(n) > 1}, {},
+                         "different files shown with one st_ino")
+        for sha in os.listdir(os.path.join(mnt, "models--two--fs", "blobs")):
+            self.assertIn(os.stat(os.path.join(mnt, "models--two--fs", "blobs", sha)).st_ino,
+                          inos, "blobs/%s: st_ino not the one its snapshot name shows" % sha)
 
 
 class Readdir(Base):

@@ -140,6 +140,25 @@ static int is_ref(const char *rel)
 	return slash && !strncmp(slash + 1, "refs/", 5);
 }
 
+/* For a marker "<repo>/.no_exist/<rev>/<path>" (huggingface_hub: <path>
+ * does not exist at <rev>), the revision's directory "<repo>/snapshots/<rev>"
+ * in @out: 1; else 0. */
+static int marker_revision(const char *rel, char *out, size_t sz)
+{
+	const char *slash = strchr(rel, '/'), *rev, *end;
+	int n;
+
+	if (!slash || slash == rel || strncmp(slash + 1, ".no_exist/", 10) != 0)
+		return 0;
+	rev = slash + 11;
+	end = strchr(rev, '/');
+	if (!end || end == rev || !end[1])
+		return 0;
+	n = snprintf(out, sz, "%.*s/snapshots/%.*s", (int)(slash - rel), rel, (int)(end - rev),
+		     rev);
+	return n > 0 && (size_t)n < sz;
+}
+
 static int is_local(struct store *s, const char *key)
 {
 	struct blob *b = key[0] ? store_find(s, key) : NULL;
@@ -199,21 +218,23 @@ static int read_ref(struct build *b, struct rnode *n)
 	return 0;
 }
 
-/* ns_walk's callback: every directory and link (decided after the walk),
- * the FILE entries that are local blobs or refs. */
+/* ns_walk's callback: every directory, link and .no_exist marker (decided
+ * after the walk), the FILE entries that are local blobs or refs. */
 static int take(void *arg, const char *rel, const struct ns_entry *e)
 {
 	struct build *b = arg;
 	struct rnode *n;
-	int ref = e->kind == NS_FILE && is_ref(rel), r = 0;
+	char rev[PATH_MAX];
+	int ref = e->kind == NS_FILE && is_ref(rel), marker = 0, r = 0;
 
 	if (stopping(b->r))
 		return -ECANCELED; /* record_close: the walk is dropped */
-	if (e->kind == NS_FILE && !ref && !is_local(b->s, e->backing))
+	if (e->kind == NS_FILE && !ref && !is_local(b->s, e->backing) &&
+	    !(marker = marker_revision(rel, rev, sizeof(rev))))
 		return 0;
 	if (!(n = node_of(rel, e)))
 		return -ENOMEM;
-	n->keep = e->kind == NS_FILE;
+	n->keep = e->kind == NS_FILE && !marker;
 	if (ref)
 		r = read_ref(b, n);
 	if (r) {
@@ -279,7 +300,31 @@ static void keep_parents(struct build *b, const struct rnode *n)
 	}
 }
 
-/* After the walks: links, parents, the root; the kept nodes into a table. */
+/* A .no_exist marker of a kept revision is kept, with its bytes: offline
+ * loading (huggingface_hub's try_to_load_from_cache) asks it before the
+ * snapshot, and a name it cannot see there is one to download.  0, or
+ * -errno of the NAS. */
+static int keep_marker(struct build *b, struct rnode *n)
+{
+	char rev[PATH_MAX];
+	struct rnode *d;
+	int r;
+
+	if (n->kind != NS_FILE || n->keep || !marker_revision(n->path, rev, sizeof(rev)))
+		return 0;
+	d = rnode_find(&b->h, rev);
+	if (!d || d->kind != NS_DIR || !d->keep)
+		return 0;
+	r = read_ref(b, n);
+	if (r)
+		return r > 0 ? 0 : r;
+	n->keep = 1;
+	keep_parents(b, n);
+	return 0;
+}
+
+/* After the walks: links, parents, markers, the root; the kept nodes into a
+ * table. */
 static int settle(struct build *b, struct record_table **out)
 {
 	struct rnodes kept = { 0 };
@@ -303,6 +348,8 @@ static int settle(struct build *b, struct record_table **out)
 				more = 1;
 			}
 	}
+	for (size_t i = 0; !e && i < b->all.n; i++)
+		e = keep_marker(b, b->all.v[i]);
 	for (size_t i = 0; !e && i < b->all.n; i++) {
 		struct rnode *n = b->all.v[i];
 

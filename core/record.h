@@ -22,7 +22,9 @@
  * such a repo's walk: FILE entries whose NAS file is a LOCAL blob, LINK
  * entries whose text leads (lexically, from the link's directory) to a
  * kept FILE entry, every FILE under refs/ (bytes up to RECORD_MAX_DATA),
- * and every directory above a kept entry.
+ * the FILE entries under .no_exist/<rev>/ of a revision whose
+ * snapshots/<rev> is kept (with their bytes, as refs), and every directory
+ * above a kept entry.
  *
  * Knows nothing of FUSE.
  */

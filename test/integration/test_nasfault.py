@@ -248,7 +248,7 @@ class WfsOnFaultNAS(unittest.TestCase):
 
     def check_local_revision(self, what):
         """Every name of REPO@REV reads right within LOCAL_WAIT; listings,
-        links and refs/main too."""
+        links, refs/main and its .no_exist markers too."""
         snap, blobs = revision_entries()
         pre = "%s/snapshots/%s" % (REPO, REV)
         calls = [(sha_size_uncached, (self.m(e["path"]),)) for e in snap + blobs]
@@ -257,6 +257,11 @@ class WfsOnFaultNAS(unittest.TestCase):
         calls.append((os.listdir, (self.m(pre + "/original"),)))
         links = [e for e in snap if e["type"] == "link"]
         calls += [(os.readlink, (self.m(e["path"]),)) for e in links]
+        # offline loading asks .no_exist/<rev>/<path> before the snapshot
+        markers = [e for e in FIX.entries if e["type"] == "file"
+                   and e["path"].startswith("%s/.no_exist/%s/" % (REPO, REV))]
+        self.assertTrue(markers, "the fixture has no .no_exist marker for %s" % REV)
+        calls += [(wfstest.read_file, (self.m(e["path"]),)) for e in markers]
         calls.append((wfstest.as_uid, (sha_size, self.m(snap[0]["path"]))))
         t0 = time.monotonic()
         res = bounded_all(calls, LOCAL_WAIT)
@@ -279,6 +284,8 @@ class WfsOnFaultNAS(unittest.TestCase):
         self.assertEqual(sorted(res[i + 2]["value"]), kids[pre + "/original"], "%s: ls original/" % what)
         for j, e in enumerate(links):
             self.assertEqual(res[i + 3 + j]["value"], e["target"], "%s: readlink %s" % (what, e["path"]))
+        for j, e in enumerate(markers):
+            self.assertEqual(res[i + 3 + len(links) + j]["value"], b"", "%s: %s" % (what, e["path"]))
         value, err = res[-1]["value"]
         self.assertIsNone(err, "%s: read as nobody: %s" % (what, errname(err)))
         self.assertEqual(value, (snap[0]["sha256"], snap[0]["size"]), "%s: read as nobody" % what)

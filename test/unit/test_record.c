@@ -1,6 +1,7 @@
 /* test_record.c - the store's record of its local revisions, without
  * mounting: what a build keeps of a hub tree (local files, the links and
- * directories that reach them, refs with their bytes; nothing else), that
+ * directories that reach them, refs with their bytes, the local revision's
+ * .no_exist markers; nothing else), that
  * record.json brings the same answers back after a restart, that a damaged
  * file is set aside and a newer one left alone, that hostile entries are
  * refused, and that record_sync waits for a build of the thread. */
@@ -23,6 +24,7 @@
 #define REV "0123456789abcdef0123456789abcdef01234567"
 #define REPO "models--o--n"
 #define SNAP REPO "/snapshots/" REV
+#define GONE "fedcba9876543210fedcba9876543210fedcba98" /* a revision not in snapshots/ */
 #define ODD "odd\xff\x01name"
 
 static char top[PATH_MAX], nas[PATH_MAX];
@@ -61,7 +63,8 @@ static void hub(void)
 {
 	static const char *const dirs[] = { REPO, REPO "/blobs", REPO "/snapshots", SNAP,
 		SNAP "/sub", SNAP "/sub/dir", REPO "/refs", REPO "/.no_exist",
-		REPO "/.no_exist/" REV, "models--x--y", "models--x--y/blobs",
+		REPO "/.no_exist/" REV, REPO "/.no_exist/" REV "/sub", REPO "/.no_exist/" GONE,
+		"models--x--y", "models--x--y/blobs",
 		"models--x--y/snapshots", "models--x--y/snapshots/" REV, "models--x--y/refs",
 		"hubstore", "models--h--s", "models--h--s/blobs", "models--h--s/snapshots",
 		"models--h--s/snapshots/" REV };
@@ -81,6 +84,8 @@ static void hub(void)
 	check_ln(nas, "../../blobs", SNAP "/blobs-dir");
 	check_put(nas, REPO "/refs/main", REV);
 	check_put(nas, REPO "/.no_exist/" REV "/missing.txt", "");
+	check_put(nas, REPO "/.no_exist/" REV "/sub/missing.json", "");
+	check_put(nas, REPO "/.no_exist/" GONE "/other.txt", "");
 	check_put(nas, "models--x--y/blobs/" OTHER, "other too");
 	check_ln(nas, "../../blobs/" OTHER, "models--x--y/snapshots/" REV "/w");
 	check_put(nas, "models--x--y/refs/main", REV);
@@ -159,8 +164,8 @@ static void answers(struct check_count *c, struct record *r, const char *when)
 	      "%s: snapshot lists %s", when, list(r, SNAP));
 	CHECK(c, !strcmp(list(r, REPO "/blobs"), H256 "|" H1), "%s: blobs list %s", when,
 	      list(r, REPO "/blobs"));
-	CHECK(c, !strcmp(list(r, REPO), "blobs|refs|snapshots"), "%s: repo lists %s", when,
-	      list(r, REPO));
+	CHECK(c, !strcmp(list(r, REPO), ".no_exist|blobs|refs|snapshots"), "%s: repo lists %s",
+	      when, list(r, REPO));
 	CHECK(c, !strcmp(list(r, ""), REPO), "%s: root lists %s", when, list(r, ""));
 	CHECK(c, look(r, "") == 0 && ent.e.kind == NS_DIR, "%s: the root", when);
 	CHECK(c, look(r, REPO "/refs/main") == 0 && ent.has_data && ent.data_len == 40 &&
@@ -169,7 +174,17 @@ static void answers(struct check_count *c, struct record *r, const char *when)
 	      "%s: a file that is not local is absent", when);
 	CHECK(c, look(r, "models--x--y") == -ENOENT && !strcmp(list(r, "models--x--y"), "ENOENT"),
 	      "%s: a repo with nothing local is absent", when);
-	CHECK(c, look(r, REPO "/.no_exist") == -ENOENT, "%s: markers are not kept", when);
+	/* offline loading (huggingface_hub's try_to_load_from_cache) asks
+	 * .no_exist/<rev>/<path> before the snapshot: a local revision's
+	 * markers are kept, another's not */
+	CHECK(c, look(r, REPO "/.no_exist/" REV "/missing.txt") == 0 && ent.e.kind == NS_FILE &&
+	      ent.has_data && ent.data_len == 0 && ent.e.st.st_size == 0,
+	      "%s: a marker of the local revision", when);
+	CHECK(c, look(r, REPO "/.no_exist/" REV "/sub/missing.json") == 0 &&
+	      !strcmp(list(r, REPO "/.no_exist/" REV), "missing.txt|sub"),
+	      "%s: markers list %s", when, list(r, REPO "/.no_exist/" REV));
+	CHECK(c, !strcmp(list(r, REPO "/.no_exist"), REV), "%s: another revision's markers: %s",
+	      when, list(r, REPO "/.no_exist"));
 	CHECK(c, record_has_any(r), "%s: has any", when);
 	record_nas(r, got, sizeof(got));
 	CHECK(c, !strcmp(got, nas), "%s: nas %s", when, got);

@@ -8,6 +8,22 @@
 #include <string.h>
 #include <unistd.h>
 
+/* @path as an absolute, normalised name into @out (PATH_MAX): "" when it
+ * cannot be had. */
+static void given_name(const char *path, char *out)
+{
+	char cwd[PATH_MAX], joined[2 * PATH_MAX];
+
+	out[0] = '\0';
+	if (path[0] == '/')
+		snprintf(joined, sizeof(joined), "%s", path);
+	else if (!getcwd(cwd, sizeof(cwd)) ||
+		 snprintf(joined, sizeof(joined), "%s/%s", cwd, path) >= (int)sizeof(joined))
+		return;
+	if (path_normalize(joined, out, PATH_MAX) < 0)
+		out[0] = '\0';
+}
+
 int hub_roots_add(struct hub_roots *roots, const char *path)
 {
 	char *real;
@@ -21,8 +37,41 @@ int hub_roots_add(struct hub_roots *roots, const char *path)
 		free(real);
 		return -ENAMETOOLONG;
 	}
-	strcpy(roots->path[roots->n++], real);
+	strcpy(roots->path[roots->n], real);
+	given_name(path, roots->given[roots->n]);
+	if (!strcmp(roots->given[roots->n], real))
+		roots->given[roots->n][0] = '\0';
+	roots->n++;
 	free(real);
+	return 0;
+}
+
+/* @lex (absolute, normalised) under no root, but under a root's @given
+ * name: rewritten under its canonical one.  0 or -ENAMETOOLONG. */
+static int respell(const struct hub_roots *roots, char *lex)
+{
+	const char *rest, *best_rest = NULL;
+	char canon[PATH_MAX];
+	size_t best_len = 0;
+	int best = -1;
+
+	if (hub_root_of(roots, lex, &rest) >= 0)
+		return 0;
+	for (int i = 0; i < roots->n; i++) {
+		size_t len = strlen(roots->given[i]);
+
+		if (len && len > best_len && (rest = path_under(roots->given[i], lex))) {
+			best = i;
+			best_len = len;
+			best_rest = rest;
+		}
+	}
+	if (best < 0)
+		return 0;
+	if (snprintf(canon, sizeof(canon), "%s%s%s", roots->path[best], *best_rest ? "/" : "",
+		     best_rest) >= (int)sizeof(canon))
+		return -ENAMETOOLONG;
+	strcpy(lex, canon);
 	return 0;
 }
 
@@ -126,6 +175,8 @@ static int walk_relocate(struct walk *wk, const char *joined, int jn)
 	if (jn < 0 || jn >= JOINED_MAX)
 		return -ENAMETOOLONG;
 	r = path_normalize(joined, lex, sizeof(lex));
+	if (r == 0)
+		r = respell(wk->roots, lex);
 	if (r < 0)
 		return r;
 	wk->root = hub_root_of(wk->roots, lex, &rest);

@@ -15,10 +15,15 @@
 #define HUB_MAX_HOPS 40 /* as the kernel's MAXSYMLINKS */
 
 /* Root 0 is NAS_HUB; the others are extra read-only roots links may use.
- * Every path is canonical (realpath) without a trailing '/'. */
+ * Every path is canonical (realpath) without a trailing '/'.  @given is a
+ * root as it was named (absolute, normalised) when a link outside the roots
+ * made it differ (/home/u/hub for /data/home/u/hub), else "": an absolute
+ * link text written with that spelling (a hub-level store's links, made
+ * on a host that names the hub so) leads into the root too. */
 struct hub_roots {
 	int n;
 	char path[HUB_MAX_ROOTS][PATH_MAX];
+	char given[HUB_MAX_ROOTS][PATH_MAX];
 };
 
 enum hub_res_kind {
@@ -40,7 +45,8 @@ struct hub_res {
 	char via[NAME_MAX + 1]; /* see hub_resolve() */
 };
 
-/* Add a root; canonicalises @path.  Returns -errno. */
+/* Add a root; canonicalises @path (and keeps its own spelling in @given
+ * when that differs).  Returns -errno. */
 int hub_roots_add(struct hub_roots *roots, const char *path);
 
 /* Resolve @rel (relative to root 0; "" is the root itself).  The

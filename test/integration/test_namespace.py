@@ -229,6 +229,39 @@ class Links(Base):
         self.assertNone(bad, "realpath outside the mount")
 
 
+class GivenSpelling(Base):
+    def test_absolute_links_through_the_hub_path_as_named(self):
+        """NAS_HUB named through a link (/home -> /data/home): the hub-level
+        store's absolute links written with that spelling stay in the mount
+        (a blob is a file, its snapshot entry ../../blobs/<id>), so reads
+        are the mount's -- not the NAS's behind the mount's back."""
+        base = wfstest.make_base("wfs-spelling-")
+        self.addCleanup(shutil.rmtree, base, True)
+        os.makedirs(os.path.join(base, "data", "hub"))
+        os.symlink(os.path.join(base, "data"), os.path.join(base, "home"))
+        hub = os.path.join(base, "home", "hub")  # NAS_HUB, as named
+        data = wfstest.det_bytes("spelling", 5000)
+        rev = wfstest.make_hf_repo(hub, "models--given--spelling", {"model.safetensors": data})
+        blobs = os.path.join(hub, "models--given--spelling", "blobs")
+        sha = os.listdir(blobs)[0]
+        os.makedirs(os.path.join(hub, "blobs", sha[:2]))
+        os.rename(os.path.join(blobs, sha), os.path.join(hub, "blobs", sha[:2], sha))
+        os.symlink(os.path.join(hub, "blobs", sha[:2], sha), os.path.join(blobs, sha))
+        mnt = os.path.join(base, "mnt")
+        os.mkdir(mnt)
+        mount = wfstest.ForegroundMount(hub, os.path.join(base, "local"), mnt,
+                                        ["auto_promote=off"]).start()
+        self.addCleanup(mount.cleanup)
+        self.addCleanup(mount.stop)
+        repo = os.path.join(mnt, "models--given--spelling")
+        self.assertTrue(stat.S_ISREG(os.lstat(os.path.join(repo, "blobs", sha)).st_mode),
+                        "blobs/%s: not a file of the mount" % sha)
+        snap = os.path.join(repo, "snapshots", rev, "model.safetensors")
+        self.assertEqual(os.readlink(snap), "../../blobs/" + sha)
+        self.assertEqual(os.path.realpath(snap), os.path.join(repo, "blobs", sha))
+        self.assertEqual(wfstest.read_file(snap), data)
+
+
 class Escape(Base):
     def test_escape_is_link(self):
         bad = []

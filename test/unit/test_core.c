@@ -242,6 +242,33 @@ static void test_ns(struct check_count *c)
 	expect_file(c, &roots, "models--o--store/snapshots/" REV "/escape-rel", "../outside/secret", "");
 }
 
+/* NAS_HUB named through a link (/home -> /data/home, say): an absolute
+ * link written with that spelling leads into the hub as one with the
+ * canonical spelling does, so its read stays in the mount. */
+static void test_ns_given_spelling(struct check_count *c)
+{
+	struct hub_roots roots = {0};
+	char p[PATH_MAX * 2], alias[PATH_MAX * 2];
+
+	snprintf(alias, sizeof(alias), "%s/alias", top);
+	snprintf(p, sizeof(p), "%s", top);
+	if (symlink(p, alias) < 0)
+		perror(alias);
+	check_mkdirs(top, "hub/models--o--alias/blobs");
+	check_mkdirs(top, "hub/models--o--alias/snapshots/" REV);
+	snprintf(p, sizeof(p), "%s/alias/hub", top);
+	CHECK(c, hub_roots_add(&roots, p) == 0, "root named through a link");
+	snprintf(p, sizeof(p), "%s/alias/hub/blobs/4d/" SHA_B, top);
+	ln(p, "hub/models--o--alias/blobs/" SHA_B);
+	ln("../../blobs/" SHA_B, "hub/models--o--alias/snapshots/" REV "/a.safetensors");
+	snprintf(p, sizeof(p), "%s/alias/outside/secret", top);
+	ln(p, "hub/models--o--alias/snapshots/" REV "/escape");
+	expect_file(c, &roots, "models--o--alias/blobs/" SHA_B, "blobs/4d/" SHA_B, SHA_B);
+	expect_link(c, &roots, "models--o--alias/snapshots/" REV "/a.safetensors",
+		    "../../blobs/" SHA_B, NS_LINK_RESOLVED);
+	expect_link(c, &roots, "models--o--alias/snapshots/" REV "/escape", p, NS_LINK_ESCAPE);
+}
+
 /* A batch gives back what ns_classify gave, entry for entry: files, links
  * of every state, hidden and missing names; more entries than its first
  * allocation holds. */
@@ -386,6 +413,7 @@ int main(void)
 	build_tree();
 	test_path(&c);
 	test_ns(&c);
+	test_ns_given_spelling(&c);
 	test_ns_batch(&c);
 	test_ns_in(&c);
 	check_rmtree(top);

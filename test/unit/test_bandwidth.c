@@ -7,7 +7,7 @@
  *   range    whole copies and a range copy (wfsctl promote --range) at once
  *   auto     an automatic copy and an explicit one at once
  */
-#include "check.h"
+#include "check_store.h"
 #include "store.h"
 
 #include <stdlib.h>
@@ -22,15 +22,7 @@ static struct check_count c;
 
 static struct blob *blob_at(struct store *s, const char *rel)
 {
-	char p[PATH_MAX * 2];
-	struct stat st;
-
-	snprintf(p, sizeof(p), "%s/%s", top, rel);
-	if (stat(p, &st) < 0) {
-		perror(p);
-		exit(2);
-	}
-	return store_blob(s, p, &st, strrchr(p, '/') + 1);
+	return check_blob(s, top, rel, NULL, 1);
 }
 
 static int parts_settled(struct store *s, struct blob *b)

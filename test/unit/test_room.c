@@ -16,7 +16,7 @@
  *            (2 s, doubling), a user's is not; the gate coming up makes every
  *            backoff due at once; the policy thread retries by itself
  */
-#include "check.h"
+#include "check_store.h"
 #include "control.h"
 #include "store.h"
 #include "store_int.h"
@@ -81,13 +81,10 @@ static void set_ref(const char *repo, const char *rev)
 
 static struct blob *blob_at(struct store *s, const char *hubrel)
 {
-	char p[PATH_MAX * 2];
-	struct stat st;
+	char rel[PATH_MAX];
 
-	snprintf(p, sizeof(p), "%s/hub/%s", top, hubrel);
-	if (stat(p, &st) < 0)
-		return NULL;
-	return store_blob(s, p, &st, strrchr(p, '/') + 1);
+	snprintf(rel, sizeof(rel), "hub/%s", hubrel);
+	return check_blob(s, top, rel, NULL, 0);
 }
 
 static struct store *the_store; /* the store a test has open */

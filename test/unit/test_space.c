@@ -16,7 +16,7 @@
  *   pinfull  a ref pin's blob that does not fit is tried again after a
  *            backoff, not at every poll of the ref (each try a log line)
  */
-#include "check.h"
+#include "check_store.h"
 #include "hash.h"
 #include "store.h"
 #include "store_int.h"
@@ -253,15 +253,7 @@ static int files_in(const char *local, const char *sub)
 
 static struct blob *blob_named(const char *rel, const char *id)
 {
-	char p[PATH_MAX * 2];
-	struct stat st;
-
-	snprintf(p, sizeof(p), "%s/%s", top, rel);
-	if (stat(p, &st) < 0) {
-		perror(p);
-		exit(2);
-	}
-	return store_blob(the_store, p, &st, id);
+	return check_blob(the_store, top, rel, id, 1);
 }
 
 static atomic_int hashed_only, copied_after_all;

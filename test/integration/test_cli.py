@@ -492,8 +492,9 @@ class Cli(unittest.TestCase):
     def test_evict_force_mid_copy_unpins(self):
         wfstest.require_wfsctl()
         local, mnt = self.path("local"), self.new_mnt()
-        # 1 MB/s: the largest file (~3.6 MiB) copies for seconds
-        self.start(local, mnt, ["promote_mbps=1", "auto_promote=off"])
+        # 0.5 MB/s (a third of the cap a copy): the largest file (~3.6 MiB)
+        # copies for seconds
+        self.start(local, mnt, ["promote_mbps=1.5", "auto_promote=off"])
         sock = wfstest.wait_ctl(mnt)
         e = max(FIX.readable(), key=lambda x: x.get("size", 0))
         f = os.path.join(mnt, e["path"])

@@ -600,7 +600,7 @@ class Swapped(unittest.TestCase):
         local, mnt = os.path.join(F["base"], "local2"), os.path.join(F["base"], "mnt2")
         os.makedirs(mnt, exist_ok=True)
         mount = wfstest.ForegroundMount(F["hub"], local, mnt, [
-            "allow_other", "auto_promote=off", "copy_workers=1", "promote_mbps=1",
+            "allow_other", "auto_promote=off", "copy_workers=1", "promote_mbps=2",
             "root=" + F["store"]]).start()
 
         def stop():

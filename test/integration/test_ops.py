@@ -46,7 +46,7 @@ def setUpModule():
     wfstest.require_wfsctl()
     FIX.setup()
     try:
-        # 48 MiB at promote_mbps=20: ~2.5 s of copying to stop the daemon in
+        # 48 MiB at promote_mbps=30 (a third of it a copy): ~5 s of copying to stop the daemon in
         BIG = wfstest.add_big_repo(FIX.hub, size=48 * MiB)
     except BaseException:
         FIX.teardown(raise_problems=False)
@@ -414,7 +414,7 @@ class CleanShutdown(unittest.TestCase):
     def stop_mid_copy(self, how):
         local, mnt = fresh("shutdown-" + how)
         small = smalls()
-        m = wfstest.Mount(FIX.hub, local, mnt, ["promote_mbps=20", "auto_promote=off"]).start()
+        m = wfstest.Mount(FIX.hub, local, mnt, ["promote_mbps=30", "auto_promote=off"]).start()
         try:
             wfstest.wait_ctl(mnt)
             ctl_check(self, ["promote", "--wait"] + [os.path.join(mnt, e["path"]) for e in small])
@@ -458,7 +458,7 @@ class CleanShutdown(unittest.TestCase):
         self.assertFalse(any(k.endswith(BIG["blob"]) for k in local_keys),
                          "%s: the stop waited for the copy in flight to end" % how)
 
-        m = wfstest.Mount(FIX.hub, local, mnt, ["promote_mbps=20", "auto_promote=off"]).start()
+        m = wfstest.Mount(FIX.hub, local, mnt, ["promote_mbps=30", "auto_promote=off"]).start()
         try:
             self.assertTrue(m.ready_on_return, "wfs returned before the next mount was there")
             wfstest.wait_ctl(mnt)

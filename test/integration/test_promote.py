@@ -34,12 +34,13 @@ from wfstest import ctl_check, ctl_json, run_wfsctl, state_of, wait_state  # noq
 
 MiB = 1 << 20
 # promote_mbps: slow enough that the swap test's copy of an 18 MiB shard takes
-# a couple of seconds under its readers, fast enough for the rest.
-FIX = wfstest.HubFixture(options=("promote_mbps=8", "auto_promote=off"), scale_mib=40, many=0, mount=False)
+# a couple of seconds under its readers, fast enough for the rest (a copy
+# gets a third of it with two copy workers: 4 MB/s).
+FIX = wfstest.HubFixture(options=("promote_mbps=12", "auto_promote=off"), scale_mib=40, many=0, mount=False)
 CORRUPT = {}   # the blob altered before mounting (Mismatch)
 # ReplacedMidCopy: a real file in the packs snapshot (its name is no content
 # address: only the source's identity can tell its bytes changed), big
-# enough that its copy at promote_mbps=8 takes about two seconds
+# enough that its copy at promote_mbps=12 takes about two seconds
 RACE = {"size": 16 * MiB}
 
 

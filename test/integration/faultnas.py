@@ -22,6 +22,7 @@ The binary is WFS_FAULTFS (default <repo>/build/test/faultfs); without it
 the tests skip, or fail under CI=true (wfstest.skip_or_fail).
 """
 
+import ctypes
 import errno
 import fcntl
 import json
@@ -32,6 +33,7 @@ import signal
 import socket
 import struct
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -451,3 +453,25 @@ def bounded_all(calls, timeout):
         if box["thread"].is_alive():
             STRAGGLERS.append(box["thread"])
     return out
+
+
+# getdents64(2) by hand: a listing read one call at a time, so a test can
+# stop the NAS between two calls of one pass (test_nasfault).
+SYS_GETDENTS64 = {"x86_64": 217, "aarch64": 61}.get(os.uname().machine)
+LIBC = ctypes.CDLL(None, use_errno=True)
+
+
+def getdents(fd, size):
+    """One getdents64(2) of `size` bytes on the directory fd: the names it
+    gave ([] at the end), or OSError."""
+    buf = ctypes.create_string_buffer(size)
+    n = LIBC.syscall(SYS_GETDENTS64, fd, buf, size)
+    if n < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+    names, off = [], 0
+    while off < n:  # struct linux_dirent64: ino, off, reclen, type, name
+        reclen = int.from_bytes(buf.raw[off + 16:off + 18], sys.byteorder)
+        names.append(buf.raw[off + 19:off + reclen].split(b"\0", 1)[0].decode())
+        off += reclen
+    return names

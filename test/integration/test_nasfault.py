@@ -38,7 +38,6 @@ fails the test instead of hanging it); waits are on events (status, the
 faultfs state), never sleeps; tearDown puts the NAS back to health first.
 """
 
-import ctypes
 import errno
 import hashlib
 import mmap
@@ -103,24 +102,7 @@ def sha_size_uncached(path):
     return wfstest.sha256_file(path)
 
 
-SYS_GETDENTS64 = {"x86_64": 217, "aarch64": 61}.get(os.uname().machine)
-LIBC = ctypes.CDLL(None, use_errno=True)
-
-
-def getdents(fd, size):
-    """One getdents64(2) of `size` bytes on the directory fd: the names it
-    gave ([] at the end), or OSError."""
-    buf = ctypes.create_string_buffer(size)
-    n = LIBC.syscall(SYS_GETDENTS64, fd, buf, size)
-    if n < 0:
-        e = ctypes.get_errno()
-        raise OSError(e, os.strerror(e))
-    names, off = [], 0
-    while off < n:  # struct linux_dirent64: ino, off, reclen, type, name
-        reclen = int.from_bytes(buf.raw[off + 16:off + 18], sys.byteorder)
-        names.append(buf.raw[off + 19:off + reclen].split(b"\0", 1)[0].decode())
-        off += reclen
-    return names
+SYS_GETDENTS64, getdents = faultnas.SYS_GETDENTS64, faultnas.getdents
 
 
 def revision_entries():

@@ -4,6 +4,7 @@
 #define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
 
+#include "fuse_abi.h"
 #include "passthrough.h"
 #include "replyorder.h"
 #include "uring.h"
@@ -17,30 +18,17 @@
 
 #define OP_INIT 26
 #define OP_OPEN 14
-#define INIT_EXT (1u << 30)
+#define INIT_EXT FUSE_ABI_INIT_EXT
 #define INIT2_PASSTHROUGH (1u << 5) /* FUSE_PASSTHROUGH is bit 37 */
-#define INIT2_OVER_IO_URING (1u << 9) /* FUSE_OVER_IO_URING is bit 41 */
+#define INIT2_OVER_IO_URING FUSE_ABI_INIT2_OVER_IO_URING
 #define OPEN_DIRECT_IO (1u << 0)
 #define OPEN_KEEP_CACHE (1u << 1)
 #define OPEN_PASSTHROUGH (1u << 7)
 #define DEV_IOC_BACKING_OPEN 0x4010e501u  /* _IOW(229, 1, struct backing_map) */
 #define DEV_IOC_BACKING_CLOSE 0x4004e502u /* _IOW(229, 2, uint32_t) */
 
-struct in_header {
-	uint32_t len, opcode;
-	uint64_t unique, nodeid;
-	uint32_t uid, gid, pid;
-	uint16_t total_extlen, padding;
-};
-
 struct init_in {
 	uint32_t major, minor, max_readahead, flags, flags2;
-};
-
-struct out_header {
-	uint32_t len;
-	int32_t error;
-	uint64_t unique;
 };
 
 /* fuse_init_out: flags at 12, max_write at 20, max_pages at 28, flags2

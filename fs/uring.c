@@ -1,9 +1,8 @@
-/* uring.c - see uring.h.  Layouts and constants are those of the kernel's
- * include/uapi/linux/fuse.h (protocol 7.42 and later); the system's header
- * predates them, so the few we need are spelt here. */
+/* uring.c - see uring.h.  The kernel's layouts are fuse_abi.h's. */
 #define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
 
+#include "fuse_abi.h"
 #include "replyorder.h"
 #include "uring.h"
 
@@ -16,8 +15,6 @@
 #include <syslog.h>
 #include <unistd.h>
 
-#define CMD_REGISTER 1u
-#define CMD_COMMIT_AND_FETCH 2u
 /* How often a ring thread with nothing to do looks at u->stop. */
 #define IDLE_LOOK_MS 100
 /* The user_data of a NAS read's SQE: its struct ring_read's address with
@@ -26,41 +23,6 @@
 /* Reads a ring thread may leave behind past their deadline (a hung NAS)
  * before it refuses more: each holds a buffer until the NAS answers. */
 #define MAX_ABANDONED 4
-
-struct in_header {
-	uint32_t len, opcode;
-	uint64_t unique, nodeid;
-	uint32_t uid, gid, pid;
-	uint16_t total_extlen, padding;
-};
-
-struct out_header {
-	uint32_t len;
-	int32_t error;
-	uint64_t unique;
-};
-
-/* The registered header buffer: the kernel writes a request's in header
- * and its opcode's fixed argument here, we write the reply's out header. */
-struct req_header {
-	char in_out[128];
-	char op_in[128];
-	struct {
-		uint64_t flags;
-		uint64_t commit_id;
-		uint32_t payload_sz; /* bytes in the payload buffer, either way */
-		uint32_t padding;
-		uint64_t reserved;
-	} ent;
-};
-
-/* In the command area of a 128-byte SQE. */
-struct cmd_req {
-	uint64_t flags;
-	uint64_t commit_id;
-	uint16_t qid;
-	uint8_t padding[6];
-};
 
 /* A NAS read made on a ring thread's own ring (uring_pread). */
 struct ring_read {
@@ -76,7 +38,7 @@ struct uring_ent {
 	pthread_t thread;
 	struct io_uring ring;
 	struct iovec iov[2];     /* what REGISTER names: header, payload */
-	struct req_header *hdr;
+	struct uring_req_header *hdr;
 	char *payload;
 	size_t payload_len;
 	char *req;               /* the request laid out as /dev/fuse gives it */
@@ -134,7 +96,7 @@ static unsigned possible_cpus(void)
 static void queue_cmd(struct uring_ent *e, unsigned op, uint64_t commit_id)
 {
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&e->ring);
-	struct cmd_req *cmd;
+	struct uring_cmd_req *cmd;
 
 	if (!sqe)
 		return; /* one command in flight a ring: the ring holds four */
@@ -142,11 +104,11 @@ static void queue_cmd(struct uring_ent *e, unsigned op, uint64_t commit_id)
 	sqe->opcode = IORING_OP_URING_CMD;
 	sqe->fd = e->u->devfd;
 	sqe->cmd_op = op;
-	if (op == CMD_REGISTER) {
+	if (op == FUSE_ABI_URING_REGISTER) {
 		sqe->addr = (uint64_t)(uintptr_t)e->iov;
 		sqe->len = 2;
 	}
-	cmd = (struct cmd_req *)sqe->cmd;
+	cmd = (struct uring_cmd_req *)sqe->cmd;
 	cmd->qid = (uint16_t)e->qid;
 	cmd->commit_id = commit_id;
 }
@@ -386,14 +348,14 @@ static void *ring_thread(void *arg)
 		     e->qid, strerror(-r));
 		return NULL;
 	}
-	queue_cmd(e, CMD_REGISTER, 0);
+	queue_cmd(e, FUSE_ABI_URING_REGISTER, 0);
 	while ((r = next_request(e, &idle)) >= 0) {
 		if (r == 0)
 			continue;
 		if (serve_request(e) < 0)
 			break;
 		if (!e->committed)
-			queue_cmd(e, CMD_COMMIT_AND_FETCH, e->hdr->ent.commit_id);
+			queue_cmd(e, FUSE_ABI_URING_COMMIT_AND_FETCH, e->hdr->ent.commit_id);
 	}
 	io_uring_queue_exit(&e->ring);
 	/* Reads still left behind: the NAS reads are O_DIRECT wherever it
@@ -509,7 +471,7 @@ ssize_t uring_take_reply(struct fuse_uring *u, const struct iovec *iov, int coun
 			 * so the reader has it while the handler does what it does
 			 * after replying (a listing made ahead of a walk). */
 			e->committed = 1;
-			queue_cmd(e, CMD_COMMIT_AND_FETCH, e->hdr->ent.commit_id);
+			queue_cmd(e, FUSE_ABI_URING_COMMIT_AND_FETCH, e->hdr->ent.commit_id);
 			io_uring_submit(&e->ring);
 		}
 		return (ssize_t)(sizeof(*oh) + body);

@@ -22,7 +22,7 @@
  *   fuseprobe seq FILE               1 MiB reads start to end: MB/s
  *
  * The FUSE and io_uring layouts are the kernel's include/uapi/linux/fuse.h
- * (7.42) and io_uring.h; the few the system headers lack are spelt here.
+ * (7.42) and io_uring.h; the few the system headers lack are fs/fuse_abi.h's.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -40,34 +40,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fuse_abi.h"
+
 #define PROBE_MAX_WRITE (1u << 20)
 #define PROBE_THREADS 4 /* classic: readers of /dev/fuse; uring: threads a queue */
-#define FLAGS2_OVER_IO_URING (1u << 9) /* FUSE_OVER_IO_URING is bit 41 */
-#define FLAGS_INIT_EXT (1u << 30)
-#define URING_CMD_REGISTER 1u
-#define URING_CMD_COMMIT_AND_FETCH 2u
 #define NO_REPLY 1
-
-struct uring_ent_in_out {
-	uint64_t flags;
-	uint64_t commit_id;
-	uint32_t payload_sz;
-	uint32_t padding;
-	uint64_t reserved;
-};
-
-struct uring_req_header {
-	char in_out[128];
-	char op_in[128];
-	struct uring_ent_in_out ent;
-};
-
-struct uring_cmd_req {
-	uint64_t flags;
-	uint64_t commit_id;
-	uint16_t qid;
-	uint8_t padding[6];
-};
 
 struct probe {
 	int devfd;
@@ -213,7 +190,7 @@ static void *ring_serve(void *arg)
 	CPU_ZERO(&cpus);
 	CPU_SET(t->qid, &cpus);
 	sched_setaffinity(0, sizeof(cpus), &cpus);
-	queue_cmd(t, URING_CMD_REGISTER, 0, iov);
+	queue_cmd(t, FUSE_ABI_URING_REGISTER, 0, iov);
 	for (;;) {
 		struct io_uring_cqe *cqe;
 		struct fuse_in_header in;
@@ -241,7 +218,7 @@ static void *ring_serve(void *arg)
 		oh->error = r < 0 ? r : 0;
 		oh->len = sizeof(*oh) + (uint32_t)(r > 0 ? r : 0);
 		t->hdr->ent.payload_sz = r > 0 ? (uint32_t)r : 0;
-		queue_cmd(t, URING_CMD_COMMIT_AND_FETCH, in.unique, NULL);
+		queue_cmd(t, FUSE_ABI_URING_COMMIT_AND_FETCH, in.unique, NULL);
 	}
 	return NULL;
 }
@@ -283,15 +260,15 @@ static int reply_init(struct probe *p, const struct fuse_in_header *in,
 	o.minor = ii->minor;
 	o.max_readahead = ii->max_readahead;
 	o.flags = FUSE_ASYNC_READ | FUSE_BIG_WRITES | FUSE_MAX_PAGES;
-	if (ii->flags & FLAGS_INIT_EXT) {
-		o.flags |= FLAGS_INIT_EXT;
+	if (ii->flags & FUSE_ABI_INIT_EXT) {
+		o.flags |= FUSE_ABI_INIT_EXT;
 		if (p->uring) {
-			if (!(ii->flags2 & FLAGS2_OVER_IO_URING)) {
+			if (!(ii->flags2 & FUSE_ABI_INIT2_OVER_IO_URING)) {
 				fprintf(stderr, "fuseprobe: the kernel does not offer FUSE over "
 						"io_uring (enable_uring off?)\n");
 				return -1;
 			}
-			o.flags2 = FLAGS2_OVER_IO_URING;
+			o.flags2 = FUSE_ABI_INIT2_OVER_IO_URING;
 		}
 	}
 	o.max_background = 64; /* as wfs */

@@ -2,6 +2,7 @@
 #define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
 
+#include "clock.h"
 #include "fuse_abi.h"
 #include "replyorder.h"
 #include "uring.h"
@@ -202,14 +203,6 @@ static void reap_read(struct uring_ent *e, uint64_t user_data)
 		free(rd->buf);
 		free(rd);
 	}
-}
-
-static int64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 int uring_here(void)

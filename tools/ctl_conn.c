@@ -1,5 +1,6 @@
 /* ctl_conn.c - one request/reply exchange with the wfs control socket; see
  * ctl_conn.h. */
+#include "clock.h"
 #include "ctl_conn.h"
 #include "ctl_fmt.h"
 
@@ -162,14 +163,6 @@ static pid_t daemon_pid(const char *sock)
 	close(fd);
 	buf[n > 0 ? n : 0] = '\0';
 	return (pid_t)atoi(buf);
-}
-
-static int64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* Milliseconds left before @deadline for poll(2): -1 with no deadline (< 0). */

@@ -150,6 +150,16 @@ static void judge(struct nas_gate *g, int r, int on_fd)
 	}
 }
 
+/* A call passed its deadline: counted, and the NAS is down. */
+static void deadline_passed(struct nas_gate *g)
+{
+	char why[96];
+
+	atomic_fetch_add(&g->timeouts, 1);
+	snprintf(why, sizeof(why), "a call took longer than %u ms", g->timeout_ms);
+	set_down(g, why);
+}
+
 void nas_gate_note(struct nas_gate *g, int err)
 {
 	if (g)
@@ -316,15 +326,11 @@ static int run_job(struct nas_gate *g, int (*fn)(void *), void *arg, void (*rele
 			g->stuck++;
 			release = NULL; /* the thread's, when fn ends */
 		}
-		atomic_fetch_add(&g->timeouts, 1);
 	}
 	pthread_mutex_unlock(&g->lock);
 	pthread_cond_destroy(&j.done);
 	if (late) {
-		char why[96];
-
-		snprintf(why, sizeof(why), "a call took longer than %u ms", g->timeout_ms);
-		set_down(g, why);
+		deadline_passed(g);
 		if (release)
 			release(arg);
 	} else {
@@ -361,15 +367,10 @@ int nas_gate_admit(struct nas_gate *g)
 
 void nas_gate_done(struct nas_gate *g, int r)
 {
-	char why[96];
-
-	if (r != -ETIMEDOUT) {
+	if (r == -ETIMEDOUT)
+		deadline_passed(g);
+	else
 		judge(g, r, 1);
-		return;
-	}
-	atomic_fetch_add(&g->timeouts, 1);
-	snprintf(why, sizeof(why), "a call took longer than %u ms", g->timeout_ms);
-	set_down(g, why);
 }
 
 /* ---- the prober ---- */

@@ -94,8 +94,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import (GiB, MiB, fmt, fs_of, is_mounted, loadavg, log, meminfo,  # noqa: E402
-                    mountinfo, no_interrupts, pid_alive)
+from common import (ENABLE_URING, GiB, MiB, fmt, fs_of, is_mounted, loadavg, log,  # noqa: E402
+                    meminfo, mountinfo, no_interrupts, pid_alive, set_enable_uring)
 from measures import (MEASUREMENTS, Ctx, GOALS, Skip, mount_main, unmount_all)  # noqa: E402
 from rigs import RIGS, disk_check, generate, mem_check, plan, \
     add_shards_repo, remove_tree  # noqa: E402
@@ -480,21 +480,14 @@ def _on_signal(signum, frame):
     raise SystemExit(128 + signum)
 
 
-ENABLE_URING = "/sys/module/fuse/parameters/enable_uring"
-
-
 def enable_fuse_uring(a):
-    """--wfs-opt fuse_uring=on: the kernel offers FUSE over io_uring only to
-    mounts made while this parameter is set.  Set it for the run; returns
-    the value to put back (None: nothing was changed)."""
+    """--wfs-opt fuse_uring=on: enable_uring set for the run; returns the
+    value to put back (None: nothing was changed)."""
     if "fuse_uring=on" not in a.wfs_opt:
         return None
-    if not os.path.exists(ENABLE_URING):
+    was = set_enable_uring("1")
+    if was is None:
         sys.exit(f"bench.py: --wfs-opt fuse_uring=on, but this kernel has no {ENABLE_URING}")
-    with open(ENABLE_URING) as f:
-        was = f.read().strip()
-    with open(ENABLE_URING, "w") as f:
-        f.write("1")
     return was
 
 
@@ -568,8 +561,7 @@ def main(argv=None):
     finally:
         with no_interrupts():
             if uring_was is not None:
-                with open(ENABLE_URING, "w") as f:
-                    f.write(uring_was)
+                set_enable_uring(uring_was)
             if not a.keep:
                 try:
                     remove_tree(workdir)

@@ -27,6 +27,23 @@ class Skip(Exception):
     """Raised by a measurement that cannot run here (reason in the message)."""
 
 
+ENABLE_URING = "/sys/module/fuse/parameters/enable_uring"
+
+
+def set_enable_uring(value):
+    """Write the fuse module's enable_uring parameter (the kernel offers FUSE
+    over io_uring only to mounts made, and applies it only to INIT replies
+    answered, while it is set).  Returns what it held before, to put back;
+    None: this kernel has no such parameter (nothing written)."""
+    if not os.path.exists(ENABLE_URING):
+        return None
+    with open(ENABLE_URING) as f:
+        was = f.read().strip()
+    with open(ENABLE_URING, "w") as f:
+        f.write(value)
+    return was
+
+
 def median(xs):
     xs = sorted(x for x in xs if x is not None)
     if not xs:

@@ -10,7 +10,7 @@ import time
 import json
 
 from common import (bdi_read_ahead_path, drop_caches, find_daemon, fmt, is_mounted, log,
-                    meminfo, read_ahead_kb, resident_bytes, Skip, wait_mounted)
+                    meminfo, read_ahead_kb, resident_bytes, set_enable_uring, Skip, wait_mounted)
 from frame import (abba, col, gib_s, mmap_read, rand_read, seq_read, tree_walk, unmount_extra,
                    wfs_argv)
 
@@ -304,9 +304,6 @@ def mount_bindfs(ctx, b, hub, mnt):
     return None, proc
 
 
-ENABLE_URING = "/sys/module/fuse/parameters/enable_uring"
-
-
 def mount_wfs_uring(ctx, hub, mnt):
     """A second wfs mount of the hub with -o fuse_uring=on (LOCAL_STORE of
     its own, auto_promote=off), the kernel's enable_uring set until its rings
@@ -314,15 +311,12 @@ def mount_wfs_uring(ctx, hub, mnt):
     INIT and again when it applies the reply).  Returns (why not, None) or
     (None, mnt) once a request went through a ring (the daemon's
     fuse_uring_requests counter)."""
-    if not os.path.exists(ENABLE_URING):
-        return "this kernel has no FUSE over io_uring", None
     local = os.path.join(os.path.dirname(mnt), "uring-local")
     os.makedirs(mnt, exist_ok=True)
-    with open(ENABLE_URING) as f:
-        was = f.read().strip()
+    was = set_enable_uring("1")
+    if was is None:
+        return "this kernel has no FUSE over io_uring", None
     try:
-        with open(ENABLE_URING, "w") as f:
-            f.write("1")
         r = subprocess.run(wfs_argv(ctx.args, hub, local, mnt,
                                     ["auto_promote=off", "fuse_uring=on"]),
                            timeout=120, capture_output=True, text=True)
@@ -342,8 +336,7 @@ def mount_wfs_uring(ctx, hub, mnt):
             if not n:
                 time.sleep(0.05)
     finally:
-        with open(ENABLE_URING, "w") as f:
-            f.write(was)
+        set_enable_uring(was)
     if not n:
         return "wfs -o fuse_uring=on mounted, but took no request through io_uring", None
     deadline = time.perf_counter() + 3  # the daemon raises its read-ahead after INIT

@@ -51,7 +51,7 @@ static int simple_call(const struct ctl_opts *o, const char *cmd, json_t *req,
 
 	if (!req)
 		return oom();
-	if (ctl_target_resolve(&t, o->socket, o->paths, o->npaths)) {
+	if (ctl_target_resolve(o->conn, &t, o->socket, o->paths, o->npaths)) {
 		json_decref(req);
 		return 1;
 	}
@@ -61,7 +61,7 @@ static int simple_call(const struct ctl_opts *o, const char *cmd, json_t *req,
 		ctl_target_free(&t);
 		return oom();
 	}
-	r = ctl_call(t.socket, cmd, req, o->json, rep);
+	r = ctl_call(o->conn, t.socket, cmd, req, o->json, rep);
 	json_decref(req);
 	ctl_target_free(&t);
 	if (r)
@@ -420,7 +420,7 @@ int cmd_status(const struct ctl_opts *o)
 	bool scoped;
 	int r;
 
-	if (ctl_target_resolve(&t, o->socket, o->paths, o->npaths))
+	if (ctl_target_resolve(o->conn, &t, o->socket, o->paths, o->npaths))
 		return 1;
 	if (t.nrel > 1) {
 		fprintf(stderr, "wfsctl: status: one PATH at a time (%s matched %zu)\n",
@@ -437,7 +437,7 @@ int cmd_status(const struct ctl_opts *o)
 		ctl_target_free(&t);
 		return oom();
 	}
-	r = ctl_call(t.socket, "status", req, o->json, &rep);
+	r = ctl_call(o->conn, t.socket, "status", req, o->json, &rep);
 	json_decref(req);
 	ctl_target_free(&t);
 	if (r)

@@ -5,6 +5,7 @@
 #ifndef WFS_CTL_CMDS_H
 #define WFS_CTL_CMDS_H
 
+#include "ctl_conn.h"
 #include "ctl_path.h"
 #include "range.h"
 
@@ -13,6 +14,7 @@
 #include <stddef.h>
 
 struct ctl_opts {
+	struct ctl_conn *conn; /* main's: the timeout, and whether it passed */
 	const char *socket; /* --socket, or NULL to find it from the mount */
 	long timeout;       /* --timeout SECONDS (0: none), -1: not given */
 	bool json;          /* print the daemon's reply instead of tables */

@@ -21,25 +21,6 @@
 
 static int connect_path(int fd, const char *path);
 
-static unsigned timeout_s = CTL_TIMEOUT_DEFAULT_S;
-static bool timed_out;
-static pid_t peer_pid; /* the daemon's, as the last connection saw it (0: unknown) */
-
-void ctl_set_timeout(unsigned seconds)
-{
-	timeout_s = seconds;
-}
-
-unsigned ctl_timeout(void)
-{
-	return timeout_s;
-}
-
-bool ctl_timed_out(void)
-{
-	return timed_out;
-}
-
 /* The state letter of process @pid in /proc/PID/stat ('T': stopped), or 0. */
 static char proc_state(pid_t pid)
 {
@@ -61,99 +42,122 @@ static char proc_state(pid_t pid)
 	return paren && paren[1] == ' ' ? paren[2] : 0;
 }
 
-void ctl_report_timeout(const char *cmd, const char *what, pid_t pid)
+/* Say on stderr that @what did not answer within @c's timeout -- with the
+ * daemon's state when its pid (@pid > 0) is known: stopped, or running --
+ * and remember it in @c->timed_out. */
+static void report_timeout(struct ctl_conn *c, const char *cmd, const char *what, pid_t pid)
 {
 	char why[128] = "is it stopped or hung?";
 	char st = pid > 0 ? proc_state(pid) : 0;
 
-	timed_out = true;
+	c->timed_out = true;
 	if (st == 'T' || st == 't')
 		snprintf(why, sizeof(why), "it is stopped (pid %d: SIGSTOP, or a debugger); "
 			 "kill -CONT %d resumes it", (int)pid, (int)pid);
 	else if (st)
 		snprintf(why, sizeof(why), "it is running (pid %d) but busy or hung", (int)pid);
 	fprintf(stderr, "wfsctl: %s%s%s did not answer within %u s: %s (--timeout SECONDS "
-		"changes the limit)\n", cmd ? cmd : "", cmd ? ": " : "", what, timeout_s, why);
+		"changes the limit)\n", cmd ? cmd : "", cmd ? ": " : "", what, c->timeout_s, why);
 }
 
-static struct {
+struct ctl_watchdog {
 	pthread_mutex_t lock;
-	pthread_cond_t cond;  /* CLOCK_MONOTONIC: disarmed */
+	pthread_cond_t cond;     /* CLOCK_MONOTONIC: disarmed */
 	pthread_t thread;
-	bool armed;
+	bool armed;              /* under lock */
+	struct timespec until;   /* CLOCK_MONOTONIC */
+	struct ctl_conn *conn;
 	char what[PATH_MAX + 64];
-} dog = { .lock = PTHREAD_MUTEX_INITIALIZER };
+};
 
 static void *dog_run(void *arg)
 {
-	struct timespec until;
+	struct ctl_watchdog *dog = arg;
 	int r = 0;
 
-	(void)arg;
-	clock_gettime(CLOCK_MONOTONIC, &until);
-	until.tv_sec += timeout_s;
-	pthread_mutex_lock(&dog.lock);
-	while (dog.armed && r != ETIMEDOUT)
-		r = pthread_cond_timedwait(&dog.cond, &dog.lock, &until);
-	if (dog.armed) {
+	pthread_mutex_lock(&dog->lock);
+	while (dog->armed && r != ETIMEDOUT)
+		r = pthread_cond_timedwait(&dog->cond, &dog->lock, &dog->until);
+	if (dog->armed) {
 		/* the main thread waits in the kernel for the FUSE daemon:
 		 * only the end of the process gets it out */
-		ctl_report_timeout(NULL, dog.what, 0);
+		report_timeout(dog->conn, NULL, dog->what, 0);
 		_exit(CTL_EXIT_TIMEOUT);
 	}
-	pthread_mutex_unlock(&dog.lock);
+	pthread_mutex_unlock(&dog->lock);
 	return NULL;
 }
 
-int ctl_watchdog_arm(const char *path)
+static void dog_free(struct ctl_watchdog *dog)
 {
+	pthread_cond_destroy(&dog->cond);
+	pthread_mutex_destroy(&dog->lock);
+	free(dog);
+}
+
+int ctl_watchdog_arm(struct ctl_conn *c, const char *path)
+{
+	struct ctl_watchdog *dog;
 	pthread_condattr_t attr;
 	int r;
 
-	if (!timeout_s)
+	if (!c->timeout_s)
 		return 0;
-	snprintf(dog.what, sizeof(dog.what), "the daemon of the wfs mount at %s", path);
-	if ((r = pthread_condattr_init(&attr)))
-		return -r;
-	r = pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-	if (!r)
-		r = pthread_cond_init(&dog.cond, &attr);
-	pthread_condattr_destroy(&attr);
-	if (r)
-		return -r;
-	dog.armed = true;
-	if ((r = pthread_create(&dog.thread, NULL, dog_run, NULL))) {
-		dog.armed = false;
-		pthread_cond_destroy(&dog.cond);
+	if (!(dog = calloc(1, sizeof(*dog))))
+		return -ENOMEM;
+	if ((r = pthread_condattr_init(&attr))) {
+		free(dog);
 		return -r;
 	}
+	r = pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+	if (!r)
+		r = pthread_cond_init(&dog->cond, &attr);
+	pthread_condattr_destroy(&attr);
+	if (r) {
+		free(dog);
+		return -r;
+	}
+	dog->lock = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
+	dog->armed = true;
+	dog->conn = c;
+	snprintf(dog->what, sizeof(dog->what), "the daemon of the wfs mount at %s", path);
+	clock_gettime(CLOCK_MONOTONIC, &dog->until);
+	dog->until.tv_sec += c->timeout_s;
+	if ((r = pthread_create(&dog->thread, NULL, dog_run, dog))) {
+		dog_free(dog);
+		return -r;
+	}
+	c->dog = dog;
 	return 0;
 }
 
-void ctl_watchdog_disarm(void)
+void ctl_watchdog_disarm(struct ctl_conn *c)
 {
-	if (!dog.armed)
+	struct ctl_watchdog *dog = c->dog;
+
+	if (!dog)
 		return;
-	pthread_mutex_lock(&dog.lock);
-	dog.armed = false;
-	pthread_cond_signal(&dog.cond);
-	pthread_mutex_unlock(&dog.lock);
-	pthread_join(dog.thread, NULL);
-	pthread_cond_destroy(&dog.cond);
+	pthread_mutex_lock(&dog->lock);
+	dog->armed = false;
+	pthread_cond_signal(&dog->cond);
+	pthread_mutex_unlock(&dog->lock);
+	pthread_join(dog->thread, NULL);
+	dog_free(dog);
+	c->dog = NULL;
 }
 
 /* The pid of the daemon at @sock: the one that made the socket, if it is
  * still there (wfs makes it before it goes into the background), else
  * the one LOCAL_STORE/wfs.lock next to it names; 0: unknown. */
-static pid_t daemon_pid(const char *sock)
+static pid_t daemon_pid(const struct ctl_conn *c, const char *sock)
 {
 	const char *slash = strrchr(sock, '/');
 	char path[PATH_MAX + 16], buf[32];
 	ssize_t n;
 	int fd;
 
-	if (peer_pid > 0 && proc_state(peer_pid))
-		return peer_pid;
+	if (c->peer_pid > 0 && proc_state(c->peer_pid))
+		return c->peer_pid;
 	snprintf(path, sizeof(path), "%.*s/wfs.lock", slash ? (int)(slash - sock) : 1,
 		 slash ? sock : ".");
 	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
@@ -343,10 +347,10 @@ static int recv_line(int fd, char **out, int64_t deadline)
 	return 0;
 }
 
-int ctl_exchange(const char *sock, const json_t *req, struct ctl_reply *rep)
+int ctl_exchange(struct ctl_conn *c, const char *sock, const json_t *req, struct ctl_reply *rep)
 {
 	char *line = json_dumps(req, JSON_COMPACT);
-	int64_t deadline = timeout_s ? mono_ms() + (int64_t)timeout_s * 1000 : -1;
+	int64_t deadline = c->timeout_s ? mono_ms() + (int64_t)c->timeout_s * 1000 : -1;
 	struct ucred cred;
 	socklen_t clen = sizeof(cred);
 	size_t len;
@@ -369,7 +373,7 @@ int ctl_exchange(const char *sock, const json_t *req, struct ctl_reply *rep)
 	}
 	r = connect_by(fd, sock, deadline);
 	/* the daemon's pid, to say what state it is in if it does not answer */
-	peer_pid = !r && !getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) ? cred.pid : 0;
+	c->peer_pid = !r && !getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) ? cred.pid : 0;
 	if (!r)
 		r = send_all(fd, line, len + 1, deadline);
 	free(line);
@@ -401,20 +405,21 @@ static int errno_from_name(const char *name)
 	return EREMOTEIO;
 }
 
-int ctl_call(const char *sock, const char *cmd, const json_t *req,
+int ctl_call(struct ctl_conn *c, const char *sock, const char *cmd, const json_t *req,
 	     bool json_out, struct ctl_reply *rep)
 {
-	return ctl_call_ex(sock, cmd, req, json_out, "", rep);
+	return ctl_call_ex(c, sock, cmd, req, json_out, "", rep);
 }
 
-int ctl_call_ex(const char *sock, const char *cmd, const json_t *req,
+int ctl_call_ex(struct ctl_conn *c, const char *sock, const char *cmd, const json_t *req,
 		bool json_out, const char *err_prefix, struct ctl_reply *rep)
 {
-	return ctl_report(sock, cmd, json_out, err_prefix, ctl_exchange(sock, req, rep), rep);
+	return ctl_report(c, sock, cmd, json_out, err_prefix, ctl_exchange(c, sock, req, rep),
+			  rep);
 }
 
-int ctl_report(const char *sock, const char *cmd, bool json_out, const char *err_prefix,
-	       int r, struct ctl_reply *rep)
+int ctl_report(struct ctl_conn *c, const char *sock, const char *cmd, bool json_out,
+	       const char *err_prefix, int r, struct ctl_reply *rep)
 {
 	const char *err, *ename;
 	char text[FMT_TEXT];
@@ -429,7 +434,7 @@ int ctl_report(const char *sock, const char *cmd, bool json_out, const char *err
 		char what[PATH_MAX + 32];
 
 		snprintf(what, sizeof(what), "the wfs daemon at %s", sock);
-		ctl_report_timeout(cmd, what, daemon_pid(sock));
+		report_timeout(c, cmd, what, daemon_pid(c, sock));
 		return r;
 	}
 	case -E2BIG:

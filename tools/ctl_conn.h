@@ -31,35 +31,38 @@ struct ctl_reply {
 	char *raw;   /* the reply line as received, without the newline */
 };
 
-/* The time each later exchange may take, in seconds (0: no limit). */
-void ctl_set_timeout(unsigned seconds);
-unsigned ctl_timeout(void);
-/* Whether an exchange timed out (main exits CTL_EXIT_TIMEOUT then). */
-bool ctl_timed_out(void);
-/* Say on stderr that @what did not answer within the timeout -- with the
- * daemon's state when its pid (@pid > 0) is known: stopped, or running --
- * and remember it for ctl_timed_out(). */
-void ctl_report_timeout(const char *cmd, const char *what, pid_t pid);
+struct ctl_watchdog; /* ctl_conn.c */
 
-/* Look at a mount within the timeout: from ctl_watchdog_arm() to
+/* wfsctl's link to the daemon: what main set, and what the exchanges
+ * learned.  main owns it and hands it to whatever talks to the daemon. */
+struct ctl_conn {
+	unsigned timeout_s; /* each exchange's limit, seconds (0: none) */
+	bool timed_out;     /* one did not answer in time: main exits CTL_EXIT_TIMEOUT */
+	pid_t peer_pid;     /* the daemon's, as the last connection saw it (0: unknown) */
+	struct ctl_watchdog *dog; /* from ctl_watchdog_arm() to ctl_watchdog_disarm() */
+};
+
+/* Look at a mount within @c's timeout: from ctl_watchdog_arm() to
  * ctl_watchdog_disarm(), a call that waits for the FUSE daemon longer than
  * the timeout ends wfsctl (CTL_EXIT_TIMEOUT), the message naming the mount
  * at @path: such a call cannot be timed out any other way.  Arming fails
- * only for want of a thread (-errno), then nothing watches. */
-int ctl_watchdog_arm(const char *path);
-void ctl_watchdog_disarm(void);
+ * only for want of memory or a thread (-errno), then nothing watches. */
+int ctl_watchdog_arm(struct ctl_conn *c, const char *path);
+void ctl_watchdog_disarm(struct ctl_conn *c);
 
-/* Send @req to the daemon at @sock and read its reply, within the timeout.
- * Prints nothing.  -ECONNREFUSED/-ENOENT/...: could not connect; -E2BIG:
- * request too large; -EMSGSIZE: reply too large; -EBADMSG: reply is not a
- * JSON object with a boolean "ok"; -ECONNRESET: closed without a reply;
- * -ETIMEDOUT: no reply in time. */
-int ctl_exchange(const char *sock, const json_t *req, struct ctl_reply *rep);
+/* Send @req to the daemon at @sock and read its reply, within @c's
+ * timeout; @c->peer_pid notes who answered.  Prints nothing.
+ * -ECONNREFUSED/-ENOENT/...: could not connect; -E2BIG: request too large;
+ * -EMSGSIZE: reply too large; -EBADMSG: reply is not a JSON object with a
+ * boolean "ok"; -ECONNRESET: closed without a reply; -ETIMEDOUT: no reply
+ * in time. */
+int ctl_exchange(struct ctl_conn *c, const char *sock, const json_t *req, struct ctl_reply *rep);
 
 /* The messages ctl_call prints for ctl_exchange's result @r and @rep:
- * returns what ctl_call returns (and frees @rep unless it returns 0). */
-int ctl_report(const char *sock, const char *cmd, bool json_out, const char *err_prefix,
-	       int r, struct ctl_reply *rep);
+ * returns what ctl_call returns (and frees @rep unless it returns 0).  A
+ * timeout sets @c->timed_out. */
+int ctl_report(struct ctl_conn *c, const char *sock, const char *cmd, bool json_out,
+	       const char *err_prefix, int r, struct ctl_reply *rep);
 
 /* ctl_exchange plus the messages a user needs: connection problems as
  * "cannot reach the wfs daemon at SOCK: REASON", and {"ok":false} replies as
@@ -67,12 +70,12 @@ int ctl_report(const char *sock, const char *cmd, bool json_out, const char *err
  * is also printed on stdout as it came, so scripts see it.  Returns 0 only
  * for an ok:true reply (then @rep must be released with ctl_reply_free);
  * for ok:false, -errno named by the reply (or -EREMOTEIO). */
-int ctl_call(const char *sock, const char *cmd, const json_t *req,
+int ctl_call(struct ctl_conn *c, const char *sock, const char *cmd, const json_t *req,
 	     bool json_out, struct ctl_reply *rep);
 
 /* ctl_call, printing @err_prefix on stderr before any message (a newline to
  * end a progress line that is being redrawn in place). */
-int ctl_call_ex(const char *sock, const char *cmd, const json_t *req,
+int ctl_call_ex(struct ctl_conn *c, const char *sock, const char *cmd, const json_t *req,
 		bool json_out, const char *err_prefix, struct ctl_reply *rep);
 
 void ctl_reply_free(struct ctl_reply *rep);

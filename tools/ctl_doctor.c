@@ -28,11 +28,11 @@ int cmd_doctor(const struct ctl_opts *o)
 	size_t i;
 	int r;
 
-	if (ctl_target_resolve(&t, o->socket, o->paths, o->npaths))
+	if (ctl_target_resolve(o->conn, &t, o->socket, o->paths, o->npaths))
 		return 1;
 	req = json_pack("{s:s}", "op", "doctor");
 	r = req && !ctl_req_path(req, t.nrel ? t.rel[0] : "") ?
-	    ctl_call(t.socket, "doctor", req, o->json, &rep) : -1;
+	    ctl_call(o->conn, t.socket, "doctor", req, o->json, &rep) : -1;
 	json_decref(req);
 	ctl_target_free(&t);
 	if (r)

@@ -109,7 +109,7 @@ static json_t *poll_blob(const struct ctl_opts *o, const char *sock, const char 
 			 const struct bar *bar, struct ctl_reply *rep)
 {
 	json_t *req = json_pack("{s:s, s:[s]}", "op", "progress", "keys", key);
-	int r = req ? progress_poll(sock, req, o->json, bar, rep) : -ENOMEM;
+	int r = req ? progress_poll(o->conn, sock, req, o->json, bar, rep) : -ENOMEM;
 
 	json_decref(req);
 	return r ? NULL : json_array_get(json_object_get(rep->obj, "blobs"), 0);
@@ -148,7 +148,7 @@ static int wait_ranges(const struct ctl_opts *o, const char *sock, const json_t 
 	}
 	/* as a whole promote --wait: what is local shows during an outage */
 	if (jget_u64(promoted, "bytes_to_copy"))
-		sync_record(sock);
+		sync_record(o->conn, sock);
 	if (o->json)
 		ctl_print_raw(&rep);
 	fmt_text(jget_str(promoted, "path"), path, sizeof(path));
@@ -174,7 +174,7 @@ int cmd_promote_part(const struct ctl_opts *o)
 	json_t *req;
 	int ret;
 
-	if (ctl_target_resolve(&t, o->socket, o->paths, o->npaths))
+	if (ctl_target_resolve(o->conn, &t, o->socket, o->paths, o->npaths))
 		return 1;
 	req = request(o, &t);
 	if (!req) {
@@ -182,7 +182,7 @@ int cmd_promote_part(const struct ctl_opts *o)
 		fprintf(stderr, "wfsctl: out of memory\n");
 		return 1;
 	}
-	ret = ctl_call(t.socket, "promote", req, o->json, &rep) ? 1 : 0;
+	ret = ctl_call(o->conn, t.socket, "promote", req, o->json, &rep) ? 1 : 0;
 	json_decref(req);
 	if (ret == 0) {
 		/* an excluded FILE: refused (nothing queued) unless --force */

@@ -370,7 +370,7 @@ static int resolve_target(struct ctl_target *t, const char *socket_opt,
 	return r;
 }
 
-int ctl_target_resolve(struct ctl_target *t, const char *socket_opt,
+int ctl_target_resolve(struct ctl_conn *c, struct ctl_target *t, const char *socket_opt,
 		       char *const *args, size_t nargs)
 {
 	char cwd[PATH_MAX];
@@ -380,11 +380,11 @@ int ctl_target_resolve(struct ctl_target *t, const char *socket_opt,
 	 * would hang wfsctl there, before any socket. */
 	if (!nargs && !getcwd(cwd, sizeof(cwd)))
 		strcpy(cwd, ".");
-	r = ctl_watchdog_arm(nargs ? args[0] : cwd);
+	r = ctl_watchdog_arm(c, nargs ? args[0] : cwd);
 	if (r < 0)
 		fprintf(stderr, "wfsctl: warning: no thread to time the mount out: %s\n",
 			strerror(-r));
 	r = resolve_target(t, socket_opt, args, nargs);
-	ctl_watchdog_disarm();
+	ctl_watchdog_disarm(c);
 	return r;
 }

@@ -10,6 +10,8 @@
 
 #include <stddef.h>
 
+struct ctl_conn; /* ctl_conn.h */
+
 #define CTL_SOCKET_XATTR "user.wfs.socket"
 
 struct ctl_target {
@@ -20,11 +22,12 @@ struct ctl_target {
 };
 
 /* Resolve @args (as typed; globs not matching a file literally are
- * expanded) into @t.  With @socket_opt NULL the socket is found from the
- * mount above the first path, or above the cwd when there is none; every
- * path must lie in that one mount.  With @socket_opt, a path with no mount
- * above it is taken as already relative to the mount root. */
-int ctl_target_resolve(struct ctl_target *t, const char *socket_opt,
+ * expanded) into @t, within @c's timeout (ctl_watchdog_arm).  With
+ * @socket_opt NULL the socket is found from the mount above the first
+ * path, or above the cwd when there is none; every path must lie in that
+ * one mount.  With @socket_opt, a path with no mount above it is taken as
+ * already relative to the mount root. */
+int ctl_target_resolve(struct ctl_conn *c, struct ctl_target *t, const char *socket_opt,
 		       char *const *args, size_t nargs);
 
 void ctl_target_free(struct ctl_target *t);

@@ -209,6 +209,7 @@ const char *bar_break(const struct bar *b)
 }
 
 struct waiter {
+	struct ctl_conn *conn;
 	const char *sock;
 	bool json;
 	struct bar bar;
@@ -295,19 +296,19 @@ static size_t json_str_len(const char *s)
 	return n;
 }
 
-int progress_poll(const char *sock, const json_t *req, bool json, const struct bar *bar,
-		  struct ctl_reply *rep)
+int progress_poll(struct ctl_conn *c, const char *sock, const json_t *req, bool json,
+		  const struct bar *bar, struct ctl_reply *rep)
 {
-	double give_up = now() + ctl_timeout();
+	double give_up = now() + c->timeout_s;
 
 	for (;;) {
-		int r = ctl_exchange(sock, req, rep);
+		int r = ctl_exchange(c, sock, req, rep);
 		const struct timespec ts = { 0, POLL_BUSY_NS };
 
 		if (r || json_is_true(json_object_get(rep->obj, "ok")) ||
 		    strcmp(jget_str(rep->obj, "errno"), "EAGAIN") ||
-		    (ctl_timeout() && now() >= give_up))
-			return ctl_report(sock, "promote", json, bar_break(bar), r, rep);
+		    (c->timeout_s && now() >= give_up))
+			return ctl_report(c, sock, "promote", json, bar_break(bar), r, rep);
 		ctl_reply_free(rep);
 		nanosleep(&ts, NULL);
 	}
@@ -335,7 +336,7 @@ static int progress_all(struct waiter *w, struct ctl_reply *rep)
 			json_array_append(keys, json_array_get(w->keys, next));
 		}
 		req = json_pack("{s:s,s:o}", "op", "progress", "keys", keys);
-		r = req ? progress_poll(w->sock, req, w->json, &w->bar, &part) : -ENOMEM;
+		r = req ? progress_poll(w->conn, w->sock, req, w->json, &w->bar, &part) : -ENOMEM;
 		json_decref(req);
 		if (r) {
 			json_decref(all);
@@ -455,12 +456,12 @@ static int wait_all(struct waiter *w)
  * now rather than within its next rebuild, so that when promote --wait
  * returns a NAS outage no longer hides what it promoted.  A failure is a
  * warning: the copies are local all the same. */
-void sync_record(const char *sock)
+void sync_record(struct ctl_conn *c, const char *sock)
 {
 	json_t *req = json_pack("{s:s}", "op", "sync");
 	struct ctl_reply rep;
 	const char *err;
-	int r = req ? ctl_exchange(sock, req, &rep) : -ENOMEM;
+	int r = req ? ctl_exchange(c, sock, req, &rep) : -ENOMEM;
 
 	json_decref(req);
 	if (r) {
@@ -536,7 +537,7 @@ int cmd_promote(const struct ctl_opts *o)
 
 	if (o->nranges || o->part_n)
 		return cmd_promote_part(o);
-	if (ctl_target_resolve(&t, o->socket, o->paths, o->npaths))
+	if (ctl_target_resolve(o->conn, &t, o->socket, o->paths, o->npaths))
 		return 1;
 	req = json_pack("{s:s,s:b,s:b,s:b}", "op", "promote", "pin", o->pin, "dry_run",
 			o->dry_run, "force", o->force);
@@ -545,7 +546,7 @@ int cmd_promote(const struct ctl_opts *o)
 		ctl_target_free(&t);
 		return oom();
 	}
-	ret = ctl_call(t.socket, "promote", req, o->json, &rep) ? 1 : 0;
+	ret = ctl_call(o->conn, t.socket, "promote", req, o->json, &rep) ? 1 : 0;
 	json_decref(req);
 	if (ret) {
 		ctl_target_free(&t);
@@ -563,6 +564,7 @@ int cmd_promote(const struct ctl_opts *o)
 		print_queued(rep.obj, o->wait);
 	refused = report_excluded(rep.obj, o->json);
 	if (o->wait && !nothing) {
+		w.conn = o->conn;
 		w.sock = t.socket;
 		w.json = o->json;
 		w.bar.tty = isatty(STDERR_FILENO);
@@ -575,7 +577,7 @@ int cmd_promote(const struct ctl_opts *o)
 		if (!ret)
 			ret = wait_all(&w);
 		if (w.settled && w.ncopy)
-			sync_record(w.sock);
+			sync_record(w.conn, w.sock);
 		json_decref(w.keys);
 		json_decref(w.copying);
 	}

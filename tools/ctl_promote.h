@@ -63,18 +63,18 @@ const char *bar_break(const struct bar *b);
 void progress_line(char *buf, size_t sz, uint64_t done, uint64_t total,
 		   double rate, size_t nlocal, size_t nblobs, size_t cols);
 
-/* One progress poll of a --wait: ctl_call_ex(@sock, "promote", @req, ...),
+/* One progress poll of a --wait: ctl_call_ex(@c, @sock, "promote", @req, ...),
  * except that a reply refusing it for now ("errno":"EAGAIN": the daemon's
  * connection caps) is asked again, every POLL_BUSY_NS, for as long as the
- * timeout (ctl_timeout()): a wait of minutes must not fail for a moment's
+ * timeout (@c->timeout_s): a wait of minutes must not fail for a moment's
  * crowd. */
-int progress_poll(const char *sock, const json_t *req, bool json, const struct bar *bar,
-		  struct ctl_reply *rep);
+int progress_poll(struct ctl_conn *c, const char *sock, const json_t *req, bool json,
+		  const struct bar *bar, struct ctl_reply *rep);
 
 /* Once copies have settled: the daemon refreshes its local record now
  * ({"op":"sync"}), so a NAS outage from then on shows what was copied; a
  * failure is a warning on stderr. */
-void sync_record(const char *sock);
+void sync_record(struct ctl_conn *c, const char *sock);
 
 /* A promote reply's exclusions: each refused PATH (all excluded) on stderr,
  * naming the glob and --force, and (unless @json) how many excluded blobs

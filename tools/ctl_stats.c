@@ -115,7 +115,7 @@ int cmd_stats(const struct ctl_opts *o)
 		return 2;
 	}
 	/* PATH only says which mount's daemon to ask. */
-	if (ctl_target_resolve(&t, o->socket, o->paths, o->npaths))
+	if (ctl_target_resolve(o->conn, &t, o->socket, o->paths, o->npaths))
 		return 1;
 	req = json_pack("{s:s, s:b}", "op", "stats", "prometheus", o->prometheus);
 	if (!req) {
@@ -123,7 +123,7 @@ int cmd_stats(const struct ctl_opts *o)
 		fprintf(stderr, "wfsctl: out of memory\n");
 		return 1;
 	}
-	r = ctl_call(t.socket, "stats", req, o->json, &rep);
+	r = ctl_call(o->conn, t.socket, "stats", req, o->json, &rep);
 	json_decref(req);
 	ctl_target_free(&t);
 	if (r)

@@ -411,7 +411,8 @@ static int parse_cmd_args(const struct cmd *c, int argc, char **argv, int i,
 
 static int run(int argc, char **argv)
 {
-	struct ctl_opts o = { .timeout = -1 };
+	struct ctl_conn conn = { .timeout_s = CTL_TIMEOUT_DEFAULT_S };
+	struct ctl_opts o = { .conn = &conn, .timeout = -1 };
 	const struct cmd *c;
 	int i, r;
 
@@ -473,12 +474,12 @@ static int run(int argc, char **argv)
 	/* verify --full re-hashes every local copy before it replies: hours
 	 * for a large store, so no limit unless one is asked for */
 	if (o.timeout >= 0)
-		ctl_set_timeout((unsigned)o.timeout);
+		conn.timeout_s = (unsigned)o.timeout;
 	else if (o.full)
-		ctl_set_timeout(0);
+		conn.timeout_s = 0;
 	if (r < 0)
 		r = c->run(&o);
-	if (r && ctl_timed_out())
+	if (r && conn.timed_out)
 		r = CTL_EXIT_TIMEOUT;
 	free(o.paths);
 	free(o.ranges);

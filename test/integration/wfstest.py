@@ -14,6 +14,7 @@ the store's files) and wt_ops.py (passthrough counters, repos made by hand,
 operations); a test imports this module and finds them all here.
 """
 
+import time
 import unittest
 
 from wt_base import *  # noqa: F401,F403
@@ -22,5 +23,20 @@ from wt_ctl import *  # noqa: F401,F403
 from wt_ops import *  # noqa: F401,F403
 
 
+class _TimedResult(unittest.TextTestResult):
+    """Each case's line ends with its time: the suite must stay quick, and
+    this says which case to look at."""
+
+    def startTest(self, test):
+        self._t0 = time.monotonic()
+        super().startTest(test)
+
+    def addSuccess(self, test):
+        if self.showAll:
+            self.stream.write("(%.1f s) " % (time.monotonic() - self._t0))
+        super().addSuccess(test)
+
+
 def main():
-    unittest.main(verbosity=2)
+    unittest.main(verbosity=2, testRunner=unittest.TextTestRunner(resultclass=_TimedResult,
+                                                                  verbosity=2))

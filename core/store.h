@@ -153,6 +153,10 @@ struct blob_part {
 	int queued;                 /* on the store's part queue */
 	int adopt;                  /* the ranges cover the blob: to become its whole copy,
 				     * in place (store_part_copy.c) */
+	int retire;                 /* 1: the ranges were made the whole copy, but the index
+				     * on disk may still name them: the partial file keeps
+				     * its name until an index that does not is written
+				     * (part_retire_locked); 2: that write is in flight */
 	struct blob *qnext;
 	uint64_t reserved;          /* room reserved by the range copy in flight */
 	struct brange inflight;     /* the piece that copy is writing (len 0: none): held
@@ -325,6 +329,7 @@ struct store {
 	uint64_t tmp_serial;        /* LOCK */
 	uint64_t reserved;          /* LOCK: room reserved by copies in flight */
 	uint64_t held;              /* LOCK: by evicted copies still open */
+	size_t part_retiring;       /* LOCK: blobs whose part->retire is set */
 	uint64_t blk;               /* IMMUTABLE: block size of LOCAL_STORE's filesystem */
 	unsigned auto_max, auto_running; /* IMMUTABLE, LOCK: automatic copies at once: at most, now */
 	struct blob *hot_head, *hot_tail; /* LOCK */

@@ -106,13 +106,14 @@ static struct blob *dequeue_locked(struct store *s)
 	return b;
 }
 
-/* Rename the verified copy @tmp into data/; the rename is durable (the
- * directory fsynced, and data/ too when the directory is new: its entry
- * is data/'s) before the index may name it.  Mode 0400 under 0700
+/* Rename the verified copy @tmp into data/ (@keep: made as a link of
+ * @keep first); the rename is durable (the directory fsynced, and data/
+ * too when the directory is new: its entry is data/'s) before the index
+ * may name it.  Mode 0400 under 0700
  * directories: only the daemon reads copies (a NAS file readable by root
  * alone stays so).  A file already under that name is replaced, never
  * trusted: it may be one the index could not prove (store_verify.c). */
-int store_publish(struct store *s, const char *tmp, const char *xxh)
+static int publish(struct store *s, const char *tmp, const char *xxh, const char *keep)
 {
 	char dir[PATH_MAX + 16], dst[PATH_MAX + 64];
 	int r;
@@ -125,9 +126,32 @@ int store_publish(struct store *s, const char *tmp, const char *xxh)
 		return -errno;
 	}
 	snprintf(dst, sizeof(dst), "%s/%s", dir, xxh);
-	if (chmod(tmp, 0400) < 0 || rename(tmp, dst) < 0)
+	if (keep && link(keep, tmp) < 0)
 		return -errno;
+	if (chmod(tmp, 0400) < 0 || rename(tmp, dst) < 0) {
+		r = -errno;
+		if (keep)
+			unlink(tmp);
+		return r;
+	}
 	return durable_fsync_dir(dir);
+}
+
+int store_publish(struct store *s, const char *tmp, const char *xxh)
+{
+	return publish(s, tmp, xxh, NULL);
+}
+
+/* A link made in tmp/ and renamed into data/: link(2) cannot replace a
+ * file there as the rename does; a crash in between leaves a name in tmp/,
+ * which start-up empties. */
+int store_publish_link_locked(struct store *s, const char *path, const char *xxh)
+{
+	char tmp[PATH_MAX + 64];
+
+	snprintf(tmp, sizeof(tmp), "%s/%llu.%d.link", s->tmp_dir,
+		 (unsigned long long)++s->tmp_serial, (int)getpid());
+	return publish(s, tmp, xxh, path);
 }
 
 uint64_t store_copy_rate(struct store *s, int auto_copy)

@@ -204,7 +204,10 @@ static int cmp_str(const void *a, const void *b)
 }
 
 /* Remove the files of @dir that no name of @used (sorted) is: leftovers,
- * logged as "unreferenced @what". */
+ * logged as "unreferenced @what".  A partial file the index no longer
+ * names may be a second name of the copy its ranges became (a crash came
+ * before it went: part_retire_locked): the copy, its ctime moved, is
+ * proven again. */
 static void drop_unnamed(struct store *s, const char *dir, const char **used, size_t n,
 			 const char *what)
 {
@@ -215,12 +218,19 @@ static void drop_unnamed(struct store *s, const char *dir, const char **used, si
 		return;
 	while ((fe = readdir(d))) {
 		const char *name = fe->d_name;
+		struct stat st;
+		int linked;
 
 		if (name[0] == '.' || bsearch(&name, used, n, sizeof(*used), cmp_str))
 			continue;
-		if (unlinkat(dirfd(d), name, 0) == 0)
-			store_log_msg(s, LOG_NOTICE, "start-up: removed unreferenced %s %s/%s", what,
-				      dir, name);
+		linked = fstatat(dirfd(d), name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+			 S_ISREG(st.st_mode) && st.st_nlink > 1;
+		if (unlinkat(dirfd(d), name, 0) < 0)
+			continue;
+		store_log_msg(s, LOG_NOTICE, "start-up: removed unreferenced %s %s/%s", what, dir,
+			      name);
+		if (linked)
+			store_reprove_locked(s, (uint64_t)st.st_ino);
 	}
 	closedir(d);
 }
@@ -529,18 +539,21 @@ static int write_index(struct store *s, int if_dirty)
 		s->index_dirty = 0;
 		s->copies_unrecorded = 0;
 	}
+	if (r == 0)
+		part_retire_snapshot_locked(s);
 	pthread_mutex_unlock(&s->lock);
 	if (r == 0) {
 		r = index_write(s->index_path, sn.recs, sn.n, sn.refs, sn.nrefs);
 		s->index_writes++;
-		if (r < 0) {
-			/* Still behind: a worker tries again in INDEX_FLUSH_MS (not at
-			 * once -- copies_unrecorded stays clear, or an idle worker
-			 * would spin on a full disk), and store_sync at once. */
-			pthread_mutex_lock(&s->lock);
+		pthread_mutex_lock(&s->lock);
+		/* the partial files whose ranges it no longer names */
+		part_retire_written_locked(s, r == 0);
+		/* Still behind: a worker tries again in INDEX_FLUSH_MS (not at
+		 * once -- copies_unrecorded stays clear, or an idle worker would
+		 * spin on a full disk), and store_sync at once. */
+		if (r < 0)
 			store_dirty_locked(s);
-			pthread_mutex_unlock(&s->lock);
-		}
+		pthread_mutex_unlock(&s->lock);
 	}
 	/* A store that cannot be written (read-only, full) fails every
 	 * write: said once, and again once it worked in between. */

@@ -164,6 +164,24 @@ int part_insert_locked(struct blob_part *p, uint64_t off, uint64_t len, const ch
  * becomes the part's reason and is logged.  The bytes were the NAS's:
  * nothing for the kernel to forget.  Marks the index dirty. */
 void part_drop_locked(struct store *s, struct blob *b, const char *why);
+/* @b's ranges became its whole copy (LOCAL), their partial file linked
+ * into data/ (adopt): they are dropped, but the partial file's name stays
+ * until an index recording the copy is on disk -- until then the index
+ * on disk names the ranges, and a crash must find them.  The link takes
+ * no room of its own. */
+void part_retire_locked(struct store *s, struct blob *b);
+/* A retired partial file's name goes now (an index naming none of its
+ * ranges is on disk, its copy is evicted, or ranges are copied again). */
+void part_retired_locked(struct store *s, struct blob *b);
+/* The index write (store_index.c): at its snapshot, the retired names it
+ * covers (marked); once it is on disk (@ok), they go, else wait for the
+ * next. */
+void part_retire_snapshot_locked(struct store *s);
+void part_retire_written_locked(struct store *s, int ok);
+/* The copy of inode @ino lost a name (its ctime moved): the LOCAL blobs it
+ * proved are proven again by it as it is now (same inode, size and mtime:
+ * the bytes were not written), and the index is to say so. */
+void store_reprove_locked(struct store *s, uint64_t ino);
 /* At load, a "partial" record: its ranges, checked against the file.
  * Returns 1 serving, 2 re-hashed first, 0 dropped. */
 int part_load_locked(struct store *s, struct blob *b, const struct index_rec *r);
@@ -175,6 +193,9 @@ void store_part_free(struct blob *b);
 /* A verified copy @tmp becomes data/<xx>/@xxh (mode 0400, replacing what
  * was there; directory fsynced): 0 or -errno. */
 int store_publish(struct store *s, const char *tmp, const char *xxh);
+/* As store_publish, but @path keeps its name too (a hard link: no second
+ * copy).  Lock held (the temporary name's serial). */
+int store_publish_link_locked(struct store *s, const char *path, const char *xxh);
 void store_unqueue_locked(struct store *s, struct blob *b);
 void store_enqueue_locked(struct store *s, struct blob *b);
 void *store_worker(void *arg);

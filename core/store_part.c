@@ -24,7 +24,12 @@
  *   - ranges that cover the whole blob become its whole copy in place: the
  *     partial file is hashed whole from the disk (XXH3-128, the source
  *     sample, the content address), and, still the file the ranges were
- *     verified in, renamed into data/ -- no second copy, no second room.
+ *     verified in, hard-linked into data/ -- no second copy, no second
+ *     room.  Its parts/ name goes only once an index that records the copy
+ *     is on disk (until then the index on disk names the ranges: a crash
+ *     finds them, their file's ctime moved, and re-hashes them), and at
+ *     once if the copy goes first; a copy that lost that name is proven
+ *     again (its ctime moved too).
  * One worker thread copies ranges, one at a time, in the order asked
  * (store_part_copy.c); this file keeps the lists and loads them.
  */
@@ -85,25 +90,14 @@ void store_part_free(struct blob *b)
 	b->part = NULL;
 }
 
-void part_drop_locked(struct store *s, struct blob *b, const char *why)
+/* @b's lists emptied, its copy in flight cancelled, its generation moved
+ * on: the partial file is no one's now. */
+static void part_clear_locked(struct store *s, struct blob *b, const char *why)
 {
 	struct blob_part *p = b->part;
-	char path[PATH_MAX + 64];
 
-	if (!p || (!p->n && !p->nwant && !p->unproven && !p->copying))
-		return;
-	part_path_locked(s, b, path, sizeof(path));
 	if (p->copying)
 		atomic_store(&p->prog.cancel, 1);
-	if (unlink(path) == 0 && b->open_count && p->n) {
-		uint64_t c = part_charge_locked(s, b); /* freed at the last close */
-
-		b->held += c;
-		s->held += c;
-	}
-	if (why && p->n)
-		store_log_msg(s, LOG_NOTICE, "dropped the %zu local range%s of %s: %s", p->n,
-			      p->n == 1 ? "" : "s", b->key, why);
 	p->n = p->nwant = 0;
 	p->bytes = p->want_total = p->want_done = 0;
 	p->inflight = (struct brange){ 0, 0 }; /* its copy is no one's now (gen moves on) */
@@ -113,6 +107,95 @@ void part_drop_locked(struct store *s, struct blob *b, const char *why)
 	snprintf(p->reason, sizeof(p->reason), "%s", why ? why : "");
 	part_publish_locked(b);
 	store_dirty_locked(s);
+}
+
+void part_drop_locked(struct store *s, struct blob *b, const char *why)
+{
+	struct blob_part *p = b->part;
+	char path[PATH_MAX + 64];
+
+	if (!p || (!p->n && !p->nwant && !p->unproven && !p->copying))
+		return;
+	part_path_locked(s, b, path, sizeof(path));
+	if (unlink(path) == 0 && b->open_count && p->n) {
+		uint64_t c = part_charge_locked(s, b); /* freed at the last close */
+
+		b->held += c;
+		s->held += c;
+	}
+	if (why && p->n)
+		store_log_msg(s, LOG_NOTICE, "dropped the %zu local range%s of %s: %s", p->n,
+			      p->n == 1 ? "" : "s", b->key, why);
+	part_clear_locked(s, b, why);
+}
+
+void part_retire_locked(struct store *s, struct blob *b)
+{
+	struct blob_part *p = b->part;
+
+	/* an index that is never written (index_kept) names nothing to keep */
+	if (!p || !p->n || s->index_kept) {
+		part_drop_locked(s, b, NULL);
+		return;
+	}
+	part_clear_locked(s, b, NULL);
+	s->part_retiring += !p->retire;
+	p->retire = 1;
+}
+
+void part_retired_locked(struct store *s, struct blob *b)
+{
+	struct blob_part *p = b->part;
+	char path[PATH_MAX + 64];
+	struct stat st;
+
+	if (!p || !p->retire)
+		return;
+	part_path_locked(s, b, path, sizeof(path));
+	if (lstat(path, &st) == 0 && unlink(path) == 0 && st.st_nlink > 1)
+		store_reprove_locked(s, (uint64_t)st.st_ino);
+	p->retire = 0;
+	s->part_retiring--;
+}
+
+void part_retire_snapshot_locked(struct store *s)
+{
+	if (!s->part_retiring)
+		return;
+	STORE_EACH(s, b)
+		if (b->part && b->part->retire == 1 && !b->part->n)
+			b->part->retire = 2;
+}
+
+void part_retire_written_locked(struct store *s, int ok)
+{
+	if (!s->part_retiring)
+		return;
+	STORE_EACH(s, b) {
+		if (!b->part || b->part->retire != 2)
+			continue;
+		if (ok)
+			part_retired_locked(s, b);
+		else
+			b->part->retire = 1;
+	}
+}
+
+void store_reprove_locked(struct store *s, uint64_t ino)
+{
+	STORE_EACH(s, o) {
+		char local[PATH_MAX + 64];
+		struct stat st;
+
+		if (o->state != BLOB_LOCAL || o->copy.ino != ino ||
+		    store_local_path_locked(s, o, local, sizeof(local)) < 0 ||
+		    lstat(local, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_ino != ino ||
+		    (uint64_t)st.st_size != o->size || !same_ts(&st.st_mtim, &o->copy.mtime))
+			continue;
+		file_proof_take(&o->copy, &st);
+		s->copies_unrecorded = 1; /* a restart before the index says so re-hashes it */
+		store_dirty_locked(s);
+	}
 }
 
 /* ---- requests ---- */

@@ -169,6 +169,7 @@ static void copy_want(struct store *s, struct blob *b)
 	source_at_locked(b, &at);
 	snprintf(key, sizeof(key), "%s", b->key);
 	part_path_locked(s, b, path, sizeof(path));
+	part_retired_locked(s, b); /* a name of a copy since gone: never written */
 	p->copying = 1;
 	p->inflight = w;
 	atomic_store(&p->prog.cancel, 0);
@@ -306,9 +307,12 @@ static void adopt_failed_locked(struct store *s, struct blob *b, int r, const ch
  * place.  It is hashed whole from the disk as a copy is (XXH3-128, the
  * source sample, the content address); it must still be the file the
  * ranges were verified in (its identity before and after the hashing) and
- * its sample the one the ranges were copied under.  Then it is renamed
- * into data/ (under the lock: a rename and a directory fsync in
- * LOCAL_STORE, so no drop can come in between) and the blob is LOCAL.
+ * its sample the one the ranges were copied under.  Then it is linked
+ * into data/ (under the lock: a link, a rename and a directory fsync in
+ * LOCAL_STORE, so no drop can come in between) and the blob is LOCAL.  The
+ * partial file keeps its name until an index that records the copy is on
+ * disk (part_retire_locked): a crash before finds the ranges the index on
+ * disk names, never a copy it does not name in their place.
  * Called and returns with the lock held; 1 when adopted. */
 static int adopt(struct store *s, struct blob *b)
 {
@@ -340,8 +344,8 @@ static int adopt(struct store *s, struct blob *b)
 	else if (r == 0 && strcmp(res.sample, b->sample))
 		r = -ESTALE, snprintf(why, sizeof(why), "its sampled hash is not the one its ranges "
 				      "were copied under");
-	if (r == 0 && (r = store_publish(s, path, res.xxh)) < 0)
-		snprintf(why, sizeof(why), "moving %s into the store: %s", path, strerror(-r));
+	if (r == 0 && (r = store_publish_link_locked(s, path, res.xxh)) < 0)
+		snprintf(why, sizeof(why), "linking %s into the store: %s", path, strerror(-r));
 	if (r < 0) {
 		adopt_failed_locked(s, b, r, why[0] ? why : res.reason[0] ? res.reason : strerror(-r));
 		return 0;
@@ -358,7 +362,7 @@ static int adopt(struct store *s, struct blob *b)
 	s->promoted++;
 	s->copies_unrecorded = 1;
 	store_dirty_locked(s);
-	part_drop_locked(s, b, NULL); /* its file is the copy now: nothing to remove */
+	part_retire_locked(s, b); /* its file is the copy now */
 	store_log_msg(s, LOG_INFO, "local ranges of %s cover it whole: the partial file is its "
 		      "verified copy %s now (no second copy)", b->key, res.xxh);
 	return 1;

@@ -520,6 +520,9 @@ void store_demote_locked(struct store *s, struct blob *b, const char *why, int i
 	if (b->state != BLOB_LOCAL)
 		return;
 	b->state = BLOB_NAS;
+	/* the ranges it was made of go with it: a second name would keep
+	 * its blocks */
+	part_retired_locked(s, b);
 	atomic_fetch_add_explicit(&b->copy_gen, 1, memory_order_release);
 	if (invalidate) /* its bytes are wrong now (an evicted copy's are not) */
 		atomic_fetch_add_explicit(&b->bytes_gen, 1, memory_order_release);

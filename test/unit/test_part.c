@@ -2,9 +2,8 @@
  * copied and verified at their own offsets, only the gaps of an overlapping
  * request copied, a read planned on verified ranges only, the ranges kept
  * across a restart (and re-hashed when the file is not the one recorded),
- * dropped when the source changes, and made whole (kept across a kill -9
- * in the middle); the index's version 3 records, an older index, and
- * byte-range parsing. */
+ * dropped when the source changes, and made whole; the index's version 3
+ * records, an older index, and byte-range parsing. */
 #include "check.h"
 #include "fsyncs.h"
 #include "hash.h"
@@ -15,12 +14,10 @@
 
 #include <errno.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -40,38 +37,6 @@ void *__wrap_calloc(size_t n, size_t sz)
 		return NULL;
 	}
 	return __real_calloc(n, sz);
-}
-
-/* Linked with --wrap=rename and --wrap=unlink: once a copy went into
- * data/ (in a child), the process kills itself (a kill -9) at kill_at:
- * 1, the rename that puts an index in place; 2, an unlink in parts/.
- * 3: that rename fails (EIO). */
-static atomic_int kill_at, renamed_data;
-int __real_rename(const char *from, const char *to);
-int __wrap_rename(const char *from, const char *to)
-{
-	size_t n = strlen(to);
-	int r;
-
-	if (atomic_load(&kill_at) == 1 && atomic_load(&renamed_data) && n > 11 &&
-	    !strcmp(to + n - 11, "/index.json"))
-		kill(getpid(), SIGKILL);
-	if (atomic_load(&kill_at) == 3 && n > 11 && !strcmp(to + n - 11, "/index.json")) {
-		errno = EIO;
-		return -1;
-	}
-	r = __real_rename(from, to);
-	if (r == 0 && atomic_load(&kill_at) && strstr(to, "/data/"))
-		atomic_store(&renamed_data, 1);
-	return r;
-}
-
-int __real_unlink(const char *path);
-int __wrap_unlink(const char *path)
-{
-	if (atomic_load(&kill_at) == 2 && atomic_load(&renamed_data) && strstr(path, "/parts/"))
-		kill(getpid(), SIGKILL);
-	return __real_unlink(path);
 }
 
 static char top[PATH_MAX], nas[PATH_MAX + 8], local[PATH_MAX + 8], key[PATH_MAX + 16];
@@ -568,114 +533,6 @@ static void test_inflight_fails(struct check_count *c, struct store *s)
 	free(buf);
 }
 
-/* Wait until @b is LOCAL. */
-static int wait_local(struct blob *b)
-{
-	int64_t end = store_now_ms() + 30000;
-
-	while (blob_state(b) != BLOB_LOCAL && store_now_ms() < end)
-		usleep(2000);
-	return blob_state(b) == BLOB_LOCAL;
-}
-
-/* In a child, on the store closed here: ranges of the blob at @path
- * covering it become its whole copy, the child killed at @at (kill_at).
- * 1 when it was. */
-static int whole_killed(struct store *s, const char *path, int at)
-{
-	struct brange half[] = { { 0, HALF } }, all[] = { { 0, 2 * HALF } };
-	struct blob *b;
-	int status = 0;
-	pid_t pid;
-
-	store_close(s);
-	fflush(stdout);
-	if ((pid = fork()) == 0) {
-		if (!open_store(s) || !(b = blob_at(s, path)) ||
-		    store_part_request(s, b, half, 1, 0) != (int64_t)HALF || !wait_parts(s, b) ||
-		    store_sync(s) < 0)
-			_exit(3);
-		atomic_store(&kill_at, at);
-		store_part_request(s, b, all, 1, 0);
-		wait_local(b);
-		store_sync(s); /* its index write, if the worker's did not come first */
-		_exit(4); /* not killed */
-	}
-	return pid > 0 && waitpid(pid, &status, 0) == pid && WIFSIGNALED(status) &&
-	       WTERMSIG(status) == SIGKILL;
-}
-
-/* kill -9 after ranges covering a blob became its copy in data/, before
- * an index recorded it: the index on disk names the ranges, and the
- * restart finds them -- the blob is made whole again from them, nothing
- * read again from the NAS.  Once an index records the copy the partial
- * file goes, and the restart after that serves the copy at once.  A kill
- * after that index, before the partial file went: the restart serves the
- * copy at once, and removes the partial file.  Evicted before an index
- * recorded it, the copy takes the partial file with it. */
-static void test_whole_killed(struct check_count *c, struct store *s)
-{
-	struct brange all[] = { { 0, 2 * HALF } };
-	char *buf = malloc(SIZE), *got = malloc(SIZE), path[PATH_MAX + 80], copy[PATH_MAX + 64];
-	char part[PATH_MAX + 64], h[33];
-	struct store_usage u0, u;
-	struct blob *b = sha_blob(s, 11, buf, path, sizeof(path));
-	struct stat st;
-	int fd;
-
-	xxh128_hex_of(path, strlen(path), h);
-	snprintf(part, sizeof(part), "%s/parts/%s", local, h);
-	store_usage(s, &u0);
-	CHECK(c, whole_killed(s, path, 1), "killed between the publish and the index write");
-	CHECK(c, open_store(s) && (b = blob_at(s, path)), "reopened");
-	CHECK(c, b && wait_local(b), "whole again, from the ranges the index names");
-	CHECK(c, atomic_load(&s->part_bytes_copied) == 0 && atomic_load(&s->started) == 0,
-	      "nothing read again from the NAS: %llu bytes",
-	      (unsigned long long)atomic_load(&s->part_bytes_copied));
-	CHECK(c, b && store_local_path(s, b, copy, sizeof(copy)) == 0 &&
-	      (fd = open(copy, O_RDONLY)) >= 0 && pread(fd, got, 2 * HALF, 0) == (ssize_t)(2 * HALF) &&
-	      close(fd) == 0 && !memcmp(got, buf, 2 * HALF), "its bytes the NAS's");
-	CHECK(c, store_sync(s) == 0 && lstat(part, &st) < 0 && errno == ENOENT &&
-	      stat(copy, &st) == 0 && (st.st_mode & 07777) == 0400 && st.st_nlink == 1,
-	      "recorded: the partial file gone, the copy 0400 (%o, %u links)",
-	      (unsigned)(st.st_mode & 07777), (unsigned)st.st_nlink);
-	store_usage(s, &u);
-	CHECK(c, u.used == u0.used + store_charge(s, 2 * HALF) && u.part_bytes == u0.part_bytes &&
-	      u.held == u0.held, "counted once: %llu more",
-	      (unsigned long long)(u.used - u0.used));
-	store_close(s);
-	CHECK(c, open_store(s) && (b = blob_at(s, path)) && blob_state(b) == BLOB_LOCAL,
-	      "the next restart serves the copy at once (not re-hashed)");
-	store_evict(s, b, 0);
-
-	b = sha_blob(s, 12, buf, path, sizeof(path));
-	xxh128_hex_of(path, strlen(path), h);
-	snprintf(part, sizeof(part), "%s/parts/%s", local, h);
-	CHECK(c, b && whole_killed(s, path, 2), "killed after that index, before the partial file "
-	      "went");
-	CHECK(c, open_store(s) && (b = blob_at(s, path)) && blob_state(b) == BLOB_LOCAL &&
-	      lstat(part, &st) < 0 && errno == ENOENT, "the copy serves at once, the partial file "
-	      "removed");
-	store_close(s);
-	CHECK(c, open_store(s) && (b = blob_at(s, path)) && blob_state(b) == BLOB_LOCAL,
-	      "and the next restart too (the copy proven again)");
-	store_evict(s, b, 0);
-
-	b = sha_blob(s, 13, buf, path, sizeof(path));
-	xxh128_hex_of(path, strlen(path), h);
-	snprintf(part, sizeof(part), "%s/parts/%s", local, h);
-	atomic_store(&kill_at, 3);
-	CHECK(c, b && store_part_request(s, b, all, 1, 0) == (int64_t)(2 * HALF) && wait_local(b) &&
-	      store_local_path(s, b, copy, sizeof(copy)) == 0 && lstat(part, &st) == 0,
-	      "whole, no index written: the partial file kept");
-	store_evict(s, b, 0);
-	CHECK(c, lstat(part, &st) < 0 && lstat(copy, &st) < 0, "evicted: the partial file goes "
-	      "with the copy");
-	atomic_store(&kill_at, 0);
-	free(buf);
-	free(got);
-}
-
 /* The ranges @b has, wants or copies now, normalised, into @out (@cap). */
 static size_t held_now(struct store *s, struct blob *b, struct brange *out, size_t cap)
 {
@@ -790,7 +647,6 @@ int main(void)
 	test_insert(&c);
 	test_inflight_again(&c, &s);
 	test_inflight_fails(&c, &s);
-	test_whole_killed(&c, &s);
 	test_many(&c, &s, want);
 	test_index(&c, &s);
 	store_close(&s);

@@ -153,10 +153,12 @@ struct blob_part {
 	int queued;                 /* on the store's part queue */
 	int adopt;                  /* the ranges cover the blob: to become its whole copy,
 				     * in place (store_part_copy.c) */
-	int retire;                 /* 1: the ranges were made the whole copy, but the index
-				     * on disk may still name them: the partial file keeps
-				     * its name until an index that does not is written
+	int retire;                 /* 1: the blob is whole now, but the index on disk may
+				     * still name the ranges: the partial file keeps its
+				     * name until an index that does not is written
 				     * (part_retire_locked); 2: that write is in flight */
+	uint64_t retire_charge;     /* its blocks meanwhile, in store.held (0: a link of the
+				     * copy, no room of its own) */
 	struct blob *qnext;
 	uint64_t reserved;          /* room reserved by the range copy in flight */
 	struct brange inflight;     /* the piece that copy is writing (len 0: none): held

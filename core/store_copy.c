@@ -362,7 +362,7 @@ static void copy_one(struct store *s, struct blob *b)
 
 	if (same_name_local_locked(s, b) && adopt_one(s, b)) {
 		if (b->state == BLOB_LOCAL)
-			part_drop_locked(s, b, NULL);
+			part_retire_locked(s, b, 0);
 		return;
 	}
 	snprintf(key, sizeof(key), "%s", b->key);
@@ -431,9 +431,10 @@ static void copy_one(struct store *s, struct blob *b)
 		store_demote_locked(s, b, "evicted as its copy ended", 0);
 		return;
 	}
-	/* whole now: its ranges are in the copy */
+	/* whole now: its ranges are in the copy (their file goes once the
+	 * index says so) */
 	if (b->state == BLOB_LOCAL)
-		part_drop_locked(s, b, NULL);
+		part_retire_locked(s, b, 0);
 }
 
 /* When a worker writes the index (store.h): at the end of a batch of

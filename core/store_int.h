@@ -164,12 +164,13 @@ int part_insert_locked(struct blob_part *p, uint64_t off, uint64_t len, const ch
  * becomes the part's reason and is logged.  The bytes were the NAS's:
  * nothing for the kernel to forget.  Marks the index dirty. */
 void part_drop_locked(struct store *s, struct blob *b, const char *why);
-/* @b's ranges became its whole copy (LOCAL), their partial file linked
- * into data/ (adopt): they are dropped, but the partial file's name stays
- * until an index recording the copy is on disk -- until then the index
- * on disk names the ranges, and a crash must find them.  The link takes
- * no room of its own. */
-void part_retire_locked(struct store *s, struct blob *b);
+/* @b is LOCAL now, its ranges in its whole copy (@linked: their partial
+ * file linked into data/, adopt; else a copy made from the NAS): they
+ * are dropped, but the partial file's name stays until an index recording
+ * the copy is on disk -- until then the index on disk names the ranges,
+ * and a crash must find them.  A file of its own is counted as held
+ * meanwhile; a link takes no room of its own. */
+void part_retire_locked(struct store *s, struct blob *b, int linked);
 /* A retired partial file's name goes now (an index naming none of its
  * ranges is on disk, its copy is evicted, or ranges are copied again). */
 void part_retired_locked(struct store *s, struct blob *b);

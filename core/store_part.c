@@ -25,11 +25,13 @@
  *     partial file is hashed whole from the disk (XXH3-128, the source
  *     sample, the content address), and, still the file the ranges were
  *     verified in, hard-linked into data/ -- no second copy, no second
- *     room.  Its parts/ name goes only once an index that records the copy
- *     is on disk (until then the index on disk names the ranges: a crash
- *     finds them, their file's ctime moved, and re-hashes them), and at
- *     once if the copy goes first; a copy that lost that name is proven
- *     again (its ctime moved too).
+ *     room;
+ *   - a blob made whole (so, or by a copy from the NAS) keeps its partial
+ *     file's name until an index that records the copy is on disk: until
+ *     then the index on disk names the ranges, and a crash finds them (a
+ *     linked file's ctime moved: re-hashed).  The name goes at once if the
+ *     copy goes first; a copy that lost it is proven again (its ctime
+ *     moved too).  A file of its own is counted as held meanwhile.
  * One worker thread copies ranges, one at a time, in the order asked
  * (store_part_copy.c); this file keeps the lists and loads them.
  */
@@ -129,18 +131,22 @@ void part_drop_locked(struct store *s, struct blob *b, const char *why)
 	part_clear_locked(s, b, why);
 }
 
-void part_retire_locked(struct store *s, struct blob *b)
+void part_retire_locked(struct store *s, struct blob *b, int linked)
 {
 	struct blob_part *p = b->part;
+	uint64_t c;
 
 	/* an index that is never written (index_kept) names nothing to keep */
 	if (!p || !p->n || s->index_kept) {
 		part_drop_locked(s, b, NULL);
 		return;
 	}
+	c = linked ? 0 : part_charge_locked(s, b);
 	part_clear_locked(s, b, NULL);
 	s->part_retiring += !p->retire;
 	p->retire = 1;
+	p->retire_charge += c;
+	s->held += c;
 }
 
 void part_retired_locked(struct store *s, struct blob *b)
@@ -154,7 +160,12 @@ void part_retired_locked(struct store *s, struct blob *b)
 	part_path_locked(s, b, path, sizeof(path));
 	if (lstat(path, &st) == 0 && unlink(path) == 0 && st.st_nlink > 1)
 		store_reprove_locked(s, (uint64_t)st.st_ino);
+	if (b->open_count) /* a reader may hold the file: freed at the last close */
+		b->held += p->retire_charge;
+	else
+		s->held -= p->retire_charge < s->held ? p->retire_charge : s->held;
 	p->retire = 0;
+	p->retire_charge = 0;
 	s->part_retiring--;
 }
 

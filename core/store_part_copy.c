@@ -202,8 +202,9 @@ static void copy_want(struct store *s, struct blob *b)
 	s->reserved -= p->reserved < s->reserved ? p->reserved : s->reserved;
 	p->reserved = 0;
 	if (gen != p->gen) {
-		/* dropped meanwhile: what this copy made is no one's */
-		if (!p->n)
+		/* dropped meanwhile: what this copy made is no one's (a
+		 * retired file goes once the index no longer names it) */
+		if (!p->n && !p->retire)
 			unlink(path);
 		return;
 	}
@@ -362,7 +363,7 @@ static int adopt(struct store *s, struct blob *b)
 	s->promoted++;
 	s->copies_unrecorded = 1;
 	store_dirty_locked(s);
-	part_retire_locked(s, b); /* its file is the copy now */
+	part_retire_locked(s, b, 1); /* its file is the copy now */
 	store_log_msg(s, LOG_INFO, "local ranges of %s cover it whole: the partial file is its "
 		      "verified copy %s now (no second copy)", b->key, res.xxh);
 	return 1;

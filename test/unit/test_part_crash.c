@@ -1,5 +1,5 @@
-/* test_part_crash.c - a kill -9 while a partial copy becomes a whole one
- * (store_part.c), without mounting: whatever instant the daemon dies at,
+/* test_part_crash.c - a kill -9 while a blob with local ranges becomes
+ * whole, from them or by a copy from the NAS (store_part.c), unmounted: whatever instant the daemon dies at,
  * the restart finds the ranges the index on disk names, or the copy it
  * records -- never a loss of verified local bytes.  The store runs in a
  * child that kills itself at the instant (--wrap), the parent restarts it. */
@@ -234,6 +234,44 @@ static void test_evicted(struct check_count *c, struct store *s)
 	free(buf);
 }
 
+/* A blob with a local range promoted whole (a copy from the NAS), killed
+ * after that copy went into data/, before an index recorded it: the
+ * restart serves the range the index names, at once.  Promoted again
+ * with no index written, the partial file is kept and counted as held
+ * until an index records the copy. */
+static void test_promoted(struct check_count *c, struct store *s)
+{
+	char *buf = malloc(SIZE), path[PATH_MAX + 16], part[PATH_MAX + 64];
+	struct store_usage u0, u;
+	struct blob_info in = { 0 };
+	struct blob *b = NULL;
+	struct stat st;
+
+	nas_file(4, buf, path, sizeof(path), part, sizeof(part));
+	CHECK(c, killed(s, path, 1, 1), "killed between the copy's publish and the index write");
+	CHECK(c, open_store(s) && (b = blob_at(s, path)), "reopened");
+	if (b)
+		blob_info(s, b, &in);
+	CHECK(c, b && blob_state(b) == BLOB_NAS && in.part_n == 1 && in.part_bytes == HALF &&
+	      !in.part_unproven, "the recorded range serves at once: %zu ranges, %llu bytes",
+	      in.part_n, (unsigned long long)in.part_bytes);
+	CHECK(c, b && lstat(part, &st) == 0 && st.st_size == (off_t)SIZE, "its partial file kept");
+	store_usage(s, &u0);
+	atomic_store(&kill_at, 3);
+	CHECK(c, b && store_promote(s, b, 0, 1) >= 0 && store_wait_settled(s, b, 30000) ==
+	      BLOB_LOCAL && lstat(part, &st) == 0, "whole, no index written: the partial file kept");
+	store_usage(s, &u);
+	CHECK(c, u.held > u0.held, "and counted as held meanwhile");
+	atomic_store(&kill_at, 0);
+	CHECK(c, store_sync(s) == 0 && lstat(part, &st) < 0, "recorded: the partial file gone");
+	store_usage(s, &u);
+	CHECK(c, u.held == 0 && u.part_bytes == 0, "nothing held: %llu",
+	      (unsigned long long)u.held);
+	if (b)
+		store_evict(s, b, 0);
+	free(buf);
+}
+
 int main(void)
 {
 	struct check_count c = { 0 };
@@ -250,6 +288,7 @@ int main(void)
 	test_before_index(&c, &s);
 	test_before_unlink(&c, &s);
 	test_evicted(&c, &s);
+	test_promoted(&c, &s);
 	store_close(&s);
 	check_rmtree(top);
 	printf("part_crash: %d passed, %d failed\n", c.passed, c.failed);

@@ -248,7 +248,8 @@ int fetch_copy_verify(const char *src_path, uint64_t size, const char *tmp_path,
 	j->rate = (double)bw_limit;
 	clock_gettime(CLOCK_MONOTONIC, &j->last);
 	eng_init(&j->eng);
-	eng_fixed(&j->eng, mem, (NSRC + NVER) * SLOT_BYTES);
+	if (size >= FIXED_MIN)
+		eng_fixed(&j->eng, mem, (NSRC + NVER) * SLOT_BYTES);
 	if (getenv("WFS_FETCH_PROFILE") && (j->prof = calloc(1, sizeof(*j->prof)))) {
 		j->hs.prof = 1;
 		j->prof->t0 = mono_ns();
@@ -312,7 +313,8 @@ int fetch_hash_file(const char *path, char xxh_hex[33], struct fetch_progress *p
 	stream_init(&j->ver, fd, path, j->slots, NVER, mem);
 	j->ver.limit = j->size;
 	eng_init(&j->eng);
-	eng_fixed(&j->eng, mem, NVER * SLOT_BYTES);
+	if (j->size >= FIXED_MIN)
+		eng_fixed(&j->eng, mem, NVER * SLOT_BYTES);
 	job_run(j);
 	err = j->err;
 	if (!err)

@@ -122,10 +122,10 @@ static json_t *nas_json(const struct nas_file *f, int excluded)
 		return json_pack("{s:o, s:o, s:o?, s:o, s:I}", "key", reply_path(f->key),
 				 "id", reply_path(f->id), "path", reply_path(f->name),
 				 "glob", reply_path(f->glob), "size", (json_int_t)f->size);
-	return json_pack("{s:o, s:o, s:s, s:I, s:I, s:b, s:s}", "key", reply_path(f->key),
+	return json_pack("{s:o, s:o, s:s, s:I, s:I, s:b, s:[], s:s}", "key", reply_path(f->key),
 			 "id", reply_path(f->id),
 			 "state", blob_state_name(BLOB_NAS), "size", (json_int_t)f->size,
-			 "bytes_done", (json_int_t)0, "pinned", 0, "reason", "");
+			 "bytes_done", (json_int_t)0, "pinned", 0, "pinned_by", "reason", "");
 }
 
 /* One PATH of a promote: its blobs added to @set, each with the exclusion
@@ -288,7 +288,7 @@ static json_t *op_each(struct control *c, json_t *req, const char *op)
 	int force = json_is_true(json_object_get(req, "force"));
 	int full = json_is_true(json_object_get(req, "full"));
 	json_t *err = gather(c, req, &set), *skipped = json_array(), *demoted = json_array();
-	json_int_t count = 0;
+	json_int_t count = 0, ref_kept = 0;
 
 	if (err)
 		goto out;
@@ -308,7 +308,10 @@ static json_t *op_each(struct control *c, json_t *req, const char *op)
 			else if (r > 0)
 				count++;
 		} else if (!strcmp(op, "pin") || !strcmp(op, "unpin")) {
+			/* the hand pin only: a ref pin's blobs stay pinned until
+			 * unpin --ref (store.h PIN_REF) */
 			store_pin(c->store, b, !strcmp(op, "pin"));
+			ref_kept += !strcmp(op, "unpin") && (in.pin_why & PIN_REF);
 			count++;
 		} else {
 			int (*check)(struct store *, struct blob *, int, char *, size_t) =
@@ -327,6 +330,8 @@ static json_t *op_each(struct control *c, json_t *req, const char *op)
 		err = json_pack("{s:b, s:I, s:O}", "ok", 1, "evicted", count, "skipped", skipped);
 	else if (!strcmp(op, "verify"))
 		err = json_pack("{s:b, s:I, s:O}", "ok", 1, "checked", count, "demoted", demoted);
+	else if (!strcmp(op, "unpin"))
+		err = json_pack("{s:b, s:I, s:I}", "ok", 1, "count", count, "ref_pinned", ref_kept);
 	else
 		err = json_pack("{s:b, s:I}", "ok", 1, "count", count);
 out:

@@ -219,6 +219,9 @@ int index_read(const char *path, const struct index_cb *cb)
 			rec.copy_ctime = (struct timespec){ (time_t)int_or(o, "copy_ctime_s"),
 							    (long)int_or(o, "copy_ctime_ns") };
 		}
+		/* Before 4 "pinned" was either reason: a hand pin (index.h). */
+		if (version >= 4)
+			rec.ref_pinned = json_is_true(json_object_get(o, "ref_pinned"));
 		if (version >= 3 && !strcmp(rec.state, "partial"))
 			ranges_oom = read_part(o, &rec, &ranges) < 0;
 		r = ranges_oom ? -ENOMEM : cb->blob(cb->arg, &rec);
@@ -250,14 +253,15 @@ int index_write(const char *path, const struct index_rec *recs, size_t n,
 	for (size_t i = 0; i < n; i++) {
 		const struct index_rec *e = &recs[i];
 		json_t *o = json_pack("{s:s, s:s, s:s, s:o, s:I, s:I, s:I, s:I, s:I, s:I, "
-				      "s:I, s:b}",
+				      "s:I, s:b, s:b}",
 			"state", e->state, "xxh", e->xxh,
 			"sample", e->sample, "reason", text_json(e->reason),
 			"size", (json_int_t)e->size,
 			"mtime_s", (json_int_t)e->mtime.tv_sec, "mtime_ns", (json_int_t)e->mtime.tv_nsec,
 			"ctime_s", (json_int_t)e->ctime.tv_sec, "ctime_ns", (json_int_t)e->ctime.tv_nsec,
 			"last_used", (json_int_t)e->last_used,
-			"last_used_ns", (json_int_t)e->use_ns, "pinned", e->pinned);
+			"last_used_ns", (json_int_t)e->use_ns, "pinned", e->pinned,
+			"ref_pinned", e->ref_pinned);
 
 		if (o && (set_name(o, "key", e->key) < 0 || set_name(o, "id", e->id) < 0)) {
 			json_decref(o);

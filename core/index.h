@@ -10,7 +10,12 @@
  * proof (copy_ino 0).  3 adds the state "partial": a blob with verified
  * local ranges (store_part.c), each with its offset, length and XXH3-128,
  * and the partial file's identity; 1 and 2 have none and are read as
- * before.  Only 3 is written.
+ * before.  4 keeps a blob's two reasons to be pinned apart: "pinned" is a
+ * pin by hand (wfsctl pin PATH, promote --pin) and "ref_pinned" a ref
+ * pin's (pins.c), so that a ref pin moving on unpins only its own.  1 to 3
+ * had one "pinned" for both: it is read as a hand pin, which never loses a
+ * user's pin (a blob only a ref pin held then stays pinned until unpinned
+ * by hand).  Only 4 is written.
  */
 #ifndef WFS_INDEX_H
 #define WFS_INDEX_H
@@ -20,7 +25,7 @@
 
 #include "range.h"
 
-#define INDEX_VERSION 3
+#define INDEX_VERSION 4
 /* An index is refused unread past this size: a damaged or hostile file
  * must not make the daemon parse gigabytes at start-up.  A record takes
  * about 700 bytes, so this is some 350,000 local copies and pins; a store
@@ -39,7 +44,8 @@ struct index_rec {
 	struct timespec mtime, ctime;
 	int64_t last_used;  /* seconds */
 	uint64_t use_ns;    /* the same, finer (the LRU order); 0 in older indexes */
-	int pinned;
+	int pinned;         /* by hand */
+	int ref_pinned;     /* by a ref pin (version 4; 0 before) */
 	/* "local" only: the copy's identity when it was verified; copy_ino 0:
 	 * none recorded (a version 1 index) */
 	uint64_t copy_ino;
@@ -63,7 +69,7 @@ struct index_cb {
 	int (*ref)(void *arg, const struct index_ref *r); /* may be NULL */
 };
 
-/* Call the callbacks for each record.  Returns the version read (1 to 3),
+/* Call the callbacks for each record.  Returns the version read (1 to 4),
  * 0 when there is no index, a callback's error, or what makes the file
  * unreadable, before any callback is called:
  *   > INDEX_VERSION  the version of an index a later wfs wrote (INT_MAX
@@ -73,7 +79,7 @@ struct index_cb {
  *   other    -errno of open or read (-ELOOP: a symbolic link) */
 int index_read(const char *path, const struct index_cb *cb);
 
-/* Write the index (version 3, mode 0600: only the owner may read what is
+/* Write the index (version 4, mode 0600: only the owner may read what is
  * local and where).  Returns 0 or -errno; -EFBIG past INDEX_MAX_BYTES, the
  * old index untouched. */
 int index_write(const char *path, const struct index_rec *recs, size_t n,

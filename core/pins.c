@@ -191,7 +191,7 @@ static size_t pin_set(struct pins *p, const struct blob_set *set, int now, char 
 
 		if (set->glob[i])
 			continue;
-		store_pin(p->store, b, 1);
+		store_pin_why(p->store, b, PIN_REF, 1);
 		blob_info(p->store, b, &info);
 		if (info.state != BLOB_LOCAL) {
 			missing++;
@@ -205,6 +205,9 @@ static size_t pin_set(struct pins *p, const struct blob_set *set, int now, char 
 	return missing;
 }
 
+/* Take the ref pins' reason off the blobs of @set that no ref pin keeps
+ * (@keep): a blob pinned by hand too stays pinned.  Returns how many are
+ * unpinned now (what "N blobs unpinned" tells the user). */
 static size_t unpin_unless_kept(struct pins *p, const struct blob_set *set,
 				const struct blob_set *keep)
 {
@@ -213,11 +216,11 @@ static size_t unpin_unless_kept(struct pins *p, const struct blob_set *set,
 	for (size_t i = 0; i < set->n; i++) {
 		struct blob_info info;
 
+		if (blob_set_has(keep, set->v[i]) ||
+		    !store_pin_why(p->store, set->v[i], PIN_REF, 0))
+			continue;
 		blob_info(p->store, set->v[i], &info);
-		if (info.pinned && !blob_set_has(keep, set->v[i])) {
-			store_pin(p->store, set->v[i], 0);
-			n++;
-		}
+		n += !info.pinned;
 	}
 	return n;
 }

@@ -5,7 +5,9 @@
  * revision means (collect.c) and pins and queues them through the store;
  * the store only persists the pins with its index.  When the ref moves,
  * the new revision is promoted, and once all of it is local the old one's
- * blobs are unpinned (unless another pin keeps them).  The policy thread
+ * blobs are unpinned (unless another ref pin keeps them).  A ref pin sets
+ * and clears only its own reason (PIN_REF, store.h): a blob pinned by hand
+ * too stays pinned.  The policy thread
  * (auto.c) calls pins_poll every ref_poll seconds.  A copy of a pin's that
  * fails is retried by the store, with backoff, while its blob stays pinned
  * (STORE_BY_PIN, store.h).
@@ -58,8 +60,9 @@ void pins_close(struct pins *p);
  * -ENOENT (no such repo, ref or revision), -EINVAL (a bad name),
  * -ENOTSUP. */
 int pins_pin(struct pins *p, const char *repo, const char *ref, char *commit, size_t csz);
-/* Drop the pin and unpin its revisions' blobs (unless another pin keeps
- * them).  Returns the number unpinned, -ENOENT when there was no pin. */
+/* Drop the pin and unpin its revisions' blobs (unless another ref pin
+ * keeps them; a blob pinned by hand too stays pinned: store.h
+ * PIN_HAND).  Returns the number unpinned, -ENOENT when there was no pin. */
 int pins_unpin(struct pins *p, const char *repo, const char *ref);
 /* A copy of the pins (malloc'ed; *n entries). */
 struct pin *pins_list(struct pins *p, size_t *n);

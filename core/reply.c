@@ -149,16 +149,30 @@ static json_t *part_json(struct store *s, struct blob *b, const struct blob_info
 	return o;
 }
 
+/* Why a blob is pinned, as a list: "hand" (wfsctl pin PATH, promote
+ * --pin), "ref" (a ref pin's revision holds it); [] when not pinned. */
+static json_t *pin_why_json(int why)
+{
+	json_t *v = json_array();
+
+	if (v && (why & PIN_HAND))
+		json_array_append_new(v, json_string("hand"));
+	if (v && (why & PIN_REF))
+		json_array_append_new(v, json_string("ref"));
+	return v;
+}
+
 json_t *reply_blob(struct store *s, struct blob *b)
 {
 	struct blob_info in;
 	json_t *o;
 
 	blob_info(s, b, &in);
-	o = json_pack("{s:o, s:o, s:s, s:I, s:I, s:b, s:o}", "key", reply_path(in.key),
+	o = json_pack("{s:o, s:o, s:s, s:I, s:I, s:b, s:o, s:o}", "key", reply_path(in.key),
 		      "id", reply_path(in.id), "state", blob_info_state_name(&in),
 		      "size", (json_int_t)in.size, "bytes_done", (json_int_t)in.bytes_done,
-		      "pinned", in.pinned, "reason", reply_path(in.reason));
+		      "pinned", in.pinned, "pinned_by", pin_why_json(in.pin_why),
+		      "reason", reply_path(in.reason));
 	if (o && (in.part_bytes || in.part_want || in.part_reason[0] || in.part_unproven))
 		json_object_set_new(o, "part", part_json(s, b, &in));
 	return o;

@@ -16,7 +16,8 @@
 /* {"ok":false, "error": <message>, "errno": "<ENAME>"} */
 json_t *reply_error(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* {"key","id","state","size","bytes_done","pinned","reason"} of @b now. */
+/* {"key","id","state","size","bytes_done","pinned","pinned_by","reason"} of
+ * @b now; "pinned_by": ["hand"], ["ref"], both, or []. */
 json_t *reply_blob(struct store *s, struct blob *b);
 
 /* A JSON string for @s, a name or path from the NAS (or text that holds

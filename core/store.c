@@ -288,8 +288,8 @@ int store_request(struct store *s, struct blob *b, enum store_who who, int now)
 int store_promote(struct store *s, struct blob *b, int pin, int explicit_req)
 {
 	pthread_mutex_lock(&s->lock);
-	if (pin && !b->pinned) {
-		b->pinned = 1;
+	if (pin && !(b->pinned & PIN_HAND)) {
+		b->pinned |= PIN_HAND;
 		store_dirty_locked(s);
 	}
 	request_locked(s, b, explicit_req ? STORE_BY_USER : STORE_BY_AUTO, explicit_req);
@@ -446,14 +446,23 @@ int store_local_read_error(struct store *s, struct blob *b, unsigned copy_gen, i
 	return n;
 }
 
+int store_pin_why(struct store *s, struct blob *b, int why, int pin)
+{
+	int was, changed;
+
+	pthread_mutex_lock(&s->lock);
+	was = b->pinned;
+	b->pinned = pin ? was | why : was & ~why;
+	changed = b->pinned != was;
+	if (changed)
+		store_dirty_locked(s);
+	pthread_mutex_unlock(&s->lock);
+	return changed;
+}
+
 void store_pin(struct store *s, struct blob *b, int pin)
 {
-	pthread_mutex_lock(&s->lock);
-	if (b->pinned != pin) {
-		b->pinned = pin;
-		store_dirty_locked(s);
-	}
-	pthread_mutex_unlock(&s->lock);
+	store_pin_why(s, b, PIN_HAND, pin);
 }
 
 void store_exclude(struct store *s, struct blob *b, const char *why)

@@ -115,6 +115,16 @@ enum store_who {
 #define STORE_RETRY_FIRST_MS 2000
 #define STORE_RETRY_MAX_MS (5 * 60 * 1000)
 
+/* Why a blob is pinned (struct blob's @pinned is a mask of them): by hand
+ * (wfsctl pin PATH, promote --pin) and by a ref pin whose revision holds it
+ * (pins.c).  Each is set and cleared on its own, so a ref pin that moves on
+ * or is dropped never takes a user's hand pin with it, nor a hand unpin a
+ * ref pin's blob.  Pinned for eviction and room: either one. */
+enum store_pin_why {
+	PIN_HAND = 1,
+	PIN_REF = 2,
+};
+
 /* Why promotions failed, for the metrics (wfs_promotions_failed_total). */
 enum store_fail {
 	STORE_FAIL_NO_SPACE = 0,
@@ -195,7 +205,8 @@ struct blob {
 	 * evicted): a descriptor of the copy opened at one value is of an
 	 * earlier copy at any other (a copy made again may have the same path). */
 	_Atomic unsigned copy_gen;
-	int pinned, explicit_req;   /* LOCK */
+	int pinned;                 /* LOCK: enum store_pin_why mask (0: not pinned) */
+	int explicit_req;           /* LOCK */
 	int in_queue;               /* LOCK: linked in the queue (maybe no longer QUEUED) */
 	int checked;                /* LOCK: source sample re-checked since start-up */
 	char xxh[33];               /* LOCK: content hash of the local copy */
@@ -259,7 +270,8 @@ struct blob_info {
 	enum blob_state state;
 	enum blob_hold hold;
 	uint64_t size, bytes_done;  /* bytes_done: of the copy in flight, or size when LOCAL */
-	int pinned, open_count;
+	int pinned, open_count;     /* pinned: 1 for any reason, which @pin_why says */
+	int pin_why;                /* enum store_pin_why mask */
 	char reason[256];
 	uint64_t nas_bytes, local_bytes, opens, nas_opens;
 	int64_t last_used;
@@ -466,7 +478,7 @@ void store_note_close(struct store *s, struct blob *b);
  * store_sync() per request, however many blobs it touched. */
 
 /* Queue a promotion; explicit requests go before automatic ones.  With
- * @pin the blob is pinned too.  store_request(@explicit_req ? STORE_BY_USER
+ * @pin the blob is pinned (by hand) too.  store_request(@explicit_req ? STORE_BY_USER
  * : STORE_BY_AUTO). */
 int store_promote(struct store *s, struct blob *b, int pin, int explicit_req);
 /* Queue a copy of @b (NAS or FAILED) for @who (see enum store_who); a
@@ -476,10 +488,14 @@ int store_promote(struct store *s, struct blob *b, int pin, int explicit_req);
  * automatic ones when @who is not STORE_BY_AUTO; the last request names
  * who is retried.  Returns 1 when queued now, 0 otherwise. */
 int store_request(struct store *s, struct blob *b, enum store_who who, int now);
-/* Drop the local copy (pinned ones only with @force).  Returns 1 when
- * evicted, 0 when nothing to do (pinned or not), -EBUSY when pinned and
- * there was. */
+/* Drop the local copy (pinned ones only with @force, which unpins them for
+ * every reason).  Returns 1 when evicted, 0 when nothing to do (pinned or
+ * not), -EBUSY when pinned and there was. */
 int store_evict(struct store *s, struct blob *b, int force);
+/* Pin (@pin 1) or unpin @b for the reason @why (enum store_pin_why); the
+ * other reason is left as it is.  Returns 1 when that reason changed. */
+int store_pin_why(struct store *s, struct blob *b, int why, int pin);
+/* store_pin_why(PIN_HAND): wfsctl pin / unpin PATH. */
 void store_pin(struct store *s, struct blob *b, int pin);
 /* Re-check the source (and with @full re-hash the local copy).  Returns 1
  * when the blob was demoted, with @reason set; -errno when the source

@@ -117,6 +117,7 @@ void store_layout(struct store *s)
 struct load {
 	struct store *s;
 	size_t local, rehash, dropped, bad, partial;
+	size_t pinned; /* records with "pinned" */
 };
 
 /* What a loaded record's copy became: 1 serves (counted in *@served), 2
@@ -152,7 +153,8 @@ static int load_rec(void *arg, const struct index_rec *r)
 	b->size = r->size;
 	b->nas_mtime = r->mtime;
 	b->nas_ctime = r->ctime;
-	b->pinned = r->pinned;
+	b->pinned = (r->pinned ? PIN_HAND : 0) | (r->ref_pinned ? PIN_REF : 0);
+	ld->pinned += r->pinned != 0;
 	b->last_used = r->last_used;
 	b->use_ns = r->use_ns ? r->use_ns : (uint64_t)(r->last_used > 0 ? r->last_used : 0) *
 		    1000000000u;
@@ -402,6 +404,11 @@ int index_load(struct store *s)
 		store_log_msg(s, LOG_NOTICE, "start-up: index %s was written by an earlier version "
 			      "(1, no proof of the copies): its %zu local copies are re-hashed in "
 			      "the background before they serve", s->index_path, ld.rehash);
+	if (r < 4 && ld.pinned)
+		store_log_msg(s, LOG_NOTICE, "start-up: index %s was written by an earlier version "
+			      "(%d, one pin for both reasons): its %zu pinned blobs are read as pinned "
+			      "by hand, which no ref pin undoes (wfsctl unpin PATH does)",
+			      s->index_path, r, ld.pinned);
 	if (ld.bad)
 		store_log_msg(s, LOG_WARNING, "start-up: index %s: %zu damaged records skipped",
 			      s->index_path, ld.bad);
@@ -480,7 +487,8 @@ static int snapshot_blob(struct index_snapshot *sn, const struct blob *b, const 
 		.key = str->key, .id = str->id, .state = state,
 		.xxh = str->xxh, .sample = str->sample, .reason = str->reason,
 		.size = b->size, .mtime = b->nas_mtime, .ctime = b->nas_ctime,
-		.last_used = b->last_used, .pinned = b->pinned,
+		.last_used = b->last_used, .pinned = !!(b->pinned & PIN_HAND),
+		.ref_pinned = !!(b->pinned & PIN_REF),
 		.use_ns = atomic_load_explicit(&b->use_ns, memory_order_relaxed),
 		.copy_ino = b->copy.ino, .copy_mtime = b->copy.mtime,
 		.copy_ctime = b->copy.ctime,

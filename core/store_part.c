@@ -319,8 +319,8 @@ int64_t store_part_request(struct store *s, struct blob *b, const struct brange 
 			total = -EINVAL;
 			goto out;
 		}
-	if (pin && !b->pinned) {
-		b->pinned = 1;
+	if (pin && !(b->pinned & PIN_HAND)) {
+		b->pinned |= PIN_HAND;
 		store_dirty_locked(s);
 	}
 	if (b->state == BLOB_LOCAL)

@@ -138,7 +138,8 @@ static void info_locked(const struct blob *b, struct blob_info *out)
 	out->hold = b->hold;
 	out->size = atomic_load(&b->size);
 	out->bytes_done = st == BLOB_LOCAL ? out->size : atomic_load(&b->prog.bytes_done);
-	out->pinned = b->pinned;
+	out->pinned = b->pinned != 0;
+	out->pin_why = b->pinned;
 	out->open_count = b->open_count;
 	out->nas_bytes = atomic_load_explicit(&b->nas_bytes, memory_order_relaxed);
 	out->local_bytes = atomic_load_explicit(&b->local_bytes, memory_order_relaxed);

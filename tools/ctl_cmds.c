@@ -493,7 +493,7 @@ int cmd_evict(const struct ctl_opts *o)
 static int pin_call(const struct ctl_opts *o, const char *op, const char *done)
 {
 	struct ctl_reply rep;
-	uint64_t n;
+	uint64_t n, kept;
 
 	if (o->ref) {
 		char repo[FMT_TEXT], ref[FMT_TEXT];
@@ -517,7 +517,11 @@ static int pin_call(const struct ctl_opts *o, const char *op, const char *done)
 	if (simple_call(o, op, json_pack("{s:s}", "op", op), true, &rep))
 		return 1;
 	n = jget_u64(rep.obj, "count");
-	if (!o->json)
+	kept = jget_u64(rep.obj, "ref_pinned");
+	if (!o->json && kept)
+		printf("%s %llu blob%s; %llu still pinned by a ref pin (unpin --ref drops it)\n",
+		       done, (unsigned long long)n, n == 1 ? "" : "s", (unsigned long long)kept);
+	else if (!o->json)
 		printf("%s %llu blob%s\n", done, (unsigned long long)n, n == 1 ? "" : "s");
 	ctl_reply_free(&rep);
 	return 0;

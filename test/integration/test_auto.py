@@ -14,8 +14,8 @@ about wfsctl:
   Priority       an explicit promote is served while an automatic copy runs:
                  it is done before the capped automatic copy is
   RefPin         wfsctl pin --ref main: the revision is local and pinned; when
-                 refs/main moves the new one is, the old one is unpinned, and
-                 the pin survives a remount
+                 refs/main moves the new one is, the old one is unpinned (not
+                 what is pinned by hand too), and the pin survives a remount
 """
 
 import hashlib
@@ -432,6 +432,73 @@ class RefPin(unittest.TestCase):
         wfstest.ctl_check(self, ["unpin", "--ref", "main", repo])
         self.assertFalse(wfstest.blob_pinned(self, b2))
         self.assertIsNone(pin_state())
+
+    def test_ref_pins_leave_hand_pins_alone(self):
+        """A blob pinned by hand (wfsctl pin PATH) stays pinned when a ref
+        pin holding it too moves on, and when that ref pin is dropped
+        (unpin --ref), across a remount as well: each pin is undone only by
+        its own unpin.  A blob only the ref pin held is unpinned."""
+        m = Fix.mounts["on"]
+        repo = "models--acme--refhand"
+        rev1, rev2 = "c" * 40, "d" * 40
+        wfstest.make_hf_repo(Fix.hub, repo, {"hand.bin": wfstest.det_bytes("rh-hand", MiB),
+                                             "ref.bin": wfstest.det_bytes("rh-ref", MiB)},
+                             commit=rev1)
+
+        def f(rev, name):
+            return os.path.join(m.mnt, repo, "snapshots", rev, name)
+
+        def pin_state():
+            st = ctl_json(self, ["status", m.mnt])
+            return next((r for r in st.get("ref_pins", []) if r.get("repo") == repo), None) or {}
+
+        def why(path):
+            rep = ctl_json(self, ["promote", "--dry-run", "--force", path])
+            return (rep.get("blobs") or [{}])[0].get("pinned_by")
+
+        hand1, ref1 = f(rev1, "hand.bin"), f(rev1, "ref.bin")
+        wfstest.ctl_check(self, ["pin", hand1])
+        wfstest.ctl_check(self, ["pin", "--ref", "main", os.path.join(m.mnt, repo)])
+        ok = wfstest.wait_until(lambda: pin_state().get("commit") == rev1, 20, 0.1)
+        self.assertTrue(ok, "the ref pin never settled on %s: %s" % (rev1, pin_state()))
+        self.assertEqual(wfstest.wait_states([hand1, ref1], "local", 5), {})
+
+        # refs/main moves to a revision holding neither blob
+        wfstest.make_hf_repo(Fix.hub, repo, {"new.bin": wfstest.det_bytes("rh-new", MiB),
+                                             "both.bin": wfstest.det_bytes("rh-both", MiB)},
+                             commit=rev2)
+        ok = wfstest.wait_until(lambda: (pin_state().get("commit"), pin_state().get("pending"))
+                                == (rev2, ""), 30, 0.1)
+        self.assertTrue(ok, "the ref pin did not follow refs/main to %s: %s" % (rev2, pin_state()))
+        self.assertTrue(wfstest.blob_pinned(self, hand1),
+                        "the hand pin was lost when the ref pin moved on")
+        self.assertEqual(why(hand1), ["hand"])
+        self.assertFalse(wfstest.blob_pinned(self, ref1), "rev1's ref-only blob still pinned")
+        rc, out, err = run_wfsctl(["evict", hand1])
+        self.assertEqual((rc, state_of(hand1)), (1, "local"), "evict of a hand pin: %s%s"
+                         % (out, err))
+
+        # both pins on one blob of rev2; both reasons survive a remount
+        new2, both2 = f(rev2, "new.bin"), f(rev2, "both.bin")
+        wfstest.ctl_check(self, ["pin", both2])
+        problems = m.stop()
+        self.assertEqual(problems, [])
+        Fix.mounts["on"] = m = wfstest.Mount(Fix.hub, m.local, m.mnt, OPTS).start()
+        wfstest.wait_ctl(m.mnt)
+        self.assertEqual((why(hand1), why(both2), why(new2)), (["hand"], ["hand", "ref"], ["ref"]),
+                         "pins after a remount")
+        # a hand unpin leaves the ref pin's reason, and says so
+        out, _ = wfstest.ctl_check(self, ["unpin", new2])
+        self.assertIn("1 still pinned by a ref pin", out)
+        self.assertEqual(why(new2), ["ref"])
+
+        wfstest.ctl_check(self, ["unpin", "--ref", "main", os.path.join(m.mnt, repo)])
+        self.assertTrue(wfstest.blob_pinned(self, both2), "unpin --ref unpinned a hand pin")
+        self.assertTrue(wfstest.blob_pinned(self, hand1), "unpin --ref unpinned a hand pin")
+        self.assertFalse(wfstest.blob_pinned(self, new2), "unpin --ref left its blob pinned")
+        wfstest.ctl_check(self, ["unpin", hand1, both2])
+        self.assertEqual((why(hand1), why(both2)), ([], []))
+        wfstest.ctl_check(self, ["evict", os.path.join(m.mnt, repo)])
 
     def test_pin_ref_counts_what_it_pins(self):
         """pin --ref reports the blobs it pinned: not the excluded ones."""

@@ -239,7 +239,7 @@ class Damage(unittest.TestCase):
             newer = f.read()
         for run in (1, 2):
             self.st.start()
-            self.wait_log(r"index %s is of version 99, newer than this wfs \(3\): left as it "
+            self.wait_log(r"index %s is of version 99, newer than this wfs \(4\): left as it "
                           r"is, not read and never replaced\..* the 2 files in %s are kept"
                           % (re.escape(path), re.escape(os.path.join(self.st.local, "data"))), 0)
             self.assert_states({BIG: "nas", SMALL: "nas"})
@@ -461,7 +461,7 @@ class Damage(unittest.TestCase):
         self.assert_bytes(SMALL)
         self.st.stop(self)
         new = self.st.index()
-        self.assertEqual(new["version"], 3)
+        self.assertEqual(new["version"], 4)
         for name in (BIG, SMALL):
             self.assertIn("copy_ino", self.st.record(name, new))
         modes = {d: os.stat(os.path.join(self.st.local, d)).st_mode & 0o777
@@ -471,6 +471,39 @@ class Damage(unittest.TestCase):
         self.st.start()
         self.assertNotIn("tightened", self.st.log())
         self.assert_states({BIG: "local", SMALL: "local"})
+
+    def test_index_version_3_pins(self):
+        """A version 3 index had one "pinned" for a pin by hand and a ref
+        pin's alike: it is read as a pin by hand, which no ref pin takes
+        away (nothing the user pinned is lost); the index is then written
+        as version 4, the two apart."""
+        self.st.start()
+        self.st.promote(self, BIG, SMALL)
+        ctl_check(self, ["pin", self.st.path(BIG)])
+        self.st.stop(self)
+        idx = self.st.index()
+        self.assertEqual((self.st.record(BIG, idx)["pinned"], self.st.record(BIG, idx)["ref_pinned"]),
+                         (True, False))
+        # the version 3 format: the same records without "ref_pinned"
+        for r in idx["blobs"]:
+            del r["ref_pinned"]
+        idx["version"] = 3
+        ipath = os.path.join(self.st.local, "index.json")
+        with open(ipath, "w") as f:
+            f.write(json.dumps(idx, indent=1, sort_keys=True))
+        self.st.start()
+        self.wait_log(r"index %s was written by an earlier version \(3, one pin for both "
+                      r"reasons\): its 1 pinned blobs are read as pinned by hand"
+                      % re.escape(ipath), 0)
+        rep = ctl_json(self, ["promote", "--dry-run", self.st.path(BIG), self.st.path(SMALL)])
+        self.assertEqual({b["key"]: b.get("pinned_by") for b in rep["blobs"]},
+                         {self.st.key(BIG): ["hand"], self.st.key(SMALL): []}, rep)
+        self.assert_states({BIG: "local", SMALL: "local"})
+        self.st.stop(self)
+        new = self.st.index()
+        self.assertEqual(new["version"], 4)
+        self.assertEqual([(r["key"], r["pinned"], r["ref_pinned"]) for r in new["blobs"]
+                          if r["pinned"] or r["ref_pinned"]], [(self.st.key(BIG), True, False)])
 
     # ---- directories, the lock
 

@@ -17,7 +17,7 @@ wfs with -o auto_promote=off on a LOCAL_STORE of its own (partial_fix.py).
   BadInput       past EOF (exit 1, the path, "past the end"), usage errors
                  (exit 2), a directory (exit 1, "one file"), and the control
                  protocol's refusals; nothing is copied
-  Restart        clean unmount and remount: index.json version 3 lists the
+  Restart        clean unmount and remount: index.json (version 4) lists the
                  ranges; "partial" at once, not re-hashed, the same partial
                  file; reads equal
   KillMidCopy    kill -9 while range B is being copied (promote_mbps cap):
@@ -236,7 +236,7 @@ class Restart(PartialCase):
         self.m = None
         self.assertEqual(problems, [], "unmount")
         idx, rec = index_rec(self.local, key)
-        self.assertEqual(idx.get("version"), 3, "index.json version")
+        self.assertEqual(idx.get("version"), 4, "index.json version")
         self.assertIsNotNone(rec, "index.json has no record of %s" % key)
         self.assertEqual(rec.get("state"), "partial", rec)
         self.assertEqual(index_ranges(rec), ranges, rec)

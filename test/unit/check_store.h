@@ -1,5 +1,5 @@
 /* check_store.h - what the unit tests that keep a store (test_space,
- * test_room, test_bandwidth) share beside check.h, which knows no store. */
+ * test_room, test_bandwidth, test_part, test_part_crash) share beside check.h, which knows no store. */
 #ifndef WFS_CHECK_STORE_H
 #define WFS_CHECK_STORE_H
 
@@ -7,6 +7,7 @@
 #include "store.h"
 
 #include <limits.h>
+#include <unistd.h>
 
 /* The store's blob for the file @rel under @root, stat'ed now, named @id
  * (NULL: its file name).  A file not there: NULL, or with @must the test
@@ -25,6 +26,22 @@ static inline struct blob *check_blob(struct store *s, const char *root, const c
 		exit(2);
 	}
 	return store_blob(s, p, &st, id ? id : strrchr(p, '/') + 1);
+}
+
+/* Wait until no range of @b is asked for, copying or unproven (30 s at
+ * most: 0 then). */
+static inline int wait_parts(struct store *s, struct blob *b)
+{
+	int64_t end = store_now_ms() + 30000;
+	struct blob_info in;
+
+	do {
+		blob_info(s, b, &in);
+		if (!in.part_copying && !in.part_unproven)
+			return 1;
+		usleep(2000);
+	} while (store_now_ms() < end);
+	return 0;
 }
 
 #endif

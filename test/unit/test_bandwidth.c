@@ -25,22 +25,6 @@ static struct blob *blob_at(struct store *s, const char *rel)
 	return check_blob(s, top, rel, NULL, 1);
 }
 
-static int parts_settled(struct store *s, struct blob *b)
-{
-	struct blob_info in;
-
-	blob_info(s, b, &in);
-	return !in.part_copying && !in.part_unproven;
-}
-
-static void wait_parts(struct store *s, struct blob *b)
-{
-	double end = check_now_s() + 60;
-
-	while (!parts_settled(s, b) && check_now_s() < end)
-		usleep(2000);
-}
-
 /* Copy @nwhole explicit whole blobs of @whole bytes, @auto_b automatically
  * (0: none), and a range of @range bytes (0: none) at once, under CAP;
  * returns the seconds until all were local. */

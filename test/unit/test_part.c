@@ -5,6 +5,7 @@
  * dropped when the source changes, and made whole; the index's version 3
  * records, an older index, and byte-range parsing. */
 #include "check.h"
+#include "check_store.h"
 #include "fsyncs.h"
 #include "hash.h"
 #include "index.h"
@@ -48,21 +49,6 @@ static char *pattern(unsigned seed)
 	for (size_t i = 0; i < SIZE; i++)
 		buf[i] = (char)(seed * 131 + i * 7 + i / 4093);
 	return buf;
-}
-
-/* Wait until no range of @b is asked for, copying or unproven. */
-static int wait_parts(struct store *s, struct blob *b)
-{
-	int64_t end = store_now_ms() + 30000;
-	struct blob_info in;
-
-	do {
-		blob_info(s, b, &in);
-		if (!in.part_copying && !in.part_unproven)
-			return 1;
-		usleep(2000);
-	} while (store_now_ms() < end);
-	return 0;
 }
 
 static struct blob *blob_at(struct store *s, const char *path)

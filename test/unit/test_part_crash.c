@@ -4,6 +4,7 @@
  * records -- never a loss of verified local bytes.  The store runs in a
  * child that kills itself at the instant (--wrap), the parent restarts it. */
 #include "check.h"
+#include "check_store.h"
 #include "hash.h"
 #include "store.h"
 #include "store_int.h"
@@ -83,21 +84,6 @@ static void nas_file(unsigned seed, char *buf, char *path, size_t psz, char *par
 	check_write_file(path, buf, SIZE);
 	xxh128_hex_of(path, strlen(path), h);
 	snprintf(part, sz, "%s/parts/%s", local, h);
-}
-
-/* Wait until no range of @b is asked for, copying or unproven. */
-static int wait_parts(struct store *s, struct blob *b)
-{
-	int64_t end = store_now_ms() + 30000;
-	struct blob_info in;
-
-	do {
-		blob_info(s, b, &in);
-		if (!in.part_copying && !in.part_unproven)
-			return 1;
-		usleep(2000);
-	} while (store_now_ms() < end);
-	return 0;
 }
 
 static int wait_local(struct blob *b)

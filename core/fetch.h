@@ -30,7 +30,13 @@ struct fetch_progress {
 	_Atomic uint64_t bytes_done;  /* copy: bytes written (and hashed);
 				       * hash: bytes hashed */
 	_Atomic int cancel;           /* set non-zero to abort (-ECANCELED) */
+	_Atomic uint64_t rate;        /* copy, source hash: 0 keeps the call's @bw_limit;
+				       * else the cap from the next read on (bytes/s,
+				       * FETCH_RATE_NONE: none) -- see fetch_copy_verify */
 };
+
+/* prog->rate: no cap from the next read on (0 means "the call's own"). */
+#define FETCH_RATE_NONE UINT64_MAX
 
 /* xxh, sample and id_check are filled once the whole source has been read,
  * so also when the copy fails after that (e.g. -EBADMSG). */
@@ -68,8 +74,12 @@ struct fetch_result {
  *     a regular file"); a relative path or a "." or ".." component: -EINVAL.
  * O_DIRECT is used for source reads and copy writes where the filesystem
  * allows it; otherwise buffered I/O, and the pages read are dropped.
- * @bw_limit (bytes/s, 0 = unlimited) caps the source reads.  @prog and @res
- * may be NULL.
+ * @bw_limit (bytes/s, 0 = unlimited) caps the source reads until another
+ * thread sets prog->rate: from then on that cap holds, looked at before each
+ * read and at least every 100 ms of a throttled wait, and the bytes read so
+ * far are kept -- a copy sped up (or slowed) mid-way is not started again.
+ * prog->rate is 0 when the call starts, unless the caller wants that cap
+ * from the first read.  @prog and @res may be NULL.
  *
  * Returns 0 when verified: @tmp_path is complete, mode 0444, fsynced, left for
  * the caller to rename (and to fsync the directory).  Otherwise @tmp_path is

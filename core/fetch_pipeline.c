@@ -230,8 +230,13 @@ static void complete(struct job *j, uint64_t ud, int res)
  * burst never passes one chunk, whatever the rate. */
 static int throttle_take(struct job *j, size_t n)
 {
+	uint64_t set = j->prog ? atomic_load_explicit(&j->prog->rate, memory_order_relaxed) : 0;
 	struct timespec now;
 
+	/* another thread changed the cap (fetch.h): it holds from this read
+	 * on; a debt run up at the old one is at most a chunk */
+	if (set)
+		j->rate = set == FETCH_RATE_NONE ? 0 : (double)set;
 	if (j->rate <= 0)
 		return 1;
 	clock_gettime(CLOCK_MONOTONIC, &now);

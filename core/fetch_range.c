@@ -15,22 +15,29 @@
 
 #define CHUNK ((size_t)1 << 20)
 
-/* Sleep as long as @bw_limit asks after @done bytes since @t0. */
-static void throttle(uint64_t bw_limit, uint64_t done, const struct timespec *t0)
+/* a throttled read loop still looks at the cancel flag and the rate this
+ * often (a chunk at a low rate takes seconds) */
+#define MAX_NAP 0.1
+
+/* Sleep as long as @bw_limit asks after @done bytes since @t0, at most
+ * MAX_NAP: 1 when there is more to wait, 0 when the next read may start. */
+static int throttle(uint64_t bw_limit, uint64_t done, const struct timespec *t0)
 {
 	struct timespec now, ts;
-	double due, spent;
+	double due, spent, nap;
 
 	if (!bw_limit)
-		return;
+		return 0;
 	clock_gettime(CLOCK_MONOTONIC, &now);
 	due = (double)done / (double)bw_limit;
 	spent = (double)(now.tv_sec - t0->tv_sec) + (double)(now.tv_nsec - t0->tv_nsec) / 1e9;
 	if (due <= spent)
-		return;
-	ts.tv_sec = (time_t)(due - spent);
-	ts.tv_nsec = (long)((due - spent - (double)ts.tv_sec) * 1e9);
+		return 0;
+	nap = due - spent > MAX_NAP ? MAX_NAP : due - spent;
+	ts.tv_sec = (time_t)nap;
+	ts.tv_nsec = (long)((nap - (double)ts.tv_sec) * 1e9);
 	nanosleep(&ts, NULL);
+	return due - spent > nap;
 }
 
 /* Read @n bytes at @off of @fd, whole or an error: -ESTALE when the file
@@ -92,18 +99,29 @@ static int read_source(const char *src, int in, uint64_t off, uint64_t len, uint
 {
 	char *buf = malloc(CHUNK);
 	struct timespec t0;
+	uint64_t from = off, set = 0;
 	int r = buf ? 0 : -ENOMEM;
 
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (uint64_t pos = off; r == 0 && pos < off + len;) {
 		size_t n = off + len - pos < CHUNK ? (size_t)(off + len - pos) : CHUNK;
+		uint64_t now = prog ? atomic_load_explicit(&prog->rate, memory_order_relaxed) : 0;
 
 		if (prog && atomic_load(&prog->cancel)) {
 			r = -ECANCELED;
 			snprintf(res->reason, sizeof(res->reason), "copy cancelled");
 			break;
 		}
-		throttle(bw_limit, pos - off, &t0);
+		if (now && now != set) {
+			/* a new cap counts from here: the time spent at the old
+			 * one is no credit for a burst at the new one */
+			set = now;
+			bw_limit = now == FETCH_RATE_NONE ? 0 : now;
+			from = pos;
+			clock_gettime(CLOCK_MONOTONIC, &t0);
+		}
+		if (throttle(bw_limit, pos - from, &t0))
+			continue;
 		r = read_all(in, buf, n, pos);
 		if (r < 0) {
 			res->src_err = r == -ESTALE ? 0 : r;

@@ -29,8 +29,9 @@
  *     (nasopen.h): a link in any component is refused (-ELOOP);
  *   - the source must be @size bytes when opened and after the last read
  *     (-ESTALE otherwise), and @off + @len <= @size (-EINVAL);
- *   - @bw_limit (bytes/s, 0 none) caps the source reads; @prog (may be
- *     NULL) counts bytes written and may cancel (-ECANCELED);
+ *   - @bw_limit (bytes/s, 0 none) caps the source reads, or prog->rate
+ *     once set (fetch.h); @prog (may be NULL) counts bytes written and may
+ *     cancel (-ECANCELED);
  *   - durability: fdatasync(@dst_fd) before the re-read.
  * Returns 0 with res->xxh the XXH3-128 of the range and res->sample the
  * source's identity; or -errno with res->reason saying why:
@@ -51,8 +52,9 @@ int fetch_range_verify(const char *src_path, uint64_t size, int dst_fd, uint64_t
  * fetch_copy_verify hashes a source -- res->xxh, res->sample and, when
  * @expected_id is a content address, res->id_check -- writing nothing: for
  * a blob whose bytes may be a local copy's already (the store compares
- * res->xxh with it).  Opened, sized, throttled (@bw_limit), counted and
- * cancelled (@prog, may be NULL) as fetch_range_verify; returns 0, or
+ * res->xxh with it).  Opened, sized, throttled (@bw_limit, or prog->rate
+ * once set, as fetch_copy_verify), counted and cancelled (@prog, may be
+ * NULL) as fetch_range_verify; returns 0, or
  * -EBADMSG (the content address does not match), -ESTALE (not @size bytes
  * throughout), -ECANCELED, -EINVAL (not a regular file), or the -errno of
  * the open or a read (res->src_err set, res->reason naming the offset). */

@@ -9,6 +9,7 @@
 #include "check.h"
 #include "fetch.h"
 #include "fetch_bench.h"
+#include "fetch_range.h"
 #include "hash.h"
 
 #include <errno.h>
@@ -169,7 +170,7 @@ static void copy_ok(struct check_count *c, size_t n, const char *dir_src, const 
 {
 	char src[PATH_MAX], tmp[PATH_MAX], want[33], samp[33], name[65] = "", again[33];
 	unsigned char *buf = check_pattern(n, n + 1), *back;
-	struct fetch_progress prog = { 0, 0 };
+	struct fetch_progress prog = { 0, 0, 0 };
 	struct fetch_result res;
 	struct stat st;
 	size_t got = 0;
@@ -224,7 +225,7 @@ static void copy_fails(struct check_count *c, const char *src, uint64_t size, co
 struct meddler {
 	struct fetch_progress *prog;
 	const char *path;
-	int what;  /* 0 cancel, 1 append, 2 truncate */
+	int what;  /* 0 cancel, 1 append, 2 truncate, 3 lift the cap (prog->rate) */
 };
 
 /* Waits until the copy has written something, then interferes. */
@@ -237,6 +238,8 @@ static void *meddle(void *arg)
 		usleep(1000);
 	if (m->what == 0) {
 		atomic_store(&m->prog->cancel, 1);
+	} else if (m->what == 3) {
+		atomic_store(&m->prog->rate, FETCH_RATE_NONE);
 	} else {
 		fd = open(m->path, O_WRONLY | O_APPEND);
 		if (m->what == 1 && write(fd, "more", 4) != 4)
@@ -255,7 +258,7 @@ static void meddled(struct check_count *c, int what, uint64_t bw, int named, int
 	char src[PATH_MAX], name[65];
 	size_t n = 6 << 20;
 	unsigned char *buf = check_pattern(n, 9);
-	struct fetch_progress prog = { 0, 0 };
+	struct fetch_progress prog = { 0, 0, 0 };
 	struct meddler m = { &prog, src, what };
 	pthread_t t;
 
@@ -270,12 +273,59 @@ static void meddled(struct check_count *c, int what, uint64_t bw, int named, int
 	free(buf);
 }
 
+/* A cap lifted mid-way (prog->rate): the copy, and the hash of a source,
+ * go on uncapped and still come out right.  At @bw the whole would take
+ * 20 s; 10 s allowed for the rest. */
+static void lifted(struct check_count *c)
+{
+	char src[PATH_MAX], tmp[PATH_MAX], name[65], want[33];
+	size_t n = 6 << 20, got = 0;
+	uint64_t bw = 256 << 10;
+	unsigned char *buf = check_pattern(n, 11), *back;
+	struct fetch_progress prog = { 0, 0, 0 };
+	struct meddler m = { &prog, src, 3 };
+	struct fetch_result res;
+	pthread_t t;
+	double t0, took;
+	int r;
+
+	path_of(src, "lifted");
+	path_of(tmp, "tmp-lifted");
+	check_write_file(src, buf, n);
+	sha256_hex(buf, n, name);
+	xxh128_hex_of(buf, n, want);
+	t0 = check_now_s();
+	pthread_create(&t, NULL, meddle, &m);
+	r = fetch_copy_verify(src, n, tmp, name, bw, &prog, &res);
+	took = check_now_s() - t0;
+	pthread_join(t, NULL);
+	back = get(tmp, &got);
+	CHECK(c, r == 0 && res.id_check == 1 && !strcmp(res.xxh, want) && back && got == n &&
+	      !memcmp(back, buf, n), "cap lifted mid-copy: %d %s", r, res.reason);
+	CHECK(c, took < 10, "cap lifted mid-copy: %zu bytes in %.2f s", n, took);
+	free(back);
+	unlink(tmp);
+
+	atomic_store(&prog.bytes_done, 0);
+	atomic_store(&prog.rate, 0);
+	t0 = check_now_s();
+	pthread_create(&t, NULL, meddle, &m);
+	r = fetch_hash_source(src, n, name, bw, &prog, &res);
+	took = check_now_s() - t0;
+	pthread_join(t, NULL);
+	CHECK(c, r == 0 && res.id_check == 1 && !strcmp(res.xxh, want), "cap lifted mid-hash: "
+	      "%d %s", r, res.reason);
+	CHECK(c, took < 10, "cap lifted mid-hash: %zu bytes in %.2f s", n, took);
+	unlink(src);
+	free(buf);
+}
+
 static void test_failures(struct check_count *c)
 {
 	char src[PATH_MAX], tmp[PATH_MAX], name[65];
 	size_t n = (1 << 20) + 5, got;
 	unsigned char *buf = check_pattern(n, 5), *back;
-	struct fetch_progress prog = { 0, 0 };
+	struct fetch_progress prog = { 0, 0, 0 };
 	struct fetch_result res;
 	double t0;
 	int r;
@@ -428,6 +478,7 @@ static void run_copies(struct check_count *c)
 		rmdir(shm);
 	}
 	test_failures(c);
+	lifted(c);
 	test_reread(c);
 }
 

@@ -239,6 +239,7 @@ static void queue_locked(struct store *s, struct blob *b, int explicit_req)
 	b->explicit_req = explicit_req;
 	atomic_store(&b->prog.bytes_done, 0);
 	atomic_store(&b->prog.cancel, 0);
+	atomic_store(&b->prog.rate, 0); /* the copy's own, set when it starts */
 	b->want_ns = store_now_ns();
 	if (!explicit_req)
 		s->auto_queued++;
@@ -271,6 +272,15 @@ static int request_locked(struct store *s, struct blob *b, enum store_who who, i
 		b->explicit_req = 1; /* asked for now: ahead of the automatic ones */
 		b->want_ns = store_now_ns();
 		store_enqueue_locked(s, b);
+	} else if (b->state == BLOB_COPYING && !b->reverify && explicit_req && !b->explicit_req) {
+		/* An automatic copy in flight: it goes on at an explicit copy's
+		 * rate from its next read, the bytes it has kept (fetch.h). */
+		uint64_t rate = store_copy_rate(s, 0);
+
+		b->explicit_req = 1;
+		atomic_store(&b->prog.rate, rate ? rate : FETCH_RATE_NONE);
+		store_log_msg(s, LOG_INFO, "promotion of %s asked for now: its automatic copy goes "
+			      "on at the explicit rate", b->key);
 	}
 	return 0;
 }

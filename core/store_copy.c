@@ -365,6 +365,7 @@ static void copy_one(struct store *s, struct blob *b)
 			part_retire_locked(s, b, 0);
 		return;
 	}
+	auto_copy = !b->explicit_req; /* asked for while it was hashed */
 	snprintf(key, sizeof(key), "%s", b->key);
 	snprintf(id, sizeof(id), "%s", b->id);
 	size = b->size;

@@ -6,6 +6,8 @@
  *
  *   range    whole copies and a range copy (wfsctl promote --range) at once
  *   auto     an automatic copy and an explicit one at once
+ *   raise    an explicit request for a blob whose automatic copy is in
+ *            flight: the copy goes on at the explicit rate, not again
  */
 #include "check_store.h"
 #include "store.h"
@@ -80,6 +82,80 @@ static double timed(const char *name, size_t whole, int nwhole, size_t auto_b, s
 	return took;
 }
 
+/* The whole of @a and @b equal (at most 64 MiB). */
+static int same_file(const char *a, const char *b)
+{
+	size_t n = 64 * MiB, na, nb;
+	char *x = malloc(n), *y = malloc(n);
+	FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+	int same = x && y && fa && fb && (na = fread(x, 1, n, fa)) == (nb = fread(y, 1, n, fb)) &&
+		   !memcmp(x, y, na);
+
+	if (fa)
+		fclose(fa);
+	if (fb)
+		fclose(fb);
+	free(x);
+	free(y);
+	return same;
+}
+
+/* An automatic copy of @size bytes at AUTO_RATE, asked for explicitly once
+ * it has copied some: the rest goes at an explicit copy's share of
+ * promote_mbps @cap (0: none).  Returns the seconds from the request until
+ * it was local; the copy must have been made once, its bytes the NAS's. */
+#define AUTO_RATE 256000u /* auto_mbps=0.256, one automatic copy at a time */
+static double raised(const char *name, size_t size, uint64_t cap, size_t *left)
+{
+	struct policy_opts pol;
+	struct store_opts opt = { .workers = 2, .policy = &pol, .bw_limit = cap };
+	struct store s;
+	struct blob *a;
+	struct blob_info in;
+	char local[PATH_MAX * 2], rel[PATH_MAX], nas[PATH_MAX * 2], copy[PATH_MAX * 3];
+	double t0, took, end;
+
+	policy_opts_init(&pol);
+	pol.auto_bw = AUTO_RATE;
+	pol.min_free_pct = 0;
+	snprintf(rel, sizeof(rel), "hub/%s", name);
+	check_mkdirs(top, rel);
+	snprintf(local, sizeof(local), "%s/local-%s", top, name);
+	check_mkdirs(top, local + strlen(top) + 1);
+	CHECK(&c, store_open(&s, local, &opt, NULL) == 0 && store_start(&s) == 0, "open");
+	snprintf(rel, sizeof(rel), "hub/%s/auto", name);
+	check_put_pattern(top, rel, size, 55);
+	snprintf(nas, sizeof(nas), "%s/%s", top, rel);
+	a = blob_at(&s, rel);
+	store_promote(&s, a, 0, 0);
+	/* its first chunk copied: the copy is under way at the automatic rate */
+	end = check_now_s() + 60;
+	do {
+		usleep(2000);
+		blob_info(&s, a, &in);
+	} while ((in.state == BLOB_QUEUED || (in.state == BLOB_COPYING && !in.bytes_done)) &&
+		 check_now_s() < end);
+	CHECK(&c, in.state == BLOB_COPYING && in.bytes_done < size, "%s: the automatic copy is "
+	      "in flight (state %d, %llu of %zu bytes)", name, (int)in.state,
+	      (unsigned long long)in.bytes_done, size);
+	*left = size - in.bytes_done;
+	t0 = check_now_s();
+	store_promote(&s, a, 0, 1);
+	CHECK(&c, store_wait_settled(&s, a, 120000) == BLOB_LOCAL, "%s: local", name);
+	took = check_now_s() - t0;
+	blob_info(&s, a, &in);
+	snprintf(copy, sizeof(copy), "%s/%.2s/%s", s.data_dir, in.xxh, in.xxh);
+	CHECK(&c, same_file(nas, copy), "%s: the local copy %s holds the NAS bytes", name, copy);
+	CHECK(&c, s.started == 1 && s.cancelled == 0 && s.promoted == 1 &&
+	      atomic_load(&a->prog.bytes_done) == size, "%s: copied once (%llu started, %llu "
+	      "cancelled, %llu bytes written of %zu)", name, (unsigned long long)s.started,
+	      (unsigned long long)s.cancelled, (unsigned long long)atomic_load(&a->prog.bytes_done),
+	      size);
+	store_close(&s);
+	policy_opts_free(&pol);
+	return took;
+}
+
 /* The least time @bytes in @copies copies take under CAP: each copy may
  * start with a burst of one chunk (1 MiB, fetch_pipeline.c). */
 static double least_s(double bytes, int copies)
@@ -107,6 +183,34 @@ int main(void)
 	fprintf(stderr, "auto: %.2f s (the cap: at least %.2f s)\n", took, least);
 	CHECK(&c, took >= 0.9 * least, "automatic and explicit copies together read the NAS "
 	      "faster than promote_mbps: 12 MiB in %.2f s", took);
+
+	/* 8 MiB copied automatically (about 30 s at AUTO_RATE), asked for once
+	 * under way: the rest at CAP's share for an explicit copy (one of
+	 * copy_workers + 1), so no faster than that, and long before the
+	 * automatic rate could have */
+	{
+		size_t left;
+		double share = CAP / 3.0, slow;
+
+		took = raised("raise", 8 * MiB, CAP, &left);
+		least = ((double)left - MiB) / share;
+		slow = ((double)left - MiB) / AUTO_RATE;
+		fprintf(stderr, "raise: %.2f s for %zu bytes (the explicit share: at least %.2f s; "
+			"the automatic rate: %.2f s)\n", took, left, least, slow);
+		CHECK(&c, took >= 0.9 * least, "an automatic copy asked for explicitly reads the "
+		      "NAS faster than an explicit copy's share of promote_mbps: %zu bytes in "
+		      "%.2f s", left, took);
+		CHECK(&c, took < slow / 2, "an automatic copy asked for explicitly goes on at the "
+		      "automatic rate: %zu bytes in %.2f s (%.2f s at that rate)", left, took, slow);
+
+		/* no promote_mbps: the rest uncapped */
+		took = raised("raise-nocap", 8 * MiB, 0, &left);
+		slow = ((double)left - MiB) / AUTO_RATE;
+		fprintf(stderr, "raise-nocap: %.2f s for %zu bytes (the automatic rate: %.2f s)\n",
+			took, left, slow);
+		CHECK(&c, took < slow / 2, "an automatic copy asked for explicitly goes on at the "
+		      "automatic rate: %zu bytes in %.2f s (%.2f s at that rate)", left, took, slow);
+	}
 
 	check_rmtree(top);
 	printf("bandwidth: %d passed, %d failed\n", c.passed, c.failed);

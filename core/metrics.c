@@ -82,6 +82,7 @@ void metrics_collect(const struct metrics_src *src, struct metrics *m)
 	m->listed_ahead_taken = s->listed_ahead_taken;
 	m->dir_attrs_refreshed = s->dir_attrs_refreshed;
 	m->uring_requests = s->uring_requests;
+	m->fs_nodes = s->fs_nodes;
 	m->promotions_started = s->started;
 	m->promotions_verified = s->promoted;
 	m->promotions_cancelled = s->cancelled;
@@ -142,6 +143,9 @@ static const struct figure figures[] = {
 	{ "wfs_fuse_uring_requests_total", "counter", NULL, NULL,
 	  "FUSE requests taken through io_uring (-o fuse_uring) rather than /dev/fuse.",
 	  "fuse_uring_requests", AT(uring_requests) },
+	{ "wfs_fs_nodes", "gauge", NULL, NULL,
+	  "Inodes the daemon keeps for names the kernel looked up and has not forgotten.",
+	  "fs_nodes", AT(fs_nodes) },
 	{ "wfs_index_writes_total", "counter", NULL, NULL,
 	  "Writes of the local store's index (one per request or batch of copies).",
 	  "index_writes", AT(index_writes) },

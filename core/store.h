@@ -362,6 +362,9 @@ struct store {
 	_Atomic uint64_t dir_attrs_refreshed;
 	/* requests taken through io_uring (fs/uring.h) */
 	_Atomic uint64_t uring_requests;
+	/* the fs's inodes now, the root aside: each one the kernel looked up
+	 * and has not forgotten (fs/node.h) */
+	_Atomic uint64_t fs_nodes;
 	_Atomic uint64_t retries;   /* failed copies queued again by the store (the backoff) */
 	_Atomic uint64_t local_read_errors; /* store_local_read_error calls that demoted */
 	int retry_pending;          /* LOCK: some blob may wait for a retry (store_retry_due

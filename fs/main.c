@@ -499,6 +499,7 @@ static int open_store(struct wfs *w, const struct metrics_src *msrc)
 	}
 	r = store_open(&w->store, w->opt.local, &so, &hooks);
 	w->store_open = 1;
+	w->nodes.count = &w->store.fs_nodes; /* store_open zeroes the store */
 	if (r == 0 && (r = pins_open(&w->pins, &w->store, &w->roots, &w->opt.policy)) == 0)
 		w->pins_open = 1;
 	if (r < 0) {

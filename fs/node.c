@@ -4,6 +4,7 @@
 #include "path.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -332,6 +333,8 @@ struct node *node_get(struct node_table *t, struct node *parent, const char *nam
 			__atomic_store_n(&n->weights, 1, __ATOMIC_RELEASE);
 		if (made)
 			htab_add(&t->nodes, &n->hl, h);
+		if (made && t->count)
+			atomic_store(t->count, t->nodes.count);
 	} else if (made) {
 		parent->children--;
 	}
@@ -361,6 +364,8 @@ void node_forget(struct node_table *t, struct node *n, uint64_t nlookup)
 		dead = n;
 		n = parent;
 	}
+	if (dead && t->count)
+		atomic_store(t->count, t->nodes.count);
 	pthread_mutex_unlock(&t->lock);
 	while (dead) {
 		struct node *next = dead->hl.next ? htab_entry(dead->hl.next, struct node, hl)

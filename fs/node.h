@@ -100,6 +100,9 @@ struct node_table {
 	struct node *root;    /* IMMUTABLE after node_table_init */
 	const char *nas;      /* IMMUTABLE: NAS_HUB: file paths are stored relative to it */
 	uint64_t dev;         /* IMMUTABLE: NAS_HUB's st_dev (node_shown_ino) */
+	/* SET-UP (may be NULL): kept equal to the nodes' count, for the
+	 * metrics (a reference the kernel never returns shows there) */
+	_Atomic uint64_t *count;
 };
 
 int node_table_init(struct node_table *t, const char *nas, const struct ns_entry *root_entry);

@@ -285,6 +285,29 @@ class Escape(Base):
 
 
 class Inodes(Base):
+    def test_nodes_follow_the_kernel(self):
+        """`stats` fs_nodes counts the inodes the daemon keeps for the
+        kernel: one more per name looked up, and back down once the kernel
+        forgets them (a cache drop) -- a count that stays up is a leak."""
+        sock = os.path.join(FIX.local, "wfs.sock")
+
+        def nodes():
+            rep = wfstest.ctl_request(sock, {"op": "stats"})
+            self.assertTrue(rep and rep.get("ok"), rep)
+            return rep["metrics"]["fs_nodes"]
+        files = [e for e in FIX.readable() if e["type"] == "file"]
+        wfstest.drop_caches()
+        base = nodes()
+        for e in files:
+            os.lstat(FIX.m(e["path"]))
+        looked_up = nodes()
+        self.assertGreaterEqual(looked_up - base, len({e["nas_real"] for e in files}),
+                                "fs_nodes %d -> %d after lstat of %d files" % (base, looked_up, len(files)))
+        wfstest.drop_caches()
+        self.assertTrue(wfstest.wait_until(lambda: nodes() <= base, 10, 0.05),
+                        "fs_nodes still %d after a cache drop (it was %d before the lookups)"
+                        % (nodes(), base))
+
     def test_same_nas_file_same_inode(self):
         groups = {}
         for e in FIX.readable():

@@ -121,6 +121,9 @@ struct build {
 	struct htab h;       /* every node of the walk, by path */
 	struct rnodes all;
 	size_t big_refs;     /* refs over RECORD_MAX_DATA (logged once a build) */
+	size_t tree_bytes;   /* of the file lists kept (RECORD_MAX_TREES_TOTAL) */
+	char **big;          /* a log line for each file list left out */
+	size_t nbig, capbig;
 };
 
 static int stopping(struct record *r)
@@ -140,23 +143,48 @@ static int is_ref(const char *rel)
 	return slash && !strncmp(slash + 1, "refs/", 5);
 }
 
-/* For a marker "<repo>/.no_exist/<rev>/<path>" (huggingface_hub: <path>
- * does not exist at <rev>), the revision's directory "<repo>/snapshots/<rev>"
- * in @out: 1; else 0. */
-static int marker_revision(const char *rel, char *out, size_t sz)
+/* The files of a repo that belong to one of its revisions without being
+ * in its snapshot: a marker "<repo>/.no_exist/<rev>/<path>"
+ * (huggingface_hub: <path> does not exist at <rev>) and the revision's file
+ * list "<repo>/trees/<rev>.json". */
+enum side { SIDE_NONE, SIDE_MARKER, SIDE_TREE };
+
+/* Which of them @rel is, with its revision's directory
+ * "<repo>/snapshots/<rev>" in @out. */
+static enum side side_revision(const char *rel, char *out, size_t sz)
 {
-	const char *slash = strchr(rel, '/'), *rev, *end;
+	const char *slash = strchr(rel, '/'), *rev = NULL, *end = NULL;
+	enum side k = SIDE_NONE;
+	size_t len;
 	int n;
 
-	if (!slash || slash == rel || strncmp(slash + 1, ".no_exist/", 10) != 0)
-		return 0;
-	rev = slash + 11;
-	end = strchr(rev, '/');
-	if (!end || end == rev || !end[1])
-		return 0;
+	if (!slash || slash == rel)
+		return SIDE_NONE;
+	if (!strncmp(slash + 1, ".no_exist/", 10)) {
+		rev = slash + 11;
+		end = strchr(rev, '/');
+		if (end && end != rev && end[1])
+			k = SIDE_MARKER;
+	} else if (!strncmp(slash + 1, "trees/", 6)) {
+		rev = slash + 7;
+		len = strlen(rev);
+		end = rev + (len > 5 ? len - 5 : 0);
+		if (len > 5 && !strchr(rev, '/') && !strcmp(end, ".json"))
+			k = SIDE_TREE;
+	}
+	if (!k)
+		return SIDE_NONE;
 	n = snprintf(out, sz, "%.*s/snapshots/%.*s", (int)(slash - rel), rel, (int)(end - rev),
 		     rev);
-	return n > 0 && (size_t)n < sz;
+	return n > 0 && (size_t)n < sz ? k : SIDE_NONE;
+}
+
+size_t record_data_max(const char *path)
+{
+	char rev[PATH_MAX];
+
+	return side_revision(path, rev, sizeof(rev)) == SIDE_TREE ? RECORD_MAX_TREE :
+	       RECORD_MAX_DATA;
 }
 
 static int is_local(struct store *s, const char *key)
@@ -187,34 +215,57 @@ static struct rnode *node_of(const char *rel, const struct ns_entry *e)
 	return n;
 }
 
-/* A refs file's bytes (a reader resolves "main" through it).  0, 1 when
- * the file is not one to keep any more (gone, swapped for a link or a
- * directory, unreadable to us), or -errno of the NAS. */
-static int read_ref(struct build *b, struct rnode *n)
+/* The bytes of a refs file, a marker or a file list, at most @max (a
+ * reader resolves "main" through refs/main; offline loading asks the
+ * others).  0 with them in @n, 1 when the file is not one to keep any more
+ * (gone, swapped for a link or a directory, unreadable to us), 2 when it
+ * is over @max (never served cut short), or -errno of the NAS. */
+static int read_bytes(struct build *b, struct rnode *n, size_t max)
 {
-	char buf[RECORD_MAX_DATA + 1];
+	char *buf, *fit;
 	ssize_t k;
-	size_t got;
 	int fd = nas_open(b->roots, n->backing, 0);
 
 	if (fd < 0)
 		return fd == -ENOENT || fd == -ELOOP || fd == -ESTALE || fd == -ENXIO ||
 		       fd == -EISDIR || fd == -ENOTDIR || fd == -EACCES || fd == -EXDEV ? 1 : fd;
-	k = durable_read_fd(fd, buf, sizeof(buf));
-	close(fd);
-	if (k < 0)
-		return (int)k;
-	got = (size_t)k;
-	if (got > RECORD_MAX_DATA) {
-		b->big_refs++;
-		return 0; /* too large: shown, never served cut short */
-	}
-	if (!(n->data = malloc(got ? got : 1)))
+	if (!(buf = malloc(max + 1))) {
+		close(fd);
 		return -ENOMEM;
-	memcpy(n->data, buf, got);
-	n->data_len = got;
+	}
+	k = durable_read_fd(fd, buf, max + 1);
+	close(fd);
+	if (k < 0 || (size_t)k > max) {
+		free(buf);
+		return k < 0 ? (int)k : 2;
+	}
+	fit = realloc(buf, k ? (size_t)k : 1);
+	n->data = fit ? fit : buf;
+	n->data_len = (size_t)k;
 	n->has_data = 1;
-	n->st.st_size = (off_t)got; /* what a reader will get */
+	n->st.st_size = (off_t)k; /* what a reader will get */
+	return 0;
+}
+
+/* A file list left out, for the log (rebuild says each line once). */
+static int note_big(struct build *b, const struct rnode *n, const char *why)
+{
+	char line[2 * PATH_MAX + 200];
+
+	if (b->nbig == b->capbig) {
+		size_t cap = b->capbig ? 2 * b->capbig : 4;
+		char **v = realloc(b->big, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		b->big = v;
+		b->capbig = cap;
+	}
+	snprintf(line, sizeof(line), "record: %s/%s not kept (%s): while the NAS is down it "
+		 "answers EIO", b->roots->path[0], n->path, why);
+	if (!(b->big[b->nbig] = strdup(line)))
+		return -ENOMEM;
+	b->nbig++;
 	return 0;
 }
 
@@ -225,18 +276,21 @@ static int take(void *arg, const char *rel, const struct ns_entry *e)
 	struct build *b = arg;
 	struct rnode *n;
 	char rev[PATH_MAX];
-	int ref = e->kind == NS_FILE && is_ref(rel), marker = 0, r = 0;
+	int ref = e->kind == NS_FILE && is_ref(rel), r = 0;
+	enum side side = SIDE_NONE;
 
 	if (stopping(b->r))
 		return -ECANCELED; /* record_close: the walk is dropped */
 	if (e->kind == NS_FILE && !ref && !is_local(b->s, e->backing) &&
-	    !(marker = marker_revision(rel, rev, sizeof(rev))))
+	    !(side = side_revision(rel, rev, sizeof(rev))))
 		return 0;
 	if (!(n = node_of(rel, e)))
 		return -ENOMEM;
-	n->keep = e->kind == NS_FILE && !marker;
-	if (ref)
-		r = read_ref(b, n);
+	n->keep = e->kind == NS_FILE && !side;
+	if (ref && (r = read_bytes(b, n, RECORD_MAX_DATA)) == 2) {
+		b->big_refs++;
+		r = 0; /* too large: shown, never served cut short */
+	}
 	if (r) {
 		rnode_free(n);
 		return r > 0 ? 0 : r;
@@ -300,24 +354,41 @@ static void keep_parents(struct build *b, const struct rnode *n)
 	}
 }
 
-/* A .no_exist marker of a kept revision is kept, with its bytes: offline
- * loading (huggingface_hub's try_to_load_from_cache) asks it before the
- * snapshot, and a name it cannot see there is one to download.  0, or
- * -errno of the NAS. */
-static int keep_marker(struct build *b, struct rnode *n)
+/* A .no_exist marker and the file list of a kept revision are kept, with
+ * their bytes: offline loading (huggingface_hub's try_to_load_from_cache)
+ * asks a marker before the snapshot, and a name it cannot see there is one
+ * to download; recent clients read trees/<rev>.json to tell a complete
+ * snapshot from an incomplete one.  A marker over RECORD_MAX_DATA is kept
+ * without its bytes, as a refs file; a file list over RECORD_MAX_TREE, or
+ * past the build's RECORD_MAX_TREES_TOTAL, is left out (noted: logged
+ * once), never served cut short.  0, or -errno of the NAS. */
+static int keep_side(struct build *b, struct rnode *n)
 {
-	char rev[PATH_MAX];
+	char rev[PATH_MAX], why[160];
+	enum side k;
 	struct rnode *d;
 	int r;
 
-	if (n->kind != NS_FILE || n->keep || !marker_revision(n->path, rev, sizeof(rev)))
+	if (n->kind != NS_FILE || n->keep || !(k = side_revision(n->path, rev, sizeof(rev))))
 		return 0;
 	d = rnode_find(&b->h, rev);
 	if (!d || d->kind != NS_DIR || !d->keep)
 		return 0;
-	r = read_ref(b, n);
-	if (r)
+	r = read_bytes(b, n, k == SIDE_TREE ? RECORD_MAX_TREE : RECORD_MAX_DATA);
+	if (r == 2 && k == SIDE_TREE) {
+		snprintf(why, sizeof(why), "a file list over %zu bytes", (size_t)RECORD_MAX_TREE);
+		return note_big(b, n, why);
+	}
+	if (r == 2)
+		b->big_refs++;
+	else if (r)
 		return r > 0 ? 0 : r;
+	if (k == SIDE_TREE && b->tree_bytes + n->data_len > RECORD_MAX_TREES_TOTAL) {
+		snprintf(why, sizeof(why), "the record's file lists would pass %zu bytes",
+			 (size_t)RECORD_MAX_TREES_TOTAL);
+		return note_big(b, n, why);
+	}
+	b->tree_bytes += k == SIDE_TREE ? n->data_len : 0;
 	n->keep = 1;
 	keep_parents(b, n);
 	return 0;
@@ -349,7 +420,7 @@ static int settle(struct build *b, struct record_table **out)
 			}
 	}
 	for (size_t i = 0; !e && i < b->all.n; i++)
-		e = keep_marker(b, b->all.v[i]);
+		e = keep_side(b, b->all.v[i]);
 	for (size_t i = 0; !e && i < b->all.n; i++) {
 		struct rnode *n = b->all.v[i];
 
@@ -449,6 +520,36 @@ static int walk_repos(struct build *b, struct scan *sc)
 	return 0;
 }
 
+static int by_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void free_strs(char **v, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(v[i]);
+	free(v);
+}
+
+/* Log the file lists this build left out that the last one did not: once
+ * each, not at every build (the thread builds whenever a copy lands).
+ * This build's are kept for the next. */
+static void say_big(struct record *r, struct build *b)
+{
+	if (b->nbig)
+		qsort(b->big, b->nbig, sizeof(*b->big), by_str);
+	for (size_t i = 0; i < b->nbig; i++)
+		if (!r->nbig_trees ||
+		    !bsearch(&b->big[i], r->big_trees, r->nbig_trees, sizeof(*b->big), by_str))
+			record_log(r, LOG_WARNING, "%s", b->big[i]);
+	free_strs(r->big_trees, r->nbig_trees);
+	r->big_trees = b->big;
+	r->nbig_trees = b->nbig;
+	b->big = NULL;
+	b->nbig = b->capbig = 0;
+}
+
 static int rebuild(struct record *r, const struct hub_roots *roots, struct store *s)
 {
 	struct scan sc = { .root = roots->path[0] };
@@ -469,6 +570,9 @@ static int rebuild(struct record *r, const struct hub_roots *roots, struct store
 		record_log(r, LOG_NOTICE, "record: %zu refs files over %d bytes are shown without "
 			   "their bytes (not readable while the NAS is down)", b.big_refs,
 			   RECORD_MAX_DATA);
+	if (!e)
+		say_big(r, &b);
+	free_strs(b.big, b.nbig);
 	rnodes_free(&b.all);
 	htab_free(&b.h);
 	scan_free(&sc);
@@ -648,6 +752,9 @@ void record_close(struct record *r)
 	r->started = 0;
 	record_table_free(r->table);
 	r->table = NULL;
+	free_strs(r->big_trees, r->nbig_trees);
+	r->big_trees = NULL;
+	r->nbig_trees = 0;
 	pthread_cond_destroy(&r->cond);
 	pthread_mutex_destroy(&r->build_lock);
 	pthread_mutex_destroy(&r->lock);

@@ -23,8 +23,10 @@
  * entries whose text leads (lexically, from the link's directory) to a
  * kept FILE entry, every FILE under refs/ (bytes up to RECORD_MAX_DATA),
  * the FILE entries under .no_exist/<rev>/ of a revision whose
- * snapshots/<rev> is kept (with their bytes, as refs), and every directory
- * above a kept entry.
+ * snapshots/<rev> is kept (with their bytes, as refs), that revision's
+ * file list trees/<rev>.json (with its bytes, up to RECORD_MAX_TREE; a
+ * larger one is left out, logged once: never served cut short), and every
+ * directory above a kept entry.
  *
  * Knows nothing of FUSE.
  */
@@ -43,6 +45,14 @@
 #define RECORD_VERSION 1
 #define RECORD_FILE "record.json"
 #define RECORD_MAX_DATA 4096 /* bytes of a refs file kept (a larger one: has_data 0) */
+/* Bytes of a revision's file list (trees/<rev>.json) kept; a larger one is
+ * not kept.  Recent huggingface_hub clients read it offline to tell a
+ * complete snapshot from an incomplete one: a few KiB for a model, more for
+ * a dataset of many files. */
+#define RECORD_MAX_TREE ((size_t)1 << 20)
+/* The file lists of one build together: past this, a list is left out
+ * (logged) so that they cannot push record.json past RECORD_MAX_BYTES. */
+#define RECORD_MAX_TREES_TOTAL ((size_t)64 << 20)
 /* A record.json larger than this is damaged, set aside unread: a broken or
  * hostile file must not make start-up parse gigabytes.  An entry takes
  * about 600 bytes: some 400,000 names. */
@@ -52,11 +62,11 @@
 struct record_entry {
 	struct ns_entry e;          /* kind, link_state, st, backing (FILE: the NAS path,
 				     * the blob's key), target (LINK), blob_id */
-	int has_data;               /* a refs file: its bytes are @data (st.st_size is their
-				     * length); 0 for one over RECORD_MAX_DATA: shown, not
-				     * readable while the NAS is down (never cut short) */
+	int has_data;               /* a refs file, marker or file list: its bytes are kept
+				     * (record_lookup_data; st.st_size is their length); 0 for
+				     * a refs file over RECORD_MAX_DATA: shown, not readable
+				     * while the NAS is down (never cut short) */
 	size_t data_len;
-	char data[RECORD_MAX_DATA];
 };
 
 struct record_table; /* record.c: the entries, by path, with each directory's children */
@@ -90,6 +100,9 @@ struct record {
 	uint64_t file_sig;            /* BUILD: hash of record.json's content but "built" */
 	int file_known;               /* BUILD: @file_sig says what is on disk */
 	int write_err, walk_err;      /* BUILD: errno last logged (said once, not each retry) */
+	char **big_trees;             /* BUILD: file lists the last build left out (each logged
+				       * once, when first left out), sorted */
+	size_t nbig_trees;            /* BUILD */
 	const struct hub_roots *roots; /* owner */
 	struct store *store;          /* owner */
 	struct nas_gate *gate;        /* owner */
@@ -123,6 +136,11 @@ int record_has_any(struct record *r);
 
 /* @rel ("" is the root) as recorded: 0, or -ENOENT. */
 int record_lookup(struct record *r, const char *rel, struct record_entry *out);
+/* As record_lookup; when the entry has bytes (has_data), a malloc'ed
+ * copy of them in *@data (NULL otherwise), taken from the same table as
+ * @out.  0, -ENOENT, or -ENOMEM. */
+int record_lookup_data(struct record *r, const char *rel, struct record_entry *out,
+		       char **data);
 /* The recorded children of the directory @rel, by name (copies, sorted);
  * *@names is malloc'ed, one malloc'ed string each.  0, or -ENOENT when
  * @rel is not a recorded directory, -ENOMEM. */

@@ -8,7 +8,11 @@
  * Entries are sorted by path (parents first).  NAS names are bytes and JSON
  * strings UTF-8: a path, name or text that is not UTF-8 is written as
  * "<field>_hex" (two lower-case hex digits a byte), as index.json does; a
- * refs file's bytes as "data", or "data_hex" when not UTF-8 or holding NUL.
+ * refs file's, marker's or file list's bytes as "data", or "data_hex" when
+ * not UTF-8 or holding NUL: at most RECORD_MAX_DATA bytes, RECORD_MAX_TREE
+ * for a file list (trees/<rev>.json).  File lists came later with no new
+ * field, only a larger bound for that one kind of path: a file an older wfs
+ * wrote loads as it is, so the version stays 1.
  *
  * Nothing read is trusted beyond what it can be checked for: a path must
  * be relative and normalised (no "..", ".", "//"), its kind one of three
@@ -221,7 +225,8 @@ static int node_from(json_t *o, struct rnode **out)
 		n->has_data = r == 0;
 		if (r == -ENOENT)
 			r = 0;
-		else if (!r && (n->data_len > RECORD_MAX_DATA || (off_t)n->data_len != n->st.st_size))
+		else if (!r && (n->data_len > record_data_max(n->path) ||
+				(off_t)n->data_len != n->st.st_size))
 			r = -EINVAL;
 	}
 	/* A file's bytes come from the NAS or the local copy, named by an

@@ -21,7 +21,7 @@ struct rnode {
 	enum ns_link_state link_state;
 	struct stat st;
 	char *backing, *target, *blob_id; /* NULL: none */
-	char *data;                  /* a refs file's bytes (@has_data) */
+	char *data;                  /* a refs file's, marker's or file list's bytes (@has_data) */
 	size_t data_len;
 	int has_data;
 	int keep;                    /* the build: kept (record.h says what is) */
@@ -44,6 +44,11 @@ struct rnodes {
 
 void record_log(struct record *r, int prio, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
+
+/* The most bytes of the file @path the record keeps: RECORD_MAX_TREE for a
+ * revision's file list "<repo>/trees/<rev>.json", RECORD_MAX_DATA for any
+ * other (record.c). */
+size_t record_data_max(const char *path);
 
 void rnode_free(struct rnode *n);
 /* Append @n (on failure @n is freed): 0 or -ENOMEM. */

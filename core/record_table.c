@@ -184,8 +184,6 @@ static void copy_out(const struct rnode *n, struct record_entry *out)
 	snprintf(out->e.blob_id, sizeof(out->e.blob_id), "%s", n->blob_id ? n->blob_id : "");
 	out->has_data = n->has_data;
 	out->data_len = n->data_len;
-	if (n->has_data)
-		memcpy(out->data, n->data, n->data_len);
 }
 
 int record_lookup(struct record *r, const char *rel, struct record_entry *out)
@@ -198,6 +196,32 @@ int record_lookup(struct record *r, const char *rel, struct record_entry *out)
 		copy_out(n, out);
 	pthread_mutex_unlock(&r->lock);
 	return n ? 0 : -ENOENT;
+}
+
+int record_lookup_data(struct record *r, const char *rel, struct record_entry *out,
+		       char **data)
+{
+	struct rnode *n;
+	int e = 0;
+
+	*data = NULL;
+	pthread_mutex_lock(&r->lock);
+	n = record_table_find(r->table, rel);
+	if (!n)
+		e = -ENOENT;
+	else
+		copy_out(n, out);
+	/* Under the lock: the bytes of the node @out was copied from, not of
+	 * a table swapped in since.  A leaf lock: malloc takes none of ours. */
+	if (n && n->has_data) {
+		*data = malloc(n->data_len ? n->data_len : 1);
+		if (*data)
+			memcpy(*data, n->data, n->data_len);
+		else
+			e = -ENOMEM;
+	}
+	pthread_mutex_unlock(&r->lock);
+	return e;
 }
 
 int record_list(struct record *r, const char *rel, char ***names, size_t *count)

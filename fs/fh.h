@@ -43,8 +43,9 @@ struct wfs_fh {
 	int part_fd, part_direct;
 	unsigned part_gen;
 	int part_old[FH_OLD_FDS];
-	char *mem;                  /* OPEN: a refs file opened while the NAS was down:
-				     * its bytes, from the local record */
+	char *mem;                  /* OPEN: a refs file, marker or file list opened
+				     * while the NAS was down: its bytes, from the
+				     * local record */
 	size_t mem_len;             /* OPEN */
 	unsigned bytes_gen; /* OPEN: the blob's bytes_gen (store.h) once the open's
 			     * sides were checked: a backing it registers holds

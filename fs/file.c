@@ -297,8 +297,9 @@ static uint64_t cached_bytes(int fd)
 }
 
 /* The NAS cannot answer the open: a local copy serves alone (its NAS side
- * is opened later if it is demoted meanwhile), a refs file of a local
- * revision from the record's bytes; anything else gets EIO.  Returns 1
+ * is opened later if it is demoted meanwhile), a refs file, marker or
+ * file list of a local revision from the record's bytes; anything else
+ * gets EIO.  Returns 1
  * when the open goes on locally, 0 with @fh->mem set, or -errno. */
 static int open_without_nas(struct wfs *w, struct wfs_fh *fh, struct stat *st)
 {
@@ -321,17 +322,13 @@ static int open_without_nas(struct wfs *w, struct wfs_fh *fh, struct stat *st)
 	re = malloc(sizeof(*re));
 	if (!re)
 		return -ENOMEM;
-	if (node_path(fh->node, rel, sizeof(rel)) == 0 && record_entry_for(w, rel, re) == 0 &&
-	    re->has_data) {
-		fh->mem = malloc(re->data_len ? re->data_len : 1);
-		if (fh->mem) {
-			memcpy(fh->mem, re->data, re->data_len);
-			fh->mem_len = re->data_len;
-			*st = re->e.st;
-			r = 0;
-		} else {
-			r = -ENOMEM;
-		}
+	if (node_path(fh->node, rel, sizeof(rel)) == 0)
+		r = record_data_for(w, rel, re, &fh->mem);
+	if (r == 0 && fh->mem) {
+		fh->mem_len = re->data_len;
+		*st = re->e.st;
+	} else if (r == 0) {
+		r = -EIO; /* shown, its bytes not kept */
 	}
 	free(re);
 	return r;

@@ -445,6 +445,17 @@ ssize_t nas_pread(struct wfs *w, int fd, size_t len, off_t off, int drop, void *
 	return got;
 }
 
+int record_data_for(struct wfs *w, const char *rel, struct record_entry *out, char **data)
+{
+	int r = record_lookup_data(&w->record, rel, out, data);
+
+	if (r == -ENOENT)
+		return -EIO;
+	if (r == 0)
+		nas_gate_count_record(&w->gate);
+	return r;
+}
+
 int record_entry_for(struct wfs *w, const char *rel, struct record_entry *out)
 {
 	if (record_lookup(&w->record, rel, out) < 0)

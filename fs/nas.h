@@ -75,5 +75,8 @@ ssize_t nas_pread(struct wfs *w, int fd, size_t len, off_t off, int drop, void *
 /* From the record: the entry for @rel (0 or -EIO: the NAS is needed and
  * cannot answer), counted as answered from the record. */
 int record_entry_for(struct wfs *w, const char *rel, struct record_entry *out);
+/* The same, with the bytes it keeps (a refs file, marker or file list) in
+ * a malloc'ed *@data (NULL: none kept).  0, -EIO, or -ENOMEM. */
+int record_data_for(struct wfs *w, const char *rel, struct record_entry *out, char **data);
 
 #endif

@@ -26,19 +26,6 @@
  * here, so its error is seen (a local copy that returns EIO is demoted, and
  * the read retried on the NAS). */
 
-/* The bytes of @buf (@n of them) from @skip on, at most @size. */
-static void reply_slice(fuse_req_t req, const char *buf, ssize_t n, off_t skip, size_t size)
-{
-	size_t avail;
-
-	if (n <= skip) {
-		fuse_reply_buf(req, NULL, 0);
-		return;
-	}
-	avail = (size_t)(n - skip);
-	fuse_reply_buf(req, buf + skip, avail < size ? avail : size);
-}
-
 /* A read of the local copy of a file of @file_size bytes: 0 once
  * answered, or -errno (not answered).  A copy shorter than its file is a
  * bad copy (-EIO): a short reply would tell the kernel the file ends there. */
@@ -252,6 +239,29 @@ static int read_partial(fuse_req_t req, struct wfs *w, struct wfs_fh *fh, size_t
 	return 0;
 }
 
+/* A file held in memory (fh->mem: bytes from the record, up to a file
+ * list's 1 MiB), from a copy of the slice asked: once the reply is written
+ * the file may be released (and fh->mem freed) while writev still
+ * returns. */
+static void reply_mem(fuse_req_t req, const struct wfs_fh *fh, size_t size, off_t off)
+{
+	size_t n = off >= 0 && (uint64_t)off < fh->mem_len ? fh->mem_len - (size_t)off : 0;
+	char *copy;
+
+	n = n < size ? n : size;
+	if (!n) {
+		fuse_reply_buf(req, NULL, 0);
+		return;
+	}
+	if (!(copy = malloc(n))) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	memcpy(copy, fh->mem + off, n);
+	fuse_reply_buf(req, copy, n);
+	free(copy);
+}
+
 void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
@@ -263,12 +273,7 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
 	__atomic_add_fetch(&N(w, ino)->daemon_reads, 1, __ATOMIC_RELAXED);
 	if (fh->mem) {
-		/* From a copy: once the reply is written the file may be
-		 * released (and fh->mem freed) while writev still returns. */
-		char copy[RECORD_MAX_DATA];
-
-		memcpy(copy, fh->mem, fh->mem_len);
-		reply_slice(req, copy, (ssize_t)fh->mem_len, off, size);
+		reply_mem(req, fh, size, off);
 		return;
 	}
 	/* Nothing of fh may be touched after the reply: the file can be

@@ -21,6 +21,9 @@ ranges (`eio`) or slow (`latency`).
   LinkToDirectory     a snapshot's link to a directory of its revision
                       (packs-latest -> packs), promoted: with the NAS gone,
                       the files read through the link too
+  LargeFileList       a dataset's file list trees/<rev>.json of tens of KiB
+                      (more than a refs file), its revision promoted: with
+                      the NAS gone it reads byte-equal, whole and at an offset
   RestartDuringOutage wfs stopped and started again while the NAS is gone:
                       it mounts, serves the local revision, says nas down;
                       NAS back: nas up, the rest of the hub shows; with
@@ -230,7 +233,8 @@ class WfsOnFaultNAS(unittest.TestCase):
 
     def check_local_revision(self, what):
         """Every name of REPO@REV reads right within LOCAL_WAIT; listings,
-        links, refs/main and its .no_exist markers too."""
+        links, refs/main, its .no_exist markers and its file list
+        trees/<rev>.json too."""
         snap, blobs = revision_entries()
         pre = "%s/snapshots/%s" % (REPO, REV)
         calls = [(sha_size_uncached, (self.m(e["path"]),)) for e in snap + blobs]
@@ -244,6 +248,13 @@ class WfsOnFaultNAS(unittest.TestCase):
                    and e["path"].startswith("%s/.no_exist/%s/" % (REPO, REV))]
         self.assertTrue(markers, "the fixture has no .no_exist marker for %s" % REV)
         calls += [(wfstest.read_file, (self.m(e["path"]),)) for e in markers]
+        # recent clients read trees/<rev>.json offline to tell a complete
+        # snapshot from an incomplete one
+        tree = FIX.by_path.get("%s/trees/%s.json" % (REPO, REV))
+        self.assertTrue(tree, "the fixture has no trees/%s.json" % REV)
+        trees = len(calls)
+        calls += [(sha_size_uncached, (self.m(tree["path"]),)), (os.stat, (self.m(tree["path"]),)),
+                  (os.listdir, (self.m(REPO + "/trees"),)), (os.listdir, (self.m(REPO),))]
         calls.append((wfstest.as_uid, (sha_size, self.m(snap[0]["path"]))))
         t0 = time.monotonic()
         res = bounded_all(calls, LOCAL_WAIT)
@@ -268,6 +279,10 @@ class WfsOnFaultNAS(unittest.TestCase):
             self.assertEqual(res[i + 3 + j]["value"], e["target"], "%s: readlink %s" % (what, e["path"]))
         for j, e in enumerate(markers):
             self.assertEqual(res[i + 3 + len(links) + j]["value"], b"", "%s: %s" % (what, e["path"]))
+        self.assertEqual(res[trees]["value"], (tree["sha256"], tree["size"]), "%s: %s bytes" % (what, tree["path"]))
+        self.assertEqual(res[trees + 1]["value"].st_size, tree["size"], "%s: stat %s" % (what, tree["path"]))
+        self.assertIn(REV + ".json", res[trees + 2]["value"], "%s: ls %s/trees" % (what, REPO))
+        self.assertIn("trees", res[trees + 3]["value"], "%s: ls %s" % (what, REPO))
         value, err = res[-1]["value"]
         self.assertIsNone(err, "%s: read as nobody: %s" % (what, errname(err)))
         self.assertEqual(value, (snap[0]["sha256"], snap[0]["size"]), "%s: read as nobody" % what)
@@ -535,9 +550,11 @@ class RecordBuild(WfsOnFaultNAS):
     def test_listing_opened_before_outage(self):
         """A directory opened while the NAS is up is listed at its first
         read: the NAS gone by then, the record's names; the NAS back, the
-        kernel has kept none of them."""
-        d = self.m(REPO)
-        full = sorted(os.listdir(FIX.n(REPO)))  # none of its names is hidden
+        kernel has kept none of them.  (blobs/: the record has the local
+        blobs, the NAS the other revision's own too.)"""
+        d = self.m(REPO + "/blobs")
+        full = sorted(os.listdir(FIX.n(REPO + "/blobs")))  # none of its names is hidden
+        local = {os.path.basename(e["path"]) for e in revision_entries()[1]}
         # Opened, never read through the mount yet: nothing of it cached.
         fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
         try:
@@ -548,7 +565,7 @@ class RecordBuild(WfsOnFaultNAS):
         self.assertTrue(r["done"], "listing %s blocked with the NAS gone" % d)
         self.assertIsNone(r["errno"], "listing %s with the NAS gone: %s" % (d, errname(r["errno"])))
         got = sorted(r["value"])
-        self.assertTrue({"blobs", "refs", "snapshots"} <= set(got) < set(full),
+        self.assertTrue(local <= set(got) < set(full),
                         "listing %s from the record: %s (the NAS's: %s)" % (d, got, full))
         NAS.check("ok")
         self.wait_nas("up", UP_WAIT)
@@ -622,6 +639,42 @@ class LinkToDirectory(WfsOnFaultNAS):
         got[1] = sorted(got[1]) if isinstance(got[1], list) else got[1]
         self.assertEqual(got, want, "through %s/packs-latest with the NAS gone; the log ends:\n%s"
                          % (snap, self.debug_state()))
+
+
+class LargeFileList(WfsOnFaultNAS):
+    """A revision's file list larger than a refs file (a dataset of many
+    files: tens of KiB) is kept whole in the record: with the NAS gone it
+    reads byte-equal, whole and from an offset.  (This class's store holds
+    datasets--acme--many.)"""
+
+    PROMOTE = False
+
+    def test_large_file_list_while_down(self):
+        self.wait_nas("up", UP_WAIT)
+        repo = MANY_BLOBS.split("/")[0]
+        with open(FIX.n(repo + "/refs/main")) as f:
+            rev = f.read().strip()
+        tree = FIX.by_path["%s/trees/%s.json" % (repo, rev)]
+        with open(FIX.n(tree["path"]), "rb") as f:
+            want = f.read()
+        self.assertGreater(len(want), 16384, "the fixture's file list is small")
+        ctl_check(self, ["promote", "--wait", self.m("%s/snapshots/%s" % (repo, rev))], timeout=60)
+        NAS.check("fail ENOTCONN")
+
+        def pread_at(path, off, n):
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                return os.pread(fd, n, off)
+            finally:
+                os.close(fd)
+
+        path = self.m(tree["path"])
+        calls = [(sha_size_uncached, (path,)), (pread_at, (path, 10000, 5000)),
+                 (os.listdir, (self.m(repo + "/trees"),))]
+        res = bounded_all(calls, LOCAL_WAIT)
+        got = [r.get("value") if r["errno"] is None else errname(r["errno"]) for r in res]
+        self.assertEqual(got, [(tree["sha256"], tree["size"]), want[10000:15000], [rev + ".json"]],
+                         "%s with the NAS gone; the log ends:\n%s" % (tree["path"], self.debug_state()))
 
 
 class RestartDuringOutage(WfsOnFaultNAS):

@@ -1,7 +1,9 @@
 /* test_record.c - the store's record of its local revisions, without
  * mounting: what a build keeps of a hub tree (local files, the links and
  * directories that reach them, refs with their bytes, the local revision's
- * .no_exist markers; nothing else), that
+ * .no_exist markers and its file list trees/<rev>.json with their bytes,
+ * a file list over RECORD_MAX_TREE left out and logged once; nothing
+ * else), that
  * record.json brings the same answers back after a restart, that a damaged
  * file is set aside and a newer one left alone, that hostile entries are
  * refused, and that record_sync waits for a build of the thread. */
@@ -28,6 +30,8 @@
 #define ODD "odd\xff\x01name"
 
 static char top[PATH_MAX], nas[PATH_MAX];
+/* REV's file list: more than a refs file's RECORD_MAX_DATA, so its own bound counts */
+static char tree_text[6000];
 
 struct logs {
 	pthread_mutex_t lock;
@@ -67,7 +71,8 @@ static void hub(void)
 		"models--x--y", "models--x--y/blobs",
 		"models--x--y/snapshots", "models--x--y/snapshots/" REV, "models--x--y/refs",
 		"hubstore", "models--h--s", "models--h--s/blobs", "models--h--s/snapshots",
-		"models--h--s/snapshots/" REV };
+		"models--h--s/snapshots/" REV, REPO "/trees", "models--h--s/trees" };
+	size_t len = 0;
 
 	for (size_t i = 0; i < sizeof(dirs) / sizeof(*dirs); i++)
 		check_mk(nas, dirs[i]);
@@ -86,6 +91,18 @@ static void hub(void)
 	check_put(nas, REPO "/.no_exist/" REV "/missing.txt", "");
 	check_put(nas, REPO "/.no_exist/" REV "/sub/missing.json", "");
 	check_put(nas, REPO "/.no_exist/" GONE "/other.txt", "");
+	/* the file lists of recent clients: the local revision's (kept with
+	 * its bytes), another revision's and a file that is no list (not) */
+	len += (size_t)snprintf(tree_text, sizeof(tree_text), "{\"files\": {");
+	for (int i = 0; len + 80 < sizeof(tree_text); i++)
+		len += (size_t)snprintf(tree_text + len, sizeof(tree_text) - len,
+					"\"shard-%05d.safetensors\": {\"size\": %d}, ", i, i * 7919);
+	snprintf(tree_text + len, sizeof(tree_text) - len, "\"x\": {}}}");
+	check_put(nas, REPO "/trees/" REV ".json", tree_text);
+	check_put(nas, REPO "/trees/" GONE ".json", "{\"files\": {}}");
+	check_put(nas, REPO "/trees/notes.txt", "not a list");
+	/* over RECORD_MAX_TREE: left out, said once */
+	check_put_pattern(nas, "models--h--s/trees/" REV ".json", RECORD_MAX_TREE + 1, 3);
 	check_put(nas, "models--x--y/blobs/" OTHER, "other too");
 	check_ln(nas, "../../blobs/" OTHER, "models--x--y/snapshots/" REV "/w");
 	check_put(nas, "models--x--y/refs/main", REV);
@@ -135,6 +152,32 @@ static int look(struct record *r, const char *rel)
 	return record_lookup(r, rel, &ent);
 }
 
+/* Are the bytes kept for @rel @want (and its entry's size their length)? */
+static int bytes_are(struct record *r, const char *rel, const char *want)
+{
+	char *data;
+	int same;
+
+	if (record_lookup_data(r, rel, &ent, &data) < 0 || !data)
+		return 0;
+	same = ent.has_data && ent.data_len == strlen(want) &&
+	       ent.e.st.st_size == (off_t)ent.data_len && !memcmp(data, want, ent.data_len);
+	free(data);
+	return same;
+}
+
+/* How many log lines hold @what. */
+static int times_logged(struct logs *l, const char *what)
+{
+	int n = 0;
+
+	pthread_mutex_lock(&l->lock);
+	for (const char *p = l->all; (p = strstr(p, what)); p += strlen(what))
+		n++;
+	pthread_mutex_unlock(&l->lock);
+	return n;
+}
+
 /* What a build of the tree with H256 and H1 local must answer. */
 static void answers(struct check_count *c, struct record *r, const char *when)
 {
@@ -164,12 +207,11 @@ static void answers(struct check_count *c, struct record *r, const char *when)
 	      "%s: snapshot lists %s", when, list(r, SNAP));
 	CHECK(c, !strcmp(list(r, REPO "/blobs"), H256 "|" H1), "%s: blobs list %s", when,
 	      list(r, REPO "/blobs"));
-	CHECK(c, !strcmp(list(r, REPO), ".no_exist|blobs|refs|snapshots"), "%s: repo lists %s",
-	      when, list(r, REPO));
+	CHECK(c, !strcmp(list(r, REPO), ".no_exist|blobs|refs|snapshots|trees"),
+	      "%s: repo lists %s", when, list(r, REPO));
 	CHECK(c, !strcmp(list(r, ""), REPO), "%s: root lists %s", when, list(r, ""));
 	CHECK(c, look(r, "") == 0 && ent.e.kind == NS_DIR, "%s: the root", when);
-	CHECK(c, look(r, REPO "/refs/main") == 0 && ent.has_data && ent.data_len == 40 &&
-	      !memcmp(ent.data, REV, 40) && ent.e.st.st_size == 40, "%s: refs/main bytes", when);
+	CHECK(c, bytes_are(r, REPO "/refs/main", REV), "%s: refs/main bytes", when);
 	CHECK(c, look(r, SNAP "/other.bin") == -ENOENT && look(r, REPO "/blobs/" OTHER) == -ENOENT,
 	      "%s: a file that is not local is absent", when);
 	CHECK(c, look(r, "models--x--y") == -ENOENT && !strcmp(list(r, "models--x--y"), "ENOENT"),
@@ -185,6 +227,13 @@ static void answers(struct check_count *c, struct record *r, const char *when)
 	      "%s: markers list %s", when, list(r, REPO "/.no_exist/" REV));
 	CHECK(c, !strcmp(list(r, REPO "/.no_exist"), REV), "%s: another revision's markers: %s",
 	      when, list(r, REPO "/.no_exist"));
+	/* recent clients read trees/<rev>.json offline to tell a complete
+	 * snapshot from an incomplete one: the local revision's, byte-equal */
+	CHECK(c, look(r, REPO "/trees/" REV ".json") == 0 && ent.e.kind == NS_FILE &&
+	      ent.data_len > RECORD_MAX_DATA && bytes_are(r, REPO "/trees/" REV ".json", tree_text),
+	      "%s: the revision's file list (%zu bytes)", when, ent.data_len);
+	CHECK(c, !strcmp(list(r, REPO "/trees"), REV ".json"), "%s: trees lists %s", when,
+	      list(r, REPO "/trees"));
 	CHECK(c, record_has_any(r), "%s: has any", when);
 	record_nas(r, got, sizeof(got));
 	CHECK(c, !strcmp(got, nas), "%s: nas %s", when, got);
@@ -344,11 +393,20 @@ int main(void)
 	CHECK(&c, look(&r, "models--h--s/blobs/hid") == 0 && ent.e.kind == NS_FILE &&
 	      !strcmp(ent.e.backing, p) && ent.e.st.st_size == 10, "a repo by name: its blob");
 	CHECK(&c, !strcmp(list(&r, ""), "models--h--s|" REPO), "root lists %s", list(&r, ""));
+	CHECK(&c, look(&r, "models--h--s/trees/" REV ".json") == -ENOENT &&
+	      !strcmp(list(&r, "models--h--s"), "blobs|snapshots"),
+	      "a file list over RECORD_MAX_TREE is not kept (%s)", list(&r, "models--h--s"));
+	CHECK(&c, times_logged(&lg, "models--h--s/trees/" REV ".json not kept (a file list over "
+			       "1048576 bytes)") == 1, "a file list left out: logged once, with "
+	      "its path and why");
 	CHECK(&c, store_evict(&s, b256, 0) == 1, "evict");
 	CHECK(&c, record_sync(&r, 30000) == 0 && look(&r, SNAP "/config.json") == -ENOENT &&
 	      look(&r, REPO "/blobs/" H256) == -ENOENT && look(&r, SNAP "/sub/dir/file") == 0 &&
 	      !strcmp(list(&r, SNAP), "latest|sub"), "evicted: gone after a sync (%s)",
 	      list(&r, SNAP));
+	CHECK(&c, bytes_are(&r, REPO "/trees/" REV ".json", tree_text) &&
+	      times_logged(&lg, "models--h--s/trees/" REV ".json not kept") == 1,
+	      "another build: the file list stays, the one left out is not said again");
 	record_close(&r);
 
 	/* The NAS down: nothing is walked, the record from disk answers. */

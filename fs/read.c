@@ -78,6 +78,33 @@ static int fh_nas_reopen(struct wfs *w, struct wfs_fh *fh, int dead, int *direct
 	return fd;
 }
 
+static void reply_mem(fuse_req_t req, const char *mem, size_t len, size_t size, off_t off);
+
+/* The NAS stopped answering after this refs file, marker or file list was
+ * opened from it (an open just before an outage, or between two of a
+ * flapping NAS's looks): local revisions never wait on the NAS, so the read
+ * is answered from the record's bytes -- only when they are the version
+ * opened (the same size and mtime), never a mix of two.  0 when answered. */
+static int read_from_record(fuse_req_t req, struct wfs *w, struct wfs_fh *fh, size_t size,
+			    off_t off)
+{
+	struct record_entry *re = fh->blob ? NULL : malloc(sizeof(*re));
+	char rel[PATH_MAX], *mem = NULL;
+	int r = -EIO;
+
+	if (re && node_path(fh->node, rel, sizeof(rel)) == 0 &&
+	    record_data_for(w, rel, re, &mem) == 0 && mem &&
+	    re->data_len == (size_t)fh->nas_st.st_size &&
+	    re->e.st.st_mtim.tv_sec == fh->nas_st.st_mtim.tv_sec &&
+	    re->e.st.st_mtim.tv_nsec == fh->nas_st.st_mtim.tv_nsec) {
+		reply_mem(req, mem, re->data_len, size, off);
+		r = 0;
+	}
+	free(mem);
+	free(re);
+	return r;
+}
+
 static void read_nas(fuse_req_t req, struct wfs *w, struct wfs_fh *fh, size_t size, off_t off)
 {
 	char *buf;
@@ -93,6 +120,8 @@ static void read_nas(fuse_req_t req, struct wfs *w, struct wfs_fh *fh, size_t si
 	n = span_nas(w, fd, (uint64_t)off, size, !direct, &buf, &skip);
 	if (nas_fd_died(n) && (fd = fh_nas_reopen(w, fh, fd, &direct)) >= 0)
 		n = span_nas(w, fd, (uint64_t)off, size, !direct, &buf, &skip);
+	if (n < 0 && NAS_CANNOT_ANSWER(n) && read_from_record(req, w, fh, size, off) == 0)
+		return;
 	if (n < 0) {
 		fuse_reply_err(req, NAS_CANNOT_ANSWER(n) ? EIO : (int)-n);
 		return;
@@ -243,9 +272,9 @@ static int read_partial(fuse_req_t req, struct wfs *w, struct wfs_fh *fh, size_t
  * list's 1 MiB), from a copy of the slice asked: once the reply is written
  * the file may be released (and fh->mem freed) while writev still
  * returns. */
-static void reply_mem(fuse_req_t req, const struct wfs_fh *fh, size_t size, off_t off)
+static void reply_mem(fuse_req_t req, const char *mem, size_t len, size_t size, off_t off)
 {
-	size_t n = off >= 0 && (uint64_t)off < fh->mem_len ? fh->mem_len - (size_t)off : 0;
+	size_t n = off >= 0 && (uint64_t)off < len ? len - (size_t)off : 0;
 	char *copy;
 
 	n = n < size ? n : size;
@@ -257,7 +286,7 @@ static void reply_mem(fuse_req_t req, const struct wfs_fh *fh, size_t size, off_
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	memcpy(copy, fh->mem + off, n);
+	memcpy(copy, mem + off, n);
 	fuse_reply_buf(req, copy, n);
 	free(copy);
 }
@@ -273,7 +302,7 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
 	__atomic_add_fetch(&N(w, ino)->daemon_reads, 1, __ATOMIC_RELAXED);
 	if (fh->mem) {
-		reply_mem(req, fh, size, off);
+		reply_mem(req, fh->mem, fh->mem_len, size, off);
 		return;
 	}
 	/* Nothing of fh may be touched after the reply: the file can be

@@ -357,6 +357,31 @@ class Outage(WfsOnFaultNAS):
     def test_vanished_nas(self):
         self.roundtrip(NAS.vanish, NAS.restore, frozen=False)
 
+    def test_opened_before_the_outage(self):
+        """refs/main, a .no_exist marker and the file list of the local
+        revision, opened while the NAS answered and read once it froze (a
+        flapping NAS does this between two looks of the prober): the reads
+        come from the record, within LOCAL_WAIT, bytes equal."""
+        paths = [REPO + "/refs/main", "%s/trees/%s.json" % (REPO, REV)]
+        paths += [e["path"] for e in FIX.entries if e["type"] == "file"
+                  and e["path"].startswith("%s/.no_exist/%s/" % (REPO, REV))][:1]
+        fds = [os.open(self.m(p), os.O_RDONLY) for p in paths]
+        try:
+            NAS.check("hang")
+            res = bounded_all([(os.pread, (fd, 1 << 20, 0)) for fd in fds], LOCAL_WAIT)
+        finally:
+            NAS.check("ok")
+            for fd in fds:
+                os.close(fd)
+        got = [r.get("value") if r["errno"] is None else errname(r["errno"]) for r in res]
+        want = []
+        for p in paths:
+            with open(FIX.n(p), "rb") as f:
+                want.append(f.read())
+        self.assertEqual(got, want, "reads of files opened before the NAS froze; the log ends:\n%s"
+                         % self.debug_state())
+        self.wait_nas("up", UP_WAIT)
+
 
 class RecordBuild(WfsOnFaultNAS):
     """A rebuild of the local record that meets a failing NAS part way

@@ -404,6 +404,16 @@ def heal_stragglers(timeout=30):
     STRAGGLERS[:] = [t for t in STRAGGLERS if t.is_alive()]
 
 
+def pread_file(path, off, n):
+    """open, pread n bytes at off, close: one read of a fresh open (a
+    bounded() call the tests time as a reader would)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.pread(fd, n, off)
+    finally:
+        os.close(fd)
+
+
 def wait_nas_state(tc, nas_of_status, want, timeout):
     """Wait until nas_of_status() (the daemon's `status` "nas" object)
     says state `want`; fail tc naming the last one seen.  Returns it."""

@@ -535,15 +535,8 @@ class LargeFileList(WfsOnFaultNAS):
         ctl_check(self, ["promote", "--wait", self.m(one["path"])], timeout=60)
         NAS.check("fail ENOTCONN")
 
-        def pread_at(path, off, n):
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                return os.pread(fd, n, off)
-            finally:
-                os.close(fd)
-
         path = self.m(tree["path"])
-        calls = [(sha_size_uncached, (path,)), (pread_at, (path, 10000, 5000)),
+        calls = [(sha_size_uncached, (path,)), (faultnas.pread_file, (path, 10000, 5000)),
                  (os.listdir, (self.m(repo + "/trees"),))]
         res = bounded_all(calls, LOCAL_WAIT)
         got = [r.get("value") if r["errno"] is None else errname(r["errno"]) for r in res]

@@ -83,15 +83,7 @@ def tearDownModule():
 # ------------------------------------------------------------------ helpers
 
 bounded, heal_stragglers = faultnas.bounded, faultnas.heal_stragglers
-
-
-def pread_file(path, off, n):
-    """open, pread n bytes at off, close."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        return os.pread(fd, n, off)
-    finally:
-        os.close(fd)
+pread_file = faultnas.pread_file
 
 
 def _mmap_copy(path, off, n):

@@ -27,6 +27,20 @@ static struct blob *blob_at(struct store *s, const char *rel)
 	return check_blob(s, top, rel, NULL, 1);
 }
 
+/* A store of its own for the case @name: LOCAL_STORE top/local-@name (its
+ * path into @local), the NAS files under top/hub/@name. */
+static void open_case_store(const char *name, struct store *s, struct store_opts *opt,
+			    char *local, size_t lsz)
+{
+	char rel[PATH_MAX];
+
+	snprintf(rel, sizeof(rel), "hub/%s", name);
+	check_mkdirs(top, rel);
+	snprintf(local, lsz, "%s/local-%s", top, name);
+	check_mkdirs(top, local + strlen(top) + 1);
+	CHECK(&c, store_open(s, local, opt, NULL) == 0 && store_start(s) == 0, "open");
+}
+
 /* Copy @nwhole explicit whole blobs of @whole bytes, @auto_b automatically
  * (0: none), and a range of @range bytes (0: none) at once, under CAP;
  * returns the seconds until all were local. */
@@ -42,11 +56,7 @@ static double timed(const char *name, size_t whole, int nwhole, size_t auto_b, s
 	policy_opts_init(&pol);
 	pol.auto_bw = 0; /* auto_mbps=0: only promote_mbps caps */
 	pol.min_free_pct = 0;
-	snprintf(rel, sizeof(rel), "hub/%s", name);
-	check_mkdirs(top, rel);
-	snprintf(local, sizeof(local), "%s/local-%s", top, name);
-	check_mkdirs(top, local + strlen(top) + 1);
-	CHECK(&c, store_open(&s, local, &opt, NULL) == 0 && store_start(&s) == 0, "open");
+	open_case_store(name, &s, &opt, local, sizeof(local));
 	for (int i = 0; i < nwhole; i++) {
 		snprintf(rel, sizeof(rel), "hub/%s/w%d", name, i);
 		check_put_pattern(top, rel, whole, (uint64_t)i + 1);
@@ -118,11 +128,7 @@ static double raised(const char *name, size_t size, uint64_t cap, size_t *left)
 	policy_opts_init(&pol);
 	pol.auto_bw = AUTO_RATE;
 	pol.min_free_pct = 0;
-	snprintf(rel, sizeof(rel), "hub/%s", name);
-	check_mkdirs(top, rel);
-	snprintf(local, sizeof(local), "%s/local-%s", top, name);
-	check_mkdirs(top, local + strlen(top) + 1);
-	CHECK(&c, store_open(&s, local, &opt, NULL) == 0 && store_start(&s) == 0, "open");
+	open_case_store(name, &s, &opt, local, sizeof(local));
 	snprintf(rel, sizeof(rel), "hub/%s/auto", name);
 	check_put_pattern(top, rel, size, 55);
 	snprintf(nas, sizeof(nas), "%s/%s", top, rel);

@@ -4,6 +4,7 @@
 #define WFS_CHECK_STORE_H
 
 #include "check.h"
+#include "policy.h"
 #include "store.h"
 
 #include <limits.h>
@@ -26,6 +27,23 @@ static inline struct blob *check_blob(struct store *s, const char *root, const c
 		exit(2);
 	}
 	return store_blob(s, p, &st, id ? id : strrchr(p, '/') + 1);
+}
+
+/* A policy for a store whose copies the test asks for itself: automatic
+ * promotion off, no free-space floor (the test disk's own free space must
+ * not decide what fits). */
+static inline void check_policy_manual(struct policy_opts *pol)
+{
+	policy_opts_init(pol);
+	pol->auto_on = 0;
+	pol->min_free_pct = 0;
+}
+
+/* LOCAL_STORE @root/@name of one case, made; its path into @local. */
+static inline void check_store_dir(const char *root, const char *name, char *local, size_t sz)
+{
+	snprintf(local, sz, "%s/%s", root, name);
+	check_mkdirs(root, name);
 }
 
 /* Wait until no range of @b is asked for, copying or unproven (30 s at

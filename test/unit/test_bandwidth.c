@@ -36,8 +36,8 @@ static void open_case_store(const char *name, struct store *s, struct store_opts
 
 	snprintf(rel, sizeof(rel), "hub/%s", name);
 	check_mkdirs(top, rel);
-	snprintf(local, lsz, "%s/local-%s", top, name);
-	check_mkdirs(top, local + strlen(top) + 1);
+	snprintf(rel, sizeof(rel), "local-%s", name);
+	check_store_dir(top, rel, local, lsz);
 	CHECK(&c, store_open(s, local, opt, NULL) == 0 && store_start(s) == 0, "open");
 }
 

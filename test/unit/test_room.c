@@ -188,11 +188,8 @@ static void test_room(void)
 	char local[PATH_MAX * 2], name[64];
 	uint64_t ch;
 
-	policy_opts_init(&pol);
-	pol.auto_on = 0;
-	pol.min_free_pct = 0;
-	snprintf(local, sizeof(local), "%s/local-room", top);
-	mkdirs("local-room");
+	check_policy_manual(&pol);
+	check_store_dir(top, "local-room", local, sizeof(local));
 	mkdirs("hub/models--t--room/blobs");
 	for (int i = 0; i < 8; i++) {
 		snprintf(name, sizeof(name), "hub/models--t--room/blobs/b%d", i);
@@ -397,8 +394,7 @@ static void test_auto(void)
 	pol.auto_opens = 3;
 	pol.min_free_pct = 0;
 	policy_parse_opt(&pol, "exclude", "*.gguf", err, sizeof(err));
-	snprintf(local, sizeof(local), "%s/local-auto", top);
-	mkdirs("local-auto");
+	check_store_dir(top, "local-auto", local, sizeof(local));
 	CHECK(&c, store_open(&s, local, &opt, NULL) == 0 && store_start(&s) == 0 &&
 	      auto_start(&ap, &s, &roots, &pol, NULL) == 0, "open auto");
 	the_store = &s;
@@ -526,8 +522,7 @@ static void test_refs(void)
 	policy_opts_init(&pol);
 	pol.auto_on = 0;
 	pol.ref_poll = 0.2;
-	snprintf(local, sizeof(local), "%s/local-refs", top);
-	mkdirs("local-refs");
+	check_store_dir(top, "local-refs", local, sizeof(local));
 	CHECK(&c, store_open(&s, local, &opt, NULL) == 0 && store_start(&s) == 0 &&
 	      pins_open(&pins, &s, &roots, &pol) == 0 &&
 	      auto_start(&ap, &s, &roots, &pol, &pins) == 0, "open refs");
@@ -645,8 +640,7 @@ static void test_retry(void)
 	put("hub/models--t--retry/blobs/b", 64 * KiB, 51);
 	put("hub/models--t--retry/blobs/u", 64 * KiB, 52);
 	put("hub/models--t--retry/blobs/p", 64 * KiB, 53);
-	snprintf(local, sizeof(local), "%s/local-retry", top);
-	mkdirs("local-retry");
+	check_store_dir(top, "local-retry", local, sizeof(local));
 	CHECK(&c, store_open(&s, local, &opt, NULL) == 0 && store_start(&s) == 0, "open retry");
 	the_store = &s;
 	a = blob_at(&s, "models--t--retry/blobs/a");

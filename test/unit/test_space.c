@@ -115,11 +115,8 @@ static void test_shared(void)
 	char local[PATH_MAX * 2];
 	uint64_t ch, ev;
 
-	policy_opts_init(&pol);
-	pol.auto_on = 0;
-	pol.min_free_pct = 0;
-	snprintf(local, sizeof(local), "%s/local", top);
-	mkdirs("local");
+	check_policy_manual(&pol);
+	check_store_dir(top, "local", local, sizeof(local));
 	mkdirs("hub/models--t--one/blobs");
 	mkdirs("hub/models--t--two/blobs");
 	/* the same bytes in two repos; three other blobs */
@@ -279,11 +276,8 @@ static void test_adopt(void)
 	char local[PATH_MAX * 2], sha[65], sha2[65], rel[PATH_MAX];
 	uint64_t ch;
 
-	policy_opts_init(&pol);
-	pol.auto_on = 0;
-	pol.min_free_pct = 0;
-	snprintf(local, sizeof(local), "%s/local-adopt", top);
-	mkdirs("local-adopt");
+	check_policy_manual(&pol);
+	check_store_dir(top, "local-adopt", local, sizeof(local));
 	mkdirs("hub/models--t--p/blobs");
 	mkdirs("hub/models--t--q/blobs");
 	mkdirs("hub/models--t--r/blobs");
@@ -363,11 +357,8 @@ static void test_pin_no_room(void)
 	char local[PATH_MAX * 2];
 	uint64_t tries;
 
-	policy_opts_init(&pol);
-	pol.auto_on = 0;
-	pol.min_free_pct = 0;
-	snprintf(local, sizeof(local), "%s/local-pinfull", top);
-	mkdirs("local-pinfull");
+	check_policy_manual(&pol);
+	check_store_dir(top, "local-pinfull", local, sizeof(local));
 	mkdirs("hub/models--t--full/blobs");
 	put("hub/models--t--full/blobs/held", BLOB, 21);
 	put("hub/models--t--full/blobs/want", BLOB, 22);

@@ -78,7 +78,28 @@ static int fh_nas_reopen(struct wfs *w, struct wfs_fh *fh, int dead, int *direct
 	return fd;
 }
 
-static void reply_mem(fuse_req_t req, const char *mem, size_t len, size_t size, off_t off);
+/* A file held in memory (fh->mem: bytes from the record, up to a file
+ * list's 1 MiB), from a copy of the slice asked: once the reply is written
+ * the file may be released (and fh->mem freed) while writev still
+ * returns. */
+static void reply_mem(fuse_req_t req, const char *mem, size_t len, size_t size, off_t off)
+{
+	size_t n = off >= 0 && (uint64_t)off < len ? len - (size_t)off : 0;
+	char *copy;
+
+	n = n < size ? n : size;
+	if (!n) {
+		fuse_reply_buf(req, NULL, 0);
+		return;
+	}
+	if (!(copy = malloc(n))) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	memcpy(copy, mem + off, n);
+	fuse_reply_buf(req, copy, n);
+	free(copy);
+}
 
 /* The NAS stopped answering after this refs file, marker or file list was
  * opened from it (an open just before an outage, or between two of a
@@ -266,29 +287,6 @@ static int read_partial(fuse_req_t req, struct wfs *w, struct wfs_fh *fh, size_t
 	}
 	free(out);
 	return 0;
-}
-
-/* A file held in memory (fh->mem: bytes from the record, up to a file
- * list's 1 MiB), from a copy of the slice asked: once the reply is written
- * the file may be released (and fh->mem freed) while writev still
- * returns. */
-static void reply_mem(fuse_req_t req, const char *mem, size_t len, size_t size, off_t off)
-{
-	size_t n = off >= 0 && (uint64_t)off < len ? len - (size_t)off : 0;
-	char *copy;
-
-	n = n < size ? n : size;
-	if (!n) {
-		fuse_reply_buf(req, NULL, 0);
-		return;
-	}
-	if (!(copy = malloc(n))) {
-		fuse_reply_err(req, ENOMEM);
-		return;
-	}
-	memcpy(copy, mem + off, n);
-	fuse_reply_buf(req, copy, n);
-	free(copy);
 }
 
 void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,

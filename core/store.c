@@ -298,10 +298,8 @@ int store_request(struct store *s, struct blob *b, enum store_who who, int now)
 int store_promote(struct store *s, struct blob *b, int pin, int explicit_req)
 {
 	pthread_mutex_lock(&s->lock);
-	if (pin && !(b->pinned & PIN_HAND)) {
-		b->pinned |= PIN_HAND;
-		store_dirty_locked(s);
-	}
+	if (pin)
+		store_pin_locked(s, b, PIN_HAND, 1);
 	request_locked(s, b, explicit_req ? STORE_BY_USER : STORE_BY_AUTO, explicit_req);
 	pthread_mutex_unlock(&s->lock);
 	return 0;
@@ -456,16 +454,23 @@ int store_local_read_error(struct store *s, struct blob *b, unsigned copy_gen, i
 	return n;
 }
 
+int store_pin_locked(struct store *s, struct blob *b, int why, int pin)
+{
+	int was = b->pinned;
+
+	b->pinned = pin ? was | why : was & ~why;
+	if (b->pinned == was)
+		return 0;
+	store_dirty_locked(s);
+	return 1;
+}
+
 int store_pin_why(struct store *s, struct blob *b, int why, int pin)
 {
-	int was, changed;
+	int changed;
 
 	pthread_mutex_lock(&s->lock);
-	was = b->pinned;
-	b->pinned = pin ? was | why : was & ~why;
-	changed = b->pinned != was;
-	if (changed)
-		store_dirty_locked(s);
+	changed = store_pin_locked(s, b, why, pin);
 	pthread_mutex_unlock(&s->lock);
 	return changed;
 }

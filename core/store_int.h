@@ -197,6 +197,9 @@ int store_publish(struct store *s, const char *tmp, const char *xxh);
 /* As store_publish, but @path keeps its name too (a hard link: no second
  * copy).  Lock held (the temporary name's serial). */
 int store_publish_link_locked(struct store *s, const char *path, const char *xxh);
+/* store_pin_why under the lock: 1 when @b's pins changed (the index
+ * marked dirty). */
+int store_pin_locked(struct store *s, struct blob *b, int why, int pin);
 void store_unqueue_locked(struct store *s, struct blob *b);
 void store_enqueue_locked(struct store *s, struct blob *b);
 void *store_worker(void *arg);

@@ -319,10 +319,8 @@ int64_t store_part_request(struct store *s, struct blob *b, const struct brange 
 			total = -EINVAL;
 			goto out;
 		}
-	if (pin && !(b->pinned & PIN_HAND)) {
-		b->pinned |= PIN_HAND;
-		store_dirty_locked(s);
-	}
+	if (pin)
+		store_pin_locked(s, b, PIN_HAND, 1);
 	if (b->state == BLOB_LOCAL)
 		goto out;
 	if (!(p = part_get_locked(b)) || !(h = held_set(p, &nh))) {

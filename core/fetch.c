@@ -72,8 +72,26 @@ void job_fail_write(struct job *j, int err, const char *what)
 
 /* ---- the job ---- */
 
+/* The slots a stream of a file of `size` bytes can use at once: no more
+ * than it has chunks (the over-read past a short file's end included).
+ * A hub has many files of a few KiB; 24 MiB of slots for each would be
+ * allocated, touched and freed for nothing. */
+static unsigned slots_for(uint64_t size, unsigned most)
+{
+	uint64_t chunks = size / CHUNK + 1;
+
+	return chunks < most ? (unsigned)chunks : most;
+}
+
+/* A slot's bytes: a chunk and the block of the over-read, or for a file
+ * shorter than a chunk, the file and that block. */
+static size_t slot_bytes(uint64_t size)
+{
+	return size < CHUNK ? round_up(size + 1, ALIGN) : SLOT_BYTES;
+}
+
 static void stream_init(struct stream *s, int fd, const char *path, struct slot *slots,
-			unsigned n, unsigned char *mem)
+			unsigned n, unsigned char *mem, size_t stride)
 {
 	s->fd = fd;
 	s->path = path;
@@ -81,7 +99,7 @@ static void stream_init(struct stream *s, int fd, const char *path, struct slot 
 	s->n = n;
 	for (unsigned i = 0; i < n; i++) {
 		slots[i].st = s;
-		slots[i].buf = mem + (size_t)i * SLOT_BYTES;
+		slots[i].buf = mem + (size_t)i * stride;
 	}
 }
 
@@ -187,6 +205,8 @@ int fetch_copy_verify(const char *src_path, uint64_t size, const char *tmp_path,
 	struct fetch_result spare;
 	struct job *j;
 	unsigned char *mem = NULL;
+	unsigned nsrc = slots_for(size, NSRC), nver = slots_for(size, NVER);
+	size_t stride = slot_bytes(size);
 	const char *slash;
 	int created = 0, err;
 
@@ -213,7 +233,7 @@ int fetch_copy_verify(const char *src_path, uint64_t size, const char *tmp_path,
 
 	if (content_hash_init(&j->ch, expected_id, size) < 0 || sample_hash_init(&j->sh, size) < 0 ||
 	    content_hash_init(&j->vh, NULL, size) < 0 ||
-	    posix_memalign((void **)&mem, ALIGN, (NSRC + NVER) * SLOT_BYTES) != 0) {
+	    posix_memalign((void **)&mem, ALIGN, (nsrc + nver) * stride) != 0) {
 		mem = NULL;
 		job_fail(j, -ENOMEM, "out of memory");
 		goto out;
@@ -239,8 +259,8 @@ int fetch_copy_verify(const char *src_path, uint64_t size, const char *tmp_path,
 		goto out;
 	}
 
-	stream_init(&j->src, j->src.fd, src_path, j->slots, NSRC, mem);
-	stream_init(&j->ver, j->ver.fd, tmp_path, j->slots + NSRC, NVER, mem + NSRC * SLOT_BYTES);
+	stream_init(&j->src, j->src.fd, src_path, j->slots, nsrc, mem, stride);
+	stream_init(&j->ver, j->ver.fd, tmp_path, j->slots + nsrc, nver, mem + nsrc * stride, stride);
 	/* about 32 syncs per file: a short tail to re-read after the last
 	 * one, and few journal commits */
 	j->seg = round_up(size / 32, CHUNK);
@@ -249,7 +269,7 @@ int fetch_copy_verify(const char *src_path, uint64_t size, const char *tmp_path,
 	clock_gettime(CLOCK_MONOTONIC, &j->last);
 	eng_init(&j->eng);
 	if (size >= FIXED_MIN)
-		eng_fixed(&j->eng, mem, (NSRC + NVER) * SLOT_BYTES);
+		eng_fixed(&j->eng, mem, (nsrc + nver) * stride);
 	if (getenv("WFS_FETCH_PROFILE") && (j->prof = calloc(1, sizeof(*j->prof)))) {
 		j->hs.prof = 1;
 		j->prof->t0 = mono_ns();
@@ -285,6 +305,8 @@ int fetch_hash_file(const char *path, char xxh_hex[33], struct fetch_progress *p
 	struct stat st;
 	struct job *j;
 	unsigned char *mem = NULL;
+	unsigned nver;
+	size_t stride;
 	int fd, err;
 
 	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
@@ -301,8 +323,10 @@ int fetch_hash_file(const char *path, char xxh_hex[33], struct fetch_progress *p
 		return -ENOMEM;
 	}
 	j->ver.fd = fd;
+	nver = slots_for(j->size, NVER);
+	stride = slot_bytes(j->size);
 	if (content_hash_init(&j->vh, NULL, j->size) < 0 ||
-	    posix_memalign((void **)&mem, ALIGN, NVER * SLOT_BYTES) != 0) {
+	    posix_memalign((void **)&mem, ALIGN, nver * stride) != 0) {
 		mem = NULL;
 		job_free(j, mem);
 		return -ENOMEM;
@@ -310,11 +334,11 @@ int fetch_hash_file(const char *path, char xxh_hex[33], struct fetch_progress *p
 	j->ver.direct = try_direct(fd);
 	if (!j->ver.direct)
 		posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-	stream_init(&j->ver, fd, path, j->slots, NVER, mem);
+	stream_init(&j->ver, fd, path, j->slots, nver, mem, stride);
 	j->ver.limit = j->size;
 	eng_init(&j->eng);
 	if (j->size >= FIXED_MIN)
-		eng_fixed(&j->eng, mem, NVER * SLOT_BYTES);
+		eng_fixed(&j->eng, mem, nver * stride);
 	job_run(j);
 	err = j->err;
 	if (!err)

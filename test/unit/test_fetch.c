@@ -342,6 +342,19 @@ static void test_failures(struct check_count *c)
 	atomic_store(&prog.cancel, 1);
 	copy_fails(c, src, n, NULL, 0, &prog, -ECANCELED, "cancelled before start");
 	copy_fails(c, src, n + 1, NULL, 0, NULL, -ESTALE, "size differs");
+	/* a source one byte longer than said, at the sizes where a copy's
+	 * slots are cut to the file (one short chunk) */
+	{
+		static const size_t small[] = { 0, 1, 4095, 4096, (1 << 20) - 1, 1 << 20 };
+		char longer[PATH_MAX];
+
+		path_of(longer, "longer");
+		for (size_t i = 0; i < sizeof(small) / sizeof(small[0]); i++) {
+			check_write_file(longer, buf, small[i] + 1);
+			copy_fails(c, longer, small[i], NULL, 0, NULL, -ESTALE, "source a byte longer");
+		}
+		unlink(longer);
+	}
 	path_of(tmp, "no-such-source");
 	copy_fails(c, tmp, n, NULL, 0, NULL, -ENOENT, "missing source");
 	copy_fails(c, top, 4096, NULL, 0, NULL, -EINVAL, "directory source");
@@ -462,7 +475,7 @@ static void test_reread(struct check_count *c)
 static void run_copies(struct check_count *c)
 {
 	static const size_t sizes[] = {
-		0, 1, 4095, 4096, 4097, (1 << 20) + 1, (9 << 20) + 123,
+		0, 1, 4095, 4096, 4097, (1 << 20) - 1, 1 << 20, (1 << 20) + 1, (9 << 20) + 123,
 	};
 	char shm[] = "/dev/shm/wfs-test-fetch-XXXXXX";
 

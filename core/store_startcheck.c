@@ -272,8 +272,16 @@ static void check_sources(struct store *s, struct blob *const *v, size_t n, sign
 			      "looked at now (no thread); they are checked at their first open", n);
 		return;
 	}
-	pthread_detach(t);
 	done = job_wait(j, timeout_ms, &stuck);
+	/* A thread that finished is joined: it may not have returned yet, and
+	 * fuse_daemonize() forks after us (a fork with a second thread alive
+	 * copies only ours: the job's last reference is then never dropped in
+	 * the daemon, and ThreadSanitizer kills it).  One stuck in a hung NAS
+	 * is left to it. */
+	if (stuck)
+		pthread_detach(t);
+	else
+		pthread_join(t, NULL);
 	job_report(s, j, done, drop);
 	if (stuck == 1) {
 		char why[PATH_MAX + 96];

@@ -6,6 +6,7 @@ readers busy; and without the kernel's consent (enable_uring off) the mount
 serves as before, through /dev/fuse."""
 
 import errno
+import fcntl
 import hashlib
 import os
 import random
@@ -32,10 +33,18 @@ def set_enable(value):
 def enable_uring():
     """Let the kernel offer FUSE over io_uring to the mounts made from now
     on (it reads the parameter at each mount's INIT); returns the value to
-    put back with restore_uring().  Skips (fails under CI) without it."""
+    put back with restore_uring().  Skips (fails under CI) without it.
+
+    The parameter is the machine's: this test turns it off for a while,
+    and test_uringfault's mounts need it on.  Whoever calls this holds a
+    lock on it until the process ends, so the two never run at once."""
     wfstest.require_mount_capability()
     if not os.path.exists(ENABLE):
         wfstest.skip_or_fail("this kernel has no FUSE over io_uring (%s missing)" % ENABLE)
+    if "lock" not in SAVED:
+        fd = os.open("/run/wfs-test-enable_uring.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        SAVED["lock"] = fd
     with open(ENABLE) as f:
         saved = f.read().strip()
     set_enable("1")

@@ -197,7 +197,7 @@ class WfsOnFaultNAS(unittest.TestCase):
         return nas
 
     def wait_nas(self, want, timeout):
-        return faultnas.wait_nas_state(self, self.nas, want, timeout)
+        return faultnas.wait_nas_state(self, self.sock, want, timeout)
 
     def debug_state(self):
         """The daemon's log lines about the NAS and the record, and the

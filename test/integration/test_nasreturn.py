@@ -89,9 +89,9 @@ class HeldAcrossVanish(unittest.TestCase):
         self.addCleanup(os.close, fd)
         self.assertEqual(os.pread(fd, 4096, len(want) // 2), want[len(want) // 2:][:4096])
         NAS.vanish()
-        faultnas.wait_nas_state(self, self.nas, "down", DOWN_WAIT)
+        faultnas.wait_nas_state(self, self.sock, "down", DOWN_WAIT)
         NAS.restore()
-        up = faultnas.wait_nas_state(self, self.nas, "up", UP_WAIT)
+        up = faultnas.wait_nas_state(self, self.sock, "up", UP_WAIT)
         wfstest.drop_pages(path)  # each read below reaches the daemon
         # first the page a partial file's local range (5000:3000) lies in: the
         # kernel's retry of a failed read, page by page, meets it first

@@ -183,7 +183,7 @@ class PartOnFaultNAS(unittest.TestCase):
         return ctl_json(self, ["--socket", self.sock, "status"], timeout=30)
 
     def wait_nas(self, want, timeout):
-        return faultnas.wait_nas_state(self, lambda: self.status()["nas"], want, timeout)
+        return faultnas.wait_nas_state(self, self.sock, want, timeout)
 
     def part(self):
         """The blob's "part" object (progress request): what is local."""

@@ -25,7 +25,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import faultnas  # noqa: E402
 import wfstest  # noqa: E402
-from wfstest import ctl_json, errname  # noqa: E402
+from wfstest import ctl_json, errname, run_wfsctl  # noqa: E402
 
 FIX = wfstest.HubFixture(options=(), scale_mib=4, many=0, mount=False)
 NAS = None
@@ -89,6 +89,8 @@ class HeldAcrossVanish(unittest.TestCase):
         self.addCleanup(os.close, fd)
         self.assertEqual(os.pread(fd, 4096, len(want) // 2), want[len(want) // 2:][:4096])
         NAS.vanish()
+        # nothing else asks the NAS now: a status walks it and meets it gone
+        run_wfsctl(["--socket", self.sock, "status"], timeout=30)
         faultnas.wait_nas_state(self, self.sock, "down", DOWN_WAIT)
         NAS.restore()
         up = faultnas.wait_nas_state(self, self.sock, "up", UP_WAIT)

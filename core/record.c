@@ -179,12 +179,18 @@ static enum side side_revision(const char *rel, char *out, size_t sz)
 	return n > 0 && (size_t)n < sz ? k : SIDE_NONE;
 }
 
+/* The most bytes a kept file of side @k keeps: the loader and the
+ * builder both ask here, so the two never disagree. */
+static size_t side_data_max(enum side k)
+{
+	return k == SIDE_TREE ? RECORD_MAX_TREE : RECORD_MAX_DATA;
+}
+
 size_t record_data_max(const char *path)
 {
 	char rev[PATH_MAX];
 
-	return side_revision(path, rev, sizeof(rev)) == SIDE_TREE ? RECORD_MAX_TREE :
-	       RECORD_MAX_DATA;
+	return side_data_max(side_revision(path, rev, sizeof(rev)));
 }
 
 static int is_local(struct store *s, const char *key)
@@ -374,7 +380,7 @@ static int keep_side(struct build *b, struct rnode *n)
 	d = rnode_find(&b->h, rev);
 	if (!d || d->kind != NS_DIR || !d->keep)
 		return 0;
-	r = read_bytes(b, n, k == SIDE_TREE ? RECORD_MAX_TREE : RECORD_MAX_DATA);
+	r = read_bytes(b, n, side_data_max(k));
 	if (r == 2 && k == SIDE_TREE) {
 		snprintf(why, sizeof(why), "a file list over %zu bytes", (size_t)RECORD_MAX_TREE);
 		return note_big(b, n, why);

@@ -37,9 +37,9 @@
 /* room for the over-read that shows a source longer than expected */
 #define SLOT_BYTES (CHUNK + ALIGN)
 #define MAX_OPS (NSRC + NVER + 4)
-/* Files shorter than this take plain buffers: registering the slots (24
- * MiB of pages pinned, ~1-5 ms here) costs more than a few chunks' copy
- * saves, and a hub has many small files (configs, tokenizers). */
+/* Files shorter than this take plain buffers: registering the slots (a
+ * chunk's pages pinned per slot, up to 24 MiB, ~1-5 ms here) costs more
+ * than a few chunks' copy saves, and a hub has many small files (configs, tokenizers). */
 #define FIXED_MIN ((uint64_t)8 * CHUNK)
 
 enum { OP_READ = 0, OP_WRITE = 1, OP_SYNC = 2, OP_WAKE = 3 };

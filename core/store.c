@@ -31,6 +31,24 @@ static void deadline_ts(int64_t deadline_ms, struct timespec *ts)
 /* The NAS shows @st for @b's source: new attributes mean a re-check
  * before the next local read (a new size, a demotion).  Returns 1 if they
  * were new. */
+/* A copy of @b's source in flight, whole or a range, was begun under the
+ * attributes just replaced: it can only end unused (store_copy.c,
+ * store_part_copy.c), so it stops now rather than after reading the rest
+ * of the file -- minutes for a large shard.  An evict or a close that
+ * stopped it already keeps its own reason. */
+static void stop_stale_copies_locked(struct blob *b)
+{
+	int go = COPY_GO;
+
+	/* (a re-hash of a loaded copy is COPYING too: its own checks follow,
+	 * the source's sample before it serves) */
+	if (b->state == BLOB_COPYING && !b->reverify)
+		atomic_compare_exchange_strong(&b->prog.cancel, &go, COPY_STOP_SOURCE);
+	go = COPY_GO;
+	if (b->part && b->part->copying)
+		atomic_compare_exchange_strong(&b->part->prog.cancel, &go, COPY_STOP_SOURCE);
+}
+
 static int source_attrs_locked(struct store *s, struct blob *b, const struct stat *st)
 {
 	if (b->size == (uint64_t)st->st_size &&
@@ -53,6 +71,7 @@ static int source_attrs_locked(struct store *s, struct blob *b, const struct sta
 	b->nas_mtime = st->st_mtim;
 	b->nas_ctime = st->st_ctim;
 	b->checked = 0;
+	stop_stale_copies_locked(b);
 	store_dirty_locked(s);
 	return 1;
 }
@@ -238,7 +257,7 @@ static void queue_locked(struct store *s, struct blob *b, int explicit_req)
 	b->hold = HOLD_NONE;
 	b->explicit_req = explicit_req;
 	atomic_store(&b->prog.bytes_done, 0);
-	atomic_store(&b->prog.cancel, 0);
+	atomic_store(&b->prog.cancel, COPY_GO);
 	atomic_store(&b->prog.rate, 0); /* the copy's own, set when it starts */
 	b->want_ns = store_now_ns();
 	if (!explicit_req)
@@ -388,7 +407,7 @@ int store_evict(struct store *s, struct blob *b, int force)
 	} else if (b->state == BLOB_QUEUED || b->state == BLOB_COPYING) {
 		/* The worker removes its temporary file; a copy verified
 		 * before it saw the flag is evicted as it ends (copy_one). */
-		atomic_store(&b->prog.cancel, 1);
+		atomic_store(&b->prog.cancel, COPY_STOP);
 		if (b->state == BLOB_QUEUED) {
 			b->state = BLOB_NAS;
 			store_unqueue_locked(s, b);
@@ -602,9 +621,9 @@ void store_close(struct store *s)
 	s->stop = 1;
 	STORE_EACH(s, b) {
 		if (b->state == BLOB_COPYING)
-			atomic_store(&b->prog.cancel, 1);
+			atomic_store(&b->prog.cancel, COPY_STOP);
 		if (b->part && b->part->copying)
-			atomic_store(&b->part->prog.cancel, 1);
+			atomic_store(&b->part->prog.cancel, COPY_STOP);
 	}
 	pthread_cond_broadcast(&s->cond);
 	pthread_cond_broadcast(&s->part_cond);

@@ -17,7 +17,9 @@
  * the source meanwhile (a reader's stat or open after the NAS rewrote the
  * file, or renamed another over it), the copy may hold the old bytes, or
  * some of each: it is not made LOCAL, and its file leaves data/ (FAILED,
- * "source changed during the copy"; copied again when asked).
+ * "source changed during the copy"; copied again when asked).  The store
+ * stops such a copy as soon as it sees the new attributes (COPY_STOP_SOURCE,
+ * store_int.h): the rest of a large file is not read for nothing.
  */
 #include "store.h"
 #include "store_int.h"
@@ -205,7 +207,9 @@ static void copy_done_locked(struct store *s, struct blob *b, int r, uint64_t si
 			     const struct source_at *at, const struct fetch_result *res,
 			     const char *key, const char *id)
 {
-	int changed = r == 0 && (b->size != size || source_changed_locked(b, at));
+	/* stopped because the source showed new attributes (store.c) */
+	int stopped = r == -ECANCELED && atomic_load(&b->prog.cancel) == COPY_STOP_SOURCE;
+	int changed = stopped || (r == 0 && (b->size != size || source_changed_locked(b, at)));
 
 	if (r == 0 && !changed) {
 		verify_record_locked(s, b, res, 1);
@@ -222,10 +226,10 @@ static void copy_done_locked(struct store *s, struct blob *b, int r, uint64_t si
 		store_log_msg(s, LOG_INFO, "verified %s (%s): local copy %s", key, id, res->xxh);
 		return;
 	}
-	if (changed)
+	if (changed && r == 0)
 		unpublish_locked(s, b, res->xxh);
 	store_reset_hot_locked(s, b);
-	if (r == -ECANCELED) {
+	if (r == -ECANCELED && !stopped) {
 		b->state = BLOB_NAS;
 		snprintf(b->reason, sizeof(b->reason), "copy cancelled");
 		s->cancelled++;
@@ -250,8 +254,14 @@ static void copy_done_locked(struct store *s, struct blob *b, int r, uint64_t si
 			  b->reason);
 	} else {
 		b->state = BLOB_FAILED;
-		if (r == 0 && b->size != size)
-			snprintf(b->reason, sizeof(b->reason), "source size changed during copy");
+		if (changed && b->size != size)
+			snprintf(b->reason, sizeof(b->reason), "source size changed during copy%s",
+				 stopped ? ": the copy was stopped" : "");
+		else if (stopped)
+			snprintf(b->reason, sizeof(b->reason), "source changed during the copy (the "
+				 "NAS shows a new mtime or ctime): the copy was stopped after %llu "
+				 "of %llu bytes", (unsigned long long)atomic_load(&b->prog.bytes_done),
+				 (unsigned long long)size);
 		else if (r == 0)
 			snprintf(b->reason, sizeof(b->reason), "source changed during the copy (the "
 				 "NAS shows a new mtime or ctime): the copy may hold the old bytes "
@@ -260,7 +270,7 @@ static void copy_done_locked(struct store *s, struct blob *b, int r, uint64_t si
 			snprintf(b->reason, sizeof(b->reason), "%s",
 				 res->reason[0] ? res->reason : strerror(-r));
 		s->failed++;
-		s->failed_by[r == 0 || r == -ESTALE ? STORE_FAIL_SOURCE_CHANGED :
+		s->failed_by[changed || r == -ESTALE ? STORE_FAIL_SOURCE_CHANGED :
 			     r == -EIO ? STORE_FAIL_IO : STORE_FAIL_OTHER]++;
 		store_backoff_locked(s, b);
 		if (store_retry_wanted_locked(s, b))
@@ -339,7 +349,7 @@ static int adopt_one(struct store *s, struct blob *b)
 	pthread_mutex_lock(&s->lock);
 	s->auto_running -= auto_copy;
 	if (r == 0 && atomic_load(&b->prog.cancel)) {
-		r = -ECANCELED; /* evicted while hashed: nothing to undo */
+		r = -ECANCELED; /* evicted or stale while hashed: nothing to undo */
 	} else if (r == 0 && !local_copy_of_locked(s, res.xxh)) {
 		store_log_msg(s, LOG_INFO, "promoting %s (%s): no local copy has its bytes (%s) "
 			      "now; copying it", key, id, res.xxh);
@@ -428,7 +438,7 @@ static void copy_one(struct store *s, struct blob *b)
 	 * copy evicted then would (its file kept if another blob shares it,
 	 * its space held while open).  Not when stopping: store_close sets
 	 * the flag too, and a verified copy is kept then. */
-	if (b->state == BLOB_LOCAL && atomic_load(&b->prog.cancel) && !s->stop) {
+	if (b->state == BLOB_LOCAL && atomic_load(&b->prog.cancel) == COPY_STOP && !s->stop) {
 		store_demote_locked(s, b, "evicted as its copy ended", 0);
 		return;
 	}

@@ -113,6 +113,13 @@ struct source_at {
 };
 void source_at_locked(const struct blob *b, struct source_at *at);
 int source_changed_locked(const struct blob *b, const struct source_at *at);
+/* Why a copy's prog.cancel was set: how the copy ends depends on it.  A
+ * copy whose source shows new attributes can only end unused, so it is
+ * stopped at once (COPY_STOP_SOURCE, store.c) and ends as one that found
+ * the source changed at its end would: FAILED, "source changed".  The other
+ * reasons (wfsctl evict, the store closing) set COPY_STOP, which wins over
+ * it: the copy ends "cancelled", on the NAS. */
+enum copy_stop { COPY_GO = 0, COPY_STOP = 1, COPY_STOP_SOURCE = 2 };
 /* A copy just verified (fetch_copy_verify, or a partial file hashed whole)
  * and renamed into data/: record what proves it (its hashes; its identity,
  * taken now).  @checked: its sample is the source's identity as the store

@@ -99,7 +99,7 @@ static void part_clear_locked(struct store *s, struct blob *b, const char *why)
 	struct blob_part *p = b->part;
 
 	if (p->copying)
-		atomic_store(&p->prog.cancel, 1);
+		atomic_store(&p->prog.cancel, COPY_STOP);
 	p->n = p->nwant = 0;
 	p->bytes = p->want_total = p->want_done = 0;
 	p->inflight = (struct brange){ 0, 0 }; /* its copy is no one's now (gen moves on) */

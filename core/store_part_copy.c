@@ -58,23 +58,34 @@ static void copied_locked(struct store *s, struct blob *b, struct brange w, int 
 			  struct fetch_result *res, const struct stat *st)
 {
 	struct blob_part *p = b->part;
+	/* stopped because the source showed new attributes (store.c) */
+	int stopped = r == -ECANCELED && atomic_load(&p->prog.cancel) == COPY_STOP_SOURCE;
 
 	if (r == 0 && p->n && strcmp(res->sample, b->sample)) {
 		part_drop_locked(s, b, "source changed (sampled hash differs from its other "
 				 "ranges')");
 		return;
 	}
-	if (r == 0 && changed) {
+	if ((r == 0 || stopped) && changed) {
 		/* The range (and the sample with it) may be the old file's, or
-		 * some of each: never listed.  The ranges listed before are
+		 * some of each (or the store stopped it as it saw the new
+		 * attributes, store.c): never listed.  The ranges listed before are
 		 * checked against the source before they serve an open (the
 		 * new attributes left it unchecked). */
 		char path[PATH_MAX + 64];
 		int fd;
 
 		r = -ESTALE;
-		snprintf(res->reason, sizeof(res->reason), "source changed during the copy (the NAS "
-			 "shows a new mtime or ctime): the range may hold the old bytes");
+		if (stopped)
+			snprintf(res->reason, sizeof(res->reason), "source changed during the copy "
+				 "(the NAS shows a new mtime or ctime): the copy of the range was "
+				 "stopped after %llu of %llu bytes",
+				 (unsigned long long)atomic_load(&p->prog.bytes_done),
+				 (unsigned long long)w.len);
+		else
+			snprintf(res->reason, sizeof(res->reason), "source changed during the copy "
+				 "(the NAS shows a new mtime or ctime): the range may hold the old "
+				 "bytes");
 		part_path_locked(s, b, path, sizeof(path));
 		if ((fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW)) >= 0) {
 			punch(fd, w.off, w.len);
@@ -172,7 +183,7 @@ static void copy_want(struct store *s, struct blob *b)
 	part_retired_locked(s, b); /* a name of a copy since gone: never written */
 	p->copying = 1;
 	p->inflight = w;
-	atomic_store(&p->prog.cancel, 0);
+	atomic_store(&p->prog.cancel, COPY_GO);
 	atomic_store(&p->prog.bytes_done, 0);
 	pthread_mutex_unlock(&s->lock);
 

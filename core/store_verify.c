@@ -157,7 +157,7 @@ int verify_loaded_locked(struct store *s, struct blob *b)
 	s->reserved += b->reserved;
 	b->tmp = strdup(local);
 	atomic_store(&b->prog.bytes_done, 0);
-	atomic_store(&b->prog.cancel, 0);
+	atomic_store(&b->prog.cancel, COPY_GO);
 	store_log_msg(s, b->copy.ino ? LOG_WARNING : LOG_INFO,
 		      "start-up: local copy %s of %s (%s) is re-hashed before it serves: %s; "
 		      "served from the NAS meanwhile", local, b->key, b->id,

@@ -501,50 +501,6 @@ static void test_publish_syncs(struct check_count *c)
 	store_close(&s);
 }
 
-/* wfsctl evict --force of a pinned blob whose copy is running or queued:
- * unpinned, the copy cancelled, on the NAS -- what "evicted" said. */
-static void test_evict_in_flight(struct check_count *c)
-{
-	enum { N = 2 << 20 };
-	struct store_opts opt = { .workers = 1 };
-	struct store s;
-	struct blob *b, *q;
-	char local[PATH_MAX * 2], dir[PATH_MAX * 2 + 8], *buf = pattern(N, 5);
-	int64_t end;
-
-	snprintf(local, sizeof(local), "%s/elocal", top);
-	mkdir(local, 0755);
-	put("nas/ev", buf, N);
-	put("nas/eq", buf + 1, N - 1);
-	free(buf);
-	CHECK(c, store_open(&s, local, &opt, NULL) == 0 && store_start(&s) == 0, "open");
-	store_set_bw_limit(&s, 2 * N); /* a half each (worker, range worker): ~1 s a copy */
-	b = blob_of(&s, "nas/ev", "ev");
-	q = blob_of(&s, "nas/eq", "eq");
-	store_promote(&s, b, 1, 1);
-	store_promote(&s, q, 1, 1); /* one worker: queued behind b */
-	end = store_now_ms() + 10000;
-	while (!(blob_state(b) == BLOB_COPYING && info(&s, b)->bytes_done > 0) &&
-	       store_now_ms() < end)
-		usleep(2000);
-	CHECK(c, blob_state(b) == BLOB_COPYING && blob_state(q) == BLOB_QUEUED,
-	      "b copying, q queued: %s, %s", blob_state_name(blob_state(b)),
-	      blob_state_name(blob_state(q)));
-	CHECK(c, store_evict(&s, q, 0) == -EBUSY && info(&s, q)->pinned,
-	      "pinned: not without --force");
-	CHECK(c, store_evict(&s, b, 1) == 1 && store_evict(&s, q, 1) == 1, "evicted");
-	CHECK(c, !info(&s, b)->pinned && !info(&s, q)->pinned, "both unpinned at once");
-	CHECK(c, wait_settled(&s, b) == BLOB_NAS && wait_settled(&s, q) == BLOB_NAS,
-	      "both on the NAS: %s, %s", blob_state_name(blob_state(b)),
-	      blob_state_name(blob_state(q)));
-	CHECK(c, !strcmp(info(&s, b)->reason, "copy cancelled"), "b: %s", info(&s, b)->reason);
-	snprintf(dir, sizeof(dir), "%s/data", local);
-	CHECK(c, count_files(dir) == 0, "no copy in data/: %d", count_files(dir));
-	snprintf(dir, sizeof(dir), "%s/tmp", local);
-	CHECK(c, count_files(dir) == 0, "no temporary file: %d", count_files(dir));
-	store_close(&s);
-}
-
 /* A mismatch is in the index once found: its request's store_sync ran
  * while the copy was still going, and killed before any other change, a
  * restart would forget it (and copy the blob again). */
@@ -787,7 +743,6 @@ int main(void)
 	test_gate(&c);
 	test_local_error(&c);
 	test_index_faults(&c);
-	test_evict_in_flight(&c);
 	test_mismatch_recorded(&c);
 	test_publish_syncs(&c);
 	test_evict_shared_unproven(&c);

@@ -1,0 +1,220 @@
+/* test_inflight.c - a copy in flight, without mounting: evicted (both the
+ * copy and the one queued behind it go, nothing left in data/ or tmp/), or
+ * its source replaced on the NAS (store_int.h, COPY_STOP_SOURCE): the copy,
+ * whole or of a range, stops as soon as the store sees the new attributes,
+ * never serves, says how far it got, and a copy asked for again holds the
+ * new bytes.  The copies are throttled, so each would take seconds to end
+ * on its own; what the test checks is how many bytes each read. */
+#include "check_store.h"
+#include "store.h"
+#include "store_int.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define MiB ((size_t)1 << 20)
+
+static char top[PATH_MAX];
+static struct check_count c;
+
+/* What the store says of @b now (a copy: valid until the next call). */
+static const struct blob_info *info(struct store *s, struct blob *b)
+{
+	static struct blob_info in;
+
+	blob_info(s, b, &in);
+	return &in;
+}
+
+/* Wait (10 s at most) until @b's whole copy has read some bytes. */
+static int copy_under_way(struct store *s, struct blob *b)
+{
+	int64_t end = store_now_ms() + 10000;
+
+	while (!(blob_state(b) == BLOB_COPYING && info(s, b)->bytes_done > 0) &&
+	       store_now_ms() < end)
+		usleep(2000);
+	return blob_state(b) == BLOB_COPYING;
+}
+
+/* The NAS file @rel replaced as a tool does it (a new file renamed over
+ * it: new inode, mtime and ctime), with @n bytes of @seed's pattern; the
+ * store told of its new attributes, as a reader's stat or open tells it. */
+static void replace_source(struct store *s, struct blob *b, const char *rel, size_t n,
+			   unsigned seed)
+{
+	char tmp[PATH_MAX], from[PATH_MAX * 2], to[PATH_MAX * 2];
+	struct stat st;
+
+	snprintf(tmp, sizeof(tmp), "%s.new", rel);
+	check_put_pattern(top, tmp, n, seed);
+	check_path(from, sizeof(from), top, tmp);
+	check_path(to, sizeof(to), top, rel);
+	if (rename(from, to) < 0 || stat(to, &st) < 0) {
+		perror(to);
+		exit(2);
+	}
+	store_source_attrs(s, b, &st);
+}
+
+/* The file @path holds @n bytes of @seed's pattern (check_put_pattern). */
+static int holds_pattern(const char *path, size_t n, unsigned seed)
+{
+	unsigned char *got = malloc(n + 1);
+	FILE *f = fopen(path, "rb");
+	int same = got && f && fread(got, 1, n + 1, f) == n;
+
+	for (size_t i = 0; same && i < n; i++)
+		same = got[i] == (unsigned char)(seed * 131 + i * 7 + i / 4093);
+	if (f)
+		fclose(f);
+	free(got);
+	return same;
+}
+
+/* wfsctl evict --force of a pinned blob whose copy is running or queued:
+ * unpinned, the copy cancelled, on the NAS -- what "evicted" said. */
+static void test_evict_in_flight(void)
+{
+	struct store_opts opt = { .workers = 1 };
+	struct store s;
+	struct blob *b, *q;
+	char local[PATH_MAX * 2], dir[PATH_MAX * 3];
+
+	check_mkdirs(top, "nas");
+	check_put_pattern(top, "nas/ev", 2 * MiB, 5);
+	check_put_pattern(top, "nas/eq", 2 * MiB - 1, 6);
+	check_store_dir(top, "elocal", local, sizeof(local));
+	CHECK(&c, store_open(&s, local, &opt, NULL) == 0 && store_start(&s) == 0, "open");
+	store_set_bw_limit(&s, 4 * MiB); /* a half each (worker, range worker): ~1 s a copy */
+	b = check_blob(&s, top, "nas/ev", "ev", 1);
+	q = check_blob(&s, top, "nas/eq", "eq", 1);
+	store_promote(&s, b, 1, 1);
+	store_promote(&s, q, 1, 1); /* one worker: queued behind b */
+	CHECK(&c, copy_under_way(&s, b) && blob_state(q) == BLOB_QUEUED,
+	      "b copying, q queued: %s, %s", blob_state_name(blob_state(b)),
+	      blob_state_name(blob_state(q)));
+	CHECK(&c, store_evict(&s, q, 0) == -EBUSY && info(&s, q)->pinned,
+	      "pinned: not without --force");
+	CHECK(&c, store_evict(&s, b, 1) == 1 && store_evict(&s, q, 1) == 1, "evicted");
+	CHECK(&c, !info(&s, b)->pinned && !info(&s, q)->pinned, "both unpinned at once");
+	CHECK(&c, store_wait_settled(&s, b, 30000) == BLOB_NAS &&
+	      store_wait_settled(&s, q, 30000) == BLOB_NAS, "both on the NAS: %s, %s",
+	      blob_state_name(blob_state(b)), blob_state_name(blob_state(q)));
+	CHECK(&c, !strcmp(info(&s, b)->reason, "copy cancelled"), "b: %s", info(&s, b)->reason);
+	snprintf(dir, sizeof(dir), "%s/data", local);
+	CHECK(&c, check_count_files(dir) == 0, "no copy in data/: %d", check_count_files(dir));
+	snprintf(dir, sizeof(dir), "%s/tmp", local);
+	CHECK(&c, check_count_files(dir) == 0, "no temporary file: %d", check_count_files(dir));
+	store_close(&s);
+}
+
+/* A source replaced while its whole copy runs: the copy stops there. */
+static void test_whole_copy_of_a_replaced_source(void)
+{
+	enum { N = 8 << 20 };
+	struct store_opts opt = { .workers = 1 };
+	struct store s;
+	struct blob *b;
+	char local[PATH_MAX * 2], dir[PATH_MAX * 3];
+	unsigned long long done = 0, of = 0;
+	const char *why;
+
+	check_put_pattern(top, "nas/whole", N, 7);
+	check_store_dir(top, "wlocal", local, sizeof(local));
+	CHECK(&c, store_open(&s, local, &opt, NULL) == 0 && store_start(&s) == 0, "open");
+	store_set_bw_limit(&s, 2 * MiB); /* 1 MiB/s for the worker: 8 s to the end */
+	b = check_blob(&s, top, "nas/whole", "whole", 1);
+	store_promote(&s, b, 0, 1);
+	CHECK(&c, copy_under_way(&s, b), "the copy is under way: %s",
+	      blob_state_name(blob_state(b)));
+	replace_source(&s, b, "nas/whole", N, 8);
+	CHECK(&c, store_wait_settled(&s, b, 30000) == BLOB_FAILED, "the copy ends FAILED: %s",
+	      blob_state_name(blob_state(b)));
+	why = info(&s, b)->reason;
+	CHECK(&c, strstr(why, "source changed during the copy") &&
+	      sscanf(strstr(why, "stopped after") ? strstr(why, "stopped after") : "",
+		     "stopped after %llu of %llu bytes", &done, &of) == 2,
+	      "the reason says the source changed and where the copy stopped: %s", why);
+	CHECK(&c, of == N && done < N / 2, "stopped at once: %llu of %llu bytes read", done, of);
+	CHECK(&c, s.failed_by[STORE_FAIL_SOURCE_CHANGED] == 1 && s.cancelled == 0,
+	      "counted as a source change (%llu), not as a cancel (%llu)",
+	      (unsigned long long)s.failed_by[STORE_FAIL_SOURCE_CHANGED],
+	      (unsigned long long)s.cancelled);
+	snprintf(dir, sizeof(dir), "%s/data", local);
+	CHECK(&c, check_count_files(dir) == 0, "no copy in data/: %d", check_count_files(dir));
+	snprintf(dir, sizeof(dir), "%s/tmp", local);
+	CHECK(&c, check_count_files(dir) == 0, "no temporary file: %d", check_count_files(dir));
+
+	/* asked again: a copy of what the NAS holds now */
+	store_set_bw_limit(&s, 0);
+	store_promote(&s, b, 0, 1);
+	CHECK(&c, store_wait_settled(&s, b, 30000) == BLOB_LOCAL, "copied again: %s (%s)",
+	      blob_state_name(blob_state(b)), info(&s, b)->reason);
+	snprintf(dir, sizeof(dir), "%s/data/%.2s/%s", local, info(&s, b)->xxh, info(&s, b)->xxh);
+	CHECK(&c, holds_pattern(dir, N, 8), "the copy %s holds the new bytes", dir);
+	store_close(&s);
+}
+
+/* A source replaced while a range of it is copied: the range copy stops,
+ * is never listed, and the range is copied from the new file when asked
+ * again. */
+static void test_range_copy_of_a_replaced_source(void)
+{
+	enum { N = 8 << 20, LEN = 6 << 20 };
+	struct store_opts opt = { .workers = 1 };
+	struct store s;
+	struct blob *b;
+	char local[PATH_MAX * 2];
+	unsigned long long done = 0, of = 0;
+	const char *why;
+	int64_t end;
+
+	check_put_pattern(top, "nas/range", N, 9);
+	check_store_dir(top, "rlocal", local, sizeof(local));
+	CHECK(&c, store_open(&s, local, &opt, NULL) == 0 && store_start(&s) == 0, "open");
+	store_set_bw_limit(&s, 2 * MiB);
+	b = check_blob(&s, top, "nas/range", "range", 1);
+	CHECK(&c, store_part_request(&s, b, &(struct brange){ 0, LEN }, 1, 1) == LEN,
+	      "the range is asked for");
+	/* (part_copying is set with the attributes the copy vouches for) */
+	end = store_now_ms() + 10000;
+	while (!info(&s, b)->part_copying && store_now_ms() < end)
+		usleep(2000);
+	CHECK(&c, info(&s, b)->part_copying, "the range copy is under way");
+	replace_source(&s, b, "nas/range", N, 10);
+	CHECK(&c, wait_parts(&s, b), "the range copy ends");
+	why = info(&s, b)->part_reason;
+	CHECK(&c, strstr(why, "source changed during the copy") &&
+	      sscanf(strstr(why, "stopped after") ? strstr(why, "stopped after") : "",
+		     "stopped after %llu of %llu bytes", &done, &of) == 2,
+	      "the reason says the source changed and where the copy stopped: %s", why);
+	CHECK(&c, of == LEN && done < LEN / 2, "stopped at once: %llu of %llu bytes read", done,
+	      of);
+	CHECK(&c, info(&s, b)->part_n == 0 && info(&s, b)->part_bytes == 0,
+	      "no range listed: %zu ranges, %llu bytes", info(&s, b)->part_n,
+	      (unsigned long long)info(&s, b)->part_bytes);
+
+	store_set_bw_limit(&s, 0);
+	CHECK(&c, store_part_request(&s, b, &(struct brange){ 0, LEN }, 1, 1) == LEN,
+	      "asked again");
+	CHECK(&c, wait_parts(&s, b) && info(&s, b)->part_bytes == LEN,
+	      "copied again: %llu bytes local (%s)", (unsigned long long)info(&s, b)->part_bytes,
+	      info(&s, b)->part_reason);
+	store_close(&s);
+}
+
+int main(void)
+{
+	snprintf(top, sizeof(top), "/var/tmp/wfs-inflight-XXXXXX");
+	check_tmpdir(top);
+	check_mkdirs(top, "nas");
+	test_evict_in_flight();
+	test_whole_copy_of_a_replaced_source();
+	test_range_copy_of_a_replaced_source();
+	check_rmtree(top);
+	printf("inflight: %d passed, %d failed\n", c.passed, c.failed);
+	return c.failed ? 1 : 0;
+}

@@ -265,6 +265,15 @@ static void queue_locked(struct store *s, struct blob *b, int explicit_req)
 	store_enqueue_locked(s, b);
 }
 
+void store_free_auto_slot_locked(struct store *s, struct blob *b)
+{
+	if (!b->auto_slot)
+		return;
+	b->auto_slot = 0;
+	s->auto_running--;
+	pthread_cond_broadcast(&s->cond);
+}
+
 static int request_locked(struct store *s, struct blob *b, enum store_who who, int now)
 {
 	int explicit_req = who != STORE_BY_AUTO;
@@ -297,6 +306,7 @@ static int request_locked(struct store *s, struct blob *b, enum store_who who, i
 		uint64_t rate = store_copy_rate(s, 0);
 
 		b->explicit_req = 1;
+		store_free_auto_slot_locked(s, b);
 		atomic_store(&b->prog.rate, rate ? rate : FETCH_RATE_NONE);
 		store_log_msg(s, LOG_INFO, "promotion of %s asked for now: its automatic copy goes "
 			      "on at the explicit rate", b->key);

@@ -207,6 +207,7 @@ struct blob {
 	_Atomic unsigned copy_gen;
 	int pinned;                 /* LOCK: enum store_pin_why mask (0: not pinned) */
 	int explicit_req;           /* LOCK */
+	int auto_slot;              /* LOCK: its copy in flight holds one of auto_max's slots */
 	int in_queue;               /* LOCK: linked in the queue (maybe no longer QUEUED) */
 	int checked;                /* LOCK: source sample re-checked since start-up */
 	char xxh[33];               /* LOCK: content hash of the local copy */

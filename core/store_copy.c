@@ -82,6 +82,13 @@ void store_enqueue_locked(struct store *s, struct blob *b)
 	pthread_cond_broadcast(&s->cond);
 }
 
+/* (its end, or an explicit request, frees it: store_free_auto_slot_locked) */
+static void take_auto_slot_locked(struct store *s, struct blob *b, int auto_copy)
+{
+	b->auto_slot = auto_copy;
+	s->auto_running += auto_copy;
+}
+
 /* The next copy to make: explicit requests first; an automatic one only
  * while fewer than auto_max automatic copies run, so one worker is always
  * free for what an operator asks. */
@@ -328,7 +335,7 @@ static int adopt_one(struct store *s, struct blob *b)
 	snprintf(id, sizeof(id), "%s", b->id);
 	source_at_locked(b, &at); /* what the hash below vouches for */
 	b->state = BLOB_COPYING;
-	s->auto_running += auto_copy;
+	take_auto_slot_locked(s, b, auto_copy);
 	s->started++;
 	rate = store_copy_rate(s, auto_copy);
 	pthread_mutex_unlock(&s->lock);
@@ -347,7 +354,7 @@ static int adopt_one(struct store *s, struct blob *b)
 	}
 
 	pthread_mutex_lock(&s->lock);
-	s->auto_running -= auto_copy;
+	store_free_auto_slot_locked(s, b);
 	if (r == 0 && atomic_load(&b->prog.cancel)) {
 		r = -ECANCELED; /* evicted or stale while hashed: nothing to undo */
 	} else if (r == 0 && !local_copy_of_locked(s, res.xxh)) {
@@ -396,7 +403,7 @@ static void copy_one(struct store *s, struct blob *b)
 		 (unsigned long long)++s->tmp_serial, (int)getpid());
 	b->tmp = strdup(tmp);
 	b->state = BLOB_COPYING;
-	s->auto_running += auto_copy;
+	take_auto_slot_locked(s, b, auto_copy);
 	s->started++;
 	rate = store_copy_rate(s, auto_copy);
 	pthread_mutex_unlock(&s->lock);
@@ -431,7 +438,7 @@ static void copy_one(struct store *s, struct blob *b)
 	space_release_locked(s, b);
 	free(b->tmp);
 	b->tmp = NULL;
-	s->auto_running -= auto_copy;
+	store_free_auto_slot_locked(s, b);
 	copy_done_locked(s, b, r, size, &at, &res, key, id);
 	/* wfsctl evict came after the copy last looked at the cancel flag:
 	 * the operator was told it went to the NAS, so it goes, as a local

@@ -113,6 +113,11 @@ struct source_at {
 };
 void source_at_locked(const struct blob *b, struct source_at *at);
 int source_changed_locked(const struct blob *b, const struct source_at *at);
+/* An automatic copy holds one of auto_max's slots while it runs
+ * (b->auto_slot), until it ends or is asked for explicitly: from then on
+ * it is an explicit copy, and another automatic one may start (the
+ * workers are told).  No-op when @b holds none. */
+void store_free_auto_slot_locked(struct store *s, struct blob *b);
 /* Why a copy's prog.cancel was set: how the copy ends depends on it.  A
  * copy whose source shows new attributes can only end unused, so it is
  * stopped at once (COPY_STOP_SOURCE, store.c) and ends as one that found

@@ -3,9 +3,12 @@
  * its source replaced on the NAS (store_int.h, COPY_STOP_SOURCE): the copy,
  * whole or of a range, stops as soon as the store sees the new attributes,
  * never serves, says how far it got, and a copy asked for again holds the
- * new bytes.  The copies are throttled, so each would take seconds to end
- * on its own; what the test checks is how many bytes each read. */
+ * new bytes; or asked for explicitly while it runs as an automatic copy
+ * (its automatic slot freed at once).  The copies are throttled, so each
+ * would take seconds to end on its own; what the test checks is how many
+ * bytes each read, or what ran meanwhile. */
 #include "check_store.h"
+#include "policy.h"
 #include "store.h"
 #include "store_int.h"
 
@@ -206,6 +209,53 @@ static void test_range_copy_of_a_replaced_source(void)
 	store_close(&s);
 }
 
+/* An automatic copy asked for explicitly while it runs is an explicit copy
+ * from then on: the automatic slot it held is free for the next automatic
+ * copy at once, not when it ends. */
+static void test_raised_copy_frees_its_auto_slot(void)
+{
+	struct policy_opts pol;
+	struct store_opts opt = { .workers = 2, .policy = &pol }; /* one automatic slot */
+	struct store s;
+	struct blob *a, *b;
+	char local[PATH_MAX * 2];
+	int64_t end;
+
+	policy_opts_init(&pol);
+	pol.auto_bw = 256000; /* auto_mbps=0.256 */
+	pol.min_free_pct = 0;
+	check_put_pattern(top, "nas/auto-a", 8 * MiB, 11);
+	check_put_pattern(top, "nas/auto-b", 64 * 1024, 12);
+	check_store_dir(top, "alocal", local, sizeof(local));
+	CHECK(&c, store_open(&s, local, &opt, NULL) == 0 && store_start(&s) == 0, "open");
+	store_set_bw_limit(&s, 2 * MiB); /* an explicit copy's share: ~0.7 MB/s */
+	a = check_blob(&s, top, "nas/auto-a", NULL, 1);
+	b = check_blob(&s, top, "nas/auto-b", NULL, 1);
+	store_promote(&s, a, 0, 0);
+	CHECK(&c, copy_under_way(&s, a), "a's automatic copy is under way: %s",
+	      blob_state_name(blob_state(a)));
+	store_promote(&s, b, 0, 0);
+	CHECK(&c, blob_state(b) == BLOB_QUEUED, "b waits for the automatic slot a holds: %s",
+	      blob_state_name(blob_state(b)));
+	store_promote(&s, a, 0, 1);
+	end = store_now_ms() + 5000;
+	while (blob_state(b) == BLOB_QUEUED && store_now_ms() < end)
+		usleep(2000);
+	CHECK(&c, blob_state(b) != BLOB_QUEUED && blob_state(a) == BLOB_COPYING,
+	      "a asked for explicitly: b's automatic copy starts while a's goes on (b %s, a %s, "
+	      "%llu of %zu bytes)", blob_state_name(blob_state(b)),
+	      blob_state_name(blob_state(a)), (unsigned long long)info(&s, a)->bytes_done,
+	      8 * MiB);
+	CHECK(&c, store_wait_settled(&s, b, 30000) == BLOB_LOCAL, "b local: %s",
+	      blob_state_name(blob_state(b)));
+	CHECK(&c, s.started == 2, "a copy each: %llu started", (unsigned long long)s.started);
+	/* a would take seconds more at its rate */
+	CHECK(&c, store_evict(&s, a, 1) == 1 && store_wait_settled(&s, a, 30000) == BLOB_NAS,
+	      "a evicted mid-copy: %s", blob_state_name(blob_state(a)));
+	store_close(&s);
+	policy_opts_free(&pol);
+}
+
 int main(void)
 {
 	snprintf(top, sizeof(top), "/var/tmp/wfs-inflight-XXXXXX");
@@ -214,6 +264,7 @@ int main(void)
 	test_evict_in_flight();
 	test_whole_copy_of_a_replaced_source();
 	test_range_copy_of_a_replaced_source();
+	test_raised_copy_frees_its_auto_slot();
 	check_rmtree(top);
 	printf("inflight: %d passed, %d failed\n", c.passed, c.failed);
 	return c.failed ? 1 : 0;

@@ -349,6 +349,7 @@ static void *auto_thread(void *arg)
 	struct name_cache nc = { .map = NULL };
 	struct deferred later = { 0 };
 
+	pthread_setname_np(pthread_self(), "wfs-auto");
 	while (!atomic_load(&a->stop)) {
 		int up = nas_gate_up(gate);
 		struct blob *b;

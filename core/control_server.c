@@ -79,6 +79,7 @@ static void *worker(void *arg)
 	struct control *c = arg;
 	struct control_conn *k = NULL;
 
+	pthread_setname_np(pthread_self(), "wfs-ctl-work");
 	pthread_mutex_lock(&c->lock);
 	for (;;) {
 		json_t *rep;
@@ -380,6 +381,7 @@ static void *serve(void *arg)
 	int at[CONTROL_MAX_CONNS + 2];
 	int64_t pause_until = 0;
 
+	pthread_setname_np(pthread_self(), "wfs-ctl");
 	for (;;) {
 		int64_t now = store_now_ms(), next = pause_until > now ? pause_until : -1;
 		nfds_t n = 2;

@@ -255,6 +255,7 @@ static void *scan_main(void *arg)
 	DIR *top = NULL;
 	int fd;
 
+	pthread_setname_np(pthread_self(), "wfs-linkscan");
 	if (!sc)
 		return NULL;
 	sc->d = d;

@@ -20,6 +20,7 @@ static void *hasher_main(void *arg)
 	struct hasher *h = arg;
 	uint64_t one = 1, w, end;
 
+	pthread_setname_np(pthread_self(), "wfs-hash");
 	pthread_mutex_lock(&h->lock);
 	for (;;) {
 		int64_t p0 = h->prof ? mono_ns() : 0;

@@ -520,6 +520,7 @@ static void *writer(void *arg)
 	struct metrics_writer *mw = arg;
 	struct timespec next;
 
+	pthread_setname_np(pthread_self(), "wfs-metrics");
 	clock_gettime(CLOCK_MONOTONIC, &next);
 	pthread_mutex_lock(&mw->lock);
 	while (!mw->stop) {

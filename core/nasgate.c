@@ -173,6 +173,7 @@ static void *nas_thread(void *arg)
 	struct nas_gate *g = arg;
 	struct nas_slot slot = { 0 };
 
+	pthread_setname_np(pthread_self(), "wfs-nas");
 	pthread_mutex_lock(&g->lock);
 	g->starting--;
 	for (;;) {
@@ -457,6 +458,7 @@ static void *prober(void *arg)
 	struct nas_gate *g = arg;
 	int64_t backoff = NAS_GATE_PROBE_MIN_MS;
 
+	pthread_setname_np(pthread_self(), "wfs-nasprobe");
 	pthread_mutex_lock(&g->lock);
 	while (!g->stop) {
 		int down = !atomic_load(&g->up), asked = g->probe_now, r;

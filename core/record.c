@@ -677,6 +677,7 @@ static void *run(void *arg)
 	int64_t retry_at = 0, delay = 1000;
 	int have = 0;
 
+	pthread_setname_np(pthread_self(), "wfs-record");
 	pthread_mutex_lock(&r->lock);
 	while (!r->stop) {
 		uint64_t asked = r->asked_gen;

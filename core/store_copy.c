@@ -467,6 +467,7 @@ void *store_worker(void *arg)
 {
 	struct store *s = arg;
 
+	pthread_setname_np(pthread_self(), "wfs-copy");
 	pthread_mutex_lock(&s->lock);
 	while (!s->stop) {
 		struct blob *b = index_due_locked(s, 0) ? NULL : dequeue_locked(s);

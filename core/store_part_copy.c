@@ -384,6 +384,7 @@ void *store_part_worker(void *arg)
 {
 	struct store *s = arg;
 
+	pthread_setname_np(pthread_self(), "wfs-copyrange");
 	pthread_mutex_lock(&s->lock);
 	while (!s->stop) {
 		struct blob *b = s->part_head;

@@ -111,6 +111,7 @@ static void *load_job_thread(void *arg)
 {
 	struct load_job *j = arg;
 
+	pthread_setname_np(pthread_self(), "wfs-srccheck");
 	for (size_t i = 0; i < j->n; i++) {
 		char why[192] = "";
 		int r, stop;

@@ -644,6 +644,7 @@ void *store_recheck_sweep(void *arg)
 	uint64_t pass = 0, gen = gate_gen(s);
 	int64_t last = store_now_ms();
 
+	pthread_setname_np(pthread_self(), "wfs-recheck");
 	if (nas_gate_up(s->opt.gate)) {
 		sweep(s, ++pass, source_unchecked, check_source);
 	} else {

@@ -572,6 +572,7 @@ static void *tail_thread(void *arg)
 	struct reply_tail *t = arg;
 	struct dir_lists *ls = &t->w->lists;
 
+	pthread_setname_np(pthread_self(), "wfs-dirtail");
 	run_tail(t);
 	free(t);
 	tail_ended(ls);

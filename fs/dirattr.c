@@ -62,6 +62,7 @@ static void *dir_attrs_main(void *arg)
 {
 	struct dir_attrs *q = arg;
 
+	pthread_setname_np(pthread_self(), "wfs-dirattr");
 	pthread_mutex_lock(&q->lock);
 	while (!q->stop) {
 		struct dir_attr_ring *r = next_locked(q);

@@ -86,6 +86,7 @@ static void *inval_thread(void *arg)
 {
 	struct inval_queue *q = arg;
 
+	pthread_setname_np(pthread_self(), "wfs-inval");
 	pthread_mutex_lock(&q->lock);
 	while (!q->stopping) {
 		if (q->overflow) {

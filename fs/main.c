@@ -64,6 +64,7 @@ static void *nas_check_thread(void *arg)
 	struct stat st;
 	int r = 0;
 
+	pthread_setname_np(pthread_self(), "wfs-nascheck");
 	snprintf(c->what, sizeof(c->what), "NAS_HUB %s", o->nas);
 	if (stat(o->nas, &st) < 0 || access(o->nas, R_OK | X_OK) < 0)
 		r = -errno;

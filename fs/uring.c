@@ -328,6 +328,7 @@ static void *ring_thread(void *arg)
 	struct __kernel_timespec idle = { .tv_nsec = IDLE_LOOK_MS * 1000000L };
 	int r;
 
+	pthread_setname_np(pthread_self(), "wfs-ring");
 	/* Not pinned to its queue's CPU: a reader's requests all come to the
 	 * queue of its CPU, and threads pinned there would copy every reply on
 	 * that one CPU, beside the reader's own copies (1 MiB sequential reads

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """FUSE over io_uring (-o fuse_uring=on): requests taken through the rings
 (the daemon's counter says so) get the same bytes and answers as through
-/dev/fuse; an open file moves to its local copy; the mount unmounts with
-readers busy; and without the kernel's consent (enable_uring off) the mount
-serves as before, through /dev/fuse."""
+/dev/fuse; an open file moves to its local copy; the daemon's threads are
+named (wfs-ring, wfs-copy, ...); the mount unmounts with readers busy; and
+without the kernel's consent (enable_uring off) the mount serves as before,
+through /dev/fuse."""
 
 import errno
 import fcntl
@@ -129,6 +130,26 @@ class ThroughRings(unittest.TestCase):
         for t in threads:
             t.join(120)
         self.assertEqual(bad, [])
+
+    def test_threads_are_named(self):
+        # what an operator sees in `top -H` or `ps -L` (the comm of each
+        # task): one name a role, FUSE workers left as the process's own
+        pids = wfstest.daemon_pids(FIX.local, FIX.mnt)
+        self.assertEqual(len(pids), 1, "one daemon: %s" % pids)
+        names = []
+        for t in os.listdir("/proc/%d/task" % pids[0]):
+            try:
+                with open("/proc/%d/task/%s/comm" % (pids[0], t)) as f:
+                    names.append(f.read().strip())
+            except FileNotFoundError:
+                pass  # a thread that ended meanwhile
+        # (the NAS threads, wfs-nas, come and go with the calls)
+        want = ["wfs-ring", "wfs-copy", "wfs-copyrange", "wfs-ctl", "wfs-ctl-work",
+                "wfs-nasprobe", "wfs-inval", "wfs-dirattr", "wfs-record", "wfs-auto",
+                "wfs-recheck"]
+        self.assertEqual([n for n in want if n not in names], [],
+                         "threads not named so (the daemon's: %s)" % sorted(names))
+        self.assertGreaterEqual(names.count("wfs-copy"), 2, sorted(names))
 
     def test_open_file_moves_to_its_local_copy(self):
         e = max((x for x in FIX.of("file") if "/blobs/" in x["path"]), key=lambda x: x["size"])

@@ -137,6 +137,7 @@ static void test_whole_copy_of_a_replaced_source(void)
 	CHECK(&c, store_wait_settled(&s, b, 30000) == BLOB_FAILED, "the copy ends FAILED: %s",
 	      blob_state_name(blob_state(b)));
 	why = info(&s, b)->reason;
+	fprintf(stderr, "whole copy of a replaced source: %s\n", why);
 	CHECK(&c, strstr(why, "source changed during the copy") &&
 	      sscanf(strstr(why, "stopped after") ? strstr(why, "stopped after") : "",
 		     "stopped after %llu of %llu bytes", &done, &of) == 2,
@@ -190,6 +191,7 @@ static void test_range_copy_of_a_replaced_source(void)
 	replace_source(&s, b, "nas/range", N, 10);
 	CHECK(&c, wait_parts(&s, b), "the range copy ends");
 	why = info(&s, b)->part_reason;
+	fprintf(stderr, "range copy of a replaced source: %s\n", why);
 	CHECK(&c, strstr(why, "source changed during the copy") &&
 	      sscanf(strstr(why, "stopped after") ? strstr(why, "stopped after") : "",
 		     "stopped after %llu of %llu bytes", &done, &of) == 2,

@@ -28,9 +28,6 @@ static void deadline_ts(int64_t deadline_ms, struct timespec *ts)
 
 /* ---- the table ---- */
 
-/* The NAS shows @st for @b's source: new attributes mean a re-check
- * before the next local read (a new size, a demotion).  Returns 1 if they
- * were new. */
 /* A copy of @b's source in flight, whole or a range, was begun under the
  * attributes just replaced: it can only end unused (store_copy.c,
  * store_part_copy.c), so it stops now rather than after reading the rest
@@ -49,6 +46,9 @@ static void stop_stale_copies_locked(struct blob *b)
 		atomic_compare_exchange_strong(&b->part->prog.cancel, &go, COPY_STOP_SOURCE);
 }
 
+/* The NAS shows @st for @b's source: new attributes mean a re-check
+ * before the next local read (a new size, a demotion).  Returns 1 if they
+ * were new. */
 static int source_attrs_locked(struct store *s, struct blob *b, const struct stat *st)
 {
 	if (b->size == (uint64_t)st->st_size &&

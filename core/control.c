@@ -255,9 +255,12 @@ static json_t *op_promote(struct control *c, json_t *req)
 	return err;
 }
 
+/* The blobs' states, and the NAS's (a waiting wfsctl says why copies
+ * stand still, and that copies not started yet fail while it is down). */
 static json_t *op_progress(struct control *c, json_t *req)
 {
 	json_t *keys = json_object_get(req, "keys"), *k, *list = json_array();
+	struct metrics_nas mn;
 	size_t i;
 
 	if (!json_is_array(keys)) {
@@ -279,7 +282,8 @@ static json_t *op_progress(struct control *c, json_t *req)
 				reply_path(key ? key : ""), "state", "unknown",
 				"reason", "no such blob"));
 	}
-	return json_pack("{s:b, s:o}", "ok", 1, "blobs", list);
+	metrics_collect_nas(c->gate, NULL, &mn);
+	return json_pack("{s:b, s:o, s:o*}", "ok", 1, "blobs", list, "nas", metrics_nas_json(&mn));
 }
 
 static json_t *op_each(struct control *c, json_t *req, const char *op)

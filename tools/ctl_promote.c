@@ -218,8 +218,28 @@ struct waiter {
 	uint64_t total;   /* bytes of those */
 	size_t ncopy;     /* how many */
 	bool settled;     /* the wait saw every blob settle (not cut short) */
+	bool nas_down;    /* the last poll said so (and it was said on stderr) */
 	double start;
 };
+
+/* The daemon says the NAS went down, or came back, while copies are
+ * pending: one line each time, so that a bar standing still has a reason.
+ * A daemon that sends no "nas" says nothing. */
+static void note_nas(struct waiter *w, const json_t *nas)
+{
+	const char *state = jget_str(nas, "state");
+	char why[FMT_TEXT];
+
+	if (!strcmp(state, "down") && !w->nas_down) {
+		fprintf(stderr, "%swfsctl: promote: the NAS is %s: copies under way wait for it, "
+			"copies not started yet fail (promote again once it is back)\n",
+			bar_break(&w->bar), fmt_nas(nas, why, sizeof(why)));
+		w->nas_down = true;
+	} else if (!strcmp(state, "up") && w->nas_down) {
+		fprintf(stderr, "%swfsctl: promote: the NAS answers again\n", bar_break(&w->bar));
+		w->nas_down = false;
+	}
+}
 
 static int waiter_init(struct waiter *w, const json_t *promoted)
 {
@@ -419,6 +439,8 @@ static int wait_all(struct waiter *w)
 		if (pending) {
 			const struct timespec ts = { 0, next_poll_ns(w, done, polls++,
 								     now() - t0) };
+
+			note_nas(w, json_object_get(rep.obj, "nas"));
 
 			json_decref(seen);
 			bar_show(&w->bar, done, w->total, nlocal, json_array_size(w->keys), false);

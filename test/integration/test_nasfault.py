@@ -32,6 +32,9 @@ ranges (`eio`) or slow (`latency`).
   EioMidCopy          EIO in a blob's middle: promote fails naming EIO, reads
                       of that range fail EIO and others are right; the range
                       healed, promote succeeds
+  FrozenMidCopy       promote --wait while the NAS freezes under its copy:
+                      a line says the NAS is down and why, one that it is
+                      back; the copy ends local, exit 0
   FreshAttrs          a GETATTR within attr_timeout of the attributes' NAS
                       stat (after a listing) asks the NAS nothing
   SlowNAS             20 ms a NAS call: right bytes, no errors, nas stays up
@@ -44,7 +47,9 @@ faultfs state), never sleeps; tearDown puts the NAS back to health first.
 import errno
 import os
 import re
+import subprocess
 import sys
+import threading
 import time
 import unittest
 
@@ -637,6 +642,53 @@ class EioMidCopy(WfsOnFaultNAS):
         self.assertEqual(state_of(path), "local")
         self.assertEqual(sha_size_uncached(path), (e["sha256"], size))
         self.assertEqual(self.nas()["state"], "up")
+
+
+class FrozenMidCopy(WfsOnFaultNAS):
+    """promote --wait while the NAS freezes under its copy: it says the NAS
+    is down (and why), the copy waits, and once the NAS answers again it
+    says so, the copy ends and the wait exits 0."""
+
+    # promote_mbps=1: a third of 1 MB/s a copy, so a shard of a few MiB
+    # is still copying well after the NAS is back and the prober sees it
+    OPTIONS = NO_CACHE + ("auto_promote=off", "promote_mbps=1",
+                          "nas_timeout=%d" % NAS_TIMEOUT_MS)
+    PROMOTE = False
+
+    def test_promote_wait_through_an_outage(self):
+        snap, _ = revision_entries()
+        e = max(snap, key=lambda x: x["size"])
+        self.assertGreaterEqual(e["size"], 3 << 20, "the biggest shard is too small to copy slowly")
+        other = self.take_nonlocal(False)
+        path = self.m(e["path"])
+        p = subprocess.Popen([wfstest.wfsctl_bin(), "promote", "--wait", path],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd="/")
+        self.addCleanup(lambda: p.poll() is None and p.kill())
+        lines = []
+        reader = threading.Thread(target=lambda: lines.extend(
+            l.decode(errors="replace") for l in p.stderr), daemon=True)
+        reader.start()
+        self.assertTrue(wfstest.wait_until(lambda: state_of(path) == "copying", 30, 0.02),
+                        "the copy never started: %s" % state_of(path))
+        NAS.check("hang")
+        # a reader meets the frozen NAS: the daemon marks it down
+        r = bounded(os.lstat, self.m(other["path"]), timeout=FAIL_WAIT)
+        self.assertTrue(r["done"] and r["errno"] == errno.EIO, "lstat on a frozen NAS: %s" % r)
+        said = wfstest.wait_until(lambda: any("the NAS is DOWN since" in l for l in lines), 30, 0.02)
+        NAS.check("ok")
+        self.assertTrue(said, "promote --wait did not say the NAS is down: %s" % lines)
+        p.wait(timeout=120)   # (stderr is the reader's alone)
+        reader.join(10)
+        err = "".join(lines)
+        self.assertEqual(p.returncode, 0, "promote --wait through an outage: exit %s\n%s"
+                         % (p.returncode, err))
+        down = [l for l in lines if "the NAS is DOWN since" in l]
+        back = [l for l in lines if "the NAS answers again" in l]
+        self.assertTrue(len(down) == 1 and len(back) == 1 and lines.index(down[0]) <
+                        lines.index(back[0]), "one line down, then one back:\n" + err)
+        self.assertIn("copies under way wait for it", down[0])
+        self.assertEqual(state_of(path), "local")
+        self.assertEqual(sha_size_uncached(path), (e["sha256"], e["size"]))
 
 
 class FreshAttrs(WfsOnFaultNAS):

@@ -253,7 +253,8 @@ class Hub:
         # a key the daemon does not know: as core/control.c answers it
         return {"blobs": [progress_of(bykey[k]) if k in bykey else
                           {"key": k, "state": "unknown", "reason": "no such blob"}
-                          for k in req["keys"]]}
+                          for k in req["keys"]],
+                "nas": dict(self.nas)}
 
     def op_evict(self, req):
         n, skipped = 0, []

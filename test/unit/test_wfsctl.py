@@ -346,6 +346,34 @@ def body(t, work):
     ok("non-tty: a heartbeat line, not one per poll",
        p.returncode == 0 and 2 <= len(lines) <= polls // 3 + 2,
        "%d progress polls\n%s" % (polls, err.decode()))
+
+    # the NAS goes down and comes back while copies are under way: a line
+    # each, the wait goes on
+    run("evict", "--force", good)
+    nas_was = dict(hub.nas)
+    p = subprocess.Popen([t.wfsctl, "promote", "--wait", good], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    ok("a copy under way before the outage", wfstest.wait_until(copying, 30, 0.01))
+
+    def polls_since(k):
+        m = len(hub.requests)
+        return lambda: sum(q["op"] == "progress" for q in hub.requests[m:]) >= k
+    with hub.lock:
+        hub.nas.update(state="down", since=int(time.time()) - 5, outages=1,
+                       reason="a call took longer than 1000 ms")
+    ok("polled while the NAS is down", wfstest.wait_until(polls_since(2), 30, 0.01))
+    with hub.lock:
+        hub.nas.update(state="up")
+    out, err = p.communicate(timeout=60)
+    err = err.decode()
+    ok("promote --wait says once that the NAS is down, and why, and once that it is back",
+       p.returncode == 0 and err.count("the NAS is DOWN since") == 1
+       and re.search(r"wfsctl: promote: the NAS is DOWN since [-0-9]+ [0-9:]+ \(\d+ s\): a call "
+                     r"took longer than 1000 ms.*: copies under way wait for it, copies not "
+                     r"started yet fail", err)
+       and err.count("wfsctl: promote: the NAS answers again") == 1
+       and err.index("DOWN since") < err.index("answers again"), err)
+    hub.nas = nas_was
     hub.speed = 40 * MiB
 
     # --- the record cannot be refreshed: a warning, the exit status stays

@@ -649,9 +649,10 @@ class FrozenMidCopy(WfsOnFaultNAS):
     is down (and why), the copy waits, and once the NAS answers again it
     says so, the copy ends and the wait exits 0."""
 
-    # promote_mbps=1: a third of 1 MB/s a copy, so a shard of a few MiB
-    # is still copying well after the NAS is back and the prober sees it
-    OPTIONS = NO_CACHE + ("auto_promote=off", "promote_mbps=1",
+    # promote_mbps=2: a third of 2 MB/s a copy, so a shard of a few MiB
+    # is still copying seconds after the NAS is back, when the prober
+    # (at most 2 s between looks) has seen it
+    OPTIONS = NO_CACHE + ("auto_promote=off", "promote_mbps=2",
                           "nas_timeout=%d" % NAS_TIMEOUT_MS)
     PROMOTE = False
 

@@ -124,7 +124,7 @@ static int wait_ranges(const struct ctl_opts *o, const char *sock, const json_t 
 	struct ctl_reply rep = { 0 };
 	json_t *blob, *part;
 	char path[FMT_TEXT], text[FMT_TEXT];
-	bool done;
+	bool done, nas_down = false;
 	int ret = 1;
 
 	/* as for whole files (ctl_promote.c): with --json, for a person only */
@@ -144,6 +144,7 @@ static int wait_ranges(const struct ctl_opts *o, const char *sock, const json_t 
 			 done);
 		if (done)
 			break;
+		note_nas(json_object_get(rep.obj, "nas"), &bar, &nas_down);
 		nanosleep(&ts, NULL);
 	}
 	/* as a whole promote --wait: what is local shows during an outage */

@@ -222,22 +222,19 @@ struct waiter {
 	double start;
 };
 
-/* The daemon says the NAS went down, or came back, while copies are
- * pending: one line each time, so that a bar standing still has a reason.
- * A daemon that sends no "nas" says nothing. */
-static void note_nas(struct waiter *w, const json_t *nas)
+void note_nas(const json_t *nas, const struct bar *bar, bool *down)
 {
 	const char *state = jget_str(nas, "state");
 	char why[FMT_TEXT];
 
-	if (!strcmp(state, "down") && !w->nas_down) {
+	if (!strcmp(state, "down") && !*down) {
 		fprintf(stderr, "%swfsctl: promote: the NAS is %s: copies under way wait for it, "
 			"copies not started yet fail (promote again once it is back)\n",
-			bar_break(&w->bar), fmt_nas(nas, why, sizeof(why)));
-		w->nas_down = true;
-	} else if (!strcmp(state, "up") && w->nas_down) {
-		fprintf(stderr, "%swfsctl: promote: the NAS answers again\n", bar_break(&w->bar));
-		w->nas_down = false;
+			bar_break(bar), fmt_nas(nas, why, sizeof(why)));
+		*down = true;
+	} else if (!strcmp(state, "up") && *down) {
+		fprintf(stderr, "%swfsctl: promote: the NAS answers again\n", bar_break(bar));
+		*down = false;
 	}
 }
 
@@ -440,7 +437,7 @@ static int wait_all(struct waiter *w)
 			const struct timespec ts = { 0, next_poll_ns(w, done, polls++,
 								     now() - t0) };
 
-			note_nas(w, json_object_get(rep.obj, "nas"));
+			note_nas(json_object_get(rep.obj, "nas"), &w->bar, &w->nas_down);
 
 			json_decref(seen);
 			bar_show(&w->bar, done, w->total, nlocal, json_array_size(w->keys), false);

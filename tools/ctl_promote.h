@@ -56,6 +56,13 @@ void bar_show(struct bar *b, uint64_t done, uint64_t total, size_t nlocal, size_
  * newline to end its line on a terminal, else nothing. */
 const char *bar_break(const struct bar *b);
 
+/* The NAS's state in a progress reply (@nas; NULL from a daemon that
+ * sends none: nothing said), while copies are pending: a line on stderr
+ * when the daemon finds it down (since when, why) and one when it answers
+ * again, so that a bar standing still has a reason.  @*down: what was said
+ * last (false before the first poll). */
+void note_nas(const json_t *nas, const struct bar *bar, bool *down);
+
 /* The progress line, plain ASCII:
  * "[#####---------------]  25%  1.0 GiB / 4.0 GiB  312.4 MiB/s  ETA 0:10  1/4 local"
  * With @cols (a terminal's width; 0: none) it is shorter than that: the

@@ -373,6 +373,29 @@ def body(t, work):
                      r"started yet fail", err)
        and err.count("wfsctl: promote: the NAS answers again") == 1
        and err.index("DOWN since") < err.index("answers again"), err)
+    hub.nas = dict(nas_was)
+
+    # the same for promote --wait --range (a part: "have" replaced, in this stand-in)
+    hub.speed = 4 * MiB
+    p = subprocess.Popen([t.wfsctl, "promote", "--wait", "--range", "0:16M", shard], cwd=root,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    def range_copying():
+        with hub.lock:
+            return any(b.part and b.part["copying"] and b.part["done"] > 0 and b.part["want"] ==
+                       16 * MiB for b in hub.blobs)
+    ok("a range copy under way before the outage", wfstest.wait_until(range_copying, 30, 0.01))
+    with hub.lock:
+        hub.nas.update(state="down", since=int(time.time()) - 5, outages=1,
+                       reason="a call took longer than 1000 ms")
+    ok("polled while the NAS is down (range)", wfstest.wait_until(polls_since(2), 30, 0.01))
+    with hub.lock:
+        hub.nas.update(state="up")
+    out, err = p.communicate(timeout=60)
+    err = err.decode()
+    ok("promote --wait --range says once that the NAS is down and once that it is back",
+       p.returncode == 0 and err.count("wfsctl: promote: the NAS is DOWN since") == 1
+       and err.count("wfsctl: promote: the NAS answers again") == 1, err)
     hub.nas = nas_was
     hub.speed = 40 * MiB
 

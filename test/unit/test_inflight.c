@@ -62,6 +62,20 @@ static void replace_source(struct store *s, struct blob *b, const char *rel, siz
 	store_source_attrs(s, b, &st);
 }
 
+/* @why, the reason a copy of a replaced source ended with, says so and
+ * where it stopped: @done of @of bytes (0 of 0 when it does not). */
+static void stopped_at(const char *what, const char *why, unsigned long long *done,
+		       unsigned long long *of)
+{
+	const char *at = strstr(why, "stopped after");
+
+	*done = *of = 0;
+	fprintf(stderr, "%s of a replaced source: %s\n", what, why);
+	CHECK(&c, strstr(why, "source changed during the copy") && at &&
+	      sscanf(at, "stopped after %llu of %llu bytes", done, of) == 2,
+	      "%s: the reason says the source changed and where the copy stopped: %s", what, why);
+}
+
 /* The file @path holds @n bytes of @seed's pattern (check_put_pattern). */
 static int holds_pattern(const char *path, size_t n, unsigned seed)
 {
@@ -122,8 +136,7 @@ static void test_whole_copy_of_a_replaced_source(void)
 	struct store s;
 	struct blob *b;
 	char local[PATH_MAX * 2], dir[PATH_MAX * 3];
-	unsigned long long done = 0, of = 0;
-	const char *why;
+	unsigned long long done, of;
 
 	check_put_pattern(top, "nas/whole", N, 7);
 	check_store_dir(top, "wlocal", local, sizeof(local));
@@ -136,12 +149,7 @@ static void test_whole_copy_of_a_replaced_source(void)
 	replace_source(&s, b, "nas/whole", N, 8);
 	CHECK(&c, store_wait_settled(&s, b, 30000) == BLOB_FAILED, "the copy ends FAILED: %s",
 	      blob_state_name(blob_state(b)));
-	why = info(&s, b)->reason;
-	fprintf(stderr, "whole copy of a replaced source: %s\n", why);
-	CHECK(&c, strstr(why, "source changed during the copy") &&
-	      sscanf(strstr(why, "stopped after") ? strstr(why, "stopped after") : "",
-		     "stopped after %llu of %llu bytes", &done, &of) == 2,
-	      "the reason says the source changed and where the copy stopped: %s", why);
+	stopped_at("whole copy", info(&s, b)->reason, &done, &of);
 	CHECK(&c, of == N && done < N / 2, "stopped at once: %llu of %llu bytes read", done, of);
 	CHECK(&c, s.failed_by[STORE_FAIL_SOURCE_CHANGED] == 1 && s.cancelled == 0,
 	      "counted as a source change (%llu), not as a cancel (%llu)",
@@ -172,8 +180,7 @@ static void test_range_copy_of_a_replaced_source(void)
 	struct store s;
 	struct blob *b;
 	char local[PATH_MAX * 2];
-	unsigned long long done = 0, of = 0;
-	const char *why;
+	unsigned long long done, of;
 	int64_t end;
 
 	check_put_pattern(top, "nas/range", N, 9);
@@ -190,12 +197,7 @@ static void test_range_copy_of_a_replaced_source(void)
 	CHECK(&c, info(&s, b)->part_copying, "the range copy is under way");
 	replace_source(&s, b, "nas/range", N, 10);
 	CHECK(&c, wait_parts(&s, b), "the range copy ends");
-	why = info(&s, b)->part_reason;
-	fprintf(stderr, "range copy of a replaced source: %s\n", why);
-	CHECK(&c, strstr(why, "source changed during the copy") &&
-	      sscanf(strstr(why, "stopped after") ? strstr(why, "stopped after") : "",
-		     "stopped after %llu of %llu bytes", &done, &of) == 2,
-	      "the reason says the source changed and where the copy stopped: %s", why);
+	stopped_at("range copy", info(&s, b)->part_reason, &done, &of);
 	CHECK(&c, of == LEN && done < LEN / 2, "stopped at once: %llu of %llu bytes read", done,
 	      of);
 	CHECK(&c, info(&s, b)->part_n == 0 && info(&s, b)->part_bytes == 0,

@@ -349,54 +349,46 @@ def body(t, work):
 
     # the NAS goes down and comes back while copies are under way: a line
     # each, the wait goes on
-    run("evict", "--force", good)
-    nas_was = dict(hub.nas)
-    p = subprocess.Popen([t.wfsctl, "promote", "--wait", good], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE)
-    ok("a copy under way before the outage", wfstest.wait_until(copying, 30, 0.01))
-
-    def polls_since(k):
+    def through_outage(args, under_way, what):
+        """Run wfsctl ARGS; once under_way(), the NAS down for two polls,
+        then up; returns (exit status, stderr)."""
+        nas_was = dict(hub.nas)
+        p = subprocess.Popen([t.wfsctl] + args, cwd=root, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+        ok(f"{what}: a copy under way before the outage", wfstest.wait_until(under_way, 30, 0.01))
         m = len(hub.requests)
-        return lambda: sum(q["op"] == "progress" for q in hub.requests[m:]) >= k
-    with hub.lock:
-        hub.nas.update(state="down", since=int(time.time()) - 5, outages=1,
-                       reason="a call took longer than 1000 ms")
-    ok("polled while the NAS is down", wfstest.wait_until(polls_since(2), 30, 0.01))
-    with hub.lock:
-        hub.nas.update(state="up")
-    out, err = p.communicate(timeout=60)
-    err = err.decode()
+        with hub.lock:
+            hub.nas.update(state="down", since=int(time.time()) - 5, outages=1,
+                           reason="a call took longer than 1000 ms")
+        ok(f"{what}: polled while the NAS is down", wfstest.wait_until(
+            lambda: sum(q["op"] == "progress" for q in hub.requests[m:]) >= 2, 30, 0.01))
+        with hub.lock:
+            hub.nas.update(state="up")
+        _, err = p.communicate(timeout=60)
+        hub.nas = nas_was
+        return p.returncode, err.decode()
+
+    run("evict", "--force", good)
+    rc, err = through_outage(["promote", "--wait", good], copying, "promote --wait")
     ok("promote --wait says once that the NAS is down, and why, and once that it is back",
-       p.returncode == 0 and err.count("the NAS is DOWN since") == 1
+       rc == 0 and err.count("the NAS is DOWN since") == 1
        and re.search(r"wfsctl: promote: the NAS is DOWN since [-0-9]+ [0-9:]+ \(\d+ s\): a call "
                      r"took longer than 1000 ms.*: copies under way wait for it, copies not "
                      r"started yet fail", err)
        and err.count("wfsctl: promote: the NAS answers again") == 1
        and err.index("DOWN since") < err.index("answers again"), err)
-    hub.nas = dict(nas_was)
 
     # the same for promote --wait --range (a part: "have" replaced, in this stand-in)
-    hub.speed = 4 * MiB
-    p = subprocess.Popen([t.wfsctl, "promote", "--wait", "--range", "0:16M", shard], cwd=root,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-
     def range_copying():
         with hub.lock:
             return any(b.part and b.part["copying"] and b.part["done"] > 0 and b.part["want"] ==
                        16 * MiB for b in hub.blobs)
-    ok("a range copy under way before the outage", wfstest.wait_until(range_copying, 30, 0.01))
-    with hub.lock:
-        hub.nas.update(state="down", since=int(time.time()) - 5, outages=1,
-                       reason="a call took longer than 1000 ms")
-    ok("polled while the NAS is down (range)", wfstest.wait_until(polls_since(2), 30, 0.01))
-    with hub.lock:
-        hub.nas.update(state="up")
-    out, err = p.communicate(timeout=60)
-    err = err.decode()
+    hub.speed = 4 * MiB
+    rc, err = through_outage(["promote", "--wait", "--range", "0:16M", shard], range_copying,
+                             "promote --wait --range")
     ok("promote --wait --range says once that the NAS is down and once that it is back",
-       p.returncode == 0 and err.count("wfsctl: promote: the NAS is DOWN since") == 1
+       rc == 0 and err.count("wfsctl: promote: the NAS is DOWN since") == 1
        and err.count("wfsctl: promote: the NAS answers again") == 1, err)
-    hub.nas = nas_was
     hub.speed = 40 * MiB
 
     # --- the record cannot be refreshed: a warning, the exit status stays

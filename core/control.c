@@ -256,7 +256,7 @@ static json_t *op_promote(struct control *c, json_t *req)
 }
 
 /* The blobs' states, and the NAS's (a waiting wfsctl says why copies
- * stand still, and that copies not started yet fail while it is down). */
+ * stand still: the copies wait for the NAS). */
 static json_t *op_progress(struct control *c, json_t *req)
 {
 	json_t *keys = json_object_get(req, "keys"), *k, *list = json_array();

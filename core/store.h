@@ -80,6 +80,10 @@ struct nas_gate;
 #include <time.h>
 
 #define INDEX_FLUSH_MS 2000
+/* While the NAS is down no copy starts (a read could hang, or fail): the
+ * queue waits, and the workers look at the NAS's state this often (the
+ * gate has no callback). */
+#define STORE_QUEUE_LOOK_MS 200
 
 enum blob_state {
 	BLOB_NAS = 0,
@@ -355,6 +359,8 @@ struct store {
 	_Atomic uint64_t promoted, failed, mismatches, demoted, evicted;
 	_Atomic uint64_t started, cancelled, failed_by[STORE_FAIL_N];
 	_Atomic uint64_t auto_queued, no_room, excluded, index_writes;
+	/* looks of a worker that left the queue as it was: the NAS down */
+	_Atomic uint64_t queue_held;
 	_Atomic uint64_t passthrough_opens;
 	/* directories the fs listed ahead of a tree walk, and those a walk
 	 * then took (fs/dir.c) */

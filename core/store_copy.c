@@ -91,11 +91,14 @@ static void take_auto_slot_locked(struct store *s, struct blob *b, int auto_copy
 
 /* The next copy to make: explicit requests first; an automatic one only
  * while fewer than auto_max automatic copies run, so one worker is always
- * free for what an operator asks. */
-static struct blob *dequeue_locked(struct store *s)
+ * free for what an operator asks.  None while the NAS is down: the queue
+ * waits for it (*@held set), as the copies under way do, rather than
+ * failing what an operator asked for. */
+static struct blob *dequeue_locked(struct store *s, int *held)
 {
 	struct blob *b;
 
+	*held = 0;
 	while ((b = s->qhead) && b->state != BLOB_QUEUED) {
 		s->qhead = b->qnext; /* cancelled while queued */
 		b->qnext = NULL;
@@ -103,6 +106,11 @@ static struct blob *dequeue_locked(struct store *s)
 	}
 	if (!b) {
 		s->qtail = NULL;
+		return NULL;
+	}
+	if (!nas_gate_up(s->opt.gate)) {
+		*held = 1;
+		s->queue_held++;
 		return NULL;
 	}
 	if (!b->explicit_req && s->auto_running >= s->auto_max)
@@ -113,6 +121,20 @@ static struct blob *dequeue_locked(struct store *s)
 	b->qnext = NULL;
 	b->in_queue = 0;
 	return b;
+}
+
+/* @b's copy did not start: the NAS went down between the queue and the
+ * copy.  Back in the queue, which waits for the NAS (dequeue_locked),
+ * unless it was cancelled meanwhile or the store is closing.  Returns 1 if
+ * so. */
+static int requeue_locked(struct store *s, struct blob *b)
+{
+	if (atomic_load(&b->prog.cancel) || s->stop)
+		return 0;
+	b->state = BLOB_QUEUED;
+	s->started--;
+	store_enqueue_locked(s, b);
+	return 1;
 }
 
 /* Rename the verified copy @tmp into data/ (@keep: made as a link of
@@ -355,6 +377,8 @@ static int adopt_one(struct store *s, struct blob *b)
 
 	pthread_mutex_lock(&s->lock);
 	store_free_auto_slot_locked(s, b);
+	if (r == -EHOSTDOWN && !res.src_err && requeue_locked(s, b))
+		return 1;
 	if (r == 0 && atomic_load(&b->prog.cancel)) {
 		r = -ECANCELED; /* evicted or stale while hashed: nothing to undo */
 	} else if (r == 0 && !local_copy_of_locked(s, res.xxh)) {
@@ -414,8 +438,9 @@ static void copy_one(struct store *s, struct blob *b)
 		store_write_index(s);
 	memset(&res, 0, sizeof(res));
 	if (!nas_gate_up(s->opt.gate)) {
-		/* The gate knows the NAS is down: a copy now would fail, or
-		 * hang in a read.  Failed at once; retried when it is up. */
+		/* The gate knows the NAS is down (since the queue gave this
+		 * copy out): a copy now would fail, or hang in a read.  Not
+		 * started: back in the queue, which waits for the NAS. */
 		r = -EHOSTDOWN;
 		snprintf(res.reason, sizeof(res.reason), "cannot copy %s: the NAS is down", key);
 	} else {
@@ -439,6 +464,8 @@ static void copy_one(struct store *s, struct blob *b)
 	free(b->tmp);
 	b->tmp = NULL;
 	store_free_auto_slot_locked(s, b);
+	if (r == -EHOSTDOWN && !res.src_err && requeue_locked(s, b))
+		return;
 	copy_done_locked(s, b, r, size, &at, &res, key, id);
 	/* wfsctl evict came after the copy last looked at the cancel flag:
 	 * the operator was told it went to the NAS, so it goes, as a local
@@ -470,7 +497,9 @@ void *store_worker(void *arg)
 	pthread_setname_np(pthread_self(), "wfs-copy");
 	pthread_mutex_lock(&s->lock);
 	while (!s->stop) {
-		struct blob *b = index_due_locked(s, 0) ? NULL : dequeue_locked(s);
+		int held = 0;
+		struct blob *b = index_due_locked(s, 0) ? NULL : dequeue_locked(s, &held);
+		int64_t due = -1;
 
 		if (index_due_locked(s, !b)) {
 			pthread_mutex_unlock(&s->lock);
@@ -478,8 +507,11 @@ void *store_worker(void *arg)
 			pthread_mutex_lock(&s->lock);
 			continue;
 		}
-		if (!b && s->index_dirty) {
-			int64_t due = s->dirty_since_ms + INDEX_FLUSH_MS;
+		if (!b && s->index_dirty)
+			due = s->dirty_since_ms + INDEX_FLUSH_MS;
+		if (!b && held && (due < 0 || due > store_now_ms() + STORE_QUEUE_LOOK_MS))
+			due = store_now_ms() + STORE_QUEUE_LOOK_MS;
+		if (!b && due >= 0) {
 			struct timespec ts = { (time_t)(due / 1000), (long)(due % 1000) * 1000000L };
 
 			pthread_cond_timedwait(&s->cond, &s->lock, &ts);

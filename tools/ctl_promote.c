@@ -228,8 +228,8 @@ void note_nas(const json_t *nas, const struct bar *bar, bool *down)
 	char why[FMT_TEXT];
 
 	if (!strcmp(state, "down") && !*down) {
-		fprintf(stderr, "%swfsctl: promote: the NAS is %s: copies under way wait for it, "
-			"copies not started yet fail (promote again once it is back)\n",
+		fprintf(stderr, "%swfsctl: promote: the NAS is %s: the copies wait for it (those "
+			"not started yet start once it answers)\n",
 			bar_break(bar), fmt_nas(nas, why, sizeof(why)));
 		*down = true;
 	} else if (!strcmp(state, "up") && *down) {

@@ -32,9 +32,9 @@ ranges (`eio`) or slow (`latency`).
   EioMidCopy          EIO in a blob's middle: promote fails naming EIO, reads
                       of that range fail EIO and others are right; the range
                       healed, promote succeeds
-  FrozenMidCopy       promote --wait while the NAS freezes under its copy:
-                      a line says the NAS is down and why, one that it is
-                      back; the copy ends local, exit 0
+  FrozenMidCopy       promote --wait while the NAS freezes under one copy,
+                      another queued: a line says the NAS is down and why,
+                      one that it is back; both end local, exit 0
   FreshAttrs          a GETATTR within attr_timeout of the attributes' NAS
                       stat (after a listing) asks the NAS nothing
   SlowNAS             20 ms a NAS call: right bytes, no errors, nas stays up
@@ -645,32 +645,36 @@ class EioMidCopy(WfsOnFaultNAS):
 
 
 class FrozenMidCopy(WfsOnFaultNAS):
-    """promote --wait while the NAS freezes under its copy: it says the NAS
-    is down (and why), the copy waits, and once the NAS answers again it
-    says so, the copy ends and the wait exits 0."""
+    """promote --wait of two shards while the NAS freezes under the first
+    one's copy, the second queued: it says the NAS is down (and why), the
+    copy and the queue wait, and once the NAS answers again it says so,
+    both copies end local and the wait exits 0."""
 
-    # promote_mbps=2: a third of 2 MB/s a copy, so a shard of a few MiB
-    # is still copying seconds after the NAS is back, when the prober
-    # (at most 2 s between looks) has seen it
-    OPTIONS = NO_CACHE + ("auto_promote=off", "promote_mbps=2",
+    # copy_workers=1: the second shard waits in the queue; promote_mbps=2:
+    # half of 2 MB/s for the copy, so the two are still copying seconds
+    # after the NAS is back, when the prober (at most 2 s between looks)
+    # has seen it
+    OPTIONS = NO_CACHE + ("auto_promote=off", "promote_mbps=2", "copy_workers=1",
                           "nas_timeout=%d" % NAS_TIMEOUT_MS)
     PROMOTE = False
 
     def test_promote_wait_through_an_outage(self):
         snap, _ = revision_entries()
-        e = max(snap, key=lambda x: x["size"])
+        e, e2 = sorted(snap, key=lambda x: -x["size"])[:2]
         self.assertGreaterEqual(e["size"], 3 << 20, "the biggest shard is too small to copy slowly")
         other = self.take_nonlocal(False)
-        path = self.m(e["path"])
-        p = subprocess.Popen([wfstest.wfsctl_bin(), "promote", "--wait", path],
+        path, path2 = self.m(e["path"]), self.m(e2["path"])
+        p = subprocess.Popen([wfstest.wfsctl_bin(), "promote", "--wait", path, path2],
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd="/")
         self.addCleanup(lambda: p.poll() is None and p.kill())
         lines = []
         reader = threading.Thread(target=lambda: lines.extend(
             l.decode(errors="replace") for l in p.stderr), daemon=True)
         reader.start()
-        self.assertTrue(wfstest.wait_until(lambda: state_of(path) == "copying", 30, 0.02),
-                        "the copy never started: %s" % state_of(path))
+        # one copy worker: one copies (the order is the daemon's), the other waits
+        states = lambda: sorted((state_of(path), state_of(path2)))  # noqa: E731
+        self.assertTrue(wfstest.wait_until(lambda: states() == ["copying", "queued"], 30, 0.01),
+                        "never one copying and one queued: %s" % states())
         NAS.check("hang")
         # a reader meets the frozen NAS: the daemon marks it down
         r = bounded(os.lstat, self.m(other["path"]), timeout=FAIL_WAIT)
@@ -687,9 +691,10 @@ class FrozenMidCopy(WfsOnFaultNAS):
         back = [l for l in lines if "the NAS answers again" in l]
         self.assertTrue(len(down) == 1 and len(back) == 1 and lines.index(down[0]) <
                         lines.index(back[0]), "one line down, then one back:\n" + err)
-        self.assertIn("copies under way wait for it", down[0])
-        self.assertEqual(state_of(path), "local")
-        self.assertEqual(sha_size_uncached(path), (e["sha256"], e["size"]))
+        self.assertIn("the copies wait for it", down[0])
+        for pth, ent in ((path, e), (path2, e2)):
+            self.assertEqual(state_of(pth), "local")
+            self.assertEqual(sha_size_uncached(pth), (ent["sha256"], ent["size"]))
 
 
 class FreshAttrs(WfsOnFaultNAS):

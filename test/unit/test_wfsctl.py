@@ -373,8 +373,8 @@ def body(t, work):
     ok("promote --wait says once that the NAS is down, and why, and once that it is back",
        rc == 0 and err.count("the NAS is DOWN since") == 1
        and re.search(r"wfsctl: promote: the NAS is DOWN since [-0-9]+ [0-9:]+ \(\d+ s\): a call "
-                     r"took longer than 1000 ms.*: copies under way wait for it, copies not "
-                     r"started yet fail", err)
+                     r"took longer than 1000 ms.*: the copies wait for it \(those not "
+                     r"started yet start once it answers\)", err)
        and err.count("wfsctl: promote: the NAS answers again") == 1
        and err.index("DOWN since") < err.index("answers again"), err)
 

@@ -401,6 +401,20 @@ void *store_part_worker(void *arg)
 		}
 		if (b->part->unproven) {
 			rehash(s, b);
+		} else if (b->part->nwant && !nas_gate_up(s->opt.gate)) {
+			/* No range copy starts while the NAS is down: the
+			 * ranges wait for it, as the whole copies' queue does
+			 * (store_copy.c); a look again soon, the gate has no
+			 * callback. */
+			struct timespec until;
+
+			s->queue_held++;
+			clock_gettime(CLOCK_REALTIME, &until); /* part_cond's clock */
+			until.tv_nsec += STORE_QUEUE_LOOK_MS * 1000000L;
+			until.tv_sec += until.tv_nsec / 1000000000L;
+			until.tv_nsec %= 1000000000L;
+			pthread_cond_timedwait(&s->part_cond, &s->lock, &until);
+			continue;
 		} else if (b->part->nwant) {
 			copy_want(s, b);
 		} else if (b->part->adopt && adopt(s, b)) {

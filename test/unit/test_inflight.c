@@ -6,8 +6,10 @@
  * new bytes; or asked for explicitly while it runs as an automatic copy
  * (its automatic slot freed at once).  The copies are throttled, so each
  * would take seconds to end on its own; what the test checks is how many
- * bytes each read, or what ran meanwhile. */
+ * bytes each read, or what ran meanwhile.  And a range asked for while
+ * the NAS is down waits for it. */
 #include "check_store.h"
+#include "nasgate.h"
 #include "policy.h"
 #include "store.h"
 #include "store_int.h"
@@ -260,6 +262,47 @@ static void test_raised_copy_frees_its_auto_slot(void)
 	policy_opts_free(&pol);
 }
 
+/* A range asked for while the NAS is down waits for it, as the queue of
+ * whole copies does (test_room): no copy of it starts, none fails, and
+ * once the NAS is up it is copied. */
+static void test_range_waits_for_the_nas(void)
+{
+	enum { N = 2 << 20 };
+	struct store_opts opt = { .workers = 1 };
+	struct nas_gate g;
+	struct store s;
+	struct blob *b;
+	char local[PATH_MAX * 2], root[PATH_MAX * 2];
+	uint64_t held0;
+	int64_t end;
+
+	check_put_pattern(top, "nas/held", N, 13);
+	check_path(root, sizeof(root), top, "nas");
+	CHECK(&c, nas_gate_init(&g, root, 200, NULL, NULL) == 0, "gate");
+	opt.gate = &g;
+	check_store_dir(top, "hlocal", local, sizeof(local));
+	CHECK(&c, store_open(&s, local, &opt, NULL) == 0 && store_start(&s) == 0, "open");
+	b = check_blob(&s, top, "nas/held", NULL, 1);
+	nas_gate_set_down(&g, "test: down");
+	held0 = atomic_load(&s.queue_held);
+	CHECK(&c, store_part_request(&s, b, &(struct brange){ 0, N / 2 }, 1, 0) == N / 2,
+	      "the range is asked for");
+	end = store_now_ms() + 10000;
+	while (atomic_load(&s.queue_held) < held0 + 3 && store_now_ms() < end)
+		usleep(2000);
+	CHECK(&c, info(&s, b)->part_copying && !info(&s, b)->part_bytes &&
+	      !info(&s, b)->part_reason[0] && atomic_load(&s.part_failed) == 0,
+	      "the NAS down: the range waits (pending), looked at %llu times, none failed (%s)",
+	      (unsigned long long)(atomic_load(&s.queue_held) - held0), info(&s, b)->part_reason);
+	CHECK(&c, nas_gate_start(&g) == 0, "prober");
+	nas_gate_wait_change(&g, atomic_load(&g.generation), 5000);
+	CHECK(&c, wait_parts(&s, b) && info(&s, b)->part_bytes == N / 2,
+	      "the NAS up: the range copied (%llu bytes local: %s)",
+	      (unsigned long long)info(&s, b)->part_bytes, info(&s, b)->part_reason);
+	store_close(&s);
+	nas_gate_destroy(&g);
+}
+
 int main(void)
 {
 	snprintf(top, sizeof(top), "/var/tmp/wfs-inflight-XXXXXX");
@@ -269,6 +312,7 @@ int main(void)
 	test_whole_copy_of_a_replaced_source();
 	test_range_copy_of_a_replaced_source();
 	test_raised_copy_frees_its_auto_slot();
+	test_range_waits_for_the_nas();
 	check_rmtree(top);
 	printf("inflight: %d passed, %d failed\n", c.passed, c.failed);
 	return c.failed ? 1 : 0;

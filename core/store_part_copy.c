@@ -145,6 +145,26 @@ static struct brange unlisted_locked(const struct blob_part *p, struct brange w)
 				       w.off };
 }
 
+/* @w was given out but its copy did not start: the NAS went down since the
+ * worker looked.  First in @p's wants again, to wait for the NAS with the
+ * rest (store_part_worker), as a whole copy goes back in its queue
+ * (store_copy.c).  0, or -ENOMEM (then it fails as a copy does). */
+static int want_again_locked(struct blob_part *p, struct brange w)
+{
+	if (p->nwant == p->capwant) {
+		size_t cap = p->capwant ? 2 * p->capwant : 4;
+		struct brange *v = realloc(p->want, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		p->want = v;
+		p->capwant = cap;
+	}
+	memmove(p->want + 1, p->want, p->nwant++ * sizeof(*p->want));
+	p->want[0] = w;
+	return 0;
+}
+
 /* Copy the first range @b wants, or of it what no listed range covers: a
  * listed range's bytes are never written again, and those of a copy that
  * fails are punched out, so the piece copied must be none of theirs (only
@@ -160,7 +180,7 @@ static void copy_want(struct store *s, struct blob *b)
 	struct source_at at;
 	unsigned gen = p->gen;
 	uint64_t size = b->size, end = p->want[0].off + p->want[0].len;
-	int evicted = 0, fd, r;
+	int evicted = 0, not_started = 0, fd, r;
 
 	p->want_done += w.off - p->want[0].off; /* local already */
 	if (w.off + w.len < end) /* the rest of it, after a listed range, next */
@@ -191,6 +211,7 @@ static void copy_want(struct store *s, struct blob *b)
 		store_write_index(s);
 	if (!nas_gate_up(s->opt.gate)) {
 		r = -EHOSTDOWN;
+		not_started = 1;
 		snprintf(res.reason, sizeof(res.reason), "cannot copy %s: the NAS is down", key);
 	} else if ((fd = r = open_part(s->part_dir, path, size)) >= 0) {
 		r = fetch_range_verify(key, size, fd, w.off, w.len,
@@ -219,6 +240,8 @@ static void copy_want(struct store *s, struct blob *b)
 			unlink(path);
 		return;
 	}
+	if (not_started && !s->stop && want_again_locked(p, w) == 0)
+		return;
 	if (r == -EUCLEAN)
 		part_drop_locked(s, b, "partial file not of the blob's size");
 	copied_locked(s, b, w, r, source_changed_locked(b, &at), &res, &st);

@@ -7,7 +7,8 @@
  * (its automatic slot freed at once).  The copies are throttled, so each
  * would take seconds to end on its own; what the test checks is how many
  * bytes each read, or what ran meanwhile.  And a range asked for while
- * the NAS is down waits for it. */
+ * the NAS is down waits for it, as does a copy (whole or of a range) given
+ * out just as it goes down. */
 #include "check_store.h"
 #include "nasgate.h"
 #include "policy.h"
@@ -15,6 +16,7 @@
 #include "store_int.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -303,6 +305,103 @@ static void test_range_waits_for_the_nas(void)
 	nas_gate_destroy(&g);
 }
 
+/* The gate goes down as a copy is given out (between the worker's look at
+ * the gate and the copy's own): the copy waits for the NAS as one asked for
+ * while it is down does, rather than failing -- a range's as a whole one's
+ * (back in its queue).  The copy's room is made by evicting a local copy;
+ * its log line is where the gate goes down. */
+struct down_at_evict {
+	struct nas_gate *_Atomic gate; /* armed by the test, disarmed once used */
+};
+
+static void gate_down_at_evict(void *arg, int prio, const char *msg)
+{
+	struct down_at_evict *d = arg;
+	struct nas_gate *g;
+
+	(void)prio;
+	if (!strncmp(msg, "evicted ", 8) && (g = atomic_exchange(&d->gate, NULL)))
+		nas_gate_set_down(g, "test: down as the copy is given out");
+}
+
+static void copy_given_out_as_the_nas_goes_down(int whole)
+{
+	enum { N = 1 << 20 };
+	struct down_at_evict d = { NULL };
+	struct store_hooks hooks = { .arg = &d, .log = gate_down_at_evict };
+	struct store_opts opt = { .workers = 1 };
+	struct policy_opts pol;
+	struct nas_gate g;
+	struct store s;
+	struct blob *a, *b;
+	char local[PATH_MAX * 2], root[PATH_MAX * 2], name[32];
+	uint64_t held0;
+	int64_t end;
+
+	check_policy_manual(&pol);
+	opt.policy = &pol;
+	check_put_pattern(top, "nas/evictee", N, 14);
+	check_put_pattern(top, "nas/given-out", N, 15);
+	check_path(root, sizeof(root), top, "nas");
+	CHECK(&c, nas_gate_init(&g, root, 200, NULL, NULL) == 0, "gate");
+	opt.gate = &g;
+	snprintf(name, sizeof(name), "glocal%d", whole);
+	check_store_dir(top, name, local, sizeof(local));
+	CHECK(&c, store_open(&s, local, &opt, &hooks) == 0, "open");
+	pol.store_max = store_charge(&s, N) + store_charge(&s, N) / 2; /* room for one */
+	CHECK(&c, store_start(&s) == 0, "start");
+	a = check_blob(&s, top, "nas/evictee", NULL, 1);
+	b = check_blob(&s, top, "nas/given-out", NULL, 1);
+	store_promote(&s, a, 0, 1);
+	CHECK(&c, store_wait_settled(&s, a, 30000) == BLOB_LOCAL, "a local: %s",
+	      blob_state_name(blob_state(a)));
+	/* (a copy evicts only copies used before its blob was last asked
+	 * for whole; a range's: as if b had been, after a's use) */
+	pthread_mutex_lock(&s.lock);
+	while (store_now_ns() <= a->use_ns)
+		sched_yield(); /* (the clock is coarse) */
+	b->want_ns = store_now_ns();
+	pthread_mutex_unlock(&s.lock);
+	atomic_store(&d.gate, &g);
+	if (whole)
+		store_promote(&s, b, 0, 1);
+	else
+		CHECK(&c, store_part_request(&s, b, &(struct brange){ 0, N }, 1, 0) == N,
+		      "the range is asked for");
+	/* b's copy is given out (a evicted for its room, the gate down
+	 * then): it fails, or goes back to wait -- looked at again */
+	end = store_now_ms() + 10000;
+	while (blob_state(a) == BLOB_LOCAL && store_now_ms() < end)
+		usleep(2000);
+	held0 = atomic_load(&s.queue_held);
+	while (atomic_load(&s.queue_held) < held0 + 2 && store_now_ms() < end &&
+	       (whole ? blob_state(b) == BLOB_QUEUED || blob_state(b) == BLOB_COPYING :
+			info(&s, b)->part_copying))
+		usleep(2000);
+	CHECK(&c, !atomic_load(&d.gate) && !nas_gate_up(&g), "the gate went down as a was evicted");
+	if (whole)
+		CHECK(&c, blob_state(b) == BLOB_QUEUED && atomic_load(&s.failed) == 0,
+		      "the whole copy waits for the NAS in the queue, none failed (%s: %s)",
+		      blob_state_name(blob_state(b)), info(&s, b)->reason);
+	else
+		CHECK(&c, info(&s, b)->part_copying && !info(&s, b)->part_reason[0] &&
+		      atomic_load(&s.part_failed) == 0,
+		      "the range waits for the NAS, none failed (%s)", info(&s, b)->part_reason);
+	CHECK(&c, nas_gate_start(&g) == 0, "prober");
+	CHECK(&c, wait_parts(&s, b) && store_wait_settled(&s, b, 30000) == BLOB_LOCAL,
+	      "the NAS up: copied (%s: %s %s)", blob_state_name(blob_state(b)), info(&s, b)->reason,
+	      info(&s, b)->part_reason);
+	store_close(&s);
+	nas_gate_destroy(&g);
+	policy_opts_free(&pol);
+}
+
+static void test_copy_given_out_as_the_nas_goes_down(void)
+{
+	copy_given_out_as_the_nas_goes_down(1);
+	copy_given_out_as_the_nas_goes_down(0);
+}
+
 int main(void)
 {
 	snprintf(top, sizeof(top), "/var/tmp/wfs-inflight-XXXXXX");
@@ -313,6 +412,7 @@ int main(void)
 	test_range_copy_of_a_replaced_source();
 	test_raised_copy_frees_its_auto_slot();
 	test_range_waits_for_the_nas();
+	test_copy_given_out_as_the_nas_goes_down();
 	check_rmtree(top);
 	printf("inflight: %d passed, %d failed\n", c.passed, c.failed);
 	return c.failed ? 1 : 0;

@@ -132,7 +132,6 @@ static int requeue_locked(struct store *s, struct blob *b)
 	if (atomic_load(&b->prog.cancel) || s->stop)
 		return 0;
 	b->state = BLOB_QUEUED;
-	s->started--;
 	store_enqueue_locked(s, b);
 	return 1;
 }
@@ -358,7 +357,6 @@ static int adopt_one(struct store *s, struct blob *b)
 	source_at_locked(b, &at); /* what the hash below vouches for */
 	b->state = BLOB_COPYING;
 	take_auto_slot_locked(s, b, auto_copy);
-	s->started++;
 	rate = store_copy_rate(s, auto_copy);
 	pthread_mutex_unlock(&s->lock);
 
@@ -367,6 +365,7 @@ static int adopt_one(struct store *s, struct blob *b)
 		r = -EHOSTDOWN;
 		snprintf(res.reason, sizeof(res.reason), "cannot copy %s: the NAS is down", key);
 	} else {
+		s->started++; /* (not before: a copy that meets the NAS down is not one) */
 		store_log_msg(s, LOG_INFO, "promoting %s (%s, %llu bytes%s): a local copy has its "
 			      "name, hashing the NAS file to share it", key, id,
 			      (unsigned long long)size, auto_copy ? ", automatic" : "");
@@ -428,7 +427,6 @@ static void copy_one(struct store *s, struct blob *b)
 	b->tmp = strdup(tmp);
 	b->state = BLOB_COPYING;
 	take_auto_slot_locked(s, b, auto_copy);
-	s->started++;
 	rate = store_copy_rate(s, auto_copy);
 	pthread_mutex_unlock(&s->lock);
 
@@ -444,6 +442,7 @@ static void copy_one(struct store *s, struct blob *b)
 		r = -EHOSTDOWN;
 		snprintf(res.reason, sizeof(res.reason), "cannot copy %s: the NAS is down", key);
 	} else {
+		s->started++; /* (not before: a copy that meets the NAS down is not one) */
 		store_log_msg(s, LOG_INFO, "promoting %s (%s, %llu bytes%s)", key, id,
 			      (unsigned long long)size, auto_copy ? ", automatic" : "");
 		r = fetch_copy_verify(key, size, tmp, id, rate, &b->prog, &res);

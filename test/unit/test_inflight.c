@@ -264,40 +264,54 @@ static void test_raised_copy_frees_its_auto_slot(void)
 	policy_opts_free(&pol);
 }
 
-/* A range asked for while the NAS is down waits for it, as the queue of
- * whole copies does (test_room): no copy of it starts, none fails, and
- * once the NAS is up it is copied. */
-static void test_range_waits_for_the_nas(void)
+/* Copies asked for while the NAS is down wait for it: an operator's, an
+ * automatic one and a range alike.  No copy starts (the workers look at
+ * the gate and leave the queue as it is), none fails, and once the NAS is
+ * up all are made. */
+static void test_copies_wait_for_the_nas(void)
 {
 	enum { N = 2 << 20 };
-	struct store_opts opt = { .workers = 1 };
+	struct store_opts opt = { .workers = 2 };
 	struct nas_gate g;
 	struct store s;
-	struct blob *b;
+	struct blob *b, *e, *q;
 	char local[PATH_MAX * 2], root[PATH_MAX * 2];
 	uint64_t held0;
 	int64_t end;
 
 	check_put_pattern(top, "nas/held", N, 13);
+	check_put_pattern(top, "nas/held-e", N, 14);
+	check_put_pattern(top, "nas/held-q", N, 15);
 	check_path(root, sizeof(root), top, "nas");
 	CHECK(&c, nas_gate_init(&g, root, 200, NULL, NULL) == 0, "gate");
 	opt.gate = &g;
 	check_store_dir(top, "hlocal", local, sizeof(local));
 	CHECK(&c, store_open(&s, local, &opt, NULL) == 0 && store_start(&s) == 0, "open");
 	b = check_blob(&s, top, "nas/held", NULL, 1);
+	e = check_blob(&s, top, "nas/held-e", NULL, 1);
+	q = check_blob(&s, top, "nas/held-q", NULL, 1);
 	nas_gate_set_down(&g, "test: down");
 	held0 = atomic_load(&s.queue_held);
+	store_promote(&s, e, 0, 1);
+	store_promote(&s, q, 0, 0);
 	CHECK(&c, store_part_request(&s, b, &(struct brange){ 0, N / 2 }, 1, 0) == N / 2,
 	      "the range is asked for");
 	end = store_now_ms() + 10000;
-	while (atomic_load(&s.queue_held) < held0 + 3 && store_now_ms() < end)
+	while (atomic_load(&s.queue_held) < held0 + 6 && store_now_ms() < end)
 		usleep(2000);
+	CHECK(&c, blob_state(e) == BLOB_QUEUED && blob_state(q) == BLOB_QUEUED &&
+	      atomic_load(&s.started) == 0, "the NAS down: an operator's and an automatic copy "
+	      "wait in the queue, none started (%s, %s)", blob_state_name(blob_state(e)),
+	      blob_state_name(blob_state(q)));
 	CHECK(&c, info(&s, b)->part_copying && !info(&s, b)->part_bytes &&
 	      !info(&s, b)->part_reason[0] && atomic_load(&s.part_failed) == 0,
 	      "the NAS down: the range waits (pending), looked at %llu times, none failed (%s)",
 	      (unsigned long long)(atomic_load(&s.queue_held) - held0), info(&s, b)->part_reason);
 	CHECK(&c, nas_gate_start(&g) == 0, "prober");
 	nas_gate_wait_change(&g, atomic_load(&g.generation), 5000);
+	CHECK(&c, store_wait_settled(&s, e, 30000) == BLOB_LOCAL &&
+	      store_wait_settled(&s, q, 30000) == BLOB_LOCAL, "the NAS up: both copied (%s, %s)",
+	      blob_state_name(blob_state(e)), blob_state_name(blob_state(q)));
 	CHECK(&c, wait_parts(&s, b) && info(&s, b)->part_bytes == N / 2,
 	      "the NAS up: the range copied (%llu bytes local: %s)",
 	      (unsigned long long)info(&s, b)->part_bytes, info(&s, b)->part_reason);
@@ -411,7 +425,7 @@ int main(void)
 	test_whole_copy_of_a_replaced_source();
 	test_range_copy_of_a_replaced_source();
 	test_raised_copy_frees_its_auto_slot();
-	test_range_waits_for_the_nas();
+	test_copies_wait_for_the_nas();
 	test_copy_given_out_as_the_nas_goes_down();
 	check_rmtree(top);
 	printf("inflight: %d passed, %d failed\n", c.passed, c.failed);

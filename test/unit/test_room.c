@@ -628,11 +628,10 @@ static void test_retry(void)
 	struct store_opts opt = { .workers = 2, .policy = &pol };
 	struct auto_promoter ap;
 	struct store s;
-	struct blob *a, *b, *u, *p, *h, *q, *e;
+	struct blob *a, *b, *u, *p, *h;
 	struct blob_info in;
 	char local[PATH_MAX * 2], root[PATH_MAX * 2];
 	int64_t t0, due;
-	uint64_t held0, started0;
 
 	policy_opts_init(&pol);
 	pol.min_free_pct = 0;
@@ -713,10 +712,9 @@ static void test_retry(void)
 	      "an operator's pin --ref does not wait: %s", info(p)->reason);
 	store_close(&s);
 
-	/* The NAS gate: while it is down no copy starts (no read that could
-	 * hang or fail) -- the queue waits for it, an automatic copy and an
-	 * operator's alike -- and no failed copy is retried; when it is up,
-	 * the queue goes on and every backoff is due. */
+	/* The NAS gate: no failed copy is retried while it is down (no copy
+	 * starts then either: test_inflight); every backoff is due when it
+	 * is up. */
 	snprintf(root, sizeof(root), "%s/hub", top);
 	CHECK(&c, nas_gate_init(&g, root, 200, NULL, NULL) == 0, "gate");
 	opt.gate = &g;
@@ -736,22 +734,6 @@ static void test_retry(void)
 	b->retry_at_ms = store_now_ms() + 60000; /* far off: only the gate makes it due */
 	s.retry_next_ms = b->retry_at_ms;
 	pthread_mutex_unlock(&s.lock);
-	put("hub/models--t--retry/blobs/q", 64 * KiB, 55);
-	put("hub/models--t--retry/blobs/e", 64 * KiB, 56);
-	q = blob_at(&s, "models--t--retry/blobs/q");
-	e = blob_at(&s, "models--t--retry/blobs/e");
-	held0 = atomic_load(&s.queue_held);
-	started0 = atomic_load(&s.started);
-	store_promote(&s, q, 0, 0);
-	store_promote(&s, e, 0, 1);
-	t0 = store_now_ms();
-	while (atomic_load(&s.queue_held) < held0 + 4 && store_now_ms() < t0 + 10000)
-		usleep(2000);
-	CHECK(&c, blob_state(q) == BLOB_QUEUED && blob_state(e) == BLOB_QUEUED &&
-	      atomic_load(&s.started) == started0,
-	      "the gate down: an automatic and an explicit copy wait in the queue, looked at "
-	      "%llu times (%s, %s)", (unsigned long long)(atomic_load(&s.queue_held) - held0),
-	      blob_state_name(blob_state(q)), blob_state_name(blob_state(e)));
 	/* A blob turning hot while the NAS is down waits for it: what to do
 	 * with it needs NAS walks (exclusion globs by snapshot name). */
 	CHECK(&c, auto_start(&ap, &s, NULL, &pol, NULL) == 0, "policy thread");
@@ -770,9 +752,6 @@ static void test_retry(void)
 	store_retry_due(&s);
 	CHECK(&c, wait_settled(b) == BLOB_LOCAL && atomic_load(&s.retries) == 1,
 	      "the gate up: retried at once: %s", blob_state_name(blob_state(b)));
-	CHECK(&c, wait_settled(q) == BLOB_LOCAL && wait_settled(e) == BLOB_LOCAL,
-	      "the gate up: the queue goes on (%s, %s)", blob_state_name(blob_state(q)),
-	      blob_state_name(blob_state(e)));
 	CHECK(&c, wait_handled(&ap, 1) && wait_state(h, BLOB_LOCAL, 5000),
 	      "the NAS up: the deferred hot blob promoted (%s)", blob_state_name(blob_state(h)));
 

@@ -334,6 +334,11 @@ int64_t store_part_request(struct store *s, struct blob *b, const struct brange 
 	p->reason[0] = '\0';
 	total = want_gaps_locked(p, req, nr, h, nh);
 	if (total > 0) {
+		/* Asked for now: for its room, copies used before this may be
+		 * evicted, as for a whole copy (copy_freeable, store_space.c);
+		 * a whole copy queued or running keeps its own time. */
+		if (b->state != BLOB_QUEUED && b->state != BLOB_COPYING)
+			b->want_ns = store_now_ns();
 		p->want_total += (uint64_t)total;
 		part_enqueue_locked(s, b);
 		store_dirty_locked(s);

@@ -193,7 +193,7 @@ static void copy_want(struct store *s, struct blob *b)
 				 sizeof(why), &evicted) < 0) {
 		s->no_room++;
 		r = -ENOSPC;
-		snprintf(res.reason, sizeof(res.reason), "no room: %s", why);
+		snprintf(res.reason, sizeof(res.reason), "%s", why); /* "no room: ..." */
 		copied_locked(s, b, w, r, 0, &res, &st);
 		return;
 	}

@@ -369,13 +369,10 @@ static void copy_given_out_as_the_nas_goes_down(int whole)
 	store_promote(&s, a, 0, 1);
 	CHECK(&c, store_wait_settled(&s, a, 30000) == BLOB_LOCAL, "a local: %s",
 	      blob_state_name(blob_state(a)));
-	/* (a copy evicts only copies used before its blob was last asked
-	 * for whole; a range's: as if b had been, after a's use) */
-	pthread_mutex_lock(&s.lock);
-	while (store_now_ns() <= a->use_ns)
-		sched_yield(); /* (the clock is coarse) */
-	b->want_ns = store_now_ns();
-	pthread_mutex_unlock(&s.lock);
+	/* (a copy evicts only copies used before its blob was asked for:
+	 * the request after a's use, on a coarse clock) */
+	while (store_now_ns() <= atomic_load(&a->use_ns))
+		sched_yield();
 	atomic_store(&d.gate, &g);
 	if (whole)
 		store_promote(&s, b, 0, 1);

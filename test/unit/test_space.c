@@ -15,6 +15,8 @@
  *            local blob whose name was not its bytes' gets a copy made
  *   pinfull  a ref pin's blob that does not fit is tried again after a
  *            backoff, not at every poll of the ref (each try a log line)
+ *   range    a range makes its room as a whole copy does: an older unpinned
+ *            copy is evicted for it
  */
 #include "check_store.h"
 #include "hash.h"
@@ -388,6 +390,42 @@ static void test_pin_no_room(void)
 	policy_opts_free(&pol);
 }
 
+/* A range makes its room as a whole copy does: an unpinned copy used
+ * before the range was asked for is evicted for it. */
+static void test_range_evicts(void)
+{
+	struct policy_opts pol;
+	struct store_opts opt = { .workers = 1, .policy = &pol };
+	struct store s;
+	struct blob *old, *b;
+	char local[PATH_MAX * 2];
+	struct blob_info in;
+
+	check_policy_manual(&pol);
+	check_store_dir(top, "local-range", local, sizeof(local));
+	mkdirs("hub/models--t--range/blobs");
+	put("hub/models--t--range/blobs/old", BLOB, 23);
+	put("hub/models--t--range/blobs/part", 2 * BLOB, 24);
+	CHECK(&c, store_open(&s, local, &opt, NULL) == 0, "open");
+	the_store = &s;
+	pol.store_max = store_charge(&s, BLOB) * 3 / 2; /* room for one */
+	CHECK(&c, store_start(&s) == 0, "start");
+	old = blob_at("hub/models--t--range/blobs/old");
+	b = blob_at("hub/models--t--range/blobs/part");
+	CHECK(&c, promote(old) == BLOB_LOCAL, "an unpinned copy fills the room");
+	use(old);
+	next_use_tick();
+	CHECK(&c, store_part_request(&s, b, &(struct brange){ 0, BLOB }, 1, 0) == BLOB,
+	      "a range of the other blob is asked for");
+	CHECK(&c, wait_parts(&s, b), "the range copy ends");
+	blob_info(&s, b, &in);
+	CHECK(&c, in.part_bytes == BLOB && blob_state(old) == BLOB_NAS,
+	      "the range is local (%llu bytes: %s), the older copy evicted for it (%s)",
+	      (unsigned long long)in.part_bytes, in.part_reason, st(old));
+	store_close(&s);
+	policy_opts_free(&pol);
+}
+
 int main(void)
 {
 	snprintf(top, sizeof(top), "/var/tmp/wfs-space-XXXXXX");
@@ -395,6 +433,7 @@ int main(void)
 	test_shared();
 	test_adopt();
 	test_pin_no_room();
+	test_range_evicts();
 	check_rmtree(top);
 	printf("space: %d passed, %d failed\n", c.passed, c.failed);
 	return c.failed ? 1 : 0;

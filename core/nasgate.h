@@ -133,7 +133,8 @@ void nas_gate_done(struct nas_gate *g, int r);
  * meaning it is unreachable)?  Then, and only then, may a caller answer from
  * what it kept locally; any other error is the NAS's answer. */
 int nas_cannot_answer(int r);
-/* Is it up now?  (A hint: it may go down the next instant.) */
+/* Is it up now?  (A hint: it may go down the next instant.)  Lock-free:
+ * callable with any lock held. */
 int nas_gate_up(struct nas_gate *g);
 /* A NAS error seen outside nas_call (a copy worker's read, the sweep):
  * counted as a call's would be (down if unavailable, a probe for EIO). */

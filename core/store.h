@@ -52,7 +52,8 @@
  * exceptions); the
  * hooks are called with it held and must not block or call the store.  The
  * NAS gate's lock (nasgate.h) is a leaf: the store calls the gate with no
- * lock of its own held.
+ * lock of its own held, but for nas_gate_up, a lock-free read (the copy
+ * workers look at it under store.lock before they take a copy).
  *
  * The NAS failing: a verified copy is never dropped or demoted because the
  * NAS cannot be reached -- only positive evidence demotes (the source gone,

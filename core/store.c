@@ -18,9 +18,7 @@
 #include <syslog.h>
 #include <unistd.h>
 
-/* A CLOCK_MONOTONIC deadline for pthread_cond_timedwait (our conds use
- * that clock). */
-static void deadline_ts(int64_t deadline_ms, struct timespec *ts)
+void store_deadline_ts(int64_t deadline_ms, struct timespec *ts)
 {
 	ts->tv_sec = (time_t)(deadline_ms / 1000);
 	ts->tv_nsec = (long)(deadline_ms % 1000) * 1000000L;
@@ -113,7 +111,7 @@ enum blob_state store_wait_settled(struct store *s, struct blob *b, int64_t time
 	enum blob_state st;
 	struct timespec ts;
 
-	deadline_ts(deadline, &ts);
+	store_deadline_ts(deadline, &ts);
 	pthread_mutex_lock(&s->lock);
 	/* every copy that ends broadcasts s->cond */
 	while (((st = b->state) == BLOB_QUEUED || st == BLOB_COPYING) &&
@@ -152,7 +150,7 @@ struct blob *store_wait_hot(struct store *s, int64_t deadline_ms)
 	struct blob *b = NULL;
 	struct timespec ts;
 
-	deadline_ts(deadline_ms, &ts);
+	store_deadline_ts(deadline_ms, &ts);
 	pthread_mutex_lock(&s->lock);
 	while (!s->stop && !s->hot_head && !s->hot_woken &&
 	       (deadline_ms < 0 || store_now_ms() < deadline_ms)) {
@@ -578,6 +576,7 @@ int store_open(struct store *s, const char *dir, const struct store_opts *opt,
 	pthread_condattr_setclock(&mono, CLOCK_MONOTONIC);
 	pthread_cond_init(&s->cond, &mono);
 	pthread_cond_init(&s->hot_cond, &mono);
+	pthread_cond_init(&s->part_cond, &mono);
 	pthread_condattr_destroy(&mono);
 	pthread_mutex_init(&s->index_lock, NULL);
 	if (hooks)
@@ -593,7 +592,6 @@ int store_open(struct store *s, const char *dir, const struct store_opts *opt,
 	snprintf(s->tmp_dir, sizeof(s->tmp_dir), "%s/tmp", dir);
 	snprintf(s->index_path, sizeof(s->index_path), "%s/index.json", dir);
 	snprintf(s->part_dir, sizeof(s->part_dir), "%s/parts", dir);
-	pthread_cond_init(&s->part_cond, NULL);
 	s->blk = statvfs(dir, &sv) == 0 && sv.f_frsize ? (uint64_t)sv.f_frsize : 4096;
 	if (htab_init(&s->blobs, 1024) < 0)
 		return -ENOMEM;

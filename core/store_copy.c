@@ -511,8 +511,9 @@ void *store_worker(void *arg)
 		if (!b && held && (due < 0 || due > store_now_ms() + STORE_QUEUE_LOOK_MS))
 			due = store_now_ms() + STORE_QUEUE_LOOK_MS;
 		if (!b && due >= 0) {
-			struct timespec ts = { (time_t)(due / 1000), (long)(due % 1000) * 1000000L };
+			struct timespec ts;
 
+			store_deadline_ts(due, &ts);
 			pthread_cond_timedwait(&s->cond, &s->lock, &ts);
 			continue;
 		}

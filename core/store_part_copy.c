@@ -271,8 +271,7 @@ static void rehash(struct store *s, struct blob *b)
 		 * as memory is short -- every open and read of the store held. */
 		store_log_msg(s, LOG_WARNING, "start-up: no memory to re-hash the %zu local range%s of "
 			      "%s: tried again in a second", n, n == 1 ? "" : "s", b->key);
-		clock_gettime(CLOCK_REALTIME, &until); /* part_cond's clock */
-		until.tv_sec++;
+		store_deadline_ts(store_now_ms() + 1000, &until);
 		pthread_cond_timedwait(&s->part_cond, &s->lock, &until);
 		return;
 	}
@@ -432,10 +431,7 @@ void *store_part_worker(void *arg)
 			struct timespec until;
 
 			s->queue_held++;
-			clock_gettime(CLOCK_REALTIME, &until); /* part_cond's clock */
-			until.tv_nsec += STORE_QUEUE_LOOK_MS * 1000000L;
-			until.tv_sec += until.tv_nsec / 1000000000L;
-			until.tv_nsec %= 1000000000L;
+			store_deadline_ts(store_now_ms() + STORE_QUEUE_LOOK_MS, &until);
 			pthread_cond_timedwait(&s->part_cond, &s->lock, &until);
 			continue;
 		} else if (b->part->nwant) {

@@ -348,26 +348,34 @@ static void test_adopt(void)
 	policy_opts_free(&pol);
 }
 
+/* A store of its own, LOCAL_STORE top/@name, started with room for one
+ * copy of BLOB, its copies asked for by hand (@pol, which must outlive it). */
+static void open_room_for_one(struct store *s, struct policy_opts *pol, const char *name)
+{
+	struct store_opts opt = { .workers = 1, .policy = pol };
+	char local[PATH_MAX * 2];
+
+	check_policy_manual(pol);
+	check_store_dir(top, name, local, sizeof(local));
+	CHECK(&c, store_open(s, local, &opt, NULL) == 0, "open %s", name);
+	the_store = s;
+	pol->store_max = store_charge(s, BLOB) * 3 / 2;
+	CHECK(&c, store_start(s) == 0, "start %s", name);
+}
+
 /* A ref pin asks for the blobs of its revision not local at every poll
  * (pins.c pin_set): one that does not fit waits for its backoff. */
 static void test_pin_no_room(void)
 {
 	struct policy_opts pol;
-	struct store_opts opt = { .workers = 1, .policy = &pol };
 	struct store s;
 	struct blob *held, *want;
-	char local[PATH_MAX * 2];
 	uint64_t tries;
 
-	check_policy_manual(&pol);
-	check_store_dir(top, "local-pinfull", local, sizeof(local));
 	mkdirs("hub/models--t--full/blobs");
 	put("hub/models--t--full/blobs/held", BLOB, 21);
 	put("hub/models--t--full/blobs/want", BLOB, 22);
-	CHECK(&c, store_open(&s, local, &opt, NULL) == 0, "open");
-	the_store = &s;
-	pol.store_max = store_charge(&s, BLOB) * 3 / 2; /* room for one */
-	CHECK(&c, store_start(&s) == 0, "start");
+	open_room_for_one(&s, &pol, "local-pinfull");
 	held = blob_at("hub/models--t--full/blobs/held");
 	want = blob_at("hub/models--t--full/blobs/want");
 	store_pin(&s, held, 1);
@@ -395,21 +403,14 @@ static void test_pin_no_room(void)
 static void test_range_evicts(void)
 {
 	struct policy_opts pol;
-	struct store_opts opt = { .workers = 1, .policy = &pol };
 	struct store s;
 	struct blob *old, *b;
-	char local[PATH_MAX * 2];
 	struct blob_info in;
 
-	check_policy_manual(&pol);
-	check_store_dir(top, "local-range", local, sizeof(local));
 	mkdirs("hub/models--t--range/blobs");
 	put("hub/models--t--range/blobs/old", BLOB, 23);
 	put("hub/models--t--range/blobs/part", 2 * BLOB, 24);
-	CHECK(&c, store_open(&s, local, &opt, NULL) == 0, "open");
-	the_store = &s;
-	pol.store_max = store_charge(&s, BLOB) * 3 / 2; /* room for one */
-	CHECK(&c, store_start(&s) == 0, "start");
+	open_room_for_one(&s, &pol, "local-range");
 	old = blob_at("hub/models--t--range/blobs/old");
 	b = blob_at("hub/models--t--range/blobs/part");
 	CHECK(&c, promote(old) == BLOB_LOCAL, "an unpinned copy fills the room");

@@ -347,7 +347,7 @@ static int local_copy_of_locked(struct store *s, const char *xxh)
 static int adopt_one(struct store *s, struct blob *b)
 {
 	char key[PATH_MAX], id[NAME_MAX + 1];
-	int auto_copy = !b->explicit_req, r;
+	int auto_copy = !b->explicit_req, not_started = 0, r;
 	struct fetch_result res;
 	struct source_at at;
 	uint64_t size = b->size, rate;
@@ -363,6 +363,7 @@ static int adopt_one(struct store *s, struct blob *b)
 	memset(&res, 0, sizeof(res));
 	if (!nas_gate_up(s->opt.gate)) {
 		r = -EHOSTDOWN;
+		not_started = 1;
 		snprintf(res.reason, sizeof(res.reason), "cannot copy %s: the NAS is down", key);
 	} else {
 		s->started++; /* (not before: a copy that meets the NAS down is not one) */
@@ -376,7 +377,7 @@ static int adopt_one(struct store *s, struct blob *b)
 
 	pthread_mutex_lock(&s->lock);
 	store_free_auto_slot_locked(s, b);
-	if (r == -EHOSTDOWN && !res.src_err && requeue_locked(s, b))
+	if (not_started && requeue_locked(s, b))
 		return 1;
 	if (r == 0 && atomic_load(&b->prog.cancel)) {
 		r = -ECANCELED; /* evicted or stale while hashed: nothing to undo */
@@ -395,7 +396,7 @@ static int adopt_one(struct store *s, struct blob *b)
 static void copy_one(struct store *s, struct blob *b)
 {
 	char key[PATH_MAX], id[NAME_MAX + 1], tmp[PATH_MAX + 64], why[256];
-	int auto_copy = !b->explicit_req, evicted = 0, r;
+	int auto_copy = !b->explicit_req, evicted = 0, not_started = 0, r;
 	struct fetch_result res;
 	struct source_at at;
 	uint64_t size, rate;
@@ -440,6 +441,7 @@ static void copy_one(struct store *s, struct blob *b)
 		 * copy out): a copy now would fail, or hang in a read.  Not
 		 * started: back in the queue, which waits for the NAS. */
 		r = -EHOSTDOWN;
+		not_started = 1;
 		snprintf(res.reason, sizeof(res.reason), "cannot copy %s: the NAS is down", key);
 	} else {
 		s->started++; /* (not before: a copy that meets the NAS down is not one) */
@@ -463,7 +465,7 @@ static void copy_one(struct store *s, struct blob *b)
 	free(b->tmp);
 	b->tmp = NULL;
 	store_free_auto_slot_locked(s, b);
-	if (r == -EHOSTDOWN && !res.src_err && requeue_locked(s, b))
+	if (not_started && requeue_locked(s, b))
 		return;
 	copy_done_locked(s, b, r, size, &at, &res, key, id);
 	/* wfsctl evict came after the copy last looked at the cancel flag:

@@ -7,58 +7,26 @@
 #include <string.h>
 #include <syslog.h>
 
-/* A path field of /proc/self/mountinfo as the path it is: the kernel
- * writes space, tab, newline and backslash as octal escapes (\040). */
-static char *mountinfo_unescape(char *s)
-{
-	char *out = s;
-
-	for (const char *p = s; *p; out++) {
-		if (p[0] == '\\' && p[1] >= '0' && p[1] <= '3' && p[2] >= '0' && p[2] <= '7' &&
-		    p[3] >= '0' && p[3] <= '7') {
-			*out = (char)((p[1] - '0') << 6 | (p[2] - '0') << 3 | (p[3] - '0'));
-			p += 4;
-		} else {
-			*out = *p++;
-		}
-	}
-	*out = '\0';
-	return s;
-}
-
 /* The connection's read-ahead, past the 128 KiB the kernel caps a FUSE
  * mount at during INIT (large sequential reads of weights want more), set
  * through sysfs.  Called right after the INIT reply is written (the kernel
- * has applied it then), on a FUSE worker: the mount is found in
- * /proc/self/mountinfo by its path, never by a stat() of the mount point,
- * which would hold the mount busy against an umount racing start-up. */
+ * has applied it then), on a FUSE worker.  The bdi is named by the
+ * connection's device, learnt from /proc/self/mountinfo right after the
+ * mount (fs/connabort.h), never by a stat() of the mount point, which
+ * would hold the mount busy against an umount racing start-up. */
 static void raise_readahead(void *arg)
 {
 	struct wfs *w = arg;
-	unsigned maj = 0, min = 0, m1, m2;
-	char line[4096], path[128];
-	FILE *f = fopen("/proc/self/mountinfo", "r");
-	int found = 0;
+	char path[128];
+	FILE *f;
 
-	while (f && fgets(line, sizeof(line), f)) {
-		char point[PATH_MAX];
-
-		/* the last match is the newest mount on that path: ours */
-		if (sscanf(line, "%*d %*d %u:%u %*s %4095s", &m1, &m2, point) == 3 &&
-		    !strcmp(mountinfo_unescape(point), w->mnt_abs) && strstr(line, " - fuse")) {
-			maj = m1;
-			min = m2;
-			found = 1;
-		}
-	}
-	if (f)
-		fclose(f);
-	if (!found) {
+	if (!w->conn.known) {
 		wfs_log(w, LOG_INFO, "cannot set read-ahead of %s: not found in /proc/self/mountinfo",
 			w->opt.mnt);
 		return;
 	}
-	snprintf(path, sizeof(path), "/sys/class/bdi/%u:%u/read_ahead_kb", maj, min);
+	snprintf(path, sizeof(path), "/sys/class/bdi/%u:%u/read_ahead_kb", w->conn.major,
+		 w->conn.minor);
 	f = fopen(path, "w");
 	if (!f || fprintf(f, "%u\n", w->opt.readahead_kb) < 0 || fclose(f) != 0)
 		wfs_log(w, LOG_INFO, "cannot set read-ahead of %s via %s: %s", w->opt.mnt, path,

@@ -91,8 +91,9 @@ void inval_stop(struct inval_queue *q);
 /* Put @stand_in (a path, opened read-only) in place of the descriptor
  * @fd, atomically (dup3): the file @fd held is closed -- /dev/fuse's last
  * descriptor: the kernel ends the connection and every request still
- * waiting for an answer -- but the number stays taken until the caller
- * closes it.  A notice written to it meanwhile fails EBADF at once; after
+ * waiting for an answer, unless a notice in flight holds the file (the
+ * daemon ends the connection first: fs/connabort.h) -- but the number
+ * stays taken until the caller closes it.  A notice written to it meanwhile fails EBADF at once; after
  * a plain close it could land in a file another thread opened under the
  * same number (libfuse forgets the number only once it has unmounted).
  * Returns 0 or -errno (@fd as it was). */

@@ -576,6 +576,10 @@ static int start_session(struct wfs *w, struct fuse_args *args, int *ctl_bound,
 		return -1;
 	}
 	*stage = SES_MOUNTED;
+	if ((r = conn_find(w->mnt_abs, &w->conn)) < 0)
+		wfs_log(w, LOG_WARNING, "%s: the FUSE mount is not in /proc/self/mountinfo (%s): "
+			"no read-ahead setting, and no abort of the connection at shutdown",
+			w->opt.mnt, strerror(-r));
 	w->pt.init_done = connection_ready;
 	w->pt.init_done_arg = w;
 	if (w->opt.fuse_uring) {
@@ -656,18 +660,32 @@ static int serve(struct wfs *w)
 	return ret < 0 ? 1 : 0;
 }
 
-/* The device closed first: that ends every request waiting for an answer we
- * will not give.  A stand-in holds its number until the invalidator has
- * stopped: its notices fail at once, never land in another file.  Unmounted
- * already (POLLERR)? An unmounted /dev/fuse polls so too: libfuse won't umount. */
+/* The connection ended first: that ends every request waiting for an
+ * answer we will not give, a READ whose pages a cache invalidation in
+ * flight waits for included -- which a close alone would not do while
+ * that notice's write() holds the device (fs/connabort.h).  A stand-in
+ * holds the descriptor's number until the invalidator has stopped: its
+ * notices fail at once, never land in another file.  The mount gone
+ * already (unmounted from outside, or by the forced umount)?  The stand-in
+ * is /dev/fuse, which polls POLLERR as an ended device does: libfuse then
+ * does not unmount again (a mount made since on that path is not ours). */
 static void end_device(struct wfs *w)
 {
 	struct pollfd dev = { .fd = fuse_session_fd(w->se) };
-	int r = dev.fd >= 0 && poll(&dev, 1, 0) == 1 && (dev.revents & POLLERR);
+	char how[256];
+	int gone, r = 0;
 
 	if (dev.fd < 0)
 		return; /* unmounted already (stop_serving) */
-	if ((r = inval_retire_fd(dev.fd, r ? "/dev/fuse" : "/dev/null")) < 0) /* the old order */
+	gone = poll(&dev, 1, 0) == 1 && (dev.revents & POLLERR);
+	if (!gone && (r = conn_abort(&w->conn, w->mnt_abs, dev.fd, how, sizeof(how))) < 0)
+		wfs_log(w, LOG_INFO, "unmounting %s: cannot abort the FUSE connection (%s): a "
+			"cache invalidation waiting for a read may keep the daemon from exiting",
+			w->opt.mnt, how);
+	else if (!gone)
+		wfs_log(w, LOG_DEBUG, "unmounting %s: connection aborted (%s)", w->opt.mnt, how);
+	gone = gone || r == 1;
+	if ((r = inval_retire_fd(dev.fd, gone ? "/dev/fuse" : "/dev/null")) < 0)
 		wfs_log(w, LOG_WARNING, "unmounting %s: no stand-in for the FUSE device: %s",
 			w->opt.mnt, strerror(-r));
 	else

@@ -8,6 +8,7 @@
 #include <fuse_lowlevel.h>
 
 #include "auto.h"
+#include "connabort.h"
 #include "control.h"
 #include "dirattr.h"
 #include "inval.h"
@@ -89,6 +90,9 @@ struct wfs {
 	struct dir_attrs dirattr;
 	/* Requests over io_uring, -o fuse_uring (fs/uring.h) */
 	struct fuse_uring uring;
+	/* The connection mounted, learnt right after the mount: its bdi's
+	 * name, and what is aborted at shutdown (fs/connabort.h) */
+	struct conn_id conn;
 };
 
 /* The backing id an open announces (fs/file.c; for passthrough.c). */

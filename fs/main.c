@@ -66,10 +66,14 @@ static void *nas_check_thread(void *arg)
 
 	pthread_setname_np(pthread_self(), "wfs-nascheck");
 	snprintf(c->what, sizeof(c->what), "NAS_HUB %s", o->nas);
-	if (stat(o->nas, &st) < 0 || access(o->nas, R_OK | X_OK) < 0)
+	/* the type first: root's access(X_OK) on a file without an x bit
+	 * says EACCES, which would hide "not a directory" */
+	if (stat(o->nas, &st) < 0)
 		r = -errno;
 	else if (!S_ISDIR(st.st_mode))
 		r = -ENOTDIR;
+	else if (access(o->nas, R_OK | X_OK) < 0)
+		r = -errno;
 	else
 		r = hub_roots_add(&c->roots, o->nas);
 	for (int i = 0; r == 0 && i < o->n_extra_roots; i++) {

@@ -16,6 +16,9 @@ read counter of the NAS's own block device.
                   same-size new bytes while it is copied, the change seen
                   through the mount: the old copy never serves
   DryRunPinEvict  promote --dry-run, --pin, evict (refused), evict --force
+  Demo            tools/demo with WFS_DEMO_WFS naming a wfs installed beside
+                  its wfsctl (here: it drops the page cache, as the 'caches'
+                  tests may)
 """
 
 import hashlib
@@ -24,7 +27,9 @@ import os
 import random
 import re
 import shutil
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 import unittest
@@ -630,6 +635,25 @@ class DryRunPinEvict(unittest.TestCase):
         repo, _ = wfstest.repo_status(self, FIX.mnt, self.REPO)
         self.assertEqual(repo.get("local_files"), 0, repo)
 
+
+
+class Demo(unittest.TestCase):
+    def test_demo_with_installed_wfs(self):
+        """WFS_DEMO_WFS=/usr/local/bin/wfs (an installed pair, no build tree
+        around it): the demo's promote steps find the wfsctl beside it."""
+        with tempfile.TemporaryDirectory(dir=FIX.base) as tmp:
+            bindir = os.path.join(tmp, "bin")
+            os.mkdir(bindir)
+            shutil.copy(wfstest.wfs_bin(), os.path.join(bindir, "wfs"))
+            shutil.copy(wfstest.wfsctl_bin(), os.path.join(bindir, "wfsctl"))
+            env = dict(os.environ, WFS_DEMO_WFS=os.path.join(bindir, "wfs"),
+                       WFS_DEMO_MIB="1", TMPDIR=tmp)
+            env.pop("WFSCTL", None)
+            r = subprocess.run([os.path.join(wfstest.REPO, "tools", "demo")], env=env,
+                               capture_output=True, text=True, timeout=240)
+            self.assertEqual(r.returncode, 0, "tools/demo failed:\n%s%s" % (r.stdout[-3000:], r.stderr))
+            self.assertEqual([n for n in os.listdir(tmp) if n.startswith("wfs-demo.")], [],
+                             "the demo left its temporary directory behind")
 
 if __name__ == "__main__":
     wfstest.main()

@@ -265,6 +265,21 @@ static int collect_one(void *arg, const char *rel, const struct ns_entry *e)
 	return set_add(c->set, b, policy_excluded(c->pol, rel), rel);
 }
 
+/* -EMEDIUMTYPE for a path that is not weight data, but -ENOENT for one
+ * that is not there at all: a mistyped name ("snapshot/", a repo with one
+ * dash missing) must say so, not that it is never copied. */
+static int not_weights(const struct hub_roots *roots, const char *rel)
+{
+	struct ns_entry *e = malloc(sizeof(*e));
+	int r;
+
+	if (!e)
+		return -ENOMEM;
+	r = ns_classify(roots, rel, e);
+	free(e);
+	return r == -ENOENT || r == -ENOTDIR ? -ENOENT : -EMEDIUMTYPE;
+}
+
 int collect(const struct hub_roots *roots, struct store *s, const struct policy_opts *pol,
 	    const char *rel, struct blob_set *set)
 {
@@ -274,7 +289,7 @@ int collect(const struct hub_roots *roots, struct store *s, const struct policy_
 	int r;
 
 	if (!hub_holds_weights(rel))
-		return -EMEDIUMTYPE;
+		return not_weights(roots, rel);
 	r = collect_walk(roots, rel, collect_one, &c);
 	if (r < 0 || (r = blob_dir_names(roots, pol, rel, &names)) < 0)
 		return r;
@@ -392,7 +407,7 @@ int collect_peek(const struct hub_roots *roots, struct store *s, const struct po
 	int r;
 
 	if (!hub_holds_weights(rel))
-		return -EMEDIUMTYPE;
+		return not_weights(roots, rel);
 	r = collect_walk(roots, rel, peek_one, &p);
 	if (r < 0 || (r = blob_dir_names(roots, pol, rel, &names)) < 0)
 		return r;

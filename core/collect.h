@@ -41,7 +41,7 @@ int collect_walk(const struct hub_roots *roots, const char *rel,
  * "<repo>/blobs/<id>" name, any of its snapshot names (a walk of the
  * repo's snapshots: collect_snapshot_names).  -EMEDIUMTYPE: @rel is not
  * weight data (a ref, a marker, a client's file): it is always read from
- * the NAS. */
+ * the NAS; -ENOENT: @rel is not there (whatever its name says). */
 int collect(const struct hub_roots *roots, struct store *s, const struct policy_opts *pol,
 	    const char *rel, struct blob_set *set);
 

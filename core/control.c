@@ -74,7 +74,7 @@ static json_t *req_paths(struct control *c, json_t *req, json_t **err)
 	return out;
 }
 
-static json_t *collect_error(const char *rel, int r)
+json_t *control_collect_error(const char *rel, int r)
 {
 	if (r == -EMEDIUMTYPE)
 		return reply_error(EINVAL, "%s: not weight data (refs, .no_exist, trees/ and files "
@@ -96,7 +96,7 @@ static json_t *gather(struct control *c, json_t *req, struct blob_set *set)
 		int r = collect(c->roots, c->store, pol_of(c), json_string_value(p), set);
 
 		if (r < 0) {
-			err = collect_error(json_string_value(p), r);
+			err = control_collect_error(json_string_value(p), r);
 			break;
 		}
 	}
@@ -145,7 +145,7 @@ static json_t *promote_collect(struct control *c, const char *rel, int dry, int 
 	r = dry ? collect_peek(c->roots, c->store, pol_of(c), rel, one, nas)
 		: collect(c->roots, c->store, pol_of(c), rel, one);
 	if (r < 0)
-		return collect_error(rel, r);
+		return control_collect_error(rel, r);
 	for (size_t k = nas0; k < nas->n; k++) {
 		nex += nas->v[k].glob != NULL;
 		if (!glob) {

@@ -44,6 +44,10 @@ json_t *control_run(struct control *c, const struct control_op *o, json_t *req);
  * memory. */
 char *control_reply_line(json_t *rep, int nl, size_t *lenp);
 
+/* The reply to collect()'s error @r for the PATH @rel: what is not weight
+ * data says so, not strerror(EMEDIUMTYPE). */
+json_t *control_collect_error(const char *rel, int r);
+
 /* "promote" with "ranges" or "part" (control_part.c): @paths, one file. */
 json_t *control_promote_part(struct control *c, json_t *req, json_t *paths);
 

@@ -39,7 +39,7 @@ static json_t *find_file(struct control *c, const char *rel, int dry, struct one
 		    : collect(c->roots, c->store, c->store->opt.policy, rel, &set);
 
 	if (r < 0)
-		err = reply_error(-r, "%s: %s", rel, strerror(-r));
+		err = control_collect_error(rel, r);
 	else if (set.n + nas.n != 1)
 		err = reply_error(EINVAL, "%s: --range and --part take one file, not %zu", rel,
 				  set.n + nas.n);

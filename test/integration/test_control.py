@@ -628,6 +628,29 @@ class BadRequests(unittest.TestCase):
             self.assertTrue(rep["error"].startswith(path + ": "), rep)
             self.assertIn(want, rep["error"])
 
+    def test_missing_path_is_enoent_whatever_its_name(self):
+        """A path that is not there is ENOENT naming it, for every op that
+        takes paths -- also where weight data could not be (a mistyped repo
+        name, refs/, the hub's top), which once said "not weight data";
+        one that is there but is not weight data says so, with --range too
+        (once a bare "Wrong medium type")."""
+        std = "models--acme--standard"
+        for p in ("no-such-repo", std + "/no-such-dir", std + "/refs/no-such-ref",
+                  std + "/.no_exist/x"):
+            for req in ({"op": "promote", "paths": [p]}, {"op": "promote", "paths": [p], "dry_run": True},
+                        {"op": "evict", "paths": [p]}, {"op": "pin", "paths": [p]},
+                        {"op": "unpin", "paths": [p]}, {"op": "verify", "paths": [p]},
+                        {"op": "promote", "paths": [p], "ranges": [[0, 1]]}):
+                rep = self.expect_error((json.dumps(req) + "\n").encode(), "request %s" % req)
+                self.assertEqual(rep["errno"], "ENOENT", "request %s: %s" % (req, rep))
+                self.assertTrue(rep["error"].startswith(p + ": "), rep)
+        for req in ({"op": "promote", "paths": [std + "/refs/main"]},
+                    {"op": "promote", "paths": [std + "/refs/main"], "ranges": [[0, 1]]},
+                    {"op": "promote", "paths": [std + "/refs/main"], "ranges": [[0, 1]], "dry_run": True}):
+            rep = self.expect_error((json.dumps(req) + "\n").encode(), "request %s" % req)
+            self.assertEqual(rep["errno"], "EINVAL", rep)
+            self.assertIn("not weight data", rep["error"])
+
     def test_still_serving_files(self):
         e = a_shard()
         self.assertEqual(wfstest.sha256_file(FIX.m(e["path"])), (e["sha256"], e["size"]))

@@ -84,6 +84,43 @@ json_t *control_collect_error(const char *rel, int r)
 	return reply_error(-r, "%s: %s", *rel ? rel : "/", strerror(-r));
 }
 
+json_t *control_link_error(struct control *c, const char *rel)
+{
+	struct ns_entry *e = malloc(sizeof(*e));
+	json_t *err = NULL;
+
+	if (!e)
+		return reply_error(ENOMEM, "out of memory");
+	if (ns_classify(c->roots, rel, e) < 0 || e->kind != NS_LINK)
+		goto out;
+	switch (e->link_state) {
+	case NS_LINK_RESOLVED:
+	case NS_LINK_FOREIGN:
+		if (e->link_state == NS_LINK_RESOLVED && e->backing[0])
+			break; /* a link to a file: its blob was found */
+		err = reply_error(EISDIR, "%s: a link to a directory (-> %s): links to "
+				  "directories are not walked; name the directory (or end "
+				  "the PATH with '/')", rel, e->target);
+		break;
+	case NS_LINK_DANGLING:
+		err = reply_error(ENOENT, "%s: a dangling link (-> %s): nothing to act on",
+				  rel, e->target);
+		break;
+	case NS_LINK_LOOP:
+		err = reply_error(ELOOP, "%s: a link that loops (-> %s): never followed",
+				  rel, e->target);
+		break;
+	case NS_LINK_ESCAPE:
+		err = reply_error(EXDEV, "%s: a link leading outside NAS_HUB (-> %s): never "
+				  "followed (wfs -o root=DIR serves what is under DIR)",
+				  rel, e->target);
+		break;
+	}
+out:
+	free(e);
+	return err;
+}
+
 /* Collect the blobs of every path of the request into @set. */
 static json_t *gather(struct control *c, json_t *req, struct blob_set *set)
 {
@@ -93,12 +130,15 @@ static json_t *gather(struct control *c, json_t *req, struct blob_set *set)
 	if (!paths)
 		return err;
 	json_array_foreach(paths, i, p) {
+		size_t n0 = set->n;
 		int r = collect(c->roots, c->store, pol_of(c), json_string_value(p), set);
 
-		if (r < 0) {
+		if (r < 0)
 			err = control_collect_error(json_string_value(p), r);
+		else if (set->n == n0)
+			err = control_link_error(c, json_string_value(p));
+		if (err)
 			break;
-		}
 	}
 	json_decref(paths);
 	blob_set_unique(set);
@@ -139,6 +179,7 @@ static json_t *promote_collect(struct control *c, const char *rel, int dry, int 
 {
 	const char *glob = NULL, *name = NULL;
 	size_t nex = 0, nas0 = nas->n, found;
+	json_t *err;
 	int r;
 
 	blob_set_clear(one);
@@ -167,6 +208,8 @@ static json_t *promote_collect(struct control *c, const char *rel, int dry, int 
 		}
 	}
 	found = one->n + nas->n - nas0;
+	if (!found && (err = control_link_error(c, rel)))
+		return err;
 	if (!force && found && nex == found)
 		json_array_append_new(refused, json_pack("{s:o, s:o, s:o?, s:I}",
 			"path", reply_path(rel), "glob", reply_path(glob),

@@ -48,6 +48,12 @@ char *control_reply_line(json_t *rep, int nl, size_t *lenp);
  * data says so, not strerror(EMEDIUMTYPE). */
 json_t *control_collect_error(const char *rel, int r);
 
+/* A PATH that is itself a link the walks do not follow (dangling,
+ * looping, leading out of NAS_HUB, or to a directory) finds no blob: the
+ * reply that says why, where "0 blobs" would read as done.  NULL when
+ * @rel is no such link. */
+json_t *control_link_error(struct control *c, const char *rel);
+
 /* "promote" with "ranges" or "part" (control_part.c): @paths, one file. */
 json_t *control_promote_part(struct control *c, json_t *req, json_t *paths);
 

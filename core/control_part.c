@@ -40,6 +40,8 @@ static json_t *find_file(struct control *c, const char *rel, int dry, struct one
 
 	if (r < 0)
 		err = control_collect_error(rel, r);
+	else if (set.n + nas.n == 0 && (err = control_link_error(c, rel)) != NULL)
+		; /* a link that leads to no file: err says which */
 	else if (set.n + nas.n != 1)
 		err = reply_error(EINVAL, "%s: --range and --part take one file, not %zu", rel,
 				  set.n + nas.n);

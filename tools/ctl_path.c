@@ -100,14 +100,18 @@ static int resolve_dir(const char *path, char *out)
  * component: in the mount, snapshot entries are links to ../../blobs/<id>,
  * and the daemon must see the snapshot path (and a dangling link must stay
  * nameable).  The directories above it are resolved with realpath, so ".."
- * means what the kernel means by it.  A root_error: @out the path as
- * given, made absolute. */
+ * means what the kernel means by it -- and so is the last component when
+ * @arg ends in "/" (or "/.") and is a directory: as for the kernel, that
+ * names the directory a link leads to (a shell's completion of a link to a
+ * directory adds the "/"); a file so named is still the file.  A
+ * root_error: @out the path as given, made absolute. */
 static int make_absolute(const char *arg, char *out)
 {
 	char buf[PATH_MAX * 2], dir[PATH_MAX];
 	char *slash, *base;
+	struct stat st;
 	size_t n;
-	int r = 0;
+	int r = 0, as_dir;
 
 	if (arg[0] == '/') {
 		n = (size_t)snprintf(buf, sizeof(buf), "%s", arg);
@@ -118,7 +122,10 @@ static int make_absolute(const char *arg, char *out)
 	}
 	if (n >= sizeof(buf))
 		return -ENAMETOOLONG;
+	as_dir = buf[n - 1] == '/' || (n >= 2 && !strcmp(buf + n - 2, "/."));
 	squeeze(buf);
+	if (as_dir && strcmp(buf, "/") && !stat(buf, &st) && S_ISDIR(st.st_mode))
+		return resolve_dir(buf, out);
 	slash = strrchr(buf, '/');
 	base = slash + 1;
 	if (!*base || !strcmp(base, "..")) {

@@ -535,6 +535,47 @@ class Stopped(unittest.TestCase):
         ctl_json(self, ["status", FIX.mnt])
 
 
+class LinkPaths(unittest.TestCase):
+    """A PATH that is a link the walks do not follow (dangling, looping,
+    leading out, to a directory) once found "0 blobs" and exited 0 -- a
+    `promote --wait` of it reported success with nothing copied."""
+
+    WANT = {"ENOENT": ("ENOENT", "dangling link"), "ELOOP": ("ELOOP", "loops"),
+            "escape": ("EXDEV", "outside NAS_HUB"), "dir": ("EISDIR", "link to a directory")}
+
+    def test_unfollowed_link_is_refused_naming_why(self):
+        links = [e for e in FIX.of("link") if e.get("follow") in self.WANT]
+        self.assertEqual({e["follow"] for e in links}, set(self.WANT), "fixture links")
+        for e in links:
+            errno_name, why = self.WANT[e["follow"]]
+            for cmd in (["promote"], ["promote", "--dry-run"], ["evict"], ["pin"], ["unpin"],
+                        ["verify"], ["promote", "--dry-run", "--range", "0:1"]):
+                args = ["--json"] + cmd + [FIX.m(e["path"])]
+                rc, out, err = run_wfsctl(args)
+                self.assertEqual(rc, 1, "wfsctl %s: exit %s\n%s%s" % (" ".join(args), rc, out, err))
+                rep = json.loads(out)
+                self.assertEqual(rep.get("errno"), errno_name, "wfsctl %s: %s" % (" ".join(args), rep))
+                self.assertIn(e["path"] + ": ", rep["error"])
+                self.assertIn(why, rep["error"])
+                self.assertIn(e["target"], rep["error"])
+
+    def test_trailing_slash_follows_a_link_to_a_directory(self):
+        """`packs-latest/` (a shell completes a link to a directory so) is
+        the directory it leads to, as for the kernel; `file/` is still the
+        file (test_wfsctl's "dot segments")."""
+        link = next(e for e in FIX.of("link") if e.get("follow") == "dir")
+        target = os.path.join(os.path.dirname(link["path"]), link["target"])
+        want = ctl_json(self, ["promote", "--dry-run", FIX.m(target)])
+        self.assertTrue(want["blobs"], "the directory %s holds no blob" % target)
+        for suffix in ("/", "/."):
+            got = ctl_json(self, ["promote", "--dry-run", FIX.m(link["path"]) + suffix])
+            self.assertEqual(sorted(b["key"] for b in got["blobs"]),
+                             sorted(b["key"] for b in want["blobs"]), "through %s%s" % (link["path"], suffix))
+        f = a_shard()
+        got = ctl_json(self, ["promote", "--dry-run", FIX.m(f["path"]) + "/"])
+        self.assertEqual([b["id"] for b in got["blobs"]], [f["blob_id"]], f["path"] + "/")
+
+
 class BadRequests(unittest.TestCase):
     def assert_alive(self, what):
         rep = wfstest.ctl_request(SOCK, {"op": "status"})

@@ -187,6 +187,37 @@ static int start_from_record(struct wfs *w, struct ns_entry *root, const char *w
 	return 0;
 }
 
+/* A mount on NAS_HUB, above it or inside it reads the NAS through itself
+ * (every request waits on its own, times out: EIO), and one above
+ * LOCAL_STORE hides the store from the daemon: refused before LOCAL_STORE
+ * is created.  The NAS's canonical path, or (not answering) the one given;
+ * LOCAL_STORE's, or the one given while it does not exist. */
+static int check_overlap(struct wfs *w)
+{
+	char nas[PATH_MAX], mnt[PATH_MAX], local[PATH_MAX];
+
+	if (w->roots.n)
+		snprintf(nas, sizeof(nas), "%s", w->roots.path[0]);
+	else if (abs_lexical(w->opt.nas, nas, sizeof(nas)) < 0)
+		return 0;
+	if (!realpath(w->opt.mnt, mnt) || (!realpath(w->opt.local, local) &&
+	    abs_lexical(w->opt.local, local, sizeof(local)) < 0))
+		return 0; /* check_paths names what is wrong */
+	if (path_under(mnt, nas) || path_under(nas, mnt)) {
+		fprintf(stderr, "wfs: MOUNTPOINT %s: %s NAS_HUB %s: wfs would read the NAS "
+			"through its own mount (mount it elsewhere)\n", mnt,
+			!strcmp(mnt, nas) ? "is" : path_under(mnt, nas) ? "holds" : "is inside",
+			nas);
+		return -1;
+	}
+	if (path_under(mnt, local)) {
+		fprintf(stderr, "wfs: LOCAL_STORE %s: %s MOUNTPOINT %s, which would hide it "
+			"from wfs\n", local, strcmp(mnt, local) ? "inside" : "is", mnt);
+		return -1;
+	}
+	return 0;
+}
+
 /* LOCAL_STORE and MOUNTPOINT; NAS_HUB after them (an unreachable NAS may be
  * served from LOCAL_STORE's record). */
 static int check_paths(struct wfs *w)
@@ -210,7 +241,8 @@ static int check_paths(struct wfs *w)
 			o->mnt);
 		return -1;
 	}
-
+	if (check_overlap(w) < 0)
+		return -1;
 	if ((r = mkdir_p(o->local)) < 0) {
 		fprintf(stderr, "wfs: LOCAL_STORE %s: cannot create: %s\n", o->local, strerror(-r));
 		return -1;

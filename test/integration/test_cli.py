@@ -134,6 +134,24 @@ class Cli(unittest.TestCase):
         self.assertEqual(fs[2], "tmpfs")
         self.assertIn(mnt, err, "stderr does not name the mount point:\n" + err)
 
+    def test_mountpoint_over_nas_hub(self):
+        """A mount on NAS_HUB (the engine's cache path, say), above it or
+        in it would read the NAS through itself: it once came up and gave
+        EIO for everything.  Refused, naming both paths."""
+        hub = os.path.realpath(FIX.hub)
+        inside = os.path.join(hub, "models--acme--standard", "snapshots")
+        for mnt in (hub, os.path.dirname(hub), inside):
+            err = self.expect_refusal([FIX.hub, self.path("local"), mnt], mnt, mnt)
+            self.assertIn("NAS_HUB " + hub, err)
+            self.assertFalse(os.path.exists(self.path("local")), "LOCAL_STORE created")
+
+    def test_local_store_inside_mountpoint(self):
+        mnt = self.new_mnt()
+        for local in (os.path.join(mnt, "store"), mnt):
+            err = self.expect_refusal([FIX.hub, local, mnt], local, mnt)
+            self.assertIn("MOUNTPOINT " + mnt, err)
+        self.assertEqual(os.listdir(mnt), [], "LOCAL_STORE created under the mount point")
+
     def test_local_store_not_creatable(self):
         blocker = self.path("a-file")
         open(blocker, "w").close()

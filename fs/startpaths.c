@@ -1,0 +1,121 @@
+/* startpaths.c - the paths of the command line at start-up; see
+ * startpaths.h. */
+#include "startpaths.h"
+#include "path.h"
+#include "wfs.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int mkdir_p(const char *path)
+{
+	char buf[PATH_MAX];
+
+	if (snprintf(buf, sizeof(buf), "%s", path) >= (int)sizeof(buf))
+		return -ENAMETOOLONG;
+	for (char *p = buf + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = '\0';
+		if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+			return -errno;
+		*p = '/';
+	}
+	if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+int abs_lexical(const char *p, char *out, size_t sz)
+{
+	char cwd[PATH_MAX], joined[PATH_MAX];
+	int r;
+
+	if (p[0] == '/')
+		snprintf(joined, sizeof(joined), "%s", p);
+	else if (!getcwd(cwd, sizeof(cwd)) || (r = path_join(cwd, p, joined, sizeof(joined))) < 0)
+		return -ENAMETOOLONG;
+	r = path_normalize(joined, out, sz);
+	if (r == 0 && strlen(out) > 1 && out[strlen(out) - 1] == '/')
+		out[strlen(out) - 1] = '\0';
+	return r;
+}
+
+/* A mount on NAS_HUB, above it or inside it reads the NAS through itself
+ * (every request waits on its own: EIO), and one above LOCAL_STORE hides
+ * the store from the daemon.  Canonical paths where they exist. */
+static int check_overlap(struct wfs *w)
+{
+	char nas[PATH_MAX], mnt[PATH_MAX], local[PATH_MAX];
+
+	if (w->roots.n)
+		snprintf(nas, sizeof(nas), "%s", w->roots.path[0]);
+	else if (abs_lexical(w->opt.nas, nas, sizeof(nas)) < 0)
+		return 0;
+	if (!realpath(w->opt.mnt, mnt) || (!realpath(w->opt.local, local) &&
+	    abs_lexical(w->opt.local, local, sizeof(local)) < 0))
+		return 0; /* startpaths_check names what is wrong */
+	if (path_under(mnt, nas) || path_under(nas, mnt)) {
+		fprintf(stderr, "wfs: MOUNTPOINT %s: %s NAS_HUB %s: wfs would read the NAS "
+			"through its own mount (mount it elsewhere)\n", mnt,
+			!strcmp(mnt, nas) ? "is" : path_under(mnt, nas) ? "holds" : "is inside",
+			nas);
+		return -1;
+	}
+	if (path_under(mnt, local)) {
+		fprintf(stderr, "wfs: LOCAL_STORE %s: %s MOUNTPOINT %s, which would hide it "
+			"from wfs\n", local, strcmp(mnt, local) ? "inside" : "is", mnt);
+		return -1;
+	}
+	return 0;
+}
+
+/* NAS_HUB is looked at first: an unreachable NAS may be served from
+ * LOCAL_STORE's record. */
+int startpaths_check(struct wfs *w)
+{
+	struct wfs_opts *o = &w->opt;
+	struct statx stx;
+	struct stat st;
+	int r;
+
+	if (statx(AT_FDCWD, o->mnt, 0, STATX_TYPE, &stx) < 0) {
+		fprintf(stderr, "wfs: MOUNTPOINT %s: %s\n", o->mnt, strerror(errno));
+		return -1;
+	}
+	if (!S_ISDIR(stx.stx_mode)) {
+		fprintf(stderr, "wfs: MOUNTPOINT %s: not a directory\n", o->mnt);
+		return -1;
+	}
+	if (stx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT &&
+	    stx.stx_attributes & STATX_ATTR_MOUNT_ROOT) {
+		fprintf(stderr, "wfs: MOUNTPOINT %s: already a mount point (unmount it first)\n",
+			o->mnt);
+		return -1;
+	}
+	if (check_overlap(w) < 0)
+		return -1;
+	if ((r = mkdir_p(o->local)) < 0) {
+		fprintf(stderr, "wfs: LOCAL_STORE %s: cannot create: %s\n", o->local, strerror(-r));
+		return -1;
+	}
+	if (stat(o->local, &st) < 0 || !S_ISDIR(st.st_mode)) {
+		fprintf(stderr, "wfs: LOCAL_STORE %s: not a directory\n", o->local);
+		return -1;
+	}
+	/* The daemon leaves its working directory ("/") when it detaches:
+	 * relative paths must be made absolute now. */
+	if (!realpath(o->local, w->local_abs) || !realpath(o->mnt, w->mnt_abs)) {
+		fprintf(stderr, "wfs: %s: %s\n", o->local, strerror(errno));
+		return -1;
+	}
+	o->local = w->local_abs;
+	o->mnt = w->mnt_abs;
+	return 0;
+}

@@ -475,7 +475,7 @@ static int start_session(struct wfs *w, struct fuse_args *args, int *ctl_bound,
 			 enum session_stage *stage)
 {
 	char fsname[PATH_MAX + 16];
-	int r;
+	int r, keep;
 
 	fsname_opt(w->roots.path[0], fsname, sizeof(fsname));
 	if (fuse_opt_add_arg(args, "-o") || fuse_opt_add_arg(args, fsname) ||
@@ -522,7 +522,17 @@ static int start_session(struct wfs *w, struct fuse_args *args, int *ctl_bound,
 		fprintf(stderr, "wfs: cannot install the passthrough hooks: %s\n", strerror(-r));
 		return -1;
 	}
-	if (fuse_daemonize(w->opt.foreground) != 0)
+	/* fuse_daemonize points 0-2 at /dev/null: -o log=stderr in the
+	 * background keeps the stderr wfs was started with (2>>FILE). */
+	keep = !w->opt.foreground && w->opt.log == WFS_LOG_STDERR ?
+	       fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3) : -1;
+	r = fuse_daemonize(w->opt.foreground);
+	if (keep >= 0) {
+		if (r == 0)
+			dup2(keep, STDERR_FILENO);
+		close(keep);
+	}
+	if (r != 0)
 		return -1;
 	write_pid(w);
 	return 0;

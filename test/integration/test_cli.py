@@ -413,6 +413,26 @@ class Cli(unittest.TestCase):
         wfstest.wait_until(lambda: value() == "4096", 10)
         self.assertEqual(value(), "4096", ra)
 
+    def test_log_stderr_in_the_background(self):
+        """`wfs -o log=stderr ... 2>>FILE` without -f: the daemon's lines go
+        to FILE (they once went to /dev/null once it detached)."""
+        local, mnt, logp = self.path("local"), self.new_mnt(), self.path("wfs.log")
+        with open(logp, "ab") as lf:
+            r = subprocess.run([wfstest.wfs_bin(), "-o", "log=stderr", FIX.hub, local, mnt],
+                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=lf,
+                               timeout=wfstest.WFS_TIMEOUT)
+        self.addCleanup(lambda: self.cleanup_mount(mnt))
+        self.assertEqual(r.returncode, 0)
+        with self.assertRaises(OSError) as cm:
+            os.mkdir(os.path.join(mnt, "refused-dir"))
+        self.assertEqual(cm.exception.errno, errno.EROFS)
+
+        def log():
+            with open(logp, errors="replace") as f:
+                return f.read()
+        self.assertTrue(wfstest.wait_until(lambda: "refused mkdir of refused-dir" in log(), 10),
+                        "the refused mkdir is not in the log the daemon was given:\n" + log())
+
     def test_unknown_option_refused_first(self):
         """An -o word neither wfs nor FUSE knows (a typo) is refused, exit
         2, before LOCAL_STORE is made or opened."""

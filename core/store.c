@@ -69,6 +69,15 @@ static int source_attrs_locked(struct store *s, struct blob *b, const struct sta
 	b->nas_mtime = st->st_mtim;
 	b->nas_ctime = st->st_ctim;
 	b->checked = 0;
+	if (b->state == BLOB_MISMATCH) {
+		/* The flag was of the bytes it had then (a bad rsync, say); a
+		 * new file there (re-downloaded) is checked afresh by its next
+		 * copy, which flags it again if it is still wrong. */
+		b->state = BLOB_NAS;
+		b->reason[0] = '\0';
+		store_log_msg(s, LOG_NOTICE, "%s: the NAS shows new attributes: its mismatch "
+			      "flag is dropped; its next promotion checks it again", b->key);
+	}
 	stop_stale_copies_locked(b);
 	store_dirty_locked(s);
 	return 1;

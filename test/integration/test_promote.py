@@ -383,6 +383,24 @@ class Mismatch(unittest.TestCase):
         self.assertEqual(state_of(path), "mismatch")
         self.assertEqual(wfstest.store_files(FIX.local), data_before, "LOCAL_STORE/data changed")
 
+        # The NAS file put right (re-downloaded: new attributes): the flag
+        # was of the old bytes.  It once stayed for ever, index and all, and
+        # every promote of it exited 1.
+        with open(nas, "r+b") as f:
+            f.seek(e["size"] // 2)
+            b = f.read(1)
+            f.seek(e["size"] // 2)
+            f.write(bytes([b[0] ^ 0x5A]))
+            f.flush()
+            os.fsync(f.fileno())
+        self.assertEqual(hashlib.sha256(wfstest.read_file(nas)).hexdigest(), e["blob_id"])
+        self.addCleanup(lambda: run_wfsctl(["evict", "--force", path]))
+        ctl_check(self, ["promote", "--wait", path])
+        self.assertEqual(state_of(path), "local")
+        self.assertEqual(hashlib.sha256(wfstest.read_file(path)).hexdigest(), e["blob_id"])
+        st = ctl_json(self, ["status", FIX.mnt])
+        self.assertEqual([f for f in st.get("flagged", []) if f.get("id") == e["blob_id"]], [])
+
 
 # ------------------------------------------------------------------ 5
 

@@ -86,7 +86,9 @@ int startpaths_check(struct wfs *w)
 	int r;
 
 	if (statx(AT_FDCWD, o->mnt, 0, STATX_TYPE, &stx) < 0) {
-		fprintf(stderr, "wfs: MOUNTPOINT %s: %s\n", o->mnt, strerror(errno));
+		fprintf(stderr, "wfs: MOUNTPOINT %s: %s%s\n", o->mnt, strerror(errno),
+			errno == ENOTCONN ? " (a FUSE mount whose daemon is gone: unmount it "
+			"first, umount MOUNTPOINT)" : "");
 		return -1;
 	}
 	if (!S_ISDIR(stx.stx_mode)) {

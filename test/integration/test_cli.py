@@ -152,6 +152,27 @@ class Cli(unittest.TestCase):
             self.assertIn("MOUNTPOINT " + mnt, err)
         self.assertEqual(os.listdir(mnt), [], "LOCAL_STORE created under the mount point")
 
+    def test_mountpoint_dead_mount(self):
+        """wfs again on a mount whose daemon died (ENOTCONN): refused, and
+        the message says what to do."""
+        local, mnt = self.path("local"), self.new_mnt()
+        m = self.start(local, mnt)
+        wfstest.kill_daemon(self, m.pids)
+        self.addCleanup(lambda: wfstest.drop_dead_mount(self, mnt))
+
+        def dead():
+            try:
+                os.stat(mnt)
+            except OSError as e:
+                return e.errno == errno.ENOTCONN
+            return False
+        # (until then the kernel answers from the attributes it holds)
+        self.assertTrue(wfstest.wait_until(dead, 10), "the dead mount never said ENOTCONN")
+        rc, out, err = wfstest.run_wfs([FIX.hub, local, mnt], timeout=20)
+        self.assertEqual(rc, 1, "wfs on a dead mount: %s%s" % (out, err))
+        self.assertIn("MOUNTPOINT " + mnt, err)
+        self.assertIn("unmount it first", err)
+
     def test_local_store_not_creatable(self):
         blocker = self.path("a-file")
         open(blocker, "w").close()

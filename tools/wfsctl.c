@@ -124,7 +124,7 @@ COMMON_OPTS },
 "ref pin holds pinned.\n"
 "\n"
 "options:\n"
-"  --ref REF       pin the ref REF (main, pr/1, ...) of the repo REPO\n"
+"  --ref REF       pin the ref REF (main, refs/pr/1, ...) of the repo REPO\n"
 COMMON_OPTS },
 	{ "unpin", cmd_unpin, F_REF, 1, SIZE_MAX, "PATH... | --ref REF REPO",
 "Unpin the blobs under each PATH: their local copies may be evicted again\n"
@@ -377,7 +377,7 @@ static int parse_cmd_args(const struct cmd *c, int argc, char **argv, int i,
 		if ((c->flags & F_REF) && (!strcmp(a, "--ref") || !strncmp(a, "--ref=", 6))) {
 			o->ref = a[5] == '=' ? a + 6 : (i + 1 < argc ? argv[++i] : NULL);
 			if (!o->ref || !*o->ref)
-				return usage_error(c, "%s needs a ref name (main, pr/1, ...)", "--ref");
+				return usage_error(c, "%s needs a ref name (main, refs/pr/1, ...)", "--ref");
 			continue;
 		}
 		if ((c->flags & F_RANGE) && (n = range_opt(c, argc, argv, i, o)) != 0) {

@@ -10,6 +10,7 @@ served meanwhile; status and dry runs by anyone create no blob records."""
 
 import json
 import os
+import re
 import select
 import socket
 import stat
@@ -574,6 +575,23 @@ class LinkPaths(unittest.TestCase):
         f = a_shard()
         got = ctl_json(self, ["promote", "--dry-run", FIX.m(f["path"]) + "/"])
         self.assertEqual([b["id"] for b in got["blobs"]], [f["blob_id"]], f["path"] + "/")
+
+
+class RefExamples(unittest.TestCase):
+    def test_the_refs_wfsctl_gives_as_examples_pin(self):
+        """`wfsctl pin --help` names example REFs; each pins a ref of a hub
+        as huggingface_hub lays it out (a PR ref is refs/refs/pr/1: the
+        example once was pr/1, which no hub has)."""
+        rc, out, err = run_wfsctl(["pin", "--help"])
+        m = re.search(r"--ref REF .*?\(([^)]*), \.\.\.\)", out)
+        self.assertIsNotNone(m, out)
+        refs = [r.strip() for r in m.group(1).split(",")]
+        self.assertGreater(len(refs), 1, refs)
+        repo = "models--acme--standard"
+        for ref in refs:
+            self.addCleanup(lambda ref=ref: run_wfsctl(["unpin", "--ref", ref, FIX.m(repo)]))
+            got = ctl_json(self, ["pin", "--ref", ref, FIX.m(repo)])
+            self.assertEqual(got.get("ref"), ref, got)
 
 
 class BadRequests(unittest.TestCase):

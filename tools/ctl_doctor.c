@@ -30,6 +30,13 @@ int cmd_doctor(const struct ctl_opts *o)
 
 	if (ctl_target_resolve(o->conn, &t, o->socket, o->paths, o->npaths))
 		return 1;
+	if (t.nrel > 1) {
+		/* as status: a glob of several would check its first alone */
+		fprintf(stderr, "wfsctl: doctor: one PATH at a time (%s matched %zu)\n",
+			o->paths[0], t.nrel);
+		ctl_target_free(&t);
+		return 1;
+	}
 	req = json_pack("{s:s}", "op", "doctor");
 	r = req && !ctl_req_path(req, t.nrel ? t.rel[0] : "") ?
 	    ctl_call(o->conn, t.socket, "doctor", req, o->json, &rep) : -1;

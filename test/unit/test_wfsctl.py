@@ -177,6 +177,10 @@ def body(t, work):
     r = run("pin", "models--org--*/snapshots/*/c*.bin", cwd=root)
     ok("relative glob", r[0] == 0 and last_req()["paths"] == [f"models--org--kept/snapshots/{REV1}/c.bin"],
        show(r) + repr(last_req()))
+    for cmd in ("status", "doctor"):
+        r = run(cmd, f"{good}/snapshots/*/*.safetensors", cwd="/")
+        ok(f"{cmd}: a glob of two is refused, not its first alone",
+           r[0] == 1 and "one PATH at a time" in r[2] and "matched 2" in r[2], show(r))
     r = run("unpin", f"{good}/snapshots/*/*.nomatch")
     ok("glob without a match", r[0] == 1 and "*.nomatch: no such file, and no match" in r[2], show(r))
     os.mkdir(f"{work}/lit[1]")

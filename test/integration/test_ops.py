@@ -698,16 +698,18 @@ class SystemdUnit(unittest.TestCase):
         self.assertIn("Type=forking", text)
         mnt = os.path.join(base, "mnt")   # made by ExecStartPre
         rev = rev_of("models--acme--standard")
+        # a glob, as wfs.conf.example says WFS_PROMOTE may hold: it once
+        # matched nothing, expanded in the unit's working directory /
         env.update(WFS_NAS_HUB=FIX.hub, WFS_MOUNTPOINT=mnt,
                    WFS_LOCAL_STORE=os.path.join(base, "local"),
-                   WFS_PROMOTE="models--acme--standard/snapshots/%s models--acme--packs" % rev)
+                   WFS_PROMOTE="models--acme--standard/snapshots/%s models--acme--pa*" % rev)
         full = dict(os.environ, **env)
 
         def run(key):
             for k, argv, ignore in execs:
                 if k == key:
                     r = subprocess.run(_systemd_argv(argv, env), env=full, capture_output=True,
-                                       text=True, timeout=120, stdin=subprocess.DEVNULL)
+                                       text=True, timeout=120, stdin=subprocess.DEVNULL, cwd="/")
                     self.assertTrue(r.returncode == 0 or ignore, "%s %s: rc %d\n%s%s"
                                     % (key, argv, r.returncode, r.stdout, r.stderr))
                     return r

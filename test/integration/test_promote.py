@@ -664,10 +664,11 @@ class Demo(unittest.TestCase):
             os.mkdir(bindir)
             shutil.copy(wfstest.wfs_bin(), os.path.join(bindir, "wfs"))
             shutil.copy(wfstest.wfsctl_bin(), os.path.join(bindir, "wfsctl"))
-            env = dict(os.environ, WFS_DEMO_WFS=os.path.join(bindir, "wfs"),
-                       WFS_DEMO_MIB="1", TMPDIR=tmp)
+            # relative, as typed: the demo once ran wfsctl by that relative
+            # name from inside the mount
+            env = dict(os.environ, WFS_DEMO_WFS="bin/wfs", WFS_DEMO_MIB="1", TMPDIR=tmp)
             env.pop("WFSCTL", None)
-            r = subprocess.run([os.path.join(wfstest.REPO, "tools", "demo")], env=env,
+            r = subprocess.run([os.path.join(wfstest.REPO, "tools", "demo")], env=env, cwd=tmp,
                                capture_output=True, text=True, timeout=240)
             self.assertEqual(r.returncode, 0, "tools/demo failed:\n%s%s" % (r.stdout[-3000:], r.stderr))
             self.assertEqual([n for n in os.listdir(tmp) if n.startswith("wfs-demo.")], [],

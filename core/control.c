@@ -95,12 +95,15 @@ json_t *control_link_error(struct control *c, const char *rel)
 		goto out;
 	switch (e->link_state) {
 	case NS_LINK_RESOLVED:
-	case NS_LINK_FOREIGN:
-		if (e->link_state == NS_LINK_RESOLVED && e->backing[0])
+		if (e->backing[0])
 			break; /* a link to a file: its blob was found */
 		err = reply_error(EISDIR, "%s: a link to a directory (-> %s): links to "
 				  "directories are not walked; name the directory (or end "
 				  "the PATH with '/')", rel, e->target);
+		break;
+	case NS_LINK_FOREIGN:
+		err = reply_error(EISDIR, "%s: a link to a directory of another root (-> %s), "
+				  "shown as on the NAS: not walked", rel, e->target);
 		break;
 	case NS_LINK_DANGLING:
 		err = reply_error(ENOENT, "%s: a dangling link (-> %s): nothing to act on",

@@ -560,6 +560,32 @@ class LinkPaths(unittest.TestCase):
                 self.assertIn(why, rep["error"])
                 self.assertIn(e["target"], rep["error"])
 
+    def test_link_to_a_directory_of_another_root(self):
+        """A link into an -o root= directory is shown as on the NAS (its
+        absolute text leaves the mount): refused, without the advice to
+        end the PATH with '/', which would leave the mount."""
+        import shutil
+        base = wfstest.make_base("wfs-foreign-")
+        self.addCleanup(shutil.rmtree, base, True)
+        hub, other, mnt = (os.path.join(base, n) for n in ("hub", "other", "mnt"))
+        for d in (hub, other, mnt, os.path.join(other, "d")):
+            os.mkdir(d)
+        with open(os.path.join(other, "d", "f.bin"), "wb") as f:
+            f.write(b"f" * 100)
+        rev = wfstest.make_hf_repo(hub, "models--x--y", {"a.bin": b"a" * 100})
+        rel = "models--x--y/snapshots/%s/outdir" % rev
+        os.symlink(os.path.join(other, "d"), os.path.join(hub, rel))
+        m = wfstest.ForegroundMount(hub, os.path.join(base, "local"), mnt,
+                                    ["auto_promote=off", "root=" + other]).start()
+        self.addCleanup(m.cleanup)
+        self.addCleanup(m.stop)
+        rc, out, err = run_wfsctl(["--json", "promote", "--dry-run", os.path.join(mnt, rel)])
+        self.assertEqual(rc, 1, out + err)
+        rep = json.loads(out)
+        self.assertEqual(rep.get("errno"), "EISDIR", rep)
+        self.assertIn(rel + ": a link to a directory of another root", rep["error"])
+        self.assertNotIn("end the PATH", rep["error"])
+
     def test_trailing_slash_follows_a_link_to_a_directory(self):
         """`packs-latest/` (a shell completes a link to a directory so) is
         the directory it leads to, as for the kernel; `file/` is still the

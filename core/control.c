@@ -576,8 +576,8 @@ static const struct control_op *nas_down_op(struct control *c, const struct cont
 		return &status_offline;
 	down_since(c, why, sizeof(why));
 	*rep = reply_error(EHOSTDOWN, "%s: the NAS is down (%s): %s walks the NAS tree, so it "
-			   "waits until the NAS answers again (wfsctl status shows its state)",
-			   o->name, why, o->name);
+			   "is refused until the NAS answers again: run it again then (wfsctl "
+			   "status shows its state)", o->name, why, o->name);
 	return NULL;
 }
 

@@ -344,6 +344,11 @@ class Outage(WfsOnFaultNAS):
         self.assertGreater(st["from_record"], before["from_record"], st)
         self.assertGreater(st["failed_down"], before["failed_down"], st)
         self.assertEqual(st["state"], "down", st)
+        # a request that walks the NAS is refused at once, and says so (it
+        # once said it "waits until the NAS answers again", and exited 1)
+        rc, out, err = run_wfsctl(["--socket", self.sock, "doctor"], timeout=30)
+        self.assertEqual(rc, 1, "doctor with the NAS down: %s%s" % (out, err))
+        self.assertIn("is refused until the NAS answers again", err)
         pids = list(self.mount.pids)
         end()
         up = self.wait_nas("up", UP_WAIT)

@@ -103,6 +103,32 @@ class ManPages(unittest.TestCase):
                 if o:
                     self.assertIn(o.rstrip(", "), plain)
 
+    def test_examples_name_paths_wfsctl_can_find(self):
+        """A wfsctl line of an EXAMPLES block with a relative PATH runs from
+        inside the mount (a `cd` before it in the block) or with --socket:
+        wfsctl resolves a PATH against the current directory, so without
+        either it says "not inside a wfs mount" (wfs.1's example did)."""
+        takes_value = {"--socket", "--timeout", "--range", "--part", "--ref"}
+        for page in ("wfs.1", "wfsctl.1"):
+            text = _unroff(wfstest.man_page(page))
+            examples = text.split(".SH EXAMPLES", 1)[1].split(".SH ", 1)[0]
+            for block in re.findall(r"^\.nf$(.*?)^\.fi$", examples, re.M | re.S):
+                cd = False
+                for line in block.strip().splitlines():
+                    words = line.split()
+                    if words and words[0] == "cd":
+                        cd = True
+                    if not words or words[0] != "wfsctl" or cd or "--socket" in words:
+                        continue
+                    rel = []  # words[1] is the command
+                    for i, w in enumerate(words[2:], 2):
+                        if w.startswith("-") or words[i - 1] in takes_value or w in (">", "&&"):
+                            continue
+                        if not w.startswith("/") and not w.startswith(">"):
+                            rel.append(w)
+                    self.assertEqual(rel, [], "%s EXAMPLES: %r names a relative PATH with no cd "
+                                     "into the mount before it" % (page, line))
+
 
 if __name__ == "__main__":
     wfstest.main()

@@ -349,12 +349,17 @@ static json_t *op_each(struct control *c, json_t *req, const char *op)
 
 		blob_info(c->store, b, &in);
 		if (!strcmp(op, "evict")) {
-			int r = store_evict(c->store, b, force);
+			/* not even --force: the ref pin would copy it back at its
+			 * next look, a whole revision read from the NAS again */
+			int by_ref = (in.pin_why & PIN_REF) != 0;
+			int r = store_evict(c->store, b, force && !by_ref);
 
 			if (r == -EBUSY)
 				json_array_append_new(skipped, json_pack("{s:o, s:o, s:s}",
 					"key", reply_path(in.key), "id", reply_path(in.id),
-					"reason", "pinned (evict --force to drop it)"));
+					"reason", by_ref ? "pinned by a ref pin, which would copy it "
+					"back (wfsctl unpin --ref REF REPO drops that pin; wfsctl "
+					"status lists it)" : "pinned (evict --force to drop it)"));
 			else if (r > 0)
 				count++;
 		} else if (!strcmp(op, "pin") || !strcmp(op, "unpin")) {

@@ -620,6 +620,32 @@ class RefExamples(unittest.TestCase):
             self.assertEqual(got.get("ref"), ref, got)
 
 
+class EvictRefPinned(unittest.TestCase):
+    def test_evict_force_leaves_a_ref_pin_alone(self):
+        """`evict --force` of what a ref pin holds once said "evicted; reads
+        go to the NAS again", cleared the pin, and the ref pin copied it
+        all back at its next look.  It is not evicted, and says why."""
+        repo = "models--acme--packs"
+        self.addCleanup(lambda: run_wfsctl(["evict", "--force", FIX.m(repo)]))
+        self.addCleanup(lambda: run_wfsctl(["unpin", "--ref", "main", FIX.m(repo)]))
+        ctl_json(self, ["pin", "--ref", "main", FIX.m(repo)])
+
+        def settled():
+            st = ctl_json(self, ["status", FIX.m(repo)])
+            rp = [p for p in st["ref_pins"] if p["repo"] == repo]
+            return rp and rp[0]["files"] and rp[0]["local_files"] == rp[0]["files"]
+        self.assertTrue(wfstest.wait_until(settled, 60), "the ref pin's revision never became local")
+        files = [e for e in FIX.of("link", "file") if e["path"].startswith(repo + "/snapshots/")]
+        self.assertTrue(files)
+        for force in ([], ["--force"]):
+            rc, out, err = run_wfsctl(["evict"] + force + [FIX.m(repo)])
+            self.assertEqual(rc, 1, "evict %s of a ref-pinned repo: %s%s" % (force, out, err))
+            self.assertIn("pinned by a ref pin", err)
+            self.assertIn("evicted 0 blobs", out)
+            for e in files:
+                self.assertEqual(state_of(FIX.m(e["path"])), "local", e["path"])
+
+
 class BadRequests(unittest.TestCase):
     def assert_alive(self, what):
         rep = wfstest.ctl_request(SOCK, {"op": "status"})

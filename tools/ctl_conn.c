@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/un.h>
 #include <time.h>
@@ -455,10 +456,22 @@ int ctl_report(struct ctl_conn *c, const char *sock, const char *cmd, bool json_
 		fprintf(stderr, "wfsctl: %s: the wfs daemon at %s closed the "
 			"connection without replying\n", cmd, sock);
 		return r;
-	default:
-		fprintf(stderr, "wfsctl: cannot reach the wfs daemon at %s: %s\n",
-			sock, strerror(-r));
+	default: {
+		/* connect() says ECONNREFUSED for a directory or a file too:
+		 * --socket LOCAL_STORE is an easy slip */
+		const char *hint = "";
+		struct stat st;
+
+		if (r == -ECONNREFUSED && stat(sock, &st) == 0)
+			hint = S_ISDIR(st.st_mode) ? " (a directory: the socket is "
+						     "LOCAL_STORE/wfs.sock)" :
+			       !S_ISSOCK(st.st_mode) ? " (not a socket: the socket is "
+						       "LOCAL_STORE/wfs.sock)" :
+			       " (no daemon listens on it: has wfs stopped?)";
+		fprintf(stderr, "wfsctl: cannot reach the wfs daemon at %s: %s%s\n",
+			sock, strerror(-r), hint);
 		return r;
+	}
 	}
 	if (json_is_true(json_object_get(rep->obj, "ok")))
 		return 0;

@@ -14,6 +14,7 @@ import os
 import pty
 import re
 import shutil
+import socket
 import struct
 import subprocess
 import sys
@@ -213,6 +214,19 @@ def body(t, work):
     r = run("status", other)
     ok("daemon unreachable", r[0] == 1 and
        "cannot reach the wfs daemon at /nonexistent/wfs.sock: No such file or directory" in r[2], show(r))
+    # --socket LOCAL_STORE (the directory), a file, a socket nobody listens
+    # on: each said only "Connection refused"
+    stale = f"{work}/stale.sock"
+    s0 = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s0.bind(stale)
+    s0.close()
+    with open(f"{work}/afile", "w"):
+        pass
+    for what, path, why in (("a directory", work, "a directory: the socket is LOCAL_STORE/wfs.sock"),
+                            ("a file", f"{work}/afile", "not a socket"),
+                            ("a stale socket", stale, "no daemon listens on it")):
+        r = run("--socket", path, "status", cwd="/")
+        ok(f"--socket naming {what}: says so", r[0] == 1 and why in r[2], show(r))
     r = run("pin", *[f"{good}/blobs/{'x' * 200}{i}" for i in range(400)])
     ok("request over 64 KiB refused locally", r[0] == 1 and "64 KiB" in r[2], show(r))
 

@@ -454,6 +454,20 @@ class Cli(unittest.TestCase):
         self.assertTrue(wfstest.wait_until(lambda: "refused mkdir of refused-dir" in log(), 10),
                         "the refused mkdir is not in the log the daemon was given:\n" + log())
 
+    def test_install_deps_help(self):
+        """tools/install-deps --help explains itself; any other argument is
+        refused (it once ignored its arguments: --help installed packages).
+        PATH has no apt-get here, so nothing could be installed anyway."""
+        script = os.path.join(wfstest.REPO, "tools", "install-deps")
+        env = dict(os.environ, PATH="/nonexistent")
+        r = subprocess.run([script, "--help"], env=env, capture_output=True, text=True, timeout=30)
+        self.assertEqual((r.returncode, r.stdout.split("\n")[0]), (0, "usage: tools/install-deps"),
+                         r.stdout + r.stderr)
+        r = subprocess.run([script, "--frobnicate"], env=env, capture_output=True, text=True,
+                           timeout=30)
+        self.assertEqual(r.returncode, 2, r.stdout + r.stderr)
+        self.assertIn("--frobnicate", r.stderr)
+
     def test_unknown_option_refused_first(self):
         """An -o word neither wfs nor FUSE knows (a typo) is refused, exit
         2, before LOCAL_STORE is made or opened."""

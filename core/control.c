@@ -396,6 +396,29 @@ out:
 	return err;
 }
 
+/* Why pin --ref found nothing to pin: no such repo, no such ref, or a
+ * revision with no snapshot (yet). */
+static json_t *ref_missing(struct control *c, const char *repo, const char *ref)
+{
+	struct ns_entry *e = malloc(sizeof(*e));
+	char rel[PATH_MAX];
+	int r;
+
+	if (!e)
+		return reply_error(ENOMEM, "out of memory");
+	r = ns_classify(c->roots, repo, e);
+	if (r == 0 && e->kind == NS_DIR) {
+		snprintf(rel, sizeof(rel), "%s/refs/%s", repo, ref);
+		r = ns_classify(c->roots, rel, e) == 0 && e->kind == NS_FILE ? 1 : 0;
+	}
+	free(e);
+	if (r < 0)
+		return reply_error(ENOENT, "%s: no such repo in the mount", repo);
+	if (r == 0)
+		return reply_error(ENOENT, "%s: no refs/%s", repo, ref);
+	return reply_error(ENOENT, "%s: refs/%s names a revision with no snapshot", repo, ref);
+}
+
 /* pin/unpin --ref: {"op":"pin","ref":"main","paths":["<repo>"]} */
 static json_t *op_ref(struct control *c, json_t *req, int pin)
 {
@@ -420,10 +443,12 @@ static json_t *op_ref(struct control *c, json_t *req, int pin)
 	r = pin ? pins_pin(c->pins, repo, ref, commit, sizeof(commit))
 		: pins_unpin(c->pins, repo, ref);
 	if (r == -ENOENT && pin)
-		return reply_error(ENOENT, "%s: no refs/%s, or no snapshot of the revision it names",
-				   repo, ref);
+		return ref_missing(c, repo, ref);
 	if (r == -ENOENT)
 		return reply_error(ENOENT, "%s: refs/%s is not pinned", repo, ref);
+	if (r == -EINVAL)
+		return reply_error(EINVAL, "%s: refs/%s: not a ref name (main, refs/pr/1: no "
+				   "'.' or '..' component, no '/' at either end)", repo, ref);
 	if (r < 0)
 		return reply_error(-r, "%s: refs/%s: %s", repo, ref, strerror(-r));
 	rep = json_pack("{s:b, s:o, s:o, s:I}", "ok", 1, "repo", reply_path(repo),

@@ -646,6 +646,31 @@ class EvictRefPinned(unittest.TestCase):
                 self.assertEqual(state_of(FIX.m(e["path"])), "local", e["path"])
 
 
+class RefMissing(unittest.TestCase):
+    def test_pin_ref_says_what_is_missing(self):
+        """pin --ref of a repo that is not there, of a ref it does not have,
+        of a ref naming a revision with no snapshot: each said "no refs/REF,
+        or no snapshot of the revision it names"; and a bad ref name only
+        "Invalid argument"."""
+        repo = "models--acme--standard"
+        ref = os.path.join(FIX.hub, repo, "refs", "ahead")
+        with open(ref, "w") as f:
+            f.write("f" * 40)   # a revision not downloaded (yet)
+        self.addCleanup(os.unlink, ref)
+        for args, want in ((["models--acme--nosuch"], "models--acme--nosuch: no such repo"),
+                           (["--ref", "nosuch", repo], repo + ": no refs/nosuch"),
+                           (["--ref", "ahead", repo], repo + ": refs/ahead names a revision "
+                            "with no snapshot"),
+                           (["--ref", "../main", repo], repo + ": refs/../main: not a ref name")):
+            if "--ref" not in args:
+                args = ["--ref", "main"] + [FIX.m(args[0])]
+            else:
+                args = args[:-1] + [FIX.m(args[-1])]
+            rc, out, err = run_wfsctl(["pin"] + args)
+            self.assertEqual(rc, 1, "pin %s: %s%s" % (args, out, err))
+            self.assertIn(want, err)
+
+
 class BadRequests(unittest.TestCase):
     def assert_alive(self, what):
         rep = wfstest.ctl_request(SOCK, {"op": "status"})

@@ -11,6 +11,7 @@
 #include "clock.h"
 #include "nasgate.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -81,7 +82,7 @@ int nas_gate_unavailable(int err)
 	switch (err < 0 ? -err : err) {
 	case ENOTCONN: case ETIMEDOUT: case EHOSTDOWN: case EHOSTUNREACH:
 	case ENETDOWN: case ENETUNREACH: case ECONNREFUSED: case ECONNRESET:
-	case ECONNABORTED: case ENODEV: case ESHUTDOWN:
+	case ECONNABORTED: case ENODEV: case ESHUTDOWN: case ENOMEDIUM:
 		return 1;
 	default:
 		return 0;
@@ -139,7 +140,12 @@ static void judge(struct nas_gate *g, int r, int on_fd)
 
 	if (r >= 0)
 		return;
-	if (nas_gate_unavailable(r) && !on_fd) {
+	if (r == -ENOMEDIUM) {
+		pthread_mutex_lock(&g->lock);
+		g->need_entries = 1;
+		pthread_mutex_unlock(&g->lock);
+		set_down(g, "NAS_HUB is empty or missing (the NAS is not mounted?)");
+	} else if (nas_gate_unavailable(r) && !on_fd) {
 		snprintf(why, sizeof(why), "a call failed: %s", strerror(-r));
 		set_down(g, why);
 	} else if (r == -EIO || r == -ESTALE || nas_gate_unavailable(r)) {
@@ -379,19 +385,44 @@ void nas_gate_done(struct nas_gate *g, int r)
 struct probe_arg {
 	struct nas_gate *g;
 	char root[4096];
+	int need_entries;       /* the gate's, when the probe started */
 };
+
+int nas_root_gone(const char *root)
+{
+	struct dirent *e;
+	DIR *d = opendir(root);
+	int r = 1;
+
+	if (!d)
+		return errno == ENOENT || errno == ENOTDIR ? 1 : -errno;
+	errno = 0;
+	while (r == 1 && (e = readdir(d)))
+		r = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
+	if (r == 1 && errno)
+		r = -errno;
+	closedir(d);
+	return r;
+}
 
 static int probe_fn(void *arg)
 {
 	struct probe_arg *p = arg;
 	struct statvfs sv;
 	struct stat st;
+	int r;
 
 	/* stat may be answered from an NFS client's attribute cache; statfs
 	 * always asks the server. */
 	if (stat(p->root, &st) < 0 || statvfs(p->root, &sv) < 0)
 		return -errno;
-	return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
+	if (!S_ISDIR(st.st_mode))
+		return -ENOTDIR;
+	/* An empty directory answers a stat at once: the mount point of a NAS
+	 * not mounted (yet, or any more) does. */
+	if (p->need_entries && (r = nas_root_gone(p->root)) != 0)
+		return r == 1 ? -ENOMEDIUM : r;
+	return 0;
 }
 
 /* A probe that passed its deadline ended: the NAS answered something, so
@@ -419,6 +450,7 @@ static int probe_once(struct nas_gate *g)
 	p->g = g;
 	snprintf(p->root, sizeof(p->root), "%s", g->root);
 	pthread_mutex_lock(&g->lock);
+	p->need_entries = g->need_entries;
 	g->probe_busy = 1;
 	pthread_mutex_unlock(&g->lock);
 	r = run_job(g, probe_fn, p, probe_release, JOB_FORCE);
@@ -439,6 +471,7 @@ static void set_up(struct nas_gate *g)
 
 	clock_gettime(CLOCK_REALTIME, &ts);
 	pthread_mutex_lock(&g->lock);
+	g->need_entries = 0;
 	if (!atomic_load(&g->up)) {
 		was = g->since;
 		g->since = ts.tv_sec;

@@ -16,7 +16,10 @@
  * of its own: while the NAS is down it stats NAS_HUB (with the same
  * deadline), at 100 ms, then backing off to 2 s; the first answer marks it
  * up.  At most NAS_GATE_THREADS calls are stuck at once: with all of them
- * stuck, calls fail at once (-EHOSTDOWN) and the NAS is down.
+ * stuck, calls fail at once (-EHOSTDOWN) and the NAS is down.  A NAS not
+ * mounted answers through its mount point, an empty directory: callers
+ * that find NAS_HUB so where they expected a file report -ENOMEDIUM
+ * (nas_root_gone), which marks it down until the prober finds an entry.
  *
  * Knows nothing of FUSE; the store and the fs glue use it.
  */
@@ -79,6 +82,8 @@ struct nas_gate {
 	int stop;                 /* LOCK */
 	int probe_now;            /* LOCK: an EIO/ESTALE asked the prober to look */
 	int probe_busy;           /* LOCK: a probe is running (maybe stuck) */
+	int need_entries;         /* LOCK: down for an empty or missing NAS_HUB
+				   * (ENOMEDIUM): up again only once it holds an entry */
 	_Atomic int up;           /* ATOMIC: acquire loads on every call */
 	int64_t since;            /* LOCK */
 	char reason[128];         /* LOCK */
@@ -143,8 +148,16 @@ void nas_gate_note(struct nas_gate *g, int err);
 void nas_gate_set_down(struct nas_gate *g, const char *reason);
 /* 1 if -@err says the NAS is unreachable rather than that one file is bad:
  * ENOTCONN, ETIMEDOUT, EHOSTDOWN, EHOSTUNREACH, ENETDOWN, ENETUNREACH,
- * ECONNREFUSED, ECONNRESET, ECONNABORTED, ENODEV, ESHUTDOWN. */
+ * ECONNREFUSED, ECONNRESET, ECONNABORTED, ENODEV, ESHUTDOWN; and
+ * ENOMEDIUM, this program's own: NAS_HUB is empty or missing while what
+ * wfs holds of it says it has entries (nas_root_gone) -- the NAS not
+ * mounted, and its mount point seen instead.  That one keeps the NAS down
+ * until the prober finds an entry in NAS_HUB. */
 int nas_gate_unavailable(int err);
+/* Is @root (NAS_HUB) missing or an empty directory?  1 yes, 0 it holds an
+ * entry, -errno it could not be read.  A NAS call: made on a NAS thread
+ * or a thread of the caller's that may be left stuck. */
+int nas_root_gone(const char *root);
 /* A request was answered from the local record instead of the NAS. */
 void nas_gate_count_record(struct nas_gate *g);
 void nas_gate_stats(struct nas_gate *g, struct nas_gate_stats *out);

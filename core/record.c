@@ -504,8 +504,13 @@ static int walk_repos(struct build *b, struct scan *sc)
 	for (size_t i = 0; i < sc->n; i++) {
 		int e = ns_walk(b->roots, sc->repos[i], NS_WALK_STRICT, take, b);
 
+		/* The repo went away: nothing of it to show -- unless everything
+		 * did (the NAS not mounted: its empty mount point seen), when
+		 * the record keeps what it holds. */
+		if (e == -ENOENT && nas_root_gone(b->roots->path[0]) != 1)
+			continue;
 		if (e == -ENOENT)
-			continue; /* the repo went away: nothing of it to show */
+			e = -ENOMEDIUM;
 		if (e < 0 && e != -ECANCELED && e != -ENOMEM)
 			nas_gate_note(b->r->gate, e);
 		/* The strict walk stops at an entry it cannot read; an outage

@@ -42,8 +42,11 @@
 #define LOAD_LOG_MAX 5
 
 /* What a start-up stat says of a source: 0 as recorded, 1 gone or changed
- * (@why says), -errno it proves nothing. */
-static int loaded_source(const char *key, uint64_t size, char *why, size_t wsz)
+ * (@why says), -errno it proves nothing.  A source gone along with
+ * everything in NAS_HUB (@root, "" if not known) is the NAS not mounted:
+ * -ENOMEDIUM. */
+static int loaded_source(const char *root, const char *key, uint64_t size, char *why,
+			 size_t wsz)
 {
 	struct stat st;
 
@@ -52,6 +55,8 @@ static int loaded_source(const char *key, uint64_t size, char *why, size_t wsz)
 
 		if (err != -ENOENT && err != -ENOTDIR)
 			return err;
+		if (*root && nas_root_gone(root) == 1)
+			return -ENOMEDIUM;
 		snprintf(why, wsz, "source vanished (%s)", strerror(-err));
 		return 1;
 	}
@@ -76,6 +81,7 @@ struct load_job {
 	int cancel;              /* LOCK: the caller stopped waiting */
 	int finished;            /* LOCK: the thread made its last stat */
 	size_t n;                /* IMMUTABLE */
+	char root[PATH_MAX];     /* IMMUTABLE: NAS_HUB, "" if not known */
 	size_t done;             /* LOCK: verdicts [0, done) are made */
 	char **keys;             /* IMMUTABLE */
 	uint64_t *sizes;         /* IMMUTABLE */
@@ -121,7 +127,7 @@ static void *load_job_thread(void *arg)
 		pthread_mutex_unlock(&j->lock);
 		if (stop)
 			break;
-		r = loaded_source(j->keys[i], j->sizes[i], why, sizeof(why));
+		r = loaded_source(j->root, j->keys[i], j->sizes[i], why, sizeof(why));
 		pthread_mutex_lock(&j->lock);
 		j->verdict[i] = r;
 		j->why[i] = r == 1 ? strdup(why) : NULL;
@@ -140,7 +146,7 @@ static void *load_job_thread(void *arg)
 	return NULL;
 }
 
-static struct load_job *job_new(struct blob *const *v, size_t n)
+static struct load_job *job_new(const char *root, struct blob *const *v, size_t n)
 {
 	struct load_job *j = calloc(1, sizeof(*j));
 	pthread_condattr_t ca;
@@ -149,6 +155,7 @@ static struct load_job *job_new(struct blob *const *v, size_t n)
 	if (!j)
 		return NULL;
 	j->n = n;
+	snprintf(j->root, sizeof(j->root), "%s", root);
 	j->refs = 1;
 	j->keys = calloc(n, sizeof(*j->keys));
 	j->sizes = calloc(n, sizeof(*j->sizes));
@@ -240,7 +247,9 @@ static void job_report(struct store *s, struct load_job *j, size_t done, signed 
 			if (unmade++ < LOAD_LOG_MAX)
 				store_log_msg(s, LOG_WARNING, "start-up: cannot stat the source %s "
 					      "of a local copy: %s; the copy is kept, its source "
-					      "checked at its first open", j->keys[i], strerror(-r));
+					      "checked at its first open", j->keys[i],
+					      r == -ENOMEDIUM ? "NAS_HUB is empty or missing (the NAS "
+					      "is not mounted?)" : strerror(-r));
 			nas_gate_note(s->opt.gate, r); /* an unreachable NAS marks the gate down */
 		}
 	}
@@ -255,7 +264,7 @@ static void check_sources(struct store *s, struct blob *const *v, size_t n, sign
 {
 	struct nas_gate *g = s->opt.gate;
 	unsigned timeout_ms = g ? g->timeout_ms : NAS_GATE_TIMEOUT_MS;
-	struct load_job *j = job_new(v, n);
+	struct load_job *j = job_new(g ? g->root : "", v, n);
 	pthread_t t;
 	size_t done;
 	int stuck;

@@ -199,6 +199,7 @@ static void source_verdict(int err, uint64_t size, uint64_t size_now, const char
  * its thread and is freed there (src_job_free), never touching the blob. */
 struct src_job {
 	char key[PATH_MAX];
+	char root[PATH_MAX];    /* NAS_HUB, "" if not known (no gate) */
 	uint64_t size;          /* recorded */
 	uint64_t size_now;      /* out: the source's size now */
 	char sample[33];        /* out: its sampled hash, when the sizes agree */
@@ -213,6 +214,11 @@ static int src_job_run(void *arg)
 	int fd = nas_open(NULL, j->key, 0);
 
 	j->err = fd < 0 ? fd : 0;
+	/* A source gone with everything else in NAS_HUB is the NAS not
+	 * mounted (its empty mount point seen instead), not a file deleted:
+	 * said to the gate (down), and no copy demoted for it. */
+	if ((fd == -ENOENT || fd == -ENOTDIR) && *j->root && nas_root_gone(j->root) == 1)
+		j->err = -ENOMEDIUM;
 	if (fd >= 0) {
 		if (fstat(fd, &st) < 0)
 			j->err = -errno;
@@ -247,6 +253,7 @@ static int check_source_gated(struct store *s, const char *key, uint64_t size,
 	if (!j)
 		return -ENOMEM;
 	snprintf(j->key, sizeof(j->key), "%s", key);
+	snprintf(j->root, sizeof(j->root), "%s", s->opt.gate ? s->opt.gate->root : "");
 	j->size = size;
 	j->err = -EHOSTDOWN; /* as it stays if the gate refuses to run it */
 	r = nas_call(s->opt.gate, src_job_run, j, src_job_free);
@@ -276,7 +283,9 @@ static void check_unmade_locked(struct store *s, struct blob *b, int err)
 		      "cannot check the source %s of local copy %s: %s; the verified copy keeps "
 		      "serving (only a source gone or changed demotes it), checked again once "
 		      "the NAS answers", b->key, local, err == -EHOSTDOWN ? "the NAS is down" :
-		      err == -ETIMEDOUT ? "no answer within the NAS deadline" : strerror(-err));
+		      err == -ETIMEDOUT ? "no answer within the NAS deadline" :
+		      err == -ENOMEDIUM ? "NAS_HUB is empty or missing (the NAS is not mounted?)" :
+		      strerror(-err));
 }
 
 /* Served locally, whole or in part: what a source check is for. */
@@ -684,7 +693,9 @@ int store_verify(struct store *s, struct blob *b, int full, char *reason, size_t
 	unchecked = b->state == BLOB_LOCAL && !b->checked ? b->check_err : 0;
 	if (unchecked)
 		snprintf(reason, rsz, "source not checked: %s; the verified copy keeps serving",
-			 unchecked == -EHOSTDOWN ? "the NAS is down" : strerror(-unchecked));
+			 unchecked == -EHOSTDOWN ? "the NAS is down" :
+			 unchecked == -ENOMEDIUM ? "NAS_HUB is empty or missing (the NAS is not "
+			 "mounted?)" : strerror(-unchecked));
 	pthread_mutex_unlock(&s->lock);
 	if (!full)
 		return unchecked;

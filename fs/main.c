@@ -37,6 +37,7 @@ struct nas_check {
 	struct ns_entry root;
 	char what[PATH_MAX + 64]; /* which path failed, for the message */
 	int r;
+	int gone;                 /* nas_root_gone(NAS_HUB) == 1 */
 };
 
 static void *nas_check_thread(void *arg)
@@ -66,13 +67,15 @@ static void *nas_check_thread(void *arg)
 		snprintf(c->what, sizeof(c->what), "NAS_HUB %s: cannot read the root", o->nas);
 		r = ns_classify(&c->roots, "", &c->root);
 	}
+	if (r == 0)
+		c->gone = nas_root_gone(c->roots.path[0]) == 1;
 	c->r = r;
 	return NULL;
 }
 
-/* 0 with the roots and the root's entry; -ETIMEDOUT or the NAS's -errno
- * (*@what says where). */
-static int check_nas(struct wfs *w, struct ns_entry *root, char *what, size_t wsz)
+/* 0 with the roots and the root's entry (*@empty: NAS_HUB holds no entry);
+ * -ETIMEDOUT or the NAS's -errno (*@what says where). */
+static int check_nas(struct wfs *w, struct ns_entry *root, int *empty, char *what, size_t wsz)
 {
 	struct nas_check *c = calloc(1, sizeof(*c));
 	struct timespec dl;
@@ -105,16 +108,27 @@ static int check_nas(struct wfs *w, struct ns_entry *root, char *what, size_t ws
 	if (r == 0) {
 		w->roots = c->roots;
 		*root = c->root;
+		*empty = c->gone;
 	}
 	free(c);
 	return r;
+}
+
+/* Was the record (of @rec_nas) built for this NAS_HUB (as given, or as
+ * its canonical path when the NAS answered)? */
+static int record_is_of_nas(struct wfs *w, const char *rec_nas)
+{
+	char abs_nas[PATH_MAX];
+
+	return (abs_lexical(w->opt.nas, abs_nas, sizeof(abs_nas)) == 0 &&
+		!strcmp(abs_nas, rec_nas)) || (w->roots.n && !strcmp(w->roots.path[0], rec_nas));
 }
 
 /* The NAS cannot answer at start-up: mount from the local record, if it
  * was built for this NAS_HUB. */
 static int start_from_record(struct wfs *w, struct ns_entry *root, const char *what, int err)
 {
-	char rec_nas[PATH_MAX], abs_nas[PATH_MAX];
+	char rec_nas[PATH_MAX];
 	struct record_entry *re;
 	int r;
 
@@ -124,7 +138,7 @@ static int start_from_record(struct wfs *w, struct ns_entry *root, const char *w
 		return -1;
 	}
 	record_nas(&w->record, rec_nas, sizeof(rec_nas));
-	if (abs_lexical(w->opt.nas, abs_nas, sizeof(abs_nas)) < 0 || strcmp(abs_nas, rec_nas)) {
+	if (!record_is_of_nas(w, rec_nas)) {
 		fprintf(stderr, "wfs: %s: %s; LOCAL_STORE %s has a record of local revisions, but "
 			"of NAS_HUB %s, not this one: refusing to serve it\n", what,
 			strerror(-err), w->opt.local, rec_nas);
@@ -347,6 +361,7 @@ static int parse_args(struct wfs *w, struct fuse_args *args)
 /* What the start-up learnt of NAS_HUB, from check_start() to open_nas(). */
 struct nas_start {
 	struct ns_entry *root;
+	int empty;                /* NAS_HUB answered, an empty directory */
 	int err;                  /* 0, or why the NAS did not answer */
 	char what[PATH_MAX + 64]; /* the path that did not */
 };
@@ -360,7 +375,7 @@ static int check_start(struct wfs *w, struct nas_start *ns)
 	ns->root = calloc(1, sizeof(*ns->root));
 	if (!ns->root)
 		return -1;
-	ns->err = check_nas(w, ns->root, ns->what, sizeof(ns->what));
+	ns->err = check_nas(w, ns->root, &ns->empty, ns->what, sizeof(ns->what));
 	if (ns->err < 0 && ns->err != -ETIMEDOUT && !nas_gate_unavailable(ns->err)) {
 		fprintf(stderr, "wfs: %s: %s\n", ns->what,
 			ns->err == -ENOTDIR ? "not a directory" : strerror(-ns->err));
@@ -386,6 +401,19 @@ static int open_nas(struct wfs *w, struct nas_start *ns)
 		return -1;
 	}
 	w->record_opened = 1;
+	/* An empty NAS_HUB the record shows revisions of is a mount point with
+	 * no NAS on it (wfs started before the NFS mount): a NAS down, whose
+	 * copies are kept (their sources are not "gone"), not a hub emptied. */
+	if (ns->err == 0 && ns->empty && record_has_any(&w->record)) {
+		char rec_nas[PATH_MAX];
+
+		record_nas(&w->record, rec_nas, sizeof(rec_nas));
+		if (record_is_of_nas(w, rec_nas)) {
+			ns->err = -ENOMEDIUM;
+			snprintf(ns->what, sizeof(ns->what), "NAS_HUB %s is empty (is the NAS "
+				 "mounted?)", w->opt.nas);
+		}
+	}
 	r = ns->err < 0 ? start_from_record(w, ns->root, ns->what, ns->err) : 0;
 	if (r == 0)
 		r = node_table_init(&w->nodes, w->roots.path[0], ns->root);
@@ -398,7 +426,9 @@ static int open_nas(struct wfs *w, struct nas_start *ns)
 			fprintf(stderr, "wfs: NAS_HUB %s: %s\n", w->opt.nas, strerror(-r));
 		return -1;
 	}
-	if (ns->err < 0) {
+	if (ns->err == -ENOMEDIUM) {
+		nas_gate_note(&w->gate, ns->err); /* down until NAS_HUB holds an entry */
+	} else if (ns->err < 0) {
 		char why[PATH_MAX + 128];
 
 		snprintf(why, sizeof(why), "%s at start-up", strerror(-ns->err));

@@ -25,6 +25,46 @@ static int classify_fn(void *arg)
 	return ns_classify(j->roots, j->rel, &j->out);
 }
 
+struct gone_job {
+	char root[PATH_MAX];
+};
+
+static int gone_fn(void *arg)
+{
+	struct gone_job *j = arg;
+	int r = nas_root_gone(j->root);
+
+	return r == 1 ? -ENOMEDIUM : r;
+}
+
+/* The NAS says a name of the local record is not there: deleted, or the
+ * NAS not mounted (an empty mount point seen in its place: every name is
+ * "not there")?  -ENOMEDIUM for the second (the gate marks the NAS down,
+ * and the record answers), else @r. */
+static int gone_or(struct wfs *w, const char *rel, int r)
+{
+	struct record_entry *re;
+	struct gone_job *j;
+	int has;
+
+	if ((r != -ENOENT && r != -ENOTDIR) || !(re = malloc(sizeof(*re))))
+		return r;
+	has = record_lookup(&w->record, rel, re) == 0;
+	free(re);
+	if (!has || !(j = malloc(sizeof(*j))))
+		return r;
+	snprintf(j->root, sizeof(j->root), "%s", w->roots.path[0]);
+	switch (nas_call(&w->gate, gone_fn, j, free)) {
+	case -ETIMEDOUT:
+		return -ETIMEDOUT; /* j is the gate's; the NAS is down */
+	case -ENOMEDIUM:
+		r = -ENOMEDIUM;
+		break;
+	}
+	free(j);
+	return r;
+}
+
 int nas_classify(struct wfs *w, const char *rel, struct ns_entry *out)
 {
 	struct classify_job *j = malloc(sizeof(*j));
@@ -40,7 +80,7 @@ int nas_classify(struct wfs *w, const char *rel, struct ns_entry *out)
 	if (r == 0)
 		*out = j->out;
 	free(j);
-	return r;
+	return gone_or(w, rel, r);
 }
 
 struct batch_job {
@@ -310,6 +350,10 @@ static int open_fn(void *arg)
 		j->direct = 0;
 		j->fd = nas_open(j->roots, j->path, 0);
 	}
+	/* A file the kernel holds gone along with everything in NAS_HUB: the
+	 * NAS not mounted (rare enough, a file gone at its open, to look). */
+	if ((j->fd == -ENOENT || j->fd == -ENOTDIR) && nas_root_gone(j->roots->path[0]) == 1)
+		return -ENOMEDIUM;
 	if (j->fd < 0)
 		return j->fd;
 	if (fstat(j->fd, &j->st) < 0)

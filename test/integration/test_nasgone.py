@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""The NAS not mounted: NAS_HUB is its mount point, an empty directory
+(faultfs, test/faultfs, stopped and unmounted -- a node booted with wfs
+started before the NFS mount, or an `umount -l` of a hung NAS).  Every
+source then looks "gone"; that is no proof the files were deleted.
+
+  start_over_empty_mount_point  wfs started over the empty NAS_HUB with a
+                    record of it in LOCAL_STORE: it mounts as with the NAS
+                    down (status says why), the verified copies are kept
+                    (the same files in LOCAL_STORE/data) and serve the
+                    local revision; once the NAS is mounted again it is up
+                    and the copies are still local, not copied again
+  unmounted_under_the_daemon  the NAS unmounted under a running daemon:
+                    opens of the local files read their bytes (the NAS is
+                    marked down, not every file taken as deleted), the
+                    copies are kept; the NAS back: up, the copies local
+
+Waits are on the daemon's reported state (stats) and faultfs's mount,
+never sleeps; every mount is taken off in the cleanups, failed or not.
+"""
+
+import errno
+import hashlib
+import os
+import shutil
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import faultnas  # noqa: E402
+import wfstest  # noqa: E402
+from wfstest import ctl_check, ctl_json, state_of  # noqa: E402
+
+MiB = 1 << 20
+REPO = "models--acme--gone"
+FILES = {"model.safetensors": wfstest.det_bytes("gone-model", 3 * MiB),
+         "config.json": b'{"model_type": "gone"}\n',
+         "extra.bin": wfstest.det_bytes("gone-extra", MiB)}   # never promoted
+LOCAL = ("model.safetensors", "config.json")
+NAS_TIMEOUT_MS = 500
+DOWN_WAIT = 5       # s: nas_timeout + slack
+UP_WAIT = 15        # s: the prober backs off to 2 s between looks
+
+
+class Hub:
+    base = hub = rev = None
+
+
+def setUpModule():
+    faultnas.require_faultfs()
+    wfstest.require_wfsctl()
+    Hub.base = wfstest.make_base("wfs-it-nasgone-")
+    Hub.hub = os.path.join(Hub.base, "hub")
+    Hub.rev = wfstest.make_hf_repo(Hub.hub, REPO, FILES)
+
+
+def tearDownModule():
+    if Hub.base:
+        shutil.rmtree(Hub.base, ignore_errors=True)
+
+
+class NasGone(unittest.TestCase):
+    def setUp(self):
+        d = os.path.join(Hub.base, self.id().rsplit(".", 1)[-1])
+        os.mkdir(d)
+        self.nas = faultnas.FaultNAS(Hub.hub, os.path.join(d, "nas"), os.path.join(d, "ff.sock"))
+        self.nas.start()
+        self.addCleanup(self.stop_nas)
+        self.local = os.path.join(d, "local")
+        self.mnt = os.path.join(d, "mnt")
+        os.mkdir(self.mnt)
+        self.sock = os.path.join(os.path.realpath(self.local), "wfs.sock")
+        self.m = None
+        self.start_wfs()
+        self.addCleanup(self.stop_wfs)
+
+    def stop_nas(self):
+        problems = self.nas.stop()
+        if problems:
+            raise AssertionError("faultfs: " + "; ".join(problems))
+
+    def start_wfs(self):
+        self.m = wfstest.ForegroundMount(self.nas.mnt, self.local, self.mnt,
+                                         ["auto_promote=off", "nas_timeout=%d" % NAS_TIMEOUT_MS])
+        self.m.start()
+        wfstest.wait_until(lambda: os.path.exists(self.sock), 10)
+
+    def stop_wfs(self):
+        if self.m:
+            m, self.m = self.m, None
+            problems = m.stop()
+            m.cleanup()
+            if problems:
+                raise AssertionError("wfs: " + "; ".join(problems))
+
+    def p(self, name):
+        return os.path.join(self.mnt, REPO, "snapshots", Hub.rev, name)
+
+    def promote(self):
+        ctl_check(self, ["--socket", self.sock, "promote", "--wait"] + [self.p(n) for n in LOCAL])
+        for n in LOCAL:
+            self.assertEqual(state_of(self.p(n)), "local", n)
+        copies = wfstest.store_files(self.local)
+        self.assertEqual(len(copies), len(LOCAL), "LOCAL_STORE/data: %s" % sorted(copies))
+        return {rel: st.st_ino for rel, st in copies.items()}
+
+    def unmount_nas(self):
+        """faultfs stopped and unmounted: NAS_HUB is the empty mount point."""
+        problems = self.nas.stop()
+        self.assertEqual(problems, [], "faultfs stop")
+        self.assertEqual(os.listdir(self.nas.mnt), [], "the NAS's mount point is not empty")
+
+    def assert_copies_kept(self, before, when):
+        now = {rel: st.st_ino for rel, st in wfstest.store_files(self.local).items()}
+        self.assertEqual(now, before, "%s: the verified copies in LOCAL_STORE/data changed "
+                         "(deleted or made again); the daemon's log ends:\n%s"
+                         % (when, self.m.log()[-3000:] if self.m else ""))
+
+    def assert_local_reads(self, when):
+        for n in LOCAL:
+            with open(self.p(n), "rb") as f:
+                got = f.read()
+            self.assertEqual(hashlib.sha256(got).digest(), hashlib.sha256(FILES[n]).digest(),
+                             "%s: %s reads wrong bytes" % (when, n))
+            self.assertEqual(state_of(self.p(n)), "local", "%s: %s" % (when, n))
+
+    def nas_back(self, copies):
+        self.nas.start()
+        faultnas.wait_nas_state(self, self.sock, "up", UP_WAIT)
+        self.assert_local_reads("the NAS mounted again")
+        self.assert_copies_kept(copies, "the NAS mounted again")
+
+    def test_start_over_empty_mount_point(self):
+        copies = self.promote()
+        self.stop_wfs()
+        self.unmount_nas()
+        self.start_wfs()
+        self.assert_copies_kept(copies, "wfs started over the empty NAS_HUB")
+        nas = faultnas.nas_of_stats(self, self.sock)
+        self.assertEqual(nas["state"], "down", "wfs started over the empty NAS_HUB: %s" % nas)
+        self.assertIn("empty", nas["reason"])
+        self.assert_local_reads("wfs started over the empty NAS_HUB")
+        self.assertEqual(wfstest.errno_of(wfstest.read_file, self.p("extra.bin")), errno.EIO,
+                         "a file not local while the NAS is not mounted")
+        self.nas_back(copies)
+
+    def test_unmounted_under_the_daemon(self):
+        copies = self.promote()
+        self.unmount_nas()
+        # opens of the local files the kernel holds: the NAS says each is
+        # gone, as it says of everything
+        self.assert_local_reads("the NAS unmounted under the daemon")
+        nas = faultnas.wait_nas_state(self, self.sock, "down", DOWN_WAIT)
+        self.assertIn("empty", nas["reason"])
+        self.assert_copies_kept(copies, "the NAS unmounted under the daemon")
+        self.nas_back(copies)
+
+
+if __name__ == "__main__":
+    wfstest.main()

@@ -305,6 +305,33 @@ int main(void)
 		nas_gate_destroy(&b);
 	}
 
+	/* NAS_HUB empty where a file was expected (ENOMEDIUM, nas_root_gone:
+	 * the NAS not mounted, its mount point seen): down, and the prober,
+	 * whose stat of the empty root succeeds, keeps it down until the root
+	 * holds an entry */
+	{
+		char entry[96];
+		uint64_t gen;
+
+		CHECK(&cnt, nas_root_gone(root) == 1, "an empty root is gone");
+		CHECK(&cnt, nas_root_gone(away) == 1, "a missing root is gone");
+		e = ENOMEDIUM;
+		CHECK(&cnt, nas_call(&g, err_fn, &e, NULL) == -ENOMEDIUM, "ENOMEDIUM passed through");
+		CHECK(&cnt, !nas_gate_up(&g), "down after ENOMEDIUM");
+		nas_gate_stats(&g, &st);
+		CHECK(&cnt, strstr(st.reason, "empty or missing") != NULL, "reason: %s", st.reason);
+		gen = atomic_load(&g.generation);
+		/* the prober looks at 100, 200 and 400 ms meanwhile */
+		CHECK(&cnt, nas_gate_wait_change(&g, gen, 800) == gen && !nas_gate_up(&g),
+		      "an empty NAS_HUB brought the NAS up");
+		snprintf(entry, sizeof(entry), "%s/models--a--b", root);
+		CHECK(&cnt, mkdir(entry, 0755) == 0, "mkdir");
+		CHECK(&cnt, nas_root_gone(root) == 0, "a root with an entry is not gone");
+		wait_up(&g, 1);
+		CHECK(&cnt, nas_gate_up(&g), "up once NAS_HUB holds an entry");
+		rmdir(entry);
+	}
+
 	/* no gate: the call runs on the caller */
 	CHECK(&cnt, nas_call(NULL, ok_fn, &n, NULL) == 0, "no gate");
 

@@ -4,6 +4,7 @@
  */
 #include "pins.h"
 #include "collect.h"
+#include "nasgate.h"
 #include "nasopen.h"
 #include "path.h"
 #include "reply.h"
@@ -53,6 +54,43 @@ int refs_read(const struct hub_roots *roots, const char *repo, const char *ref, 
 		return -EINVAL;
 	snprintf(out, sz, "%s", buf);
 	return 0;
+}
+
+/* refs_read on a NAS thread, with the deadline: the poll reads each
+ * pinned ref every ref_poll seconds, so a NAS that hangs is all but sure
+ * to catch it -- and a poll stuck in it held the automatic-promotion
+ * thread, and the daemon's exit, until the NAS let go.  Heap memory with
+ * copies of what it reads: one past its deadline ends on its thread. */
+struct ref_job {
+	const struct hub_roots *roots; /* the daemon's: lives as long as it */
+	char repo[NAME_MAX + 1], ref[NAME_MAX + 1], out[NAME_MAX + 1];
+};
+
+static int ref_job_run(void *arg)
+{
+	struct ref_job *j = arg;
+
+	return refs_read(j->roots, j->repo, j->ref, j->out, sizeof(j->out));
+}
+
+static int refs_read_gated(struct pins *p, const char *repo, const char *ref, char *out,
+			   size_t sz)
+{
+	struct ref_job *j = calloc(1, sizeof(*j));
+	int r;
+
+	if (!j)
+		return -ENOMEM;
+	j->roots = p->roots;
+	snprintf(j->repo, sizeof(j->repo), "%s", repo);
+	snprintf(j->ref, sizeof(j->ref), "%s", ref);
+	r = nas_call(p->store->opt.gate, ref_job_run, j, free);
+	if (r == -ETIMEDOUT)
+		return r; /* the gate's now (and the NAS down) */
+	if (r == 0)
+		snprintf(out, sz, "%s", j->out);
+	free(j);
+	return r;
 }
 
 static struct pin *find_locked(struct pins *p, const char *repo, const char *ref)
@@ -283,7 +321,7 @@ int pins_pin(struct pins *p, const char *repo, const char *ref, char *commit, si
 	if (!valid_name(repo, ref))
 		return -EINVAL;
 	pthread_mutex_lock(&p->op_lock);
-	err = refs_read(p->roots, repo, ref, c, sizeof(c));
+	err = refs_read_gated(p, repo, ref, c, sizeof(c));
 	if (err == 0 && !snapshot_exists(p->roots, repo, c))
 		err = -ENOENT;
 	if (err < 0)
@@ -413,7 +451,7 @@ static int follow_ref(struct pins *p, struct pin *r)
 	/* First what is under way: a revision local by now is the kept one
 	 * before the ref is looked at again. */
 	changed = settle(p, r);
-	err = refs_read(p->roots, r->repo, r->ref, cur, sizeof(cur));
+	err = refs_read_gated(p, r->repo, r->ref, cur, sizeof(cur));
 	if (err < 0) {
 		snprintf(r->reason, sizeof(r->reason), "cannot read %s/refs/%s: %s", r->repo, r->ref,
 			 strerror(-err));

@@ -432,7 +432,7 @@ static void *serve(void *arg)
 int control_bind(struct control *c)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int r;
+	int r, ro;
 
 	if (snprintf(c->sock_path, sizeof(c->sock_path), "%s/wfs.sock", c->local) >=
 	    (int)sizeof(sa.sun_path))
@@ -441,14 +441,17 @@ int control_bind(struct control *c)
 	c->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (c->listen_fd < 0)
 		return -errno;
-	unlink(c->sock_path); /* a stale socket: the store lock says we own it */
+	/* A stale socket: the store lock says we own it.  One left by a daemon
+	 * whose store turned read-only (ext4's errors=remount-ro after a disk
+	 * error) cannot go: the store is read-only, whatever bind says. */
+	ro = unlink(c->sock_path) < 0 && errno == EROFS;
 	/* 0666: any local user may ask what is read-only (status, stats, doctor,
 	 * progress, a dry run); every request that changes state is checked
 	 * against the peer's SO_PEERCRED (control_check). */
 	if (bind(c->listen_fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
 	    chmod(c->sock_path, 0666) < 0 || listen(c->listen_fd, ACCEPT_BURST) < 0 ||
 	    pipe2(c->wake, O_CLOEXEC | O_NONBLOCK) < 0) {
-		r = -errno;
+		r = errno == EADDRINUSE && ro ? -EROFS : -errno;
 		close(c->listen_fd);
 		c->listen_fd = -1;
 		return r;

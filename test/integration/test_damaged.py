@@ -22,8 +22,9 @@ it did:
   data/ or tmp/ missing -> created again
   a stale wfs.lock (a dead pid; a daemon killed -9) -> taken over
   LOCAL_STORE on a full filesystem -> mounts, promotions held for room
-  LOCAL_STORE on a read-only filesystem -> an expected failure for now:
-      fs/main.c and core/control.c create wfs.lock and wfs.sock there
+  LOCAL_STORE on a read-only filesystem -> mounts, the verified copies
+      serve, no control socket; so too with a socket left by a daemon
+      that could not remove it (killed, or its store turned read-only)
 
 and: a NAS file only root may read, once promoted, is readable by another
 user neither through the mount nor in LOCAL_STORE.
@@ -668,6 +669,26 @@ class OnItsOwnFilesystem(unittest.TestCase):
         self.wait_log(r"LOCAL_STORE %s is read-only: its verified copies serve"
                       % re.escape(self.st.local))
         self.assertEqual(state_of(self.st.path(SMALL)), "local")
+        self.assertEqual(wfstest.read_file(self.st.path(BIG)), self.st.data[BIG])
+
+    def test_read_only_store_with_a_socket_left(self):
+        """A daemon that could not remove its control socket (killed, or
+        its store turned read-only under it: ext4's errors=remount-ro
+        after a disk error), the store read-only since: the next start
+        works as on any read-only store (it refused: EADDRINUSE)."""
+        self.st.start()
+        self.st.promote(self, SMALL)
+        wfstest.kill_daemon(self, self.st.mount.pids)
+        wfstest.drop_dead_mount(self, self.st.mnt)
+        self.st.mount.cleanup()
+        self.st.mount = None
+        self.assertTrue(os.path.exists(os.path.join(self.st.local, "wfs.sock")))
+        wfstest.sh("mount", "-o", "remount,ro", self.fs.mnt)
+        self.st.start(ctl=False)
+        self.wait_log(r"LOCAL_STORE %s is read-only: its verified copies serve"
+                      % re.escape(self.st.local))
+        self.assertEqual(state_of(self.st.path(SMALL)), "local")
+        self.assertEqual(wfstest.read_file(self.st.path(SMALL)), self.st.data[SMALL])
         self.assertEqual(wfstest.read_file(self.st.path(BIG)), self.st.data[BIG])
 
 

@@ -288,6 +288,9 @@ static int list_fn(void *arg)
 
 	/* no link followed in any component (a parent swapped for a link) */
 	dp = nas_opendir(j->roots, j->path);
+	if (!dp && (errno == ENOENT || errno == ENOTDIR) &&
+	    nas_root_gone(j->roots->path[0]) == 1)
+		return -ENOMEDIUM; /* the NAS not mounted, as open_fn says */
 	if (!dp)
 		return -errno;
 	errno = 0;
@@ -314,6 +317,12 @@ int nas_list(struct wfs *w, const char *path, struct dir_entry **ents, size_t *n
 	r = nas_call(&w->gate, list_fn, j, list_release);
 	if (r == -ETIMEDOUT)
 		return r;
+	/* NAS_HUB listed empty while the record shows revisions of it: its
+	 * mount point with no NAS on it (nas_gate.h) */
+	if (r == 0 && !j->n && !strcmp(path, w->roots.path[0]) && record_has_any(&w->record)) {
+		nas_gate_note(&w->gate, -ENOMEDIUM);
+		r = -ENOMEDIUM;
+	}
 	if (r == 0) {
 		*ents = j->ents;
 		*n = j->n;

@@ -14,6 +14,8 @@ source then looks "gone"; that is no proof the files were deleted.
                     opens of the local files read their bytes (the NAS is
                     marked down, not every file taken as deleted), the
                     copies are kept; the NAS back: up, the copies local
+  listing_unmounted_under_the_daemon  the hub listed then shows the
+                    record's repos (the NAS marked down), not an empty hub
 
 Waits are on the daemon's reported state (stats) and faultfs's mount,
 never sleeps; every mount is taken off in the cleanups, failed or not.
@@ -154,6 +156,18 @@ class NasGone(unittest.TestCase):
         self.assertIn("empty", nas["reason"])
         self.assert_copies_kept(copies, "the NAS unmounted under the daemon")
         self.nas_back(copies)
+
+    def test_listing_unmounted_under_the_daemon(self):
+        self.promote()
+        self.unmount_nas()
+        # (nothing listed the hub before: the kernel has no listing of it)
+        self.assertEqual(os.listdir(self.mnt), [REPO], "the hub's listing, the NAS not mounted")
+        nas = faultnas.nas_of_stats(self, self.sock)
+        self.assertEqual(nas["state"], "down", nas)
+        self.assertEqual(sorted(os.listdir(os.path.dirname(self.p("x")))), sorted(LOCAL),
+                         "the revision's listing, the NAS not mounted")
+        self.nas.start()
+        faultnas.wait_nas_state(self, self.sock, "up", UP_WAIT)
 
 
 if __name__ == "__main__":

@@ -318,7 +318,7 @@ int nas_list(struct wfs *w, const char *path, struct dir_entry **ents, size_t *n
 	if (r == -ETIMEDOUT)
 		return r;
 	/* NAS_HUB listed empty while the record shows revisions of it: its
-	 * mount point with no NAS on it (nas_gate.h) */
+	 * mount point with no NAS on it (nasgate.h) */
 	if (r == 0 && !j->n && !strcmp(path, w->roots.path[0]) && record_has_any(&w->record)) {
 		nas_gate_note(&w->gate, -ENOMEDIUM);
 		r = -ENOMEDIUM;

@@ -595,20 +595,42 @@ static const struct control_op control_ops[] = {
 /* status while the NAS is down: quick, it does not walk (see above) */
 static const struct control_op status_offline = { "status", op_status_offline, 0, 0, 0 };
 
+/* The refusal of @op, a request that walks the NAS, while it is down. */
+static json_t *down_refusal(struct control *c, const char *op)
+{
+	char why[256];
+
+	down_since(c, why, sizeof(why));
+	return reply_error(EHOSTDOWN, "%s: the NAS is down (%s): %s walks the NAS tree, so it "
+			   "is refused until the NAS answers again: run it again then (wfsctl "
+			   "status shows its state)", op, why, op);
+}
+
+static json_t *op_refused_down(struct control *c, json_t *req, const char *op)
+{
+	(void)op;
+	return down_refusal(c, json_string_value(json_object_get(req, "op")));
+}
+
+/* A walk queued before the NAS went down, refused when a worker takes it */
+static const struct control_op refused_down = { "refused", op_refused_down, 0, 0, 0 };
+
 /* The op to run while the NAS is down, or NULL with *@rep a refusal: the
  * slow ops are the ones that walk the NAS. */
 static const struct control_op *nas_down_op(struct control *c, const struct control_op *o,
 					    json_t **rep)
 {
-	char why[256];
-
 	if (o->fn == op_status)
 		return &status_offline;
-	down_since(c, why, sizeof(why));
-	*rep = reply_error(EHOSTDOWN, "%s: the NAS is down (%s): %s walks the NAS tree, so it "
-			   "is refused until the NAS answers again: run it again then (wfsctl "
-			   "status shows its state)", o->name, why, o->name);
+	*rep = down_refusal(c, o->name);
 	return NULL;
+}
+
+const struct control_op *control_recheck(struct control *c, const struct control_op *o)
+{
+	if (!o->slow || nas_gate_up(c->gate))
+		return o;
+	return o->fn == op_status ? &status_offline : &refused_down;
 }
 
 /* One name of "path_hex" / "paths_hex" as a byte string (json_t), or NULL

@@ -36,6 +36,13 @@ int control_privileged(const struct control *c, uid_t uid);
 const struct control_op *control_check(struct control *c, const char *line, size_t len,
 				       uid_t peer, json_t **req, json_t **rep);
 
+/* The op a request checked as @o runs as now that a worker takes it: the
+ * NAS may have gone down while it was queued (behind walks that a hung
+ * NAS holds), and then a walk is refused and status is the quick one,
+ * as control_check would have made them.  Lock-free: called under the
+ * server's lock. */
+const struct control_op *control_recheck(struct control *c, const struct control_op *o);
+
 /* Run a checked request: its reply (NULL when out of memory). */
 json_t *control_run(struct control *c, const struct control_op *o, json_t *req);
 

@@ -11,6 +11,7 @@
  * until its deadline, never a thread.
  */
 #include "control_int.h"
+#include "clock.h"
 #include "reply.h"
 
 #include <errno.h>
@@ -48,6 +49,8 @@ struct control_conn {
 /* Accepts per wake-up at most (and the listen backlog): a connect flood
  * cannot keep the poll thread from the clients it has. */
 #define ACCEPT_BURST 64
+/* How often a worker looks again at requests the limits hold back. */
+#define QUEUE_LOOK_MS 200
 /* When accept fails for want of descriptors or memory, the listener is left
  * alone this long (it stays readable: polling it would spin). */
 #define ACCEPT_PAUSE_MS 100
@@ -64,6 +67,7 @@ static struct control_conn *take_request(struct control *c)
 	for (struct control_conn **pp = &c->queue; *pp; pp = &(*pp)->next) {
 		struct control_conn *k = *pp;
 
+		k->o = control_recheck(c, k->o);
 		if ((!k->privileged && c->running_other >= CONTROL_WORKERS_OTHER) ||
 		    (control_op_long(k->o) && c->running_slow >= CONTROL_WORKERS_SLOW))
 			continue;
@@ -84,8 +88,18 @@ static void *worker(void *arg)
 	for (;;) {
 		json_t *rep;
 
-		while (!c->stopping && !(k = take_request(c)))
-			pthread_cond_wait(&c->work, &c->lock);
+		while (!c->stopping && !(k = take_request(c))) {
+			/* Requests held back by the limits (walks behind walks a
+			 * hung NAS holds) are looked at again as the NAS goes
+			 * down (control_recheck), which nothing signals here. */
+			int64_t at = mono_ms() + QUEUE_LOOK_MS;
+			struct timespec ts = { at / 1000, (at % 1000) * 1000000 };
+
+			if (c->queue)
+				pthread_cond_timedwait(&c->work, &c->lock, &ts);
+			else
+				pthread_cond_wait(&c->work, &c->lock);
+		}
 		if (c->stopping)
 			break; /* control_stop drops what is still queued */
 		c->running_other += !k->privileged;
@@ -470,10 +484,14 @@ static void close_socket(struct control *c)
 
 int control_start(struct control *c)
 {
+	pthread_condattr_t mono;
 	int r;
 
 	pthread_mutex_init(&c->lock, NULL);
-	pthread_cond_init(&c->work, NULL);
+	pthread_condattr_init(&mono);
+	pthread_condattr_setclock(&mono, CLOCK_MONOTONIC);
+	pthread_cond_init(&c->work, &mono); /* the timed waits are on it */
+	pthread_condattr_destroy(&mono);
 	c->queue = c->done = NULL;
 	c->running_other = c->running_slow = c->stopping = 0;
 	c->nworkers = 0;

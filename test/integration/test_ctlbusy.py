@@ -9,13 +9,20 @@ is slow but up (test/faultfs `latency`, under nas_timeout).
                      of them (README "Control protocol": one worker is
                      always left for the quick requests, so the progress
                      polls of `promote --wait` do not wait behind them)
+  StatusBehindHungWalks  the NAS frozen under three walks that hold the
+                     slow workers: a `status` queued behind them before
+                     the NAS was known down is answered once it is (as
+                     the quick status, from the record), not when the
+                     NAS lets the walks go
 
 Waits are on what the daemon and faultfs report, never sleeps.
 """
 
+import json
 import os
 import select
 import socket
+import subprocess
 import sys
 import unittest
 
@@ -93,6 +100,63 @@ class SyncsLeaveAWorker(unittest.TestCase):
                 self.assertTrue(chunk, "a sync's connection closed without a reply")
                 line += chunk
             self.assertIn(b'"ok":true', line.replace(b" ", b""), line[:300])
+
+
+class StatusBehindHungWalks(unittest.TestCase):
+    """The NAS frozen under three walks (doctor, verify, a promote dry
+    run: they hold the slow requests' workers, begun before the NAS was
+    known down); a `status` sent meanwhile waits behind them, as a walk
+    of its own.  Once a reader's call finds the NAS down, that status is
+    answered at once, from the record (README "When the NAS fails":
+    status answers while it is down), not when the NAS lets go."""
+
+    def setUp(self):
+        local = os.path.join(FIX.gen, "local-hung")
+        mnt = os.path.join(FIX.gen, "mnt-hung")
+        os.mkdir(mnt)
+        self.m = wfstest.ForegroundMount(NAS.mnt, local, mnt,
+                                         ["auto_promote=off", "nas_timeout=500"]).start()
+        self.addCleanup(self.m.cleanup)
+        self.addCleanup(self.m.stop)
+        self.addCleanup(faultnas.heal_stragglers)
+        self.addCleanup(NAS.reset)
+        self.mnt, self.sock = mnt, os.path.join(os.path.realpath(local), "wfs.sock")
+        with open(FIX.n(REPO + "/refs/main")) as f:
+            self.rev = f.read().strip()
+        ctl_check(self, ["promote", "--wait", os.path.join(mnt, REPO, "snapshots", self.rev)])
+
+    def test_status_queued_before_the_outage(self):
+        NAS.check("hang")
+        walks = [subprocess.Popen([wfstest.wfsctl_bin(), "--socket", self.sock] + args,
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+                 for args in (["doctor"], ["verify"], ["promote", "--dry-run", REPO])]
+        for p in walks:
+            self.addCleanup(p.wait, 60)
+            self.addCleanup(NAS.reset)  # (before each wait: the walks end)
+        NAS.wait_hung(len(walks))
+        status = send(self.sock, b'{"op":"status"}\n')
+        self.addCleanup(status.close)
+        # read by the server (in order: a stats sent after it is answered)
+        stats = send(self.sock, b'{"op":"stats"}\n')
+        self.addCleanup(stats.close)
+        self.assertTrue(select.select([stats], [], [], 30)[0], "stats unanswered")
+        self.assertEqual(select.select([status], [], [], 0)[0], [], "status answered at once")
+        # a reader's lookup past nas_timeout: the NAS is down
+        faultnas.bounded(os.stat, os.path.join(self.mnt, "models--acme--packs"), timeout=5)
+        faultnas.wait_nas_state(self, self.sock, "down", 10)
+        ready = select.select([status], [], [], 10)[0]
+        self.assertTrue(ready, "status queued before the NAS went down still waits behind the "
+                        "walks the frozen NAS holds, 10 s after it was found down")
+        status.settimeout(10)
+        line = b""
+        while b"\n" not in line:
+            chunk = status.recv(1 << 20)
+            self.assertTrue(chunk, "status closed without a reply")
+            line += chunk
+        rep = json.loads(line.split(b"\n")[0])
+        self.assertTrue(rep.get("ok"), rep)
+        self.assertEqual(rep["nas"]["state"], "down", rep["nas"])
 
 
 if __name__ == "__main__":

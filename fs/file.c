@@ -138,6 +138,12 @@ int fh_local_fd(struct wfs *w, struct wfs_fh *fh, int *direct, unsigned *gen)
 			fh->local_failed = 1;
 			wfs_log(w, LOG_WARNING, "open local copy %s of %s: %s; reading the NAS",
 				path, fh->nas_path, strerror(-fd));
+			/* A copy of this generation gone (removed by hand, a tmp
+			 * cleaner) or unreadable serves no open: demoted as one that
+			 * fails a read, not left LOCAL with every open going to the
+			 * NAS.  (Evicted or copied again meanwhile: @now says so.) */
+			if (fd == -ENOENT || fd == -ENOTDIR || fd == -EIO || fd == -ELOOP)
+				store_local_read_error(&w->store, fh->blob, now, fd);
 		}
 	}
 	fd = fh->local_failed ? -EIO : fh->local_fd >= 0 ? fh->local_fd : -ENOENT;

@@ -20,6 +20,8 @@ it did:
       -> re-hashed in full before it serves: corrupt -> demoted (every blob
          it served) and removed, equal -> local again
   data/ or tmp/ missing -> created again
+  a copy removed under the running daemon -> demoted at its next open,
+      the NAS's bytes; promoted again
   a stale wfs.lock (a dead pid; a daemon killed -9) -> taken over
   LOCAL_STORE on a full filesystem -> mounts, promotions held for room
   LOCAL_STORE on a read-only filesystem -> mounts, the verified copies
@@ -273,6 +275,24 @@ class Damage(unittest.TestCase):
         self.assert_states({BIG: "nas", SMALL: "local"})
         self.assert_bytes(BIG)
         self.assert_bytes(SMALL)
+
+    def test_copy_removed_under_the_daemon(self):
+        """A copy removed from data/ while the daemon runs (by hand, a tmp
+        cleaner): the next open reads the NAS's bytes and the blob is
+        demoted, not left `local` with every open going to the NAS (nor
+        counted local in status, nor served from the record while the NAS
+        is down); promoted again, it is a copy again."""
+        self.st.start()
+        self.st.promote(self, BIG, SMALL)
+        copy = self.st.copy(BIG)
+        os.unlink(copy)
+        self.assert_bytes(BIG, "after its copy was removed")
+        self.wait_log(r"local copy %s of %s \(\w+\) failed a read: No such file or directory"
+                      % (re.escape(copy), re.escape(self.st.key(BIG))))
+        self.assert_states({BIG: "nas", SMALL: "local"})
+        self.st.promote(self, BIG)
+        self.assertTrue(os.path.exists(copy), "promoted again: no copy in data/")
+        self.assert_bytes(BIG, "promoted again")
 
     def test_wrong_size_copy(self):
         idx = self.local_both()

@@ -27,8 +27,9 @@ bytes once the daemon has said the blob is on the NAS again.
                    new copy has other bytes) and for a corrupt copy
                    demoted and copied again (the new copy has the same
                    content hash, so the same path in LOCAL_STORE); and a
-                   copy A could not open (removed behind the store's back)
-                   does not keep A on the NAS once the next copy serves.
+                   copy A could not open (removed behind the store's back:
+                   demoted by that read) does not keep A on the NAS once
+                   the next copy serves.
 
 The mount's entry_timeout is long, so the kernel keeps A's dentry and a
 path open meets A's inode unless the daemon sends it elsewhere.  Waits are
@@ -285,7 +286,10 @@ class DaemonServedHeld(Base):
             os.unlink(self.the_copy())
             wfstest.drop_caches()
             self.assertEqual(pread_all(a), OLD[self.name], "A, its copy gone")
-            self.verify(full=True)
+            # demoted by that read, which could not open the copy (no
+            # `verify --full` needed: test_damaged copy_removed_under_the_daemon)
+            self.assertEqual(state_of(self.path), "nas", "user.wfs.state after A could not "
+                             "open its copy")
             self.promote("second")
             wfstest.drop_caches()
             l0, n0 = wfstest.served_bytes(self, Fix.mnt)

@@ -572,6 +572,10 @@ int store_part_path(struct store *s, struct blob *b, char *out, size_t sz, unsig
 int store_part_verify(struct store *s, struct blob *b, int full, char *reason, size_t rsz);
 /* A read of @b's partial copy failed: every range dropped, logged. */
 void store_part_read_error(struct store *s, struct blob *b);
+/* The partial file of generation @gen could not be opened (-@err: gone
+ * from parts/, unreadable): its ranges are dropped, as after a read
+ * error, unless the generation moved on meanwhile. */
+void store_part_open_error(struct store *s, struct blob *b, unsigned gen, int err);
 /* @bytes of a read of @b were served from its verified ranges. */
 void store_part_note_read(struct store *s, struct blob *b, uint64_t bytes);
 /* The verified ranges of @b now (malloc'ed into *@v, *@n of them; NULL

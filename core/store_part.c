@@ -411,6 +411,20 @@ void store_part_read_error(struct store *s, struct blob *b)
 	pthread_mutex_unlock(&s->lock);
 }
 
+void store_part_open_error(struct store *s, struct blob *b, unsigned gen, int err)
+{
+	char why[160];
+
+	pthread_mutex_lock(&s->lock);
+	if (b->part && b->part->n && b->part->gen == gen) {
+		s->local_read_errors++;
+		snprintf(why, sizeof(why), "partial copy cannot be opened: %s (ranges dropped; NAS "
+			 "bytes from now on)", strerror(err < 0 ? -err : err));
+		part_drop_locked(s, b, why);
+	}
+	pthread_mutex_unlock(&s->lock);
+}
+
 void store_part_note_read(struct store *s, struct blob *b, uint64_t bytes)
 {
 	atomic_fetch_add_explicit(&s->part_local_read, bytes, memory_order_relaxed);

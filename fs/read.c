@@ -174,8 +174,13 @@ static int fh_part_fd(struct wfs *w, struct wfs_fh *fh, unsigned gen, int *direc
 		fd = -ESTALE;
 	if (fd == 0 && fh->part_fd >= 0 && slot < 0)
 		fd = -EMFILE; /* generations come and go: the NAS serves this open */
-	if (fd == 0)
+	if (fd == 0) {
 		fd = open_local_direct(path, direct);
+		/* the file of this generation gone (removed by hand, a tmp
+		 * cleaner) or unreadable: its ranges serve nothing any more */
+		if (fd == -ENOENT || fd == -ENOTDIR || fd == -EIO || fd == -ELOOP)
+			store_part_open_error(&w->store, fh->blob, gen, fd);
+	}
 	/* Still generation @gen now: the file opened is the one the plan was
 	 * made on (ranges dropped between the two looks would have moved it
 	 * on, and a new partial file may sit under the same name). */

@@ -26,6 +26,9 @@ wfs with -o auto_promote=off on a LOCAL_STORE of its own (partial_fix.py).
                  are about A's length (unlisted bytes punched out)
   Tampered       the partial file written to while the daemon was down: the
                  changed range is dropped, unlisted bytes punched out
+  RemovedUnderTheDaemon  the partial file removed while the daemon runs:
+                 the next read drops its ranges (state "nas", the reason
+                 in status), the bytes are the NAS's
   Capacity       store_max a little over one range: it fits and used_bytes
                  grows by about its length; the next one fails with "no room"
                  (exit 1), is not listed, and takes no blocks
@@ -367,6 +370,24 @@ class Tampered(PartialCase):
         self.assertTrue(wfstest.wait_until(lambda: index_ranges(index_rec(self.local, key)[1]) == [r1, r3],
                                            10), "index.json lists: %s"
                         % index_ranges(index_rec(self.local, key)[1]))
+
+
+class RemovedUnderTheDaemon(PartialCase):
+    def test_a_partial_file_removed_under_the_daemon(self):
+        """The partial file removed while the daemon runs (by hand, a tmp
+        cleaner): the next read drops its ranges (they served nothing,
+        every read went to the NAS unsaid); the bytes are the NAS's, the
+        state "nas", the reason in status."""
+        rel, nas = shard(1)
+        data = nas_bytes(nas)
+        self.start()
+        self.promote_ok(rel, [(4096, 64 * KiB)], "--wait")
+        key = self.key_of(rel)
+        os.unlink(os.path.join(self.local, "parts", part_files(self.local)[0]))
+        self.assert_whole(rel, data, "the partial file removed: ")
+        self.assertEqual(state_of(self.p(rel)), "nas", "its ranges still listed: %s"
+                         % self.part(key))
+        self.assertIn("cannot be opened", self.part(key).get("reason", ""), self.part(key))
 
 
 # ================================================================ 5

@@ -172,6 +172,19 @@ void nas_gate_note(struct nas_gate *g, int err)
 		judge(g, err > 0 ? -err : err, 0);
 }
 
+/* The prober's look at @root (NAS_HUB): 0 or -errno.  A NAS call. */
+static int nas_root_check(const char *root)
+{
+	struct statvfs sv;
+	struct stat st;
+
+	/* stat may be answered from an NFS client's attribute cache; statfs
+	 * always asks the server. */
+	if (stat(root, &st) < 0 || statvfs(root, &sv) < 0)
+		return -errno;
+	return S_ISDIR(st.st_mode) ? 0 : -ENOTDIR;
+}
+
 /* ---- the NAS threads ---- */
 
 static void *nas_thread(void *arg)
@@ -187,7 +200,7 @@ static void *nas_thread(void *arg)
 		int (*fn)(void *);
 		void (*release)(void *);
 		void *fa;
-		int r, on_fd;
+		int r, rr, on_fd;
 
 		while (!g->stop && !g->qhead) {
 			g->idle++;
@@ -212,6 +225,18 @@ static void *nas_thread(void *arg)
 		pthread_mutex_unlock(&g->lock);
 
 		r = fn(fa);
+		/* EIO or ESTALE say the NAS is down only if NAS_HUB fails too:
+		 * asked now, on this thread, within the caller's deadline, so
+		 * that the caller (a reader of a local revision, say) is answered
+		 * from what is kept rather than with the error while the prober
+		 * makes up its mind.  (A read's descriptor: its caller looks.) */
+		if ((r == -EIO || r == -ESTALE) && !on_fd && (rr = nas_root_check(g->root)) < 0) {
+			char why[96];
+
+			snprintf(why, sizeof(why), "NAS_HUB itself fails: %s", strerror(-rr));
+			set_down(g, why);
+			r = -EHOSTDOWN;
+		}
 
 		pthread_mutex_lock(&g->lock);
 		if (slot.abandoned) {
@@ -408,21 +433,13 @@ int nas_root_gone(const char *root)
 static int probe_fn(void *arg)
 {
 	struct probe_arg *p = arg;
-	struct statvfs sv;
-	struct stat st;
-	int r;
+	int r = nas_root_check(p->root);
 
-	/* stat may be answered from an NFS client's attribute cache; statfs
-	 * always asks the server. */
-	if (stat(p->root, &st) < 0 || statvfs(p->root, &sv) < 0)
-		return -errno;
-	if (!S_ISDIR(st.st_mode))
-		return -ENOTDIR;
 	/* An empty directory answers a stat at once: the mount point of a NAS
 	 * not mounted (yet, or any more) does. */
-	if (p->need_entries && (r = nas_root_gone(p->root)) != 0)
+	if (r == 0 && p->need_entries && (r = nas_root_gone(p->root)) != 0)
 		return r == 1 ? -ENOMEDIUM : r;
-	return 0;
+	return r;
 }
 
 /* A probe that passed its deadline ended: the NAS answered something, so

@@ -6,8 +6,8 @@ ranges (`eio`) or slow (`latency`).
 
   FaultFS             faultfs itself: bytes, inode numbers and listings equal
                       to the source's; each fault does what it says
-  Outage              promote --wait one revision; with the NAS frozen, gone
-                      or vanished, that revision reads right (bytes, listing,
+  Outage              promote --wait one revision; with the NAS frozen, gone,
+                      vanished or failing EIO, that revision reads right (bytes, listing,
                       links, refs) within 10 s, non-local content and names
                       not in the record fail EIO within 5 s; status says
                       nas down; when the NAS is back, nas up and non-local
@@ -366,6 +366,27 @@ class Outage(WfsOnFaultNAS):
 
     def test_vanished_nas(self):
         self.roundtrip(NAS.vanish, NAS.restore, frozen=False)
+
+    def test_failing_nas(self):
+        """EIO from every call, NAS_HUB's too, on a mount just started (no
+        name to look up again): the first lookup is answered from the record."""
+        cls = type(self)
+        problems = cls.mount.stop()
+        cls.mount.cleanup()
+        cls.mount = None
+        self.assertEqual(problems, [], "stopping wfs")
+        cls.start_wfs()
+        ctl_check(self, ["--socket", self.sock, "verify"])  # no source left for the sweep
+        NAS.check("fail EIO")
+        e = revision_entries()[0][0]
+        r = bounded(sha_size_uncached, self.m(e["path"]), timeout=LOCAL_WAIT)
+        self.assertTrue(r["done"] and r["errno"] is None, "the first read of %s, the NAS failing "
+                        "EIO: %s" % (e["path"], errname(r["errno"]) if r["done"] else "blocked"))
+        self.assertEqual(r["value"], (e["sha256"], e["size"]))
+        self.check_local_revision("the NAS failing EIO")
+        self.assertIn("NAS_HUB itself fails", self.wait_nas("down", DOWN_WAIT)["reason"])
+        NAS.check("ok")
+        self.wait_nas("up", UP_WAIT)
 
     def test_opened_before_the_outage(self):
         """refs/main, a .no_exist marker and the file list of the local

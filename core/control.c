@@ -2,7 +2,8 @@
  * who may, whether the NAS it needs is there) and dispatched through one
  * table; the handlers of the requests that act on blobs (promote, evict,
  * pin, verify, progress, ref pins) and of sync.  "status" is status.c,
- * "doctor" doctor.c, "stats" metrics.c; the socket, its threads and limits
+ * "doctor" doctor.c, "stats" metrics.c; the request's PATHs
+ * control_paths.c; the socket, its threads and limits
  * control_server.c.  See control.h.
  *
  * While the NAS is down (nasgate.h) the requests that walk it are refused
@@ -39,95 +40,10 @@ static const struct policy_opts *pol_of(struct control *c)
 	return c->store->opt.policy;
 }
 
-/* The request's "paths" (or "path"; none: the mount root), validated and
- * normalised: a new array of strings, or NULL with *@err set. */
-static json_t *req_paths(struct control *c, json_t *req, json_t **err)
-{
-	json_t *paths = json_object_get(req, "paths"), *p, *out;
-	json_t *one = json_object_get(req, "path");
-	size_t i;
-
-	if (!paths && one)
-		paths = one;
-	if (!paths)
-		return json_pack("[s]", "");
-	if (json_is_string(paths))
-		return json_pack("[O]", paths);
-	if (!json_is_array(paths)) {
-		*err = reply_error(EINVAL, "\"paths\" must be a list of mount-relative paths");
-		return NULL;
-	}
-	out = json_array();
-	json_array_foreach(paths, i, p) {
-		char norm[PATH_MAX];
-		const char *rel = json_string_value(p);
-
-		if (!rel || rel[0] == '/' || path_normalize(rel, norm, sizeof(norm)) < 0) {
-			*err = reply_error(EINVAL, "%s: not a path inside the mount %s",
-					   rel ? rel : "(not a string)", c->mount);
-			json_decref(out);
-			return NULL;
-		}
-		/* _nocheck: a NAS name need not be UTF-8 (req_hex_names) */
-		json_array_append_new(out, json_string_nocheck(norm));
-	}
-	return out;
-}
-
-json_t *control_collect_error(const char *rel, int r)
-{
-	if (r == -EMEDIUMTYPE)
-		return reply_error(EINVAL, "%s: not weight data (refs, .no_exist, trees/ and files "
-				   "outside a repo's blobs/ and snapshots/ change on the NAS or "
-				   "belong to its clients): always read from the NAS, never copied",
-				   rel);
-	return reply_error(-r, "%s: %s", *rel ? rel : "/", strerror(-r));
-}
-
-json_t *control_link_error(struct control *c, const char *rel)
-{
-	struct ns_entry *e = malloc(sizeof(*e));
-	json_t *err = NULL;
-
-	if (!e)
-		return reply_error(ENOMEM, "out of memory");
-	if (ns_classify(c->roots, rel, e) < 0 || e->kind != NS_LINK)
-		goto out;
-	switch (e->link_state) {
-	case NS_LINK_RESOLVED:
-		if (e->backing[0])
-			break; /* a link to a file: its blob was found */
-		err = reply_error(EISDIR, "%s: a link to a directory (-> %s): links to "
-				  "directories are not walked; name the directory (or end "
-				  "the PATH with '/')", rel, e->target);
-		break;
-	case NS_LINK_FOREIGN:
-		err = reply_error(EISDIR, "%s: a link to a directory of another root (-> %s), "
-				  "shown as on the NAS: not walked", rel, e->target);
-		break;
-	case NS_LINK_DANGLING:
-		err = reply_error(ENOENT, "%s: a dangling link (-> %s): nothing to act on",
-				  rel, e->target);
-		break;
-	case NS_LINK_LOOP:
-		err = reply_error(ELOOP, "%s: a link that loops (-> %s): never followed",
-				  rel, e->target);
-		break;
-	case NS_LINK_ESCAPE:
-		err = reply_error(EXDEV, "%s: a link leading outside NAS_HUB (-> %s): never "
-				  "followed (wfs -o root=DIR serves what is under DIR)",
-				  rel, e->target);
-		break;
-	}
-out:
-	free(e);
-	return err;
-}
-
 /* Collect the blobs of every path of the request into @set. */
 static json_t *gather(struct control *c, json_t *req, struct blob_set *set)
 {
-	json_t *err = NULL, *paths = req_paths(c, req, &err), *p;
+	json_t *err = NULL, *paths = control_req_paths(c, req, &err), *p;
 	size_t i;
 
 	if (!paths)
@@ -271,7 +187,7 @@ static json_t *op_promote(struct control *c, json_t *req)
 	int pin = json_is_true(json_object_get(req, "pin"));
 	int dry = json_is_true(json_object_get(req, "dry_run"));
 	int force = json_is_true(json_object_get(req, "force"));
-	json_t *err = NULL, *paths = req_paths(c, req, &err), *p, *refused;
+	json_t *err = NULL, *paths = control_req_paths(c, req, &err), *p, *refused;
 	size_t i;
 
 	if (!paths)
@@ -423,7 +339,7 @@ static json_t *ref_missing(struct control *c, const char *repo, const char *ref)
 static json_t *op_ref(struct control *c, json_t *req, int pin)
 {
 	const char *ref = json_string_value(json_object_get(req, "ref"));
-	json_t *err = NULL, *paths = req_paths(c, req, &err), *rep;
+	json_t *err = NULL, *paths = control_req_paths(c, req, &err), *rep;
 	char repo[PATH_MAX], commit[NAME_MAX + 1] = "";
 	const char *rel;
 	int r;

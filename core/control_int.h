@@ -51,6 +51,11 @@ json_t *control_run(struct control *c, const struct control_op *o, json_t *req);
  * memory. */
 char *control_reply_line(json_t *rep, int nl, size_t *lenp);
 
+/* control_paths.c: the request's "paths" (or "path"; none: the mount
+ * root), checked and normalised: a new array of strings, or NULL with
+ * *@err the reply that says what is wrong. */
+json_t *control_req_paths(struct control *c, json_t *req, json_t **err);
+
 /* The reply to collect()'s error @r for the PATH @rel: what is not weight
  * data says so, not strerror(EMEDIUMTYPE). */
 json_t *control_collect_error(const char *rel, int r);

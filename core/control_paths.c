@@ -1,0 +1,98 @@
+/* control_paths.c - the PATHs of a request: checked and normalised, and,
+ * when one names no blob, the reply that says why (not weight data, a link
+ * the walks do not follow).  See control_int.h. */
+#include "control_int.h"
+#include "reply.h"
+#include "ns.h"
+#include "path.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The request's "paths" (or "path"; none: the mount root), validated and
+ * normalised: a new array of strings, or NULL with *@err set. */
+json_t *control_req_paths(struct control *c, json_t *req, json_t **err)
+{
+	json_t *paths = json_object_get(req, "paths"), *p, *out;
+	json_t *one = json_object_get(req, "path");
+	size_t i;
+
+	if (!paths && one)
+		paths = one;
+	if (!paths)
+		return json_pack("[s]", "");
+	if (json_is_string(paths))
+		return json_pack("[O]", paths);
+	if (!json_is_array(paths)) {
+		*err = reply_error(EINVAL, "\"paths\" must be a list of mount-relative paths");
+		return NULL;
+	}
+	out = json_array();
+	json_array_foreach(paths, i, p) {
+		char norm[PATH_MAX];
+		const char *rel = json_string_value(p);
+
+		if (!rel || rel[0] == '/' || path_normalize(rel, norm, sizeof(norm)) < 0) {
+			*err = reply_error(EINVAL, "%s: not a path inside the mount %s",
+					   rel ? rel : "(not a string)", c->mount);
+			json_decref(out);
+			return NULL;
+		}
+		/* _nocheck: a NAS name need not be UTF-8 (req_hex_names) */
+		json_array_append_new(out, json_string_nocheck(norm));
+	}
+	return out;
+}
+
+json_t *control_collect_error(const char *rel, int r)
+{
+	if (r == -EMEDIUMTYPE)
+		return reply_error(EINVAL, "%s: not weight data (refs, .no_exist, trees/ and files "
+				   "outside a repo's blobs/ and snapshots/ change on the NAS or "
+				   "belong to its clients): always read from the NAS, never copied",
+				   rel);
+	return reply_error(-r, "%s: %s", *rel ? rel : "/", strerror(-r));
+}
+
+json_t *control_link_error(struct control *c, const char *rel)
+{
+	struct ns_entry *e = malloc(sizeof(*e));
+	json_t *err = NULL;
+
+	if (!e)
+		return reply_error(ENOMEM, "out of memory");
+	if (ns_classify(c->roots, rel, e) < 0 || e->kind != NS_LINK)
+		goto out;
+	switch (e->link_state) {
+	case NS_LINK_RESOLVED:
+		if (e->backing[0])
+			break; /* a link to a file: its blob was found */
+		err = reply_error(EISDIR, "%s: a link to a directory (-> %s): links to "
+				  "directories are not walked; name the directory (or end "
+				  "the PATH with '/')", rel, e->target);
+		break;
+	case NS_LINK_FOREIGN:
+		err = reply_error(EISDIR, "%s: a link to a directory of another root (-> %s), "
+				  "shown as on the NAS: not walked", rel, e->target);
+		break;
+	case NS_LINK_DANGLING:
+		err = reply_error(ENOENT, "%s: a dangling link (-> %s): nothing to act on",
+				  rel, e->target);
+		break;
+	case NS_LINK_LOOP:
+		err = reply_error(ELOOP, "%s: a link that loops (-> %s): never followed",
+				  rel, e->target);
+		break;
+	case NS_LINK_ESCAPE:
+		err = reply_error(EXDEV, "%s: a link leading outside NAS_HUB (-> %s): never "
+				  "followed (wfs -o root=DIR serves what is under DIR)",
+				  rel, e->target);
+		break;
+	}
+out:
+	free(e);
+	return err;
+}

@@ -254,7 +254,7 @@ static json_t *op_each(struct control *c, json_t *req, const char *op)
 	int force = json_is_true(json_object_get(req, "force"));
 	int full = json_is_true(json_object_get(req, "full"));
 	json_t *err = gather(c, req, &set), *skipped = json_array(), *demoted = json_array();
-	json_int_t count = 0, ref_kept = 0;
+	json_int_t count = 0, ref_kept = 0, changed = 0;
 
 	if (err)
 		goto out;
@@ -281,7 +281,7 @@ static json_t *op_each(struct control *c, json_t *req, const char *op)
 		} else if (!strcmp(op, "pin") || !strcmp(op, "unpin")) {
 			/* the hand pin only: a ref pin's blobs stay pinned until
 			 * unpin --ref (store.h PIN_REF) */
-			store_pin(c->store, b, !strcmp(op, "pin"));
+			changed += store_pin_why(c->store, b, PIN_HAND, !strcmp(op, "pin"));
 			ref_kept += !strcmp(op, "unpin") && (in.pin_why & PIN_REF);
 			count++;
 		} else {
@@ -302,9 +302,10 @@ static json_t *op_each(struct control *c, json_t *req, const char *op)
 	else if (!strcmp(op, "verify"))
 		err = json_pack("{s:b, s:I, s:O}", "ok", 1, "checked", count, "demoted", demoted);
 	else if (!strcmp(op, "unpin"))
-		err = json_pack("{s:b, s:I, s:I}", "ok", 1, "count", count, "ref_pinned", ref_kept);
-	else
-		err = json_pack("{s:b, s:I}", "ok", 1, "count", count);
+		err = json_pack("{s:b, s:I, s:I, s:I}", "ok", 1, "count", count, "changed", changed,
+				"ref_pinned", ref_kept);
+	else /* pin */
+		err = json_pack("{s:b, s:I, s:I}", "ok", 1, "count", count, "changed", changed);
 out:
 	json_decref(skipped);
 	json_decref(demoted);

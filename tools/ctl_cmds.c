@@ -493,7 +493,7 @@ int cmd_evict(const struct ctl_opts *o)
 static int pin_call(const struct ctl_opts *o, const char *op, const char *done)
 {
 	struct ctl_reply rep;
-	uint64_t n, kept;
+	uint64_t n, kept, changed;
 
 	if (o->ref) {
 		char repo[FMT_TEXT], ref[FMT_TEXT];
@@ -517,12 +517,22 @@ static int pin_call(const struct ctl_opts *o, const char *op, const char *done)
 	if (simple_call(o, op, json_pack("{s:s}", "op", op), true, &rep))
 		return 1;
 	n = jget_u64(rep.obj, "count");
+	/* an older daemon sends no "changed": every blob it covered changed */
+	changed = json_object_get(rep.obj, "changed") ? jget_u64(rep.obj, "changed") : n;
 	kept = jget_u64(rep.obj, "ref_pinned");
-	if (!o->json && kept)
-		printf("%s %llu blob%s; %llu still pinned by a ref pin (unpin --ref drops it)\n",
-		       done, (unsigned long long)n, n == 1 ? "" : "s", (unsigned long long)kept);
-	else if (!o->json)
-		printf("%s %llu blob%s\n", done, (unsigned long long)n, n == 1 ? "" : "s");
+	if (!o->json) {
+		if (changed == n)
+			printf("%s %llu blob%s", done, (unsigned long long)n, n == 1 ? "" : "s");
+		else
+			printf("%s %llu of %llu blob%s (the other %llu %s)", done,
+			       (unsigned long long)changed, (unsigned long long)n, n == 1 ? "" : "s",
+			       (unsigned long long)(n - changed), !strcmp(op, "pin") ?
+			       "already pinned" : "not pinned by hand");
+		if (kept)
+			printf("; %llu still pinned by a ref pin (unpin --ref drops it)",
+			       (unsigned long long)kept);
+		printf("\n");
+	}
 	ctl_reply_free(&rep);
 	return 0;
 }

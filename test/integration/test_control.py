@@ -646,6 +646,30 @@ class EvictRefPinned(unittest.TestCase):
                 self.assertEqual(state_of(FIX.m(e["path"])), "local", e["path"])
 
 
+class PinCounts(unittest.TestCase):
+    def test_pin_and_unpin_say_what_changed(self):
+        """`unpin PATH` once said "unpinned N blobs" for every blob under
+        PATH, pinned or not, and `pin` did the same for blobs pinned
+        already: a second unpin read as if it had done something.  The
+        reply counts what changed ("changed") beside what PATH covers
+        ("count"), and the line says the rest was left as it was."""
+        p = FIX.m(a_shard()["path"])
+        self.addCleanup(lambda: run_wfsctl(["unpin", p]))
+        run_wfsctl(["unpin", p])
+        # (op, pinned by hand before, changed, the line it prints)
+        steps = (("pin", False, 1, "pinned 1 blob\n"),
+                 ("pin", True, 0, "pinned 0 of 1 blob (the other 1 already pinned)\n"),
+                 ("unpin", True, 1, "unpinned 1 blob\n"),
+                 ("unpin", False, 0, "unpinned 0 of 1 blob (the other 1 not pinned by hand)\n"))
+        for op, before, changed, line in steps:
+            ctl_check(self, ["pin" if before else "unpin", p])
+            got = ctl_json(self, [op, p])
+            self.assertEqual((got.get("count"), got.get("changed")), (1, changed), (op, got))
+            ctl_check(self, ["pin" if before else "unpin", p])
+            out, _ = ctl_check(self, [op, p])
+            self.assertEqual(out, line, (op, before))
+
+
 class RefMissing(unittest.TestCase):
     def test_pin_ref_says_what_is_missing(self):
         """pin --ref of a repo that is not there, of a ref it does not have,

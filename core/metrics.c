@@ -380,6 +380,23 @@ json_t *metrics_nas_json(const struct metrics_nas *n)
 		"reason", reply_path(g->reason), "timeout_ms", (json_int_t)n->timeout_ms);
 }
 
+json_t *metrics_refs_held_json(struct record *r)
+{
+	json_t *list = json_array();
+	struct record_held *v = NULL;
+	size_t n = 0;
+
+	if (r)
+		record_held_refs(r, &v, &n);
+	for (size_t i = 0; list && i < n; i++)
+		json_array_append_new(list, json_pack("{s:o, s:o, s:o}", "path",
+						      reply_path(v[i].path), "shows",
+						      reply_path(v[i].shows), "nas",
+						      reply_path(v[i].nas)));
+	free(v);
+	return list;
+}
+
 json_t *metrics_record_json(const struct metrics_nas *n)
 {
 	return json_pack("{s:b, s:I, s:I, s:I}", "kept", n->recorded,

@@ -78,6 +78,10 @@ void metrics_collect_nas(struct nas_gate *g, struct record *r, struct metrics_na
 json_t *metrics_nas_json(const struct metrics_nas *n);
 /* {"kept","files","entries","built"} (new reference, NULL on ENOMEM) */
 json_t *metrics_record_json(const struct metrics_nas *n);
+/* The refs the record shows at another revision than the NAS names while
+ * the NAS is down (record.h): [{"path","shows","nas"}] (new reference;
+ * NULL on ENOMEM).  @r may be NULL: []. */
+json_t *metrics_refs_held_json(struct record *r);
 
 /* Prometheus text exposition format: malloc'ed, NUL-terminated, ends with
  * a newline.  NULL only on ENOMEM. */

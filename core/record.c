@@ -122,7 +122,8 @@ struct build {
 	struct rnodes all;
 	size_t big_refs;     /* refs over RECORD_MAX_DATA (logged once a build) */
 	size_t tree_bytes;   /* of the file lists kept (RECORD_MAX_TREES_TOTAL) */
-	char **big;          /* a log line for each file list left out */
+	struct revs partial; /* revisions with a file not wholly local (record_refs.c) */
+	char **big;          /* a log line for each file list left out, each ref held */
 	size_t nbig, capbig;
 };
 
@@ -193,11 +194,12 @@ size_t record_data_max(const char *path)
 	return side_data_max(side_revision(path, rev, sizeof(rev)));
 }
 
+/* 2: a wholly local copy; 1: local ranges only; 0: neither. */
 static int is_local(struct store *s, const char *key)
 {
 	struct blob *b = key[0] ? store_find(s, key) : NULL;
 
-	return b && (blob_state(b) == BLOB_LOCAL || atomic_load(&b->part_bytes));
+	return !b ? 0 : blob_state(b) == BLOB_LOCAL ? 2 : !!atomic_load(&b->part_bytes);
 }
 
 static struct rnode *node_of(const char *rel, const struct ns_entry *e)
@@ -253,10 +255,10 @@ static int read_bytes(struct build *b, struct rnode *n, size_t max)
 	return 0;
 }
 
-/* A file list left out, for the log (rebuild says each line once). */
-static int note_big(struct build *b, const struct rnode *n, const char *why)
+/* A line for the log (rebuild says each line once, say_big). */
+static int note_line(void *arg, const char *line)
 {
-	char line[2 * PATH_MAX + 200];
+	struct build *b = arg;
 
 	if (b->nbig == b->capbig) {
 		size_t cap = b->capbig ? 2 * b->capbig : 4;
@@ -267,12 +269,20 @@ static int note_big(struct build *b, const struct rnode *n, const char *why)
 		b->big = v;
 		b->capbig = cap;
 	}
-	snprintf(line, sizeof(line), "record: %s/%s not kept (%s): while the NAS is down it "
-		 "answers EIO", b->roots->path[0], n->path, why);
 	if (!(b->big[b->nbig] = strdup(line)))
 		return -ENOMEM;
 	b->nbig++;
 	return 0;
+}
+
+/* A file list left out, for the log. */
+static int note_big(struct build *b, const struct rnode *n, const char *why)
+{
+	char line[2 * PATH_MAX + 200];
+
+	snprintf(line, sizeof(line), "record: %s/%s not kept (%s): while the NAS is down it "
+		 "answers EIO", b->roots->path[0], n->path, why);
+	return note_line(b, line);
 }
 
 /* ns_walk's callback: every directory, link and .no_exist marker (decided
@@ -283,16 +293,18 @@ static int take(void *arg, const char *rel, const struct ns_entry *e)
 	struct rnode *n;
 	char rev[PATH_MAX];
 	int ref = e->kind == NS_FILE && is_ref(rel), r = 0;
+	int local = e->kind == NS_FILE ? is_local(b->s, e->backing) : 0;
 	enum side side = SIDE_NONE;
 
 	if (stopping(b->r))
 		return -ECANCELED; /* record_close: the walk is dropped */
-	if (e->kind == NS_FILE && !ref && !is_local(b->s, e->backing) &&
+	if (e->kind == NS_FILE && !ref && !local &&
 	    !(side = side_revision(rel, rev, sizeof(rev))))
-		return 0;
+		return revs_note(&b->partial, rel); /* its revision is not all local */
 	if (!(n = node_of(rel, e)))
 		return -ENOMEM;
 	n->keep = e->kind == NS_FILE && !side;
+	n->full = local == 2;
 	if (ref && (r = read_bytes(b, n, RECORD_MAX_DATA)) == 2) {
 		b->big_refs++;
 		r = 0; /* too large: shown, never served cut short */
@@ -338,9 +350,11 @@ static int keep_link(struct build *b, struct rnode *n, int dirs)
 	f = rnode_find(&b->h, norm);
 	if (!dirs) {
 		n->keep = f && f->kind == NS_FILE && f->keep;
+		n->full = n->keep && f->full;
 		return 0;
 	}
-	n->keep = f && f->kind == NS_DIR && f->keep && in_revision_of(n->path, norm);
+	/* what the directory holds is judged entry by entry */
+	n->keep = n->full = f && f->kind == NS_DIR && f->keep && in_revision_of(n->path, norm);
 	return n->keep;
 }
 
@@ -427,6 +441,8 @@ static int settle(struct build *b, struct record_table **out)
 	}
 	for (size_t i = 0; !e && i < b->all.n; i++)
 		e = keep_side(b, b->all.v[i]);
+	if (!e)
+		e = record_hold_refs(b->r, &b->h, &b->all, &b->partial, note_line, b);
 	for (size_t i = 0; !e && i < b->all.n; i++) {
 		struct rnode *n = b->all.v[i];
 
@@ -543,9 +559,9 @@ static void free_strs(char **v, size_t n)
 	free(v);
 }
 
-/* Log the file lists this build left out that the last one did not: once
- * each, not at every build (the thread builds whenever a copy lands).
- * This build's are kept for the next. */
+/* Log the lines of this build (file lists left out, refs held) that the
+ * last one did not say: once each, not at every build (the thread builds
+ * whenever a copy lands).  This build's are kept for the next. */
 static void say_big(struct record *r, struct build *b)
 {
 	if (b->nbig)
@@ -584,6 +600,7 @@ static int rebuild(struct record *r, const struct hub_roots *roots, struct store
 	if (!e)
 		say_big(r, &b);
 	free_strs(b.big, b.nbig);
+	revs_free(&b.partial);
 	rnodes_free(&b.all);
 	htab_free(&b.h);
 	scan_free(&sc);

@@ -28,6 +28,14 @@
  * larger one is left out, logged once: never served cut short), and every
  * directory above a kept entry.
  *
+ * A refs file is kept with the bytes the NAS gave it -- unless it names a
+ * revision not all local (a file not copied, or only some of its ranges)
+ * while the record showed it, before this build, at a revision that is:
+ * then it keeps the bytes and attributes it had (record_refs.c), so that
+ * an engine offline during an outage loads that revision whole rather
+ * than the new one with holes; the NAS's bytes are kept beside them
+ * (record_held_refs), and the log says so once.
+ *
  * Knows nothing of FUSE.
  */
 #ifndef WFS_RECORD_H
@@ -38,6 +46,7 @@
 #include "resolve.h"
 #include "store.h"
 
+#include <limits.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -100,8 +109,9 @@ struct record {
 	uint64_t file_sig;            /* BUILD: hash of record.json's content but "built" */
 	int file_known;               /* BUILD: @file_sig says what is on disk */
 	int write_err, walk_err;      /* BUILD: errno last logged (said once, not each retry) */
-	char **big_trees;             /* BUILD: file lists the last build left out (each logged
-				       * once, when first left out), sorted */
+	char **big_trees;             /* BUILD: the lines the last build logged (file lists left
+				       * out, refs held back: each logged once, when first
+				       * seen), sorted */
 	size_t nbig_trees;            /* BUILD */
 	const struct hub_roots *roots; /* owner */
 	struct store *store;          /* owner */
@@ -145,6 +155,18 @@ int record_lookup_data(struct record *r, const char *rel, struct record_entry *o
  * *@names is malloc'ed, one malloc'ed string each.  0, or -ENOENT when
  * @rel is not a recorded directory, -ENOMEM. */
 int record_list(struct record *r, const char *rel, char ***names, size_t *n);
+
+/* A refs file the record shows, while the NAS is down, at another
+ * revision than the NAS named (record.h, above). */
+struct record_held {
+	char path[PATH_MAX];       /* "<repo>/refs/<ref>" */
+	char shows[NAME_MAX + 1];  /* the revision shown: all local */
+	char nas[NAME_MAX + 1];    /* the NAS's, at the last build: not all local */
+};
+
+/* The refs held back in the current table: *@v malloc'ed (NULL when none),
+ * *@n of them.  0 or -ENOMEM. */
+int record_held_refs(struct record *r, struct record_held **v, size_t *n);
 
 /* Ask for a rebuild now and wait until one that started after this call
  * has finished, at most @timeout_ms.  Returns 0 when it succeeded, the

@@ -12,7 +12,11 @@
  * not UTF-8 or holding NUL: at most RECORD_MAX_DATA bytes, RECORD_MAX_TREE
  * for a file list (trees/<rev>.json).  File lists came later with no new
  * field, only a larger bound for that one kind of path: a file an older wfs
- * wrote loads as it is, so the version stays 1.
+ * wrote loads as it is, so the version stays 1.  A refs file held back
+ * (record_refs.c) has "data" as it is shown while the NAS is down and
+ * "nas_data" (or "nas_data_hex") as the NAS had it: an optional field an
+ * older wfs ignores (it serves "data", which a build read from the NAS
+ * too), so the version stays 1 again.
  *
  * Nothing read is trusted beyond what it can be checked for: a path must
  * be relative and normalised (no "..", ".", "//"), its kind one of three
@@ -70,7 +74,9 @@ static json_t *node_json(const struct rnode *n, int atime)
 		goto fail;
 	if (!o || set_name(o, "path", n->path) || set_name(o, "backing", n->backing) ||
 	    set_name(o, "target", n->target) || set_name(o, "blob_id", n->blob_id) ||
-	    (n->has_data && jbytes_set(o, "data", n->data, n->data_len)))
+	    (n->has_data && jbytes_set(o, "data", n->data, n->data_len)) ||
+	    (n->has_data && n->nas_data &&
+	     jbytes_set(o, "nas_data", n->nas_data, n->nas_data_len)))
 		goto fail;
 	return o;
 fail:
@@ -228,6 +234,13 @@ static int node_from(json_t *o, struct rnode **out)
 		else if (!r && (n->data_len > record_data_max(n->path) ||
 				(off_t)n->data_len != n->st.st_size))
 			r = -EINVAL;
+		if (!r && n->has_data) {
+			r = jbytes_get(o, "nas_data", &n->nas_data, &n->nas_data_len);
+			if (r == -ENOENT)
+				r = 0;
+			else if (!r && n->nas_data_len > RECORD_MAX_DATA)
+				r = -EINVAL;
+		}
 	}
 	/* A file's bytes come from the NAS or the local copy, named by an
 	 * absolute path; a link's text is shown, never followed by us. */

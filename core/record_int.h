@@ -24,7 +24,14 @@ struct rnode {
 	char *data;                  /* a refs file's, marker's or file list's bytes (@has_data) */
 	size_t data_len;
 	int has_data;
+	/* A refs file held back (record_refs.c): @data names the revision the
+	 * record shows while the NAS is down, these bytes the one the NAS
+	 * named, not all local; NULL: not held. */
+	char *nas_data;
+	size_t nas_data_len;
 	int keep;                    /* the build: kept (record.h says what is) */
+	int full;                    /* the build: a FILE wholly local (no mere ranges), or a
+				      * kept LINK leading to one or to a kept directory */
 	const char **kids;           /* DIR: the children's names (their @name), sorted */
 	size_t nkids, kcap;
 };
@@ -78,5 +85,26 @@ char *record_text(const struct record_table *t, const char *nas, int64_t built);
  * 0 or -ENOMEM. */
 int record_load(struct record *r, struct record_table **t, char *nas, size_t nsz,
 		int64_t *built);
+
+/* ---- record_refs.c ---- */
+
+/* The revisions a build found not wholly local: "<repo>/snapshots/<rev>". */
+struct revs {
+	char **v;
+	size_t n, cap;
+};
+
+/* @rel, an entry of a build under "<repo>/snapshots/<rev>/", is not
+ * wholly local: its revision is noted (else nothing).  0 or -ENOMEM. */
+int revs_note(struct revs *l, const char *rel);
+void revs_free(struct revs *l);
+/* After a build's keep decisions (@h, @all: its nodes by path, and all of
+ * them; @partial: what revs_note was told): every kept refs file that
+ * names a revision not wholly local, where the record's current table
+ * shows that ref at a revision that is, is held back at the current
+ * table's bytes and attributes (record.h).  @note gets a log line for each
+ * (said once by the caller).  0 or -ENOMEM. */
+int record_hold_refs(struct record *r, const struct htab *h, const struct rnodes *all,
+		     struct revs *partial, int (*note)(void *arg, const char *line), void *arg);
 
 #endif

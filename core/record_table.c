@@ -38,6 +38,7 @@ void rnode_free(struct rnode *n)
 	free(n->target);
 	free(n->blob_id);
 	free(n->data);
+	free(n->nas_data);
 	free(n->kids);
 	free(n);
 }

@@ -722,7 +722,7 @@ static json_t *store_json(struct control *c)
 static void add_state(struct control *c, json_t *rep)
 {
 	struct metrics_nas mn;
-	json_t *nas;
+	json_t *nas, *rec;
 
 	metrics_collect_nas(c->gate, c->record, &mn);
 	json_object_set_new(rep, "store", store_json(c));
@@ -742,7 +742,10 @@ static void add_state(struct control *c, json_t *rep)
 	if (nas)
 		json_object_set_new(nas, "path", reply_path(c->roots->path[0]));
 	json_object_set_new(rep, "nas", nas);
-	json_object_set_new(rep, "record", metrics_record_json(&mn));
+	rec = metrics_record_json(&mn);
+	if (rec)
+		json_object_set_new(rec, "refs_held", metrics_refs_held_json(c->record));
+	json_object_set_new(rep, "record", rec);
 	json_object_set_new(rep, "control", control_json(c));
 }
 

@@ -313,11 +313,21 @@ static void print_nas(const json_t *st)
 {
 	const json_t *nas = json_object_get(st, "nas"), *rec = json_object_get(st, "record");
 	char buf[1024];
+	json_t *h;
+	size_t i;
 
 	if (json_is_object(nas))
 		printf("NAS: %s\n", fmt_nas(nas, buf, sizeof(buf)));
 	if (rec)
 		printf("local record: %s\n", fmt_record(rec, buf, sizeof(buf)));
+	json_array_foreach(json_object_get(rec, "refs_held"), i, h) {
+		char path[FMT_TEXT], nrev[FMT_TEXT], srev[FMT_TEXT];
+
+		printf("  %s: the NAS names %s, not all local yet; while the NAS is down it "
+		       "shows %s (all local)\n", fmt_text(jget_str(h, "path"), path, sizeof(path)),
+		       fmt_text(jget_str(h, "nas"), nrev, sizeof(nrev)),
+		       fmt_text(jget_str(h, "shows"), srev, sizeof(srev)));
+	}
 	if (!strcmp(jget_str(st, "from"), "record"))
 		printf("the NAS is down: the figures below are what the local record and the "
 		       "store know\n(the files with a local copy and the blobs known), not the "

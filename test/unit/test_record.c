@@ -270,6 +270,72 @@ static char *slurp(const char *dir)
 	return buf;
 }
 
+#define MV "models--m--v"
+#define R1 "1111111111111111111111111111111111111111"
+#define R2 "2222222222222222222222222222222222222222"
+
+static int held_is(struct record *r, const char *shows, const char *nas_rev)
+{
+	struct record_held *v;
+	size_t n;
+	int ok = record_held_refs(r, &v, &n) == 0 &&
+		 (shows ? n == 1 && !strcmp(v[0].path, MV "/refs/main") &&
+		  !strcmp(v[0].shows, shows) && !strcmp(v[0].nas, nas_rev) : n == 0);
+
+	free(v);
+	return ok;
+}
+
+/* A ref moved on the NAS to a revision not all local: the record keeps
+ * showing it at the one it showed, all local, until the new one is; the
+ * NAS's bytes kept beside (record_held_refs), across a reopen. */
+static void held(struct check_count *c, struct logs *lg, struct store *s,
+		 const struct hub_roots *roots)
+{
+	static const char *const dirs[] = { MV, MV "/blobs", MV "/snapshots",
+		MV "/snapshots/" R1, MV "/snapshots/" R2, MV "/refs" };
+	char dir[PATH_MAX * 2];
+	struct record r;
+	struct blob *b;
+
+	for (size_t i = 0; i < sizeof(dirs) / sizeof(*dirs); i++)
+		check_mk(nas, dirs[i]);
+	check_put(nas, MV "/blobs/ida", "a\n");
+	check_put(nas, MV "/blobs/idb", "b\n");
+	check_ln(nas, "../../blobs/ida", MV "/snapshots/" R1 "/f");
+	check_ln(nas, "../../blobs/ida", MV "/snapshots/" R2 "/f");
+	check_ln(nas, "../../blobs/idb", MV "/snapshots/" R2 "/g");
+	check_put(nas, MV "/refs/main", R1);
+	snprintf(dir, sizeof(dir), "%s/held", top);
+	mkdir(dir, 0700);
+	CHECK(c, promote(s, MV "/blobs/ida", "ida") != NULL, "held: R1 local");
+	CHECK(c, record_open(&r, dir, 0, log_line, lg) == 0 && record_rebuild(&r, roots, s) == 0 &&
+	      bytes_are(&r, MV "/refs/main", R1) && held_is(&r, NULL, NULL), "held: R1 shown");
+	check_put(nas, MV "/refs/main", R2);
+	CHECK(c, record_rebuild(&r, roots, s) == 0 && bytes_are(&r, MV "/refs/main", R1) &&
+	      held_is(&r, R1, R2), "held: the ref moved to R2, not all local: R1 still shown");
+	CHECK(c, record_rebuild(&r, roots, s) == 0 && bytes_are(&r, MV "/refs/main", R1) &&
+	      times_logged(lg, MV "/refs/main names " R2 ", not all local yet") == 1,
+	      "held: logged once");
+	record_close(&r);
+	CHECK(c, record_open(&r, dir, 0, log_line, lg) == 0 && bytes_are(&r, MV "/refs/main", R1) &&
+	      held_is(&r, R1, R2), "held: the same after a reopen");
+	b = promote(s, MV "/blobs/idb", "idb");
+	CHECK(c, b && record_rebuild(&r, roots, s) == 0 && bytes_are(&r, MV "/refs/main", R2) &&
+	      held_is(&r, NULL, NULL), "held: R2 all local: the NAS's ref shown");
+	record_close(&r);
+	/* a record that never showed the ref whole has nothing to hold it at */
+	check_put(nas, MV "/refs/main", R1);
+	CHECK(c, b && store_evict(s, b, 0) == 1, "held: idb evicted");
+	check_put(nas, MV "/refs/main", R2);
+	snprintf(dir, sizeof(dir), "%s/held2", top);
+	mkdir(dir, 0700);
+	CHECK(c, record_open(&r, dir, 0, log_line, lg) == 0 && record_rebuild(&r, roots, s) == 0 &&
+	      bytes_are(&r, MV "/refs/main", R2) && held_is(&r, NULL, NULL),
+	      "held: a first build shows the NAS's ref");
+	record_close(&r);
+}
+
 /* A damaged file, a newer version, a read-only store, hostile entries. */
 static void damage(struct check_count *c, struct logs *lg, struct store *s,
 		   const struct hub_roots *roots)
@@ -425,6 +491,7 @@ int main(void)
 		nas_gate_destroy(&g);
 	}
 
+	held(&c, &lg, &s, &roots);
 	damage(&c, &lg, &s, &roots);
 	store_close(&s);
 	snprintf(p, sizeof(p), "rm -rf %s", top);

@@ -300,7 +300,7 @@ static int take(void *arg, const char *rel, const struct ns_entry *e)
 		return -ECANCELED; /* record_close: the walk is dropped */
 	if (e->kind == NS_FILE && !ref && !local &&
 	    !(side = side_revision(rel, rev, sizeof(rev))))
-		return revs_note(&b->partial, rel); /* its revision is not all local */
+		return revs_note(&b->partial, rel, b->s->opt.policy); /* not all local */
 	if (!(n = node_of(rel, e)))
 		return -ENOMEM;
 	n->keep = e->kind == NS_FILE && !side;
@@ -442,7 +442,8 @@ static int settle(struct build *b, struct record_table **out)
 	for (size_t i = 0; !e && i < b->all.n; i++)
 		e = keep_side(b, b->all.v[i]);
 	if (!e)
-		e = record_hold_refs(b->r, &b->h, &b->all, &b->partial, note_line, b);
+		e = record_hold_refs(b->r, &b->h, &b->all, &b->partial, b->s->opt.policy,
+				     note_line, b);
 	for (size_t i = 0; !e && i < b->all.n; i++) {
 		struct rnode *n = b->all.v[i];
 

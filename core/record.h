@@ -29,7 +29,8 @@
  * directory above a kept entry.
  *
  * A refs file is kept with the bytes the NAS gave it -- unless it names a
- * revision not all local (a file not copied, or only some of its ranges)
+ * revision not all local (a file not copied, or only some of its ranges;
+ * what an exclusion glob keeps on the NAS aside)
  * while the record showed it, before this build, at a revision that is:
  * then it keeps the bytes and attributes it had (record_refs.c), so that
  * an engine offline during an outage loads that revision whole rather

@@ -95,8 +95,10 @@ struct revs {
 };
 
 /* @rel, an entry of a build under "<repo>/snapshots/<rev>/", is not
- * wholly local: its revision is noted (else nothing).  0 or -ENOMEM. */
-int revs_note(struct revs *l, const char *rel);
+ * wholly local: its revision is noted -- unless an exclusion glob of @pol
+ * keeps @rel on the NAS (a ref pin settles without it too: pins.h).
+ * 0 or -ENOMEM. */
+int revs_note(struct revs *l, const char *rel, const struct policy_opts *pol);
 void revs_free(struct revs *l);
 /* After a build's keep decisions (@h, @all: its nodes by path, and all of
  * them; @partial: what revs_note was told): every kept refs file that
@@ -105,6 +107,7 @@ void revs_free(struct revs *l);
  * table's bytes and attributes (record.h).  @note gets a log line for each
  * (said once by the caller).  0 or -ENOMEM. */
 int record_hold_refs(struct record *r, const struct htab *h, const struct rnodes *all,
-		     struct revs *partial, int (*note)(void *arg, const char *line), void *arg);
+		     struct revs *partial, const struct policy_opts *pol,
+		     int (*note)(void *arg, const char *line), void *arg);
 
 #endif

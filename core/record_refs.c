@@ -9,7 +9,8 @@
  * the mount show the new revision, its missing files EIO, while the one
  * the ref named before was still all local.  So a build keeps showing a
  * ref at the revision the record showed it at, as long as that one is
- * wholly local and the one the NAS names is not; the NAS's bytes go with
+ * wholly local and the one the NAS names is not (files an exclusion glob
+ * keeps on the NAS aside, as for a ref pin); the NAS's bytes go with
  * it (nas_data: status, the log).  While the NAS answers the record is
  * not read: the NAS's ref is what the mount shows.  Nothing is made up:
  * the bytes and attributes held are those of a build that read them from
@@ -44,11 +45,11 @@ static int revs_has(const struct revs *l, const char *dir, size_t len)
 	return 0;
 }
 
-int revs_note(struct revs *l, const char *rel)
+int revs_note(struct revs *l, const char *rel, const struct policy_opts *pol)
 {
 	size_t len = rev_len(rel);
 
-	if (!len || revs_has(l, rel, len))
+	if (!len || revs_has(l, rel, len) || policy_excluded(pol, rel))
 		return 0;
 	if (l->n == l->cap) {
 		size_t cap = l->cap ? 2 * l->cap : 8;
@@ -147,7 +148,8 @@ static int hold(struct record *r, const struct htab *h, struct revs *partial, st
 }
 
 int record_hold_refs(struct record *r, const struct htab *h, const struct rnodes *all,
-		     struct revs *partial, int (*note)(void *arg, const char *line), void *arg)
+		     struct revs *partial, const struct policy_opts *pol,
+		     int (*note)(void *arg, const char *line), void *arg)
 {
 	char now[NAME_MAX + 1];
 	int e = 0;
@@ -158,7 +160,7 @@ int record_hold_refs(struct record *r, const struct htab *h, const struct rnodes
 		const struct rnode *n = all->v[i];
 
 		if (n->kind != NS_DIR && !(n->keep && n->full))
-			e = revs_note(partial, n->path);
+			e = revs_note(partial, n->path, pol);
 	}
 	for (size_t i = 0; !e && i < all->n; i++) {
 		struct rnode *n = all->v[i];

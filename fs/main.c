@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <malloc.h>
 #include <poll.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,8 +30,10 @@
 /* ---- NAS_HUB at start-up, with a deadline ----
  * No gate yet (its threads would not survive fuse_daemonize's fork): one
  * thread of its own does every NAS call of the start, and is waited for at
- * most nas_timeout.  It writes only its own block (left to it if it never
- * returns: a thread stuck in a hung NAS is not copied by the fork). */
+ * most nas_timeout.  It writes only its own block, held by it and main:
+ * the last to let go frees it.  Past the deadline main keeps its hold in
+ * w->check_left until the fork's child (where the thread is not: a thread
+ * stuck in a hung NAS is not copied by the fork) or the end. */
 struct nas_check {
 	const struct wfs_opts *o;
 	struct hub_roots roots;
@@ -38,7 +41,14 @@ struct nas_check {
 	char what[PATH_MAX + 64]; /* which path failed, for the message */
 	int r;
 	int gone;                 /* nas_root_gone(NAS_HUB) == 1 */
+	_Atomic int holds;        /* 2, then 1 once the thread or main let go */
 };
+
+static void check_release(struct nas_check *c)
+{
+	if (atomic_fetch_sub(&c->holds, 1) == 1)
+		free(c);
+}
 
 static void *nas_check_thread(void *arg)
 {
@@ -70,6 +80,7 @@ static void *nas_check_thread(void *arg)
 	if (r == 0)
 		c->gone = nas_root_gone(c->roots.path[0]) == 1;
 	c->r = r;
+	check_release(c);
 	return NULL;
 }
 
@@ -86,6 +97,7 @@ static int check_nas(struct wfs *w, struct ns_entry *root, int *empty, char *wha
 		return -ENOMEM;
 	c->o = &w->opt;
 	c->r = -EINPROGRESS;
+	atomic_init(&c->holds, 2);
 	if ((r = pthread_create(&t, NULL, nas_check_thread, c))) {
 		free(c);
 		return -r;
@@ -101,7 +113,8 @@ static int check_nas(struct wfs *w, struct ns_entry *root, int *empty, char *wha
 		pthread_detach(t);
 		snprintf(what, wsz, "NAS_HUB %s: no answer within %u ms", w->opt.nas,
 			 w->opt.nas_timeout_ms);
-		return -ETIMEDOUT; /* c is the thread's now */
+		w->check_left = c;
+		return -ETIMEDOUT;
 	}
 	r = c->r;
 	snprintf(what, wsz, "%s", c->what);
@@ -564,6 +577,11 @@ static int start_session(struct wfs *w, struct fuse_args *args, int *ctl_bound,
 	}
 	if (r != 0)
 		return -1;
+	/* in the child of the fork, the start-up's thread is not */
+	if (!w->opt.foreground && w->check_left) {
+		free(w->check_left);
+		w->check_left = NULL;
+	}
 	write_pid(w);
 	return 0;
 }
@@ -746,6 +764,8 @@ int main(int argc, char **argv)
 			close_state(&w, &links);
 		}
 	}
+	if (w.check_left)
+		check_release(w.check_left);
 	dir_lists_destroy(&w.lists);
 	fuse_opt_free_args(&args);
 	opts_free(&w.opt);

@@ -93,6 +93,9 @@ struct wfs {
 	/* The connection mounted, learnt right after the mount: its bdi's
 	 * name, and what is aborted at shutdown (fs/connabort.h) */
 	struct conn_id conn;
+	/* The start-up's look at NAS_HUB, left to its thread past its
+	 * deadline (fs/main.c check_nas): main's reference, until released */
+	struct nas_check *check_left;
 };
 
 /* The backing id an open announces (fs/file.c; for passthrough.c). */

@@ -4,6 +4,7 @@
 #include "nasgate.h"
 #include "nasopen.h"
 #include "path.h"
+#include "stopby.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -418,12 +419,20 @@ int auto_start(struct auto_promoter *a, struct store *s, const struct hub_roots 
 	return 0;
 }
 
-void auto_stop(struct auto_promoter *a)
+int auto_stop_by(struct auto_promoter *a, int64_t deadline_ms)
 {
+	int r;
+
 	if (!a->started)
-		return;
+		return 0;
 	atomic_store(&a->stop, 1);
 	store_wake_hot(a->store);
-	pthread_join(a->thread, NULL);
+	r = join_by(a->thread, deadline_ms);
 	a->started = 0;
+	return r;
+}
+
+void auto_stop(struct auto_promoter *a)
+{
+	auto_stop_by(a, -1);
 }

@@ -41,5 +41,9 @@ int auto_start(struct auto_promoter *a, struct store *s, const struct hub_roots 
 	       const struct policy_opts *policy, struct pins *pins);
 /* Stop and join it; before store_close. */
 void auto_stop(struct auto_promoter *a);
+/* The daemon's bounded stop (stopby.h): joined until @deadline_ms, or
+ * -ETIMEDOUT: left in a NAS call (a ref pin's listing, a sibling walk),
+ * and the store must not be closed after it (store_leave). */
+int auto_stop_by(struct auto_promoter *a, int64_t deadline_ms);
 
 #endif

@@ -92,6 +92,7 @@ struct control {
 	int running_other, running_slow;      /* LOCK: requests running, by kind */
 	int stopping;                         /* LOCK */
 	int running;                          /* control_start/stop only */
+	int thread_running;                   /* control_start/stop only: @thread not joined */
 	/* ATOMIC (relaxed; the poll thread writes, status reads) */
 	_Atomic int conns, conns_other;       /* connections open: all, of other users */
 	_Atomic uint64_t accepted, refused, timed_out;
@@ -104,6 +105,11 @@ struct control {
 int control_bind(struct control *c);
 int control_start(struct control *c);
 void control_stop(struct control *c);
+/* The daemon's bounded stop (stopby.h): the threads joined until
+ * @deadline_ms (< 0: none); 0, or -ETIMEDOUT when a request is left in a
+ * NAS call (a walk): the socket's name is removed, nothing is freed, and
+ * control_stop must not follow (nor store_close: store_leave). */
+int control_stop_by(struct control *c, int64_t deadline_ms);
 
 /* Handle one request line (exposed for tests): returns a malloc'ed reply
  * line without the newline. */

@@ -13,6 +13,7 @@
 #include "control_int.h"
 #include "clock.h"
 #include "reply.h"
+#include "stopby.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -502,6 +503,7 @@ int control_start(struct control *c)
 		return -r;
 	}
 	c->running = 1;
+	c->thread_running = 1;
 	while (c->nworkers < CONTROL_WORKERS &&
 	       !(r = pthread_create(&c->workers[c->nworkers], NULL, worker, c)))
 		c->nworkers++;
@@ -510,6 +512,34 @@ int control_start(struct control *c)
 		return -r;
 	}
 	return 0;
+}
+
+int control_stop_by(struct control *c, int64_t deadline_ms)
+{
+	unsigned kept = 0;
+
+	if (!c->running)
+		return 0;
+	pthread_mutex_lock(&c->lock);
+	c->stopping = 1;
+	pthread_cond_broadcast(&c->work);
+	pthread_mutex_unlock(&c->lock);
+	wake_poll(c);
+	if (c->thread_running && join_by(c->thread, deadline_ms) == 0)
+		c->thread_running = 0;
+	/* Requests running finish (the store goes away after us) -- by the
+	 * deadline: a walk of a frozen NAS is left behind. */
+	for (unsigned i = 0; i < c->nworkers; i++)
+		if (join_by(c->workers[i], deadline_ms) < 0)
+			c->workers[kept++] = c->workers[i];
+	c->nworkers = kept;
+	if (!kept && !c->thread_running)
+		return 0;
+	/* No new client: the socket's name goes now.  The descriptors stay
+	 * open (a worker left behind still writes to the wake pipe; a number
+	 * closed could be another file's by then). */
+	unlink(c->sock_path);
+	return -ETIMEDOUT;
 }
 
 void control_stop(struct control *c)
@@ -521,16 +551,7 @@ void control_stop(struct control *c)
 			close_socket(c);
 		return;
 	}
-	pthread_mutex_lock(&c->lock);
-	c->stopping = 1;
-	pthread_cond_broadcast(&c->work);
-	pthread_mutex_unlock(&c->lock);
-	wake_poll(c);
-	pthread_join(c->thread, NULL);
-	/* Requests running finish (the store goes away after us); queued ones
-	 * are dropped, replies ready go out if the client takes them now. */
-	for (unsigned i = 0; i < c->nworkers; i++)
-		pthread_join(c->workers[i], NULL);
+	control_stop_by(c, -1);
 	while ((k = c->queue)) {
 		c->queue = k->next;
 		conn_free(k);

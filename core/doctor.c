@@ -4,6 +4,7 @@
 #include "ns.h"
 #include "path.h"
 #include "reply.h"
+#include "stopby.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -302,11 +303,19 @@ int doctor_scan_start(struct doctor_scan *d, const struct hub_roots *roots,
 	return 0;
 }
 
+int doctor_scan_stop_by(struct doctor_scan *d, int64_t deadline_ms)
+{
+	int r;
+
+	if (!d->started)
+		return 0;
+	atomic_store(&d->stop, 1);
+	r = join_by(d->thread, deadline_ms);
+	d->started = 0;
+	return r;
+}
+
 void doctor_scan_stop(struct doctor_scan *d)
 {
-	if (!d->started)
-		return;
-	atomic_store(&d->stop, 1);
-	pthread_join(d->thread, NULL);
-	d->started = 0;
+	doctor_scan_stop_by(d, -1);
 }

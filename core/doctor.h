@@ -40,5 +40,8 @@ int doctor_scan_start(struct doctor_scan *d, const struct hub_roots *roots,
 /* Stop the scan (it ends at its next entry) and wait for its thread.  Safe
  * on a zeroed struct, and twice. */
 void doctor_scan_stop(struct doctor_scan *d);
+/* The same, joined until @deadline_ms (stopby.h): 0, or -ETIMEDOUT when
+ * the scan is left in a NAS call (@d and @roots must then stay). */
+int doctor_scan_stop_by(struct doctor_scan *d, int64_t deadline_ms);
 
 #endif

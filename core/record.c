@@ -16,6 +16,7 @@
 #include "durable.h"
 #include "nasopen.h"
 #include "path.h"
+#include "stopby.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -610,7 +611,16 @@ static int rebuild(struct record *r, const struct hub_roots *roots, struct store
 	if (r->walk_err)
 		record_log(r, LOG_INFO, "record: built again from %s", roots->path[0]);
 	r->walk_err = 0;
+	/* A build left behind by the daemon's stop (record_stop_by) writes
+	 * nothing: the stop holds file_lock from then on. */
+	pthread_mutex_lock(&r->file_lock);
+	if (stopping(r)) {
+		pthread_mutex_unlock(&r->file_lock);
+		record_table_free(t);
+		return -ECANCELED;
+	}
 	e = write_file(r, t, roots->path[0], now);
+	pthread_mutex_unlock(&r->file_lock);
 	record_log(r, LOG_DEBUG, "record: built from %s: %llu files, %zu entries",
 		   roots->path[0], (unsigned long long)t->files, t->n);
 	publish(r, t, roots->path[0], now);
@@ -666,6 +676,7 @@ int record_open(struct record *r, const char *store_dir, int readonly,
 	r->entries = r->table->n;
 	pthread_mutex_init(&r->lock, NULL);
 	pthread_mutex_init(&r->build_lock, NULL);
+	pthread_mutex_init(&r->file_lock, NULL);
 	/* Timed waits on the monotonic clock: a clock step must not stall or
 	 * hurry the builds. */
 	pthread_condattr_init(&mono);
@@ -770,22 +781,36 @@ int record_sync(struct record *r, int64_t timeout_ms)
 	return e;
 }
 
-void record_close(struct record *r)
+int record_stop_by(struct record *r, int64_t deadline_ms)
 {
+	int e = 0;
+
 	pthread_mutex_lock(&r->lock);
 	r->stop = 1;
 	r->running = 0;
 	pthread_cond_broadcast(&r->cond);
 	pthread_mutex_unlock(&r->lock);
-	if (r->started)
-		pthread_join(r->thread, NULL);
+	if (r->started && (e = join_by(r->thread, deadline_ms)) < 0) {
+		/* Left in a walk of a frozen NAS: record.json is not written
+		 * again by it (rebuild looks at @stop under @file_lock). */
+		pthread_mutex_lock(&r->file_lock);
+		record_log(r, LOG_NOTICE, "stopping: the rebuild of the record is left in a walk "
+			   "of the NAS that has not returned; %s keeps its last build", r->path);
+	}
 	r->started = 0;
+	return e;
+}
+
+void record_close(struct record *r)
+{
+	record_stop_by(r, -1);
 	record_table_free(r->table);
 	r->table = NULL;
 	free_strs(r->big_trees, r->nbig_trees);
 	r->big_trees = NULL;
 	r->nbig_trees = 0;
 	pthread_cond_destroy(&r->cond);
+	pthread_mutex_destroy(&r->file_lock);
 	pthread_mutex_destroy(&r->build_lock);
 	pthread_mutex_destroy(&r->lock);
 }

@@ -86,6 +86,7 @@ struct record_table; /* record.c: the entries, by path, with each directory's ch
  * record_start/stop).
  *
  * Lock order: build_lock -> store.lock (a rebuild reads the store);
+ * build_lock -> file_lock -> record.lock (the write of record.json);
  * record.lock is a leaf: held only to copy out of the table or swap a new
  * one in, never across a call to the store, the NAS or the disk, so the fs
  * glue may take it under its own locks. */
@@ -93,6 +94,9 @@ struct record {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;          /* LOCK: kicks, stop, a build done (CLOCK_MONOTONIC) */
 	pthread_mutex_t build_lock;   /* one rebuild at a time (the thread's, a test's) */
+	pthread_mutex_t file_lock;    /* held across the look at @stop and the write of
+				       * record.json; record_stop_by keeps it when it
+				       * leaves the thread behind */
 	char path[4096];              /* IMMUTABLE: LOCAL_STORE/record.json */
 	char nas[4096];               /* LOCK: the NAS_HUB it was built for ("" if none) */
 	struct record_table *table;   /* LOCK: replaced whole by a rebuild */
@@ -138,6 +142,11 @@ int record_start(struct record *r, const struct hub_roots *roots, struct store *
  * other call on @r may be running or start (record_sync waiters are woken
  * with -ESRCH, but must be gone before the lock is destroyed). */
 void record_close(struct record *r);
+/* The daemon's bounded stop (stopby.h): the thread told to stop (a walk
+ * ends at its next entry) and joined until @deadline_ms (< 0: none).  0,
+ * or -ETIMEDOUT: the thread is left in a NAS call, record.json is never
+ * written again by it, and @r must not be closed (nothing is freed). */
+int record_stop_by(struct record *r, int64_t deadline_ms);
 
 /* The NAS_HUB (canonical) the record was built for, copied to @out; ""
  * when the record is empty. */

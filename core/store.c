@@ -8,6 +8,7 @@
 #include "store_int.h"
 #include "nasgate.h"
 #include "path.h"
+#include "stopby.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -632,9 +633,10 @@ int store_start(struct store *s)
 	return -r;
 }
 
-void store_close(struct store *s)
+/* Stop and cancel what runs (a second call, after a first that left a
+ * thread behind, finds those still running and joins them again). */
+static void stop_locked(struct store *s)
 {
-	pthread_mutex_lock(&s->lock);
 	s->stop = 1;
 	STORE_EACH(s, b) {
 		if (b->state == BLOB_COPYING)
@@ -645,12 +647,65 @@ void store_close(struct store *s)
 	pthread_cond_broadcast(&s->cond);
 	pthread_cond_broadcast(&s->part_cond);
 	pthread_cond_broadcast(&s->hot_cond);
+}
+
+int store_stop_by(struct store *s, int64_t deadline_ms)
+{
+	unsigned kept = 0;
+	int left = 0;
+
+	pthread_mutex_lock(&s->lock);
+	stop_locked(s);
 	pthread_mutex_unlock(&s->lock);
-	for (unsigned i = 0; i < s->nthreads; i++)
-		pthread_join(s->threads[i], NULL);
-	if (s->part_started)
-		pthread_join(s->part_thread, NULL);
+	/* (a thread left behind is detached: not joined twice) */
+	for (unsigned i = 0; i < s->nthreads; i++) {
+		if (join_by(s->threads[i], deadline_ms) < 0) {
+			s->threads[kept++] = s->threads[i];
+			left = 1;
+		}
+	}
+	s->nthreads = kept;
+	if (s->part_started && join_by(s->part_thread, deadline_ms) < 0)
+		left = 1;
 	s->part_started = 0;
+	return left ? -ETIMEDOUT : 0;
+}
+
+void store_leave(struct store *s)
+{
+	unsigned n = 0;
+
+	pthread_mutex_lock(&s->index_lock);
+	pthread_mutex_lock(&s->lock);
+	stop_locked(s);
+	/* A copy's worker may be in it still: the blob goes to the NAS in the
+	 * index and in the table, which that worker, blocked on the lock, never
+	 * sees again. */
+	STORE_EACH(s, b) {
+		if (b->state == BLOB_COPYING) {
+			n++;
+			store_log_msg(s, LOG_NOTICE, "stopping: the copy of %s is left unfinished "
+				      "(%llu of %llu bytes; its worker is still in a NAS call): not "
+				      "promoted%s", b->key,
+				      (unsigned long long)atomic_load(&b->prog.bytes_done),
+				      (unsigned long long)b->size,
+				      b->tmp ? ", its temporary file removed" : "");
+			if (b->tmp)
+				unlink(b->tmp);
+		}
+		if (b->state == BLOB_QUEUED || b->state == BLOB_COPYING)
+			b->state = BLOB_NAS;
+	}
+	if (s->blobs.b)
+		store_write_index_held(s);
+	store_log_msg(s, LOG_NOTICE, "stopping without waiting for the NAS: index %s written%s",
+		      s->index_path, n ? "; copies left unfinished are not in it" : "");
+	/* index_lock and lock stay held: see store.h */
+}
+
+void store_close(struct store *s)
+{
+	store_stop_by(s, -1);
 	free(s->threads);
 	s->threads = NULL;
 	s->nthreads = 0;

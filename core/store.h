@@ -49,7 +49,7 @@
  * store.lock is never held across NAS I/O, copies or hashing (a statvfs of
  * LOCAL_STORE, stats and unlinks of its files, and the rename into data/
  * of a partial copy made whole, with its directory's fsync, are the
- * exceptions); the
+ * exceptions: so a stop may always take it, store_leave); the
  * hooks are called with it held and must not block or call the store.  The
  * NAS gate's lock (nasgate.h) is a leaf: the store calls the gate with no
  * lock of its own held, but for nas_gate_up, a lock-free read (the copy
@@ -427,6 +427,22 @@ int store_start(struct store *s);
 /* Cancel copies in flight (their temporary files are removed), stop the
  * threads, write the index. */
 void store_close(struct store *s);
+/* The daemon's bounded stop (stopby.h): cancel copies in flight and stop
+ * the threads, joining them until @deadline_ms (< 0: none).  0 when all
+ * ended (store_close then writes the index and frees), or -ETIMEDOUT: a
+ * thread is left in a NAS call (a copy's read of a frozen NAS), and the
+ * caller ends the store with store_leave. */
+int store_stop_by(struct store *s, int64_t deadline_ms);
+/* After store_stop_by left a thread behind, or another thread that uses
+ * the store was (a control request, the record's rebuild, the policy):
+ * write the index as store_close does -- every verified copy in it, a copy
+ * in flight not (its temporary file removed now; one left by a thread
+ * that ends meanwhile goes at the next start) -- and keep index_lock and
+ * store.lock until the process ends, so that a thread left behind changes
+ * nothing more: it blocks at its next call to the store.  (No thread holds
+ * either lock across a NAS call: the wait for them is bounded by local
+ * work.)  Nothing is freed; the process is to exit at once. */
+void store_leave(struct store *s);
 
 /* The blob for the NAS file @key (stat @st); created in state NAS.  @id is
  * the name a repo gives it ("" if none).  If the NAS size or times differ

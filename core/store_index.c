@@ -532,13 +532,15 @@ static int snapshot_take(struct store *s, struct index_snapshot *sn)
  * dirty flag is looked at under index_lock: a write in flight (a worker's)
  * has cleared it already, and the caller must not return before that
  * write is on disk (or has failed, which sets the flag again). */
-static int write_index(struct store *s, int if_dirty)
+static int write_index(struct store *s, int if_dirty, int held)
 {
 	struct index_snapshot sn = { 0 };
 	int r;
 
-	pthread_mutex_lock(&s->index_lock);
-	pthread_mutex_lock(&s->lock);
+	if (!held) {
+		pthread_mutex_lock(&s->index_lock);
+		pthread_mutex_lock(&s->lock);
+	}
 	/* An index left as it was (index_left) is never replaced: the table
 	 * is as written as it will be, or the workers would try again and
 	 * again. */
@@ -549,11 +551,13 @@ static int write_index(struct store *s, int if_dirty)
 	}
 	if (r == 0)
 		part_retire_snapshot_locked(s);
-	pthread_mutex_unlock(&s->lock);
+	if (!held)
+		pthread_mutex_unlock(&s->lock);
 	if (r == 0) {
 		r = index_write(s->index_path, sn.recs, sn.n, sn.refs, sn.nrefs);
 		s->index_writes++;
-		pthread_mutex_lock(&s->lock);
+		if (!held)
+			pthread_mutex_lock(&s->lock);
 		/* the partial files whose ranges it no longer names */
 		part_retire_written_locked(s, r == 0);
 		/* Still behind: a worker tries again in INDEX_FLUSH_MS (not at
@@ -561,7 +565,8 @@ static int write_index(struct store *s, int if_dirty)
 		 * spin on a full disk), and store_sync at once. */
 		if (r < 0)
 			store_dirty_locked(s);
-		pthread_mutex_unlock(&s->lock);
+		if (!held)
+			pthread_mutex_unlock(&s->lock);
 	}
 	/* A store that cannot be written (read-only, full) fails every
 	 * write: said once, and again once it worked in between. */
@@ -571,19 +576,25 @@ static int write_index(struct store *s, int if_dirty)
 			      "written stays)" : "");
 	if (r <= 0)
 		s->index_err = r < 0 ? -r : 0;
-	pthread_mutex_unlock(&s->index_lock);
+	if (!held)
+		pthread_mutex_unlock(&s->index_lock);
 	snapshot_free(&sn);
 	return r < 0 ? r : 0;
 }
 
 int store_write_index(struct store *s)
 {
-	return write_index(s, 0);
+	return write_index(s, 0, 0);
 }
 
 int store_write_index_if_dirty(struct store *s)
 {
-	return write_index(s, 1);
+	return write_index(s, 1, 0);
+}
+
+int store_write_index_held(struct store *s)
+{
+	return write_index(s, 0, 1);
 }
 
 /* Is @name what durable_replace writes before its rename, for one of the

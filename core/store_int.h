@@ -158,6 +158,9 @@ int store_write_index(struct store *s);
 /* The same if the index is behind the table (after any write in flight);
  * store_sync. */
 int store_write_index_if_dirty(struct store *s);
+/* store_write_index with index_lock and store.lock held by the caller, who
+ * keeps them (store_leave). */
+int store_write_index_held(struct store *s);
 void store_empty_tmp(struct store *s);
 
 /* ---- store_part.c (and, marked, store_part_copy.c): partial copies

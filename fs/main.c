@@ -4,6 +4,7 @@
  * leaves a stray mount), takes the LOCAL_STORE lock, mounts, and only then
  * detaches, so a script can use the mount on its next line.
  */
+#include "clock.h"
 #include "connready.h"
 #include "doctor.h"
 #include "ops.h"
@@ -679,9 +680,16 @@ static void end_device(struct wfs *w)
 	inval_stop(&w->inval);
 }
 
-/* After serving: the order matters. */
-static void stop_serving(struct wfs *w)
+/* After serving: the order matters.  The threads that may be in a NAS
+ * call (stopby.h) have one deadline together, nas_timeout from here: a
+ * NAS that has not answered by then is one the gate calls down.  Returns
+ * 0, or -ETIMEDOUT when a thread was left in a NAS call: the index is
+ * written and the store held (store_leave), and main() exits at once. */
+static int stop_serving(struct wfs *w, struct doctor_scan *links)
 {
+	int64_t by;
+	int left = 0;
+
 	wfs_log(w, LOG_INFO, "unmounting %s", w->opt.mnt);
 	end_device(w);
 	/* The rings' threads end; closing the rings drops their hold on the
@@ -689,13 +697,25 @@ static void stop_serving(struct wfs *w)
 	uring_stop(&w->uring);
 	dir_tails_wait(&w->lists); /* they note directories, read the store */
 	dir_attrs_stop(&w->dirattr); /* its stat in flight, if any, fails now */
-	control_stop(&w->ctl);
+	by = mono_ms() + w->opt.nas_timeout_ms;
+	/* Each told in turn; past the deadline, only what has ended is joined */
+	left |= control_stop_by(&w->ctl, by) < 0;
 	metrics_writer_stop(&w->metrics); /* reads the store; removes the file */
-	auto_stop(&w->autop); /* the policy uses the store */
-	record_close(&w->record); /* its thread reads the store */
+	left |= auto_stop_by(&w->autop, by) < 0; /* the policy uses the store */
+	left |= doctor_scan_stop_by(links, by) < 0;
+	left |= record_stop_by(&w->record, by) < 0; /* its thread reads the store */
+	left |= store_stop_by(&w->store, by) < 0; /* cancels copies */
+	if (left) {
+		store_leave(&w->store);
+		wfs_log(w, LOG_INFO, "exiting without the threads still in NAS calls");
+		return -ETIMEDOUT;
+	}
+	control_stop(&w->ctl);
+	record_close(&w->record);
 	w->record_opened = 0;
-	store_close(&w->store); /* cancels copies, writes the index */
+	store_close(&w->store); /* writes the index */
 	w->store_open = 0;
+	return 0;
 }
 
 static void end_session(struct wfs *w, enum session_stage stage)
@@ -758,7 +778,11 @@ int main(int argc, char **argv)
 			    start_session(&w, &args, &ctl_bound, &stage) == 0 &&
 			    start_threads(&w, ctl_bound, &msrc, &links) == 0) {
 				ret = serve(&w);
-				stop_serving(&w);
+				if (stop_serving(&w, &links) < 0) {
+					/* nothing a thread left behind uses is freed */
+					end_session(&w, stage);
+					exit(ret);
+				}
 			}
 			end_session(&w, stage);
 			close_state(&w, &links);

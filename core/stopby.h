@@ -15,10 +15,13 @@
  * store writes its index and keeps its locks until the process ends
  * (store_leave), and the process exits without freeing or joining
  * anything more.  A thread left behind may still end its NAS call (the
- * NAS let go in between) but can then only write into tmp/ (a copy, which
- * the next start empties) or block on a lock the leaving daemon holds; the
- * process's exit ends the calls still stuck (a FUSE NAS gets an interrupt,
- * an NFS mount's wait is killable). */
+ * NAS let go in between) but can then only finish its own file (a copy's
+ * in tmp/, which the next start empties, or renamed into data/ if it was
+ * past its last NAS read: no index names it, the next start removes it; a
+ * range of a partial file that no index lists) and block on a lock the
+ * leaving daemon holds (record.json is not written again: record.h); the
+ * process's exit ends the calls still stuck (a FUSE NAS gets an
+ * interrupt, an NFS mount's wait is killable). */
 #ifndef WFS_STOPBY_H
 #define WFS_STOPBY_H
 

@@ -333,7 +333,7 @@ struct store {
 	struct htab blobs;          /* LOCK: keyed by path_hash(key) */
 	struct blob *qhead, *qtail; /* LOCK */
 	int stop;                   /* LOCK */
-	pthread_t *threads;         /* owner thread (store_start/close) */
+	pthread_t *threads;         /* owner thread (store_start, store_stop_by, store_close) */
 	unsigned nthreads;
 	struct store_opts opt;      /* IMMUTABLE (bw_limit: ATOMIC, store_set_bw_limit) */
 	_Atomic uint64_t bw_limit;

@@ -138,63 +138,6 @@ static int stopping(struct record *r)
 	return stop;
 }
 
-static int is_ref(const char *rel)
-{
-	const char *slash = strchr(rel, '/');
-
-	return slash && !strncmp(slash + 1, "refs/", 5);
-}
-
-/* The files of a repo that belong to one of its revisions without being
- * in its snapshot: a marker "<repo>/.no_exist/<rev>/<path>"
- * (huggingface_hub: <path> does not exist at <rev>) and the revision's file
- * list "<repo>/trees/<rev>.json". */
-enum side { SIDE_NONE, SIDE_MARKER, SIDE_TREE };
-
-/* Which of them @rel is, with its revision's directory
- * "<repo>/snapshots/<rev>" in @out. */
-static enum side side_revision(const char *rel, char *out, size_t sz)
-{
-	const char *slash = strchr(rel, '/'), *rev = NULL, *end = NULL;
-	enum side k = SIDE_NONE;
-	size_t len;
-	int n;
-
-	if (!slash || slash == rel)
-		return SIDE_NONE;
-	if (!strncmp(slash + 1, ".no_exist/", 10)) {
-		rev = slash + 11;
-		end = strchr(rev, '/');
-		if (end && end != rev && end[1])
-			k = SIDE_MARKER;
-	} else if (!strncmp(slash + 1, "trees/", 6)) {
-		rev = slash + 7;
-		len = strlen(rev);
-		end = rev + (len > 5 ? len - 5 : 0);
-		if (len > 5 && !strchr(rev, '/') && !strcmp(end, ".json"))
-			k = SIDE_TREE;
-	}
-	if (!k)
-		return SIDE_NONE;
-	n = snprintf(out, sz, "%.*s/snapshots/%.*s", (int)(slash - rel), rel, (int)(end - rev),
-		     rev);
-	return n > 0 && (size_t)n < sz ? k : SIDE_NONE;
-}
-
-/* The most bytes a kept file of side @k keeps: the loader and the
- * builder both ask here, so the two never disagree. */
-static size_t side_data_max(enum side k)
-{
-	return k == SIDE_TREE ? RECORD_MAX_TREE : RECORD_MAX_DATA;
-}
-
-size_t record_data_max(const char *path)
-{
-	char rev[PATH_MAX];
-
-	return side_data_max(side_revision(path, rev, sizeof(rev)));
-}
-
 /* 2: a wholly local copy; 1: local ranges only; 0: neither. */
 static int is_local(struct store *s, const char *key)
 {
@@ -293,14 +236,14 @@ static int take(void *arg, const char *rel, const struct ns_entry *e)
 	struct build *b = arg;
 	struct rnode *n;
 	char rev[PATH_MAX];
-	int ref = e->kind == NS_FILE && is_ref(rel), r = 0;
+	int ref = e->kind == NS_FILE && record_is_ref(rel), r = 0;
 	int local = e->kind == NS_FILE ? is_local(b->s, e->backing) : 0;
 	enum side side = SIDE_NONE;
 
 	if (stopping(b->r))
 		return -ECANCELED; /* record_close: the walk is dropped */
 	if (e->kind == NS_FILE && !ref && !local &&
-	    !(side = side_revision(rel, rev, sizeof(rev))))
+	    !(side = record_side_of(rel, rev, sizeof(rev))))
 		return revs_note(&b->partial, rel, b->s->opt.policy); /* not all local */
 	if (!(n = node_of(rel, e)))
 		return -ENOMEM;
@@ -390,12 +333,12 @@ static int keep_side(struct build *b, struct rnode *n)
 	struct rnode *d;
 	int r;
 
-	if (n->kind != NS_FILE || n->keep || !(k = side_revision(n->path, rev, sizeof(rev))))
+	if (n->kind != NS_FILE || n->keep || !(k = record_side_of(n->path, rev, sizeof(rev))))
 		return 0;
 	d = rnode_find(&b->h, rev);
 	if (!d || d->kind != NS_DIR || !d->keep)
 		return 0;
-	r = read_bytes(b, n, side_data_max(k));
+	r = read_bytes(b, n, record_side_max(k));
 	if (r == 2 && k == SIDE_TREE) {
 		snprintf(why, sizeof(why), "a file list over %zu bytes", (size_t)RECORD_MAX_TREE);
 		return note_big(b, n, why);

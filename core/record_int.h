@@ -86,6 +86,25 @@ char *record_text(const struct record_table *t, const char *nas, int64_t built);
 int record_load(struct record *r, struct record_table **t, char *nas, size_t nsz,
 		int64_t *built);
 
+/* ---- record_side.c ---- */
+
+/* 1 if @rel is a file under a repo's refs/: "<repo>/refs/..." */
+int record_is_ref(const char *rel);
+
+/* The files of a repo that belong to one of its revisions without being
+ * in its snapshot: a marker "<repo>/.no_exist/<rev>/<path>"
+ * (huggingface_hub: <path> does not exist at <rev>) and the revision's file
+ * list "<repo>/trees/<rev>.json". */
+enum side { SIDE_NONE, SIDE_MARKER, SIDE_TREE };
+
+/* Which of them @rel is, with its revision's directory
+ * "<repo>/snapshots/<rev>" in @out. */
+enum side record_side_of(const char *rel, char *out, size_t sz);
+
+/* The most bytes a kept file of side @k keeps: the loader and the
+ * builder both ask here, so the two never disagree. */
+size_t record_side_max(enum side k);
+
 /* ---- record_refs.c ---- */
 
 /* The revisions a build found not wholly local: "<repo>/snapshots/<rev>". */

@@ -105,13 +105,6 @@ static int whole(const struct htab *h, const struct revs *partial, const char *r
 	return d && d->kind == NS_DIR && d->keep && !revs_has(partial, dir, (size_t)n);
 }
 
-static int is_ref_path(const char *rel)
-{
-	const char *slash = strchr(rel, '/');
-
-	return slash && slash != rel && !strncmp(slash + 1, "refs/", 5);
-}
-
 /* @n (a kept refs file naming @now, not wholly local): held back at the
  * current table's node of its path when that names a revision that is.
  * 1 held (a line to @note), 0 not, or -ENOMEM. */
@@ -165,7 +158,7 @@ int record_hold_refs(struct record *r, const struct htab *h, const struct rnodes
 	for (size_t i = 0; !e && i < all->n; i++) {
 		struct rnode *n = all->v[i];
 
-		if (n->kind != NS_FILE || !n->keep || !n->has_data || !is_ref_path(n->path) ||
+		if (n->kind != NS_FILE || !n->keep || !n->has_data || !record_is_ref(n->path) ||
 		    rev_of(n->data, n->data_len, now, sizeof(now)) < 0 ||
 		    whole(h, partial, n->path, now))
 			continue;

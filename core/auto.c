@@ -419,14 +419,21 @@ int auto_start(struct auto_promoter *a, struct store *s, const struct hub_roots 
 	return 0;
 }
 
+void auto_stop_tell(struct auto_promoter *a)
+{
+	if (!a->started)
+		return;
+	atomic_store(&a->stop, 1);
+	store_wake_hot(a->store);
+}
+
 int auto_stop_by(struct auto_promoter *a, int64_t deadline_ms)
 {
 	int r;
 
 	if (!a->started)
 		return 0;
-	atomic_store(&a->stop, 1);
-	store_wake_hot(a->store);
+	auto_stop_tell(a);
 	r = join_by(a->thread, deadline_ms);
 	a->started = 0;
 	return r;

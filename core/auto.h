@@ -45,5 +45,7 @@ void auto_stop(struct auto_promoter *a);
  * -ETIMEDOUT: left in a NAS call (a ref pin's listing, a sibling walk),
  * and the store must not be closed after it (store_leave). */
 int auto_stop_by(struct auto_promoter *a, int64_t deadline_ms);
+/* Its first step alone: told to stop, not joined (control.h: control_stop_tell). */
+void auto_stop_tell(struct auto_promoter *a);
 
 #endif

@@ -263,6 +263,8 @@ static json_t *op_each(struct control *c, json_t *req, const char *op)
 		struct blob_info in;
 		char reason[512];
 
+		if (store_stopping(c->store))
+			break; /* the daemon stops: a verify --full ends at its blob */
 		blob_info(c->store, b, &in);
 		if (!strcmp(op, "evict")) {
 			/* not even --force: the ref pin would copy it back at its

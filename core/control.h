@@ -110,6 +110,9 @@ void control_stop(struct control *c);
  * NAS call (a walk): the socket's name is removed, nothing is freed, and
  * control_stop must not follow (nor store_close: store_leave). */
 int control_stop_by(struct control *c, int64_t deadline_ms);
+/* Its first step alone: no new request is taken; the daemon tells every
+ * part before it joins any (a request may wait on another part's stop). */
+void control_stop_tell(struct control *c);
 
 /* Handle one request line (exposed for tests): returns a malloc'ed reply
  * line without the newline. */

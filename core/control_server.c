@@ -514,17 +514,24 @@ int control_start(struct control *c)
 	return 0;
 }
 
+void control_stop_tell(struct control *c)
+{
+	if (!c->running)
+		return;
+	pthread_mutex_lock(&c->lock);
+	c->stopping = 1;
+	pthread_cond_broadcast(&c->work);
+	pthread_mutex_unlock(&c->lock);
+	wake_poll(c);
+}
+
 int control_stop_by(struct control *c, int64_t deadline_ms)
 {
 	unsigned kept = 0;
 
 	if (!c->running)
 		return 0;
-	pthread_mutex_lock(&c->lock);
-	c->stopping = 1;
-	pthread_cond_broadcast(&c->work);
-	pthread_mutex_unlock(&c->lock);
-	wake_poll(c);
+	control_stop_tell(c);
 	if (c->thread_running && join_by(c->thread, deadline_ms) == 0)
 		c->thread_running = 0;
 	/* Requests running finish (the store goes away after us) -- by the

@@ -303,13 +303,19 @@ int doctor_scan_start(struct doctor_scan *d, const struct hub_roots *roots,
 	return 0;
 }
 
+void doctor_scan_stop_tell(struct doctor_scan *d)
+{
+	if (d->started)
+		atomic_store(&d->stop, 1);
+}
+
 int doctor_scan_stop_by(struct doctor_scan *d, int64_t deadline_ms)
 {
 	int r;
 
 	if (!d->started)
 		return 0;
-	atomic_store(&d->stop, 1);
+	doctor_scan_stop_tell(d);
 	r = join_by(d->thread, deadline_ms);
 	d->started = 0;
 	return r;

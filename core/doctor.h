@@ -43,5 +43,7 @@ void doctor_scan_stop(struct doctor_scan *d);
 /* The same, joined until @deadline_ms (stopby.h): 0, or -ETIMEDOUT when
  * the scan is left in a NAS call (@d and @roots must then stay). */
 int doctor_scan_stop_by(struct doctor_scan *d, int64_t deadline_ms);
+/* Its first step alone: told to stop, not joined. */
+void doctor_scan_stop_tell(struct doctor_scan *d);
 
 #endif

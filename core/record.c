@@ -724,15 +724,20 @@ int record_sync(struct record *r, int64_t timeout_ms)
 	return e;
 }
 
-int record_stop_by(struct record *r, int64_t deadline_ms)
+void record_stop_tell(struct record *r)
 {
-	int e = 0;
-
 	pthread_mutex_lock(&r->lock);
 	r->stop = 1;
 	r->running = 0;
 	pthread_cond_broadcast(&r->cond);
 	pthread_mutex_unlock(&r->lock);
+}
+
+int record_stop_by(struct record *r, int64_t deadline_ms)
+{
+	int e = 0;
+
+	record_stop_tell(r);
 	if (r->started && (e = join_by(r->thread, deadline_ms)) < 0) {
 		/* Left in a walk of a frozen NAS: record.json is not written
 		 * again by it (rebuild looks at @stop under @file_lock). */

@@ -147,6 +147,9 @@ void record_close(struct record *r);
  * or -ETIMEDOUT: the thread is left in a NAS call, record.json is never
  * written again by it, and @r must not be closed (nothing is freed). */
 int record_stop_by(struct record *r, int64_t deadline_ms);
+/* Its first step alone: the thread (and a record_sync waiting for a
+ * build) told to stop, not joined. */
+void record_stop_tell(struct record *r);
 
 /* The NAS_HUB (canonical) the record was built for, copied to @out; ""
  * when the record is empty. */

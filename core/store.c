@@ -649,14 +649,19 @@ static void stop_locked(struct store *s)
 	pthread_cond_broadcast(&s->hot_cond);
 }
 
+void store_stop_tell(struct store *s)
+{
+	pthread_mutex_lock(&s->lock);
+	stop_locked(s);
+	pthread_mutex_unlock(&s->lock);
+}
+
 int store_stop_by(struct store *s, int64_t deadline_ms)
 {
 	unsigned kept = 0;
 	int left = 0;
 
-	pthread_mutex_lock(&s->lock);
-	stop_locked(s);
-	pthread_mutex_unlock(&s->lock);
+	store_stop_tell(s);
 	/* (a thread left behind is detached: not joined twice) */
 	for (unsigned i = 0; i < s->nthreads; i++) {
 		if (join_by(s->threads[i], deadline_ms) < 0) {

@@ -433,6 +433,9 @@ void store_close(struct store *s);
  * thread is left in a NAS call (a copy's read of a frozen NAS), and the
  * caller ends the store with store_leave. */
 int store_stop_by(struct store *s, int64_t deadline_ms);
+/* Its first step alone: copies cancelled, workers told to stop, not
+ * joined; a request made after it is refused (store_stopping). */
+void store_stop_tell(struct store *s);
 /* After store_stop_by left a thread behind, or another thread that uses
  * the store was (a control request, the record's rebuild, the policy):
  * write the index as store_close does -- every verified copy in it, a copy

@@ -29,12 +29,10 @@
 #include <unistd.h>
 
 /* ---- NAS_HUB at start-up, with a deadline ----
- * No gate yet (its threads would not survive fuse_daemonize's fork): one
- * thread of its own does every NAS call of the start, and is waited for at
- * most nas_timeout.  It writes only its own block, held by it and main:
- * the last to let go frees it.  Past the deadline main keeps its hold in
- * w->check_left until the fork's child (where the thread is not: a thread
- * stuck in a hung NAS is not copied by the fork) or the end. */
+ * No gate yet (its threads would not survive fuse_daemonize's fork): a
+ * thread of its own makes the start's NAS calls, waited for nas_timeout at
+ * most, in a block it and main hold (the last to let go frees it; past the
+ * deadline, main's hold is w->check_left: freed in the fork's child). */
 struct nas_check {
 	const struct wfs_opts *o;
 	struct hub_roots roots;
@@ -680,11 +678,11 @@ static void end_device(struct wfs *w)
 	inval_stop(&w->inval);
 }
 
-/* After serving: the order matters.  The threads that may be in a NAS
- * call (stopby.h) have one deadline together, nas_timeout from here: a
- * NAS that has not answered by then is one the gate calls down.  Returns
- * 0, or -ETIMEDOUT when a thread was left in a NAS call: the index is
- * written and the store held (store_leave), and main() exits at once. */
+/* After serving: the order matters.  The parts whose threads may be in a
+ * NAS call (stopby.h) are all told first -- one may wait for another's stop
+ * (a wfsctl sync for the record's build) -- then joined by one deadline,
+ * nas_timeout from here.  Returns 0, or -ETIMEDOUT when a thread was left
+ * behind: the index is written, the store held (store_leave), main() exits. */
 static int stop_serving(struct wfs *w, struct doctor_scan *links)
 {
 	int64_t by;
@@ -698,16 +696,21 @@ static int stop_serving(struct wfs *w, struct doctor_scan *links)
 	dir_tails_wait(&w->lists); /* they note directories, read the store */
 	dir_attrs_stop(&w->dirattr); /* its stat in flight, if any, fails now */
 	by = mono_ms() + w->opt.nas_timeout_ms;
-	/* Each told in turn; past the deadline, only what has ended is joined */
+	control_stop_tell(&w->ctl);
+	auto_stop_tell(&w->autop);
+	doctor_scan_stop_tell(links);
+	record_stop_tell(&w->record);
+	store_stop_tell(&w->store); /* cancels copies */
 	left |= control_stop_by(&w->ctl, by) < 0;
 	metrics_writer_stop(&w->metrics); /* reads the store; removes the file */
 	left |= auto_stop_by(&w->autop, by) < 0; /* the policy uses the store */
 	left |= doctor_scan_stop_by(links, by) < 0;
 	left |= record_stop_by(&w->record, by) < 0; /* its thread reads the store */
-	left |= store_stop_by(&w->store, by) < 0; /* cancels copies */
+	left |= store_stop_by(&w->store, by) < 0;
 	if (left) {
 		store_leave(&w->store);
-		wfs_log(w, LOG_INFO, "exiting without the threads still in NAS calls");
+		wfs_log(w, LOG_INFO, "exiting without the threads still running (in a NAS call, "
+			"or a long local re-hash of wfsctl verify --full)");
 		return -ETIMEDOUT;
 	}
 	control_stop(&w->ctl);
@@ -779,8 +782,7 @@ int main(int argc, char **argv)
 			    start_threads(&w, ctl_bound, &msrc, &links) == 0) {
 				ret = serve(&w);
 				if (stop_serving(&w, &links) < 0) {
-					/* nothing a thread left behind uses is freed */
-					end_session(&w, stage);
+					end_session(&w, stage); /* nothing else is freed */
 					exit(ret);
 				}
 			}

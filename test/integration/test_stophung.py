@@ -10,6 +10,9 @@ the daemon must still stop within a bound, its store right.
                    whole NAS frozen
   WalkInFlight     a wfsctl request's walk (promote --dry-run of the repo)
                    blocked so, then the whole NAS frozen
+  SyncInFlight     the NAS healthy but slow, a sync request waiting for the
+                   record's rebuild: the ordinary stop, not the frozen
+                   NAS's (every part is told to stop before any is joined)
 
 Each: SIGTERM, then within STOP_BOUND (nas_timeout for the FUSE loop's
 requests, nas_timeout for the threads to stop, 10 s of room for the rest
@@ -32,6 +35,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -63,6 +67,16 @@ STEP_WAIT = 20      # s: one step's event
 
 def sha(b):
     return hashlib.sha256(b).hexdigest()
+
+
+def raw_request(sock, req):
+    """One request on the control socket (sync has no wfsctl command of
+    its own: promote --wait sends it); the reply line, or b"" if the
+    daemon closed the connection without one."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as c:
+        c.connect(sock)
+        c.sendall(json.dumps(req).encode() + b"\n")
+        return c.makefile("rb").readline()
 
 
 class StopOnFrozenNas:
@@ -269,6 +283,33 @@ class WalkInFlight(StopOnFrozenNas, unittest.TestCase):
         self.assertFalse(walk["thread"].is_alive(), "wfsctl still waits for the daemon that "
                          "exited")
         self.restart_frozen([first], [first])
+
+
+class SyncInFlight(StopOnFrozenNas, unittest.TestCase):
+    def test_sigterm_mid_sync_healthy_nas(self):
+        """A healthy NAS, only slow: a `wfsctl sync` waits for the record's
+        rebuild, which only the record's stop ends.  Told one part at a
+        time, the control worker used the whole deadline waiting for it,
+        the record and the store were then left behind with none, and a
+        stop that had nothing stuck took the path for a frozen NAS (index
+        written with the store held, "exiting without the threads").  Every
+        part is told first now: the stop is the ordinary one."""
+        self.promote_small()
+        self.nas.check("latency 200")
+        before = self.nas.state()["calls"]
+        sync = faultnas.bounded_all([(raw_request, (self.sock, {"op": "sync"}))], timeout=0)[0]
+        # the rebuild is walking the NAS: calls made since the sync began
+        self.assertTrue(wfstest.wait_until(lambda: self.nas.state()["calls"] >= before + 3,
+                                           STEP_WAIT, step=0.01), "the sync made no NAS call")
+        self.assertFalse(sync["done"], "the sync ended before the stop: %s" % sync)
+        self.sigterm_and_exit()
+        log = self.m.log()
+        self.assertNotIn("exiting without the threads", log,
+                         "a stop with nothing stuck took the frozen NAS's path; log:\n%s"
+                         % log[-3000:])
+        self.check_store(list(SMALL))
+        sync["thread"].join(STEP_WAIT)
+        self.assertFalse(sync["thread"].is_alive(), "the sync request still waits")
 
 
 if __name__ == "__main__":

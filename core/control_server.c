@@ -527,20 +527,22 @@ void control_stop_tell(struct control *c)
 
 int control_stop_by(struct control *c, int64_t deadline_ms)
 {
-	unsigned kept = 0;
+	int left = 0;
 
 	if (!c->running)
 		return 0;
 	control_stop_tell(c);
-	if (c->thread_running && join_by(c->thread, deadline_ms) == 0)
-		c->thread_running = 0;
+	/* A thread left behind is detached (stopby.h): its handle is dropped,
+	 * never joined again by a second call. */
+	if (c->thread_running)
+		left |= join_by(c->thread, deadline_ms) < 0;
+	c->thread_running = 0;
 	/* Requests running finish (the store goes away after us) -- by the
 	 * deadline: a walk of a frozen NAS is left behind. */
 	for (unsigned i = 0; i < c->nworkers; i++)
-		if (join_by(c->workers[i], deadline_ms) < 0)
-			c->workers[kept++] = c->workers[i];
-	c->nworkers = kept;
-	if (!kept && !c->thread_running)
+		left |= join_by(c->workers[i], deadline_ms) < 0;
+	c->nworkers = 0;
+	if (!left)
 		return 0;
 	/* No new client: the socket's name goes now.  The descriptors stay
 	 * open (a worker left behind still writes to the wake pipe; a number

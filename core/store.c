@@ -633,8 +633,7 @@ int store_start(struct store *s)
 	return -r;
 }
 
-/* Stop and cancel what runs (a second call, after a first that left a
- * thread behind, finds those still running and joins them again). */
+/* Stop and cancel what runs. */
 static void stop_locked(struct store *s)
 {
 	s->stop = 1;
@@ -658,18 +657,14 @@ void store_stop_tell(struct store *s)
 
 int store_stop_by(struct store *s, int64_t deadline_ms)
 {
-	unsigned kept = 0;
 	int left = 0;
 
 	store_stop_tell(s);
-	/* (a thread left behind is detached: not joined twice) */
-	for (unsigned i = 0; i < s->nthreads; i++) {
-		if (join_by(s->threads[i], deadline_ms) < 0) {
-			s->threads[kept++] = s->threads[i];
-			left = 1;
-		}
-	}
-	s->nthreads = kept;
+	/* a thread left behind is detached: its handle is dropped, never
+	 * joined again (store_close after a first call) */
+	for (unsigned i = 0; i < s->nthreads; i++)
+		left |= join_by(s->threads[i], deadline_ms) < 0;
+	s->nthreads = 0;
 	if (s->part_started && join_by(s->part_thread, deadline_ms) < 0)
 		left = 1;
 	s->part_started = 0;

@@ -50,6 +50,19 @@ CORRUPT = {}   # the blob altered before mounting (Mismatch)
 RACE = {"size": 16 * MiB}
 
 
+def flip_middle_byte(path, size):
+    """XOR the byte in the middle of a file in place (twice puts it back),
+    synced: a NAS blob whose bytes no longer match its name, or match it
+    again."""
+    with open(path, "r+b") as f:
+        f.seek(size // 2)
+        b = f.read(1)
+        f.seek(size // 2)
+        f.write(bytes([b[0] ^ 0x5A]))
+        f.flush()
+        os.fsync(f.fileno())
+
+
 def setUpModule():
     wfstest.require_mount_capability()
     wfstest.require_wfsctl()
@@ -60,13 +73,7 @@ def setUpModule():
         e = next(e for e in FIX.of("file") if e["path"].startswith("datasets--acme--data/blobs/")
                  and len(e.get("blob_id", "")) == 64)
         p = FIX.n(e["nas_real"])
-        with open(p, "r+b") as f:
-            f.seek(e["size"] // 2)
-            b = f.read(1)
-            f.seek(e["size"] // 2)
-            f.write(bytes([b[0] ^ 0x5A]))
-            f.flush()
-            os.fsync(f.fileno())
+        flip_middle_byte(p, e["size"])
         CORRUPT.update(entry=e, nas=p)
         pack = next(e for e in FIX.of("file") if "/packs/pack-" in e["path"])
         RACE["rel"] = os.path.join(os.path.dirname(pack["path"]), "pack-race.bin")
@@ -386,13 +393,7 @@ class Mismatch(unittest.TestCase):
         # The NAS file put right (re-downloaded: new attributes): the flag
         # was of the old bytes.  It once stayed for ever, index and all, and
         # every promote of it exited 1.
-        with open(nas, "r+b") as f:
-            f.seek(e["size"] // 2)
-            b = f.read(1)
-            f.seek(e["size"] // 2)
-            f.write(bytes([b[0] ^ 0x5A]))
-            f.flush()
-            os.fsync(f.fileno())
+        flip_middle_byte(nas, e["size"])
         self.assertEqual(hashlib.sha256(wfstest.read_file(nas)).hexdigest(), e["blob_id"])
         self.addCleanup(lambda: run_wfsctl(["evict", "--force", path]))
         ctl_check(self, ["promote", "--wait", path])

@@ -396,6 +396,23 @@ static long next_poll_ns(const struct waiter *w, uint64_t done, int polls, doubl
 	return ns > POLL_NS ? POLL_NS : (long)ns;
 }
 
+/* --json: the last progress reply, with the wait's outcome added ("ok" is
+ * that reply's own): "local" blobs, and "failed", those that will not
+ * become local (the exit status is 1 then).  0, or -ENOMEM. */
+static int print_outcome(struct ctl_reply *rep, size_t nlocal, size_t bad)
+{
+	char *raw;
+
+	if (json_object_set_new(rep->obj, "local", json_integer((json_int_t)nlocal)) ||
+	    json_object_set_new(rep->obj, "failed", json_integer((json_int_t)bad)) ||
+	    !(raw = json_dumps(rep->obj, JSON_COMPACT)))
+		return -ENOMEM;
+	free(rep->raw);
+	rep->raw = raw;
+	ctl_print_raw(rep);
+	return 0;
+}
+
 /* Poll progress until every blob is local, failed or dropped. */
 static int wait_all(struct waiter *w)
 {
@@ -446,10 +463,12 @@ static int wait_all(struct waiter *w)
 		}
 		bar_show(&w->bar, done, w->total, nlocal, json_array_size(w->keys), true);
 		w->settled = true;
-		if (w->json)
-			ctl_print_raw(&rep);
 		bad = report_failures(blobs, seen);
 		json_decref(seen);
+		if (w->json && print_outcome(&rep, nlocal, bad) < 0) {
+			ret = oom();
+			break;
+		}
 		if (bad) {
 			fprintf(stderr, "wfsctl: promote: %zu of %zu blob%s did not become local\n",
 				bad, json_array_size(w->keys), json_array_size(w->keys) == 1 ? "" : "s");

@@ -302,6 +302,8 @@ def body(t, work):
     rep = json.loads(r[1]) if r[0] == 0 else {}
     ok("promote --wait --json prints the final progress reply",
        r[0] == 0 and rep.get("ok") and [b["state"] for b in rep["blobs"]] == ["local"] * 3, show(r))
+    ok("... with the wait's outcome: 3 local, 0 failed",
+       (rep.get("local"), rep.get("failed")) == (3, 0), show(r))
     ok("nothing copied: no sync", hub.requests[-1]["op"] == "progress", repr(hub.requests[-1]))
 
     # --- failures
@@ -317,6 +319,12 @@ def body(t, work):
     ok("the record refreshed after a wait with failures too", hub.requests[-1] == {"op": "sync"},
        repr(hub.requests[-1]))
     ok("non-tty progress is whole lines", "\r" not in r[2] and "[" in r[2], show(r))
+    # "ok" is the reply's; what a script tests is the wait's outcome (it
+    # once read "ok":true alone, with exit 1 and two copies failed)
+    r = run("promote", "--wait", "--json", "models--org--bad", cwd=root)
+    rep = json.loads(r[1]) if r[1].strip() else {}
+    ok("promote --wait --json with failures: exit 1, \"failed\": 2, \"local\": 1",
+       r[0] == 1 and (rep.get("failed"), rep.get("local")) == (2, 1), show(r))
     r = run("status", cwd=root)
     ok("status shows flagged blobs loudly", "MISMATCH" in r[1] and "FAILED" in r[1]
        and "2 flagged blobs" in r[1], show(r))

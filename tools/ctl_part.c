@@ -150,8 +150,11 @@ static int wait_ranges(const struct ctl_opts *o, const char *sock, const json_t 
 	/* as a whole promote --wait: what is local shows during an outage */
 	if (jget_u64(promoted, "bytes_to_copy"))
 		sync_record(o->conn, sock);
-	if (o->json)
-		ctl_print_raw(&rep);
+	if (o->json && print_wait_outcome(&rep, covered(blob, want), !covered(blob, want)) < 0) {
+		fprintf(stderr, "wfsctl: out of memory\n");
+		ctl_reply_free(&rep);
+		return 1;
+	}
 	fmt_text(jget_str(promoted, "path"), path, sizeof(path));
 	if (covered(blob, want)) {
 		if (!o->json)

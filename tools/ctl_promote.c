@@ -396,10 +396,7 @@ static long next_poll_ns(const struct waiter *w, uint64_t done, int polls, doubl
 	return ns > POLL_NS ? POLL_NS : (long)ns;
 }
 
-/* --json: the last progress reply, with the wait's outcome added ("ok" is
- * that reply's own): "local" blobs, and "failed", those that will not
- * become local (the exit status is 1 then).  0, or -ENOMEM. */
-static int print_outcome(struct ctl_reply *rep, size_t nlocal, size_t bad)
+int print_wait_outcome(struct ctl_reply *rep, size_t nlocal, size_t bad)
 {
 	char *raw;
 
@@ -465,7 +462,7 @@ static int wait_all(struct waiter *w)
 		w->settled = true;
 		bad = report_failures(blobs, seen);
 		json_decref(seen);
-		if (w->json && print_outcome(&rep, nlocal, bad) < 0) {
+		if (w->json && print_wait_outcome(&rep, nlocal, bad) < 0) {
 			ret = oom();
 			break;
 		}

@@ -63,6 +63,12 @@ const char *bar_break(const struct bar *b);
  * last (false before the first poll). */
 void note_nas(const json_t *nas, const struct bar *bar, bool *down);
 
+/* --wait --json: the last progress reply, with the wait's outcome added
+ * ("ok" is that reply's own): "local", the blobs local (with --range:
+ * whose ranges asked for are), and "failed", those that will not be (the
+ * exit status is 1 then).  Printed; 0, or -ENOMEM. */
+int print_wait_outcome(struct ctl_reply *rep, size_t nlocal, size_t bad);
+
 /* The progress line, plain ASCII:
  * "[#####---------------]  25%  1.0 GiB / 4.0 GiB  312.4 MiB/s  ETA 0:10  1/4 local"
  * With @cols (a terminal's width; 0: none) it is shorter than that: the

@@ -274,6 +274,10 @@ def body(t, work):
     ok("promote --wait --range: a rate and an ETA while it copies",
        re.search(r"\r\[#*-+\] +\d+%  [^\r]* [1-9][0-9.]* MiB/s  ETA \d+:\d\d  0/1 local",
                  r[2]), show(r))
+    r = run("promote", "--wait", "--json", "--range", "0:40M", shard, cwd=root)
+    rep = json.loads(r[1]) if r[1].strip() else {}
+    ok("promote --wait --range --json: the wait's outcome, 1 local, 0 failed",
+       r[0] == 0 and (rep.get("local"), rep.get("failed")) == (1, 0), show(r))
 
     # --- promote --wait, success, with the bar on a terminal
     r = run("promote", "--wait", "models--org--good", cwd=root, tty=True)

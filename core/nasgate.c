@@ -144,7 +144,7 @@ static void judge(struct nas_gate *g, int r, int on_fd)
 		pthread_mutex_lock(&g->lock);
 		g->need_entries = 1;
 		pthread_mutex_unlock(&g->lock);
-		set_down(g, "NAS_HUB is empty or missing (the NAS is not mounted?)");
+		set_down(g, NAS_GONE_WHY);
 	} else if (nas_gate_unavailable(r) && !on_fd) {
 		snprintf(why, sizeof(why), "a call failed: %s", strerror(-r));
 		set_down(g, why);
@@ -428,6 +428,13 @@ int nas_root_gone(const char *root)
 		r = -errno;
 	closedir(d);
 	return r;
+}
+
+int nas_missing_or_gone(const char *root, int err)
+{
+	if ((err == -ENOENT || err == -ENOTDIR) && *root && nas_root_gone(root) == 1)
+		return -ENOMEDIUM;
+	return err;
 }
 
 static int probe_fn(void *arg)

@@ -158,6 +158,13 @@ int nas_gate_unavailable(int err);
  * entry, -errno it could not be read.  A NAS call: made on a NAS thread
  * or a thread of the caller's that may be left stuck. */
 int nas_root_gone(const char *root);
+/* @err (-errno) of a NAS call on a path under @root (NAS_HUB; "" when not
+ * known): -ENOMEDIUM when it says the path is not there (ENOENT, ENOTDIR)
+ * and nothing else in @root is either (nas_root_gone: the NAS not mounted,
+ * its mount point seen instead), else @err.  A NAS call when it looks. */
+int nas_missing_or_gone(const char *root, int err);
+/* What -ENOMEDIUM means, for a reason or a log line. */
+#define NAS_GONE_WHY "NAS_HUB is empty or missing (the NAS is not mounted?)"
 /* A request was answered from the local record instead of the NAS. */
 void nas_gate_count_record(struct nas_gate *g);
 void nas_gate_stats(struct nas_gate *g, struct nas_gate_stats *out);

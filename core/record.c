@@ -468,10 +468,8 @@ static int walk_repos(struct build *b, struct scan *sc)
 		/* The repo went away: nothing of it to show -- unless everything
 		 * did (the NAS not mounted: its empty mount point seen), when
 		 * the record keeps what it holds. */
-		if (e == -ENOENT && nas_root_gone(b->roots->path[0]) != 1)
+		if (e == -ENOENT && (e = nas_missing_or_gone(b->roots->path[0], e)) == -ENOENT)
 			continue;
-		if (e == -ENOENT)
-			e = -ENOMEDIUM;
 		if (e < 0 && e != -ECANCELED && e != -ENOMEM)
 			nas_gate_note(b->r->gate, e);
 		/* The strict walk stops at an entry it cannot read; an outage

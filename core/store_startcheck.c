@@ -53,10 +53,9 @@ static int loaded_source(const char *root, const char *key, uint64_t size, char 
 	if (stat(key, &st) < 0) {
 		int err = -errno;
 
+		err = nas_missing_or_gone(root, err);
 		if (err != -ENOENT && err != -ENOTDIR)
-			return err;
-		if (*root && nas_root_gone(root) == 1)
-			return -ENOMEDIUM;
+			return err; /* -ENOMEDIUM too */
 		snprintf(why, wsz, "source vanished (%s)", strerror(-err));
 		return 1;
 	}
@@ -248,8 +247,7 @@ static void job_report(struct store *s, struct load_job *j, size_t done, signed 
 				store_log_msg(s, LOG_WARNING, "start-up: cannot stat the source %s "
 					      "of a local copy: %s; the copy is kept, its source "
 					      "checked at its first open", j->keys[i],
-					      r == -ENOMEDIUM ? "NAS_HUB is empty or missing (the NAS "
-					      "is not mounted?)" : strerror(-r));
+					      r == -ENOMEDIUM ? NAS_GONE_WHY : strerror(-r));
 			nas_gate_note(s->opt.gate, r); /* an unreachable NAS marks the gate down */
 		}
 	}

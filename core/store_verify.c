@@ -217,8 +217,7 @@ static int src_job_run(void *arg)
 	/* A source gone with everything else in NAS_HUB is the NAS not
 	 * mounted (its empty mount point seen instead), not a file deleted:
 	 * said to the gate (down), and no copy demoted for it. */
-	if ((fd == -ENOENT || fd == -ENOTDIR) && *j->root && nas_root_gone(j->root) == 1)
-		j->err = -ENOMEDIUM;
+	j->err = nas_missing_or_gone(j->root, j->err);
 	if (fd >= 0) {
 		if (fstat(fd, &st) < 0)
 			j->err = -errno;
@@ -284,7 +283,7 @@ static void check_unmade_locked(struct store *s, struct blob *b, int err)
 		      "serving (only a source gone or changed demotes it), checked again once "
 		      "the NAS answers", b->key, local, err == -EHOSTDOWN ? "the NAS is down" :
 		      err == -ETIMEDOUT ? "no answer within the NAS deadline" :
-		      err == -ENOMEDIUM ? "NAS_HUB is empty or missing (the NAS is not mounted?)" :
+		      err == -ENOMEDIUM ? NAS_GONE_WHY :
 		      strerror(-err));
 }
 
@@ -694,8 +693,7 @@ int store_verify(struct store *s, struct blob *b, int full, char *reason, size_t
 	if (unchecked)
 		snprintf(reason, rsz, "source not checked: %s; the verified copy keeps serving",
 			 unchecked == -EHOSTDOWN ? "the NAS is down" :
-			 unchecked == -ENOMEDIUM ? "NAS_HUB is empty or missing (the NAS is not "
-			 "mounted?)" : strerror(-unchecked));
+			 unchecked == -ENOMEDIUM ? NAS_GONE_WHY : strerror(-unchecked));
 	pthread_mutex_unlock(&s->lock);
 	if (!full)
 		return unchecked;

@@ -29,4 +29,12 @@ static inline int64_t mono_ms(void)
 	return mono_ns() / 1000000;
 }
 
+/* A CLOCK_MONOTONIC time in ms (mono_ms's scale) as the timespec that
+ * pthread_cond_timedwait takes on a cond set to that clock. */
+static inline struct timespec mono_timespec(int64_t ms)
+{
+	return (struct timespec){ .tv_sec = (time_t)(ms / 1000),
+				  .tv_nsec = (long)(ms % 1000) * 1000000L };
+}
+
 #endif

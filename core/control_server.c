@@ -93,8 +93,7 @@ static void *worker(void *arg)
 			/* Requests held back by the limits (walks behind walks a
 			 * hung NAS holds) are looked at again as the NAS goes
 			 * down (control_recheck), which nothing signals here. */
-			int64_t at = mono_ms() + QUEUE_LOOK_MS;
-			struct timespec ts = { at / 1000, (at % 1000) * 1000000 };
+			struct timespec ts = mono_timespec(mono_ms() + QUEUE_LOOK_MS);
 
 			if (c->queue)
 				pthread_cond_timedwait(&c->work, &c->lock, &ts);

@@ -45,13 +45,6 @@ struct nas_job {
 	pthread_cond_t done;    /* CLOCK_MONOTONIC */
 };
 
-static struct timespec abs_ms(int64_t ms)
-{
-	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000 };
-
-	return ts;
-}
-
 static void cond_init_mono(pthread_cond_t *c)
 {
 	pthread_condattr_t a;
@@ -311,7 +304,7 @@ static int run_job(struct nas_gate *g, int (*fn)(void *), void *arg, void (*rele
 {
 	struct nas_job j = { .fn = fn, .arg = arg, .release = release, .state = JOB_QUEUED,
 			     .on_fd = !!(flags & JOB_ON_FD) };
-	struct timespec dl = abs_ms(mono_ms() + g->timeout_ms);
+	struct timespec dl = mono_timespec(mono_ms() + g->timeout_ms);
 	int r, refused, late = 0;
 
 	pthread_mutex_lock(&g->lock);
@@ -540,7 +533,7 @@ static void *prober(void *arg)
 		}
 		pthread_mutex_lock(&g->lock);
 		if (r != 0 && !g->stop) {
-			struct timespec dl = abs_ms(mono_ms() + backoff);
+			struct timespec dl = mono_timespec(mono_ms() + backoff);
 
 			pthread_cond_timedwait(&g->probe, &g->lock, &dl);
 			backoff = backoff * 2 > NAS_GATE_PROBE_MAX_MS ? NAS_GATE_PROBE_MAX_MS
@@ -586,7 +579,7 @@ int nas_gate_start(struct nas_gate *g)
 
 void nas_gate_destroy(struct nas_gate *g)
 {
-	struct timespec dl = abs_ms(mono_ms() + 2000);
+	struct timespec dl = mono_timespec(mono_ms() + 2000);
 	int left;
 
 	pthread_mutex_lock(&g->lock);
@@ -647,7 +640,7 @@ void nas_gate_stats(struct nas_gate *g, struct nas_gate_stats *out)
 
 uint64_t nas_gate_wait_change(struct nas_gate *g, uint64_t gen, int64_t timeout_ms)
 {
-	struct timespec dl = abs_ms(mono_ms() + timeout_ms);
+	struct timespec dl = mono_timespec(mono_ms() + timeout_ms);
 	uint64_t now;
 
 	if (!g)

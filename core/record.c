@@ -629,7 +629,7 @@ int record_open(struct record *r, const char *store_dir, int readonly,
 
 static void wait_until(struct record *r, int64_t deadline_ms)
 {
-	struct timespec ts = { deadline_ms / 1000, (deadline_ms % 1000) * 1000000 };
+	struct timespec ts = mono_timespec(deadline_ms);
 
 	pthread_cond_timedwait(&r->cond, &r->lock, &ts);
 }

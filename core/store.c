@@ -19,12 +19,6 @@
 #include <syslog.h>
 #include <unistd.h>
 
-void store_deadline_ts(int64_t deadline_ms, struct timespec *ts)
-{
-	ts->tv_sec = (time_t)(deadline_ms / 1000);
-	ts->tv_nsec = (long)(deadline_ms % 1000) * 1000000L;
-}
-
 /* ---- the table ---- */
 
 /* A copy of @b's source in flight, whole or a range, was begun under the
@@ -121,7 +115,7 @@ enum blob_state store_wait_settled(struct store *s, struct blob *b, int64_t time
 	enum blob_state st;
 	struct timespec ts;
 
-	store_deadline_ts(deadline, &ts);
+	ts = mono_timespec(deadline);
 	pthread_mutex_lock(&s->lock);
 	/* every copy that ends broadcasts s->cond */
 	while (((st = b->state) == BLOB_QUEUED || st == BLOB_COPYING) &&
@@ -160,7 +154,7 @@ struct blob *store_wait_hot(struct store *s, int64_t deadline_ms)
 	struct blob *b = NULL;
 	struct timespec ts;
 
-	store_deadline_ts(deadline_ms, &ts);
+	ts = mono_timespec(deadline_ms);
 	pthread_mutex_lock(&s->lock);
 	while (!s->stop && !s->hot_head && !s->hot_woken &&
 	       (deadline_ms < 0 || store_now_ms() < deadline_ms)) {

@@ -515,7 +515,7 @@ void *store_worker(void *arg)
 		if (!b && due >= 0) {
 			struct timespec ts;
 
-			store_deadline_ts(due, &ts);
+			ts = mono_timespec(due);
 			pthread_cond_timedwait(&s->cond, &s->lock, &ts);
 			continue;
 		}

@@ -19,6 +19,7 @@
 #ifndef WFS_STORE_INT_H
 #define WFS_STORE_INT_H
 
+#include "clock.h"
 #include "store.h"
 #include "index.h"
 
@@ -113,10 +114,6 @@ struct source_at {
 };
 void source_at_locked(const struct blob *b, struct source_at *at);
 int source_changed_locked(const struct blob *b, const struct source_at *at);
-/* @deadline_ms on store_now_ms()'s clock (CLOCK_MONOTONIC) as the
- * timespec pthread_cond_timedwait takes: the store's conds all use that
- * clock (store_open). */
-void store_deadline_ts(int64_t deadline_ms, struct timespec *ts);
 /* An automatic copy holds one of auto_max's slots while it runs
  * (b->auto_slot), until it ends or is asked for explicitly: from then on
  * it is an explicit copy, and another automatic one may start (the

@@ -271,7 +271,7 @@ static void rehash(struct store *s, struct blob *b)
 		 * as memory is short -- every open and read of the store held. */
 		store_log_msg(s, LOG_WARNING, "start-up: no memory to re-hash the %zu local range%s of "
 			      "%s: tried again in a second", n, n == 1 ? "" : "s", b->key);
-		store_deadline_ts(store_now_ms() + 1000, &until);
+		until = mono_timespec(store_now_ms() + 1000);
 		pthread_cond_timedwait(&s->part_cond, &s->lock, &until);
 		return;
 	}
@@ -431,7 +431,7 @@ void *store_part_worker(void *arg)
 			struct timespec until;
 
 			s->queue_held++;
-			store_deadline_ts(store_now_ms() + STORE_QUEUE_LOOK_MS, &until);
+			until = mono_timespec(store_now_ms() + STORE_QUEUE_LOOK_MS);
 			pthread_cond_timedwait(&s->part_cond, &s->lock, &until);
 			continue;
 		} else if (b->part->nwant) {

@@ -177,11 +177,6 @@ static struct load_job *job_new(const char *root, struct blob *const *v, size_t 
 	return j;
 }
 
-static struct timespec mono_at(int64_t ms)
-{
-	return (struct timespec){ .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L };
-}
-
 /* Wait for the thread: each stat at most @timeout_ms, all of them at most
  * the budget.  Returns how many verdicts are made; *@stuck is 1 if a stat
  * passed its deadline, 2 if the budget ran out. */
@@ -195,7 +190,7 @@ static size_t job_wait(struct load_job *j, unsigned timeout_ms, int *stuck)
 	while (!j->finished && !*stuck) {
 		size_t seen = j->done;
 		int64_t end = mono_ms() + timeout_ms;
-		struct timespec at = mono_at(end < budget_end ? end : budget_end);
+		struct timespec at = mono_timespec(end < budget_end ? end : budget_end);
 		int rc = 0;
 
 		while (!j->finished && j->done == seen && rc != ETIMEDOUT)

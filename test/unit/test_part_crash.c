@@ -5,6 +5,7 @@
  * child that kills itself at the instant (--wrap), the parent restarts it. */
 #include "check.h"
 #include "check_store.h"
+#include "fetch_range.h"
 #include "hash.h"
 #include "store.h"
 #include "store_int.h"
@@ -24,18 +25,19 @@
 /* Linked with --wrap=rename and --wrap=unlink: once a copy went into
  * data/, the process kills itself (a kill -9) at kill_at: 1, the rename
  * that puts an index in place; 2, an unlink in parts/.  3: that rename
- * fails (EIO). */
+ * fails (EIO).  4: as 1, but every index write before the copy went into
+ * data/ fails (none lands after the ranges were verified). */
 static atomic_int kill_at, renamed_data;
 int __real_rename(const char *from, const char *to);
 int __wrap_rename(const char *from, const char *to);
 int __wrap_rename(const char *from, const char *to)
 {
 	size_t n = strlen(to);
-	int index = n > 11 && !strcmp(to + n - 11, "/index.json"), r;
+	int index = n > 11 && !strcmp(to + n - 11, "/index.json"), at = atomic_load(&kill_at), r;
 
-	if (index && atomic_load(&kill_at) == 1 && atomic_load(&renamed_data))
+	if (index && (at == 1 || at == 4) && atomic_load(&renamed_data))
 		kill(getpid(), SIGKILL);
-	if (index && atomic_load(&kill_at) == 3) {
+	if (index && (at == 3 || at == 4)) {
 		errno = EIO;
 		return -1;
 	}
@@ -52,6 +54,26 @@ int __wrap_unlink(const char *path)
 	if (atomic_load(&kill_at) == 2 && atomic_load(&renamed_data) && strstr(path, "/parts/"))
 		kill(getpid(), SIGKILL);
 	return __real_unlink(path);
+}
+
+/* Linked with --wrap=fetch_verify_file, which the range worker calls on a
+ * partial file its ranges cover, before it links it into data/
+ * (store_part_copy.c, adopt).  At kill_at 1 the index on disk names those
+ * ranges first: else whether it did would be up to the copy worker's
+ * write, woken by the last range, coming first (not on a loaded machine). */
+static _Atomic(struct store *) adopting;
+int __real_fetch_verify_file(const char *path, uint64_t size, const char *expected_id,
+			     struct fetch_result *res);
+int __wrap_fetch_verify_file(const char *path, uint64_t size, const char *expected_id,
+			     struct fetch_result *res);
+int __wrap_fetch_verify_file(const char *path, uint64_t size, const char *expected_id,
+			     struct fetch_result *res)
+{
+	struct store *s = atomic_load(&adopting);
+
+	if (s && atomic_load(&kill_at) == 1 && store_sync(s) < 0)
+		kill(getpid(), SIGABRT); /* the child fails: not the kill -9 asked for */
+	return __real_fetch_verify_file(path, size, expected_id, res);
 }
 
 static char top[PATH_MAX], nas[PATH_MAX + 8], local[PATH_MAX + 8];
@@ -95,17 +117,23 @@ static int wait_local(struct blob *b)
 	return blob_state(b) == BLOB_LOCAL;
 }
 
-/* Are the SIZE bytes of @file @buf? */
-static int same_bytes(const char *file, const char *buf)
+/* Are the first @len bytes of @file @buf's? */
+static int same_bytes_at(const char *file, const char *buf, size_t len)
 {
-	char *got = malloc(SIZE);
+	char *got = malloc(len);
 	int fd = open(file, O_RDONLY), ok;
 
-	ok = fd >= 0 && pread(fd, got, SIZE, 0) == (ssize_t)SIZE && !memcmp(got, buf, SIZE);
+	ok = got && fd >= 0 && pread(fd, got, len, 0) == (ssize_t)len && !memcmp(got, buf, len);
 	if (fd >= 0)
 		close(fd);
 	free(got);
 	return ok;
+}
+
+/* Are the SIZE bytes of @file @buf? */
+static int same_bytes(const char *file, const char *buf)
+{
+	return same_bytes_at(file, buf, SIZE);
 }
 
 /* In a child, on the store closed here: the first half of the file at
@@ -126,6 +154,7 @@ static int killed(struct store *s, const char *path, int at, int whole)
 		    store_part_request(s, b, half, 1, 0) != (int64_t)HALF || !wait_parts(s, b) ||
 		    store_sync(s) < 0)
 			_exit(3);
+		atomic_store(&adopting, s);
 		atomic_store(&kill_at, at);
 		if (whole)
 			store_promote(s, b, 0, 1);
@@ -140,10 +169,11 @@ static int killed(struct store *s, const char *path, int at, int whole)
 }
 
 /* kill -9 after ranges covering a blob became its copy in data/, before
- * an index recorded it: the index on disk names the ranges, and the
- * restart finds them -- the blob is made whole again from them, nothing
- * read again from the NAS.  Once an index records the copy the partial
- * file goes, and the restart after that serves the copy at once. */
+ * an index recorded it: the index on disk names the ranges (written as
+ * they are hashed whole, __wrap_fetch_verify_file), and the restart finds
+ * them -- the blob is made whole again from them, nothing read again from
+ * the NAS.  Once an index records the copy the partial file goes, and the
+ * restart after that serves the copy at once. */
 static void test_before_index(struct check_count *c, struct store *s)
 {
 	char *buf = malloc(SIZE), path[PATH_MAX + 16], part[PATH_MAX + 64], copy[PATH_MAX + 64];
@@ -171,6 +201,49 @@ static void test_before_index(struct check_count *c, struct store *s)
 	store_close(s);
 	CHECK(c, open_store(s) && (b = blob_at(s, path)) && blob_state(b) == BLOB_LOCAL,
 	      "the next restart serves the copy at once (not re-hashed)");
+	if (b)
+		store_evict(s, b, 0);
+	free(buf);
+}
+
+/* The same kill, but no index was written since the first range: the one
+ * on disk names that range alone.  The restart serves it, re-hashed (the
+ * link moved the file's ctime), and removes the copy no index names; only
+ * the range verified since is lost, and asking for it again reads it
+ * alone from the NAS. */
+static void test_before_any_index(struct check_count *c, struct store *s)
+{
+	struct brange all[] = { { 0, SIZE } };
+	char *buf = malloc(SIZE), path[PATH_MAX + 16], part[PATH_MAX + 64], copy[PATH_MAX + 64];
+	struct store_usage u0, u;
+	struct blob_info in = { 0 };
+	struct blob *b = NULL;
+	struct stat st = { 0 };
+
+	nas_file(5, buf, path, sizeof(path), part, sizeof(part));
+	store_usage(s, &u0);
+	CHECK(c, killed(s, path, 4, 0), "killed between the publish and the index write, no "
+	      "index written since the first range");
+	CHECK(c, open_store(s) && (b = blob_at(s, path)) && wait_parts(s, b), "reopened");
+	if (b)
+		blob_info(s, b, &in);
+	CHECK(c, b && blob_state(b) == BLOB_NAS && in.part_n == 1 && in.part_bytes == HALF &&
+	      !in.part_unproven, "the range the index names serves: %zu ranges, %llu bytes",
+	      in.part_n, (unsigned long long)in.part_bytes);
+	CHECK(c, lstat(part, &st) == 0 && st.st_nlink == 1 && same_bytes_at(part, buf, HALF),
+	      "its bytes the NAS's, the copy no index names gone (%u links)",
+	      (unsigned)st.st_nlink);
+	store_usage(s, &u);
+	CHECK(c, u.parts == u0.parts + 1 && u.part_bytes == u0.part_bytes + HALF &&
+	      atomic_load(&s->part_bytes_copied) == 0 && atomic_load(&s->started) == 0,
+	      "counted as the range alone, nothing read from the NAS: %llu bytes",
+	      (unsigned long long)(u.part_bytes - u0.part_bytes));
+	CHECK(c, b && store_part_request(s, b, all, 1, 0) == (int64_t)HALF && wait_local(b) &&
+	      atomic_load(&s->part_bytes_copied) == HALF &&
+	      store_local_path(s, b, copy, sizeof(copy)) == 0 && same_bytes_at(copy, buf, SIZE),
+	      "asked for whole: the rest alone read from the NAS, its bytes the NAS's");
+	CHECK(c, store_sync(s) == 0 && lstat(part, &st) < 0 && errno == ENOENT &&
+	      stat(copy, &st) == 0 && st.st_nlink == 1, "recorded: the partial file gone");
 	if (b)
 		store_evict(s, b, 0);
 	free(buf);
@@ -272,6 +345,7 @@ int main(void)
 	if (!open_store(&s))
 		return 2;
 	test_before_index(&c, &s);
+	test_before_any_index(&c, &s);
 	test_before_unlink(&c, &s);
 	test_evicted(&c, &s);
 	test_promoted(&c, &s);

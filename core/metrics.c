@@ -54,6 +54,8 @@ void metrics_collect_nas(struct nas_gate *g, struct record *r, struct metrics_na
 	out->record_files = r->files;
 	out->record_entries = r->entries;
 	out->record_built = r->built_at;
+	out->record_builds = r->built_gen;
+	out->record_looks = r->looks;
 	pthread_mutex_unlock(&r->lock);
 }
 
@@ -399,10 +401,12 @@ json_t *metrics_refs_held_json(struct record *r)
 
 json_t *metrics_record_json(const struct metrics_nas *n)
 {
-	return json_pack("{s:b, s:I, s:I, s:I}", "kept", n->recorded,
+	return json_pack("{s:b, s:I, s:I, s:I, s:I, s:I}", "kept", n->recorded,
 			 "files", (json_int_t)n->record_files,
 			 "entries", (json_int_t)n->record_entries,
-			 "built", (json_int_t)n->record_built);
+			 "built", (json_int_t)n->record_built,
+			 "builds", (json_int_t)n->record_builds,
+			 "looks", (json_int_t)n->record_looks);
 }
 
 /* The object that holds @path's last key ("a.b.c": o.a.b, made as needed),

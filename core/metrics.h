@@ -35,6 +35,7 @@ struct metrics_nas {
 	int recorded;                   /* a local record is kept */
 	uint64_t record_files, record_entries;
 	int64_t record_built;           /* CLOCK_REALTIME s of its last good build; 0: none */
+	uint64_t record_builds, record_looks; /* struct record's built_gen, looks */
 };
 
 /* Label values of wfs_promotions_failed_total{reason=...}, by enum store_fail. */

@@ -677,6 +677,7 @@ static void *run(void *arg)
 			r->last_err = e;
 			pthread_cond_broadcast(&r->cond);
 		}
+		r->looks++;
 		if (!r->stop && r->asked_gen == r->served_gen)
 			wait_until(r, mono_ms() + 1000);
 	}

@@ -101,6 +101,8 @@ struct record {
 	char nas[4096];               /* LOCK: the NAS_HUB it was built for ("" if none) */
 	struct record_table *table;   /* LOCK: replaced whole by a rebuild */
 	uint64_t built_gen;           /* LOCK: builds finished (ok or not) */
+	uint64_t looks;               /* LOCK: the thread's looks at the local copies (each
+				       * second, each sync), a build or not */
 	uint64_t asked_gen;           /* LOCK: builds asked for (record_sync) */
 	uint64_t served_gen;          /* LOCK: asked_gen when the last finished build started */
 	int last_err;                 /* LOCK: that build's result */

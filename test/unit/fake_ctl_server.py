@@ -111,7 +111,8 @@ class Hub:
         self.nas = {"state": "up", "since": int(time.time()) - 3600, "outages": 0,
                     "timeouts": 0, "failed_down": 0, "from_record": 0, "stuck": 0,
                     "reason": "", "timeout_ms": 1000}
-        self.record = {"kept": True, "files": 3, "entries": 9, "built": int(time.time()) - 60}
+        self.record = {"kept": True, "files": 3, "entries": 9, "built": int(time.time()) - 60,
+                       "builds": 2, "looks": 61}
         self.sync_error = None   # (errno name, message): how the next syncs fail
         self.old_daemon = False  # answer sync as a daemon without it does
 

@@ -35,7 +35,8 @@
 /* ---- which repos, and the signature of the local blobs ---- */
 
 struct scan {
-	const char *root;   /* NAS_HUB; NULL: the signature only */
+	const char *root;   /* NAS_HUB */
+	int collect;        /* gather the repos to walk; 0: the signature only */
 	char **repos;
 	size_t n, cap;
 	int err;
@@ -82,21 +83,36 @@ static void add_repo(struct scan *sc, const char *rel)
 		sc->n++;
 }
 
+/* The hash of the repo folder @rel (may be NULL) is in; 0 when none. */
+static uint64_t repo_hash(const char *rel)
+{
+	size_t n = rel ? repo_len(rel) : 0;
+
+	return n ? XXH3_64bits(rel, n) : 0;
+}
+
 /* store_each's callback, under store.lock: no call to the store. */
 static void scan_blob(void *arg, const struct blob_info *b)
 {
 	struct scan *sc = arg;
-	uint64_t h;
+	const char *rel = sc->root ? path_under(sc->root, b->key) : NULL;
+	uint64_t h, named;
 
 	if (b->state != BLOB_LOCAL && !b->part_bytes)
 		return;
-	/* Order-free: the table's order is not the blobs' */
-	h = path_hash(b->key) ^ (b->name ? path_hash(b->name) * 31 : 0);
+	/* What a build depends on: the key, and a repo the name the blob was
+	 * opened by leads the walk to beyond the key's own -- not the name.
+	 * The first open of a local copy sets a name, in the key's repo as a
+	 * rule: that changes no walk and must not start one, a NAS walk of
+	 * the repo for reading bytes that are local.  Order-free: the table's
+	 * order is not the blobs'. */
+	named = repo_hash(b->name);
+	h = path_hash(b->key) ^ (named != repo_hash(rel) ? named * 31 : 0);
 	sc->sum += h;
 	sc->mix ^= h * 0x9e3779b97f4a7c15ull;
 	sc->count++;
-	if (sc->root) {
-		add_repo(sc, path_under(sc->root, b->key));
+	if (sc->collect) {
+		add_repo(sc, rel);
 		add_repo(sc, b->name);
 	}
 }
@@ -522,7 +538,7 @@ static void say_big(struct record *r, struct build *b)
 
 static int rebuild(struct record *r, const struct hub_roots *roots, struct store *s)
 {
-	struct scan sc = { .root = roots->path[0] };
+	struct scan sc = { .root = roots->path[0], .collect = 1 };
 	struct build b = { .r = r, .roots = roots, .s = s };
 	struct record_table *t = NULL;
 	int64_t now = (int64_t)time(NULL);
@@ -634,17 +650,18 @@ static void wait_until(struct record *r, int64_t deadline_ms)
 	pthread_cond_timedwait(&r->cond, &r->lock, &ts);
 }
 
-static uint64_t local_sig(struct store *s)
+static uint64_t local_sig(struct store *s, const char *root)
 {
-	struct scan sc = { 0 };
+	struct scan sc = { .root = root };
 
 	store_each(s, scan_blob, &sc);
 	return scan_sig(&sc);
 }
 
-/* Build when the local blobs changed (polled each second: cheap, one pass
- * over the table under store.lock) or a sync asked; after a failure, the
- * changes wait with a back-off, a sync does not. */
+/* Build when the local blobs or the repos they lead to changed (polled
+ * each second: cheap, one pass over the table under store.lock) or a sync
+ * asked; after a failure, the changes wait with a back-off, a sync does
+ * not. */
 static void *run(void *arg)
 {
 	struct record *r = arg;
@@ -659,7 +676,7 @@ static void *run(void *arg)
 		int sync = asked != r->served_gen, tried = 0, e = 0;
 
 		pthread_mutex_unlock(&r->lock);
-		sig = local_sig(r->store);
+		sig = local_sig(r->store, r->roots->path[0]);
 		if (sync || ((!have || sig != built_sig) && mono_ms() >= retry_at &&
 			     nas_gate_up(r->gate))) {
 			e = record_rebuild(r, r->roots, r->store);

@@ -610,8 +610,24 @@ class LocalDisk(PartialCase):
         inside.append((MiB + 4 * 4096, 3 * 4096 + 5))
         outside = r[0] + r[1] + 3 * 4096 + 17
 
+        def record():
+            rep = wfstest.ctl_request(self.sock, {"op": "stats"})
+            return rep["metrics"]["record"]
+        builds = record()["builds"]
         fd = os.open(path, os.O_RDONLY)
         try:
+            # The open names the blob, and the daemon looks at its local
+            # copies each second: that must not walk the NAS (it did, in
+            # the window measured below).  Past its second look from now,
+            # one began after the open.
+            looks, last = record()["looks"], [None]
+
+            def looked():
+                last[0] = record()
+                return last[0]["looks"] >= looks + 2
+            self.assertTrue(wfstest.wait_until(looked, WAIT, 0.05), "no look: %s" % last[0])
+            self.assertEqual(last[0]["builds"], builds, "opening a partial file walked the NAS "
+                             "(a build of the local record)")
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)   # no read-ahead past the range
             wfstest.drop_caches()
             s0 = Fix.loop.sectors_read()

@@ -6,7 +6,9 @@
  * else), that
  * record.json brings the same answers back after a restart, that a damaged
  * file is set aside and a newer one left alone, that hostile entries are
- * refused, and that record_sync waits for a build of the thread. */
+ * refused, that record_sync waits for a build of the thread, and that
+ * the thread builds (walks the NAS) when an open names a repo, not for the
+ * first open of a local copy by a name in its own. */
 #include "check.h"
 #include "record.h"
 #include "store.h"
@@ -17,6 +19,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <syslog.h>
+#include <time.h>
 #include <unistd.h>
 
 /* sha256("hello\n") and git's blob SHA-1 of it: both content addresses hold */
@@ -289,6 +292,50 @@ static int held_is(struct record *r, const char *shows, const char *nas_rev)
 /* A ref moved on the NAS to a revision not all local: the record keeps
  * showing it at the one it showed, all local, until the new one is; the
  * NAS's bytes kept beside (record_held_refs), across a reopen. */
+/* The thread's builds so far; its looks in *@looks. */
+static uint64_t builds(struct record *r, uint64_t *looks)
+{
+	uint64_t n;
+
+	pthread_mutex_lock(&r->lock);
+	n = r->built_gen;
+	*looks = r->looks;
+	pthread_mutex_unlock(&r->lock);
+	return n;
+}
+
+/* Until the thread has looked at the local copies after this call (its
+ * second look from now: the first may have begun before), or it has built
+ * past @gen, at most 30 s.  Its builds then. */
+static uint64_t after_a_look(struct record *r, uint64_t gen)
+{
+	const struct timespec tick = { 0, 10 * 1000 * 1000 };
+	uint64_t looks, from, n = builds(r, &from);
+
+	for (int i = 0; i < 3000 && n <= gen && (n = builds(r, &looks), looks < from + 2); i++)
+		nanosleep(&tick, NULL);
+	return n;
+}
+
+/* An open sets the blob's name: one in the blob's own repo changes no
+ * walk, and the thread builds nothing for it (a NAS walk of the repo for
+ * reading local bytes); one in another repo leads a walk there. */
+static void opens(struct check_count *c, struct record *r, struct store *s, struct blob *own,
+		  struct blob *other)
+{
+	uint64_t looks, gen = builds(r, &looks);
+
+	store_note_open(s, own, SNAP "/config.json");
+	store_note_close(s, own);
+	CHECK(c, after_a_look(r, gen) == gen, "the first open of a local copy by a name in its "
+	      "own repo: no build (builds %llu -> %llu)", (unsigned long long)gen,
+	      (unsigned long long)builds(r, &looks));
+	gen = builds(r, &looks);
+	store_note_open(s, other, "models--h--s/snapshots/" REV "/g");
+	store_note_close(s, other);
+	CHECK(c, after_a_look(r, gen) > gen, "an open by a name in another repo: a build");
+}
+
 static void held(struct check_count *c, struct logs *lg, struct store *s,
 		 const struct hub_roots *roots)
 {
@@ -406,7 +453,7 @@ int main(void)
 	struct logs lg = { .lock = PTHREAD_MUTEX_INITIALIZER };
 	struct hub_roots roots = {0};
 	char local[PATH_MAX * 2], p[PATH_MAX * 2], *text;
-	struct blob *b256, *hb;
+	struct blob *b256, *b1, *hb;
 	struct record r;
 	struct store s;
 	struct stat st, st2;
@@ -423,7 +470,8 @@ int main(void)
 	mkdir(local, 0700);
 	CHECK(&c, store_open(&s, local, &opt, NULL) == 0 && store_start(&s) == 0, "store");
 	b256 = promote(&s, REPO "/blobs/" H256, H256);
-	CHECK(&c, b256 && promote(&s, REPO "/blobs/" H1, H1), "two blobs local");
+	b1 = promote(&s, REPO "/blobs/" H1, H1);
+	CHECK(&c, b256 && b1, "two blobs local");
 
 	/* A build, then the same answers from the file after a restart. */
 	CHECK(&c, record_open(&r, local, 0, log_line, &lg) == 0 && !record_has_any(&r),
@@ -453,6 +501,8 @@ int main(void)
 		store_note_close(&s, hb);
 	}
 	CHECK(&c, record_sync(&r, 30000) == 0, "sync");
+	if (b256 && b1)
+		opens(&c, &r, &s, b256, b1);
 	check_path(p, sizeof(p), nas, "hubstore/blob1");
 	CHECK(&c, look(&r, "models--h--s/snapshots/" REV "/f") == 0 && ent.e.kind == NS_LINK &&
 	      !strcmp(ent.e.target, "../../blobs/hid"), "a repo by name: link %s", ent.e.target);

@@ -341,12 +341,17 @@ static int64_t earlier(int64_t x, int64_t y)
 	return x < 0 ? y : y < 0 ? x : x < y ? x : y;
 }
 
+/* Ref pins are looked at again once a copy of theirs landed, at most so
+ * often (ms). */
+#define LANDED_POLL_MS 1000
+
 static void *auto_thread(void *arg)
 {
 	struct auto_promoter *a = arg;
 	struct nas_gate *gate = a->store->opt.gate; /* immutable */
 	double poll = a->policy ? a->policy->ref_poll : POLICY_REF_POLL;
-	int64_t period = (int64_t)(poll * 1000), next = store_now_ms();
+	int64_t period = (int64_t)(poll * 1000), next = store_now_ms(), last = -1;
+	int landed = 0;
 	struct name_cache nc = { .map = NULL };
 	struct deferred later = { 0 };
 
@@ -366,9 +371,17 @@ static void *auto_thread(void *arg)
 		}
 		/* (while down: refs are not read -- they would fail or hang --
 		 * nor a poke taken: both wait for the NAS) */
-		if (a->pins && up && (pins_take_poke(a->pins) || store_now_ms() >= next)) {
+		/* A copy a ref pin holds landed: the pin may settle on its
+		 * revision now rather than at the next ref_poll -- at most
+		 * once a LANDED_POLL_MS, a revision's copies landing one by
+		 * one (each poll lists the pinned revisions on the NAS). */
+		landed |= store_take_ref_landed(a->store);
+		if (a->pins && up && (pins_take_poke(a->pins) || store_now_ms() >= next ||
+				      (landed && store_now_ms() >= last + LANDED_POLL_MS))) {
 			pins_poll(a->pins);
-			next = store_now_ms() + period;
+			last = store_now_ms();
+			next = last + period;
+			landed = 0;
 			continue;
 		}
 		/* Failed copies whose backoff passed (or the NAS came back)
@@ -379,7 +392,7 @@ static void *auto_thread(void *arg)
 		 * no callback). */
 		due = store_retry_due(a->store);
 		if (a->pins && up)
-			due = earlier(due, next);
+			due = earlier(due, landed ? earlier(next, last + LANDED_POLL_MS) : next);
 		if (!up && (later.n || a->pins))
 			due = earlier(due, store_now_ms() + 1000);
 		b = store_wait_hot(a->store, due);

@@ -354,6 +354,7 @@ struct store {
 	unsigned auto_max, auto_running; /* IMMUTABLE, LOCK: automatic copies at once: at most, now */
 	struct blob *hot_head, *hot_tail; /* LOCK */
 	int hot_woken;              /* LOCK: store_wake_hot() since the last wait */
+	int ref_landed;             /* LOCK: a copy a ref pin holds became local (store_take_ref_landed) */
 	struct store_ref_rec *refs; /* LOCK: the ref pins to persist */
 	size_t nrefs;               /* LOCK */
 	/* ATOMIC counters since start */
@@ -547,6 +548,12 @@ void store_set_bw_limit(struct store *s, uint64_t bw);
  * passes, store_wake_hot() is called, or the store stops: then NULL. */
 struct blob *store_wait_hot(struct store *s, int64_t deadline_ms);
 void store_wake_hot(struct store *s);
+/* Did a copy of a blob a ref pin holds (PIN_REF) become local since the
+ * last call?  Its landing wakes store_wait_hot, so that the pin can settle
+ * on its revision when the last one lands, not at the next ref_poll. */
+int store_take_ref_landed(struct store *s);
+/* Under store.lock, where a copy became local: note it for the above. */
+void store_landed_locked(struct store *s, struct blob *b);
 /* Queue again the failed copies whose backoff has passed -- all of them
  * when the NAS gate has come up since the last call; none while it is
  * down.  Returns when to call again (CLOCK_MONOTONIC ms; -1: nothing

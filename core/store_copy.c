@@ -251,6 +251,7 @@ static void copy_done_locked(struct store *s, struct blob *b, int r, uint64_t si
 		s->promoted++;
 		s->copies_unrecorded = 1;
 		store_dirty_locked(s);
+		store_landed_locked(s, b);
 		store_log_msg(s, LOG_INFO, "verified %s (%s): local copy %s", key, id, res->xxh);
 		return;
 	}

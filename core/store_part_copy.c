@@ -396,6 +396,7 @@ static int adopt(struct store *s, struct blob *b)
 	s->promoted++;
 	s->copies_unrecorded = 1;
 	store_dirty_locked(s);
+	store_landed_locked(s, b);
 	part_retire_locked(s, b, 1); /* its file is the copy now */
 	store_log_msg(s, LOG_INFO, "local ranges of %s cover it whole: the partial file is its "
 		      "verified copy %s now (no second copy)", b->key, res.xxh);

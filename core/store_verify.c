@@ -444,6 +444,7 @@ static void rehash_proven_locked(struct store *s, struct blob *b, struct rehash 
 	b->reason[0] = '\0';
 	store_dirty_locked(s);
 	atomic_store_explicit(&b->state, BLOB_LOCAL, memory_order_release);
+	store_landed_locked(s, b);
 	store_log_msg(s, LOG_NOTICE, "re-verified local copy of %s (%s): xxh128 %s as recorded; "
 		      "served locally again", b->key, b->id, h->want);
 }

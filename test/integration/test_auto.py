@@ -86,7 +86,8 @@ def setUpModule():
     try:
         Fix.hub = os.path.join(Fix.base, "hub")
         build_hub(Fix.hub)
-        for name, opts in (("on", OPTS), ("off", ["auto_promote=off"])):
+        # "off" reads the refs it pins once an hour (RefPinSettles)
+        for name, opts in (("on", OPTS), ("off", ["auto_promote=off", "ref_poll=3600"])):
             local, mnt = os.path.join(Fix.base, "local-" + name), os.path.join(Fix.base, "mnt-" + name)
             os.mkdir(mnt)
             Fix.mounts[name] = wfstest.Mount(Fix.hub, local, mnt, opts).start()
@@ -217,6 +218,35 @@ class Off(unittest.TestCase):
                          "with auto_promote=off, reading everything 3 times promoted these")
         self.assertEqual(wfstest.store_files(m.local), {}, "LOCAL_STORE/data is not empty")
         self.assertGreater(st["served"]["nas_bytes"], 3 * sum(map(len, Fix.files.values())) // 2)
+
+
+class RefPinSettles(unittest.TestCase):
+    def test_settles_when_its_copies_land(self):
+        """A ref pin's revision, all local, is the one it keeps from then
+        on -- status no longer says it is moving to it -- without waiting
+        for the next read of the ref (ref_poll: an hour on this mount)."""
+        m = Fix.mounts["off"]
+        repo, rev = "models--acme--settle", "5" * 40
+        files = {"a.bin": wfstest.det_bytes("settle-a", 2 * MiB),
+                 "b.bin": wfstest.det_bytes("settle-b", MiB)}
+        wfstest.make_hf_repo(Fix.hub, repo, files, commit=rev)
+        out, _ = wfstest.ctl_check(self, ["pin", "--ref", "main", os.path.join(m.mnt, repo)])
+        # leave the store as found (Off asserts it holds nothing)
+        self.addCleanup(run_wfsctl, ["evict", os.path.join(m.mnt, repo)])
+        self.addCleanup(run_wfsctl, ["unpin", "--ref", "main", os.path.join(m.mnt, repo)])
+        self.assertIn(rev, out)
+        paths = [os.path.join(m.mnt, repo, "snapshots", rev, n) for n in files]
+        self.assertEqual(wfstest.wait_states(paths, "local", 60), {})
+
+        def pin():
+            st = ctl_json(self, ["status", m.mnt])
+            return next((r for r in st.get("ref_pins", []) if r.get("repo") == repo), None) or {}
+        ok = wfstest.wait_until(lambda: (pin().get("commit"), pin().get("pending")) == (rev, ""),
+                                60, 0.2)
+        self.assertTrue(ok, "the ref pin's revision is local, but the pin still waits for the "
+                        "next ref_poll: %s" % pin())
+        for p in paths:
+            self.assertTrue(read_through(p) == files[os.path.basename(p)], p)
 
 
 class Siblings(unittest.TestCase):

@@ -41,6 +41,14 @@ OPTS = ["auto_bytes=2M", "auto_opens=0", "auto_mbps=%d" % AUTO_MBPS, "exclude=*/
 NBARRIERS = 8          # small files read to fence the policy thread (policy_barrier)
 
 
+def ref_pin(tc, m, repo):
+    """The ref pin of `repo` in the status of mount `m` ({} if none).
+    Asked on the control socket itself, not through wfsctl: tests poll it."""
+    rep = wfstest.ctl_request(os.path.join(m.local, "wfs.sock"), {"op": "status"}, timeout=60)
+    tc.assertTrue(rep and rep.get("ok"), "status of %s: %r" % (m.mnt, rep))
+    return next((r for r in rep.get("ref_pins", []) if r.get("repo") == repo), None) or {}
+
+
 class Fix:
     base = hub = None
     mounts = {}
@@ -239,8 +247,7 @@ class RefPinSettles(unittest.TestCase):
         self.assertEqual(wfstest.wait_states(paths, "local", 60), {})
 
         def pin():
-            st = ctl_json(self, ["status", m.mnt])
-            return next((r for r in st.get("ref_pins", []) if r.get("repo") == repo), None) or {}
+            return ref_pin(self, m, repo)
         ok = wfstest.wait_until(lambda: (pin().get("commit"), pin().get("pending")) == (rev, ""),
                                 60, 0.2)
         self.assertTrue(ok, "the ref pin's revision is local, but the pin still waits for the "
@@ -428,9 +435,8 @@ class RefPin(unittest.TestCase):
         self.assertIn(rev1, out)
 
         def pin_state():
-            st = ctl_json(self, ["status", m.mnt])
-            return next((r for r in st.get("ref_pins", []) if r.get("repo") == REFREPO), None)
-        ok = wfstest.wait_until(lambda: (pin_state() or {}).get("commit") == rev1, 20, 0.2)
+            return ref_pin(self, m, REFREPO)
+        ok = wfstest.wait_until(lambda: pin_state().get("commit") == rev1, 20, 0.2)
         self.assertTrue(ok, "the ref pin never settled on %s: %s" % (rev1, pin_state()))
         files1 = [os.path.join(repo, "snapshots", rev1, n) for n in ("a.bin", "shared.bin")]
         self.assertEqual(wfstest.wait_states(files1, "local", 5), {})
@@ -440,7 +446,7 @@ class RefPin(unittest.TestCase):
         wfstest.make_hf_repo(Fix.hub, REFREPO, {"b.bin": wfstest.det_bytes("ref-b", MiB),
                                                 "shared.bin": wfstest.det_bytes("ref-s", MiB)},
                              commit=rev2)
-        ok = wfstest.wait_until(lambda: (pin_state() or {}).get("commit") == rev2
+        ok = wfstest.wait_until(lambda: pin_state().get("commit") == rev2
                                 and not pin_state().get("pending"), 30, 0.2)
         self.assertTrue(ok, "the ref pin did not follow refs/main to %s: %s" % (rev2, pin_state()))
         b2 = os.path.join(repo, "snapshots", rev2, "b.bin")
@@ -456,12 +462,12 @@ class RefPin(unittest.TestCase):
         self.assertEqual(problems, [])
         Fix.mounts["on"] = m = wfstest.Mount(Fix.hub, m.local, m.mnt, OPTS).start()
         wfstest.wait_ctl(m.mnt)
-        self.assertEqual((pin_state() or {}).get("commit"), rev2, "ref pin lost at the remount")
+        self.assertEqual(pin_state().get("commit"), rev2, "ref pin lost at the remount")
         rc, out, err = run_wfsctl(["status", m.mnt])
         self.assertIn("%s refs/main -> %s" % (REFREPO, rev2), out, "human status:\n" + out)
         wfstest.ctl_check(self, ["unpin", "--ref", "main", repo])
         self.assertFalse(wfstest.blob_pinned(self, b2))
-        self.assertIsNone(pin_state())
+        self.assertEqual(pin_state(), {}, "the ref pin is still there after unpin --ref")
 
     def test_ref_pins_leave_hand_pins_alone(self):
         """A blob pinned by hand (wfsctl pin PATH) stays pinned when a ref
@@ -479,8 +485,7 @@ class RefPin(unittest.TestCase):
             return os.path.join(m.mnt, repo, "snapshots", rev, name)
 
         def pin_state():
-            st = ctl_json(self, ["status", m.mnt])
-            return next((r for r in st.get("ref_pins", []) if r.get("repo") == repo), None) or {}
+            return ref_pin(self, m, repo)
 
         def why(path):
             rep = ctl_json(self, ["promote", "--dry-run", "--force", path])
@@ -563,8 +568,7 @@ class RefPinDropped(unittest.TestCase):
     sees it (ref_poll) or pin --ref is run again."""
 
     def pin_state(self, m, repo):
-        st = ctl_json(self, ["status", m.mnt])
-        return next((r for r in st.get("ref_pins", []) if r.get("repo") == repo), None) or {}
+        return ref_pin(self, m, repo)
 
     def pinned_by_rev(self, m, repo):
         st = ctl_json(self, ["status", os.path.join(m.mnt, repo)])

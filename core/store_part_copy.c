@@ -341,12 +341,15 @@ static void adopt_failed_locked(struct store *s, struct blob *b, int r, const ch
  * place.  It is hashed whole from the disk as a copy is (XXH3-128, the
  * source sample, the content address); it must still be the file the
  * ranges were verified in (its identity before and after the hashing) and
- * its sample the one the ranges were copied under.  Then it is linked
- * into data/ (under the lock: a link, a rename and a directory fsync in
- * LOCAL_STORE, so no drop can come in between) and the blob is LOCAL.  The
- * partial file keeps its name until an index that records the copy is on
- * disk (part_retire_locked): a crash before finds the ranges the index on
- * disk names, never a copy it does not name in their place.
+ * its sample the one the ranges were copied under.  Before the hashing
+ * (seconds for a large file) the index on disk is made to name the ranges
+ * that cover it, if it does not yet: a crash from then on finds them all,
+ * and nothing is copied again.  Then it is linked into data/ (under the
+ * lock: a link, a rename and a directory fsync in LOCAL_STORE, so no drop
+ * can come in between) and the blob is LOCAL.  The partial file keeps its
+ * name until an index that records the copy is on disk
+ * (part_retire_locked): a crash before finds the ranges the index on disk
+ * names, never a copy it does not name in their place.
  * Called and returns with the lock held; 1 when adopted. */
 static int adopt(struct store *s, struct blob *b)
 {
@@ -365,6 +368,7 @@ static int adopt(struct store *s, struct blob *b)
 	snprintf(id, sizeof(id), "%s", b->id);
 	p->copying = 1;
 	pthread_mutex_unlock(&s->lock);
+	store_write_index_if_dirty(s); /* a failure is logged; the ranges then are as before */
 	r = lstat(path, &st0) < 0 ? -errno : fetch_verify_file(path, size, id, &res);
 	if (r == 0 && lstat(path, &st1) < 0)
 		r = -errno;

@@ -11,6 +11,7 @@
 #include "store_int.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -26,8 +27,20 @@
  * data/, the process kills itself (a kill -9) at kill_at: 1, the rename
  * that puts an index in place; 2, an unlink in parts/.  3: that rename
  * fails (EIO).  4: as 1, but every index write before the copy went into
- * data/ fails (none lands after the ranges were verified). */
+ * data/ fails (none lands after the ranges were verified).  At 1 the copy
+ * workers' index writes (thread wfs-copy) fail: the index the ranges are
+ * named in before they become the copy is the range worker's own (adopt,
+ * store_part_copy.c), not a worker's write that may or may not come first. */
 static atomic_int kill_at, renamed_data;
+
+static int on_copy_worker(void)
+{
+	char name[16] = "";
+
+	pthread_getname_np(pthread_self(), name, sizeof(name));
+	return !strcmp(name, "wfs-copy");
+}
+
 int __real_rename(const char *from, const char *to);
 int __wrap_rename(const char *from, const char *to);
 int __wrap_rename(const char *from, const char *to)
@@ -37,7 +50,7 @@ int __wrap_rename(const char *from, const char *to)
 
 	if (index && (at == 1 || at == 4) && atomic_load(&renamed_data))
 		kill(getpid(), SIGKILL);
-	if (index && (at == 3 || at == 4)) {
+	if (index && (at == 3 || at == 4 || (at == 1 && on_copy_worker()))) {
 		errno = EIO;
 		return -1;
 	}
@@ -54,26 +67,6 @@ int __wrap_unlink(const char *path)
 	if (atomic_load(&kill_at) == 2 && atomic_load(&renamed_data) && strstr(path, "/parts/"))
 		kill(getpid(), SIGKILL);
 	return __real_unlink(path);
-}
-
-/* Linked with --wrap=fetch_verify_file, which the range worker calls on a
- * partial file its ranges cover, before it links it into data/
- * (store_part_copy.c, adopt).  At kill_at 1 the index on disk names those
- * ranges first: else whether it did would be up to the copy worker's
- * write, woken by the last range, coming first (not on a loaded machine). */
-static _Atomic(struct store *) adopting;
-int __real_fetch_verify_file(const char *path, uint64_t size, const char *expected_id,
-			     struct fetch_result *res);
-int __wrap_fetch_verify_file(const char *path, uint64_t size, const char *expected_id,
-			     struct fetch_result *res);
-int __wrap_fetch_verify_file(const char *path, uint64_t size, const char *expected_id,
-			     struct fetch_result *res)
-{
-	struct store *s = atomic_load(&adopting);
-
-	if (s && atomic_load(&kill_at) == 1 && store_sync(s) < 0)
-		kill(getpid(), SIGABRT); /* the child fails: not the kill -9 asked for */
-	return __real_fetch_verify_file(path, size, expected_id, res);
 }
 
 static char top[PATH_MAX], nas[PATH_MAX + 8], local[PATH_MAX + 8];
@@ -154,7 +147,6 @@ static int killed(struct store *s, const char *path, int at, int whole)
 		    store_part_request(s, b, half, 1, 0) != (int64_t)HALF || !wait_parts(s, b) ||
 		    store_sync(s) < 0)
 			_exit(3);
-		atomic_store(&adopting, s);
 		atomic_store(&kill_at, at);
 		if (whole)
 			store_promote(s, b, 0, 1);
@@ -169,8 +161,8 @@ static int killed(struct store *s, const char *path, int at, int whole)
 }
 
 /* kill -9 after ranges covering a blob became its copy in data/, before
- * an index recorded it: the index on disk names the ranges (written as
- * they are hashed whole, __wrap_fetch_verify_file), and the restart finds
+ * an index recorded it: the index on disk names the ranges (adopt writes
+ * it before it hashes them whole), and the restart finds
  * them -- the blob is made whole again from them, nothing read again from
  * the NAS.  Once an index records the copy the partial file goes, and the
  * restart after that serves the copy at once. */

@@ -183,15 +183,6 @@ void store_wake_hot(struct store *s)
 	pthread_mutex_unlock(&s->lock);
 }
 
-void store_landed_locked(struct store *s, struct blob *b)
-{
-	if (!(b->pinned & PIN_REF))
-		return;
-	s->ref_landed = 1;
-	s->hot_woken = 1;
-	pthread_cond_broadcast(&s->hot_cond);
-}
-
 int store_take_ref_landed(struct store *s)
 {
 	int r;

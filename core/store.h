@@ -552,8 +552,6 @@ void store_wake_hot(struct store *s);
  * last call?  Its landing wakes store_wait_hot, so that the pin can settle
  * on its revision when the last one lands, not at the next ref_poll. */
 int store_take_ref_landed(struct store *s);
-/* Under store.lock, where a copy became local: note it for the above. */
-void store_landed_locked(struct store *s, struct blob *b);
 /* Queue again the failed copies whose backoff has passed -- all of them
  * when the NAS gate has come up since the last call; none while it is
  * down.  Returns when to call again (CLOCK_MONOTONIC ms; -1: nothing

@@ -241,17 +241,8 @@ static void copy_done_locked(struct store *s, struct blob *b, int r, uint64_t si
 
 	if (r == 0 && !changed) {
 		verify_record_locked(s, b, res, 1);
-		store_backoff_clear_locked(b);
-		b->reason[0] = '\0';
-		b->hold = HOLD_NONE;
-		b->last_used = (int64_t)time(NULL);
 		atomic_store_explicit(&b->use_ns, store_now_ns(), memory_order_relaxed);
-		/* Last: a lock-free reader that sees LOCAL sees the rest (release). */
-		atomic_store_explicit(&b->state, BLOB_LOCAL, memory_order_release);
-		s->promoted++;
-		s->copies_unrecorded = 1;
-		store_dirty_locked(s);
-		store_landed_locked(s, b);
+		store_made_local_locked(s, b);
 		store_log_msg(s, LOG_INFO, "verified %s (%s): local copy %s", key, id, res->xxh);
 		return;
 	}

@@ -55,6 +55,14 @@ void file_proof_take(struct file_proof *p, const struct stat *st);
 int file_proof_holds(const struct file_proof *p, const struct stat *st);
 /* A copy of @b was verified: no backoff any more. */
 void store_backoff_clear_locked(struct blob *b);
+/* @b's local copy serves again (found sound by a re-hash, or a fresh
+ * one): a ref pin holding it is told (store_take_ref_landed). */
+void store_landed_locked(struct store *s, struct blob *b);
+/* A fresh copy of @b, verified and recorded (verify_record_locked), is
+ * its local copy now: no backoff, reason or hold; used now; LOCAL (last:
+ * a lock-free reader that sees it sees the rest); counted; the index due;
+ * store_landed_locked. */
+void store_made_local_locked(struct store *s, struct blob *b);
 
 /* ---- store_space.c ---- */
 

@@ -392,15 +392,7 @@ static int adopt(struct store *s, struct blob *b)
 	 * new attributes were seen since it was last checked: an unchecked
 	 * source stays so, and is sampled before the copy serves an open. */
 	verify_record_locked(s, b, &res, b->checked);
-	store_backoff_clear_locked(b);
-	b->reason[0] = '\0';
-	b->hold = HOLD_NONE;
-	b->last_used = (int64_t)time(NULL);
-	atomic_store_explicit(&b->state, BLOB_LOCAL, memory_order_release);
-	s->promoted++;
-	s->copies_unrecorded = 1;
-	store_dirty_locked(s);
-	store_landed_locked(s, b);
+	store_made_local_locked(s, b);
 	part_retire_locked(s, b, 1); /* its file is the copy now */
 	store_log_msg(s, LOG_INFO, "local ranges of %s cover it whole: the partial file is its "
 		      "verified copy %s now (no second copy)", b->key, res.xxh);

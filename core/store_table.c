@@ -275,6 +275,28 @@ void store_backoff_clear_locked(struct blob *b)
 	b->local_error = 0;
 }
 
+void store_landed_locked(struct store *s, struct blob *b)
+{
+	if (!(b->pinned & PIN_REF))
+		return;
+	s->ref_landed = 1;
+	s->hot_woken = 1;
+	pthread_cond_broadcast(&s->hot_cond);
+}
+
+void store_made_local_locked(struct store *s, struct blob *b)
+{
+	store_backoff_clear_locked(b);
+	b->reason[0] = '\0';
+	b->hold = HOLD_NONE;
+	b->last_used = (int64_t)time(NULL);
+	atomic_store_explicit(&b->state, BLOB_LOCAL, memory_order_release);
+	s->promoted++;
+	s->copies_unrecorded = 1;
+	store_dirty_locked(s);
+	store_landed_locked(s, b);
+}
+
 void store_blob_name(struct store *s, const struct blob *b, char *out, size_t sz)
 {
 	pthread_mutex_lock(&s->lock);

@@ -5,7 +5,6 @@
  * child that kills itself at the instant (--wrap), the parent restarts it. */
 #include "check.h"
 #include "check_store.h"
-#include "fetch_range.h"
 #include "hash.h"
 #include "store.h"
 #include "store_int.h"

@@ -289,9 +289,6 @@ static int held_is(struct record *r, const char *shows, const char *nas_rev)
 	return ok;
 }
 
-/* A ref moved on the NAS to a revision not all local: the record keeps
- * showing it at the one it showed, all local, until the new one is; the
- * NAS's bytes kept beside (record_held_refs), across a reopen. */
 /* The thread's builds so far; its looks in *@looks. */
 static uint64_t builds(struct record *r, uint64_t *looks)
 {
@@ -336,6 +333,9 @@ static void opens(struct check_count *c, struct record *r, struct store *s, stru
 	CHECK(c, after_a_look(r, gen) > gen, "an open by a name in another repo: a build");
 }
 
+/* A ref moved on the NAS to a revision not all local: the record keeps
+ * showing it at the one it showed, all local, until the new one is; the
+ * NAS's bytes kept beside (record_held_refs), across a reopen. */
 static void held(struct check_count *c, struct logs *lg, struct store *s,
 		 const struct hub_roots *roots)
 {

@@ -665,8 +665,14 @@ static json_t *repos_json(struct view *v, const char *norm)
 	char repo[PATH_MAX];
 
 	if (norm && *norm) {
-		snprintf(repo, sizeof(repo), "%.*s", (int)strcspn(norm, "/"), norm);
-		json_array_append_new(repos, repo_json(v, repo));
+		int len = (int)strcspn(norm, "/");
+
+		/* a path outside every repo (version.txt, .locks/...) lies in
+		 * none: the whole mount's rule (add_repo_name) */
+		if (memmem(norm, (size_t)len, "--", 2)) {
+			snprintf(repo, sizeof(repo), "%.*s", len, norm);
+			json_array_append_new(repos, repo_json(v, repo));
+		}
 		return repos;
 	}
 	repo_names(v, &rn);

@@ -125,6 +125,10 @@ static int print_repos(const json_t *repos, bool revisions)
 	json_t *repo, *rev;
 	int r = 0;
 
+	if (!json_array_size(repos)) {
+		printf("repos: none here\n");
+		return 0;
+	}
 	table_init(&tb, 7, hdr, "lrrrrrl");
 	json_array_foreach(repos, i, repo) {
 		char states[512];

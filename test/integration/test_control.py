@@ -406,6 +406,19 @@ class Limits(unittest.TestCase):
         self.assertGreaterEqual(info["timed_out"] - info0["timed_out"], 3, info)
         self.wait_no_other_conns()
 
+    def test_status_of_a_path_outside_every_repo(self):
+        """status of the hub's version.txt or its .locks names no repo: it
+        once listed "version.txt" as a repo of 0 files."""
+        for rel in ("version.txt", ".locks"):
+            st = ctl_json(self, ["status", FIX.m(rel)])
+            self.assertEqual(st["repos"], [], "status %s: %s" % (rel, st["repos"]))
+        st = ctl_json(self, ["status", FIX.m("models--acme--standard/refs")])
+        self.assertEqual([r["repo"] for r in st["repos"]], ["models--acme--standard"])
+        rc, out, err = run_wfsctl(["status", FIX.m("version.txt")])
+        self.assertEqual(rc, 0, err)
+        self.assertIn("repos: none here", out)
+        self.assertNotRegex(out, r"(?m)^version\.txt ")
+
     def test_status_and_dry_run_create_no_blobs(self):
         """status (by anyone) and a dry run of promote walk the tree without
         creating blob records: files the store does not know are reported

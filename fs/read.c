@@ -78,16 +78,23 @@ static int fh_nas_reopen(struct wfs *w, struct wfs_fh *fh, int dead, int *direct
 	return fd;
 }
 
+/* How many bytes a read of @size at @off gets of a file of @len bytes. */
+static size_t mem_slice(size_t len, size_t size, off_t off)
+{
+	size_t n = off >= 0 && (uint64_t)off < len ? len - (size_t)off : 0;
+
+	return n < size ? n : size;
+}
+
 /* A file held in memory (fh->mem: bytes from the record, up to a file
  * list's 1 MiB), from a copy of the slice asked: once the reply is written
  * the file may be released (and fh->mem freed) while writev still
  * returns. */
 static void reply_mem(fuse_req_t req, const char *mem, size_t len, size_t size, off_t off)
 {
-	size_t n = off >= 0 && (uint64_t)off < len ? len - (size_t)off : 0;
+	size_t n = mem_slice(len, size, off);
 	char *copy;
 
-	n = n < size ? n : size;
 	if (!n) {
 		fuse_reply_buf(req, NULL, 0);
 		return;
@@ -118,7 +125,10 @@ static int read_from_record(fuse_req_t req, struct wfs *w, struct wfs_fh *fh, si
 	    re->data_len == (size_t)fh->nas_st.st_size &&
 	    re->e.st.st_mtim.tv_sec == fh->nas_st.st_mtim.tv_sec &&
 	    re->e.st.st_mtim.tv_nsec == fh->nas_st.st_mtim.tv_nsec) {
-		reply_mem(req, mem, re->data_len, size, off);
+		size_t n = mem_slice(re->data_len, size, off);
+
+		/* @mem is this call's own: replied from, not copied */
+		fuse_reply_buf(req, n ? mem + off : NULL, n);
 		r = 0;
 	}
 	free(mem);

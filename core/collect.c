@@ -251,13 +251,24 @@ struct collecting {
 	struct blob_set *set;
 };
 
+/* The attributes of the regular file behind @e into @st: 0, or -1 (not
+ * one, or gone).  The walk read them; a stat of @backing only when not. */
+static int backing_file(const struct ns_entry *e, struct stat *st)
+{
+	if (e->has_backing_st)
+		*st = e->backing_st;
+	else if (stat(e->backing, st) < 0)
+		return -1;
+	return S_ISREG(st->st_mode) ? 0 : -1;
+}
+
 static int collect_one(void *arg, const char *rel, const struct ns_entry *e)
 {
 	struct collecting *c = arg;
 	struct stat st;
 	struct blob *b;
 
-	if (stat(e->backing, &st) < 0 || !S_ISREG(st.st_mode))
+	if (backing_file(e, &st) < 0)
 		return 0;
 	b = store_blob(c->s, e->backing, &st, e->blob_id);
 	if (!b)
@@ -388,7 +399,7 @@ static int peek_one(void *arg, const char *rel, const struct ns_entry *e)
 	struct stat st;
 	struct blob *b;
 
-	if (stat(e->backing, &st) < 0 || !S_ISREG(st.st_mode))
+	if (backing_file(e, &st) < 0)
 		return 0;
 	/* store_find, never store_blob: a walk by any local user must not
 	 * grow the table (nor, through it, the index on disk). */

@@ -33,12 +33,19 @@ static int show_verbatim(const char *path, const struct stat *lst, enum ns_link_
 	return 0;
 }
 
+static void backing_attrs(struct ns_entry *out, const struct stat *st)
+{
+	out->backing_st = *st;
+	out->has_backing_st = 1;
+}
+
 /* (not a memset of the whole entry: 8 KiB of path buffers, for each entry
  * of a walk) */
 static void entry_reset(struct ns_entry *out)
 {
 	out->kind = 0;
 	out->link_state = 0;
+	out->has_backing_st = 0;
 	memset(&out->st, 0, sizeof(out->st));
 	out->backing[0] = out->target[0] = out->blob_id[0] = '\0';
 }
@@ -60,6 +67,8 @@ static int present_lstat(struct ns_entry *out, const char *path, const char *rel
 		return -ENOENT;
 	out->kind = S_ISDIR(lst->st_mode) ? NS_DIR : NS_FILE;
 	out->st = *lst;
+	if (out->kind == NS_FILE)
+		backing_attrs(out, lst);
 	out->st.st_mode &= ~(mode_t)0222;
 	strcpy(out->backing, path);
 	name = hub_repo_blob_name(rel);
@@ -115,6 +124,7 @@ int ns_classify(const struct hub_roots *roots, const char *rel, struct ns_entry 
 	}
 
 	strcpy(out->backing, res.real);
+	backing_attrs(out, &res.st); /* the lstat of a regular file */
 	if (res.via[0]) {
 		/* A snapshot entry that is a blob of its own repo: show the link
 		 * huggingface_hub would have written, so every hop stays inside
@@ -219,6 +229,7 @@ static int snapshot_blob_link(struct ns_dir *d, const char *rel, const char *nam
 	if (path_relative(dir, lex, out->target, sizeof(out->target)) < 0)
 		return 1;
 	strcpy(out->blob_id, h);
+	backing_attrs(out, &st);
 	present_link(out, lst);
 	return 0;
 }
@@ -363,30 +374,29 @@ static int skippable(const struct walk *wk, int r)
 	return r == -ENOENT || r == -EACCES || r == -EPERM || r == -ELOOP || r == -ENAMETOOLONG;
 }
 
-static int walk(struct walk *wk, const char *rel, int depth)
-{
-	char backing[PATH_MAX];
-	struct dirent *de;
-	DIR *d;
-	int fd, r = ns_classify(wk->roots, rel, &wk->e);
+static int walk_entry(struct walk *wk, struct ns_dir *in, const char *name, const char *rel,
+		      int depth);
 
-	if (r < 0)
-		return r;
-	r = wk->fn(wk->arg, rel, &wk->e);
-	wk->fn_failed = r < 0;
-	if (r != 0 || wk->e.kind != NS_DIR || depth >= NS_WALK_DEPTH)
-		return r;
-	snprintf(backing, sizeof(backing), "%s", wk->e.backing);
+/* The entries of the directory @rel, each classified by descriptor in it
+ * (ns_classify_in: a snapshot link is three calls relative to open
+ * directories, where ns_classify looks up its path from the root for each
+ * of five), then the directories among them in turn. */
+static int walk_dir(struct walk *wk, const char *rel, int depth)
+{
+	struct ns_dir *nd = malloc(sizeof(*nd));
+	struct dirent *de;
+	DIR *d = NULL;
+	int fd = -1, r;
+
+	if (!nd)
+		return -ENOMEM;
 	/* listed physically: no link in any component, even one swapped in
 	 * since the classification (nasopen.h) */
-	fd = nas_open(wk->roots, backing, O_DIRECTORY);
-	if (fd < 0)
-		return fd;
-	d = fdopendir(fd);
-	if (!d) {
+	r = ns_dir_open(nd, wk->roots, rel);
+	if (r == 0 && ((fd = dup(nd->fd)) < 0 || !(d = fdopendir(fd)))) {
 		r = -errno;
-		close(fd);
-		return r;
+		if (fd >= 0)
+			close(fd);
 	}
 	for (errno = 0; r == 0 && (de = readdir(d)); errno = 0) {
 		char child[PATH_MAX];
@@ -396,14 +406,33 @@ static int walk(struct walk *wk, const char *rel, int depth)
 		if (path_join(rel, de->d_name, child, sizeof(child)) < 0 ||
 		    ((wk->flags & NS_WALK_WEIGHTS) && !hub_holds_weights(child)))
 			continue;
-		r = walk(wk, child, depth + 1);
+		r = walk_entry(wk, nd, de->d_name, child, depth + 1);
 		if (r < 0 && !wk->fn_failed && skippable(wk, r))
 			r = 0;
 	}
 	if (r == 0 && errno)
 		r = -errno; /* the listing broke off: entries after it unseen */
-	closedir(d);
+	if (d)
+		closedir(d);
+	ns_dir_close(nd);
+	free(nd);
 	return r;
+}
+
+/* @rel (the entry @name of @in; the walk's start when @in is NULL) to @fn,
+ * and, a directory, what it holds. */
+static int walk_entry(struct walk *wk, struct ns_dir *in, const char *name, const char *rel,
+		      int depth)
+{
+	int r = in ? ns_classify_in(in, name, &wk->e) : ns_classify(wk->roots, rel, &wk->e);
+
+	if (r < 0)
+		return r;
+	r = wk->fn(wk->arg, rel, &wk->e);
+	wk->fn_failed = r < 0;
+	if (r != 0 || wk->e.kind != NS_DIR || depth >= NS_WALK_DEPTH)
+		return r;
+	return walk_dir(wk, rel, depth);
 }
 
 int ns_walk(const struct hub_roots *roots, const char *rel, int flags,
@@ -417,7 +446,7 @@ int ns_walk(const struct hub_roots *roots, const char *rel, int flags,
 	*wk = (struct walk){ .roots = roots, .flags = flags, .fn = fn, .arg = arg };
 	r = hub_check_parents(roots, rel);
 	if (r == 0)
-		r = walk(wk, rel, 0);
+		r = walk_entry(wk, NULL, NULL, rel, 0);
 	free(wk);
 	return r > 0 ? 0 : r;
 }

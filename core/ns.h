@@ -32,6 +32,11 @@ struct ns_entry {
 	char backing[PATH_MAX];     /* FILE: physical path of the bytes; DIR: NAS path */
 	char target[PATH_MAX];      /* LINK: the readlink text */
 	char blob_id[NAME_MAX + 1]; /* the repo blob this entry is, or links to; else "" */
+	/* A FILE, or a LINK that resolves to one: the backing file's own
+	 * attributes as the classification read them (a walk's consumer
+	 * needs no second stat of @backing); 0 when not read (ns_batch_get) */
+	int has_backing_st;
+	struct stat backing_st;
 };
 
 /* Classify @rel ("" is the root).  Returns 0, -ENOENT for names that do not

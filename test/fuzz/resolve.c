@@ -347,6 +347,9 @@ static void check_entry(const char *rel, const struct ns_entry *e)
 			    e->backing);
 		FUZZ_ASSERT(S_ISREG(e->st.st_mode) && !(e->st.st_mode & 0222),
 			    "\"%s\": presented mode %o", rel, (unsigned)e->st.st_mode);
+		FUZZ_ASSERT(e->has_backing_st && e->backing_st.st_ino == st.st_ino &&
+			    e->backing_st.st_dev == st.st_dev && e->backing_st.st_size == st.st_size,
+			    "\"%s\": backing attributes not those of %s", rel, e->backing);
 		break;
 	case NS_LINK:
 		FUZZ_ASSERT(S_ISLNK(e->st.st_mode) && e->target[0] &&
@@ -372,6 +375,16 @@ static void check_entry(const char *rel, const struct ns_entry *e)
 			snprintf(joined, sizeof(joined), "%s%s%s", dir, *dir ? "/" : "", e->target);
 			FUZZ_ASSERT(path_normalize(joined, norm, sizeof(norm)) == 0,
 				    "\"%s\": resolved link \"%s\" leaves the mount", rel, e->target);
+			if (e->backing[0]) {
+				struct stat bst;
+
+				FUZZ_ASSERT(e->has_backing_st && __real_lstat(e->backing, &bst) == 0 &&
+					    S_ISREG(e->backing_st.st_mode) &&
+					    e->backing_st.st_ino == bst.st_ino &&
+					    e->backing_st.st_size == bst.st_size,
+					    "\"%s\": backing attributes not those of %s", rel,
+					    e->backing);
+			}
 			if (following)
 				break;
 			r = mount_follow(rel, &fin);

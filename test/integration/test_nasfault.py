@@ -778,6 +778,31 @@ class FreshAttrs(WfsOnFaultNAS):
         self.assertEqual((after["state"], after["timeouts"]), ("up", before["timeouts"]), after)
 
 
+class WalkCalls(WfsOnFaultNAS):
+    """A walk of the NAS (status, promote, the record) classifies each
+    entry by descriptor in its open directory: a snapshot link is an
+    fstatat, a readlinkat and an fstatat in the open blobs/, and the walk's
+    consumer takes the blob's attributes from it.  Each path-based call it
+    made instead was a lookup of every component on a NAS that caches
+    nothing (faultfs; an NFS client past its lookup cache)."""
+
+    PROMOTE = False
+
+    def test_status_of_300_links(self):
+        self.assertTrue(wfstest.wait_until(lambda: "under the repos' blobs/" in self.mount.log(),
+                                           30, 0.02), "the start-up link scan did not end")
+        repo = MANY_BLOBS.split("/")[0]
+        self.wait_nas("up", UP_WAIT)
+        c0 = NAS.state()["calls"]
+        st = ctl_json(self, ["status", self.m(repo)])
+        calls = NAS.state()["calls"] - c0
+        self.assertEqual([(r["repo"], r["files"]) for r in st["repos"]], [(repo, 300)])
+        # status walks the repo twice (its files, its revisions): ~22
+        # faultfs requests a link (each call above a LOOKUP, with a GETATTR
+        # or a READLINK), ~97 when every call looked its path up afresh
+        self.assertLessEqual(calls, 30 * 300, "status of %s: %d NAS calls" % (repo, calls))
+
+
 class SlowNAS(WfsOnFaultNAS):
     """20 ms a NAS call (each FUSE request costs several) is slow, not down
     (default nas_timeout)."""

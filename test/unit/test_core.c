@@ -364,6 +364,15 @@ static int same_in_dir(struct check_count *c, struct hub_roots *roots, const cha
 		CHECK(c, !strcmp(a->backing, b->backing) && !strcmp(a->target, b->target) &&
 		      !strcmp(a->blob_id, b->blob_id), "%s: backing %s/%s target %s/%s id %s/%s",
 		      child, a->backing, b->backing, a->target, b->target, a->blob_id, b->blob_id);
+		/* the backing file's attributes, read on the way (a walk's
+		 * consumer stats it no more) */
+		CHECK(c, a->has_backing_st == b->has_backing_st &&
+		      a->has_backing_st == (a->kind == NS_FILE || (a->kind == NS_LINK &&
+		      a->link_state == NS_LINK_RESOLVED && a->backing[0])) &&
+		      (!a->has_backing_st || (S_ISREG(a->backing_st.st_mode) &&
+		      a->backing_st.st_ino == b->backing_st.st_ino &&
+		      a->backing_st.st_size == b->backing_st.st_size)),
+		      "%s: backing attributes %d/%d", child, a->has_backing_st, b->has_backing_st);
 		if (de->d_type == DT_DIR)
 			n += same_in_dir(c, roots, child, a, b);
 	}

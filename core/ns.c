@@ -337,6 +337,7 @@ int ns_batch_get(const struct ns_batch *b, size_t i, struct ns_entry *out)
 	out->kind = it->kind;
 	out->link_state = it->link_state;
 	out->st = it->st;
+	out->has_backing_st = 0; /* not kept: a batch is a reply's attributes */
 	/* each was shorter than its buffer in the entry it came from */
 	strcpy(out->backing, s);
 	s += strlen(s) + 1;

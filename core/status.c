@@ -662,20 +662,12 @@ static json_t *repos_json(struct view *v, const char *norm)
 {
 	struct repo_names rn = {0};
 	json_t *repos = json_array();
-	char repo[PATH_MAX];
 
-	if (norm && *norm) {
-		int len = (int)strcspn(norm, "/");
-
-		/* a path outside every repo (version.txt, .locks/...) lies in
-		 * none: the whole mount's rule (add_repo_name) */
-		if (memmem(norm, (size_t)len, "--", 2)) {
-			snprintf(repo, sizeof(repo), "%.*s", len, norm);
-			json_array_append_new(repos, repo_json(v, repo));
-		}
-		return repos;
-	}
-	repo_names(v, &rn);
+	/* (a path outside every repo, version.txt or .locks/..., lies in none) */
+	if (norm && *norm)
+		add_repo_name(&rn, norm, strcspn(norm, "/"));
+	else
+		repo_names(v, &rn);
 	for (size_t i = 0; i < rn.n; i++) {
 		json_array_append_new(repos, repo_json(v, rn.v[i]));
 		free(rn.v[i]);

@@ -178,8 +178,7 @@ struct blob *store_wait_hot(struct store *s, int64_t deadline_ms)
 void store_wake_hot(struct store *s)
 {
 	pthread_mutex_lock(&s->lock);
-	s->hot_woken = 1;
-	pthread_cond_broadcast(&s->hot_cond);
+	store_wake_hot_locked(s);
 	pthread_mutex_unlock(&s->lock);
 }
 

@@ -55,6 +55,8 @@ void file_proof_take(struct file_proof *p, const struct stat *st);
 int file_proof_holds(const struct file_proof *p, const struct stat *st);
 /* A copy of @b was verified: no backoff any more. */
 void store_backoff_clear_locked(struct blob *b);
+/* store_wait_hot returns (its caller looks at what is due again). */
+void store_wake_hot_locked(struct store *s);
 /* @b's local copy serves again (found sound by a re-hash, or a fresh
  * one): a ref pin holding it is told (store_take_ref_landed). */
 void store_landed_locked(struct store *s, struct blob *b);

@@ -245,8 +245,7 @@ void store_retry_schedule_locked(struct store *s, struct blob *b)
 	if (!s->retry_pending || b->retry_at_ms < s->retry_next_ms) {
 		s->retry_pending = 1;
 		s->retry_next_ms = b->retry_at_ms;
-		s->hot_woken = 1;
-		pthread_cond_broadcast(&s->hot_cond);
+		store_wake_hot_locked(s);
 	}
 }
 
@@ -275,13 +274,18 @@ void store_backoff_clear_locked(struct blob *b)
 	b->local_error = 0;
 }
 
+void store_wake_hot_locked(struct store *s)
+{
+	s->hot_woken = 1;
+	pthread_cond_broadcast(&s->hot_cond);
+}
+
 void store_landed_locked(struct store *s, struct blob *b)
 {
 	if (!(b->pinned & PIN_REF))
 		return;
 	s->ref_landed = 1;
-	s->hot_woken = 1;
-	pthread_cond_broadcast(&s->hot_cond);
+	store_wake_hot_locked(s);
 }
 
 void store_made_local_locked(struct store *s, struct blob *b)

@@ -567,9 +567,6 @@ class RefPinDropped(unittest.TestCase):
     (unpinned, no longer pending) when the ref moves back, whether the poll
     sees it (ref_poll) or pin --ref is run again."""
 
-    def pin_state(self, m, repo):
-        return ref_pin(self, m, repo)
-
     def pinned_by_rev(self, m, repo):
         st = ctl_json(self, ["status", os.path.join(m.mnt, repo)])
         return {v["rev"]: v.get("pinned_files") for v in st["repos"][0]["revisions"]}
@@ -580,36 +577,36 @@ class RefPinDropped(unittest.TestCase):
         wfstest.make_hf_repo(Fix.hub, repo, {"a.bin": wfstest.det_bytes(repo + "a", MiB)},
                              commit=rev_a)
         wfstest.ctl_check(self, ["pin", "--ref", "main", path])
-        ok = wfstest.wait_until(lambda: self.pin_state(m, repo).get("commit") == rev_a, 20, 0.1)
-        self.assertTrue(ok, "the ref pin never settled on A: %s" % self.pin_state(m, repo))
+        ok = wfstest.wait_until(lambda: ref_pin(self, m, repo).get("commit") == rev_a, 20, 0.1)
+        self.assertTrue(ok, "the ref pin never settled on A: %s" % ref_pin(self, m, repo))
         make_bad_rev(repo, rev_b)
         if by_pin:
             wfstest.ctl_check(self, ["pin", "--ref", "main", path])
 
         def stuck_on_b():
-            st = self.pin_state(m, repo)
+            st = ref_pin(self, m, repo)
             return (st.get("pending") == rev_b and "moving to " + rev_b in st.get("reason", "")
                     and self.pinned_by_rev(m, repo).get(rev_b) == 2)
         ok = wfstest.wait_until(stuck_on_b, 30, 0.1)
         self.assertTrue(ok, "the pin did not start moving to B: %s %s"
-                        % (self.pin_state(m, repo), self.pinned_by_rev(m, repo)))
+                        % (ref_pin(self, m, repo), self.pinned_by_rev(m, repo)))
         wfstest.set_hf_ref(Fix.hub, repo, "main", rev_a)
         if by_pin:
             out, _ = wfstest.ctl_check(self, ["pin", "--ref", "main", path])
             self.assertIn(rev_a, out)
 
         def back_on_a():
-            st = self.pin_state(m, repo)
+            st = ref_pin(self, m, repo)
             return (st.get("commit"), st.get("pending"), st.get("reason")) == (rev_a, "", "") \
                 and self.pinned_by_rev(m, repo) == {rev_a: 1, rev_b: 0}
         ok = wfstest.wait_until(back_on_a, 30, 0.1)
         self.assertTrue(ok, "B was not dropped when the ref moved back to A: %s %s"
-                        % (self.pin_state(m, repo), self.pinned_by_rev(m, repo)))
+                        % (ref_pin(self, m, repo), self.pinned_by_rev(m, repo)))
         rc, out, err = run_wfsctl(["status", m.mnt])
         self.assertNotIn("moving to", out, "a stale reason in status:\n" + out)
         wfstest.ctl_check(self, ["unpin", "--ref", "main", path])
         self.assertEqual(self.pinned_by_rev(m, repo), {rev_a: 0, rev_b: 0})
-        self.assertEqual(self.pin_state(m, repo), {})
+        self.assertEqual(ref_pin(self, m, repo), {})
 
     def test_ref_moves_back_seen_by_the_poll(self):
         self.move_to_bad_and_back(Fix.mounts["on"], "models--acme--refback", False)

@@ -15,8 +15,10 @@ import wfstest  # noqa: E402
 from wfstest import ctl_check, ctl_json, run_wfsctl, state_of, wait_state  # noqa: E402
 
 MiB = 1 << 20
-# a 180 MiB shard copied at 20 MB/s: ~9 s during which to kill the daemon
-FIX = wfstest.HubFixture(options=("promote_mbps=20", "auto_promote=off"), scale_mib=400, many=0, mount=False)
+# a 43 MiB shard copied at a third of 20 MB/s (promote_mbps is shared by
+# the copy_workers + 1 copies that may run at once, 2 + 1 on two cores):
+# ~6 s during which to kill the daemon, killed ~1 s in (8 MiB done)
+FIX = wfstest.HubFixture(options=("promote_mbps=20", "auto_promote=off"), scale_mib=96, many=0, mount=False)
 
 
 def setUpModule():
@@ -46,7 +48,7 @@ class KillDuringCopy(unittest.TestCase):
         big = snap("models--acme--standard", "model-00001-of-00002.safetensors")
         smalls = [snap("models--acme--packs", "model.safetensors"),   # SHA-256 named
                   snap("models--acme--standard", "config.json")]      # git SHA-1 named
-        self.assertGreaterEqual(big["size"], 100 * MiB)
+        self.assertGreaterEqual(big["size"], 32 * MiB)
         bigp = FIX.m(big["path"])
 
         # 1. small blobs promoted and verified before the crash

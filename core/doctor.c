@@ -267,9 +267,8 @@ static void *scan_main(void *arg)
 	       !atomic_load_explicit(&d->stop, memory_order_relaxed)) {
 		static const char *const areas[] = { "blobs", "snapshots" };
 
-		/* repo folders ("<type>s--<org>--<name>"); ns_walk never goes
-		 * through one that is a link */
-		if (de->d_name[0] == '.' || !strstr(de->d_name, "--"))
+		/* repo folders; ns_walk never goes through one that is a link */
+		if (!hub_is_repo_folder(de->d_name, strlen(de->d_name)))
 			continue;
 		for (int i = 0; i < 2; i++) {
 			char rel[PATH_MAX];

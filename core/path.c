@@ -201,13 +201,35 @@ const char *hub_repo_blob_name(const char *rel)
 	return name;
 }
 
+int hub_is_repo_folder(const char *name, size_t len)
+{
+	static const char *const kinds[] = { "models--", "datasets--", "spaces--" };
+
+	if (len > NAME_MAX || memchr(name, '/', len))
+		return 0;
+	for (size_t i = 0; i < sizeof(kinds) / sizeof(*kinds); i++) {
+		size_t k = strlen(kinds[i]);
+
+		if (len > k && !memcmp(name, kinds[i], k))
+			return 1;
+	}
+	return 0;
+}
+
+size_t hub_repo_len(const char *rel)
+{
+	size_t n = first_len(rel);
+
+	return hub_is_repo_folder(rel, n) ? n : 0;
+}
+
 int hub_holds_weights(const char *rel)
 {
-	size_t repo = first_len(rel), area;
+	size_t repo = hub_repo_len(rel), area;
 
 	if (!*rel)
 		return 1;
-	if (!memmem(rel, repo, "--", 2))
+	if (!repo)
 		return 0;
 	if (!rel[repo])
 		return 1;

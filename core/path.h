@@ -52,6 +52,16 @@ int hub_is_snapshot_name(const char *rel);
 /* For "<repo>/blobs/<name>" return a pointer to <name>, else NULL. */
 const char *hub_repo_blob_name(const char *rel);
 
+/* Is @name (@len bytes; need not be NUL-terminated there) a repo folder's
+ * name: "models--", "datasets--" or "spaces--" followed by more
+ * (HUB-LAYOUT.md), at most NAME_MAX bytes?  The one rule for what a repo
+ * is: where weights may be (hub_holds_weights), which repos status lists,
+ * which the local record hashes and which the start-up scan walks. */
+int hub_is_repo_folder(const char *name, size_t len);
+
+/* The length of @rel's first component when it names a repo folder, else 0. */
+size_t hub_repo_len(const char *rel);
+
 /* Can @rel (mount-relative, normalised; "" is the root) be or hold weight
  * data: the root, a repo folder ("<type>s--<org>--<name>"), or anything
  * under a repo's blobs/ or snapshots/.  Everything else -- refs (they move

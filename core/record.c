@@ -43,23 +43,9 @@ struct scan {
 	uint64_t sum, mix, count;
 };
 
-/* The length of @rel's first component when it names a repo folder
- * (HUB-LAYOUT.md: models--, datasets--, spaces--), else 0. */
-static size_t repo_len(const char *rel)
-{
-	static const char *const kinds[] = { "models--", "datasets--", "spaces--" };
-	size_t n = strcspn(rel, "/");
-
-	for (size_t i = 0; i < 3; i++)
-		if (n > strlen(kinds[i]) && n <= NAME_MAX &&
-		    !strncmp(rel, kinds[i], strlen(kinds[i])))
-			return n;
-	return 0;
-}
-
 static void add_repo(struct scan *sc, const char *rel)
 {
-	size_t n = rel ? repo_len(rel) : 0;
+	size_t n = rel ? hub_repo_len(rel) : 0;
 
 	if (!n || sc->err)
 		return;
@@ -86,7 +72,7 @@ static void add_repo(struct scan *sc, const char *rel)
 /* The hash of the repo folder @rel (may be NULL) is in; 0 when none. */
 static uint64_t repo_hash(const char *rel)
 {
-	size_t n = rel ? repo_len(rel) : 0;
+	size_t n = rel ? hub_repo_len(rel) : 0;
 
 	return n ? XXH3_64bits(rel, n) : 0;
 }

@@ -429,7 +429,7 @@ static void add_repo_name(struct repo_names *rn, const char *name, size_t len)
 {
 	char **v;
 
-	if (!memmem(name, len, "--", 2))
+	if (!hub_is_repo_folder(name, len))
 		return;
 	if (rn->n == rn->cap) {
 		size_t cap = rn->cap ? rn->cap * 2 : 32;

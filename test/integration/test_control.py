@@ -8,10 +8,12 @@ connections held open leave its thread count alone and past the caps get an
 error reply; idle, half-line and not-reading clients are closed; the owner is
 served meanwhile; status and dry runs by anyone create no blob records."""
 
+import hashlib
 import json
 import os
 import re
 import select
+import shutil
 import socket
 import stat
 import sys
@@ -418,6 +420,29 @@ class Limits(unittest.TestCase):
         self.assertEqual(rc, 0, err)
         self.assertIn("repos: none here", out)
         self.assertNotRegex(out, r"(?m)^version\.txt ")
+
+    def test_a_folder_with_dashes_is_no_repo(self):
+        """A top-level folder with "--" in its name but no repo kind
+        ("backup--old"; HUB-LAYOUT.md: models--, datasets--, spaces--) is
+        not a repo: status lists no such repo, and a file in it is read
+        from the NAS and never copied, like any file outside a repo.
+        status once listed it, and promote copied the file."""
+        data = b"not a repo's blob\n" * 256
+        sha = hashlib.sha256(data).hexdigest()
+        os.makedirs(FIX.n("backup--old/blobs"))
+        self.addCleanup(shutil.rmtree, FIX.n("backup--old"))
+        with open(FIX.n("backup--old/blobs/" + sha), "wb") as f:
+            f.write(data)
+        data0 = wfstest.store_files(FIX.local)
+        st = ctl_json(self, ["status", FIX.mnt])
+        self.assertNotIn("backup--old", [r["repo"] for r in st["repos"]])
+        self.assertIn("models--acme--standard", [r["repo"] for r in st["repos"]])
+        path = FIX.m("backup--old/blobs/" + sha)
+        self.assertTrue(wfstest.read_file(path) == data, "read through the mount")
+        rc, out, err = run_wfsctl(["promote", "--wait", path])
+        self.assertEqual(rc, 1, "promote of a file outside every repo: %s%s" % (out, err))
+        self.assertIn("not weight data", err)
+        self.assertEqual(wfstest.store_files(FIX.local), data0, "data/ changed")
 
     def test_status_and_dry_run_create_no_blobs(self):
         """status (by anyone) and a dry run of promote walk the tree without

@@ -95,6 +95,31 @@ static void test_path(struct check_count *c)
 	CHECK(c, !hub_holds_weights("models--o--n/blobsx/y"), "blobs is a whole name");
 	CHECK(c, !hub_holds_weights(".locks/models--o--n/x.lock"), "a lock");
 	CHECK(c, !hub_holds_weights("version.txt"), "a top-level file");
+	CHECK(c, !hub_holds_weights("backup--old/blobs/" SHA_A), "a folder with -- that is no repo");
+	CHECK(c, hub_holds_weights("spaces--o--n/snapshots/" REV "/app.py"), "a space");
+
+	/* the one rule for a repo folder (HUB-LAYOUT.md) */
+	CHECK(c, hub_is_repo_folder("models--o--n", 12), "models--");
+	CHECK(c, hub_is_repo_folder("datasets--o--n", 14), "datasets--");
+	CHECK(c, hub_is_repo_folder("spaces--n", 9), "spaces-- without an org");
+	CHECK(c, hub_is_repo_folder("models--o--n/refs", 12), "the name's length is its end");
+	CHECK(c, !hub_is_repo_folder("models--", 8), "the kind alone");
+	CHECK(c, !hub_is_repo_folder("model--o--n", 11), "not a kind");
+	CHECK(c, !hub_is_repo_folder("backup--x", 9), "-- alone");
+	CHECK(c, !hub_is_repo_folder(".locks", 6), ".locks");
+	CHECK(c, !hub_is_repo_folder("models--o/n", 11), "a slash inside");
+	CHECK(c, hub_repo_len("models--o--n/blobs/x") == 12, "hub_repo_len: the first component");
+	CHECK(c, hub_repo_len("models--o--n") == 12, "hub_repo_len: the whole of a name");
+	CHECK(c, hub_repo_len("version.txt") == 0, "hub_repo_len: no repo");
+	{
+		char longname[NAME_MAX + 2];
+
+		memset(longname, 'a', sizeof(longname) - 1);
+		memcpy(longname, "models--", 8);
+		longname[NAME_MAX + 1] = 0;
+		CHECK(c, !hub_is_repo_folder(longname, NAME_MAX + 1), "longer than NAME_MAX");
+		CHECK(c, hub_is_repo_folder(longname, NAME_MAX), "NAME_MAX bytes");
+	}
 }
 
 static void build_tree(void)

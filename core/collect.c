@@ -392,10 +392,10 @@ struct peeking {
 	struct nas_set *unknown;
 };
 
-static int peek_one(void *arg, const char *rel, const struct ns_entry *e)
+int collect_peek_file(struct store *s, const struct policy_opts *pol, const char *rel,
+		      const struct ns_entry *e, struct blob_set *known, struct nas_set *unknown)
 {
-	struct peeking *p = arg;
-	const char *glob = policy_excluded(p->pol, rel);
+	const char *glob = policy_excluded(pol, rel);
 	struct stat st;
 	struct blob *b;
 
@@ -403,10 +403,17 @@ static int peek_one(void *arg, const char *rel, const struct ns_entry *e)
 		return 0;
 	/* store_find, never store_blob: a walk by any local user must not
 	 * grow the table (nor, through it, the index on disk). */
-	b = store_find(p->s, e->backing);
+	b = store_find(s, e->backing);
 	if (b)
-		return set_add(p->known, b, glob, rel);
-	return nas_add(p->unknown, e->backing, e->blob_id, (uint64_t)st.st_size, glob, rel);
+		return set_add(known, b, glob, rel);
+	return nas_add(unknown, e->backing, e->blob_id, (uint64_t)st.st_size, glob, rel);
+}
+
+static int peek_one(void *arg, const char *rel, const struct ns_entry *e)
+{
+	struct peeking *p = arg;
+
+	return collect_peek_file(p->s, p->pol, rel, e, p->known, p->unknown);
 }
 
 int collect_peek(const struct hub_roots *roots, struct store *s, const struct policy_opts *pol,

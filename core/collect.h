@@ -78,6 +78,15 @@ struct nas_set {
 int collect_peek(const struct hub_roots *roots, struct store *s, const struct policy_opts *pol,
 		 const char *rel, struct blob_set *known, struct nas_set *unknown);
 
+/* collect_peek's step for one file a walk found (collect_walk's @fn gets
+ * @rel and @e): its blob to @known if the store knows it, else the file to
+ * @unknown, each with the exclusion glob of @pol (may be NULL) @rel
+ * matches.  For a caller that sorts what one walk finds into several sets (status:
+ * a repo and each of its revisions); the blob-name exclusions collect_peek
+ * adds for a walk of "<repo>/blobs" are not looked at.  0 or -ENOMEM. */
+int collect_peek_file(struct store *s, const struct policy_opts *pol, const char *rel,
+		      const struct ns_entry *e, struct blob_set *known, struct nas_set *unknown);
+
 /* Sort by key and drop duplicates, keeping an exclusion any name matched. */
 void nas_set_unique(struct nas_set *set);
 void nas_set_clear(struct nas_set *set); /* empty, keep the memory */

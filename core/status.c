@@ -3,9 +3,11 @@
  * the store's room, the policy, the ref pins, the NAS's state, the local
  * record and the control server's connections.  See status.h.
  *
- * Any local user may ask, so it changes nothing: the tree is walked with
- * collect_peek (files the store has no blob for count as on the NAS), never
- * collect, which would create a blob for every file walked.
+ * Any local user may ask, so it changes nothing: the tree is walked as
+ * collect_peek walks it (files the store has no blob for count as on the
+ * NAS), never as collect, which would create a blob for every file walked.
+ * A repo is walked once: its figures and each revision's come from that
+ * walk (tally_repo), and so do a ref pin's when its repo was walked.
  *
  * It must answer during a NAS outage, so it never walks a NAS the gate
  * (nasgate.h) says is down: the tree is then what the local record
@@ -16,6 +18,7 @@
  * kernel; between repos and revisions it looks at the gate again.
  */
 #include "status.h"
+#include "status_int.h"
 #include "collect.h"
 #include "metrics.h"
 #include "nasgate.h"
@@ -34,73 +37,17 @@
 #include <sys/statvfs.h>
 #include <time.h>
 
-struct tally {
-	json_int_t files, bytes, local_files, local_bytes, pinned_files;
-	json_int_t partial_files, partial_bytes; /* not local whole: local ranges */
-	json_int_t per_state[BLOB_NSTATES];
-};
-
-/* Keys (NAS paths) of files found without the NAS, with the size the
- * record shows (for a file the store has no blob for). */
-struct keys {
-	char **v;
-	uint64_t *size;
-	size_t n, cap;
-};
-
-/* One status reply's way to the tree.  @online: the NAS may be walked;
- * once it is found down it stays 0 for the rest of the reply. */
-struct view {
-	struct control *c;
-	int online;
-	struct blob_set set;      /* scratch: blobs the store knows */
-	struct nas_set nas;       /* scratch: files it does not (online) */
-	struct keys keys;         /* scratch: files found without the NAS */
-	struct record_entry *e;   /* scratch for record_lookup (large) */
-};
-
 static const char *const FROM_NAS = "nas", *const FROM_RECORD = "record";
-
-static void keys_clear(struct keys *k)
-{
-	for (size_t i = 0; i < k->n; i++)
-		free(k->v[i]);
-	k->n = 0;
-}
-
-static int keys_add(struct keys *k, const char *key, uint64_t size)
-{
-	if (k->n == k->cap) {
-		size_t cap = k->cap ? k->cap * 2 : 64;
-		char **v = realloc(k->v, cap * sizeof(*v));
-		uint64_t *sz = v ? realloc(k->size, cap * sizeof(*sz)) : NULL;
-
-		if (v)
-			k->v = v;
-		if (!sz)
-			return -ENOMEM;
-		k->size = sz;
-		k->cap = cap;
-	}
-	if (!(k->v[k->n] = strdup(key)))
-		return -ENOMEM;
-	k->size[k->n++] = size;
-	return 0;
-}
-
-static void keys_free(struct keys *k)
-{
-	keys_clear(k);
-	free(k->v);
-	free(k->size);
-}
 
 static void view_free(struct view *v)
 {
 	blob_set_free(&v->set);
 	nas_set_free(&v->nas);
-	keys_free(&v->keys);
+	status_keys_free(&v->keys);
 	free(v->e);
+	for (size_t i = 0; i < v->nrevs; i++)
+		free(v->revs[i].rel);
+	free(v->revs);
 }
 
 /* ---- is the NAS there ---- */
@@ -136,15 +83,6 @@ static int nas_answers(struct control *c)
 	return !(r == -ETIMEDOUT || r == -EHOSTDOWN || nas_gate_unavailable(r));
 }
 
-/* The scratch entry for record lookups (NULL: no record, or no memory:
- * then nothing is read from the record). */
-static struct record_entry *view_entry(struct view *v)
-{
-	if (v->c->record && !v->e)
-		v->e = malloc(sizeof(*v->e));
-	return v->e;
-}
-
 static int view_online(struct view *v)
 {
 	if (v->online && !nas_gate_up(v->c->gate))
@@ -152,160 +90,23 @@ static int view_online(struct view *v)
 	return v->online;
 }
 
-/* ---- what is known without the NAS ---- */
-
-struct under {
-	const char *root;   /* NAS path of the part asked for */
-	struct keys *keys;
-	int err;
-};
-
-static void key_under(void *arg, const struct blob_info *b)
-{
-	struct under *u = arg;
-
-	if (!u->err && path_under(u->root, b->key))
-		u->err = keys_add(u->keys, b->key, b->size);
-}
-
-/* The file a resolved link of the record leads to, as recorded: 1 and its
- * key in @out, else 0.  Links are resolved lexically, as the record keeps
- * them (record.h), and only to files: a walk never follows a link. */
-static int record_link_file(struct view *v, const char *rel, const char *target,
-			    char *key, size_t keysz, uint64_t *size)
-{
-	char dir[PATH_MAX], joined[PATH_MAX * 2], norm[PATH_MAX];
-
-	path_dirname(rel, dir, sizeof(dir));
-	if (path_join(dir, target, joined, sizeof(joined)) < 0 ||
-	    path_normalize(joined, norm, sizeof(norm)) < 0 ||
-	    record_lookup(v->c->record, norm, v->e) < 0 || v->e->e.kind != NS_FILE)
-		return 0;
-	snprintf(key, keysz, "%s", v->e->e.backing);
-	*size = (uint64_t)v->e->e.st.st_size;
-	return 1;
-}
-
-/* One recorded name: a file's key to @v->keys, a directory's children to
- * the work list @todo (which owns the strings). */
-static int record_visit(struct view *v, const char *rel, struct keys *todo)
-{
-	char key[PATH_MAX], **names = NULL;
-	uint64_t size = 0;
-	size_t n = 0;
-	int r = 0;
-
-	if (record_lookup(v->c->record, rel, v->e) < 0)
-		return 0;
-	switch (v->e->e.kind) {
-	case NS_FILE:
-		return keys_add(&v->keys, v->e->e.backing, (uint64_t)v->e->e.st.st_size);
-	case NS_LINK:
-		if (v->e->e.link_state == NS_LINK_RESOLVED &&
-		    record_link_file(v, rel, v->e->e.target, key, sizeof(key), &size))
-			return keys_add(&v->keys, key, size);
-		return 0;
-	case NS_DIR:
-		if (record_list(v->c->record, rel, &names, &n) < 0)
-			return 0;
-		for (size_t i = 0; i < n; i++) {
-			char child[PATH_MAX * 2];
-
-			/* as collect_walk: what is not weight data is not counted */
-			if (!r && path_join(rel, names[i], child, sizeof(child)) == 0 &&
-			    hub_holds_weights(child))
-				r = keys_add(todo, child, 0);
-			free(names[i]);
-		}
-		free(names);
-		return r;
-	}
-	return 0;
-}
-
-/* Every file under @rel the record holds, into @v->keys. */
-static int record_files(struct view *v, const char *rel)
-{
-	struct keys todo = {0};
-	int r;
-
-	if (!view_entry(v))
-		return v->c->record ? -ENOMEM : 0;
-	r = keys_add(&todo, rel, 0);
-	while (!r && todo.n) {
-		char *at = todo.v[--todo.n];
-
-		r = record_visit(v, at, &todo);
-		free(at);
-	}
-	keys_free(&todo);
-	return r;
-}
-
-static int cmp_str(const void *a, const void *b)
-{
-	return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* @rel without the NAS: the files the record holds under it and the blobs
- * the store knows under it, as blobs in @v->set; files the store has no
- * blob for are counted in @t as on the NAS. */
-static void known_under(struct view *v, const char *rel, struct tally *t)
-{
-	char root[PATH_MAX * 2];
-	struct under u = { root, &v->keys, 0 };
-
-	keys_clear(&v->keys);
-	if (path_join(v->c->roots->path[0], rel, root, sizeof(root)) == 0)
-		store_each(v->c->store, key_under, &u);
-	/* an error leaves what was found before it: status is a best effort */
-	if (u.err || record_files(v, rel) < 0)
-		return;
-	if (v->keys.n > 1) /* qsort wants a base even for none */
-		qsort(v->keys.v, v->keys.n, sizeof(*v->keys.v), cmp_str);
-	for (size_t i = 0; i < v->keys.n; i++) {
-		struct blob *b;
-
-		if (i && !strcmp(v->keys.v[i], v->keys.v[i - 1]))
-			continue;
-		if ((b = store_find(v->c->store, v->keys.v[i]))) {
-			if (blob_set_add(&v->set, b) < 0)
-				return;
-			continue;
-		}
-		t->files++;
-		t->bytes += (json_int_t)v->keys.size[i];
-		t->per_state[BLOB_NAS]++;
-	}
-}
-
 /* ---- tallies ---- */
 
-/* Tally every file under @rel: from the NAS while it answers, else from
- * what is known without it.  Returns where the figures came from. */
-static const char *tally_path(struct view *v, const char *rel, struct tally *t)
+/* Add what @set and @nas hold (each file once) to @t. */
+static void tally_sets(struct view *v, struct blob_set *set, struct nas_set *nas,
+		       struct tally *t)
 {
-	const char *from = view_online(v) ? FROM_NAS : FROM_RECORD;
-
-	memset(t, 0, sizeof(*t));
-	blob_set_clear(&v->set);
-	nas_set_clear(&v->nas);
-	/* an error leaves what was found before it: status is a best effort */
-	if (from == FROM_NAS)
-		collect_peek(v->c->roots, v->c->store, NULL, rel, &v->set, &v->nas);
-	else
-		known_under(v, rel, t);
-	blob_set_unique(&v->set);
-	nas_set_unique(&v->nas);
-	for (size_t i = 0; i < v->nas.n; i++) {
+	blob_set_unique(set);
+	nas_set_unique(nas);
+	for (size_t i = 0; i < nas->n; i++) {
 		t->files++;
-		t->bytes += (json_int_t)v->nas.v[i].size;
+		t->bytes += (json_int_t)nas->v[i].size;
 		t->per_state[BLOB_NAS]++;
 	}
-	for (size_t i = 0; i < v->set.n; i++) {
+	for (size_t i = 0; i < set->n; i++) {
 		struct blob_info snap;
 
-		blob_info(v->c->store, v->set.v[i], &snap);
+		blob_info(v->c->store, set->v[i], &snap);
 		t->files++;
 		t->bytes += (json_int_t)snap.size;
 		t->per_state[snap.state]++;
@@ -320,7 +121,141 @@ static const char *tally_path(struct view *v, const char *rel, struct tally *t)
 			t->local_bytes += (json_int_t)snap.size;
 		}
 	}
+}
+
+static int cmp_rev(const void *a, const void *b)
+{
+	return strcmp(((const struct rev_tally *)a)->rel, ((const struct rev_tally *)b)->rel);
+}
+
+/* The figures of the revision "<repo>/snapshots/<rev>" @rel, if its repo's
+ * walk found it. */
+static const struct tally *walked_rev(const struct view *v, const char *rel)
+{
+	struct rev_tally key = { (char *)rel, {0} }, *r;
+
+	r = v->nrevs ? bsearch(&key, v->revs, v->nrevs, sizeof(*v->revs), cmp_rev) : NULL;
+	return r ? &r->t : NULL;
+}
+
+/* Tally every file under @rel: from the NAS while it answers (or from the
+ * walk of its repo, for a revision), else from what is known without it.
+ * Returns where the figures came from. */
+static const char *tally_path(struct view *v, const char *rel, struct tally *t)
+{
+	const struct tally *walked = walked_rev(v, rel);
+	const char *from = walked || view_online(v) ? FROM_NAS : FROM_RECORD;
+
+	memset(t, 0, sizeof(*t));
+	if (walked) {
+		*t = *walked;
+		return from;
+	}
+	blob_set_clear(&v->set);
+	nas_set_clear(&v->nas);
+	/* an error leaves what was found before it: status is a best effort */
+	if (from == FROM_NAS)
+		collect_peek(v->c->roots, v->c->store, NULL, rel, &v->set, &v->nas);
+	else
+		status_known_under(v, rel, t);
+	tally_sets(v, &v->set, &v->nas, t);
 	return from;
+}
+
+/* One walk of a repo on the NAS: its files into the view's sets, and each
+ * revision's into a set of its own, tallied when the walk leaves it (a
+ * walk lists a directory's entries before the next one's: a revision's
+ * files come one after another). */
+struct repo_walk {
+	struct view *v;
+	char snaps[PATH_MAX];     /* "<repo>/snapshots/" */
+	size_t snaps_len;
+	struct blob_set set;      /* the current revision's */
+	struct nas_set nas;
+	char *rel;                /* its "<repo>/snapshots/<rev>", or NULL */
+};
+
+/* The current revision (if any) is done: its tally to the view's list. */
+static int rev_done(struct repo_walk *w)
+{
+	struct view *v = w->v;
+	struct rev_tally *r;
+
+	if (!w->rel)
+		return 0;
+	if (v->nrevs == v->caprevs) {
+		size_t cap = v->caprevs ? 2 * v->caprevs : 16;
+
+		if (!(r = realloc(v->revs, cap * sizeof(*r))))
+			return -ENOMEM;
+		v->revs = r;
+		v->caprevs = cap;
+	}
+	r = &v->revs[v->nrevs++];
+	r->rel = w->rel;
+	w->rel = NULL;
+	memset(&r->t, 0, sizeof(r->t));
+	tally_sets(v, &w->set, &w->nas, &r->t);
+	blob_set_clear(&w->set);
+	nas_set_clear(&w->nas);
+	return 0;
+}
+
+static int repo_walk_one(void *arg, const char *rel, const struct ns_entry *e)
+{
+	struct repo_walk *w = arg;
+	const char *rev = strncmp(rel, w->snaps, w->snaps_len) ? NULL : rel + w->snaps_len;
+	size_t len = rev ? w->snaps_len + strcspn(rev, "/") : 0;
+	struct store *s = w->v->c->store;
+	int r;
+
+	if (!w->rel || !rev || strlen(w->rel) != len || strncmp(w->rel, rel, len)) {
+		if ((r = rev_done(w)) < 0)
+			return r;
+		/* between revisions, as between repos: a NAS found down
+		 * meanwhile is not walked on */
+		if (!view_online(w->v))
+			return 1;
+		if (rev && !(w->rel = strndup(rel, len)))
+			return -ENOMEM;
+	}
+	r = collect_peek_file(s, NULL, rel, e, &w->v->set, &w->v->nas);
+	return r < 0 || !rev ? r : collect_peek_file(s, NULL, rel, e, &w->set, &w->nas);
+}
+
+/* Tally the repo @repo and each of its revisions in one walk of the NAS
+ * (into @t and the view's list).  Returns where the figures came from: a
+ * NAS found down before the walk or during it, the record's. */
+static const char *tally_repo(struct view *v, const char *repo, struct tally *t)
+{
+	struct repo_walk w = { .v = v };
+	size_t n0 = v->nrevs;
+
+	if (!view_online(v))
+		return tally_path(v, repo, t);
+	w.snaps_len = (size_t)snprintf(w.snaps, sizeof(w.snaps), "%s/snapshots/", repo);
+	if (w.snaps_len >= sizeof(w.snaps))
+		return tally_path(v, repo, t);
+	memset(t, 0, sizeof(*t));
+	blob_set_clear(&v->set);
+	nas_set_clear(&v->nas);
+	/* an error leaves what was found before it: status is a best effort */
+	if (collect_walk(v->c->roots, repo, repo_walk_one, &w) >= 0)
+		rev_done(&w);
+	free(w.rel);
+	blob_set_free(&w.set);
+	nas_set_free(&w.nas);
+	if (!view_online(v)) {
+		/* cut short: what is known without the NAS, all of it */
+		for (size_t i = n0; i < v->nrevs; i++)
+			free(v->revs[i].rel);
+		v->nrevs = n0;
+		return tally_path(v, repo, t);
+	}
+	tally_sets(v, &v->set, &v->nas, t);
+	if (v->nrevs > 1)
+		qsort(v->revs, v->nrevs, sizeof(*v->revs), cmp_rev);
+	return FROM_NAS;
 }
 
 static json_t *tally_json(const struct tally *t)
@@ -366,7 +301,7 @@ static void each_name(struct view *v, const char *rel, int dirs_only,
 		if (view_online(v))
 			return; /* the NAS answered: there is no such directory */
 	}
-	if (!view_entry(v) || record_list(v->c->record, rel, &names, &n) < 0)
+	if (!status_view_entry(v) || record_list(v->c->record, rel, &names, &n) < 0)
 		return;
 	for (size_t i = 0; i < n; i++) {
 		char child[PATH_MAX * 2];
@@ -406,7 +341,7 @@ static json_t *repo_json(struct view *v, const char *repo)
 	char snaps[PATH_MAX];
 	struct revs rv = { snaps, json_array() };
 	struct tally t;
-	const char *from = tally_path(v, repo, &t);
+	const char *from = tally_repo(v, repo, &t);
 	json_t *o = tally_json(&t);
 
 	json_object_set_new(o, "repo", reply_path(repo));
@@ -477,7 +412,7 @@ static void repo_names(struct view *v, struct repo_names *rn)
 		return;
 	store_each(v->c->store, store_repo, &sr);
 	if (rn->n > 1)
-		qsort(rn->v, rn->n, sizeof(*rn->v), cmp_str);
+		qsort(rn->v, rn->n, sizeof(*rn->v), status_cmp_str);
 	for (size_t i = 0; i < rn->n; i++) {
 		if (k && !strcmp(rn->v[i], rn->v[k - 1]))
 			free(rn->v[i]);
@@ -506,8 +441,8 @@ static json_t *path_check(struct view *v, const char *norm)
 	}
 	memset(&t, 0, sizeof(t));
 	blob_set_clear(&v->set);
-	known_under(v, norm, &t);
-	if (v->set.n || t.files || (view_entry(v) && record_lookup(v->c->record, norm, v->e) == 0))
+	status_known_under(v, norm, &t);
+	if (v->set.n || t.files || (status_view_entry(v) && record_lookup(v->c->record, norm, v->e) == 0))
 		return NULL;
 	return reply_error(EHOSTDOWN, "%s: not in the local record, and the NAS is down: what "
 			   "it holds cannot be told until the NAS answers again", norm);
@@ -535,7 +470,7 @@ static void sum_blob(void *arg, const struct blob_info *b)
 	/* files with local ranges (their ranges are added after: no store
 	 * call under its lock) */
 	if ((b->part_bytes || b->part_copying || b->part_reason[0]) &&
-	    keys_add(&s->partial_keys, b->key, 0) == 0 &&
+	    status_keys_add(&s->partial_keys, b->key, 0) == 0 &&
 	    json_array_append_new(s->partial, json_pack("{s:o, s:o, s:o?, s:s, s:I, s:I, s:I, "
 			"s:b, s:o, s:I}", "key", reply_path(b->key), "id", reply_path(b->id),
 			"name", reply_path(b->name), "state", blob_info_state_name(b),
@@ -771,7 +706,7 @@ json_t *status_reply(struct control *c, json_t *req, int walk)
 	sums.partial = json_array();
 	store_each(c->store, sum_blob, &sums);
 	partial_ranges(c, sums.partial, &sums.partial_keys);
-	keys_free(&sums.partial_keys);
+	status_keys_free(&sums.partial_keys);
 	rep = json_pack("{s:b, s:o, s:o, s:s, s:o, s:o, s:{s:I, s:I, s:I}, s:o, s:I, s:o, s:I, "
 			"s:o, s:o}",
 		"ok", 1, "local", reply_path(c->local),

@@ -24,6 +24,9 @@
 #define REV "0123456789abcdef0123456789abcdef01234567"
 #define REPO "models--o--n"
 #define SNAP REPO "/snapshots/" REV
+#define REV2 "1111111111111111111111111111111111111111"
+#define REV3 "2222222222222222222222222222222222222222"
+#define REV4 "3333333333333333333333333333333333333333"
 #define OWNER 0
 #define STRANGER 4242
 
@@ -156,6 +159,62 @@ static void down(struct check_count *c, struct control *ctl)
 	json_decref(rep);
 }
 
+/* The revision @rev of the repo in @rep's first repo, or NULL. */
+static json_t *rev_of(json_t *rep, const char *rev)
+{
+	json_t *revs = json_object_get(json_array_get(json_object_get(rep, "repos"), 0), "revisions");
+	json_t *o;
+	size_t i;
+
+	json_array_foreach(revs, i, o)
+		if (!strcmp(str(o, "rev"), rev))
+			return o;
+	return NULL;
+}
+
+/* Each revision's figures come from the one walk of its repo: a blob
+ * shared by revisions counts in each, once per revision however many
+ * names it has there; a nested name counts; a revision with no file shows
+ * zeros; a snapshot file that is no link counts as its own file. */
+static void revisions(struct check_count *c, struct control *ctl)
+{
+	json_t *rep, *r1, *r2, *r3, *r4, *repo;
+	char *s;
+
+	check_mk(nas, REPO "/snapshots/" REV2);
+	check_mk(nas, REPO "/snapshots/" REV2 "/sub");
+	check_ln(nas, "../../blobs/" OTHER, REPO "/snapshots/" REV2 "/x.bin");
+	check_ln(nas, "../../../blobs/" H256, REPO "/snapshots/" REV2 "/sub/deep.bin");
+	check_mk(nas, REPO "/snapshots/" REV3);
+	check_mk(nas, REPO "/snapshots/" REV4);
+	check_put(nas, REPO "/snapshots/" REV4 "/plain.txt", "plain\n");
+	for (int k = 0; k < 2; k++) {
+		rep = ask(ctl, k ? "{\"op\":\"status\",\"path\":\"" REPO "/snapshots/" REV2 "\"}" :
+			  "{\"op\":\"status\"}", STRANGER);
+		s = rep ? json_dumps(rep, JSON_COMPACT) : NULL;
+		repo = json_array_get(json_object_get(rep, "repos"), 0);
+		r1 = rev_of(rep, REV);
+		r2 = rev_of(rep, REV2);
+		r3 = rev_of(rep, REV3);
+		r4 = rev_of(rep, REV4);
+		CHECK(c, num(repo, "files") == 3 && num(repo, "local_files") == 1 &&
+		      num(repo, "bytes") == 6 + 5 + 6 && !strcmp(str(repo, "from"), "nas"),
+		      "the repo, %s: %s", k ? "asked by a revision" : "the whole mount", s);
+		CHECK(c, json_array_size(json_object_get(repo, "revisions")) == 4, "4 revisions: %s", s);
+		CHECK(c, r1 && num(r1, "files") == 2 && num(r1, "local_files") == 1 &&
+		      num(r1, "bytes") == 11, "a blob under two names counts once: %s", s);
+		CHECK(c, r2 && num(r2, "files") == 2 && num(r2, "local_files") == 1 &&
+		      num(r2, "states.local") == 1 && num(r2, "states.nas") == 1,
+		      "a nested name, blobs shared with another revision: %s", s);
+		CHECK(c, r3 && num(r3, "files") == 0 && num(r3, "bytes") == 0,
+		      "an empty revision: %s", s);
+		CHECK(c, r4 && num(r4, "files") == 1 && num(r4, "local_files") == 0 &&
+		      num(r4, "bytes") == 6, "a plain file in a snapshot: %s", s);
+		free(s);
+		json_decref(rep);
+	}
+}
+
 int main(void)
 {
 	struct check_count c = {0};
@@ -225,6 +284,7 @@ int main(void)
 	CHECK(&c, json_is_true(json_object_get(rep, "ok")) && num(rep, "record_files") == 0,
 	      "sync without a record: the index only");
 	json_decref(rep);
+	revisions(&c, &ctl);
 
 	record_close(&r);
 	store_close(&s);

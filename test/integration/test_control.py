@@ -27,15 +27,7 @@ SOCK = None
 
 def setUpModule():
     global SOCK
-    wfstest.require_mount_capability()
-    wfstest.require_wfsctl()
-    FIX.setup()
-    try:
-        FIX.mount = wfstest.Mount(FIX.hub, FIX.local, FIX.mnt, FIX.options).start()
-        SOCK = wfstest.wait_ctl(FIX.mnt)
-    except BaseException:
-        FIX.teardown(raise_problems=False)
-        raise
+    SOCK = wfstest.setup_with_ctl(FIX)
 
 
 def tearDownModule():

@@ -22,15 +22,7 @@ FIX = wfstest.HubFixture(options=("promote_mbps=20", "auto_promote=off"), scale_
 
 
 def setUpModule():
-    wfstest.require_mount_capability()
-    wfstest.require_wfsctl()
-    FIX.setup()
-    try:
-        FIX.mount = wfstest.Mount(FIX.hub, FIX.local, FIX.mnt, FIX.options).start()
-        wfstest.wait_ctl(FIX.mnt)
-    except BaseException:
-        FIX.teardown(raise_problems=False)
-        raise
+    wfstest.setup_with_ctl(FIX)
 
 
 def tearDownModule():

@@ -9,7 +9,7 @@ import subprocess
 import tempfile
 
 from wt_base import is_mounted, REPO, run_captured, skip_or_fail, wait_until
-from wt_hub import errname
+from wt_hub import errname, Mount
 
 
 # ---------------------------------------------------------------- promotion / wfsctl
@@ -248,6 +248,21 @@ def wait_ctl(mnt, timeout=10):
                              % (mnt, sock[0], timeout, last[0],
                                 "mounted" if is_mounted(mnt) else "NOT mounted"))
     return sock[0]
+
+
+def setup_with_ctl(fix):
+    """For setUpModule: fix.setup() (a fixture made with mount=False), then
+    its daemon started and answering on its control socket; the fixture
+    torn down if not.  Skips (fails under CI) without mounts or wfsctl.
+    Returns the socket path."""
+    require_wfsctl()
+    fix.setup()
+    try:
+        fix.mount = Mount(fix.hub, fix.local, fix.mnt, fix.options).start()
+        return wait_ctl(fix.mnt)
+    except BaseException:
+        fix.teardown(raise_problems=False)
+        raise
 
 
 def repo_status(tc, mnt, repo):

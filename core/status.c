@@ -206,10 +206,12 @@ static int repo_walk_one(void *arg, const char *rel, const struct ns_entry *e)
 	struct repo_walk *w = arg;
 	const char *rev = strncmp(rel, w->snaps, w->snaps_len) ? NULL : rel + w->snaps_len;
 	size_t len = rev ? w->snaps_len + strcspn(rev, "/") : 0;
+	int same = rev && w->rel && strlen(w->rel) == len && !strncmp(w->rel, rel, len);
 	struct store *s = w->v->c->store;
 	int r;
 
-	if (!w->rel || !rev || strlen(w->rel) != len || strncmp(w->rel, rel, len)) {
+	/* a revision begins or ends here (not at each file of blobs/) */
+	if (!same && (rev || w->rel)) {
 		if ((r = rev_done(w)) < 0)
 			return r;
 		/* between revisions, as between repos: a NAS found down

@@ -35,9 +35,7 @@ def tearDownModule():
 
 
 def a_shard():
-    with open(FIX.n("models--acme--standard/refs/main")) as f:
-        rev = f.read().strip()
-    return FIX.by_path["models--acme--standard/snapshots/%s/model-00002-of-00002.safetensors" % rev]
+    return FIX.snapshot_entry("models--acme--standard", "model-00002-of-00002.safetensors")
 
 
 class Permissions(unittest.TestCase):

@@ -40,12 +40,6 @@ def tearDownModule():
             s.close()
 
 
-def a_shard():
-    with open(FIX.n("models--acme--standard/refs/main")) as f:
-        rev = f.read().strip()
-    return FIX.by_path["models--acme--standard/snapshots/%s/model-00002-of-00002.safetensors" % rev]
-
-
 HANG_GUARD = 120  # seconds: only so that a daemon that never closes fails the test
 
 
@@ -219,7 +213,8 @@ class Limits(unittest.TestCase):
             # the owner (root here) is served meanwhile: status, and a promote
             st = ctl_json(self, ["status", FIX.mnt])
             self.assertIn("models--acme--standard", [r.get("repo") for r in st.get("repos", [])])
-            p = FIX.m(a_shard()["path"])
+            p = FIX.m(FIX.snapshot_entry("models--acme--standard",
+                                          "model-00002-of-00002.safetensors")["path"])
             ctl_check(self, ["promote", "--wait", p])
             self.assertEqual(state_of(p), "local")
             ctl_check(self, ["evict", p])

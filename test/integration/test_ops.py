@@ -65,13 +65,7 @@ def fresh(name):
     return os.path.join(d, "local"), os.path.join(d, "mnt")
 
 
-def rev_of(repo):
-    with open(FIX.n("%s/refs/main" % repo)) as f:
-        return f.read().strip()
-
-
-def snap(repo, rel):
-    return FIX.by_path["%s/snapshots/%s/%s" % (repo, rev_of(repo), rel)]
+rev_of, snap = FIX.ref_commit, FIX.snapshot_entry  # at refs/main
 
 
 def smalls():

@@ -90,13 +90,6 @@ def tearDownModule():
     FIX.teardown()
 
 
-def snapshot_entry(fix, repo, rel_in_snapshot, ref="main"):
-    """The manifest entry of <repo>/snapshots/<refs/REF>/<rel>."""
-    with open(fix.n("%s/refs/%s" % (repo, ref))) as f:
-        rev = f.read().strip()
-    return fix.by_path["%s/snapshots/%s/%s" % (repo, rev, rel_in_snapshot)]
-
-
 # ------------------------------------------------------------------ 1
 
 class LocalReads(unittest.TestCase):
@@ -237,7 +230,7 @@ class LocalReads(unittest.TestCase):
 
 class SwapUnderLoad(unittest.TestCase):
     def test_readers_across_promotion(self):
-        e = snapshot_entry(FIX, "models--acme--standard", "model-00001-of-00002.safetensors")
+        e = FIX.snapshot_entry("models--acme--standard", "model-00001-of-00002.safetensors")
         size = e["size"]
         self.assertGreaterEqual(size, 16 * MiB, "fixture shard too small for the swap test")
         want = wfstest.read_file(FIX.n(e["nas_real"]))
@@ -460,7 +453,7 @@ class HubLevelStore(unittest.TestCase):
 
 class SourceChanged(unittest.TestCase):
     def test_rewritten_source_same_size_and_mtime_is_demoted(self):
-        e = snapshot_entry(FIX, "models--acme--standard", "model-00002-of-00002.safetensors", "refs/pr/1")
+        e = FIX.snapshot_entry("models--acme--standard", "model-00002-of-00002.safetensors", "refs/pr/1")
         path, nas = FIX.m(e["path"]), FIX.n(e["nas_real"])
         self.assertGreater(e["size"], 4 * 65536)
         ctl_check(self, ["promote", "--wait", path])
@@ -507,7 +500,7 @@ class SourceChanged(unittest.TestCase):
         # The NAS file changes with a new mtime and is opened again at once,
         # long before the kernel asks for attributes (blob_timeout): the open
         # itself must notice, and the stale copy must not serve.
-        e = snapshot_entry(FIX, "models--acme--standard", "model-00001-of-00002.safetensors", "refs/pr/1")
+        e = FIX.snapshot_entry("models--acme--standard", "model-00001-of-00002.safetensors", "refs/pr/1")
         path, nas = FIX.m(e["path"]), FIX.n(e["nas_real"])
         ctl_check(self, ["promote", "--wait", path])
         self.assertEqual(state_of(path), "local")
@@ -630,7 +623,7 @@ class DryRunPinEvict(unittest.TestCase):
                          "--dry-run changed index.json")
 
         # --pin, then evict without --force is refused
-        shard = snapshot_entry(FIX, self.REPO, "model-00001-of-00003.safetensors")
+        shard = FIX.snapshot_entry(self.REPO, "model-00001-of-00003.safetensors")
         path = FIX.m(shard["path"])
         ctl_check(self, ["promote", "--wait", "--pin", path])
         self.assertEqual(state_of(path), "local")

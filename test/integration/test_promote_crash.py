@@ -29,10 +29,7 @@ def tearDownModule():
     FIX.teardown()
 
 
-def snap(repo, rel):
-    with open(FIX.n("%s/refs/main" % repo)) as f:
-        rev = f.read().strip()
-    return FIX.by_path["%s/snapshots/%s/%s" % (repo, rev, rel)]
+snap = FIX.snapshot_entry  # at refs/main
 
 
 class KillDuringCopy(unittest.TestCase):

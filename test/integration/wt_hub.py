@@ -138,6 +138,15 @@ class HubFixture:
     def n(self, rel):
         return os.path.join(self.hub, rel) if rel else self.hub
 
+    def ref_commit(self, repo, ref="main"):
+        """The commit <repo>/refs/<ref> names on the NAS."""
+        with open(self.n("%s/refs/%s" % (repo, ref))) as f:
+            return f.read().strip()
+
+    def snapshot_entry(self, repo, rel, ref="main"):
+        """The manifest entry of <repo>/snapshots/<the commit of ref>/<rel>."""
+        return self.by_path["%s/snapshots/%s/%s" % (repo, self.ref_commit(repo, ref), rel)]
+
     def of(self, type_=None, follow=None):
         return [e for e in self.entries
                 if (type_ is None or e["type"] == type_)

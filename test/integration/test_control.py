@@ -12,7 +12,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import stat
 import sys
 import unittest

@@ -10,7 +10,6 @@ import shutil
 import stat
 import subprocess
 import sys
-import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import wfstest  # noqa: E402

@@ -31,7 +31,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import faultnas  # noqa: E402
 import wfstest  # noqa: E402
-from wfstest import ctl_check, ctl_json, state_of  # noqa: E402
+from wfstest import ctl_check, state_of  # noqa: E402
 
 MiB = 1 << 20
 REPO = "models--acme--gone"

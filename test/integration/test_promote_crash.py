@@ -12,7 +12,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import wfstest  # noqa: E402
-from wfstest import ctl_check, ctl_json, run_wfsctl, state_of, wait_state  # noqa: E402
+from wfstest import ctl_check, ctl_json, state_of, wait_state  # noqa: E402
 
 MiB = 1 << 20
 # a 43 MiB shard copied at a third of 20 MB/s (promote_mbps is shared by

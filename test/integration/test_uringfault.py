@@ -8,7 +8,6 @@ the deadline, and everything comes back by itself."""
 import errno
 import os
 import sys
-import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_nasfault as nf  # noqa: E402  (a module: its test classes are not run here)

@@ -4,9 +4,13 @@
 #include "ctl_cmds.h"
 #include "ctl_conn.h"
 #include "ctl_fmt.h"
+#include "ctl_path.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* "no_space=1 io_error=2", the non-zero entries of an object of counts. */
 static void counts_cell(const json_t *obj, char *buf, size_t sz)
@@ -102,6 +106,33 @@ static void print_stats(const json_t *m)
 						       sizeof(line)));
 }
 
+/* PATH only says which mount's daemon to ask, but one that names nothing
+ * is a typo to hear of, as df says.  Only a name that does not exist is
+ * refused: with the NAS down, a name the daemon cannot vouch for answers
+ * EIO, and that is when stats is asked for.  (With --socket and a PATH
+ * outside the mount there is nothing to look at.) */
+static int stats_path_check(const struct ctl_opts *o, const struct ctl_target *t)
+{
+	char path[PATH_MAX];
+	struct stat st;
+	size_t i;
+	int r = 0;
+
+	for (i = 0; i < t->nrel && t->root && !r; i++) {
+		if (snprintf(path, sizeof(path), "%s/%s", t->root, t->rel[i]) >= (int)sizeof(path))
+			continue;
+		if (ctl_watchdog_arm(o->conn, path) < 0)
+			continue; /* no thread to time a hung mount out: do not look */
+		if (lstat(path, &st) && (errno == ENOENT || errno == ENOTDIR))
+			r = -errno;
+		ctl_watchdog_disarm(o->conn);
+		if (r)
+			fprintf(stderr, "wfsctl: stats: %s: %s (PATH names the mount to ask; "
+				"it must exist)\n", path, strerror(-r));
+	}
+	return r;
+}
+
 int cmd_stats(const struct ctl_opts *o)
 {
 	struct ctl_target t;
@@ -117,6 +148,10 @@ int cmd_stats(const struct ctl_opts *o)
 	/* PATH only says which mount's daemon to ask. */
 	if (ctl_target_resolve(o->conn, &t, o->socket, o->paths, o->npaths))
 		return 1;
+	if (stats_path_check(o, &t)) {
+		ctl_target_free(&t);
+		return 1;
+	}
 	req = json_pack("{s:s, s:b}", "op", "stats", "prometheus", o->prometheus);
 	if (!req) {
 		ctl_target_free(&t);

@@ -238,6 +238,16 @@ class StatusAndDryRuns(unittest.TestCase):
         rep = wfstest.ctl_request(SOCK, {"op": "promote", "paths": [repo], "dry_run": True})
         self.assertEqual((rep["bytes_to_copy"], len(rep["blobs"])), (size, 3), rep)
 
+    def test_stats_of_a_path_that_does_not_exist(self):
+        """stats PATH asks the mount PATH is in; a PATH there that names
+        nothing is refused, naming it (a typo), and one that exists works."""
+        missing = FIX.m("models--no--such")
+        rc, out, err = run_wfsctl(["stats", missing])
+        self.assertEqual((rc, out), (1, ""), "stats of a missing path: %s" % err)
+        self.assertIn("%s: No such file or directory" % missing, err)
+        st = ctl_json(self, ["stats", FIX.m(FIX.readable()[0]["path"])])
+        self.assertIn("blobs", st.get("metrics", {}), st)
+
 
 class Doctor(unittest.TestCase):
     def test_doctor_path_lists_its_own_flagged_blobs(self):

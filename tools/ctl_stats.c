@@ -145,7 +145,6 @@ int cmd_stats(const struct ctl_opts *o)
 			"choose one\n");
 		return 2;
 	}
-	/* PATH only says which mount's daemon to ask. */
 	if (ctl_target_resolve(o->conn, &t, o->socket, o->paths, o->npaths))
 		return 1;
 	if (stats_path_check(o, &t)) {

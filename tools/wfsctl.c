@@ -161,7 +161,7 @@ COMMON_OPTS },
 "bytes and free space, blobs per state, whether the NAS is up (outages,\n"
 "calls timed out, requests answered from the local record) and the local\n"
 "record's size.  PATH (default: the current\n"
-"directory) only says which mount's daemon to ask.\n"
+"directory) only says which mount's daemon to ask; it must exist.\n"
 "\n"
 "options:\n"
 "  --prometheus    print Prometheus text exposition format instead (metric\n"

@@ -149,10 +149,10 @@ static void command(char *line, char *out, size_t sz)
 
 		pthread_mutex_lock(&g.lock);
 		snprintf(out, sz, "{\"mode\": \"%s\", \"errno\": %d, \"hung\": %u, "
-			 "\"calls\": %" PRIu64 ", \"reads\": %" PRIu64 ", \"read_bytes\": %" PRIu64
+			 "\"hung_reads\": %u, \"calls\": %" PRIu64 ", \"reads\": %" PRIu64 ", \"read_bytes\": %" PRIu64
 			 ", \"writes\": %" PRIu64 ", \"write_bytes\": %" PRIu64 ", \"latency_ms\": %u, "
 			 "\"eio_ranges\": %u, \"faildir\": %d, \"rw\": %s}", names[g.mode], g.err,
-			 g.hung, g.calls, g.reads, g.read_bytes, g.writes, g.write_bytes,
+			 g.hung, g.hung_reads, g.calls, g.reads, g.read_bytes, g.writes, g.write_bytes,
 			 g.latency_ms, g.n_eio, g.faildir_err, rw ? "true" : "false");
 		pthread_mutex_unlock(&g.lock);
 	} else {

@@ -65,8 +65,9 @@ static void usage(FILE *f)
 "                     block until `clear`; other calls work\n"
 "  clear              drop every eio range and the faildir\n"
 "  latency MS         every call waits MS milliseconds first (0: off)\n"
-"  state              one JSON line: mode, errno, hung, calls, reads, read_bytes,\n"
-"                     writes, write_bytes, latency_ms, eio_ranges, faildir, rw\n");
+"  state              one JSON line: mode, errno, hung (of them hung_reads),\n"
+"                     calls, reads, read_bytes, writes, write_bytes, latency_ms,\n"
+"                     eio_ranges, faildir, rw\n");
 }
 
 int rw; /* --rw; set before any thread starts */
@@ -200,7 +201,7 @@ static int mode_hang(const void *arg)
 }
 
 /* 0, or the -errno the call must fail with. */
-int gate(fuse_req_t req)
+int gate(fuse_req_t req, int is_read)
 {
 	unsigned lat;
 	int r = 0;
@@ -218,8 +219,11 @@ int gate(fuse_req_t req)
 			;
 	}
 	pthread_mutex_lock(&g.lock);
-	if (g.mode == MODE_HANG)
+	if (g.mode == MODE_HANG) {
+		g.hung_reads += is_read != 0;
 		r = hang_while(req, mode_hang, NULL);
+		g.hung_reads -= is_read != 0;
+	}
 	if (g.mode == MODE_FAIL)
 		r = -g.err;
 	pthread_mutex_unlock(&g.lock);
@@ -497,7 +501,7 @@ static void ff_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	char *buf;
 	ssize_t n;
 
-	GATE(req);
+	GATE_CALL(req, 1);
 	if (eio_hit(N(ino), (uint64_t)off, size)) {
 		fuse_reply_err(req, EIO);
 		return;

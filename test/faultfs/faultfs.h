@@ -32,6 +32,7 @@ struct faults {
 	int err;                 /* errno of MODE_FAIL */
 	unsigned latency_ms;
 	unsigned hung;           /* calls waiting in MODE_HANG now */
+	unsigned hung_reads;     /* of them, READs */
 	uint64_t calls, reads, read_bytes, writes, write_bytes;
 	unsigned n_eio;
 	struct eio_range eio[MAX_EIO];
@@ -49,17 +50,19 @@ extern struct faults g;   /* faultfs.c */
 extern int rw;            /* faultfs.c: --rw (existing regular files writable) */
 
 /* faultfs.c: 0, or the -errno the call must fail with (it waits first, as
- * the faults in force say). */
-int gate(fuse_req_t req);
+ * the faults in force say).  @is_read: a READ, counted in hung_reads while
+ * it hangs (a test can tell a copy's read blocked from any other call). */
+int gate(fuse_req_t req, int is_read);
 
 /* faultfs.c: 0, or the -errno of `faildir` for a lookup in, or a listing
  * of, the directory @ino (after blocking, for `faildir REL hang`). */
 int dir_fault(fuse_req_t req, fuse_ino_t ino);
 
 /* Fail the request with the gate's errno, if any, and return. */
-#define GATE(req)                                  \
+#define GATE(req) GATE_CALL(req, 0)
+#define GATE_CALL(req, is_read)                    \
 	do {                                       \
-		int gr_ = gate(req);               \
+		int gr_ = gate(req, is_read);      \
 		if (gr_ < 0) {                     \
 			fuse_reply_err(req, -gr_); \
 			return;                    \

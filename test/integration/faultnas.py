@@ -206,16 +206,17 @@ class FaultNAS:
         except ValueError:
             raise AssertionError("faultfs state replied %r" % r)
 
-    def wait_hung(self, n=1, timeout=10):
-        """Wait until at least n calls are blocked by `hang`; returns the state."""
+    def wait_hung(self, n=1, timeout=10, what="hung"):
+        """Wait until at least n calls are blocked by `hang` (what="hung_reads":
+        n READs); returns the state."""
         last = {}
 
         def enough():
             last.update(self.state())
-            return last["hung"] >= n
+            return last[what] >= n
         if not wfstest.wait_until(enough, timeout, step=0.01):
-            raise AssertionError("faultfs: %d call(s) hung after %d s, waited for %d: %s"
-                                 % (last.get("hung", -1), timeout, n, last))
+            raise AssertionError("faultfs: %d %s after %d s, waited for %d: %s"
+                                 % (last.get(what, -1), what, timeout, n, last))
         return dict(last)
 
 

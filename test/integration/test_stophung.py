@@ -230,7 +230,9 @@ class CopyInFlight(StopOnFrozenNas, unittest.TestCase):
         c = wfstest.wait_until(lambda: (copy() or {}).get("bytes_done", 0) > 0, STEP_WAIT, 0.05)
         self.assertTrue(c, "the copy of %s never started: %s" % (BIG_NAME, copy()))
         self.nas.check("hang")
-        self.nas.wait_hung(1, timeout=STEP_WAIT)
+        # the copy's read blocked, not only some other call (between two
+        # paced reads, the copy would see the stop and cancel itself)
+        self.nas.wait_hung(1, timeout=STEP_WAIT, what="hung_reads")
         took = self.sigterm_and_exit(how)
         print("\n  exited %.2f s after %s, the copy in flight" % (took, how), file=sys.stderr)
         # (a name's state would ask the frozen NAS: the daemon's log says

@@ -5,7 +5,6 @@ its class Readdir, on its mount (ns_fix.FIX)."""
 import ctypes
 import os
 import shutil
-import signal
 import stat
 import sys
 import threading
@@ -254,16 +253,11 @@ class Readdir(Base):
                                                20, 0.02),
                             "%d of %d directories stat'ed twice by the daemon"
                             % (refreshed() - before, 2 * len(dirs)))
-            for pid in m.pids:
-                os.kill(pid, signal.SIGSTOP)
-            try:
+            with wfstest.daemon_stopped(m.pids):
                 rc, out, err = wfstest.run_captured(
                     [sys.executable, "-c", "import os, sys\n"
                      "for d in sys.argv[1:]:\n    os.lstat(d)\n    os.listdir(d)\n"] + dirs,
                     timeout=10)
-            finally:
-                for pid in m.pids:
-                    os.kill(pid, signal.SIGCONT)
             self.assertEqual(rc, 0, "a stat or listing of a listed directory needed the daemon "
                              "(rc %s): %s" % (rc, err[-2000:]))
         finally:

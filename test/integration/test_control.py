@@ -317,13 +317,10 @@ class Stopped(unittest.TestCase):
         --timeout with exit 3, naming the mount or the socket and saying the
         daemon is stopped -- found from the mount (its xattr is asked of the
         daemon too) or through --socket -- instead of hanging for ever."""
-        import signal
         import time
         pids = FIX.mount.pids
         self.assertTrue(pids)
-        for pid in pids:
-            os.kill(pid, signal.SIGSTOP)
-        try:
+        with wfstest.daemon_stopped(pids):
             t0 = time.monotonic()
             rc, out, err = run_wfsctl(["--timeout", "2", "status", FIX.mnt], timeout=60)
             self.assertEqual(rc, 3, "status of a stopped daemon's mount: %s%s" % (out, err))
@@ -336,9 +333,6 @@ class Stopped(unittest.TestCase):
             self.assertIn("wfsctl: status: the wfs daemon at %s did not answer within 2 s: "
                           "it is stopped (pid " % SOCK, err)
             self.assertIn(int(err.split("stopped (pid ")[1].split(":")[0]), pids, err)
-        finally:
-            for pid in pids:
-                os.kill(pid, signal.SIGCONT)
         ctl_json(self, ["status", FIX.mnt])
 
 

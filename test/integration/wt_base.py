@@ -1,6 +1,7 @@
 """wfs integration tests: where the binaries are, skipping, mounts and
 processes (the daemon found, waited for, stopped)."""
 
+import contextlib
 import os
 import pickle
 import signal
@@ -17,6 +18,7 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 NOBODY = 65534
 WFS_TIMEOUT = 30          # seconds a foreground-returning `wfs` may take
 EXIT_TIMEOUT = 10         # seconds the daemon may take to exit after umount
+KILL_TIMEOUT = 30         # seconds a SIGKILLed child may take to go
 
 
 def wfs_bin():
@@ -198,11 +200,55 @@ def run_captured(cmd, timeout, **popen_kw):
             rc = p.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             p.kill()
-            p.wait()
+            try:
+                p.wait(timeout=KILL_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                # a caller whose FUSE request a daemon has read and not
+                # answered is unkillable until the answer: say so rather
+                # than wait with it for ever
+                raise AssertionError("%s did not finish within %d s nor die of SIGKILL within "
+                                     "%d s (state %s: waiting in the kernel, for a FUSE daemon?)"
+                                     % (cmd[0], timeout, KILL_TIMEOUT, _proc_state(p.pid)))
             rc = None
         out.seek(0)
         err.seek(0)
         return rc, out.read().decode(errors="replace"), err.read().decode(errors="replace")
+
+
+def _all_threads_stopped(pid):
+    try:
+        tids = os.listdir("/proc/%d/task" % pid)
+    except FileNotFoundError:
+        return True
+    for tid in tids:
+        try:
+            with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
+                data = f.read()
+        except FileNotFoundError:
+            continue
+        if data[data.rfind(")") + 2] not in "tT":
+            return False
+    return True
+
+
+@contextlib.contextmanager
+def daemon_stopped(pids, timeout=30):
+    """SIGSTOP each of `pids` and wait until every thread of each shows
+    stopped (/proc/PID/task/*/stat); SIGCONT them on leaving.  kill()
+    returns before the threads stop: one still running takes the next FUSE
+    request off /dev/fuse and may stop before it answers, and the caller of
+    a request the daemon has read waits for the answer even through a
+    SIGKILL -- a test so stuck never reaches its SIGCONT."""
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        if not wait_until(lambda: all(_all_threads_stopped(p) for p in pids), timeout, 0.01):
+            raise AssertionError("SIGSTOP sent, but threads of %s still run after %d s"
+                                 % (pids, timeout))
+        yield
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
 
 
 def kill_daemon(tc, pids):

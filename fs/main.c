@@ -433,6 +433,8 @@ static int open_nas(struct wfs *w, struct nas_start *ns)
 	if (r == 0 && (r = nas_gate_init(&w->gate, w->roots.path[0], w->opt.nas_timeout_ms,
 					 store_log, w)) == 0)
 		w->gate_inited = 1;
+	if (r == 0)
+		r = ringread_init(&w->ringread);
 	if (r < 0) {
 		if (r != -1)
 			fprintf(stderr, "wfs: NAS_HUB %s: %s\n", w->opt.nas, strerror(-r));
@@ -753,6 +755,7 @@ static void close_state(struct wfs *w, struct doctor_scan *links)
 		store_close(&w->store);
 	if (w->gate_inited)
 		nas_gate_destroy(&w->gate); /* after the store: its copies report to it */
+	ringread_fini(&w->ringread); /* the FUSE workers are gone */
 	if (w->pins_open)
 		pins_close(&w->pins);
 	inval_destroy(&w->inval); /* after the store: its close may still report */

@@ -445,18 +445,25 @@ static int read_fn(void *arg)
 	return 0;
 }
 
-/* On a ring thread (-o fuse_uring), the read is made on its own ring and
- * waited for there with the deadline: the gate's rules (refused while the
+/* The read is made on this thread's own io_uring and waited for there with
+ * the deadline -- a ring thread's (-o fuse_uring: uring.h), or a FUSE
+ * worker's (core/ringread.h) -- under the gate's rules (refused while the
  * NAS is down, a late read marks it down), without the hand-off to a NAS
- * thread and back that a 4 KiB read otherwise pays. */
+ * thread and back that cost a 4 KiB read about as much as the read.
+ * -ENOTSUP: this thread has no ring; the caller hands the read off. */
 static ssize_t ring_pread(struct wfs *w, int fd, size_t len, off_t off, int drop, void **buf)
 {
 	ssize_t got;
-	int r = nas_gate_admit(&w->gate);
+	int ring = uring_here(), r;
 
-	if (r < 0)
+	if (!ring && (r = ringread_ready(&w->ringread)) <= 0)
+		return r < 0 ? r : -ENOTSUP;
+	if ((r = nas_gate_admit(&w->gate)) < 0)
 		return r;
-	got = uring_pread(fd, len, off, w->gate.timeout_ms, buf);
+	if (ring)
+		got = uring_pread(fd, len, off, w->gate.timeout_ms, buf);
+	else
+		got = ringread_pread(&w->ringread, fd, len, off, w->gate.timeout_ms, buf);
 	nas_gate_done(&w->gate, got < 0 ? (int)got : 0);
 	if (got >= 0 && drop) /* the bytes live on in the FUSE inode's page cache */
 		posix_fadvise(fd, off, (off_t)len, POSIX_FADV_DONTNEED);
@@ -469,8 +476,9 @@ ssize_t nas_pread(struct wfs *w, int fd, size_t len, off_t off, int drop, void *
 	ssize_t got;
 	int r;
 
-	if (uring_here())
-		return ring_pread(w, fd, len, off, drop, buf);
+	if ((uring_here() || w->opt.nas_read_ring) &&
+	    (got = ring_pread(w, fd, len, off, drop, buf)) != -ENOTSUP)
+		return got;
 	if (!(j = malloc(sizeof(*j))))
 		return -ENOMEM;
 	*j = (struct read_job){ .fd = fd, .drop = drop, .len = len, .off = off };

@@ -120,6 +120,11 @@ static const struct opt_row daemon_rows[] = {
 		  "(FUSE over io_uring, kernel >= 6.14, with\n"
 		  "/sys/module/fuse/parameters/enable_uring set;\n"
 		  "without it, through /dev/fuse as before)" },
+	{ .name = "nas_read_ring", .kind = OPT_BOOL, .off = OFF(nas_read_ring),
+	  .help = "read the NAS on the FUSE worker's own io_uring,\n"
+		  "waited for with the deadline (off: each read is\n"
+		  "handed to a NAS thread and back; also the way\n"
+		  "where io_uring is disabled)" },
 	{ .name = "readahead_kb", .kind = OPT_UINT, .off = OFF(readahead_kb), .max = 1048576,
 	  .unit = "KiB",
 	  .help = "kernel read-ahead of the mount, KiB (0 leaves the\n"
@@ -153,6 +158,7 @@ void opts_init(struct wfs_opts *o)
 	o->readahead_kb = 4096;
 	o->metrics_interval = 15;
 	o->passthrough = 1;
+	o->nas_read_ring = 1;
 	policy_opts_init(&o->policy);
 }
 

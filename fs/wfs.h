@@ -20,6 +20,7 @@
 #include "uring.h"
 #include "store.h"
 #include "resolve.h"
+#include "ringread.h"
 
 #include <stdarg.h>
 
@@ -41,6 +42,7 @@ struct wfs_opts {
 	int passthrough;
 	int nas_passthrough;
 	int fuse_uring;
+	int nas_read_ring;   /* a worker reads the NAS on its own io_uring (core/ringread.h) */
 	uint64_t promote_bw; /* bytes/s, 0 = unlimited */
 	struct policy_opts policy; /* automatic promotion, capacity (core/policy.h) */
 	char *metrics_file;  /* -o metrics_file= (absolute) */
@@ -71,6 +73,7 @@ struct wfs {
 	int lock_fd;
 	int store_readonly;        /* LOCAL_STORE's filesystem is read-only (set at start) */
 	struct nas_gate gate;      /* NAS calls with deadlines; up or down (core/nasgate.h) */
+	struct ringread ringread;  /* a worker's NAS reads on its own io_uring (nas.c) */
 	struct record record;      /* local revisions, for when it is down (core/record.h) */
 	int gate_inited, record_opened;
 	struct store store;

@@ -10,6 +10,9 @@ the daemon must still stop within a bound, its store right.
                    whole NAS frozen
   WalkInFlight     a wfsctl request's walk (promote --dry-run of the repo)
                    blocked so, then the whole NAS frozen
+  ReadInFlight     a reader's READ past its deadline, the daemon's read of
+                   the NAS left blocked on the FUSE worker's own io_uring
+                   (and, ReadInFlightHandedOff, on a NAS thread)
   SyncInFlight     the NAS healthy but slow, a sync request waiting for the
                    record's rebuild: the ordinary stop, not the frozen
                    NAS's (every part is told to stop before any is joined)
@@ -30,6 +33,7 @@ the bound, the test fails and unfreezes the NAS so that it can leave.
 Waits are on the daemon's and faultfs's reported state, never sleeps.
 """
 
+import errno
 import hashlib
 import json
 import os
@@ -83,6 +87,8 @@ class StopOnFrozenNas:
     """The fixture each case shares: a hub with REPO, faultfs over it, a
     daemon in the foreground."""
 
+    extra_options = []
+
     def setUp(self):
         faultnas.require_faultfs()
         wfstest.require_wfsctl()
@@ -104,7 +110,8 @@ class StopOnFrozenNas:
         self.start_wfs()
 
     def start_wfs(self):
-        self.m = wfstest.ForegroundMount(self.nas.mnt, self.local, self.mnt, OPTIONS).start()
+        self.m = wfstest.ForegroundMount(self.nas.mnt, self.local, self.mnt,
+                                         OPTIONS + self.extra_options).start()
         self.sock = os.path.join(os.path.realpath(self.local), "wfs.sock")
         self.assertTrue(wfstest.wait_until(lambda: os.path.exists(self.sock), 10),
                         "no control socket; log:\n%s" % self.m.log()[-2000:])
@@ -285,6 +292,38 @@ class WalkInFlight(StopOnFrozenNas, unittest.TestCase):
         self.assertFalse(walk["thread"].is_alive(), "wfsctl still waits for the daemon that "
                          "exited")
         self.restart_frozen([first], [first])
+
+
+class ReadInFlight(StopOnFrozenNas, unittest.TestCase):
+    def test_sigterm_with_a_read_left_in_the_nas(self):
+        """A reader of a file still on the NAS, the NAS frozen: the READ
+        passes its deadline and the reader gets EIO, while the daemon's read
+        stays blocked in the NAS -- on its FUSE worker's own io_uring
+        (nas_read_ring), or on a NAS thread.  SIGTERM then: the worker ends
+        with that read still blocked, and the daemon must stop within the
+        bound all the same."""
+        self.promote_small()
+        fd = os.open(self.p(BIG_NAME), os.O_RDONLY)
+        try:
+            self.nas.check("hang")
+            r = faultnas.bounded(os.pread, fd, 4096, 8 * MiB, timeout=STEP_WAIT)
+            self.assertTrue(r["done"], "a read of %s on the frozen NAS still blocks after %d s"
+                            % (BIG_NAME, STEP_WAIT))
+            self.assertEqual(r["errno"], errno.EIO, "a read on the frozen NAS: %s" % r)
+            self.nas.wait_hung(1, timeout=STEP_WAIT, what="hung_reads")
+            took = self.sigterm_and_exit()
+        finally:
+            os.close(fd)
+        print("\n  exited %.2f s after SIGTERM, a read left in the NAS" % took, file=sys.stderr)
+        self.check_store(list(SMALL))
+        self.restart_frozen(list(SMALL), list(SMALL))
+
+
+class ReadInFlightHandedOff(ReadInFlight):
+    """The same with the read handed to a NAS thread (-o nas_read_ring=off,
+    the way where io_uring is disabled)."""
+
+    extra_options = ["nas_read_ring=off"]
 
 
 class SyncInFlight(StopOnFrozenNas, unittest.TestCase):

@@ -1,0 +1,221 @@
+/* ringread.c - see ringread.h. */
+#include "ringread.h"
+
+#include "clock.h"
+
+#include <errno.h>
+#include <liburing.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Submissions are one at a time; completions outstanding at most
+ * RINGREAD_MAX_LEFT + 1, within the completion queue (twice this). */
+#define RING_ENTRIES 8
+
+/* A read's own buffer, its address the read's user_data. */
+struct ringread_left {
+	void *buf;
+	struct ringread_left *next; /* on a thread's or @rr's list of reads left */
+};
+
+struct ring_thread {
+	struct ringread *rr;
+	struct io_uring ring;
+	int usable;                 /* the ring was made */
+	struct ringread_left *left; /* reads past their deadline, not ended */
+	unsigned nleft;
+};
+
+static void left_free(struct ringread_left *l)
+{
+	while (l) {
+		struct ringread_left *next = l->next;
+
+		free(l->buf);
+		free(l);
+		l = next;
+	}
+}
+
+/* A read this thread left ended (@ud its user_data): free it. */
+static void reap_left(struct ring_thread *t, uint64_t ud)
+{
+	struct ringread_left **p = &t->left;
+
+	while (*p && (uint64_t)(uintptr_t)*p != ud)
+		p = &(*p)->next;
+	if (*p) {
+		struct ringread_left *l = *p;
+
+		*p = l->next;
+		l->next = NULL;
+		left_free(l);
+		t->nleft--;
+	}
+}
+
+/* Free the reads left that have ended, without waiting. */
+static void reap_ended(struct ring_thread *t)
+{
+	struct io_uring_cqe *cqe;
+
+	io_uring_get_events(&t->ring); /* deferred task work: completions */
+	while (io_uring_peek_cqe(&t->ring, &cqe) == 0) {
+		uint64_t ud = cqe->user_data;
+
+		io_uring_cqe_seen(&t->ring, cqe);
+		reap_left(t, ud);
+	}
+}
+
+static void thread_end(void *arg)
+{
+	struct ring_thread *t = arg;
+	struct ringread *rr = t->rr;
+	struct ringread_left *last;
+
+	if (t->usable) {
+		reap_ended(t);
+		io_uring_queue_exit(&t->ring);
+	}
+	if (t->left) { /* the kernel may write them yet: kept until fini */
+		for (last = t->left; last->next; last = last->next)
+			;
+		pthread_mutex_lock(&rr->lock);
+		last->next = rr->orphans;
+		rr->orphans = t->left;
+		pthread_mutex_unlock(&rr->lock);
+	}
+	free(t);
+}
+
+int ringread_init(struct ringread *rr)
+{
+	int r;
+
+	memset(rr, 0, sizeof(*rr));
+	if ((r = pthread_mutex_init(&rr->lock, NULL)))
+		return -r;
+	if ((r = pthread_key_create(&rr->key, thread_end))) {
+		pthread_mutex_destroy(&rr->lock);
+		return -r;
+	}
+	rr->key_made = 1;
+	return 0;
+}
+
+void ringread_fini(struct ringread *rr)
+{
+	if (!rr->key_made)
+		return;
+	pthread_key_delete(rr->key);
+	left_free(rr->orphans);
+	rr->orphans = NULL;
+	pthread_mutex_destroy(&rr->lock);
+	rr->key_made = 0;
+}
+
+/* This thread's ring, made on its first call; NULL with errno ENOMEM. */
+static struct ring_thread *thread_ring(struct ringread *rr)
+{
+	struct ring_thread *t = pthread_getspecific(rr->key);
+	unsigned flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN;
+	int r;
+
+	if (t)
+		return t;
+	if (!(t = calloc(1, sizeof(*t))))
+		return NULL;
+	t->rr = rr;
+	/* deferred task work: completions are run when this thread waits */
+	r = io_uring_queue_init(RING_ENTRIES, &t->ring, flags);
+	if (r == -EINVAL) /* a kernel before 6.1 */
+		r = io_uring_queue_init(RING_ENTRIES, &t->ring, 0);
+	t->usable = r == 0;
+	if ((errno = pthread_setspecific(rr->key, t))) {
+		if (t->usable)
+			io_uring_queue_exit(&t->ring);
+		free(t);
+		return NULL;
+	}
+	return t;
+}
+
+int ringread_ready(struct ringread *rr)
+{
+	struct ring_thread *t = thread_ring(rr);
+
+	return t ? t->usable : -ENOMEM;
+}
+
+ssize_t ringread_pread(struct ringread *rr, int fd, size_t len, off_t off,
+		       unsigned timeout_ms, void **buf)
+{
+	struct ring_thread *t = thread_ring(rr);
+	int64_t deadline = mono_ms() + timeout_ms;
+	struct io_uring_sqe *sqe;
+	struct ringread_left *rd;
+	int r;
+
+	if (!t)
+		return -errno;
+	if (!t->usable)
+		return -ENOTSUP;
+	if (t->nleft >= RINGREAD_MAX_LEFT)
+		reap_ended(t);
+	if (t->nleft >= RINGREAD_MAX_LEFT)
+		return -EHOSTDOWN;
+	if (!(rd = calloc(1, sizeof(*rd))))
+		return -ENOMEM;
+	if (posix_memalign(&rd->buf, 4096, len ? len : 4096)) {
+		free(rd);
+		return -ENOMEM;
+	}
+	if (!(sqe = io_uring_get_sqe(&t->ring))) { /* never: one at a time */
+		left_free(rd);
+		return -EBUSY;
+	}
+	io_uring_prep_read(sqe, fd, rd->buf, (unsigned)len, (uint64_t)off);
+	io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)rd);
+	if ((r = io_uring_submit(&t->ring)) < 0) {
+		left_free(rd);
+		return r;
+	}
+	for (;;) {
+		struct io_uring_cqe *cqe = NULL;
+		int64_t left = deadline - mono_ms();
+		struct __kernel_timespec ts = { .tv_sec = left / 1000,
+						.tv_nsec = (left % 1000) * 1000000 };
+		uint64_t ud;
+
+		r = left > 0 ? io_uring_wait_cqe_timeout(&t->ring, &cqe, &ts) : -ETIME;
+		if (r == -EINTR || (r == 0 && !cqe)) {
+			r = 0;
+			continue;
+		}
+		if (r < 0)
+			break;
+		ud = cqe->user_data;
+		r = cqe->res;
+		io_uring_cqe_seen(&t->ring, cqe);
+		if (ud != (uint64_t)(uintptr_t)rd) {
+			reap_left(t, ud); /* an earlier read left */
+			r = 0;
+			continue;
+		}
+		if (r < 0) {
+			left_free(rd);
+			return r;
+		}
+		*buf = rd->buf;
+		free(rd);
+		return r;
+	}
+	/* past the deadline (or the ring failed): the read goes on into its
+	 * own buffer, freed when it ends */
+	rd->next = t->left;
+	t->left = rd;
+	t->nleft++;
+	return r == -ETIME ? -ETIMEDOUT : r;
+}

@@ -1,0 +1,62 @@
+/* ringread.h - a read with a deadline, made on the calling thread's own
+ * io_uring instead of handed to another thread and waited for there.
+ *
+ * Why: a read that must not wait past a deadline (a NAS that may hang) was
+ * handed to a thread that may block and waited for with a timeout; for a
+ * 4 KiB read that hand-off and the wake-up back cost about as much as the
+ * read.  Here the calling thread submits the read to a ring of its own and
+ * waits for its completion with the timeout: the kernel reads, no other
+ * thread of ours runs.
+ *
+ * Rules:
+ *  - Each thread that calls ringread_pread() gets a ring on its first call,
+ *    closed when the thread ends (a key of @rr's destructor).  A thread
+ *    whose ring could not be made (io_uring disabled: sysctl
+ *    kernel.io_uring_disabled, a seccomp filter) gets -ENOTSUP from then
+ *    on, at once: the caller reads its other way.
+ *  - A read not done by its deadline is left running, into a buffer of its
+ *    own that the ring keeps; a later call on that thread frees it once it
+ *    ends.  A thread with RINGREAD_MAX_LEFT reads left running refuses more
+ *    (-EHOSTDOWN), so a hung file holds at most that many buffers a thread.
+ *  - A thread that ends with reads left running hands their buffers to @rr
+ *    (the kernel may still write them): ringread_fini() frees them, after
+ *    every thread that read is gone.
+ *  - The caller's descriptor must stay open until the call returns; a read
+ *    left running keeps its own reference to the file (io_uring takes one).
+ */
+#ifndef WFS_CORE_RINGREAD_H
+#define WFS_CORE_RINGREAD_H
+
+#include <pthread.h>
+#include <sys/types.h>
+
+#define RINGREAD_MAX_LEFT 4
+
+struct ringread_left; /* ringread.c */
+
+struct ringread {
+	pthread_key_t key;
+	int key_made;
+	pthread_mutex_t lock;
+	struct ringread_left *orphans; /* LOCK: of threads that ended */
+};
+
+/* 0, or -errno (no key could be made). */
+int ringread_init(struct ringread *rr);
+/* Free what ended threads left; call when no thread reads any more. */
+void ringread_fini(struct ringread *rr);
+
+/* 1 if this thread has a ring (made now if it had none), 0 if it cannot
+ * have one, -ENOMEM. */
+int ringread_ready(struct ringread *rr);
+
+/* pread @len bytes at @off of @fd into a 4096-aligned buffer of the call's,
+ * waiting at most @timeout_ms: on success *@buf (free() it) holds the bytes
+ * read, the return value (maybe short).  Errors: the read's own (-EIO,
+ * -ESTALE, ...), -ETIMEDOUT (the deadline passed; the read goes on, left),
+ * -EHOSTDOWN (this thread has RINGREAD_MAX_LEFT reads left running),
+ * -ENOTSUP (no ring on this thread), -ENOMEM. */
+ssize_t ringread_pread(struct ringread *rr, int fd, size_t len, off_t off,
+		       unsigned timeout_ms, void **buf);
+
+#endif

@@ -1,0 +1,120 @@
+/* test_ringread.c - core/ringread.c: a read made on the calling thread's
+ * own io_uring, waited for with a deadline.  A file gives its bytes; the
+ * read end of an empty pipe plays a hung NAS (the read waits in the kernel,
+ * as a read of a frozen NFS server does): the caller is back at the
+ * deadline, the read is left running, a thread holds at most
+ * RINGREAD_MAX_LEFT of them, and once the pipe has bytes the ones left end
+ * and are freed.  A thread that ends with reads left hands them over; under
+ * ASan, a buffer lost on the way is a leak report. */
+#include "check.h"
+#include "clock.h"
+#include "ringread.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static struct check_count cnt;
+
+struct fixture {
+	struct ringread *rr;
+	const char *path;
+	const unsigned char *want;
+	int pipe_rd, pipe_wr;
+};
+
+/* On a thread of its own, as a FUSE worker: the calls, then the thread
+ * ends with RINGREAD_MAX_LEFT - 1 reads left running. */
+static void *exercise(void *arg)
+{
+	struct fixture *f = arg;
+	struct ringread *rr = f->rr;
+	const unsigned char *want = f->want;
+	void *buf = NULL;
+	ssize_t got;
+	int64_t t0;
+	int fd;
+
+	CHECK(&cnt, ringread_ready(rr) == 1, "ready");
+	/* a file's bytes, a short read at its end, a read past it */
+	fd = open(f->path, O_RDONLY);
+	got = ringread_pread(rr, fd, 8192, 4096, 1000, &buf);
+	CHECK(&cnt, got == 8192 && !memcmp(buf, want + 4096, 8192), "middle: %zd", got);
+	CHECK(&cnt, ((uintptr_t)buf & 4095) == 0, "buffer aligned for O_DIRECT");
+	free(buf);
+	got = ringread_pread(rr, fd, 8192, 3 * 4096, 1000, &buf);
+	CHECK(&cnt, got == 100 && !memcmp(buf, want + 3 * 4096, 100), "tail: %zd", got);
+	free(buf);
+	got = ringread_pread(rr, fd, 4096, 1 << 20, 1000, &buf);
+	CHECK(&cnt, got == 0, "past the end: %zd", got);
+	free(buf);
+	close(fd);
+	got = ringread_pread(rr, fd, 4096, 0, 1000, &buf);
+	CHECK(&cnt, got == -EBADF, "closed descriptor: %zd", got);
+
+	/* a read that does not end: back at the deadline, left running;
+	 * RINGREAD_MAX_LEFT of them, then refused at once */
+	for (int i = 0; i < RINGREAD_MAX_LEFT; i++) {
+		t0 = mono_ms();
+		got = ringread_pread(rr, f->pipe_rd, 4096, -1, 50, &buf);
+		CHECK(&cnt, got == -ETIMEDOUT, "hung read %d: %zd", i, got);
+		CHECK(&cnt, mono_ms() - t0 >= 45 && mono_ms() - t0 < 5000,
+		      "hung read %d back after %lld ms", i, (long long)(mono_ms() - t0));
+	}
+	t0 = mono_ms();
+	got = ringread_pread(rr, f->pipe_rd, 4096, -1, 50, &buf);
+	CHECK(&cnt, got == -EHOSTDOWN && mono_ms() - t0 < 40,
+	      "with %d reads left, refused at once: %zd after %lld ms", RINGREAD_MAX_LEFT, got,
+	      (long long)(mono_ms() - t0));
+
+	/* the pipe answers one of them: it ends and is freed, and the thread
+	 * may read again */
+	CHECK(&cnt, write(f->pipe_wr, "abcdefgh", 8) == 8, "write");
+	fd = open(f->path, O_RDONLY);
+	got = ringread_pread(rr, fd, 4096, 0, 1000, &buf);
+	CHECK(&cnt, got == 4096 && !memcmp(buf, want, 4096),
+	      "a read once a read left ended: %zd", got);
+	free(buf);
+	close(fd);
+	return NULL;
+}
+
+int main(void)
+{
+	char dir[] = "/tmp/wfs-ringread-XXXXXX", path[64];
+	unsigned char want[3 * 4096 + 100];
+	struct ringread rr;
+	struct fixture f;
+	pthread_t th;
+	int pipefd[2], r;
+
+	alarm(60);
+	check_tmpdir(dir);
+	snprintf(path, sizeof(path), "%s/blob", dir);
+	for (size_t i = 0; i < sizeof(want); i++)
+		want[i] = (unsigned char)(i * 7 + 3);
+	check_write_file(path, want, sizeof(want));
+	if (pipe(pipefd) < 0)
+		return 2;
+	CHECK(&cnt, ringread_init(&rr) == 0, "init");
+	f = (struct fixture){ .rr = &rr, .path = path, .want = want,
+			      .pipe_rd = pipefd[0], .pipe_wr = pipefd[1] };
+	r = pthread_create(&th, NULL, exercise, &f);
+	if (r == 0)
+		pthread_join(th, NULL); /* before main counts a check again */
+	CHECK(&cnt, r == 0, "thread: %s", strerror(r));
+	/* it ended with reads left: handed over, freed by fini (ASan: a
+	 * buffer lost on the way is a leak) */
+	pthread_mutex_lock(&rr.lock);
+	CHECK(&cnt, rr.orphans != NULL, "the ended thread's reads handed over");
+	pthread_mutex_unlock(&rr.lock);
+	ringread_fini(&rr);
+	close(pipefd[0]);
+	close(pipefd[1]);
+	check_rmtree(dir);
+	printf("%d passed, %d failed\n", cnt.passed, cnt.failed);
+	return cnt.failed ? 1 : 0;
+}

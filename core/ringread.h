@@ -19,8 +19,9 @@
  *    ends.  A thread with RINGREAD_MAX_LEFT reads left running refuses more
  *    (-EHOSTDOWN), so a hung file holds at most that many buffers a thread.
  *  - A thread that ends with reads left running hands their buffers to @rr
- *    (the kernel may still write them): ringread_fini() frees them, after
- *    every thread that read is gone.
+ *    (the kernel may still write them, and only the process's end makes
+ *    that harmless): ringread_fini() frees them, for the leak checker, as
+ *    the daemon ends, every thread that read gone.
  *  - The caller's descriptor must stay open until the call returns; a read
  *    left running keeps its own reference to the file (io_uring takes one).
  */
@@ -43,7 +44,8 @@ struct ringread {
 
 /* 0, or -errno (no key could be made). */
 int ringread_init(struct ringread *rr);
-/* Free what ended threads left; call when no thread reads any more. */
+/* Free what ended threads left; call as the process ends, when no thread
+ * reads any more. */
 void ringread_fini(struct ringread *rr);
 
 /* 1 if this thread has a ring (made now if it had none), 0 if it cannot

@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,6 +83,40 @@ static void *exercise(void *arg)
 	return NULL;
 }
 
+/* A thread whose ring cannot be made (here: no descriptor left for it;
+ * elsewhere io_uring disabled) is told so at once, every time. */
+static void *no_ring(void *arg)
+{
+	struct fixture *f = arg;
+	void *buf = NULL;
+
+	CHECK(&cnt, ringread_ready(f->rr) == 0, "ready without a ring");
+	CHECK(&cnt, ringread_pread(f->rr, f->pipe_rd, 4096, -1, 50, &buf) == -ENOTSUP,
+	      "a read without a ring");
+	return NULL;
+}
+
+/* Run @fn on a thread of its own, with every descriptor taken. */
+static void run_without_fds(void *(*fn)(void *), struct fixture *f)
+{
+	struct rlimit was, low;
+	int fds[64], n = 0, r;
+	pthread_t th;
+
+	getrlimit(RLIMIT_NOFILE, &was);
+	low = (struct rlimit){ .rlim_cur = 64, .rlim_max = was.rlim_max };
+	setrlimit(RLIMIT_NOFILE, &low);
+	while (n < 64 && (fds[n] = open("/dev/null", O_RDONLY)) >= 0)
+		n++;
+	r = pthread_create(&th, NULL, fn, f);
+	if (r == 0)
+		pthread_join(th, NULL);
+	while (n > 0)
+		close(fds[--n]);
+	setrlimit(RLIMIT_NOFILE, &was);
+	CHECK(&cnt, r == 0, "thread: %s", strerror(r));
+}
+
 int main(void)
 {
 	char dir[] = "/tmp/wfs-ringread-XXXXXX", path[64];
@@ -106,6 +141,7 @@ int main(void)
 	if (r == 0)
 		pthread_join(th, NULL); /* before main counts a check again */
 	CHECK(&cnt, r == 0, "thread: %s", strerror(r));
+	run_without_fds(no_ring, &f);
 	/* it ended with reads left: handed over, freed by fini (ASan: a
 	 * buffer lost on the way is a leak) */
 	pthread_mutex_lock(&rr.lock);

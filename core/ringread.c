@@ -55,6 +55,12 @@ static void reap_left(struct ring_thread *t, uint64_t ud)
 	}
 }
 
+static void reap_other(void *arg, uint64_t ud, int res)
+{
+	(void)res;
+	reap_left(arg, ud); /* an earlier read left */
+}
+
 /* Free the reads left that have ended, without waiting. */
 static void reap_ended(struct ring_thread *t)
 {
@@ -156,7 +162,7 @@ ssize_t ringread_pread(struct ringread *rr, int fd, size_t len, off_t off,
 	int64_t deadline = mono_ms() + timeout_ms;
 	struct io_uring_sqe *sqe;
 	struct ringread_left *rd;
-	int r;
+	int r, res;
 
 	if (!t)
 		return -errno;
@@ -182,40 +188,46 @@ ssize_t ringread_pread(struct ringread *rr, int fd, size_t len, off_t off,
 		left_free(rd);
 		return r;
 	}
+	r = ringread_wait(&t->ring, (uint64_t)(uintptr_t)rd, deadline, reap_other, t, &res);
+	if (r < 0) {
+		/* past the deadline (or the ring failed): the read goes on
+		 * into its own buffer, freed when it ends */
+		rd->next = t->left;
+		t->left = rd;
+		t->nleft++;
+		return r == -ETIME ? -ETIMEDOUT : r;
+	}
+	if (res < 0) {
+		left_free(rd);
+		return res;
+	}
+	*buf = rd->buf;
+	free(rd);
+	return res;
+}
+
+int ringread_wait(struct io_uring *ring, uint64_t ud, int64_t deadline_ms,
+		  void (*other)(void *arg, uint64_t ud, int res), void *arg, int *res)
+{
 	for (;;) {
 		struct io_uring_cqe *cqe = NULL;
-		int64_t left = deadline - mono_ms();
+		int64_t left = deadline_ms - mono_ms();
 		struct __kernel_timespec ts = { .tv_sec = left / 1000,
 						.tv_nsec = (left % 1000) * 1000000 };
-		uint64_t ud;
+		uint64_t got;
+		int r = left > 0 ? io_uring_wait_cqe_timeout(ring, &cqe, &ts) : -ETIME;
 
-		r = left > 0 ? io_uring_wait_cqe_timeout(&t->ring, &cqe, &ts) : -ETIME;
-		if (r == -EINTR || (r == 0 && !cqe)) {
-			r = 0;
+		if (r == -EINTR || (r == 0 && !cqe))
 			continue;
-		}
 		if (r < 0)
-			break;
-		ud = cqe->user_data;
-		r = cqe->res;
-		io_uring_cqe_seen(&t->ring, cqe);
-		if (ud != (uint64_t)(uintptr_t)rd) {
-			reap_left(t, ud); /* an earlier read left */
-			r = 0;
-			continue;
-		}
-		if (r < 0) {
-			left_free(rd);
 			return r;
+		got = cqe->user_data;
+		r = cqe->res;
+		io_uring_cqe_seen(ring, cqe);
+		if (got == ud) {
+			*res = r;
+			return 0;
 		}
-		*buf = rd->buf;
-		free(rd);
-		return r;
+		other(arg, got, r);
 	}
-	/* past the deadline (or the ring failed): the read goes on into its
-	 * own buffer, freed when it ends */
-	rd->next = t->left;
-	t->left = rd;
-	t->nleft++;
-	return r == -ETIME ? -ETIMEDOUT : r;
 }

@@ -29,11 +29,13 @@
 #define WFS_CORE_RINGREAD_H
 
 #include <pthread.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #define RINGREAD_MAX_LEFT 4
 
 struct ringread_left; /* ringread.c */
+struct io_uring;      /* liburing.h */
 
 struct ringread {
 	pthread_key_t key;
@@ -60,5 +62,14 @@ int ringread_ready(struct ringread *rr);
  * -ENOTSUP (no ring on this thread), -ENOMEM. */
 ssize_t ringread_pread(struct ringread *rr, int fd, size_t len, off_t off,
 		       unsigned timeout_ms, void **buf);
+
+/* Wait on @ring for the completion whose user_data is @ud until
+ * CLOCK_MONOTONIC passes @deadline_ms (mono_ms's scale): 0 with *@res its
+ * result, -ETIME past the deadline, or the ring's own error.  Completions
+ * of other requests met on the way are consumed and given to
+ * @other(@arg, user_data, result).  (Also fs/uring.c's wait for a read on
+ * a FUSE ring, where the other completions are FUSE commands too.) */
+int ringread_wait(struct io_uring *ring, uint64_t ud, int64_t deadline_ms,
+		  void (*other)(void *arg, uint64_t ud, int res), void *arg, int *res);
 
 #endif

@@ -5,6 +5,7 @@
 #include "clock.h"
 #include "fuse_abi.h"
 #include "replyorder.h"
+#include "ringread.h"
 #include "uring.h"
 
 #include <errno.h>
@@ -205,6 +206,20 @@ static void reap_read(struct uring_ent *e, uint64_t user_data)
 	}
 }
 
+/* A completion met while waiting for a read (ringread_wait): an earlier
+ * read left behind, or the entry's next request, kept for the loop. */
+static void ring_other(void *arg, uint64_t ud, int res)
+{
+	struct uring_ent *e = arg;
+
+	if (ud & READ_TAG) {
+		reap_read(e, ud);
+	} else {
+		e->stashed = 1;
+		e->stashed_res = res;
+	}
+}
+
 int uring_here(void)
 {
 	return ring_self != NULL;
@@ -217,6 +232,7 @@ ssize_t uring_pread(int fd, size_t len, off_t off, unsigned timeout_ms, void **b
 	struct io_uring_sqe *sqe;
 	struct ring_read *rd;
 	uint64_t tag;
+	int r, res;
 
 	if (!e)
 		return -ENOTSUP;
@@ -235,50 +251,26 @@ ssize_t uring_pread(int fd, size_t len, off_t off, unsigned timeout_ms, void **b
 	memset((char *)sqe, 0, 2 * sizeof(*sqe));
 	io_uring_prep_read(sqe, fd, rd->buf, (unsigned)len, (uint64_t)off);
 	io_uring_sqe_set_data64(sqe, tag);
-	for (int r = io_uring_submit(&e->ring);;) {
-		struct io_uring_cqe *cqe = NULL;
-		int64_t left = deadline - mono_ms();
-		struct __kernel_timespec ts = { .tv_sec = left / 1000,
-						.tv_nsec = (left % 1000) * 1000000 };
-		uint64_t ud;
-
-		if (r >= 0)
-			r = left > 0 ? io_uring_wait_cqe_timeout(&e->ring, &cqe, &ts) : -ETIME;
-		if (r == -EINTR || (r == 0 && !cqe)) {
-			r = 0;
-			continue;
-		}
-		if (r < 0) {
-			/* past the deadline (or the ring failed): the read goes on
-			 * into its own buffer, freed when it ends */
-			rd->next = e->abandoned;
-			e->abandoned = rd;
-			e->nabandoned++;
-			return r == -ETIME ? -ETIMEDOUT : r;
-		}
-		ud = cqe->user_data;
-		r = cqe->res;
-		io_uring_cqe_seen(&e->ring, cqe);
-		if (ud != tag) {
-			if (ud & READ_TAG) {
-				reap_read(e, ud); /* an earlier read left behind */
-			} else { /* the entry's next request: the loop's */
-				e->stashed = 1;
-				e->stashed_res = r;
-			}
-			r = 0;
-			continue;
-		}
-		if (r < 0) {
-			free(rd->buf);
-			free(rd);
-			/* -ETIMEDOUT of our own means the deadline passed */
-			return r == -ETIMEDOUT ? -ENOTCONN : r;
-		}
-		*buf = rd->buf;
-		free(rd);
-		return r;
+	r = io_uring_submit(&e->ring);
+	if (r >= 0)
+		r = ringread_wait(&e->ring, tag, deadline, ring_other, e, &res);
+	if (r < 0) {
+		/* past the deadline (or the ring failed): the read goes on
+		 * into its own buffer, freed when it ends */
+		rd->next = e->abandoned;
+		e->abandoned = rd;
+		e->nabandoned++;
+		return r == -ETIME ? -ETIMEDOUT : r;
 	}
+	if (res < 0) {
+		free(rd->buf);
+		free(rd);
+		/* -ETIMEDOUT of our own means the deadline passed */
+		return res == -ETIMEDOUT ? -ENOTCONN : res;
+	}
+	*buf = rd->buf;
+	free(rd);
+	return res;
 }
 
 /* Wait for the entry's next request (its completion kept by uring_pread,

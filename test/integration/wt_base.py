@@ -99,14 +99,22 @@ def mount_entry(path):
 
 # ---------------------------------------------------------------- processes
 
-def _proc_state(pid):
-    """(state letter, number of threads) of a process, or None if gone."""
+def _stat_fields(path):
+    """The fields of a /proc stat file after "PID (COMM)", or None if gone
+    (COMM may hold anything: the last ')' ends it)."""
     try:
-        with open("/proc/%d/stat" % pid) as f:
+        with open(path) as f:
             data = f.read()
     except (FileNotFoundError, ProcessLookupError):
         return None
-    fields = data[data.rfind(")") + 2:].split(" ")
+    return data[data.rfind(")") + 2:].split(" ")
+
+
+def _proc_state(pid):
+    """(state letter, number of threads) of a process, or None if gone."""
+    fields = _stat_fields("/proc/%d/stat" % pid)
+    if fields is None:
+        return None
     return fields[0], int(fields[17])   # (fields 3 and 20 of proc(5))
 
 
@@ -221,12 +229,8 @@ def _all_threads_stopped(pid):
     except FileNotFoundError:
         return True
     for tid in tids:
-        try:
-            with open("/proc/%d/task/%s/stat" % (pid, tid)) as f:
-                data = f.read()
-        except FileNotFoundError:
-            continue
-        if data[data.rfind(")") + 2] not in "tT":
+        fields = _stat_fields("/proc/%d/task/%s/stat" % (pid, tid))
+        if fields is not None and fields[0] not in "tT":
             return False
     return True
 

@@ -433,11 +433,13 @@ static int open_nas(struct wfs *w, struct nas_start *ns)
 	if (r == 0 && (r = nas_gate_init(&w->gate, w->roots.path[0], w->opt.nas_timeout_ms,
 					 store_log, w)) == 0)
 		w->gate_inited = 1;
-	if (r == 0)
-		r = ringread_init(&w->ringread);
 	if (r < 0) {
 		if (r != -1)
 			fprintf(stderr, "wfs: NAS_HUB %s: %s\n", w->opt.nas, strerror(-r));
+		return -1;
+	}
+	if ((r = ringread_init(&w->ringread)) < 0) {
+		fprintf(stderr, "wfs: cannot set up the NAS reads' rings: %s\n", strerror(-r));
 		return -1;
 	}
 	if (ns->err == -ENOMEDIUM) {

@@ -122,6 +122,19 @@ void ringread_fini(struct ringread *rr)
 	rr->key_made = 0;
 }
 
+void ringread_keep(struct ringread *rr, void *buf)
+{
+	struct ringread_left *l = malloc(sizeof(*l));
+
+	if (!l)
+		return;
+	l->buf = buf;
+	pthread_mutex_lock(&rr->lock);
+	l->next = rr->orphans;
+	rr->orphans = l;
+	pthread_mutex_unlock(&rr->lock);
+}
+
 /* This thread's ring, made on its first call; NULL with errno ENOMEM. */
 static struct ring_thread *thread_ring(struct ringread *rr)
 {

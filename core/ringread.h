@@ -50,6 +50,12 @@ int ringread_init(struct ringread *rr);
  * reads any more. */
 void ringread_fini(struct ringread *rr);
 
+/* Keep @buf, the buffer of a read of another ring left running, until
+ * ringread_fini(): the kernel may write it yet (fs/uring.c's ring threads
+ * hand theirs over as they end).  Without memory for the note it is never
+ * freed, which is harmless where freeing it early is not. */
+void ringread_keep(struct ringread *rr, void *buf);
+
 /* 1 if this thread has a ring (made now if it had none), 0 if it cannot
  * have one, -ENOMEM. */
 int ringread_ready(struct ringread *rr);

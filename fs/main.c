@@ -561,6 +561,7 @@ static int start_session(struct wfs *w, struct fuse_args *args, int *ctl_bound,
 			.threads = w->opt.max_threads, .log = store_log, .log_arg = w,
 			.requests = &w->store.uring_requests,
 			.note_request = passthrough_note_request, .note_arg = &w->pt,
+			.keep = &w->ringread,
 		};
 		w->pt.uring = &w->uring;
 	}

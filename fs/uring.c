@@ -344,10 +344,19 @@ static void *ring_thread(void *arg)
 			queue_cmd(e, FUSE_ABI_URING_COMMIT_AND_FETCH, e->hdr->ent.commit_id);
 	}
 	io_uring_queue_exit(&e->ring);
-	/* Reads still left behind: the NAS reads are O_DIRECT wherever it
-	 * allows (nas.h), so the kernel holds their pages, not this memory. */
-	while (e->abandoned)
-		reap_read(e, (uint64_t)(uintptr_t)e->abandoned);
+	/* Reads still left behind may yet write their buffers (a buffered
+	 * read, or memory malloc reuses while an O_DIRECT read holds its
+	 * pages): the buffers stay until the process ends. */
+	while (e->abandoned) {
+		struct ring_read *rd = e->abandoned;
+
+		e->abandoned = rd->next;
+		if (u->keep)
+			ringread_keep(u->keep, rd->buf);
+		else
+			free(rd->buf);
+		free(rd);
+	}
 	return NULL;
 }
 

@@ -38,6 +38,7 @@
 #include <sys/uio.h>
 
 struct fuse_session;
+struct ringread;
 struct uring_ent;
 
 /* Rules: SET-UP before uring_start; OWNER: the ring threads'; ATOMIC. */
@@ -52,6 +53,9 @@ struct fuse_uring {
 	 * gives it) before libfuse is, as passthrough.c sees those it reads */
 	void (*note_request)(void *arg, const void *req, size_t len);
 	void *note_arg;             /* SET-UP */
+	/* SET-UP (may be NULL: freed): where a ring thread that ends leaves
+	 * the buffers of NAS reads still running, until the process ends */
+	struct ringread *keep;
 	struct uring_ent *ents;     /* OWNER: written by uring_start, freed by uring_stop */
 	_Atomic unsigned nents;     /* ATOMIC: entries of @ents */
 	_Atomic int stop;
@@ -77,7 +81,8 @@ int uring_here(void);
  * ring, into an aligned buffer of the call's (*@buf: free it), waiting at
  * most @timeout_ms -- no hand-off to another thread.  Returns the bytes
  * read or -errno; -ETIMEDOUT when the deadline passed (the read goes on
- * into its own buffer, freed when it ends), -EHOSTDOWN when this thread
+ * into its own buffer, freed when it ends or, if the thread ends first,
+ * kept in @keep until the daemon ends), -EHOSTDOWN when this thread
  * has too many such reads still hanging, -ENOTSUP when not on a ring
  * thread.  A read's own -ETIMEDOUT (a soft NFS mount) comes back as
  * -ENOTCONN. */

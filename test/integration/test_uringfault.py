@@ -3,7 +3,10 @@
 (-o fuse_uring=on), where a NAS read is made on the ring thread's own ring
 and waited for there with the deadline: test_nasfault's outage round trips
 again -- the local revision keeps reading right, the rest fails EIO within
-the deadline, and everything comes back by itself."""
+the deadline, and everything comes back by itself; and test_stophung's stop
+with a read left hanging in the NAS, here on a ring thread's ring (its
+buffer kept until the daemon ends: the sanitizer builds see it freed once,
+at the end)."""
 
 import errno
 import os
@@ -11,6 +14,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_nasfault as nf  # noqa: E402  (a module: its test classes are not run here)
+import test_stophung as sh  # noqa: E402
 import test_uring as tu     # noqa: E402
 import wfstest              # noqa: E402
 
@@ -75,6 +79,17 @@ class RingReadDeadline(nf.WfsOnFaultNAS):
                 self.assertEqual(os.pread(fd, 4096, e["size"] - 4096), g.read(4096))
         finally:
             os.close(fd)
+
+
+class ReadInFlightOverRings(sh.ReadInFlight):
+    """test_stophung's ReadInFlight with the READ taken by a ring thread:
+    its NAS read, left hanging on that thread's ring, outlives the thread."""
+
+    extra_options = ["fuse_uring=on"]
+
+    def sigterm_and_exit(self):
+        self.assertGreater(tu.ring_requests(self, self.mnt), 0, "no request came through a ring")
+        return super().sigterm_and_exit()
 
 
 if __name__ == "__main__":

@@ -84,6 +84,8 @@ void metrics_collect(const struct metrics_src *src, struct metrics *m)
 	m->listed_ahead_taken = s->listed_ahead_taken;
 	m->dir_attrs_refreshed = s->dir_attrs_refreshed;
 	m->uring_requests = s->uring_requests;
+	m->nas_reads_ring = s->nas_reads_ring;
+	m->nas_reads_handed = s->nas_reads_handed;
 	m->fs_nodes = s->fs_nodes;
 	m->promotions_started = s->started;
 	m->promotions_verified = s->promoted;
@@ -145,6 +147,13 @@ static const struct figure figures[] = {
 	{ "wfs_fuse_uring_requests_total", "counter", NULL, NULL,
 	  "FUSE requests taken through io_uring (-o fuse_uring) rather than /dev/fuse.",
 	  "fuse_uring_requests", AT(uring_requests) },
+	{ "wfs_nas_reads_total", "counter", "route", "ring",
+	  "NAS reads of FUSE requests, by how they were made (ring: on the reading thread's "
+	  "own io_uring; handed_off: on a NAS thread, by -o nas_read_ring=off or where "
+	  "io_uring is not available).",
+	  "nas_reads.ring", AT(nas_reads_ring) },
+	{ "wfs_nas_reads_total", NULL, "route", "handed_off", NULL,
+	  "nas_reads.handed_off", AT(nas_reads_handed) },
 	{ "wfs_fs_nodes", "gauge", NULL, NULL,
 	  "Inodes the daemon keeps for names the kernel looked up and has not forgotten.",
 	  "fs_nodes", AT(fs_nodes) },

@@ -45,6 +45,7 @@ struct metrics {
 	uint64_t served_local_bytes, served_nas_bytes;
 	uint64_t opens, passthrough_opens;
 	uint64_t listed_ahead, listed_ahead_taken, dir_attrs_refreshed, uring_requests;
+	uint64_t nas_reads_ring, nas_reads_handed;
 	uint64_t fs_nodes;
 	uint64_t promotions_started, promotions_verified, promotions_cancelled;
 	uint64_t promotions_failed;             /* sum of failed_by */

@@ -122,6 +122,16 @@ void ringread_fini(struct ringread *rr)
 	rr->key_made = 0;
 }
 
+int ringread_probe(void)
+{
+	struct io_uring ring;
+	int r = io_uring_queue_init(2, &ring, 0);
+
+	if (r == 0)
+		io_uring_queue_exit(&ring);
+	return r;
+}
+
 void ringread_keep(struct ringread *rr, void *buf)
 {
 	struct ringread_left *l = malloc(sizeof(*l));

@@ -56,6 +56,11 @@ void ringread_fini(struct ringread *rr);
  * freed, which is harmless where freeing it early is not. */
 void ringread_keep(struct ringread *rr, void *buf);
 
+/* 0 if this process may make an io_uring (one is made and closed), else
+ * -errno: -EPERM (a seccomp filter; kernel.io_uring_disabled=2, or =1 for
+ * a process outside its group), -ENOSYS (a kernel without), -ENOMEM. */
+int ringread_probe(void);
+
 /* 1 if this thread has a ring (made now if it had none), 0 if it cannot
  * have one, -ENOMEM. */
 int ringread_ready(struct ringread *rr);

@@ -371,6 +371,9 @@ struct store {
 	_Atomic uint64_t dir_attrs_refreshed;
 	/* requests taken through io_uring (fs/uring.h) */
 	_Atomic uint64_t uring_requests;
+	/* NAS reads of FUSE requests made on the reading thread's own io_uring,
+	 * and handed to a NAS thread (fs/nas.c) */
+	_Atomic uint64_t nas_reads_ring, nas_reads_handed;
 	/* the fs's inodes now, the root aside: each one the kernel looked up
 	 * and has not forgotten (fs/node.h) */
 	_Atomic uint64_t fs_nodes;

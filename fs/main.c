@@ -598,6 +598,11 @@ static int start_threads(struct wfs *w, int ctl_bound, const struct metrics_src 
 {
 	int r;
 
+	if ((r = ringread_probe()) < 0)
+		wfs_log(w, LOG_WARNING, "io_uring is not available (%s: a seccomp filter, as a "
+			"container's, or the sysctl kernel.io_uring_disabled): NAS reads are handed "
+			"to NAS threads and copies made with plain reads and writes -- slower, the "
+			"same otherwise", strerror(-r));
 	if ((r = inval_start(&w->inval)) < 0)
 		wfs_log(w, LOG_WARNING, "cannot start the cache invalidation thread: %s; "
 			"demoted files may show stale pages", strerror(-r));

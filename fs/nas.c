@@ -477,8 +477,11 @@ ssize_t nas_pread(struct wfs *w, int fd, size_t len, off_t off, int drop, void *
 	int r;
 
 	if ((uring_here() || w->opt.nas_read_ring) &&
-	    (got = ring_pread(w, fd, len, off, drop, buf)) != -ENOTSUP)
+	    (got = ring_pread(w, fd, len, off, drop, buf)) != -ENOTSUP) {
+		atomic_fetch_add(&w->store.nas_reads_ring, 1);
 		return got;
+	}
+	atomic_fetch_add(&w->store.nas_reads_handed, 1);
 	if (!(j = malloc(sizeof(*j))))
 		return -ENOMEM;
 	*j = (struct read_job){ .fd = fd, .drop = drop, .len = len, .off = off };

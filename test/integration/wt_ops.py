@@ -309,12 +309,16 @@ def in_mntns(fn, *args, timeout=120):
 
 class ForegroundMount(Mount):
     """wfs -f -o log=stderr,... in the background, its log in a file
-    (Mount runs it detached, logging to syslog)."""
+    (Mount runs it detached, logging to syslog).  `wrapper`: a command
+    (argv list) the daemon is run under, e.g. test/noring."""
+
+    wrapper = ()
 
     def start(self):
         self.logf = tempfile.NamedTemporaryFile(prefix="wfs-log-", suffix=".txt", delete=False)
         opts = ["log=stderr"] + self.options
-        args = [wfs_bin(), "-f", "-o", ",".join(opts), self.nas, self.local, self.mnt]
+        args = list(self.wrapper) + [wfs_bin(), "-f", "-o", ",".join(opts), self.nas,
+                                     self.local, self.mnt]
         self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=self.logf,
                                      stderr=self.logf)
         if not wait_until(lambda: is_mounted(self.mnt) or self.proc.poll() is not None, 10):

@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""The daemon where io_uring is refused: test/noring runs it under a seccomp
+filter that fails io_uring_setup, _enter and _register with EPERM, as a
+container's default profile does (Docker's since 25.0).  Every part that
+uses io_uring has a way without it; this runs them all at once.
+
+  NoRing    under noring: the start-up log says io_uring is not available
+            and why; a NAS blob reads right (whole, and 4 KiB preads at
+            random offsets) with every NAS read handed to a NAS thread
+            (stats nas_reads.handed_off grows, .ring stays 0); promote
+            --wait makes a verified copy with plain reads and writes, whose
+            bytes in LOCAL_STORE and through the mount equal the NAS's; the
+            daemon stops cleanly.
+  WithRing  the same without noring: no such line, and the NAS reads made
+            on the ring (.ring grows, .handed_off stays 0) -- what tells
+            the two routes apart, so that NoRing cannot pass on the ring.
+"""
+
+import hashlib
+import os
+import random
+import shutil
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import wfstest  # noqa: E402
+from wfstest import ctl_check, ctl_json, state_of  # noqa: E402
+
+MiB = 1 << 20
+REPO = "models--acme--noring"
+CONFIG = wfstest.det_bytes("noring config", 5000)
+BIG = wfstest.det_bytes("noring big", 6 * MiB + 12345)
+NOT_AVAILABLE = "io_uring is not available"
+
+
+def noring_bin():
+    return os.environ.get("WFS_NORING") or os.path.join(wfstest.REPO, "build", "test", "noring")
+
+
+class NoRingMount(wfstest.ForegroundMount):
+    wrapper = (noring_bin(),)
+
+
+class Routes:
+    """A hub with REPO, a daemon in the foreground (mount_class), its NAS
+    reads counted by route."""
+
+    mount_class = None
+
+    def setUp(self):
+        wfstest.require_mount_capability()
+        wfstest.require_wfsctl()
+        self.base = wfstest.make_base("wfs-it-noring-")
+        self.addCleanup(shutil.rmtree, self.base, True)
+        hub = os.path.join(self.base, "hub")
+        self.rev = wfstest.make_hf_repo(hub, REPO, {"config.json": CONFIG,
+                                                    "model.safetensors": BIG})
+        self.local = os.path.join(self.base, "local")
+        self.mnt = os.path.join(self.base, "mnt")
+        os.mkdir(self.mnt)
+        self.m = self.mount_class(hub, self.local, self.mnt, ["auto_promote=off"]).start()
+        self.addCleanup(self.stop)
+
+    def stop(self):
+        if self.m:
+            problems = self.m.stop()
+            self.m.cleanup()
+            self.m = None
+            self.assertEqual(problems, [], "stopping the daemon")
+
+    def p(self, name):
+        return os.path.join(self.mnt, REPO, "snapshots", self.rev, name)
+
+    def routes(self):
+        got = ctl_json(self, ["stats", self.mnt])["metrics"]["nas_reads"]
+        return got["ring"], got["handed_off"]
+
+    def read_from_nas(self):
+        """The blob read through the mount, whole and at random 4 KiB
+        offsets (its own descriptor, no read-ahead): right bytes."""
+        path = self.p("model.safetensors")
+        self.assertEqual(state_of(path), "nas")
+        with open(path, "rb") as f:
+            self.assertEqual(hashlib.sha256(f.read()).hexdigest(),
+                             hashlib.sha256(BIG).hexdigest(), "the NAS blob read whole")
+        rng = random.Random(7)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            # the whole read's pages out of the mount's cache: these reach the daemon
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+            for _ in range(64):
+                off = rng.randrange(len(BIG) // 4096) * 4096
+                self.assertEqual(os.pread(fd, 4096, off), BIG[off:off + 4096],
+                                 "4 KiB at %d" % off)
+        finally:
+            os.close(fd)
+
+
+class NoRing(Routes, unittest.TestCase):
+    mount_class = NoRingMount
+
+    def setUp(self):
+        p = noring_bin()
+        if not (os.path.isfile(p) and os.access(p, os.X_OK)):
+            wfstest.skip_or_fail("noring (WFS_NORING) not found or not executable: " + p)
+        super().setUp()
+
+    def test_reads_and_promotes_without_io_uring(self):
+        said = [l for l in self.m.log().splitlines() if NOT_AVAILABLE in l]
+        self.assertEqual(len(said), 1, "the start-up log should say once that io_uring is "
+                         "not available; log:\n%s" % self.m.log()[-3000:])
+        self.assertIn("Operation not permitted", said[0])
+        self.read_from_nas()
+        ring, handed = self.routes()
+        self.assertEqual(ring, 0, "a NAS read made on a ring under a filter refusing io_uring")
+        self.assertGreater(handed, 0, "no NAS read handed to a NAS thread")
+
+        ctl_check(self, ["promote", "--wait", self.p("model.safetensors")])
+        self.assertEqual(state_of(self.p("model.safetensors")), "local")
+        copies = {}
+        for rel in wfstest.store_files(self.local):
+            with open(os.path.join(self.local, "data", rel), "rb") as f:
+                copies[hashlib.sha256(f.read()).hexdigest()] = rel
+        self.assertIn(hashlib.sha256(BIG).hexdigest(), copies,
+                      "no copy in LOCAL_STORE/data with the blob's bytes: %s" % copies)
+        with open(self.p("model.safetensors"), "rb") as f:
+            self.assertEqual(f.read(), BIG, "the promoted blob through the mount")
+        with open(self.p("config.json"), "rb") as f:
+            self.assertEqual(f.read(), CONFIG)
+
+
+class WithRing(Routes, unittest.TestCase):
+    mount_class = wfstest.ForegroundMount
+
+    def test_reads_on_the_ring(self):
+        self.assertNotIn(NOT_AVAILABLE, self.m.log())
+        self.read_from_nas()
+        ring, handed = self.routes()
+        self.assertGreater(ring, 0, "no NAS read made on a ring")
+        self.assertEqual(handed, 0, "a NAS read handed off with io_uring available")
+
+
+if __name__ == "__main__":
+    wfstest.main()

@@ -6,18 +6,25 @@
  *
  *   classic  read() a request from /dev/fuse, writev() the reply (what
  *            libfuse 3.14, and so wfs, does);
+ *   splice   classic, but a READ is answered by splice(2): the header
+ *            vmspliced into a pipe, the backing file's bytes spliced after
+ *            it, the pipe spliced into /dev/fuse with SPLICE_F_MOVE, so the
+ *            kernel may move the pages (read O_DIRECT into fresh pages)
+ *            into the mount's page cache instead of copying them -- a
+ *            reply without the daemon's copy (its pipe of 2 MiB needs
+ *            fs.pipe-max-size >= 2097152 or CAP_SYS_RESOURCE);
  *   uring    the kernel's FUSE-over-io_uring (protocol 7.42, kernel >= 6.14
  *            with /sys/module/fuse/parameters/enable_uring set): one queue a
  *            CPU, each served by threads pinned to that CPU, a request read
  *            from and its reply written into buffers registered with the
  *            kernel, the READ's pread() landing in the reply buffer itself.
  *
- * So the two differ only in the transport, and a read through either,
+ * So they differ only in the transport, and a read through one,
  * against the backing file read directly, says what a daemon-served read
  * costs before wfs does any work of its own.  bench.py does not run it;
  * its figures are quoted in the README ("The two NAS routes").
  *
- *   fuseprobe serve classic|uring BACKING MOUNTPOINT   (foreground, until unmounted)
+ *   fuseprobe serve classic|splice|uring BACKING MOUNTPOINT   (foreground, until unmounted)
  *   fuseprobe rand FILE COUNT        4 KiB preads at random 4 KiB offsets: IOPS
  *   fuseprobe seq FILE               1 MiB reads start to end: MB/s
  *
@@ -51,6 +58,7 @@ struct probe {
 	int backing;
 	struct stat st;
 	int uring;
+	int splice; /* classic, a READ's reply spliced from the backing file */
 	int ncpu;
 };
 
@@ -285,12 +293,51 @@ static int reply_init(struct probe *p, const struct fuse_in_header *in,
 	return 0;
 }
 
+/* A READ answered by splice: the header vmspliced into a pipe, the
+ * backing file's bytes spliced after it (O_DIRECT: copy_splice_read reads
+ * them into fresh pages), the pipe spliced into /dev/fuse with
+ * SPLICE_F_MOVE, so that the kernel may move those pages into the mount's
+ * page cache instead of copying them. */
+static int splice_read(struct probe *p, int pfd[2], const struct fuse_in_header *in,
+		       const struct fuse_read_in *r)
+{
+	static __thread struct fuse_out_header oh;
+	uint64_t size = (uint64_t)p->st.st_size;
+	size_t want = r->offset >= size ? 0 : (size - r->offset < r->size ? size - r->offset : r->size);
+	struct iovec iov = { &oh, sizeof(oh) };
+	loff_t off = (loff_t)r->offset;
+	size_t got = 0;
+
+	oh.unique = in->unique;
+	oh.error = 0;
+	oh.len = (uint32_t)(sizeof(oh) + want);
+	if (vmsplice(pfd[1], &iov, 1, 0) != (ssize_t)sizeof(oh))
+		return -errno;
+	while (got < want) {
+		ssize_t n = splice(p->backing, &off, pfd[1], NULL, ((want - got) + 4095) & ~(size_t)4095,
+				   SPLICE_F_MOVE);
+
+		if (n <= 0)
+			return n < 0 ? -errno : -EIO;
+		got += (size_t)n;
+	}
+	if (splice(pfd[0], NULL, p->devfd, NULL, sizeof(oh) + want, SPLICE_F_MOVE) < 0)
+		return -errno;
+	return 0;
+}
+
 static void *classic_serve(void *arg)
 {
 	struct probe *p = arg;
 	size_t bufsize = PROBE_MAX_WRITE + 4096;
 	char *buf = xalign(bufsize), *out = xalign(PROBE_MAX_WRITE);
+	int pfd[2] = { -1, -1 };
 
+	if (p->splice && (pipe2(pfd, O_CLOEXEC) < 0 ||
+			  fcntl(pfd[0], F_SETPIPE_SZ, 2 * PROBE_MAX_WRITE) < 0)) {
+		perror("fuseprobe: pipe");
+		exit(1);
+	}
 	for (;;) {
 		ssize_t n = read(p->devfd, buf, bufsize);
 		const struct fuse_in_header *in = (void *)buf;
@@ -313,6 +360,13 @@ static void *classic_serve(void *arg)
 		}
 		if (in->opcode == FUSE_DESTROY)
 			exit(0);
+		if (p->splice && in->opcode == FUSE_READ) {
+			if ((r = splice_read(p, pfd, in, (const void *)(in + 1))) < 0) {
+				fprintf(stderr, "fuseprobe: splice: %s\n", strerror(-r));
+				exit(1);
+			}
+			continue;
+		}
 		r = handle(p, in, in + 1, (const char *)(in + 1), out, PROBE_MAX_WRITE);
 		if (r == NO_REPLY)
 			continue;
@@ -329,12 +383,13 @@ static void *classic_serve(void *arg)
 
 static int serve(const char *mode, const char *backing, const char *mnt)
 {
-	struct probe p = { .uring = !strcmp(mode, "uring"), .ncpu = (int)sysconf(_SC_NPROCESSORS_CONF) };
+	struct probe p = { .uring = !strcmp(mode, "uring"), .splice = !strcmp(mode, "splice"),
+			   .ncpu = (int)sysconf(_SC_NPROCESSORS_CONF) };
 	char opts[256];
 	pthread_t th;
 
-	if (!p.uring && strcmp(mode, "classic")) {
-		fprintf(stderr, "fuseprobe: unknown transport %s (classic or uring)\n", mode);
+	if (!p.uring && !p.splice && strcmp(mode, "classic")) {
+		fprintf(stderr, "fuseprobe: unknown transport %s (classic, splice or uring)\n", mode);
 		return 2;
 	}
 	p.backing = open(backing, O_RDONLY | O_DIRECT | O_CLOEXEC);
@@ -417,7 +472,7 @@ int main(int argc, char **argv)
 		return read_file("rand", argv[2], atol(argv[3]));
 	if (argc == 3 && !strcmp(argv[1], "seq"))
 		return read_file("seq", argv[2], 0);
-	fprintf(stderr, "usage: fuseprobe serve classic|uring BACKING MOUNTPOINT\n"
+	fprintf(stderr, "usage: fuseprobe serve classic|splice|uring BACKING MOUNTPOINT\n"
 			"       fuseprobe rand FILE COUNT\n"
 			"       fuseprobe seq FILE\n");
 	return argc == 2 && !strcmp(argv[1], "--help") ? 0 : 2;

@@ -372,7 +372,8 @@ struct store {
 	/* requests taken through io_uring (fs/uring.h) */
 	_Atomic uint64_t uring_requests;
 	/* NAS reads of FUSE requests made on the reading thread's own io_uring,
-	 * and handed to a NAS thread (fs/nas.c) */
+	 * and on a NAS thread (fs/nas.c); reads refused (the NAS down) are not
+	 * counted */
 	_Atomic uint64_t nas_reads_ring, nas_reads_handed;
 	/* the fs's inodes now, the root aside: each one the kernel looked up
 	 * and has not forgotten (fs/node.h) */

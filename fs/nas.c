@@ -423,6 +423,7 @@ struct read_job {
 	off_t off;
 	ssize_t got;
 	void *buf;
+	_Atomic uint64_t *made; /* counted when the NAS thread makes the read */
 };
 
 static void read_release(void *arg)
@@ -437,6 +438,7 @@ static int read_fn(void *arg)
 {
 	struct read_job *j = arg;
 
+	atomic_fetch_add(j->made, 1);
 	j->got = pread(j->fd, j->buf, j->len, j->off);
 	if (j->got < 0)
 		return -errno;
@@ -460,6 +462,7 @@ static ssize_t ring_pread(struct wfs *w, int fd, size_t len, off_t off, int drop
 		return r < 0 ? r : -ENOTSUP;
 	if ((r = nas_gate_admit(&w->gate)) < 0)
 		return r;
+	atomic_fetch_add(&w->store.nas_reads_ring, 1);
 	if (ring)
 		got = uring_pread(fd, len, off, w->gate.timeout_ms, buf);
 	else
@@ -477,14 +480,12 @@ ssize_t nas_pread(struct wfs *w, int fd, size_t len, off_t off, int drop, void *
 	int r;
 
 	if ((uring_here() || w->opt.nas_read_ring) &&
-	    (got = ring_pread(w, fd, len, off, drop, buf)) != -ENOTSUP) {
-		atomic_fetch_add(&w->store.nas_reads_ring, 1);
+	    (got = ring_pread(w, fd, len, off, drop, buf)) != -ENOTSUP)
 		return got;
-	}
-	atomic_fetch_add(&w->store.nas_reads_handed, 1);
 	if (!(j = malloc(sizeof(*j))))
 		return -ENOMEM;
-	*j = (struct read_job){ .fd = fd, .drop = drop, .len = len, .off = off };
+	*j = (struct read_job){ .fd = fd, .drop = drop, .len = len, .off = off,
+				.made = &w->store.nas_reads_handed };
 	if (posix_memalign(&j->buf, 4096, len ? len : 4096)) {
 		free(j);
 		return -ENOMEM;

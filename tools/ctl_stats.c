@@ -46,7 +46,7 @@ static void print_stats(const json_t *m)
 	printf("\nopens           %llu (%llu by passthrough)\n",
 	       (unsigned long long)jget_u64(m, "opens"),
 	       (unsigned long long)jget_u64(m, "passthrough_opens"));
-	if (json_object_get(m, "nas_reads")) /* a daemon before 2026-12-04 has none */
+	if (json_object_get(m, "nas_reads")) /* an older daemon has none */
 		printf("nas reads       %llu on the reading thread's io_uring, %llu handed to "
 		       "NAS threads\n",
 		       (unsigned long long)jget_u64(json_object_get(m, "nas_reads"), "ring"),

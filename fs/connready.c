@@ -48,16 +48,17 @@ void connection_ready(void *arg)
 		raise_readahead(w);
 	pthread_mutex_lock(&w->pt.lock);
 	payload = w->pt.uring_payload;
+	r = w->pt.uring_error;
 	pthread_mutex_unlock(&w->pt.lock);
 	if (!w->opt.fuse_uring)
 		return;
-	if (!payload) {
+	if (r < 0)
+		wfs_log(w, LOG_WARNING, "%s: FUSE over io_uring not asked for: its rings cannot be "
+			"made (%s): requests go through /dev/fuse", w->opt.mnt, strerror(-r));
+	else if (!payload)
 		wfs_log(w, LOG_WARNING, "%s: the kernel does not offer FUSE over io_uring "
 			"(kernel >= 6.14 with /sys/module/fuse/parameters/enable_uring set is "
 			"needed): requests go through /dev/fuse", w->opt.mnt);
-		return;
-	}
-	if ((r = uring_start(&w->uring, payload)) < 0)
-		wfs_log(w, LOG_WARNING, "%s: FUSE over io_uring not started: %s", w->opt.mnt,
-			strerror(-r));
+	else
+		uring_start(&w->uring);
 }

@@ -143,8 +143,17 @@ static void edit_init(struct passthrough *pt, struct iovec *body)
 		__atomic_store_n(&pt->negotiated, 1, __ATOMIC_RELEASE);
 	}
 	if (pt->uring && pt->uring_offered) {
-		flags2 |= INIT2_OVER_IO_URING;
-		pt->uring_payload = uring_payload_of(p);
+		/* Asked for only with every ring made: from this reply on the
+		 * kernel holds each request until every queue has one */
+		size_t payload = uring_payload_of(p);
+		int r = uring_prepare(pt->uring, payload);
+
+		if (r == 0) {
+			flags2 |= INIT2_OVER_IO_URING;
+			pt->uring_payload = payload;
+		} else {
+			pt->uring_error = r;
+		}
 	}
 	memcpy(p + INIT_OUT_FLAGS2, &flags2, 4);
 }

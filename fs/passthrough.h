@@ -57,6 +57,8 @@ struct passthrough {
 	int uring_offered;   /* LOCK: the kernel's INIT offered it */
 	size_t uring_payload; /* LOCK: > 0 once our INIT reply asked for it: the
 			       * largest request or reply it allows */
+	int uring_error;     /* LOCK: -errno when its rings could not be made, so
+			      * the INIT reply did not ask for it */
 };
 
 /* Install the hooks on a mounted session.  Returns -errno. */

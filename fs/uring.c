@@ -48,7 +48,8 @@ struct uring_ent {
 	pthread_cond_t replied_cond;
 	_Atomic uint64_t unique; /* the request in hand, 0 when none */
 	int replied;             /* LOCK */
-	int inited, running;     /* OWNER (uring_start, uring_stop) */
+	int inited, running;     /* OWNER (uring_prepare, uring_stop) */
+	int ring_made;           /* GATE: its ring was made (reported at the gate) */
 	/* OWNER: the reply to the request in hand is committed already (made
 	 * on this thread: uring_take_reply committed it at once) */
 	int committed;
@@ -305,8 +306,10 @@ static int next_request(struct uring_ent *e, struct __kernel_timespec *idle)
 	if (r < 0) {
 		/* ENOTCONN and the like: the connection ended */
 		if (r != -ENOTCONN && r != -ECONNABORTED && r != -ECANCELED)
-			ulog(e->u, LOG_WARNING, "FUSE over io_uring: queue %u: %s; its requests go "
-			     "through /dev/fuse", e->qid, strerror(-r));
+			ulog(e->u, LOG_ERR, "FUSE over io_uring: queue %u: %s; this thread's "
+			     "entry is gone (the kernel holds requests until every queue has "
+			     "one registered: restart without fuse_uring if the mount stops "
+			     "answering)", e->qid, strerror(-r));
 		return -1;
 	}
 	REQUEST_READ();
@@ -328,10 +331,27 @@ static void *ring_thread(void *arg)
 	 * pinned, within the noise).  The scheduler keeps a woken thread near
 	 * its waker anyway. */
 	ring_self = e;
-	/* The ring is made here: its deferred work runs on this thread. */
-	if ((r = ring_open(e)) < 0) {
-		ulog(u, LOG_WARNING, "FUSE over io_uring: queue %u: cannot make a ring: %s",
-		     e->qid, strerror(-r));
+	/* The ring is made here: its deferred work runs on this thread.
+	 * Reported, then the thread waits for the INIT reply (uring_start)
+	 * or for the stop (a ring that could not be made, anywhere). */
+	r = ring_open(e);
+	pthread_mutex_lock(&u->gate);
+	if (r < 0) {
+		u->failed++;
+		if (!u->first_err)
+			u->first_err = r;
+	} else {
+		u->made++;
+		e->ring_made = 1;
+	}
+	pthread_cond_broadcast(&u->gate_cond);
+	while (r == 0 && !u->go && !atomic_load(&u->stop))
+		pthread_cond_wait(&u->gate_cond, &u->gate);
+	pthread_mutex_unlock(&u->gate);
+	if (r < 0)
+		return NULL;
+	if (atomic_load(&u->stop)) {
+		io_uring_queue_exit(&e->ring);
 		return NULL;
 	}
 	queue_cmd(e, FUSE_ABI_URING_REGISTER, 0);
@@ -388,10 +408,16 @@ static int ent_init(struct fuse_uring *u, struct uring_ent *e, unsigned qid, siz
 	return 0;
 }
 
-int uring_start(struct fuse_uring *u, size_t payload)
+int uring_prepare(struct fuse_uring *u, size_t payload)
 {
 	unsigned queues = possible_cpus(), per_queue = u->threads / queues, n, started = 0;
-	int r = 0;
+	int r = 0, covered = 1;
+
+	if (!u->gate_inited) {
+		pthread_mutex_init(&u->gate, NULL);
+		pthread_cond_init(&u->gate_cond, NULL);
+		u->gate_inited = 1;
+	}
 
 	/* Two at least: a request that waits on the NAS leaves one for the
 	 * queue's other readers. */
@@ -414,14 +440,47 @@ int uring_start(struct fuse_uring *u, size_t payload)
 		e->running = r == 0;
 		started += r == 0;
 	}
-	if (r < 0)
-		ulog(u, LOG_WARNING, "FUSE over io_uring: %u of %u ring threads started: %s; "
-		     "requests of a queue without one go through /dev/fuse", started, n,
-		     strerror(-r));
-	else
-		ulog(u, LOG_INFO, "FUSE over io_uring: %u queues, %u threads each, %zu KiB "
-		     "buffers", queues, per_queue, payload >> 10);
-	return r;
+	pthread_mutex_lock(&u->gate);
+	while (u->made + u->failed < started)
+		pthread_cond_wait(&u->gate_cond, &u->gate);
+	/* Enough if every queue has a ring: a thread without one leaves */
+	for (unsigned q = 0; q < queues && covered; q++) {
+		unsigned ok = 0;
+
+		for (unsigned i = q * per_queue; i < (q + 1) * per_queue; i++)
+			ok += u->ents[i].ring_made;
+		covered = ok > 0;
+	}
+	if (covered)
+		r = 0;
+	else if (u->first_err)
+		r = u->first_err;
+	else if (r == 0)
+		r = -EAGAIN;
+	pthread_mutex_unlock(&u->gate);
+	if (r < 0) {
+		/* The INIT reply will not ask for the protocol: no thread may
+		 * register, every one leaves (its ring closed) */
+		uring_stop(u);
+		return r;
+	}
+	if (u->failed || started < n)
+		ulog(u, LOG_WARNING, "FUSE over io_uring: %u of %u ring threads have a ring (%s); "
+		     "every queue has one", u->made, n,
+		     strerror(u->first_err ? -u->first_err : EAGAIN));
+	ulog(u, LOG_INFO, "FUSE over io_uring: %u queues, %u threads each, %zu KiB buffers",
+	     queues, per_queue, payload >> 10);
+	return 0;
+}
+
+void uring_start(struct fuse_uring *u)
+{
+	if (!u->gate_inited)
+		return;
+	pthread_mutex_lock(&u->gate);
+	u->go = 1;
+	pthread_cond_broadcast(&u->gate_cond);
+	pthread_mutex_unlock(&u->gate);
 }
 
 ssize_t uring_take_reply(struct fuse_uring *u, const struct iovec *iov, int count)
@@ -481,6 +540,9 @@ void uring_stop(struct fuse_uring *u)
 	if (!u->ents)
 		return;
 	atomic_store(&u->stop, 1);
+	pthread_mutex_lock(&u->gate); /* threads still at the start gate */
+	pthread_cond_broadcast(&u->gate_cond);
+	pthread_mutex_unlock(&u->gate);
 	for (unsigned i = 0; i < n; i++)
 		if (u->ents[i].running)
 			pthread_join(u->ents[i].thread, NULL);

@@ -21,8 +21,11 @@
  * Rules the kernel sets: INIT, FORGET and INTERRUPT still come through
  * /dev/fuse (libfuse's own loop keeps running for them), and notifications
  * are written there; requests go the new way only once every queue has an
- * entry registered (until then, and if registering fails, through
- * /dev/fuse as before); a payload buffer holds the connection's largest
+ * entry registered -- and from the INIT reply that asked for the protocol
+ * until then, the kernel holds every new request (fs/fuse/dev.c
+ * fuse_block_alloc), so a ring that cannot be made would hang the mount:
+ * the rings are made before that reply (uring_prepare), which asks for
+ * the protocol only if every one was; a payload buffer holds the connection's largest
  * request or reply; every request sent to an entry is answered before the
  * entry gets another.  The module parameter
  * /sys/module/fuse/parameters/enable_uring must be set before the mount:
@@ -41,7 +44,8 @@ struct fuse_session;
 struct ringread;
 struct uring_ent;
 
-/* Rules: SET-UP before uring_start; OWNER: the ring threads'; ATOMIC. */
+/* Rules: SET-UP before uring_prepare; OWNER: the ring threads'; ATOMIC;
+ * GATE: under @gate. */
 struct fuse_uring {
 	struct fuse_session *se;    /* SET-UP */
 	int devfd;                  /* SET-UP */
@@ -56,16 +60,29 @@ struct fuse_uring {
 	/* SET-UP (may be NULL: freed): where a ring thread that ends leaves
 	 * the buffers of NAS reads still running, until the process ends */
 	struct ringread *keep;
-	struct uring_ent *ents;     /* OWNER: written by uring_start, freed by uring_stop */
+	struct uring_ent *ents;     /* OWNER: written by uring_prepare, freed by uring_stop */
 	_Atomic unsigned nents;     /* ATOMIC: entries of @ents */
 	_Atomic int stop;
+	/* The start gate (uring.c): threads report their ring, then wait */
+	pthread_mutex_t gate;
+	pthread_cond_t gate_cond;
+	unsigned made, failed;      /* GATE: threads whose ring was made, not made */
+	int first_err;              /* GATE: the first failure's -errno */
+	int go;                     /* GATE: uring_start was called */
+	int gate_inited;            /* OWNER */
 };
 
-/* Start the ring threads for a connection whose INIT reply asked for the
- * protocol: @payload is the largest request or reply (max_write,
- * max_pages).  Called once, right after that reply is written.  Returns 0
- * or -errno (logged; the mount goes on through /dev/fuse). */
-int uring_start(struct fuse_uring *u, size_t payload);
+/* Start the ring threads and make their rings for a connection whose
+ * INIT reply is about to ask for the protocol: @payload is the largest
+ * request or reply (max_write, max_pages).  Called once, before that
+ * reply is written.  0: every ring is made, the threads wait for
+ * uring_start(); -errno (the first failure; nothing is left running):
+ * the reply must not ask for the protocol. */
+int uring_prepare(struct fuse_uring *u, size_t payload);
+
+/* The INIT reply that asked for the protocol is written: the threads
+ * register their entries and serve. */
+void uring_start(struct fuse_uring *u);
 
 /* The writev hook's question: is this reply (@iov[0] the out header) for a
  * request a ring thread took?  Then it is copied into that request's

@@ -34,14 +34,6 @@ BIG = wfstest.det_bytes("noring big", 6 * MiB + 12345)
 NOT_AVAILABLE = "io_uring is not available"
 
 
-def noring_bin():
-    return os.environ.get("WFS_NORING") or os.path.join(wfstest.REPO, "build", "test", "noring")
-
-
-class NoRingMount(wfstest.ForegroundMount):
-    wrapper = (noring_bin(),)
-
-
 class Routes:
     """A hub with REPO, a daemon in the foreground (mount_class), its NAS
     reads counted by route."""
@@ -99,12 +91,10 @@ class Routes:
 
 
 class NoRing(Routes, unittest.TestCase):
-    mount_class = NoRingMount
+    mount_class = wfstest.NoRingMount
 
     def setUp(self):
-        p = noring_bin()
-        if not (os.path.isfile(p) and os.access(p, os.X_OK)):
-            wfstest.skip_or_fail("noring (WFS_NORING) not found or not executable: " + p)
+        wfstest.require_noring()
         super().setUp()
 
     def test_reads_and_promotes_without_io_uring(self):

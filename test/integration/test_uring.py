@@ -4,7 +4,8 @@
 /dev/fuse; an open file moves to its local copy; the daemon's threads are
 named (wfs-ring, wfs-copy, ...); the mount unmounts with readers busy; and
 without the kernel's consent (enable_uring off) the mount serves as before,
-through /dev/fuse."""
+through /dev/fuse, as it does when the daemon cannot make its rings (the
+INIT reply then does not ask for them)."""
 
 import errno
 import fcntl
@@ -217,6 +218,51 @@ class Declined(unittest.TestCase):
             self.assertEqual(ring_requests(self, mnt), 0)
         finally:
             self.assertEqual(m.stop(), [])
+            shutil.rmtree(base, ignore_errors=True)
+
+
+SHA256_OF = "import hashlib, sys; print(hashlib.sha256(open(sys.argv[1], 'rb').read()).hexdigest())"
+
+
+class RingsRefused(unittest.TestCase):
+    def test_fuse_uring_where_rings_cannot_be_made(self):
+        """-o fuse_uring=on in a daemon that cannot make a ring (run under
+        test/noring, as in a container whose seccomp profile refuses
+        io_uring), the kernel offering the protocol: the INIT reply must
+        not ask for it -- from a reply that does, the kernel holds every
+        request until each queue has a ring registered, and the mount
+        hangs (it did).  Reads are right, through /dev/fuse, and the log
+        says why, once."""
+        wfstest.require_noring()
+        base = wfstest.make_base("wfs-uring-")
+        local, mnt = os.path.join(base, "local"), os.path.join(base, "mnt")
+        os.mkdir(mnt)
+        m = wfstest.NoRingMount(FIX.hub, local, mnt, ["auto_promote=off", "fuse_uring=on"])
+        rc = 0
+        try:
+            m.start()
+            e = max(FIX.of("file"), key=lambda e: e["size"])
+            # in a child: a read the kernel holds is killable, a thread here is not
+            rc, out, err = wfstest.run_captured([sys.executable, "-c", SHA256_OF,
+                                                 os.path.join(mnt, e["path"])], timeout=30)
+            self.assertIsNotNone(rc, "a read through the mount still waited after 30 s (the "
+                                 "kernel holding requests for rings never made?)")
+            self.assertEqual((rc, out.strip()), (0, e["sha256"]), err)
+            self.assertEqual(ring_requests(self, mnt), 0)
+            said = [l for l in m.log().splitlines() if "FUSE over io_uring not asked for" in l]
+            self.assertEqual(len(said), 1, m.log()[-3000:])
+            self.assertIn("Operation not permitted", said[0])
+        finally:
+            if m.pids and rc is None:
+                # the kernel holds every request of that mount (an umount's
+                # stat too): only the daemon's end lets them go
+                wfstest.kill_daemon(self, m.pids)
+                wfstest.drop_dead_mount(self, mnt)
+                m.proc.wait()
+                m.cleanup()
+            elif m.pids:
+                self.assertEqual(m.stop(), [])
+                m.cleanup()
             shutil.rmtree(base, ignore_errors=True)
 
 

@@ -84,12 +84,20 @@ def mount_points():
     return pts
 
 
+def _mount_path(path):
+    """`path` as the mount table names it, without a look at `path` itself:
+    its parent resolved, its own name kept.  A stat of a mount point is a
+    request to its daemon, which a hung mount never answers."""
+    path = os.path.abspath(path)
+    return os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
+
+
 def is_mounted(path):
-    return os.path.realpath(path) in mount_points()
+    return _mount_path(path) in mount_points()
 
 
 def mount_entry(path):
-    path = os.path.realpath(path)
+    path = _mount_path(path)
     for line in mount_lines():
         fields = line.split(" ")
         if len(fields) >= 3 and _unescape_mount_field(fields[1]) == path:

@@ -352,6 +352,24 @@ class ForegroundMount(Mount):
             pass
 
 
+def noring_bin():
+    """test/noring: a command run with io_uring refused (seccomp), as in a
+    container; WFS_NORING or <repo>/build/test/noring."""
+    return os.environ.get("WFS_NORING") or os.path.join(REPO, "build", "test", "noring")
+
+
+def require_noring():
+    p = noring_bin()
+    if not (os.path.isfile(p) and os.access(p, os.X_OK)):
+        skip_or_fail("noring (WFS_NORING) not found or not executable: " + p)
+
+
+class NoRingMount(ForegroundMount):
+    """ForegroundMount with the daemon run under test/noring."""
+
+    wrapper = (noring_bin(),)
+
+
 def add_big_repo(hub, repo="models--ops--big", size=48 << 20):
     """A repo with one LFS blob of `size` random bytes (named by its SHA-256)
     and a snapshot link to it, written into the NAS hub.  Returns a dict:

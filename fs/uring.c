@@ -333,7 +333,7 @@ static void *ring_thread(void *arg)
 	ring_self = e;
 	/* The ring is made here: its deferred work runs on this thread.
 	 * Reported, then the thread waits for the INIT reply (uring_start)
-	 * or for the stop (a ring that could not be made, anywhere). */
+	 * or for the stop (a queue left without a ring: no protocol). */
 	r = ring_open(e);
 	pthread_mutex_lock(&u->gate);
 	if (r < 0) {

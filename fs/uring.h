@@ -23,11 +23,11 @@
  * are written there; requests go the new way only once every queue has an
  * entry registered -- and from the INIT reply that asked for the protocol
  * until then, the kernel holds every new request (fs/fuse/dev.c
- * fuse_block_alloc), so a ring that cannot be made would hang the mount:
- * the rings are made before that reply (uring_prepare), which asks for
- * the protocol only if every one was; a payload buffer holds the connection's largest
- * request or reply; every request sent to an entry is answered before the
- * entry gets another.  The module parameter
+ * fuse_block_alloc), so a queue without a ring would hang the mount: the
+ * rings are made before that reply (uring_prepare), which asks for the
+ * protocol only if every queue has one; a payload buffer holds the
+ * connection's largest request or reply; every request sent to an entry is
+ * answered before the entry gets another.  The module parameter
  * /sys/module/fuse/parameters/enable_uring must be set before the mount:
  * without it the kernel does not offer the protocol and the mount runs as
  * if the option were off (logged).

@@ -143,8 +143,9 @@ static void edit_init(struct passthrough *pt, struct iovec *body)
 		__atomic_store_n(&pt->negotiated, 1, __ATOMIC_RELEASE);
 	}
 	if (pt->uring && pt->uring_offered) {
-		/* Asked for only with every ring made: from this reply on the
-		 * kernel holds each request until every queue has one */
+		/* Asked for only when every queue has a ring: from this reply
+		 * on the kernel holds each request until every queue has one
+		 * registered */
 		size_t payload = uring_payload_of(p);
 		int r = uring_prepare(pt->uring, payload);
 

@@ -75,9 +75,10 @@ struct fuse_uring {
 /* Start the ring threads and make their rings for a connection whose
  * INIT reply is about to ask for the protocol: @payload is the largest
  * request or reply (max_write, max_pages).  Called once, before that
- * reply is written.  0: every ring is made, the threads wait for
- * uring_start(); -errno (the first failure; nothing is left running):
- * the reply must not ask for the protocol. */
+ * reply is written.  0: every queue has a ring (a thread whose ring could
+ * not be made has left, logged), the others wait for uring_start();
+ * -errno (the first failure; nothing is left running): the reply must not
+ * ask for the protocol. */
 int uring_prepare(struct fuse_uring *u, size_t payload);
 
 /* The INIT reply that asked for the protocol is written: the threads

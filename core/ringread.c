@@ -22,9 +22,8 @@ struct ringread_left {
 struct ring_thread {
 	struct ringread *rr;
 	struct io_uring ring;
-	int usable;                 /* the ring was made */
-	struct ringread_left *left; /* reads past their deadline, not ended */
-	unsigned nleft;
+	int usable;                  /* the ring was made */
+	struct ringread_lefts left;  /* reads past their deadline, not ended */
 };
 
 static void left_free(struct ringread_left *l)
@@ -38,27 +37,28 @@ static void left_free(struct ringread_left *l)
 	}
 }
 
-/* A read this thread left ended (@ud its user_data): free it. */
-static void reap_left(struct ring_thread *t, uint64_t ud)
+int ringread_reap(struct ringread_lefts *l, uint64_t ud, uint64_t tag)
 {
-	struct ringread_left **p = &t->left;
+	struct ringread_left **p = &l->head;
+	struct ringread_left *rd;
 
-	while (*p && (uint64_t)(uintptr_t)*p != ud)
+	while (*p && (uint64_t)(uintptr_t)*p != (ud & ~tag))
 		p = &(*p)->next;
-	if (*p) {
-		struct ringread_left *l = *p;
-
-		*p = l->next;
-		l->next = NULL;
-		left_free(l);
-		t->nleft--;
-	}
+	if (!(rd = *p))
+		return 0;
+	*p = rd->next;
+	rd->next = NULL;
+	left_free(rd);
+	l->n--;
+	return 1;
 }
 
 static void reap_other(void *arg, uint64_t ud, int res)
 {
+	struct ring_thread *t = arg;
+
 	(void)res;
-	reap_left(arg, ud); /* an earlier read left */
+	ringread_reap(&t->left, ud, 0); /* an earlier read left */
 }
 
 /* Free the reads left that have ended, without waiting. */
@@ -71,28 +71,19 @@ static void reap_ended(struct ring_thread *t)
 		uint64_t ud = cqe->user_data;
 
 		io_uring_cqe_seen(&t->ring, cqe);
-		reap_left(t, ud);
+		ringread_reap(&t->left, ud, 0);
 	}
 }
 
 static void thread_end(void *arg)
 {
 	struct ring_thread *t = arg;
-	struct ringread *rr = t->rr;
-	struct ringread_left *last;
 
 	if (t->usable) {
 		reap_ended(t);
 		io_uring_queue_exit(&t->ring);
 	}
-	if (t->left) { /* the kernel may write them yet: kept until fini */
-		for (last = t->left; last->next; last = last->next)
-			;
-		pthread_mutex_lock(&rr->lock);
-		last->next = rr->orphans;
-		rr->orphans = t->left;
-		pthread_mutex_unlock(&rr->lock);
-	}
+	ringread_keep(t->rr, &t->left); /* the kernel may write them yet */
 	free(t);
 }
 
@@ -116,8 +107,8 @@ void ringread_fini(struct ringread *rr)
 	if (!rr->key_made)
 		return;
 	pthread_key_delete(rr->key);
-	left_free(rr->orphans);
-	rr->orphans = NULL;
+	left_free(rr->orphans.head);
+	rr->orphans = (struct ringread_lefts){ 0 };
 	pthread_mutex_destroy(&rr->lock);
 	rr->key_made = 0;
 }
@@ -132,17 +123,20 @@ int ringread_probe(void)
 	return r;
 }
 
-void ringread_keep(struct ringread *rr, void *buf)
+void ringread_keep(struct ringread *rr, struct ringread_lefts *l)
 {
-	struct ringread_left *l = malloc(sizeof(*l));
+	struct ringread_left *last;
 
-	if (!l)
+	if (!l->head)
 		return;
-	l->buf = buf;
+	for (last = l->head; last->next; last = last->next)
+		;
 	pthread_mutex_lock(&rr->lock);
-	l->next = rr->orphans;
-	rr->orphans = l;
+	last->next = rr->orphans.head;
+	rr->orphans.head = l->head;
+	rr->orphans.n += l->n;
 	pthread_mutex_unlock(&rr->lock);
+	*l = (struct ringread_lefts){ 0 };
 }
 
 /* This thread's ring, made on its first call; NULL with errno ENOMEM. */
@@ -183,17 +177,27 @@ ssize_t ringread_pread(struct ringread *rr, int fd, size_t len, off_t off,
 {
 	struct ring_thread *t = thread_ring(rr);
 	int64_t deadline = mono_ms() + timeout_ms;
-	struct io_uring_sqe *sqe;
-	struct ringread_left *rd;
-	int r, res;
 
 	if (!t)
 		return -errno;
 	if (!t->usable)
 		return -ENOTSUP;
-	if (t->nleft >= RINGREAD_MAX_LEFT)
+	if (t->left.n >= RINGREAD_MAX_LEFT)
 		reap_ended(t);
-	if (t->nleft >= RINGREAD_MAX_LEFT)
+	return ringread_read_on(&t->ring, &t->left, 0, fd, len, off, deadline,
+				reap_other, t, buf);
+}
+
+ssize_t ringread_read_on(struct io_uring *ring, struct ringread_lefts *l, uint64_t tag,
+			 int fd, size_t len, off_t off, int64_t deadline_ms,
+			 void (*other)(void *arg, uint64_t ud, int res), void *arg, void **buf)
+{
+	struct io_uring_sqe *sqe;
+	struct ringread_left *rd;
+	uint64_t ud;
+	int r, res;
+
+	if (l->n >= RINGREAD_MAX_LEFT)
 		return -EHOSTDOWN;
 	if (!(rd = calloc(1, sizeof(*rd))))
 		return -ENOMEM;
@@ -201,28 +205,30 @@ ssize_t ringread_pread(struct ringread *rr, int fd, size_t len, off_t off,
 		free(rd);
 		return -ENOMEM;
 	}
-	if (!(sqe = io_uring_get_sqe(&t->ring))) { /* never: one at a time */
+	if (!(sqe = io_uring_get_sqe(ring))) { /* never: one read at a time */
 		left_free(rd);
 		return -EBUSY;
 	}
+	/* a FUSE ring's entries are 128 bytes: no command's leftovers */
+	memset(sqe, 0, (ring->flags & IORING_SETUP_SQE128) ? 2 * sizeof(*sqe) : sizeof(*sqe));
+	ud = (uint64_t)(uintptr_t)rd | tag;
 	io_uring_prep_read(sqe, fd, rd->buf, (unsigned)len, (uint64_t)off);
-	io_uring_sqe_set_data64(sqe, (uint64_t)(uintptr_t)rd);
-	if ((r = io_uring_submit(&t->ring)) < 0) {
-		left_free(rd);
-		return r;
-	}
-	r = ringread_wait(&t->ring, (uint64_t)(uintptr_t)rd, deadline, reap_other, t, &res);
+	io_uring_sqe_set_data64(sqe, ud);
+	r = io_uring_submit(ring);
+	if (r >= 0)
+		r = ringread_wait(ring, ud, deadline_ms, other, arg, &res);
 	if (r < 0) {
 		/* past the deadline (or the ring failed): the read goes on
 		 * into its own buffer, freed when it ends */
-		rd->next = t->left;
-		t->left = rd;
-		t->nleft++;
+		rd->next = l->head;
+		l->head = rd;
+		l->n++;
 		return r == -ETIME ? -ETIMEDOUT : r;
 	}
 	if (res < 0) {
 		left_free(rd);
-		return res;
+		/* -ETIMEDOUT says the deadline passed; a soft NFS mount's is not that */
+		return res == -ETIMEDOUT ? -ENOTCONN : res;
 	}
 	*buf = rd->buf;
 	free(rd);

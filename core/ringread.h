@@ -37,11 +37,20 @@
 struct ringread_left; /* ringread.c */
 struct io_uring;      /* liburing.h */
 
+/* Reads left running past their deadline on one ring, each with the
+ * buffer it reads into, freed when its completion is seen.  The ring's own
+ * thread owns it.  (This file's rings, and fs/uring.c's FUSE ring
+ * threads.) */
+struct ringread_lefts {
+	struct ringread_left *head;
+	unsigned n;
+};
+
 struct ringread {
 	pthread_key_t key;
 	int key_made;
 	pthread_mutex_t lock;
-	struct ringread_left *orphans; /* LOCK: of threads that ended */
+	struct ringread_lefts orphans; /* LOCK: of rings that ended */
 };
 
 /* 0, or -errno (no key could be made). */
@@ -50,11 +59,10 @@ int ringread_init(struct ringread *rr);
  * reads any more. */
 void ringread_fini(struct ringread *rr);
 
-/* Keep @buf, the buffer of a read of another ring left running, until
- * ringread_fini(): the kernel may write it yet (fs/uring.c's ring threads
- * hand theirs over as they end).  Without memory for the note it is never
- * freed, which is harmless where freeing it early is not. */
-void ringread_keep(struct ringread *rr, void *buf);
+/* Keep the reads of @l, emptied, until ringread_fini(): a ring's thread
+ * ending with reads left running hands them over, since the kernel may
+ * write their buffers yet. */
+void ringread_keep(struct ringread *rr, struct ringread_lefts *l);
 
 /* 0 if this process may make an io_uring (one is made and closed), else
  * -errno: -EPERM (a seccomp filter; kernel.io_uring_disabled=2, or =1 for
@@ -68,7 +76,8 @@ int ringread_ready(struct ringread *rr);
 /* pread @len bytes at @off of @fd into a 4096-aligned buffer of the call's,
  * waiting at most @timeout_ms: on success *@buf (free() it) holds the bytes
  * read, the return value (maybe short).  Errors: the read's own (-EIO,
- * -ESTALE, ...), -ETIMEDOUT (the deadline passed; the read goes on, left),
+ * -ESTALE, ...; its -ETIMEDOUT as -ENOTCONN), -ETIMEDOUT (the deadline
+ * passed; the read goes on, left),
  * -EHOSTDOWN (this thread has RINGREAD_MAX_LEFT reads left running),
  * -ENOTSUP (no ring on this thread), -ENOMEM. */
 ssize_t ringread_pread(struct ringread *rr, int fd, size_t len, off_t off,
@@ -82,5 +91,22 @@ ssize_t ringread_pread(struct ringread *rr, int fd, size_t len, off_t off,
  * a FUSE ring, where the other completions are FUSE commands too.) */
 int ringread_wait(struct io_uring *ring, uint64_t ud, int64_t deadline_ms,
 		  void (*other)(void *arg, uint64_t ud, int res), void *arg, int *res);
+
+/* The read of ringread_pread and uring_pread, on a ring of the caller's:
+ * @len bytes at @off of @fd into a 4096-aligned buffer of the call's, its
+ * user_data the address of its node on @l with @tag's bits set (bit 0 is
+ * free), waited for until @deadline_ms with ringread_wait (@other, @arg as
+ * there).  A ring of 128-byte entries (FUSE's) has the entry's second half
+ * zeroed too.  Returns as ringread_pread: the bytes in *@buf, or -errno;
+ * -ETIMEDOUT only for the deadline (the read goes on, on @l), a read's own
+ * -ETIMEDOUT (a soft NFS mount giving up) as -ENOTCONN, as nas_call does;
+ * -EHOSTDOWN with RINGREAD_MAX_LEFT reads on @l already. */
+ssize_t ringread_read_on(struct io_uring *ring, struct ringread_lefts *l, uint64_t tag,
+			 int fd, size_t len, off_t off, int64_t deadline_ms,
+			 void (*other)(void *arg, uint64_t ud, int res), void *arg, void **buf);
+
+/* A completion of @ud seen on the ring of @l: if it is one of @l's reads
+ * (@tag's bits aside), free it and return 1; else 0. */
+int ringread_reap(struct ringread_lefts *l, uint64_t ud, uint64_t tag);
 
 #endif

@@ -19,19 +19,9 @@
 
 /* How often a ring thread with nothing to do looks at u->stop. */
 #define IDLE_LOOK_MS 100
-/* The user_data of a NAS read's SQE: its struct ring_read's address with
- * this bit set (a FUSE command's is 0). */
+/* The user_data of a NAS read's SQE: its node's address (ringread_read_on)
+ * with this bit set (a FUSE command's is 0). */
 #define READ_TAG 1u
-/* Reads a ring thread may leave behind past their deadline (a hung NAS)
- * before it refuses more: each holds a buffer until the NAS answers. */
-#define MAX_ABANDONED 4
-
-/* A NAS read made on a ring thread's own ring (uring_pread). */
-struct ring_read {
-	void *buf;
-	struct ring_read *next;  /* on the thread's abandoned list */
-};
-
 /* One ring thread and the one entry it registers: so an entry the kernel
  * gives a request to always has a thread waiting for it. */
 struct uring_ent {
@@ -56,8 +46,7 @@ struct uring_ent {
 	/* OWNER: the completion of this entry's next request, met by
 	 * uring_pread while waiting for its read, kept for the loop */
 	int stashed, stashed_res;
-	struct ring_read *abandoned; /* OWNER: reads past their deadline, not ended */
-	unsigned nabandoned;     /* OWNER */
+	struct ringread_lefts left; /* OWNER: NAS reads past their deadline, not ended */
 };
 
 /* The ring thread this is, or NULL.  Thread-local, not passed down: a NAS
@@ -190,23 +179,6 @@ static int ring_open(struct uring_ent *e)
 	return r;
 }
 
-/* A read this thread left behind ended (@user_data its tag): free it. */
-static void reap_read(struct uring_ent *e, uint64_t user_data)
-{
-	struct ring_read **p = &e->abandoned;
-
-	while (*p && (uint64_t)(uintptr_t)*p != (user_data & ~(uint64_t)READ_TAG))
-		p = &(*p)->next;
-	if (*p) {
-		struct ring_read *rd = *p;
-
-		*p = rd->next;
-		e->nabandoned--;
-		free(rd->buf);
-		free(rd);
-	}
-}
-
 /* A completion met while waiting for a read (ringread_wait): an earlier
  * read left behind, or the entry's next request, kept for the loop. */
 static void ring_other(void *arg, uint64_t ud, int res)
@@ -214,7 +186,7 @@ static void ring_other(void *arg, uint64_t ud, int res)
 	struct uring_ent *e = arg;
 
 	if (ud & READ_TAG) {
-		reap_read(e, ud);
+		ringread_reap(&e->left, ud, READ_TAG);
 	} else {
 		e->stashed = 1;
 		e->stashed_res = res;
@@ -229,49 +201,11 @@ int uring_here(void)
 ssize_t uring_pread(int fd, size_t len, off_t off, unsigned timeout_ms, void **buf)
 {
 	struct uring_ent *e = ring_self;
-	int64_t deadline = mono_ms() + timeout_ms;
-	struct io_uring_sqe *sqe;
-	struct ring_read *rd;
-	uint64_t tag;
-	int r, res;
 
 	if (!e)
 		return -ENOTSUP;
-	if (e->nabandoned >= MAX_ABANDONED)
-		return -EHOSTDOWN;
-	if (!(rd = calloc(1, sizeof(*rd))) || posix_memalign(&rd->buf, 4096, len ? len : 4096)) {
-		free(rd);
-		return -ENOMEM;
-	}
-	tag = (uint64_t)(uintptr_t)rd | READ_TAG;
-	if (!(sqe = io_uring_get_sqe(&e->ring))) { /* never: the ring holds four */
-		free(rd->buf);
-		free(rd);
-		return -EBUSY;
-	}
-	memset((char *)sqe, 0, 2 * sizeof(*sqe));
-	io_uring_prep_read(sqe, fd, rd->buf, (unsigned)len, (uint64_t)off);
-	io_uring_sqe_set_data64(sqe, tag);
-	r = io_uring_submit(&e->ring);
-	if (r >= 0)
-		r = ringread_wait(&e->ring, tag, deadline, ring_other, e, &res);
-	if (r < 0) {
-		/* past the deadline (or the ring failed): the read goes on
-		 * into its own buffer, freed when it ends */
-		rd->next = e->abandoned;
-		e->abandoned = rd;
-		e->nabandoned++;
-		return r == -ETIME ? -ETIMEDOUT : r;
-	}
-	if (res < 0) {
-		free(rd->buf);
-		free(rd);
-		/* -ETIMEDOUT of our own means the deadline passed */
-		return res == -ETIMEDOUT ? -ENOTCONN : res;
-	}
-	*buf = rd->buf;
-	free(rd);
-	return res;
+	return ringread_read_on(&e->ring, &e->left, READ_TAG, fd, len, off,
+				mono_ms() + timeout_ms, ring_other, e, buf);
 }
 
 /* Wait for the entry's next request (its completion kept by uring_pread,
@@ -297,7 +231,7 @@ static int next_request(struct uring_ent *e, struct __kernel_timespec *idle)
 			return -1;
 		r = cqe->res;
 		if (cqe->user_data & READ_TAG) {
-			reap_read(e, cqe->user_data);
+			ringread_reap(&e->left, cqe->user_data, READ_TAG);
 			io_uring_cqe_seen(&e->ring, cqe);
 			return 0;
 		}
@@ -367,16 +301,7 @@ static void *ring_thread(void *arg)
 	/* Reads still left behind may yet write their buffers (a buffered
 	 * read, or memory malloc reuses while an O_DIRECT read holds its
 	 * pages): the buffers stay until the process ends. */
-	while (e->abandoned) {
-		struct ring_read *rd = e->abandoned;
-
-		e->abandoned = rd->next;
-		if (u->keep)
-			ringread_keep(u->keep, rd->buf);
-		else
-			free(rd->buf);
-		free(rd);
-	}
+	ringread_keep(u->keep, &e->left);
 	return NULL;
 }
 

@@ -57,8 +57,8 @@ struct fuse_uring {
 	 * gives it) before libfuse is, as passthrough.c sees those it reads */
 	void (*note_request)(void *arg, const void *req, size_t len);
 	void *note_arg;             /* SET-UP */
-	/* SET-UP (may be NULL: freed): where a ring thread that ends leaves
-	 * the buffers of NAS reads still running, until the process ends */
+	/* SET-UP: where a ring thread that ends leaves the NAS reads still
+	 * running (their buffers), until the process ends */
 	struct ringread *keep;
 	struct uring_ent *ents;     /* OWNER: written by uring_prepare, freed by uring_stop */
 	_Atomic unsigned nents;     /* ATOMIC: entries of @ents */
@@ -101,7 +101,7 @@ int uring_here(void);
  * read or -errno; -ETIMEDOUT when the deadline passed (the read goes on
  * into its own buffer, freed when it ends or, if the thread ends first,
  * kept in @keep until the daemon ends), -EHOSTDOWN when this thread
- * has too many such reads still hanging, -ENOTSUP when not on a ring
+ * has RINGREAD_MAX_LEFT such reads still hanging, -ENOTSUP when not on a ring
  * thread.  A read's own -ETIMEDOUT (a soft NFS mount) comes back as
  * -ENOTCONN. */
 ssize_t uring_pread(int fd, size_t len, off_t off, unsigned timeout_ms, void **buf);

@@ -5,12 +5,15 @@
  * deadline, the read is left running, a thread holds at most
  * RINGREAD_MAX_LEFT of them, and once the pipe has bytes the ones left end
  * and are freed.  A thread that ends with reads left hands them over; under
- * ASan, a buffer lost on the way is a leak report. */
+ * ASan, a buffer lost on the way is a leak report.  The same read on a
+ * ring of the caller's (fs/uring.c's), tagged, is reaped by its tag. */
 #include "check.h"
 #include "clock.h"
 #include "ringread.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <liburing.h>
 #include <pthread.h>
 #include <sys/resource.h>
 #include <stdio.h>
@@ -19,6 +22,12 @@
 #include <unistd.h>
 
 static struct check_count cnt;
+
+static void other_none(void *arg, uint64_t ud, int res)
+{
+	(void)arg;
+	CHECK(&cnt, 0, "an unexpected completion: %llu, %d", (unsigned long long)ud, res);
+}
 
 struct fixture {
 	struct ringread *rr;
@@ -83,6 +92,48 @@ static void *exercise(void *arg)
 	return NULL;
 }
 
+/* The read on a ring of the caller's, as fs/uring.c's FUSE ring threads
+ * make it: 128-byte entries, other completions on the ring, a tag in the
+ * user_data.  A hung read is left on the caller's list; its completion,
+ * seen by the caller, is known by its tagged user_data and frees it. */
+static void tagged_ring(struct fixture *f)
+{
+	struct ringread_lefts left = { 0 };
+	struct io_uring ring;
+	struct io_uring_cqe *cqe;
+	void *buf = NULL;
+	ssize_t got;
+	int fd, r;
+
+	if ((r = io_uring_queue_init(4, &ring, IORING_SETUP_SQE128)) < 0) {
+		CHECK(&cnt, 0, "a ring of 128-byte entries: %s", strerror(-r));
+		return;
+	}
+	fd = open(f->path, O_RDONLY);
+	got = ringread_read_on(&ring, &left, 1, fd, 4096, 4096, mono_ms() + 1000,
+			       other_none, NULL, &buf);
+	CHECK(&cnt, got == 4096 && !memcmp(buf, f->want + 4096, 4096), "tagged read: %zd", got);
+	free(buf);
+	close(fd);
+	got = ringread_read_on(&ring, &left, 1, f->pipe_rd, 4096, -1, mono_ms() + 50,
+			       other_none, NULL, &buf);
+	CHECK(&cnt, got == -ETIMEDOUT && left.n == 1, "tagged hung read left: %zd, %u",
+	      got, left.n);
+	CHECK(&cnt, write(f->pipe_wr, "x", 1) == 1, "write");
+	r = io_uring_wait_cqe(&ring, &cqe);
+	CHECK(&cnt, r == 0 && (cqe->user_data & 1), "its completion carries the tag");
+	if (r == 0) {
+		uint64_t ud = cqe->user_data;
+
+		io_uring_cqe_seen(&ring, cqe);
+		CHECK(&cnt, ringread_reap(&left, ud + 64, 1) == 0 && left.n == 1,
+		      "another user_data is not it");
+		CHECK(&cnt, left.n == 1 && ringread_reap(&left, ud, 1) == 1 && left.n == 0 &&
+			     !left.head, "reaped by its tagged user_data");
+	}
+	io_uring_queue_exit(&ring);
+}
+
 /* A thread whose ring cannot be made (here: no descriptor left for it;
  * elsewhere io_uring disabled) is told so at once, every time. */
 static void *no_ring(void *arg)
@@ -142,10 +193,12 @@ int main(void)
 		pthread_join(th, NULL); /* before main counts a check again */
 	CHECK(&cnt, r == 0, "thread: %s", strerror(r));
 	run_without_fds(no_ring, &f);
+	tagged_ring(&f);
 	/* it ended with reads left: handed over, freed by fini (ASan: a
 	 * buffer lost on the way is a leak) */
 	pthread_mutex_lock(&rr.lock);
-	CHECK(&cnt, rr.orphans != NULL, "the ended thread's reads handed over");
+	CHECK(&cnt, rr.orphans.n == RINGREAD_MAX_LEFT - 1 && rr.orphans.head,
+	      "the ended thread's %d reads handed over: %u", RINGREAD_MAX_LEFT - 1, rr.orphans.n);
 	pthread_mutex_unlock(&rr.lock);
 	ringread_fini(&rr);
 	close(pipefd[0]);

@@ -7,6 +7,7 @@
  * fetch.c is the same either way.  See fetch_int.h.
  */
 #include "fetch_int.h"
+#include "ringread.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -20,7 +21,15 @@ void eng_init(struct engine *e)
 	memset(e, 0, sizeof(*e));
 	if (getenv("WFS_FETCH_NO_URING"))
 		return;
-	e->uring = io_uring_queue_init(MAX_OPS, &e->ring, 0) == 0;
+	if (io_uring_queue_init(MAX_OPS, &e->ring, 0) < 0)
+		return;
+	/* a ring made may still refuse every submission (a seccomp filter
+	 * listing io_uring_enter alone): the copy would fail, not fall back */
+	if (ringread_check(&e->ring) < 0) {
+		io_uring_queue_exit(&e->ring);
+		return;
+	}
+	e->uring = 1;
 }
 
 /* Register @mem (every slot) as fixed buffer 0: no page pinning and no

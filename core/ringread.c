@@ -113,13 +113,38 @@ void ringread_fini(struct ringread *rr)
 	rr->key_made = 0;
 }
 
+int ringread_check(struct io_uring *ring)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+	struct io_uring_cqe *cqe = NULL;
+	int r;
+
+	if (!sqe)
+		return -EBUSY;
+	io_uring_prep_nop(sqe);
+	io_uring_sqe_set_data64(sqe, 0);
+	while ((r = io_uring_submit_and_wait(ring, 1)) == -EINTR)
+		;
+	if (r < 0)
+		return r;
+	while ((r = io_uring_wait_cqe(ring, &cqe)) == -EINTR)
+		;
+	if (r < 0)
+		return r;
+	r = cqe->res;
+	io_uring_cqe_seen(ring, cqe);
+	return r < 0 ? r : 0;
+}
+
 int ringread_probe(void)
 {
 	struct io_uring ring;
 	int r = io_uring_queue_init(2, &ring, 0);
 
-	if (r == 0)
+	if (r == 0) {
+		r = ringread_check(&ring);
 		io_uring_queue_exit(&ring);
+	}
 	return r;
 }
 
@@ -155,6 +180,10 @@ static struct ring_thread *thread_ring(struct ringread *rr)
 	r = io_uring_queue_init(RING_ENTRIES, &t->ring, flags);
 	if (r == -EINVAL) /* a kernel before 6.1 */
 		r = io_uring_queue_init(RING_ENTRIES, &t->ring, 0);
+	if (r == 0 && ringread_check(&t->ring) < 0) {
+		io_uring_queue_exit(&t->ring); /* made, but nothing goes through */
+		r = -1;
+	}
 	t->usable = r == 0;
 	if ((errno = pthread_setspecific(rr->key, t))) {
 		if (t->usable)

@@ -11,9 +11,9 @@
  * Rules:
  *  - Each thread that calls ringread_pread() gets a ring on its first call,
  *    closed when the thread ends (a key of @rr's destructor).  A thread
- *    whose ring could not be made (io_uring disabled: sysctl
- *    kernel.io_uring_disabled, a seccomp filter) gets -ENOTSUP from then
- *    on, at once: the caller reads its other way.
+ *    whose ring could not be made or cannot submit (io_uring disabled:
+ *    sysctl kernel.io_uring_disabled, a seccomp filter) gets -ENOTSUP from
+ *    then on, at once: the caller reads its other way.
  *  - A read not done by its deadline is left running, into a buffer of its
  *    own that the ring keeps; a later call on that thread frees it once it
  *    ends.  A thread with RINGREAD_MAX_LEFT reads left running refuses more
@@ -64,10 +64,17 @@ void ringread_fini(struct ringread *rr);
  * write their buffers yet. */
 void ringread_keep(struct ringread *rr, struct ringread_lefts *l);
 
-/* 0 if this process may make an io_uring (one is made and closed), else
- * -errno: -EPERM (a seccomp filter; kernel.io_uring_disabled=2, or =1 for
- * a process outside its group), -ENOSYS (a kernel without), -ENOMEM. */
+/* 0 if this process may use an io_uring (one is made, a no-op goes through
+ * it, it is closed), else -errno: -EPERM (a seccomp filter -- one may
+ * refuse io_uring_enter alone, so making a ring says nothing --;
+ * kernel.io_uring_disabled=2, or =1 for a process outside its group),
+ * -ENOSYS (a kernel without), -ENOMEM. */
 int ringread_probe(void);
+
+/* A no-op submitted on @ring and its completion taken: 0 if requests go
+ * through it, else -errno (the submit's: io_uring_enter refused).  For a
+ * ring just made, nothing else on it. */
+int ringread_check(struct io_uring *ring);
 
 /* 1 if this thread has a ring (made now if it had none), 0 if it cannot
  * have one, -ENOMEM. */

@@ -176,6 +176,10 @@ static int ring_open(struct uring_ent *e)
 
 	if (r == -EINVAL) /* a kernel before 6.1: no deferred task work */
 		r = io_uring_queue_init(4, &e->ring, IORING_SETUP_SQE128);
+	/* a ring made is not one that submits (a filter may refuse
+	 * io_uring_enter alone): its REGISTER would never reach the kernel */
+	if (r == 0 && (r = ringread_check(&e->ring)) < 0)
+		io_uring_queue_exit(&e->ring);
 	return r;
 }
 
@@ -227,15 +231,15 @@ static int next_request(struct uring_ent *e, struct __kernel_timespec *idle)
 			r = io_uring_wait_cqe_timeout(&e->ring, &cqe, idle);
 		if (r == -ETIME || r == -EINTR || (r == 0 && !cqe))
 			return 0;
-		if (r < 0)
-			return -1;
-		r = cqe->res;
-		if (cqe->user_data & READ_TAG) {
-			ringread_reap(&e->left, cqe->user_data, READ_TAG);
+		if (r == 0) { /* else the ring's own error: nothing submitted */
+			r = cqe->res;
+			if (cqe->user_data & READ_TAG) {
+				ringread_reap(&e->left, cqe->user_data, READ_TAG);
+				io_uring_cqe_seen(&e->ring, cqe);
+				return 0;
+			}
 			io_uring_cqe_seen(&e->ring, cqe);
-			return 0;
 		}
-		io_uring_cqe_seen(&e->ring, cqe);
 	}
 	if (r < 0) {
 		/* ENOTCONN and the like: the connection ended */

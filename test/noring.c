@@ -2,11 +2,14 @@
  * seccomp profile (Docker's since 25.0) or the sysctl
  * kernel.io_uring_disabled=2 refuses it.
  *
- *   noring COMMAND [ARG...]
+ *   noring [--enter-only] COMMAND [ARG...]
  *
  * Installs a seccomp filter under which io_uring_setup, io_uring_enter and
  * io_uring_register fail with EPERM and every other call is allowed, then
- * execs COMMAND.  The filter is inherited by every thread and child (the
+ * execs COMMAND.  With --enter-only, only io_uring_enter fails: a ring is
+ * made, and nothing submitted on it ever reaches the kernel (a profile
+ * that lists one call of the three; what a program must not take a ring
+ * made for one that works).  The filter is inherited by every thread and child (the
  * daemon's fork into the background included) and cannot be removed.
  * Only the sysctl would do the same without a filter, and it is the
  * machine's: the tests beside this one use io_uring.  The tests use it to
@@ -34,28 +37,44 @@
 #define REFUSE(nr)                                               \
 	BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (nr), 0, 1),         \
 	BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA))
+/* another architecture's calls (a 32-bit binary) have other numbers:
+ * refused all rather than misread; then the call's number loaded */
+#define CHECK_ARCH_LOAD_NR                                                              \
+	BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),        \
+	BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, NORING_ARCH, 1, 0),                         \
+	BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (ENOSYS & SECCOMP_RET_DATA)),     \
+	BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr))
 
 int main(int argc, char **argv)
 {
-	struct sock_filter code[] = {
-		/* another architecture's calls (a 32-bit binary) have other
-		 * numbers: refuse them all rather than misread them */
-		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, NORING_ARCH, 1, 0),
-		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (ENOSYS & SECCOMP_RET_DATA)),
-		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+	struct sock_filter all[] = {
+		CHECK_ARCH_LOAD_NR,
 		REFUSE(__NR_io_uring_setup),
 		REFUSE(__NR_io_uring_enter),
 		REFUSE(__NR_io_uring_register),
 		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
 	};
-	struct sock_fprog prog = { .len = sizeof(code) / sizeof(code[0]), .filter = code };
+	struct sock_filter enter_only[] = {
+		CHECK_ARCH_LOAD_NR,
+		REFUSE(__NR_io_uring_enter),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	};
+	int only_enter = argc > 1 && !strcmp(argv[1], "--enter-only");
+	struct sock_fprog prog = {
+		.len = only_enter ? sizeof(enter_only) / sizeof(enter_only[0])
+				  : sizeof(all) / sizeof(all[0]),
+		.filter = only_enter ? enter_only : all,
+	};
 
+	argc -= only_enter;
+	argv += only_enter;
 	if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
 		fprintf(argc < 2 ? stderr : stdout,
-			"usage: noring COMMAND [ARG...]\n"
+			"usage: noring [--enter-only] COMMAND [ARG...]\n"
 			"Run COMMAND with io_uring_setup, io_uring_enter and io_uring_register\n"
-			"refused (EPERM) by a seccomp filter, as a container's default profile does.\n");
+			"refused (EPERM) by a seccomp filter, as a container's default profile does.\n"
+			"--enter-only: io_uring_enter alone refused (rings are made, nothing\n"
+			"submitted on them reaches the kernel).\n");
 		return argc < 2 ? 2 : 0;
 	}
 	/* a filter without CAP_SYS_ADMIN needs no_new_privs; with it, it

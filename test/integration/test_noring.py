@@ -11,6 +11,11 @@ uses io_uring has a way without it; this runs them all at once.
             --wait makes a verified copy with plain reads and writes, whose
             bytes in LOCAL_STORE and through the mount equal the NAS's; the
             daemon stops cleanly.
+  NoEnter   the same under `noring --enter-only`: io_uring_setup works,
+            io_uring_enter is refused, so a ring is made and nothing goes
+            through it -- a ring made must not be taken for one that works
+            (NAS reads then failed EPERM, copies failed; the daemon now
+            sends a no-op through each ring it makes).
   WithRing  the same without noring: no such line, and the NAS reads made
             on the ring (.ring grows, .handed_off stays 0) -- what tells
             the two routes apart, so that NoRing cannot pass on the ring.
@@ -119,6 +124,10 @@ class NoRing(Routes, unittest.TestCase):
             self.assertEqual(f.read(), BIG, "the promoted blob through the mount")
         with open(self.p("config.json"), "rb") as f:
             self.assertEqual(f.read(), CONFIG)
+
+
+class NoEnter(NoRing):
+    mount_class = wfstest.NoEnterMount
 
 
 class WithRing(Routes, unittest.TestCase):

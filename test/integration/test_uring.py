@@ -238,11 +238,20 @@ class RingsRefused(unittest.TestCase):
         request until each queue has a ring registered, and the mount
         hangs (it did).  Reads are right, through /dev/fuse, and the log
         says why, once."""
+        self.check_reads_without_rings(wfstest.NoRingMount)
+
+    def test_fuse_uring_where_rings_cannot_submit(self):
+        """The same where rings are made but io_uring_enter is refused
+        (`noring --enter-only`): no REGISTER could reach the kernel, so a
+        ring made is not enough to ask for the protocol (the mount hung)."""
+        self.check_reads_without_rings(wfstest.NoEnterMount)
+
+    def check_reads_without_rings(self, mount_class):
         wfstest.require_noring()
         base = wfstest.make_base("wfs-uring-")
         local, mnt = os.path.join(base, "local"), os.path.join(base, "mnt")
         os.mkdir(mnt)
-        m = wfstest.NoRingMount(FIX.hub, local, mnt, ["auto_promote=off", "fuse_uring=on"])
+        m = mount_class(FIX.hub, local, mnt, ["auto_promote=off", "fuse_uring=on"])
         rc = 0
         try:
             m.start()

@@ -370,6 +370,13 @@ class NoRingMount(ForegroundMount):
     wrapper = (noring_bin(),)
 
 
+class NoEnterMount(ForegroundMount):
+    """ForegroundMount with the daemon run under `test/noring --enter-only`:
+    rings are made, nothing submitted on one reaches the kernel."""
+
+    wrapper = (noring_bin(), "--enter-only")
+
+
 def add_big_repo(hub, repo="models--ops--big", size=48 << 20):
     """A repo with one LFS blob of `size` random bytes (named by its SHA-256)
     and a snapshot link to it, written into the NAS hub.  Returns a dict:

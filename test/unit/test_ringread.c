@@ -168,7 +168,26 @@ static void run_without_fds(void *(*fn)(void *), struct fixture *f)
 	CHECK(&cnt, r == 0, "thread: %s", strerror(r));
 }
 
-int main(void)
+/* Under `noring --enter-only` (io_uring_enter refused, rings still made):
+ * no ring is taken for one that works. */
+static int refused(void)
+{
+	struct ringread rr;
+	int r = ringread_probe();
+	pthread_t th;
+	struct fixture f = { .rr = &rr, .pipe_rd = -1 };
+
+	CHECK(&cnt, r == -EPERM, "probe with io_uring_enter refused: %s", strerror(-r));
+	CHECK(&cnt, ringread_init(&rr) == 0, "init");
+	r = pthread_create(&th, NULL, no_ring, &f);
+	if (r == 0)
+		pthread_join(th, NULL);
+	ringread_fini(&rr);
+	printf("%d passed, %d failed\n", cnt.passed, cnt.failed);
+	return cnt.failed ? 1 : 0;
+}
+
+int main(int argc, char **argv)
 {
 	char dir[] = "/tmp/wfs-ringread-XXXXXX", path[64];
 	unsigned char want[3 * 4096 + 100];
@@ -178,6 +197,8 @@ int main(void)
 	int pipefd[2], r;
 
 	alarm(60);
+	if (argc > 1 && !strcmp(argv[1], "--refused"))
+		return refused();
 	check_tmpdir(dir);
 	snprintf(path, sizeof(path), "%s/blob", dir);
 	for (size_t i = 0; i < sizeof(want); i++)

@@ -4,16 +4,11 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <stdatomic.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #include <linux/openat2.h>
-
-/* openat2 answered ENOSYS once (an old kernel, or a seccomp filter that
- * does not know it): walk by hand from then on. */
-static atomic_int no_openat2;
 
 /* "" or "a/b/c" made of plain names only. */
 static int plain_names(const char *p)
@@ -91,14 +86,15 @@ static int open_nolinks(int dirfd, const char *path, int flags, int beneath)
 	};
 	int fd;
 
-	if (!atomic_load_explicit(&no_openat2, memory_order_relaxed)) {
-		fd = (int)syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
-		if (fd >= 0)
-			return fd;
-		if (errno != ENOSYS)
-			return -errno;
-		atomic_store_explicit(&no_openat2, 1, memory_order_relaxed);
-	}
+	/* Asked each time, not remembered: no state outside the daemon's
+	 * context, and where the call is missing (a kernel before 5.6, a
+	 * seccomp filter that does not know it) its ENOSYS costs less than
+	 * the walk that follows. */
+	fd = (int)syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
+	if (fd >= 0)
+		return fd;
+	if (errno != ENOSYS)
+		return -errno;
 	/* Without openat2 the names were checked plain (no ".."), so a walk
 	 * that follows no link stays beneath @dirfd too. */
 	return walk_open(dirfd, path, flags);

@@ -136,6 +136,18 @@ int ringread_check(struct io_uring *ring)
 	return r < 0 ? r : 0;
 }
 
+int ringread_make(struct io_uring *ring, unsigned entries, unsigned flags)
+{
+	int r = io_uring_queue_init(entries, ring, flags | IORING_SETUP_SINGLE_ISSUER |
+				    IORING_SETUP_DEFER_TASKRUN);
+
+	if (r == -EINVAL) /* a kernel before 6.1 */
+		r = io_uring_queue_init(entries, ring, flags);
+	if (r == 0 && (r = ringread_check(ring)) < 0)
+		io_uring_queue_exit(ring); /* made, but nothing goes through */
+	return r;
+}
+
 int ringread_probe(void)
 {
 	struct io_uring ring;
@@ -168,23 +180,13 @@ void ringread_keep(struct ringread *rr, struct ringread_lefts *l)
 static struct ring_thread *thread_ring(struct ringread *rr)
 {
 	struct ring_thread *t = pthread_getspecific(rr->key);
-	unsigned flags = IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN;
-	int r;
 
 	if (t)
 		return t;
 	if (!(t = calloc(1, sizeof(*t))))
 		return NULL;
 	t->rr = rr;
-	/* deferred task work: completions are run when this thread waits */
-	r = io_uring_queue_init(RING_ENTRIES, &t->ring, flags);
-	if (r == -EINVAL) /* a kernel before 6.1 */
-		r = io_uring_queue_init(RING_ENTRIES, &t->ring, 0);
-	if (r == 0 && ringread_check(&t->ring) < 0) {
-		io_uring_queue_exit(&t->ring); /* made, but nothing goes through */
-		r = -1;
-	}
-	t->usable = r == 0;
+	t->usable = ringread_make(&t->ring, RING_ENTRIES, 0) == 0;
 	if ((errno = pthread_setspecific(rr->key, t))) {
 		if (t->usable)
 			io_uring_queue_exit(&t->ring);

@@ -76,6 +76,13 @@ int ringread_probe(void);
  * ring just made, nothing else on it. */
 int ringread_check(struct io_uring *ring);
 
+/* Make @ring of @entries for the calling thread alone (@flags, e.g.
+ * IORING_SETUP_SQE128, plus single issuer and deferred task work: its
+ * completions run when this thread waits; without those two on a kernel
+ * before 6.1) and check it (ringread_check).  0, or -errno with nothing
+ * left open. */
+int ringread_make(struct io_uring *ring, unsigned entries, unsigned flags);
+
 /* 1 if this thread has a ring (made now if it had none), 0 if it cannot
  * have one, -ENOMEM. */
 int ringread_ready(struct ringread *rr);

@@ -168,21 +168,6 @@ static int serve_request(struct uring_ent *e)
 	return r;
 }
 
-static int ring_open(struct uring_ent *e)
-{
-	unsigned flags = IORING_SETUP_SQE128 | IORING_SETUP_SINGLE_ISSUER |
-			 IORING_SETUP_DEFER_TASKRUN;
-	int r = io_uring_queue_init(4, &e->ring, flags);
-
-	if (r == -EINVAL) /* a kernel before 6.1: no deferred task work */
-		r = io_uring_queue_init(4, &e->ring, IORING_SETUP_SQE128);
-	/* a ring made is not one that submits (a filter may refuse
-	 * io_uring_enter alone): its REGISTER would never reach the kernel */
-	if (r == 0 && (r = ringread_check(&e->ring)) < 0)
-		io_uring_queue_exit(&e->ring);
-	return r;
-}
-
 /* A completion met while waiting for a read (ringread_wait): an earlier
  * read left behind, or the entry's next request, kept for the loop. */
 static void ring_other(void *arg, uint64_t ud, int res)
@@ -269,10 +254,12 @@ static void *ring_thread(void *arg)
 	 * pinned, within the noise).  The scheduler keeps a woken thread near
 	 * its waker anyway. */
 	ring_self = e;
-	/* The ring is made here: its deferred work runs on this thread.
+	/* The ring is made here: its deferred work runs on this thread.  It
+	 * counts once a no-op went through it (a filter may refuse
+	 * io_uring_enter alone: its REGISTER would never reach the kernel).
 	 * Reported, then the thread waits for the INIT reply (uring_start)
 	 * or for the stop (a queue left without a ring: no protocol). */
-	r = ring_open(e);
+	r = ringread_make(&e->ring, 4, IORING_SETUP_SQE128);
 	pthread_mutex_lock(&u->gate);
 	if (r < 0) {
 		u->failed++;

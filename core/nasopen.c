@@ -87,13 +87,12 @@ static int open_nolinks(int dirfd, const char *path, int flags, int beneath)
 	int fd;
 
 	/* Asked each time, not remembered: no state outside the daemon's
-	 * context, and where the call is missing (a kernel before 5.6, a
-	 * seccomp filter that does not know it) its ENOSYS costs less than
+	 * context, and where the call is missing its refusal costs less than
 	 * the walk that follows. */
 	fd = (int)syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
 	if (fd >= 0)
 		return fd;
-	if (errno != ENOSYS)
+	if (!OPENAT2_REFUSED(errno))
 		return -errno;
 	/* Without openat2 the names were checked plain (no ".."), so a walk
 	 * that follows no link stays beneath @dirfd too. */

@@ -24,8 +24,8 @@
  * walked from that root's directory with openat2(RESOLVE_BENEATH |
  * RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS); @roots NULL (a caller that
  * only kept the path) walks every component from "/" with
- * RESOLVE_NO_SYMLINKS.  Kernels without openat2 get the same walk, one
- * openat(O_NOFOLLOW) per component.
+ * RESOLVE_NO_SYMLINKS.  Where openat2 is refused (OPENAT2_REFUSED) the
+ * same walk is made with one openat(O_NOFOLLOW) per component.
  *
  * @flags: O_RDONLY (0) plus any of O_DIRECTORY (a directory is wanted; else
  * a regular file), O_DIRECT, O_NOATIME.  O_CLOEXEC, O_NOFOLLOW and O_NOCTTY
@@ -51,5 +51,15 @@ int nas_open(const struct hub_roots *roots, const char *phys_path, int flags);
 /* The directory @phys_path opened as nas_open(O_DIRECTORY) opens it, for
  * readdir: a DIR, or NULL with errno set. */
 DIR *nas_opendir(const struct hub_roots *roots, const char *phys_path);
+
+/* Whether openat2's @err says the call itself was refused, not the open:
+ * ENOSYS on a kernel before 5.6 or under a seccomp profile that answers
+ * calls it does not list so; EPERM under one that answers them so
+ * (Docker's default profile does, and listed openat2 only from 20.10;
+ * systemd-nspawn refused openat2 with EPERM until 2021).  Whoever falls
+ * back to a walk of its own on it loses nothing where the open itself
+ * failed EPERM (a fanotify or LSM refusal): the walk's open fails the
+ * same way. */
+#define OPENAT2_REFUSED(err) ((err) == ENOSYS || (err) == EPERM)
 
 #endif

@@ -7,6 +7,7 @@
 #include "path.h"
 #include "nas.h"
 #include "fh.h"
+#include "nasopen.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -36,7 +37,7 @@ static int open_backing(const char *path, int flags)
 	};
 	int fd = (int)syscall(SYS_openat2, AT_FDCWD, path, &how, sizeof(how));
 
-	if (fd < 0 && errno == ENOSYS)
+	if (fd < 0 && OPENAT2_REFUSED(errno))
 		fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY | flags);
 	return fd < 0 ? -errno : fd;
 }

@@ -19,6 +19,12 @@ uses io_uring has a way without it; this runs them all at once.
   WithRing  the same without noring: no such line, and the NAS reads made
             on the ring (.ring grows, .handed_off stays 0) -- what tells
             the two routes apart, so that NoRing cannot pass on the ring.
+  NoOpenat2 under `noring --openat2=EPERM`, as a seccomp profile older than
+            openat2 refuses it (Docker's answers any call it does not list
+            with EPERM): NAS files open by the daemon's own walk (no link
+            followed), local copies by a plain open; the blob reads right
+            from the NAS and, once promoted, from its copy (every open of
+            either failed EPERM before).
 """
 
 import hashlib
@@ -139,6 +145,27 @@ class WithRing(Routes, unittest.TestCase):
         ring, handed = self.routes()
         self.assertGreater(ring, 0, "no NAS read made on a ring")
         self.assertEqual(handed, 0, "a NAS read handed off with io_uring available")
+
+
+class NoOpenat2(Routes, unittest.TestCase):
+    mount_class = wfstest.NoOpenat2Mount
+
+    def setUp(self):
+        wfstest.require_noring()
+        super().setUp()
+
+    def test_reads_and_promotes_without_openat2(self):
+        self.assertNotIn(NOT_AVAILABLE, self.m.log())
+        self.read_from_nas()
+        ring, _ = self.routes()
+        self.assertGreater(ring, 0, "io_uring is allowed here: NAS reads on the ring")
+        ctl_check(self, ["promote", "--wait", self.p("model.safetensors")])
+        self.assertEqual(state_of(self.p("model.safetensors")), "local")
+        with open(self.p("model.safetensors"), "rb") as f:
+            self.assertEqual(f.read(), BIG, "the promoted blob through the mount")
+        with open(self.p("config.json"), "rb") as f:
+            self.assertEqual(f.read(), CONFIG)
+        self.assertNotIn("Operation not permitted", self.m.log())
 
 
 if __name__ == "__main__":

@@ -377,6 +377,14 @@ class NoEnterMount(ForegroundMount):
     wrapper = (noring_bin(), "--enter-only")
 
 
+class NoOpenat2Mount(ForegroundMount):
+    """ForegroundMount with the daemon run under `test/noring
+    --openat2=EPERM`: io_uring allowed, openat2 refused as a seccomp profile
+    older than the call refused it."""
+
+    wrapper = (noring_bin(), "--openat2=EPERM")
+
+
 def add_big_repo(hub, repo="models--ops--big", size=48 << 20):
     """A repo with one LFS blob of `size` random bytes (named by its SHA-256)
     and a snapshot link to it, written into the NAS hub.  Returns a dict:

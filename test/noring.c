@@ -1,9 +1,10 @@
-/* noring.c - run a command with io_uring refused, as a container's default
- * seccomp profile (Docker's since 25.0) or the sysctl
- * kernel.io_uring_disabled=2 refuses it; or with openat2 refused, as
- * profiles older than the call refused it.
+/* noring.c - run a command with calls refused as a container may refuse
+ * them: io_uring (Docker's default seccomp profile since 25.0, or the
+ * sysctl kernel.io_uring_disabled=2), openat2 (profiles older than the
+ * call), or the ioctl that gives the kernel a passthrough backing file.
  *
- *   noring [--enter-only | --openat2=ENOSYS | --openat2=EPERM] COMMAND [ARG...]
+ *   noring [--enter-only | --openat2=ENOSYS|EPERM | --backing-open=EPERM]
+ *          COMMAND [ARG...]
  *
  * Installs a seccomp filter under which io_uring_setup, io_uring_enter and
  * io_uring_register fail with EPERM and every other call is allowed, then
@@ -14,6 +15,9 @@
  * openat2 alone fails with ERRNO: ENOSYS as on a kernel before 5.6 or under
  * a profile that answers calls it does not know so, EPERM as Docker's
  * profile did before 20.10 (its default answer to any call not listed).
+ * With --backing-open=EPERM, the ioctl that hands the kernel a passthrough
+ * backing file fails as the kernel fails it for a daemon whose
+ * CAP_SYS_ADMIN is not the initial user namespace's (a rootless container).
  * The filter is inherited by every thread and child (the daemon's fork
  * into the background included) and cannot be removed.  Only the sysctl
  * would refuse io_uring without a filter, and it is the machine's: the
@@ -76,6 +80,20 @@ static struct sock_filter openat2_eperm[] = {
 	ALLOW_THE_REST,
 };
 
+/* FUSE_DEV_IOC_BACKING_OPEN, _IOW(229, 1, struct fuse_backing_map): the
+ * ioctl that gives the kernel a backing file for passthrough (not in
+ * Debian 12's headers).  The command is the call's second argument; its
+ * low 32 bits are compared (little-endian: the first word). */
+#define BACKING_OPEN 0x4010e501u
+static struct sock_filter backing_open_eperm[] = {
+	CHECK_ARCH_LOAD_NR,
+	BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_ioctl, 0, 3),
+	BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[1])),
+	BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, BACKING_OPEN, 0, 1),
+	BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),
+	ALLOW_THE_REST,
+};
+
 static const struct {
 	const char *flag; /* NULL: no flag given */
 	struct sock_fprog prog;
@@ -84,6 +102,7 @@ static const struct {
 	{ "--enter-only", PROG(enter_only) },
 	{ "--openat2=ENOSYS", PROG(openat2_enosys) },
 	{ "--openat2=EPERM", PROG(openat2_eperm) },
+	{ "--backing-open=EPERM", PROG(backing_open_eperm) },
 };
 
 int main(int argc, char **argv)
@@ -103,13 +122,16 @@ int main(int argc, char **argv)
 	}
 	if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
 		fprintf(argc < 2 ? stderr : stdout,
-			"usage: noring [--enter-only | --openat2=ENOSYS | --openat2=EPERM] COMMAND [ARG...]\n"
+			"usage: noring [--enter-only | --openat2=ENOSYS|EPERM | --backing-open=EPERM]\n"
+			"              COMMAND [ARG...]\n"
 			"Run COMMAND with io_uring_setup, io_uring_enter and io_uring_register\n"
 			"refused (EPERM) by a seccomp filter, as a container's default profile does.\n"
 			"--enter-only: io_uring_enter alone refused (rings are made, nothing\n"
 			"submitted on them reaches the kernel).\n"
 			"--openat2=ERRNO: io_uring allowed, openat2 alone refused with ERRNO (a kernel\n"
-			"before 5.6, or a profile older than the call).\n");
+			"before 5.6, or a profile older than the call).\n"
+			"--backing-open=EPERM: io_uring allowed, the ioctl FUSE_DEV_IOC_BACKING_OPEN\n"
+			"alone refused (passthrough where CAP_SYS_ADMIN is not the initial namespace's).\n");
 		return argc < 2 ? 2 : 0;
 	}
 	/* a filter without CAP_SYS_ADMIN needs no_new_privs; with it, it

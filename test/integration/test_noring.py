@@ -25,6 +25,11 @@ uses io_uring has a way without it; this runs them all at once.
             followed), local copies by a plain open; the blob reads right
             from the NAS and, once promoted, from its copy (every open of
             either failed EPERM before).
+  NoBacking under `noring --backing-open=EPERM`, as the kernel refuses a
+            passthrough backing file to a daemon without the initial user
+            namespace's CAP_SYS_ADMIN (a rootless container): one warning
+            line; the promoted blob, opened again and again, reads right,
+            served by the daemon (daemon_reads grows, passthrough opens 0).
 """
 
 import hashlib
@@ -166,6 +171,44 @@ class NoOpenat2(Routes, unittest.TestCase):
         with open(self.p("config.json"), "rb") as f:
             self.assertEqual(f.read(), CONFIG)
         self.assertNotIn("Operation not permitted", self.m.log())
+
+
+class NoBacking(Routes, unittest.TestCase):
+    mount_class = wfstest.NoBackingMount
+
+    def setUp(self):
+        wfstest.require_noring()
+        if not wfstest.kernel_has_fuse_passthrough():
+            wfstest.skip_or_fail("kernel %s has no FUSE passthrough (Linux >= 6.9 needed)"
+                                 % os.uname().release)
+        super().setUp()
+
+    def test_local_copy_served_by_the_daemon(self):
+        path = self.p("model.safetensors")
+        ctl_check(self, ["promote", "--wait", path])
+        self.assertEqual(state_of(path), "local")
+        before = wfstest.daemon_reads(path)
+        for i in range(3):
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                # whatever an earlier round left in the mount's cache goes:
+                # these reads reach the daemon (or, wrongly, a backing file)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                with os.fdopen(os.dup(fd), "rb") as f:
+                    self.assertEqual(hashlib.sha256(f.read()).hexdigest(),
+                                     hashlib.sha256(BIG).hexdigest(), "round %d" % i)
+                self.assertEqual(wfstest.passthrough_opens(path), 0,
+                                 "an open served by the kernel where the backing was refused")
+            finally:
+                os.close(fd)
+        self.assertGreater(wfstest.daemon_reads(path), before,
+                           "the local copy's reads never reached the daemon")
+        said = [l for l in self.m.log().splitlines() if "passthrough refused" in l]
+        self.assertEqual(len(said), 1, "one warning for the refused passthrough; log:\n%s"
+                         % self.m.log()[-3000:])
+        self.assertIn("Operation not permitted", said[0])
+        with open(self.p("config.json"), "rb") as f:
+            self.assertEqual(f.read(), CONFIG)
 
 
 if __name__ == "__main__":

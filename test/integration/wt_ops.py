@@ -385,6 +385,15 @@ class NoOpenat2Mount(ForegroundMount):
     wrapper = (noring_bin(), "--openat2=EPERM")
 
 
+class NoBackingMount(ForegroundMount):
+    """ForegroundMount with the daemon run under `test/noring
+    --backing-open=EPERM`: passthrough negotiated, every backing file
+    refused, as the kernel refuses one to a daemon whose CAP_SYS_ADMIN is
+    not the initial user namespace's."""
+
+    wrapper = (noring_bin(), "--backing-open=EPERM")
+
+
 def add_big_repo(hub, repo="models--ops--big", size=48 << 20):
     """A repo with one LFS blob of `size` random bytes (named by its SHA-256)
     and a snapshot link to it, written into the NAS hub.  Returns a dict:

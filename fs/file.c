@@ -189,7 +189,7 @@ static int choose_mode(struct wfs *w, struct node *n, struct wfs_fh *fh, int loc
 		if (local) {
 			fd = store_local_path(&w->store, fh->blob, path, sizeof(path));
 			if (fd == 0)
-				fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+				fd = open_backing(path, 0);
 		} else {
 			snprintf(path, sizeof(path), "%s", fh->nas_path);
 			fd = dup(nas_fd);

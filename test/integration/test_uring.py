@@ -232,8 +232,8 @@ SHA256_OF = "import hashlib, sys; print(hashlib.sha256(open(sys.argv[1], 'rb').r
 class RingsRefused(unittest.TestCase):
     def test_fuse_uring_where_rings_cannot_be_made(self):
         """-o fuse_uring=on in a daemon that cannot make a ring (run under
-        test/noring, as in a container whose seccomp profile refuses
-        io_uring), the kernel offering the protocol: the INIT reply must
+        `test/confine --no-io-uring`, as in a container whose seccomp
+        profile refuses io_uring), the kernel offering the protocol: the INIT reply must
         not ask for it -- from a reply that does, the kernel holds every
         request until each queue has a ring registered, and the mount
         hangs (it did).  Reads are right, through /dev/fuse, and the log
@@ -242,12 +242,12 @@ class RingsRefused(unittest.TestCase):
 
     def test_fuse_uring_where_rings_cannot_submit(self):
         """The same where rings are made but io_uring_enter is refused
-        (`noring --enter-only`): no REGISTER could reach the kernel, so a
+        (`confine --no-io-uring-enter`): no REGISTER could reach the kernel, so a
         ring made is not enough to ask for the protocol (the mount hung)."""
         self.check_reads_without_rings(wfstest.NoEnterMount)
 
     def check_reads_without_rings(self, mount_class):
-        wfstest.require_noring()
+        wfstest.require_confine()
         base = wfstest.make_base("wfs-uring-")
         local, mnt = os.path.join(base, "local"), os.path.join(base, "mnt")
         os.mkdir(mnt)

@@ -310,7 +310,7 @@ def in_mntns(fn, *args, timeout=120):
 class ForegroundMount(Mount):
     """wfs -f -o log=stderr,... in the background, its log in a file
     (Mount runs it detached, logging to syslog).  `wrapper`: a command
-    (argv list) the daemon is run under, e.g. test/noring."""
+    (argv list) the daemon is run under, e.g. test/confine."""
 
     wrapper = ()
 
@@ -352,46 +352,48 @@ class ForegroundMount(Mount):
             pass
 
 
-def noring_bin():
-    """test/noring: a command run with io_uring refused (seccomp), as in a
-    container; WFS_NORING or <repo>/build/test/noring."""
-    return os.environ.get("WFS_NORING") or os.path.join(REPO, "build", "test", "noring")
+def confine_bin():
+    """test/confine: a command run with calls refused (seccomp) as a
+    container may refuse them; WFS_CONFINE or <repo>/build/test/confine."""
+    return os.environ.get("WFS_CONFINE") or os.path.join(REPO, "build", "test", "confine")
 
 
-def require_noring():
-    p = noring_bin()
+def require_confine():
+    p = confine_bin()
     if not (os.path.isfile(p) and os.access(p, os.X_OK)):
-        skip_or_fail("noring (WFS_NORING) not found or not executable: " + p)
+        skip_or_fail("confine (WFS_CONFINE) not found or not executable: " + p)
 
 
 class NoRingMount(ForegroundMount):
-    """ForegroundMount with the daemon run under test/noring."""
+    """ForegroundMount with the daemon run under `test/confine
+    --no-io-uring`."""
 
-    wrapper = (noring_bin(),)
+    wrapper = (confine_bin(), "--no-io-uring")
 
 
 class NoEnterMount(ForegroundMount):
-    """ForegroundMount with the daemon run under `test/noring --enter-only`:
-    rings are made, nothing submitted on one reaches the kernel."""
+    """ForegroundMount with the daemon run under `test/confine
+    --no-io-uring-enter`: rings are made, nothing submitted on one reaches
+    the kernel."""
 
-    wrapper = (noring_bin(), "--enter-only")
+    wrapper = (confine_bin(), "--no-io-uring-enter")
 
 
 class NoOpenat2Mount(ForegroundMount):
-    """ForegroundMount with the daemon run under `test/noring
+    """ForegroundMount with the daemon run under `test/confine
     --openat2=EPERM`: io_uring allowed, openat2 refused as a seccomp profile
     older than the call refused it."""
 
-    wrapper = (noring_bin(), "--openat2=EPERM")
+    wrapper = (confine_bin(), "--openat2=EPERM")
 
 
 class NoBackingMount(ForegroundMount):
-    """ForegroundMount with the daemon run under `test/noring
-    --backing-open=EPERM`: passthrough negotiated, every backing file
+    """ForegroundMount with the daemon run under `test/confine
+    --no-backing-open`: passthrough negotiated, every backing file
     refused, as the kernel refuses one to a daemon whose CAP_SYS_ADMIN is
     not the initial user namespace's."""
 
-    wrapper = (noring_bin(), "--backing-open=EPERM")
+    wrapper = (confine_bin(), "--no-backing-open")
 
 
 def add_big_repo(hub, repo="models--ops--big", size=48 << 20):

@@ -3,8 +3,8 @@
  * device opened, the documented code for each refusal.
  *
  *   test_nasopen                      openat2 as the kernel has it
- *   test_nasopen --refused=ENOSYS     under `noring --openat2=ENOSYS`
- *   test_nasopen --refused=EPERM      under `noring --openat2=EPERM`
+ *   test_nasopen --refused=ENOSYS     under `confine --openat2=ENOSYS`
+ *   test_nasopen --refused=EPERM      under `confine --openat2=EPERM`
  *
  * With --refused the test first checks that openat2 really fails with that
  * code (so the walk of nasopen.c is what answers, not openat2), then makes
@@ -169,7 +169,7 @@ static void check_all(const struct tree *t)
 	CHECK(&cnt, fd == -EINVAL, "\"..\" out of the root: %s", fd < 0 ? strerror(-fd) : "opened");
 }
 
-/* Under `noring --openat2=ERRNO`: openat2 itself must fail with @want,
+/* Under `confine --openat2=ERRNO`: openat2 itself must fail with @want,
  * else this run would test openat2 again and not the walk. */
 static int openat2_refused_with(int want)
 {

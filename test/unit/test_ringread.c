@@ -168,7 +168,7 @@ static void run_without_fds(void *(*fn)(void *), struct fixture *f)
 	CHECK(&cnt, r == 0, "thread: %s", strerror(r));
 }
 
-/* Under `noring --enter-only` (io_uring_enter refused, rings still made):
+/* Under `confine --no-io-uring-enter` (io_uring_enter refused, rings still made):
  * no ring is taken for one that works. */
 static int refused(void)
 {

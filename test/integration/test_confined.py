@@ -1,31 +1,32 @@
 #!/usr/bin/env python3
-"""The daemon where io_uring is refused: test/noring runs it under a seccomp
-filter that fails io_uring_setup, _enter and _register with EPERM, as a
-container's default profile does (Docker's since 25.0).  Every part that
-uses io_uring has a way without it; this runs them all at once.
+"""The daemon confined as a container may confine it: test/confine runs it
+under a seccomp filter that refuses io_uring (EPERM from io_uring_setup,
+_enter and _register, as Docker's default profile since 25.0), openat2, or
+the ioctl of a passthrough backing file.  Every part that uses one has a
+way without it; these run them all at once.
 
-  NoRing    under noring: the start-up log says io_uring is not available
+  NoRing    under `confine --no-io-uring`: the start-up log says io_uring is not available
             and why; a NAS blob reads right (whole, and 4 KiB preads at
             random offsets) with every NAS read handed to a NAS thread
             (stats nas_reads.handed_off grows, .ring stays 0); promote
             --wait makes a verified copy with plain reads and writes, whose
             bytes in LOCAL_STORE and through the mount equal the NAS's; the
             daemon stops cleanly.
-  NoEnter   the same under `noring --enter-only`: io_uring_setup works,
+  NoEnter   the same under `confine --no-io-uring-enter`: io_uring_setup works,
             io_uring_enter is refused, so a ring is made and nothing goes
             through it -- a ring made must not be taken for one that works
             (NAS reads then failed EPERM, copies failed; the daemon now
             sends a no-op through each ring it makes).
-  WithRing  the same without noring: no such line, and the NAS reads made
+  WithRing  the same unconfined: no such line, and the NAS reads made
             on the ring (.ring grows, .handed_off stays 0) -- what tells
             the two routes apart, so that NoRing cannot pass on the ring.
-  NoOpenat2 under `noring --openat2=EPERM`, as a seccomp profile older than
+  NoOpenat2 under `confine --openat2=EPERM`, as a seccomp profile older than
             openat2 refuses it (Docker's answers any call it does not list
             with EPERM): NAS files open by the daemon's own walk (no link
             followed), local copies by a plain open; the blob reads right
             from the NAS and, once promoted, from its copy (every open of
             either failed EPERM before).
-  NoBacking under `noring --backing-open=EPERM`, as the kernel refuses a
+  NoBacking under `confine --no-backing-open`, as the kernel refuses a
             passthrough backing file to a daemon without the initial user
             namespace's CAP_SYS_ADMIN (a rootless container): one warning
             line; the promoted blob, opened again and again, reads right,
@@ -44,9 +45,9 @@ import wfstest  # noqa: E402
 from wfstest import ctl_check, ctl_json, state_of  # noqa: E402
 
 MiB = 1 << 20
-REPO = "models--acme--noring"
-CONFIG = wfstest.det_bytes("noring config", 5000)
-BIG = wfstest.det_bytes("noring big", 6 * MiB + 12345)
+REPO = "models--acme--confined"
+CONFIG = wfstest.det_bytes("confined config", 5000)
+BIG = wfstest.det_bytes("confined big", 6 * MiB + 12345)
 NOT_AVAILABLE = "io_uring is not available"
 
 
@@ -59,7 +60,7 @@ class Routes:
     def setUp(self):
         wfstest.require_mount_capability()
         wfstest.require_wfsctl()
-        self.base = wfstest.make_base("wfs-it-noring-")
+        self.base = wfstest.make_base("wfs-it-confined-")
         self.addCleanup(shutil.rmtree, self.base, True)
         hub = os.path.join(self.base, "hub")
         self.rev = wfstest.make_hf_repo(hub, REPO, {"config.json": CONFIG,
@@ -110,7 +111,7 @@ class NoRing(Routes, unittest.TestCase):
     mount_class = wfstest.NoRingMount
 
     def setUp(self):
-        wfstest.require_noring()
+        wfstest.require_confine()
         super().setUp()
 
     def test_reads_and_promotes_without_io_uring(self):
@@ -156,7 +157,7 @@ class NoOpenat2(Routes, unittest.TestCase):
     mount_class = wfstest.NoOpenat2Mount
 
     def setUp(self):
-        wfstest.require_noring()
+        wfstest.require_confine()
         super().setUp()
 
     def test_reads_and_promotes_without_openat2(self):
@@ -177,7 +178,7 @@ class NoBacking(Routes, unittest.TestCase):
     mount_class = wfstest.NoBackingMount
 
     def setUp(self):
-        wfstest.require_noring()
+        wfstest.require_confine()
         if not wfstest.kernel_has_fuse_passthrough():
             wfstest.skip_or_fail("kernel %s has no FUSE passthrough (Linux >= 6.9 needed)"
                                  % os.uname().release)

@@ -26,6 +26,20 @@ const char *const metrics_fail_reason[STORE_FAIL_N] = {
 	[STORE_FAIL_OTHER] = "other",
 };
 
+const char *const metrics_route_name[STORE_ROUTES] = {
+	[STORE_ROUTE_PASSTHROUGH] = "passthrough",
+	[STORE_ROUTE_IO_URING] = "io_uring",
+	[STORE_ROUTE_FUSE_URING] = "fuse_uring",
+};
+
+const char *const metrics_route_state[STORE_ROUTE_STATES] = {
+	[STORE_ROUTE_STARTING] = "starting",
+	[STORE_ROUTE_ON] = "on",
+	[STORE_ROUTE_OFF] = "off",
+	[STORE_ROUTE_NOT_OFFERED] = "not_offered",
+	[STORE_ROUTE_REFUSED] = "refused",
+};
+
 /* ---- collecting ---- */
 
 static void sum_blob(void *arg, const struct blob_info *b)
@@ -86,6 +100,11 @@ void metrics_collect(const struct metrics_src *src, struct metrics *m)
 	m->uring_requests = s->uring_requests;
 	m->nas_reads_ring = s->nas_reads_ring;
 	m->nas_reads_handed = s->nas_reads_handed;
+	for (int i = 0; i < STORE_ROUTES; i++) {
+		m->route_state[i] = atomic_load(&s->route_state[i]);
+		m->route_err[i] = atomic_load(&s->route_err[i]);
+		m->route_on[i] = m->route_state[i] == STORE_ROUTE_ON;
+	}
 	m->fs_nodes = s->fs_nodes;
 	m->promotions_started = s->started;
 	m->promotions_verified = s->promoted;
@@ -154,6 +173,16 @@ static const struct figure figures[] = {
 	  "nas_reads.ring", AT(nas_reads_ring) },
 	{ "wfs_nas_reads_total", NULL, "route", "handed_off", NULL,
 	  "nas_reads.handed_off", AT(nas_reads_handed) },
+	{ "wfs_route_on", "gauge", "route", "passthrough",
+	  "1 while a route is in use: passthrough (the kernel reads local copies itself), "
+	  "io_uring (NAS reads and copies), fuse_uring (requests through io_uring); 0 where "
+	  "turned off, not offered by the kernel, refused (a seccomp filter, a capability) "
+	  "or not settled yet (wfsctl stats says which).",
+	  "routes.passthrough.on", AT(route_on[STORE_ROUTE_PASSTHROUGH]) },
+	{ "wfs_route_on", NULL, "route", "io_uring", NULL,
+	  "routes.io_uring.on", AT(route_on[STORE_ROUTE_IO_URING]) },
+	{ "wfs_route_on", NULL, "route", "fuse_uring", NULL,
+	  "routes.fuse_uring.on", AT(route_on[STORE_ROUTE_FUSE_URING]) },
 	{ "wfs_fs_nodes", "gauge", NULL, NULL,
 	  "Inodes the daemon keeps for names the kernel looked up and has not forgotten.",
 	  "fs_nodes", AT(fs_nodes) },
@@ -469,6 +498,14 @@ json_t *metrics_json(const struct metrics *m)
 	bad |= json_object_set_new(o, "blobs", states);
 	bad |= json_object_set_new(o, "nas", metrics_nas_json(&m->nas));
 	bad |= json_object_set_new(o, "record", metrics_record_json(&m->nas));
+	for (int i = 0; !bad && i < STORE_ROUTES; i++) {
+		json_t *r = json_object_get(json_object_get(o, "routes"), metrics_route_name[i]);
+
+		bad = json_object_set_new(r, "state",
+					  json_string(metrics_route_state[m->route_state[i]]));
+		bad |= json_object_set_new(r, "error", m->route_err[i] ?
+					   json_string(strerror(-m->route_err[i])) : json_null());
+	}
 	if (bad) {
 		json_decref(o);
 		return NULL;

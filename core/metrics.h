@@ -40,12 +40,19 @@ struct metrics_nas {
 
 /* Label values of wfs_promotions_failed_total{reason=...}, by enum store_fail. */
 extern const char *const metrics_fail_reason[STORE_FAIL_N];
+/* Names of the routes (wfs_route_on{route=...}, stats "routes"), by enum
+ * store_route, and of their states, by enum store_route_state. */
+extern const char *const metrics_route_name[STORE_ROUTES];
+extern const char *const metrics_route_state[STORE_ROUTE_STATES];
 
 struct metrics {
 	uint64_t served_local_bytes, served_nas_bytes;
 	uint64_t opens, passthrough_opens;
 	uint64_t listed_ahead, listed_ahead_taken, dir_attrs_refreshed, uring_requests;
 	uint64_t nas_reads_ring, nas_reads_handed;
+	/* by enum store_route: 1 when ON; the state and a refusal's -errno */
+	uint64_t route_on[STORE_ROUTES];
+	int route_state[STORE_ROUTES], route_err[STORE_ROUTES];
 	uint64_t fs_nodes;
 	uint64_t promotions_started, promotions_verified, promotions_cancelled;
 	uint64_t promotions_failed;             /* sum of failed_by */

@@ -139,6 +139,25 @@ enum store_fail {
 	STORE_FAIL_N,
 };
 
+/* The routes the daemon's reads take besides plain calls, each as the
+ * kernel and the daemon's confinement settled it (fs/ says so; stats
+ * reports it): passthrough (the kernel reads a file itself), io_uring (NAS
+ * reads and copies), fuse_uring (requests taken through io_uring). */
+enum store_route {
+	STORE_ROUTE_PASSTHROUGH = 0,
+	STORE_ROUTE_IO_URING,
+	STORE_ROUTE_FUSE_URING,
+	STORE_ROUTES,
+};
+enum store_route_state {
+	STORE_ROUTE_STARTING = 0, /* not settled yet (before the INIT reply) */
+	STORE_ROUTE_ON,
+	STORE_ROUTE_OFF,          /* turned off by an option */
+	STORE_ROUTE_NOT_OFFERED,  /* the kernel does not offer it */
+	STORE_ROUTE_REFUSED,      /* refused (a seccomp filter, a capability): the error says */
+	STORE_ROUTE_STATES,
+};
+
 /* What proves a local file is the one that was verified: a write to it
  * changes its ctime, which utimes cannot set back.  ino 0: nothing proven
  * (store_table.c: file_proof_take, file_proof_holds). */
@@ -364,6 +383,8 @@ struct store {
 	/* looks of a worker that left the queue as it was: the NAS down */
 	_Atomic uint64_t queue_held;
 	_Atomic uint64_t passthrough_opens;
+	/* each route's enum store_route_state, and the -errno of a refusal */
+	_Atomic int route_state[STORE_ROUTES], route_err[STORE_ROUTES];
 	/* directories the fs listed ahead of a tree walk, and those a walk
 	 * then took (fs/dir.c) */
 	_Atomic uint64_t listed_ahead, listed_ahead_taken;
@@ -470,6 +491,10 @@ struct blob *store_find(struct store *s, const char *key);
 int store_local_path(struct store *s, const struct blob *b, char *out, size_t sz);
 /* An open was handed to the kernel's passthrough (for the metrics). */
 void store_count_passthrough_open(struct store *s);
+/* @route is now @state; @err: the refusal's -errno (REFUSED), else
+ * ignored.  A route once REFUSED stays so. */
+void store_note_route(struct store *s, enum store_route route, enum store_route_state state,
+		      int err);
 
 /* Before serving a LOCAL blob for the first time since start-up (or since
  * the NAS showed new attributes), compare the source's size and sampled

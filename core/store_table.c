@@ -117,6 +117,21 @@ void store_count_passthrough_open(struct store *s)
 	atomic_fetch_add_explicit(&s->passthrough_opens, 1, memory_order_relaxed);
 }
 
+void store_note_route(struct store *s, enum store_route route, enum store_route_state state,
+		      int err)
+{
+	int cur = atomic_load(&s->route_state[route]);
+
+	/* the error first: a reader that sees REFUSED sees its reason */
+	if (state == STORE_ROUTE_REFUSED)
+		atomic_store(&s->route_err[route], err);
+	/* REFUSED stays: a refusal noted by a request that ran before the
+	 * start-up's own note (an open racing the INIT reply's) wins */
+	while (cur != STORE_ROUTE_REFUSED &&
+	       !atomic_compare_exchange_weak(&s->route_state[route], &cur, (int)state))
+		;
+}
+
 void store_dirty_locked(struct store *s)
 {
 	if (!s->index_dirty) {

@@ -42,14 +42,24 @@ void connection_ready(void *arg)
 {
 	struct wfs *w = arg;
 	size_t payload;
-	int r;
+	int r, offered;
 
 	if (w->opt.readahead_kb)
 		raise_readahead(w);
 	pthread_mutex_lock(&w->pt.lock);
 	payload = w->pt.uring_payload;
 	r = w->pt.uring_error;
+	offered = w->pt.offered;
 	pthread_mutex_unlock(&w->pt.lock);
+	/* (a backing file refused already, by an open that raced this, stays
+	 * refused: store_note_route) */
+	store_note_route(&w->store, STORE_ROUTE_PASSTHROUGH,
+			 !w->pt.wanted ? STORE_ROUTE_OFF :
+			 !offered ? STORE_ROUTE_NOT_OFFERED : STORE_ROUTE_ON, 0);
+	store_note_route(&w->store, STORE_ROUTE_FUSE_URING,
+			 !w->opt.fuse_uring ? STORE_ROUTE_OFF :
+			 r < 0 ? STORE_ROUTE_REFUSED :
+			 !payload ? STORE_ROUTE_NOT_OFFERED : STORE_ROUTE_ON, r);
 	if (!w->opt.fuse_uring)
 		return;
 	if (r < 0)

@@ -448,7 +448,10 @@ static int start_threads(struct wfs *w, int ctl_bound, const struct metrics_src 
 {
 	int r;
 
-	if ((r = ringread_probe()) < 0)
+	r = ringread_probe();
+	store_note_route(&w->store, STORE_ROUTE_IO_URING,
+			 r < 0 ? STORE_ROUTE_REFUSED : STORE_ROUTE_ON, r);
+	if (r < 0)
 		wfs_log(w, LOG_WARNING, "io_uring is not available (%s: a seccomp filter, as a "
 			"container's, or the sysctl kernel.io_uring_disabled): NAS reads are handed "
 			"to NAS threads and copies made with plain reads and writes -- slower, the "

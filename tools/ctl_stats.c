@@ -29,6 +29,29 @@ static void counts_cell(const json_t *obj, char *buf, size_t sz)
 		snprintf(buf, sz, "-");
 }
 
+/* "passthrough on, io_uring refused (Operation not permitted), fuse_uring
+ * off": the daemon's "routes", in its order; "" from an older daemon. */
+static void routes_cell(const json_t *routes, char *buf, size_t sz)
+{
+	size_t len = 0;
+	const char *k;
+	json_t *v;
+
+	buf[0] = '\0';
+	json_object_foreach((json_t *)routes, k, v) {
+		const char *err = jget_str(v, "error");
+		char state[32];
+
+		/* the state's own word, "not_offered" read as "not offered" */
+		snprintf(state, sizeof(state), "%s", jget_str(v, "state"));
+		for (char *c = state; *c; c++)
+			*c = *c == '_' ? ' ' : *c;
+		if (len < sz)
+			len += (size_t)snprintf(buf + len, sz - len, "%s%s %s%s%s%s", len ? ", " : "",
+						k, state, *err ? " (" : "", err, *err ? ")" : "");
+	}
+}
+
 static void print_stats(const json_t *m)
 {
 	const json_t *served = json_object_get(m, "served");
@@ -51,6 +74,9 @@ static void print_stats(const json_t *m)
 		       "NAS threads\n",
 		       (unsigned long long)jget_u64(json_object_get(m, "nas_reads"), "ring"),
 		       (unsigned long long)jget_u64(json_object_get(m, "nas_reads"), "handed_off"));
+	routes_cell(json_object_get(m, "routes"), line, sizeof(line));
+	if (*line)
+		printf("routes          %s\n", line);
 	printf("promotions      %llu started, %llu verified, %llu failed, %llu cancelled",
 	       (unsigned long long)jget_u64(prom, "started"),
 	       (unsigned long long)jget_u64(prom, "verified"),

@@ -119,6 +119,8 @@ class NoRing(Routes, unittest.TestCase):
         self.assertEqual(len(said), 1, "the start-up log should say once that io_uring is "
                          "not available; log:\n%s" % self.m.log()[-3000:])
         self.assertIn("Operation not permitted", said[0])
+        self.assertEqual(wfstest.route_of(self, self.mnt, "io_uring"),
+                         ("refused", "Operation not permitted"))
         self.read_from_nas()
         ring, handed = self.routes()
         self.assertEqual(ring, 0, "a NAS read made on a ring under a filter refusing io_uring")
@@ -147,6 +149,10 @@ class WithRing(Routes, unittest.TestCase):
 
     def test_reads_on_the_ring(self):
         self.assertNotIn(NOT_AVAILABLE, self.m.log())
+        self.assertEqual(wfstest.route_of(self, self.mnt, "io_uring"), ("on", None))
+        self.assertEqual(wfstest.route_of(self, self.mnt, "fuse_uring"), ("off", None))
+        if wfstest.kernel_has_fuse_passthrough():
+            self.assertEqual(wfstest.route_of(self, self.mnt, "passthrough"), ("on", None))
         self.read_from_nas()
         ring, handed = self.routes()
         self.assertGreater(ring, 0, "no NAS read made on a ring")
@@ -186,6 +192,8 @@ class NoBacking(Routes, unittest.TestCase):
 
     def test_local_copy_served_by_the_daemon(self):
         path = self.p("model.safetensors")
+        # offered and asked for at INIT: refused only once a backing file is
+        self.assertEqual(wfstest.route_of(self, self.mnt, "passthrough"), ("on", None))
         ctl_check(self, ["promote", "--wait", path])
         self.assertEqual(state_of(path), "local")
         before = wfstest.daemon_reads(path)
@@ -208,6 +216,10 @@ class NoBacking(Routes, unittest.TestCase):
         self.assertEqual(len(said), 1, "one warning for the refused passthrough; log:\n%s"
                          % self.m.log()[-3000:])
         self.assertIn("Operation not permitted", said[0])
+        self.assertEqual(wfstest.route_of(self, self.mnt, "passthrough"),
+                         ("refused", "Operation not permitted"))
+        out, _ = ctl_check(self, ["stats", self.mnt])
+        self.assertIn("passthrough refused (Operation not permitted)", out)
         with open(self.p("config.json"), "rb") as f:
             self.assertEqual(f.read(), CONFIG)
 

@@ -95,6 +95,7 @@ class ThroughRings(unittest.TestCase):
         self.assertEqual(bad, [], "read through the rings, these differ from the NAS")
         # every open and read went through a ring: at least one request each
         self.assertGreaterEqual(ring_requests(self, FIX.mnt) - before, len(files))
+        self.assertEqual(wfstest.route_of(self, FIX.mnt, "fuse_uring"), ("on", None))
 
     def test_preads_at_odd_offsets(self):
         e = max(FIX.of("file"), key=lambda e: e["size"])
@@ -221,6 +222,7 @@ class Declined(unittest.TestCase):
             e = max(FIX.of("file"), key=lambda e: e["size"])
             self.assertEqual(sha256_of(os.path.join(mnt, e["path"])), e["sha256"])
             self.assertEqual(ring_requests(self, mnt), 0)
+            self.assertEqual(wfstest.route_of(self, mnt, "fuse_uring"), ("not_offered", None))
         finally:
             self.assertEqual(m.stop(), [])
             shutil.rmtree(base, ignore_errors=True)
@@ -266,6 +268,8 @@ class RingsRefused(unittest.TestCase):
             said = [l for l in m.log().splitlines() if "FUSE over io_uring not asked for" in l]
             self.assertEqual(len(said), 1, m.log()[-3000:])
             self.assertIn("Operation not permitted", said[0])
+            self.assertEqual(wfstest.route_of(self, mnt, "fuse_uring"),
+                             ("refused", "Operation not permitted"))
         finally:
             if m.pids and rc is None:
                 # the kernel holds every request of that mount (an umount's

@@ -38,6 +38,13 @@ def passthrough_opens(path):
     return xattr_int(path, XATTR_PASSTHROUGH)
 
 
+def route_of(tc, mnt, name):
+    """(state, error) of a route in `wfsctl --json stats`'s "routes":
+    passthrough, io_uring, fuse_uring."""
+    r = ctl_json(tc, ["stats", mnt])["metrics"]["routes"][name]
+    return r["state"], r["error"]
+
+
 def kernel_version():
     """(major, minor) of the running kernel."""
     import re

@@ -26,7 +26,7 @@ void eng_init(struct engine *e)
 	/* a ring made may still refuse every submission (a seccomp filter
 	 * listing io_uring_enter alone): the copy would fail, not fall back */
 	if (ringread_check(&e->ring) < 0) {
-		io_uring_queue_exit(&e->ring);
+		ringread_end(&e->ring);
 		return;
 	}
 	e->uring = 1;
@@ -46,7 +46,7 @@ void eng_fixed(struct engine *e, void *mem, size_t len)
 void eng_exit(struct engine *e)
 {
 	if (e->uring)
-		io_uring_queue_exit(&e->ring);
+		ringread_end(&e->ring);
 }
 
 static void eng_push(struct engine *e, uint64_t ud, int res)

@@ -13,6 +13,39 @@
  * RINGREAD_MAX_LEFT + 1, within the completion queue (twice this). */
 #define RING_ENTRIES 8
 
+#if defined(__SANITIZE_THREAD__)
+#define RING_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define RING_TSAN 1
+#endif
+#endif
+
+#ifdef RING_TSAN
+void __tsan_acquire(void *addr);
+void __tsan_release(void *addr);
+
+/* @fn on every page of @ring's memory: the rings, the SQE array. */
+static void ring_pages(struct io_uring *ring, void (*fn)(void *))
+{
+	size_t sqe = ring->flags & IORING_SETUP_SQE128 ? 128 : 64;
+	const struct { void *p; size_t len; } part[] = {
+		{ ring->sq.ring_ptr, ring->sq.ring_sz },
+		{ ring->cq.ring_ptr, ring->cq.ring_sz },
+		{ ring->sq.sqes, (size_t)*ring->sq.kring_entries * sqe },
+	};
+
+	for (size_t i = 0; i < sizeof(part) / sizeof(part[0]); i++)
+		for (size_t off = 0; part[i].p && off < part[i].len; off += 4096)
+			fn((char *)part[i].p + off);
+}
+#define RING_MAPPED(ring) ring_pages((ring), __tsan_acquire)
+#define RING_UNMAPPING(ring) ring_pages((ring), __tsan_release)
+#else
+#define RING_MAPPED(ring) ((void)(ring))
+#define RING_UNMAPPING(ring) ((void)(ring))
+#endif
+
 /* A read's own buffer, its address the read's user_data. */
 struct ringread_left {
 	void *buf;
@@ -81,7 +114,7 @@ static void thread_end(void *arg)
 
 	if (t->usable) {
 		reap_ended(t);
-		io_uring_queue_exit(&t->ring);
+		ringread_end(&t->ring);
 	}
 	ringread_keep(t->rr, &t->left); /* the kernel may write them yet */
 	free(t);
@@ -115,10 +148,12 @@ void ringread_fini(struct ringread *rr)
 
 int ringread_check(struct io_uring *ring)
 {
-	struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
+	struct io_uring_sqe *sqe;
 	struct io_uring_cqe *cqe = NULL;
 	int r;
 
+	RING_MAPPED(ring);
+	sqe = io_uring_get_sqe(ring);
 	if (!sqe)
 		return -EBUSY;
 	io_uring_prep_nop(sqe);
@@ -136,6 +171,12 @@ int ringread_check(struct io_uring *ring)
 	return r < 0 ? r : 0;
 }
 
+void ringread_end(struct io_uring *ring)
+{
+	RING_UNMAPPING(ring);
+	io_uring_queue_exit(ring);
+}
+
 int ringread_make(struct io_uring *ring, unsigned entries, unsigned flags)
 {
 	int r = io_uring_queue_init(entries, ring, flags | IORING_SETUP_SINGLE_ISSUER |
@@ -144,7 +185,7 @@ int ringread_make(struct io_uring *ring, unsigned entries, unsigned flags)
 	if (r == -EINVAL) /* a kernel before 6.1 */
 		r = io_uring_queue_init(entries, ring, flags);
 	if (r == 0 && (r = ringread_check(ring)) < 0)
-		io_uring_queue_exit(ring); /* made, but nothing goes through */
+		ringread_end(ring); /* made, but nothing goes through */
 	return r;
 }
 
@@ -155,7 +196,7 @@ int ringread_probe(void)
 
 	if (r == 0) {
 		r = ringread_check(&ring);
-		io_uring_queue_exit(&ring);
+		ringread_end(&ring);
 	}
 	return r;
 }
@@ -189,7 +230,7 @@ static struct ring_thread *thread_ring(struct ringread *rr)
 	t->usable = ringread_make(&t->ring, RING_ENTRIES, 0) == 0;
 	if ((errno = pthread_setspecific(rr->key, t))) {
 		if (t->usable)
-			io_uring_queue_exit(&t->ring);
+			ringread_end(&t->ring);
 		free(t);
 		return NULL;
 	}

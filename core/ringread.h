@@ -73,8 +73,20 @@ int ringread_probe(void);
 
 /* A no-op submitted on @ring and its completion taken: 0 if requests go
  * through it, else -errno (the submit's: io_uring_enter refused).  For a
- * ring just made, nothing else on it. */
+ * ring just made, nothing else on it: every ring the daemon makes goes
+ * through it first, and is ended with ringread_end. */
 int ringread_check(struct io_uring *ring);
+
+/* io_uring_queue_exit(@ring), for a ring checked by ringread_check.
+ *
+ * Why not the call alone: for ThreadSanitizer.  liburing maps and unmaps
+ * a ring's memory with raw system calls, which TSan does not see, so a
+ * ring mapped where another thread's ended ring was inherits that ring's
+ * accesses and they are reported as races (seen in CI between two copy
+ * workers).  The kernel orders the unmap before the map; TSan is told so,
+ * page by page of the ring's memory: released here, acquired by
+ * ringread_check.  Without TSan, that is nothing. */
+void ringread_end(struct io_uring *ring);
 
 /* Make @ring of @entries for the calling thread alone (@flags, e.g.
  * IORING_SETUP_SQE128, plus single issuer and deferred task work: its

@@ -276,7 +276,7 @@ static void *ring_thread(void *arg)
 	if (r < 0)
 		return NULL;
 	if (atomic_load(&u->stop)) {
-		io_uring_queue_exit(&e->ring);
+		ringread_end(&e->ring);
 		return NULL;
 	}
 	queue_cmd(e, FUSE_ABI_URING_REGISTER, 0);
@@ -288,7 +288,7 @@ static void *ring_thread(void *arg)
 		if (!e->committed)
 			queue_cmd(e, FUSE_ABI_URING_COMMIT_AND_FETCH, e->hdr->ent.commit_id);
 	}
-	io_uring_queue_exit(&e->ring);
+	ringread_end(&e->ring);
 	/* Reads still left behind may yet write their buffers (a buffered
 	 * read, or memory malloc reuses while an O_DIRECT read holds its
 	 * pages): the buffers stay until the process ends. */

@@ -25,14 +25,16 @@
 void __tsan_acquire(void *addr);
 void __tsan_release(void *addr);
 
-/* @fn on every page of @ring's memory: the rings, the SQE array. */
+/* @fn on every page of @ring's memory: the rings, the SQE array.  Reads
+ * only struct io_uring's own fields: nothing of the ring's memory is read
+ * before @fn acquired it. */
 static void ring_pages(struct io_uring *ring, void (*fn)(void *))
 {
 	size_t sqe = ring->flags & IORING_SETUP_SQE128 ? 128 : 64;
 	const struct { void *p; size_t len; } part[] = {
 		{ ring->sq.ring_ptr, ring->sq.ring_sz },
 		{ ring->cq.ring_ptr, ring->cq.ring_sz },
-		{ ring->sq.sqes, (size_t)*ring->sq.kring_entries * sqe },
+		{ ring->sq.sqes, (size_t)ring->sq.ring_entries * sqe },
 	};
 
 	for (size_t i = 0; i < sizeof(part) / sizeof(part[0]); i++)

@@ -140,18 +140,20 @@ static void tagged_ring(struct fixture *f)
  * elsewhere io_uring disabled) is told so at once, every time. */
 /* Two rings of two threads with no order between them but the kernel's:
  * the second is made once the first is ended (told by a relaxed atomic,
- * which ThreadSanitizer takes for no order), most likely at the same
- * address.  Each touches its ring's memory outside liburing.h, as
- * fetch_engine.c reads a completion.  In the TSan build this test fails
- * (a race reported) unless ringread_check and ringread_end tell TSan the
- * order of the unmap and the map; elsewhere it checks the two rings work. */
+ * which ThreadSanitizer takes for no order), most likely where the first
+ * was, and of another shape (so that one's SQE array may lie where the
+ * other's ring header was).  Each reads and writes back every word of its
+ * ring's memory outside liburing.h.  In the TSan build this test fails (a
+ * race reported) unless ringread_check and ringread_end tell TSan the
+ * order of the unmap and the map, and unless ringread_check reads nothing
+ * of a ring before it has; elsewhere it checks the two rings work. */
 struct reuse {
 	atomic_int first_ended;
 	void *addr[2];
 	int ok[2];
 };
 
-static int touch_ring(struct io_uring *ring)
+static int nop_on(struct io_uring *ring)
 {
 	struct io_uring_sqe *sqe = io_uring_get_sqe(ring);
 	struct io_uring_cqe *cqe = NULL;
@@ -164,19 +166,38 @@ static int touch_ring(struct io_uring *ring)
 	if (io_uring_submit_and_wait(ring, 1) < 0 || io_uring_peek_cqe(ring, &cqe) < 0 || !cqe)
 		return 0;
 	ok = cqe->user_data == 42 && cqe->res == 0;
-	cqe->user_data = 0; /* a write to the ring's memory, as any could be */
 	io_uring_cqe_seen(ring, cqe);
 	return ok;
+}
+
+/* Every word of @ring's memory read and written back (an idle ring: the
+ * same values, nothing the kernel looks at changes). */
+static void touch_all(struct io_uring *ring)
+{
+	size_t sqe = ring->flags & IORING_SETUP_SQE128 ? 128 : 64;
+	const struct { void *p; size_t len; } part[] = {
+		{ ring->sq.ring_ptr, ring->sq.ring_sz },
+		{ ring->cq.ring_ptr, ring->cq.ring_sz },
+		{ ring->sq.sqes, (size_t)ring->sq.ring_entries * sqe },
+	};
+
+	for (size_t i = 0; i < sizeof(part) / sizeof(part[0]); i++) {
+		volatile unsigned *w = part[i].p;
+
+		for (size_t k = 0; w && k < part[i].len / sizeof(*w); k++)
+			w[k] = w[k];
+	}
 }
 
 static void reuse_one(struct reuse *x, int i)
 {
 	struct io_uring ring;
 
-	if (ringread_make(&ring, 4, 0) < 0)
+	if (ringread_make(&ring, i ? 4 : 16, i ? 0 : IORING_SETUP_SQE128) < 0)
 		return;
-	x->ok[i] = touch_ring(&ring) && touch_ring(&ring);
-	x->addr[i] = ring.cq.ring_ptr;
+	x->ok[i] = nop_on(&ring);
+	touch_all(&ring);
+	x->addr[i] = ring.sq.ring_ptr;
 	ringread_end(&ring);
 }
 

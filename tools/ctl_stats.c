@@ -12,44 +12,57 @@
 #include <string.h>
 #include <sys/stat.h>
 
-/* "no_space=1 io_error=2", the non-zero entries of an object of counts. */
-static void counts_cell(const json_t *obj, char *buf, size_t sz)
+/* @obj's entries joined by @sep into @buf, each as @entry writes it
+ * (returning 0 leaves one out); @none when none is written. */
+static void object_cell(const json_t *obj, char *buf, size_t sz, const char *sep,
+			const char *none, int (*entry)(const char *k, json_t *v, char *out, size_t n))
 {
 	size_t len = 0;
 	const char *k;
 	json_t *v;
+	char one[256];
 
 	buf[0] = '\0';
 	json_object_foreach((json_t *)obj, k, v) {
-		if (json_integer_value(v) > 0 && len < sz)
-			len += (size_t)snprintf(buf + len, sz - len, "%s%s=%lld", len ? " " : "", k,
-						(long long)json_integer_value(v));
+		if (entry(k, v, one, sizeof(one)) && len < sz)
+			len += (size_t)snprintf(buf + len, sz - len, "%s%s", len ? sep : "", one);
 	}
 	if (!len)
-		snprintf(buf, sz, "-");
+		snprintf(buf, sz, "%s", none);
+}
+
+/* "io_error=2": a count, if not 0 */
+static int count_entry(const char *k, json_t *v, char *out, size_t n)
+{
+	snprintf(out, n, "%s=%lld", k, (long long)json_integer_value(v));
+	return json_integer_value(v) > 0;
+}
+
+/* "no_space=1 io_error=2", the non-zero entries of an object of counts. */
+static void counts_cell(const json_t *obj, char *buf, size_t sz)
+{
+	object_cell(obj, buf, sz, " ", "-", count_entry);
+}
+
+/* "io_uring refused (Operation not permitted)", "fuse_uring not offered" */
+static int route_entry(const char *k, json_t *v, char *out, size_t n)
+{
+	const char *err = jget_str(v, "error");
+	char state[32];
+
+	/* the state's own word, "not_offered" read as "not offered" */
+	snprintf(state, sizeof(state), "%s", jget_str(v, "state"));
+	for (char *c = state; *c; c++)
+		*c = *c == '_' ? ' ' : *c;
+	snprintf(out, n, "%s %s%s%s%s", k, state, *err ? " (" : "", err, *err ? ")" : "");
+	return 1;
 }
 
 /* "passthrough on, io_uring refused (Operation not permitted), fuse_uring
  * off": the daemon's "routes", in its order; "" from an older daemon. */
 static void routes_cell(const json_t *routes, char *buf, size_t sz)
 {
-	size_t len = 0;
-	const char *k;
-	json_t *v;
-
-	buf[0] = '\0';
-	json_object_foreach((json_t *)routes, k, v) {
-		const char *err = jget_str(v, "error");
-		char state[32];
-
-		/* the state's own word, "not_offered" read as "not offered" */
-		snprintf(state, sizeof(state), "%s", jget_str(v, "state"));
-		for (char *c = state; *c; c++)
-			*c = *c == '_' ? ' ' : *c;
-		if (len < sz)
-			len += (size_t)snprintf(buf + len, sz - len, "%s%s %s%s%s%s", len ? ", " : "",
-						k, state, *err ? " (" : "", err, *err ? ")" : "");
-	}
+	object_cell(routes, buf, sz, ", ", "", route_entry);
 }
 
 static void print_stats(const json_t *m)

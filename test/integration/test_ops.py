@@ -539,6 +539,11 @@ class Metrics(unittest.TestCase):
             self.assertEqual(js["metrics"]["evictions"], 1)
             human, _ = ctl_check(self, ["stats", mnt])
             self.assertIn("promotions", human)
+            # the table's cells: counts by name, the routes by name
+            self.assertRegex(human, r"\nblobs by state  (\S+=\d+ )*local=%d( |\n)"
+                             % js["metrics"]["blobs"]["local"])
+            self.assertRegex(human, r"\nroutes          passthrough \w+.*, io_uring \w+.*, "
+                             r"fuse_uring \w+")
             rc, o, e = run_wfsctl(["stats", "--json", "--prometheus", mnt])
             self.assertEqual(rc, 2, "--json with --prometheus: %s %s" % (o, e))
             rc, o, e = run_wfsctl(["stats", "--prometheus", mnt], uid=NOBODY)

@@ -204,8 +204,9 @@ static int choose_mode(struct wfs *w, struct node *n, struct wfs_fh *fh, int loc
 			if (id < 0) {
 				refused_now = !w->pt_warned;
 				w->pt_warned = 1;
-				store_note_route(&w->store, STORE_ROUTE_PASSTHROUGH,
-						 STORE_ROUTE_REFUSED, id);
+				if (!passthrough_usable(&w->pt)) /* for good, not this once */
+					store_note_route(&w->store, STORE_ROUTE_PASSTHROUGH,
+							 STORE_ROUTE_REFUSED, id);
 				wfs_log(w, refused_now ? LOG_WARNING : LOG_DEBUG,
 					"passthrough refused for %s (%s): reads are daemon-served",
 					path, strerror(-id));

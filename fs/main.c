@@ -450,6 +450,7 @@ static int start_threads(struct wfs *w, int ctl_bound, const struct metrics_src 
 
 	r = ringread_probe();
 	store_note_route(&w->store, STORE_ROUTE_IO_URING,
+			 r == -ENOSYS ? STORE_ROUTE_NOT_OFFERED :
 			 r < 0 ? STORE_ROUTE_REFUSED : STORE_ROUTE_ON, r);
 	if (r < 0)
 		wfs_log(w, LOG_WARNING, "io_uring is not available (%s: a seccomp filter, as a "

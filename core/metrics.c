@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -73,6 +74,23 @@ void metrics_collect_nas(struct nas_gate *g, struct record *r, struct metrics_na
 	pthread_mutex_unlock(&r->lock);
 }
 
+/* What the daemon asked of the mount's read-ahead, and the value in
+ * effect, read from its file each time: someone else may have set it
+ * since (an operator outside a container whose /sys refused the daemon). */
+static void collect_readahead(struct store *s, struct metrics *m)
+{
+	FILE *f;
+
+	store_get_readahead(s, &m->readahead);
+	if (!m->readahead.path[0] || !(f = fopen(m->readahead.path, "re")))
+		return;
+	m->readahead_known = fscanf(f, "%" SCNu64, &m->readahead_kb) == 1;
+	if (!m->readahead_known)
+		m->readahead_kb = 0;
+	m->readahead_bytes = m->readahead_kb * 1024;
+	fclose(f);
+}
+
 void metrics_collect(const struct metrics_src *src, struct metrics *m)
 {
 	struct store *s = src->store;
@@ -105,6 +123,7 @@ void metrics_collect(const struct metrics_src *src, struct metrics *m)
 		m->route_err[i] = atomic_load(&s->route_err[i]);
 		m->route_on[i] = m->route_state[i] == STORE_ROUTE_ON;
 	}
+	collect_readahead(s, m);
 	m->fs_nodes = s->fs_nodes;
 	m->promotions_started = s->started;
 	m->promotions_verified = s->promoted;
@@ -183,6 +202,11 @@ static const struct figure figures[] = {
 	  "routes.io_uring.on", AT(route_on[STORE_ROUTE_IO_URING]) },
 	{ "wfs_route_on", NULL, "route", "fuse_uring", NULL,
 	  "routes.fuse_uring.on", AT(route_on[STORE_ROUTE_FUSE_URING]) },
+	{ "wfs_readahead_bytes", "gauge", NULL, NULL,
+	  "The mount's read-ahead as the kernel has it now (0: not known); wfsctl stats "
+	  "says what the daemon asked and why a setting failed.",
+	  "readahead.bytes", AT(readahead_bytes) },
+	{ NULL, NULL, NULL, NULL, NULL, "readahead.kb", AT(readahead_kb) },
 	{ "wfs_fs_nodes", "gauge", NULL, NULL,
 	  "Inodes the daemon keeps for names the kernel looked up and has not forgotten.",
 	  "fs_nodes", AT(fs_nodes) },
@@ -468,6 +492,24 @@ static json_t *json_parent(json_t *o, const char *path, char key[64])
 	return o;
 }
 
+/* "readahead": {"kb" (null: not known), "wanted" (null: left to the
+ * kernel), "error" (of the daemon's write), "path"}; nonzero on ENOMEM */
+static int readahead_json(json_t *r, const struct metrics *m)
+{
+	const struct store_readahead *ra = &m->readahead;
+	int bad;
+
+	bad = !m->readahead_known && (json_object_set_new(r, "kb", json_null()) ||
+				      json_object_set_new(r, "bytes", json_null()));
+	bad |= json_object_set_new(r, "wanted", ra->want_kb ? json_integer(ra->want_kb) :
+				   json_null());
+	bad |= json_object_set_new(r, "error", ra->err ? json_string(strerror(-ra->err)) :
+				   json_null());
+	bad |= json_object_set_new(r, "path", ra->path[0] ? json_string(ra->path) :
+				   json_null());
+	return bad;
+}
+
 json_t *metrics_json(const struct metrics *m)
 {
 	json_t *o = json_pack("{s:s}", "version", WFS_VERSION), *failed, *states, *parent;
@@ -506,6 +548,8 @@ json_t *metrics_json(const struct metrics *m)
 		bad |= json_object_set_new(r, "error", m->route_err[i] ?
 					   json_string(strerror(-m->route_err[i])) : json_null());
 	}
+	if (!bad)
+		bad = readahead_json(json_object_get(o, "readahead"), m);
 	if (bad) {
 		json_decref(o);
 		return NULL;

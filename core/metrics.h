@@ -53,6 +53,11 @@ struct metrics {
 	/* by enum store_route: 1 when ON; the state and a refusal's -errno */
 	uint64_t route_on[STORE_ROUTES];
 	int route_state[STORE_ROUTES], route_err[STORE_ROUTES];
+	/* the mount's read-ahead: in effect now (KiB; known: its file read),
+	 * and what the daemon asked and how (struct store_readahead) */
+	uint64_t readahead_kb, readahead_bytes;
+	int readahead_known;
+	struct store_readahead readahead;
 	uint64_t fs_nodes;
 	uint64_t promotions_started, promotions_verified, promotions_cancelled;
 	uint64_t promotions_failed;             /* sum of failed_by */

@@ -158,6 +158,16 @@ enum store_route_state {
 	STORE_ROUTE_STATES,
 };
 
+/* The mount's read-ahead as the daemon asked for it (fs/connready.c):
+ * what it asked, whether its write failed, and the file that says what is
+ * in effect (read at each metrics_collect: an operator may set it from
+ * outside, where a container's read-only /sys refused the daemon). */
+struct store_readahead {
+	unsigned want_kb; /* 0: left to the kernel (-o readahead_kb=0) */
+	int err;          /* -errno of the daemon's write; 0: written or not tried */
+	char path[64];    /* /sys/class/bdi/MAJ:MIN/read_ahead_kb; "": the bdi not known */
+};
+
 /* What proves a local file is the one that was verified: a write to it
  * changes its ctime, which utimes cannot set back.  ino 0: nothing proven
  * (store_table.c: file_proof_take, file_proof_holds). */
@@ -385,6 +395,7 @@ struct store {
 	_Atomic uint64_t passthrough_opens;
 	/* each route's enum store_route_state, and the -errno of a refusal */
 	_Atomic int route_state[STORE_ROUTES], route_err[STORE_ROUTES];
+	struct store_readahead readahead; /* LOCK */
 	/* directories the fs listed ahead of a tree walk, and those a walk
 	 * then took (fs/dir.c) */
 	_Atomic uint64_t listed_ahead, listed_ahead_taken;
@@ -495,6 +506,9 @@ void store_count_passthrough_open(struct store *s);
  * ignored.  A route once REFUSED stays so. */
 void store_note_route(struct store *s, enum store_route route, enum store_route_state state,
 		      int err);
+/* The read-ahead the daemon asked for, and how that went (a copy is kept). */
+void store_note_readahead(struct store *s, const struct store_readahead *ra);
+void store_get_readahead(struct store *s, struct store_readahead *out);
 
 /* Before serving a LOCAL blob for the first time since start-up (or since
  * the NAS showed new attributes), compare the source's size and sampled

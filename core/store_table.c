@@ -132,6 +132,20 @@ void store_note_route(struct store *s, enum store_route route, enum store_route_
 		;
 }
 
+void store_note_readahead(struct store *s, const struct store_readahead *ra)
+{
+	pthread_mutex_lock(&s->lock);
+	s->readahead = *ra;
+	pthread_mutex_unlock(&s->lock);
+}
+
+void store_get_readahead(struct store *s, struct store_readahead *out)
+{
+	pthread_mutex_lock(&s->lock);
+	*out = s->readahead;
+	pthread_mutex_unlock(&s->lock);
+}
+
 void store_dirty_locked(struct store *s)
 {
 	if (!s->index_dirty) {

@@ -8,32 +8,63 @@
 #include <syslog.h>
 
 /* The connection's read-ahead, past the 128 KiB the kernel caps a FUSE
- * mount at during INIT (large sequential reads of weights want more), set
- * through sysfs.  Called right after the INIT reply is written (the kernel
- * has applied it then), on a FUSE worker.  The bdi is named by the
- * connection's device, learnt from /proc/self/mountinfo right after the
- * mount (fs/connabort.h), never by a stat() of the mount point, which
- * would hold the mount busy against an umount racing start-up. */
-static void raise_readahead(void *arg)
+ * mount at during INIT (large sequential reads of weights want more: a
+ * cold mmap of a NAS blob read at about half the speed with 128), set
+ * through sysfs -- the only way there is, and one a container's read-only
+ * /sys refuses: then the warning names the file an operator can write from
+ * outside, and stats shows the value in effect (core/metrics.c reads it).
+ * Called right after the INIT reply is written (the kernel has applied it
+ * then), on a FUSE worker.  The bdi is named by the connection's device,
+ * learnt from /proc/self/mountinfo right after the mount (fs/connabort.h),
+ * never by a stat() of the mount point, which would hold the mount busy
+ * against an umount racing start-up. */
+static void raise_readahead(struct wfs *w)
 {
-	struct wfs *w = arg;
-	char path[128];
+	struct store_readahead ra = { .want_kb = w->opt.readahead_kb };
+	unsigned now = 0;
 	FILE *f;
 
 	if (!w->conn.known) {
-		wfs_log(w, LOG_INFO, "cannot set read-ahead of %s: not found in /proc/self/mountinfo",
-			w->opt.mnt);
+		if (!ra.want_kb)
+			return;
+		ra.err = -ENOENT;
+		store_note_readahead(&w->store, &ra);
+		wfs_log(w, LOG_WARNING, "cannot set read-ahead of %s: its connection is not in "
+			"/proc/self/mountinfo; the kernel's stays", w->opt.mnt);
 		return;
 	}
-	snprintf(path, sizeof(path), "/sys/class/bdi/%u:%u/read_ahead_kb", w->conn.major,
+	snprintf(ra.path, sizeof(ra.path), "/sys/class/bdi/%u:%u/read_ahead_kb", w->conn.major,
 		 w->conn.minor);
-	f = fopen(path, "w");
-	if (!f || fprintf(f, "%u\n", w->opt.readahead_kb) < 0 || fclose(f) != 0)
-		wfs_log(w, LOG_INFO, "cannot set read-ahead of %s via %s: %s", w->opt.mnt, path,
-			strerror(errno));
-	else
-		wfs_log(w, LOG_DEBUG, "read-ahead of %s set to %u KiB", w->opt.mnt,
-			w->opt.readahead_kb);
+	if (!ra.want_kb) { /* -o readahead_kb=0: the kernel's, only shown */
+		store_note_readahead(&w->store, &ra);
+		return;
+	}
+	f = fopen(ra.path, "we");
+	if (!f)
+		ra.err = -errno;
+	else {
+		int bad;
+
+		errno = 0;
+		bad = fprintf(f, "%u\n", ra.want_kb) < 0;
+		bad |= fclose(f) != 0; /* (the write is made here) */
+		if (bad)
+			ra.err = errno ? -errno : -EIO;
+	}
+	store_note_readahead(&w->store, &ra);
+	if (!ra.err) {
+		wfs_log(w, LOG_DEBUG, "read-ahead of %s set to %u KiB", w->opt.mnt, ra.want_kb);
+		return;
+	}
+	if ((f = fopen(ra.path, "re"))) {
+		if (fscanf(f, "%u", &now) != 1)
+			now = 0;
+		fclose(f);
+	}
+	wfs_log(w, LOG_WARNING, "read-ahead of %s stays %u KiB, not the %u asked: cannot write "
+		"%s: %s; sequential reads through the mount are slower until %u is written "
+		"there (from outside, if /sys is read-only here)", w->opt.mnt, now, ra.want_kb,
+		ra.path, strerror(-ra.err), ra.want_kb);
 }
 
 /* The INIT reply is written and applied: the connection's settings are
@@ -44,8 +75,7 @@ void connection_ready(void *arg)
 	size_t payload;
 	int r, offered;
 
-	if (w->opt.readahead_kb)
-		raise_readahead(w);
+	raise_readahead(w);
 	pthread_mutex_lock(&w->pt.lock);
 	payload = w->pt.uring_payload;
 	r = w->pt.uring_error;

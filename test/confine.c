@@ -2,7 +2,7 @@
  * them, by a seccomp filter:
  *
  *   confine --no-io-uring | --no-io-uring-enter | --openat2=ENOSYS|EPERM |
- *           --no-backing-open  COMMAND [ARG...]
+ *           --no-backing-open | --ro-sys  COMMAND [ARG...]
  *
  * --no-io-uring: io_uring_setup, io_uring_enter and io_uring_register fail
  * with EPERM, as under Docker's default seccomp profile (since 25.0) or the
@@ -16,7 +16,11 @@
  * --no-backing-open: the ioctl that gives the kernel a passthrough backing
  * file fails EPERM, as the kernel fails it for a daemon whose
  * CAP_SYS_ADMIN is not the initial user namespace's (a rootless
- * container).  Every other call is allowed; the filter is inherited by
+ * container).  --ro-sys is no filter: COMMAND runs in a mount namespace of
+ * its own where /sys is read-only, as in a container (Docker mounts it
+ * so); whatever it mounts reaches the caller's namespace only below a
+ * shared mount (the tests bind their directory shared first).  Every other
+ * call is allowed; the filter is inherited by
  * every thread and child (the daemon's fork into the background included)
  * and cannot be removed.  Only the sysctl would refuse io_uring without a
  * filter, and it is the machine's: the tests beside these use io_uring.
@@ -31,6 +35,8 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -93,22 +99,41 @@ static struct sock_filter backing_open_eperm[] = {
 	ALLOW_THE_REST,
 };
 
+/* A mount namespace of our own (its mounts copies of the caller's, in the
+ * same peer groups), /sys read-only in it: the remount changes this copy's
+ * flag alone, never the caller's. */
+static int ro_sys(void)
+{
+	if (unshare(CLONE_NEWNS) < 0) {
+		fprintf(stderr, "confine: unshare(CLONE_NEWNS): %s\n", strerror(errno));
+		return -1;
+	}
+	if (mount(NULL, "/sys", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY, NULL) < 0) {
+		fprintf(stderr, "confine: remount /sys read-only: %s\n", strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
 static const struct {
 	const char *flag;
-	struct sock_fprog prog;
+	struct sock_fprog prog; /* .len 0: no filter */
+	int (*setup)(void);     /* or NULL */
 } modes[] = {
-	{ "--no-io-uring", PROG(io_uring_all) },
-	{ "--no-io-uring-enter", PROG(enter_only) },
-	{ "--openat2=ENOSYS", PROG(openat2_enosys) },
-	{ "--openat2=EPERM", PROG(openat2_eperm) },
-	{ "--no-backing-open", PROG(backing_open_eperm) },
+	{ "--no-io-uring", PROG(io_uring_all), NULL },
+	{ "--no-io-uring-enter", PROG(enter_only), NULL },
+	{ "--openat2=ENOSYS", PROG(openat2_enosys), NULL },
+	{ "--openat2=EPERM", PROG(openat2_eperm), NULL },
+	{ "--no-backing-open", PROG(backing_open_eperm), NULL },
+	{ "--ro-sys", { 0 }, ro_sys },
 };
 #define N_MODES (sizeof(modes) / sizeof(modes[0]))
 
 static const char usage[] =
 	"usage: confine MODE COMMAND [ARG...]\n"
-	"Run COMMAND under a seccomp filter that refuses what MODE says, as a\n"
-	"container may; every other call is allowed.  MODE:\n"
+	"Run COMMAND confined as a container may confine it: under a seccomp\n"
+	"filter that refuses what MODE says (every other call allowed), or with\n"
+	"/sys read-only.  MODE:\n"
 	"  --no-io-uring        io_uring_setup, _enter, _register fail EPERM (Docker's\n"
 	"                       default profile since 25.0, kernel.io_uring_disabled)\n"
 	"  --no-io-uring-enter  io_uring_enter alone fails EPERM (rings are made,\n"
@@ -116,7 +141,25 @@ static const char usage[] =
 	"  --openat2=ENOSYS     openat2 fails ENOSYS (a kernel before 5.6)\n"
 	"  --openat2=EPERM      openat2 fails EPERM (a profile older than the call)\n"
 	"  --no-backing-open    the ioctl FUSE_DEV_IOC_BACKING_OPEN fails EPERM (no\n"
-	"                       CAP_SYS_ADMIN in the initial namespace: passthrough refused)\n";
+	"                       CAP_SYS_ADMIN in the initial namespace: passthrough refused)\n"
+	"  --ro-sys             no filter: a mount namespace of its own with /sys\n"
+	"                       read-only (as a container's); mounts made in it show in\n"
+	"                       the caller's only below a shared mount\n";
+
+static int install_filter(const struct sock_fprog *prog)
+{
+	/* a filter without CAP_SYS_ADMIN needs no_new_privs; with it, it
+	 * costs nothing here (the daemon gains no privileges by exec) */
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
+		fprintf(stderr, "confine: PR_SET_NO_NEW_PRIVS: %s\n", strerror(errno));
+		return -1;
+	}
+	if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, prog) < 0) {
+		fprintf(stderr, "confine: cannot install the seccomp filter: %s\n", strerror(errno));
+		return -1;
+	}
+	return 0;
+}
 
 int main(int argc, char **argv)
 {
@@ -134,16 +177,10 @@ int main(int argc, char **argv)
 		fputs(usage, stderr);
 		return 2;
 	}
-	/* a filter without CAP_SYS_ADMIN needs no_new_privs; with it, it
-	 * costs nothing here (the daemon gains no privileges by exec) */
-	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0) {
-		fprintf(stderr, "confine: PR_SET_NO_NEW_PRIVS: %s\n", strerror(errno));
+	if (modes[m].setup && modes[m].setup() < 0)
 		return 1;
-	}
-	if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &modes[m].prog) < 0) {
-		fprintf(stderr, "confine: cannot install the seccomp filter: %s\n", strerror(errno));
+	if (modes[m].prog.len && install_filter(&modes[m].prog) < 0)
 		return 1;
-	}
 	execvp(argv[2], argv + 2);
 	fprintf(stderr, "confine: %s: %s\n", argv[2], strerror(errno));
 	return 127;

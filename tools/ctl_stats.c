@@ -65,6 +65,31 @@ static void routes_cell(const json_t *routes, char *buf, size_t sz)
 	object_cell(routes, buf, sz, ", ", "", route_entry);
 }
 
+/* "4096 KiB"; "128 KiB, not the 4096 asked: Read-only file system (write
+ * 4096 to PATH from outside)"; "" from an older daemon. */
+static void readahead_cell(const json_t *ra, char *buf, size_t sz)
+{
+	uint64_t kb = jget_u64(ra, "kb"), want = jget_u64(ra, "wanted");
+	const char *err = jget_str(ra, "error"), *path = jget_str(ra, "path");
+	int len;
+
+	buf[0] = '\0';
+	if (!ra)
+		return;
+	len = json_is_integer(json_object_get(ra, "kb")) ?
+	      snprintf(buf, sz, "%llu KiB", (unsigned long long)kb) :
+	      snprintf(buf, sz, "not known");
+	if (!want)
+		snprintf(buf + len, sz - (size_t)len, " (the kernel's: -o readahead_kb=0)");
+	else if (kb != want && *err)
+		snprintf(buf + len, sz - (size_t)len, ", not the %llu asked: %s (write %llu to "
+			 "%s from outside)", (unsigned long long)want, err,
+			 (unsigned long long)want, *path ? path : "the bdi's read_ahead_kb");
+	else if (kb != want)
+		snprintf(buf + len, sz - (size_t)len, ", not the %llu asked (changed since)",
+			 (unsigned long long)want);
+}
+
 static void print_stats(const json_t *m)
 {
 	const json_t *served = json_object_get(m, "served");
@@ -90,6 +115,9 @@ static void print_stats(const json_t *m)
 	routes_cell(json_object_get(m, "routes"), line, sizeof(line));
 	if (*line)
 		printf("routes          %s\n", line);
+	readahead_cell(json_object_get(m, "readahead"), line, sizeof(line));
+	if (*line)
+		printf("read-ahead      %s\n", line);
 	printf("promotions      %llu started, %llu verified, %llu failed, %llu cancelled",
 	       (unsigned long long)jget_u64(prom, "started"),
 	       (unsigned long long)jget_u64(prom, "verified"),

@@ -2,8 +2,8 @@
 """The daemon confined as a container may confine it: test/confine runs it
 under a seccomp filter that refuses io_uring (EPERM from io_uring_setup,
 _enter and _register, as Docker's default profile since 25.0), openat2, or
-the ioctl of a passthrough backing file.  Every part that uses one has a
-way without it; these run them all at once.
+the ioctl of a passthrough backing file, or with /sys read-only.  Every
+part that uses one has a way without it; these run them all at once.
 
   NoRing    under `confine --no-io-uring`: the start-up log says io_uring is not available
             and why; a NAS blob reads right (whole, and 4 KiB preads at
@@ -31,6 +31,14 @@ way without it; these run them all at once.
             namespace's CAP_SYS_ADMIN (a rootless container): one warning
             line; the promoted blob, opened again and again, reads right,
             served by the daemon (daemon_reads grows, passthrough opens 0).
+  RoSys     under `confine --ro-sys`, /sys read-only as a container's: the
+            mount's read-ahead stays the kernel's 128 KiB (a cold mmap of a
+            NAS blob at about half speed); one warning naming the bdi file
+            and the reason, stats showing the value in effect, what was
+            asked and why not, and the value an operator then writes from
+            outside.  WithRing checks the read-ahead raised where /sys is
+            writable, KernelReadahead that -o readahead_kb=0 leaves the
+            kernel's alone and stats says so.
 """
 
 import hashlib
@@ -56,19 +64,22 @@ class Routes:
     reads counted by route."""
 
     mount_class = None
+    options = []
 
     def setUp(self):
         wfstest.require_mount_capability()
         wfstest.require_wfsctl()
         self.base = wfstest.make_base("wfs-it-confined-")
         self.addCleanup(shutil.rmtree, self.base, True)
+        self.prepare_base()
         hub = os.path.join(self.base, "hub")
         self.rev = wfstest.make_hf_repo(hub, REPO, {"config.json": CONFIG,
                                                     "model.safetensors": BIG})
         self.local = os.path.join(self.base, "local")
         self.mnt = os.path.join(self.base, "mnt")
         os.mkdir(self.mnt)
-        self.m = self.mount_class(hub, self.local, self.mnt, ["auto_promote=off"]).start()
+        self.m = self.mount_class(hub, self.local, self.mnt,
+                                  ["auto_promote=off"] + self.options).start()
         self.addCleanup(self.stop)
 
     def stop(self):
@@ -77,6 +88,16 @@ class Routes:
             self.m.cleanup()
             self.m = None
             self.assertEqual(problems, [], "stopping the daemon")
+
+    def prepare_base(self):
+        pass
+
+    def readahead(self):
+        """stats' "readahead", and the bdi file that the test's own /sys
+        shows for the mount (by its device, as os.stat sees it)."""
+        got = ctl_json(self, ["stats", self.mnt])["metrics"]["readahead"]
+        dev = os.stat(self.mnt).st_dev
+        return got, "/sys/class/bdi/%d:%d/read_ahead_kb" % (os.major(dev), os.minor(dev))
 
     def p(self, name):
         return os.path.join(self.mnt, REPO, "snapshots", self.rev, name)
@@ -157,6 +178,28 @@ class WithRing(Routes, unittest.TestCase):
         ring, handed = self.routes()
         self.assertGreater(ring, 0, "no NAS read made on a ring")
         self.assertEqual(handed, 0, "a NAS read handed off with io_uring available")
+        got, bdi = self.readahead()
+        self.assertEqual(got, {"kb": 4096, "bytes": 4096 << 10, "wanted": 4096, "error": None,
+                               "path": bdi})
+        with open(bdi) as f:
+            self.assertEqual(f.read().strip(), "4096")
+
+
+class KernelReadahead(Routes, unittest.TestCase):
+    """-o readahead_kb=0: the kernel's read-ahead left alone, and shown."""
+
+    mount_class = wfstest.ForegroundMount
+    options = ["readahead_kb=0"]
+
+    def test_readahead_left_to_the_kernel(self):
+        got, bdi = self.readahead()
+        with open(bdi) as f:
+            now = int(f.read())
+        self.assertEqual(got, {"kb": now, "bytes": now << 10, "wanted": None, "error": None,
+                               "path": bdi})
+        out, _ = ctl_check(self, ["stats", self.mnt])
+        self.assertIn("read-ahead      %d KiB (the kernel's: -o readahead_kb=0)\n" % now, out)
+        self.assertNotIn("read-ahead of", self.m.log())
 
 
 class NoOpenat2(Routes, unittest.TestCase):
@@ -222,6 +265,52 @@ class NoBacking(Routes, unittest.TestCase):
         self.assertIn("passthrough refused (Operation not permitted)", out)
         with open(self.p("config.json"), "rb") as f:
             self.assertEqual(f.read(), CONFIG)
+
+
+class RoSys(Routes, unittest.TestCase):
+    """Under `confine --ro-sys`, /sys read-only as a container mounts it:
+    the daemon cannot raise the mount's read-ahead (one warning naming the
+    file and the reason; stats shows the kernel's value, what was asked and
+    why not); an operator writing the file from outside is seen by stats."""
+
+    mount_class = wfstest.RoSysMount
+
+    def setUp(self):
+        wfstest.require_confine()
+        super().setUp()
+
+    def prepare_base(self):
+        # the daemon mounts in a namespace of its own: below a shared
+        # mount, its mount shows in ours as well
+        wfstest.sh("mount", "--bind", self.base, self.base)
+        self.addCleanup(wfstest.sh, "umount", "-l", self.base)
+        wfstest.sh("mount", "--make-shared", self.base)
+
+    def test_readahead_refused_and_set_from_outside(self):
+        got, bdi = self.readahead()
+        with open(bdi) as f:
+            now = int(f.read())
+        self.assertNotEqual(now, 4096, "read-ahead raised although /sys is read-only")
+        self.assertEqual(got, {"kb": now, "bytes": now << 10, "wanted": 4096,
+                               "error": "Read-only file system", "path": bdi})
+        said = [l for l in self.m.log().splitlines() if "read-ahead of" in l]
+        self.assertEqual(len(said), 1, "one line on the read-ahead; log:\n%s"
+                         % self.m.log()[-3000:])
+        for part in ("[warning]", self.mnt, bdi, "Read-only file system", "4096"):
+            self.assertIn(part, said[0])
+        out, _ = ctl_check(self, ["stats", self.mnt])
+        self.assertIn("read-ahead      %d KiB, not the 4096 asked: Read-only file system "
+                      "(write 4096 to %s from outside)\n" % (now, bdi), out)
+        self.read_from_nas()
+
+        with open(bdi, "w") as f:  # what the warning tells an operator outside to do
+            f.write("4096\n")
+        got, _ = self.readahead()
+        self.assertEqual(got["kb"], 4096, "stats shows the value in effect")
+        out, _ = ctl_check(self, ["stats", self.mnt])
+        self.assertIn("read-ahead      4096 KiB\n", out)
+        prom, _ = ctl_check(self, ["stats", "--prometheus", self.mnt])
+        self.assertIn("\nwfs_readahead_bytes 4194304\n", prom)
 
 
 if __name__ == "__main__":

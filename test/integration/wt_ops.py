@@ -403,6 +403,14 @@ class NoBackingMount(ForegroundMount):
     wrapper = (confine_bin(), "--no-backing-open")
 
 
+class RoSysMount(ForegroundMount):
+    """ForegroundMount with the daemon run under `test/confine --ro-sys`: a
+    mount namespace of its own with /sys read-only (a container's); its
+    mount shows in the test's namespace only below a shared mount."""
+
+    wrapper = (confine_bin(), "--ro-sys")
+
+
 def add_big_repo(hub, repo="models--ops--big", size=48 << 20):
     """A repo with one LFS blob of `size` random bytes (named by its SHA-256)
     and a snapshot link to it, written into the NAS hub.  Returns a dict:

@@ -7,7 +7,6 @@
 #include "control.h"
 #include "fsyncs.h"
 #include "index.h"
-#include "metrics.h"
 #include "nasgate.h"
 #include "store.h"
 #include "store_int.h"
@@ -530,102 +529,6 @@ static void test_mismatch_recorded(struct check_count *c)
 	store_close(&s);
 }
 
-/* The routes as stats reports them: starting until noted; a refusal
- * with its error; a refused route stays refused when a later note (the
- * start-up's, racing a request that met the refusal) says otherwise. */
-static void test_routes(struct check_count *c)
-{
-	struct store_opts opt = { .workers = 1 };
-	struct metrics_src src = { 0 };
-	char local[PATH_MAX * 2];
-	struct metrics m;
-	struct store s;
-	json_t *j, *r;
-
-	snprintf(local, sizeof(local), "%s/rlocal", top);
-	mkdir(local, 0755);
-	CHECK(c, store_open(&s, local, &opt, NULL) == 0, "open");
-	src.store = &s;
-	store_note_route(&s, STORE_ROUTE_IO_URING, STORE_ROUTE_ON, 0);
-	store_note_route(&s, STORE_ROUTE_PASSTHROUGH, STORE_ROUTE_REFUSED, -EPERM);
-	store_note_route(&s, STORE_ROUTE_PASSTHROUGH, STORE_ROUTE_ON, 0);
-	metrics_collect(&src, &m);
-	j = metrics_json(&m);
-	r = json_object_get(j, "routes");
-	CHECK(c, !strcmp(json_string_value(json_object_get(json_object_get(r, "fuse_uring"),
-							       "state")) ?: "", "starting"),
-	      "a route not noted: starting");
-	CHECK(c, json_integer_value(json_object_get(json_object_get(r, "io_uring"), "on")) == 1 &&
-	      json_is_null(json_object_get(json_object_get(r, "io_uring"), "error")),
-	      "io_uring on, no error");
-	CHECK(c, !strcmp(json_string_value(json_object_get(json_object_get(r, "passthrough"),
-							       "state")) ?: "", "refused") &&
-	      !strcmp(json_string_value(json_object_get(json_object_get(r, "passthrough"),
-							"error")) ?: "", strerror(EPERM)) &&
-	      json_integer_value(json_object_get(json_object_get(r, "passthrough"), "on")) == 0,
-	      "passthrough refused with EPERM, and stays so after a later note of on");
-	json_decref(j);
-	store_close(&s);
-}
-
-/* The read-ahead as stats reports it: what the daemon asked and why its
- * write failed, as noted; the value in effect read from the file at each
- * collect (an operator may write it later); null where it cannot be read. */
-static void test_readahead(struct check_count *c)
-{
-	struct store_opts opt = { .workers = 1 };
-	struct store_readahead ra = { .want_kb = 4096, .err = -EROFS };
-	struct metrics_src src = { 0 };
-	char local[PATH_MAX * 2], *prom;
-	struct metrics m;
-	struct store s;
-	json_t *j, *r;
-	FILE *f;
-	int fd;
-
-	snprintf(ra.path, sizeof(ra.path), "/tmp/wfs-ra-XXXXXX");
-	fd = mkstemp(ra.path);
-	CHECK(c, fd >= 0 && write(fd, "128\n", 4) == 4 && close(fd) == 0, "the kb file");
-	snprintf(local, sizeof(local), "%s/ralocal", top);
-	mkdir(local, 0755);
-	CHECK(c, store_open(&s, local, &opt, NULL) == 0, "open");
-	src.store = &s;
-	metrics_collect(&src, &m);
-	j = metrics_json(&m);
-	r = json_object_get(j, "readahead");
-	CHECK(c, json_integer_value(json_object_get(r, "kb")) == 0 &&
-	      json_is_null(json_object_get(r, "wanted")) && json_is_null(json_object_get(r, "path")),
-	      "nothing noted: kb 0, nothing wanted, no path");
-	json_decref(j);
-
-	store_note_readahead(&s, &ra);
-	metrics_collect(&src, &m);
-	j = metrics_json(&m);
-	r = json_object_get(j, "readahead");
-	CHECK(c, json_integer_value(json_object_get(r, "kb")) == 128 &&
-	      json_integer_value(json_object_get(r, "wanted")) == 4096 &&
-	      !strcmp(json_string_value(json_object_get(r, "error")) ?: "", strerror(EROFS)) &&
-	      !strcmp(json_string_value(json_object_get(r, "path")) ?: "", ra.path),
-	      "refused: kb 128 read from the file, 4096 wanted, the error, the path");
-	json_decref(j);
-
-	f = fopen(ra.path, "w");
-	CHECK(c, f && fputs("4096\n", f) >= 0 && fclose(f) == 0, "the file rewritten");
-	metrics_collect(&src, &m);
-	prom = metrics_prometheus(&m);
-	CHECK(c, prom && strstr(prom, "\nwfs_readahead_bytes 4194304\n"),
-	      "the value written later, as Prometheus has it");
-	free(prom);
-
-	unlink(ra.path);
-	metrics_collect(&src, &m);
-	j = metrics_json(&m);
-	CHECK(c, json_is_null(json_object_get(json_object_get(j, "readahead"), "kb")),
-	      "kb null where the file cannot be read");
-	json_decref(j);
-	store_close(&s);
-}
-
 /* sha256("hello\n") */
 #define HELLO_SHA "5891b5b522d5df086d0ff0b110fbd9d21bb4fc7163af34d08286a2e846f6be03"
 
@@ -842,8 +745,6 @@ int main(void)
 	test_index_faults(&c);
 	test_mismatch_recorded(&c);
 	test_publish_syncs(&c);
-	test_routes(&c);
-	test_readahead(&c);
 	test_evict_shared_unproven(&c);
 	snprintf(dir, sizeof(dir), "rm -rf %s", top);
 	if (system(dir) != 0)

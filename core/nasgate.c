@@ -298,13 +298,14 @@ static void unqueue_locked(struct nas_gate *g, struct nas_job *j)
 		}
 }
 
-/* Run a job, as @flags (JOB_*) say. */
+/* Run a job, as @flags (JOB_*) say; @progress: nas_call_progress's. */
 static int run_job(struct nas_gate *g, int (*fn)(void *), void *arg, void (*release)(void *),
-		   int flags)
+		   int flags, _Atomic uint64_t *progress)
 {
 	struct nas_job j = { .fn = fn, .arg = arg, .release = release, .state = JOB_QUEUED,
 			     .on_fd = !!(flags & JOB_ON_FD) };
 	struct timespec dl = mono_timespec(mono_ms() + g->timeout_ms);
+	uint64_t seen = progress ? atomic_load(progress) : 0, now;
 	int r, refused, late = 0;
 
 	pthread_mutex_lock(&g->lock);
@@ -334,6 +335,13 @@ static int run_job(struct nas_gate *g, int (*fn)(void *), void *arg, void (*rele
 	while (j.state != JOB_DONE)
 		if (pthread_cond_timedwait(&j.done, &g->lock, &dl) == ETIMEDOUT &&
 		    j.state != JOB_DONE) {
+			/* answers came since the deadline was set: not hung */
+			if (progress && j.state == JOB_RUNNING &&
+			    (now = atomic_load(progress)) != seen) {
+				seen = now;
+				dl = mono_timespec(mono_ms() + g->timeout_ms);
+				continue;
+			}
 			late = 1;
 			break;
 		}
@@ -371,7 +379,7 @@ int nas_call(struct nas_gate *g, int (*fn)(void *arg), void *arg, void (*release
 
 		return r == -ETIMEDOUT ? -ENOTCONN : r;
 	}
-	return run_job(g, fn, arg, release, 0);
+	return run_job(g, fn, arg, release, 0, NULL);
 }
 
 int nas_call_on_fd(struct nas_gate *g, int (*fn)(void *arg), void *arg,
@@ -379,7 +387,15 @@ int nas_call_on_fd(struct nas_gate *g, int (*fn)(void *arg), void *arg,
 {
 	if (!g)
 		return nas_call(g, fn, arg, release);
-	return run_job(g, fn, arg, release, JOB_ON_FD);
+	return run_job(g, fn, arg, release, JOB_ON_FD, NULL);
+}
+
+int nas_call_progress(struct nas_gate *g, int (*fn)(void *arg), void *arg,
+		      void (*release)(void *arg), _Atomic uint64_t *progress)
+{
+	if (!g)
+		return nas_call(g, fn, arg, release);
+	return run_job(g, fn, arg, release, 0, progress);
 }
 
 int nas_gate_admit(struct nas_gate *g)
@@ -470,7 +486,7 @@ static int probe_once(struct nas_gate *g)
 	p->need_entries = g->need_entries;
 	g->probe_busy = 1;
 	pthread_mutex_unlock(&g->lock);
-	r = run_job(g, probe_fn, p, probe_release, JOB_FORCE);
+	r = run_job(g, probe_fn, p, probe_release, JOB_FORCE, NULL);
 	if (r != -ETIMEDOUT) {
 		pthread_mutex_lock(&g->lock);
 		g->probe_busy = 0;

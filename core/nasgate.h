@@ -123,6 +123,19 @@ int nas_call(struct nas_gate *g, int (*fn)(void *arg), void *arg, void (*release
 int nas_call_on_fd(struct nas_gate *g, int (*fn)(void *arg), void *arg,
 		   void (*release)(void *arg));
 
+/* nas_call for a call of many NAS operations (a directory listing, a batch
+ * of lookups), where the whole may take longer than the deadline on a NAS
+ * that answers every one of them in time (100,000 entries; a loaded
+ * server): @fn adds to *@progress after each operation answered, and a
+ * deadline that passes with answers since it was set is set again, a
+ * nas_timeout on.  So such a call is never taken for a hung NAS while it
+ * gets answers, and one that stops getting them returns -ETIMEDOUT within
+ * two nas_timeouts of its last answer (the NAS marked down, as nas_call's).
+ * A call still queued (no NAS thread yet) has the plain deadline.
+ * @progress lives in @arg (it is read until nas_call_progress returns). */
+int nas_call_progress(struct nas_gate *g, int (*fn)(void *arg), void *arg,
+		      void (*release)(void *arg), _Atomic uint64_t *progress);
+
 /* A call the caller makes itself, waiting for it at most the deadline by
  * its own means (fs/uring.h: an io_uring read on a ring thread, no hand-off
  * to a NAS thread): nas_gate_admit() first -- 0, or -EHOSTDOWN, refused as

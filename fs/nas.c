@@ -85,6 +85,7 @@ int nas_classify(struct wfs *w, const char *rel, struct ns_entry *out)
 
 struct batch_job {
 	const struct hub_roots *roots;
+	_Atomic uint64_t progress; /* names classified: nas_call_progress */
 	size_t n;
 	char **names;
 	struct ns_dir dir;
@@ -126,6 +127,7 @@ static int batch_fn(void *arg)
 			r = -ENOMEM;
 			break;
 		}
+		atomic_fetch_add_explicit(&j->progress, 1, memory_order_relaxed);
 		r = 0;
 	}
 	ns_dir_close(&j->dir);
@@ -152,7 +154,7 @@ int nas_classify_batch(struct wfs *w, const char *dir_rel, const char *const *na
 	for (; j->n < n; j->n++)
 		if (!(j->names[j->n] = strdup(names[j->n])))
 			goto out;
-	r = nas_call(&w->gate, batch_fn, j, batch_release);
+	r = nas_call_progress(&w->gate, batch_fn, j, batch_release, &j->progress);
 	if (r == -ETIMEDOUT)
 		return r;
 	if (r == 0) {
@@ -244,6 +246,7 @@ void dir_entries_free(struct dir_entry *ents, size_t n)
 
 struct list_job {
 	const struct hub_roots *roots;
+	_Atomic uint64_t progress; /* entries read: nas_call_progress */
 	struct dir_entry *ents;
 	size_t n;
 	char path[PATH_MAX];
@@ -294,6 +297,7 @@ static int list_fn(void *arg)
 	while (r == 0 && (de = readdir(dp))) {
 		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
 			r = add_entry(j, &cap, de);
+		atomic_fetch_add_explicit(&j->progress, 1, memory_order_relaxed);
 		errno = 0;
 	}
 	if (r == 0 && errno)
@@ -311,7 +315,7 @@ int nas_list(struct wfs *w, const char *path, struct dir_entry **ents, size_t *n
 		return -ENOMEM;
 	j->roots = &w->roots;
 	snprintf(j->path, sizeof(j->path), "%s", path);
-	r = nas_call(&w->gate, list_fn, j, list_release);
+	r = nas_call_progress(&w->gate, list_fn, j, list_release, &j->progress);
 	if (r == -ETIMEDOUT)
 		return r;
 	/* NAS_HUB listed empty while the record shows revisions of it: its

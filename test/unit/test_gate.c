@@ -168,6 +168,89 @@ static int one_burst(struct nas_gate *g, int n)
 	return bad;
 }
 
+/* A call of many NAS operations, each answered in 20 ms (a listing on a
+ * loaded server): @steps answers, then, with @h, it hangs until released. */
+struct slow_list {
+	_Atomic uint64_t progress;
+	int steps;
+	int64_t last_ms;      /* when the last answer came */
+	struct hang *h;
+};
+
+static int slow_list_fn(void *arg)
+{
+	struct slow_list *s = arg;
+	struct timespec step = { 0, 20 * 1000 * 1000 };
+
+	for (int i = 0; i < s->steps; i++) {
+		nanosleep(&step, NULL);
+		s->last_ms = ms_now();
+		atomic_fetch_add(&s->progress, 1);
+	}
+	return s->h ? hang_fn(s->h) : 0;
+}
+
+static void slow_list_release(void *arg)
+{
+	hang_release(((struct slow_list *)arg)->h);
+}
+
+/* Until @h's call is released. */
+static void wait_released(struct hang *h)
+{
+	pthread_mutex_lock(&h->lock);
+	h->open = 1;
+	pthread_cond_broadcast(&h->cond);
+	while (!h->released)
+		pthread_cond_wait(&h->cond, &h->lock);
+	pthread_mutex_unlock(&h->lock);
+}
+
+/* nas_call_progress: a call that takes 5 deadlines, answered all along, is
+ * not late (nas_call takes it for a hung NAS); one whose answers stop is
+ * late a deadline or more after its last answer, and the NAS is down. */
+static void test_progress(const char *root)
+{
+	struct hang h = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
+	struct hang h2 = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER,
+			   .open = 1 };
+	struct slow_list s = { .steps = 50 };
+	struct nas_gate g;
+	int64_t t0, back;
+	int r;
+
+	CHECK(&cnt, nas_gate_init(&g, root, 200, NULL, NULL) == 0, "init");
+	CHECK(&cnt, nas_gate_start(&g) == 0, "start");
+	t0 = ms_now();
+	r = nas_call_progress(&g, slow_list_fn, &s, NULL, &s.progress);
+	CHECK(&cnt, r == 0 && atomic_load(&s.progress) == 50, "a call answered all along: %d "
+	      "after %lld ms", r, (long long)(ms_now() - t0));
+	CHECK(&cnt, nas_gate_up(&g), "up after it");
+
+	s = (struct slow_list){ .steps = 10, .h = &h };
+	r = nas_call_progress(&g, slow_list_fn, &s, slow_list_release, &s.progress);
+	back = ms_now();
+	CHECK(&cnt, r == -ETIMEDOUT, "a call whose answers stop: %d", r);
+	/* (the answers are the gate's now: read under the hang's lock, which
+	 * the call holds from its hang on) */
+	pthread_mutex_lock(&h.lock);
+	CHECK(&cnt, atomic_load(&s.progress) == 10 && back - s.last_ms >= 200 &&
+	      back - s.last_ms < 400 + 2000, "back %lld ms after its last answer",
+	      (long long)(back - s.last_ms));
+	pthread_mutex_unlock(&h.lock);
+	CHECK(&cnt, atomic_load(&g.outages) == 1 && atomic_load(&g.timeouts) == 1,
+	      "marked down once: %llu outages", (unsigned long long)atomic_load(&g.outages));
+	wait_released(&h);
+
+	/* (its end waited for: @s is this frame's) */
+	s = (struct slow_list){ .steps = 50, .h = &h2 };
+	wait_up(&g, 1);
+	r = nas_call(&g, slow_list_fn, &s, slow_list_release);
+	CHECK(&cnt, r == -ETIMEDOUT, "the same call under nas_call: %d", r);
+	wait_released(&h2);
+	nas_gate_destroy(&g);
+}
+
 int main(void)
 {
 	char root[] = "/tmp/wfs-gate-XXXXXX", away[64];
@@ -331,6 +414,8 @@ int main(void)
 		CHECK(&cnt, nas_gate_up(&g), "up once NAS_HUB holds an entry");
 		rmdir(entry);
 	}
+
+	test_progress(root);
 
 	/* no gate: the call runs on the caller */
 	CHECK(&cnt, nas_call(NULL, ok_fn, &n, NULL) == 0, "no gate");

@@ -90,9 +90,10 @@ static const struct opt_row daemon_rows[] = {
 		  "blobs, whose content never changes" },
 	{ .name = "nas_timeout", .kind = OPT_UINT, .off = OFF(nas_timeout_ms), .min = 50,
 	  .max = NAS_GATE_TIMEOUT_MAX_MS, .unit = "ms", .arg = "MS",
-	  .help = "the longest a request waits on the NAS; past it\n"
-		  "the NAS is taken as down (local revisions are\n"
-		  "served from the local record, the rest gets EIO)" },
+	  .help = "the longest a request waits on the NAS without\n"
+		  "an answer; past it the NAS is taken as down\n"
+		  "(local revisions are served from the local\n"
+		  "record, the rest gets EIO)" },
 	{ .name = "log", .kind = OPT_CUSTOM, .arg = "stderr|syslog", .expects = "stderr or syslog",
 	  .set = set_log, .dflt = "stderr with -f, else syslog",
 	  .help = "where log lines go" },

@@ -74,21 +74,29 @@ void metrics_collect_nas(struct nas_gate *g, struct record *r, struct metrics_na
 	pthread_mutex_unlock(&r->lock);
 }
 
+int metrics_readahead_now(const char *path, uint64_t *kb)
+{
+	FILE *f = fopen(path, "re");
+	int r;
+
+	if (!f)
+		return -errno;
+	r = fscanf(f, "%" SCNu64, kb) == 1 ? 0 : -EINVAL;
+	fclose(f);
+	return r;
+}
+
 /* What the daemon asked of the mount's read-ahead, and the value in
  * effect, read from its file each time: someone else may have set it
  * since (an operator outside a container whose /sys refused the daemon). */
 static void collect_readahead(struct store *s, struct metrics *m)
 {
-	FILE *f;
-
 	store_get_readahead(s, &m->readahead);
-	if (!m->readahead.path[0] || !(f = fopen(m->readahead.path, "re")))
-		return;
-	m->readahead_known = fscanf(f, "%" SCNu64, &m->readahead_kb) == 1;
+	m->readahead_known = m->readahead.path[0] &&
+			     metrics_readahead_now(m->readahead.path, &m->readahead_kb) == 0;
 	if (!m->readahead_known)
 		m->readahead_kb = 0;
 	m->readahead_bytes = m->readahead_kb * 1024;
-	fclose(f);
 }
 
 void metrics_collect(const struct metrics_src *src, struct metrics *m)

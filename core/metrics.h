@@ -79,6 +79,10 @@ struct metrics {
 	struct metrics_nas nas;
 };
 
+/* The read-ahead in KiB the kernel has now, from @path (struct
+ * store_readahead's: the bdi's read_ahead_kb).  0 or -errno. */
+int metrics_readahead_now(const char *path, uint64_t *kb);
+
 /* One consistent reading of the store (takes its lock briefly), the gate
  * and the record (their locks, briefly; never the NAS itself). */
 void metrics_collect(const struct metrics_src *src, struct metrics *m);

@@ -1,8 +1,10 @@
 /* connready.c - see connready.h. */
 #include "connready.h"
+#include "metrics.h"
 #include "wfs.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 #include <syslog.h>
@@ -21,7 +23,7 @@
 static void raise_readahead(struct wfs *w)
 {
 	struct store_readahead ra = { .want_kb = w->opt.readahead_kb };
-	unsigned now = 0;
+	uint64_t now = 0;
 	FILE *f;
 
 	if (!w->conn.known) {
@@ -56,13 +58,10 @@ static void raise_readahead(struct wfs *w)
 		wfs_log(w, LOG_DEBUG, "read-ahead of %s set to %u KiB", w->opt.mnt, ra.want_kb);
 		return;
 	}
-	if ((f = fopen(ra.path, "re"))) {
-		if (fscanf(f, "%u", &now) != 1)
-			now = 0;
-		fclose(f);
-	}
-	wfs_log(w, LOG_WARNING, "read-ahead of %s stays %u KiB, not the %u asked: cannot write "
-		"%s: %s; sequential reads through the mount are slower until %u is written "
+	if (metrics_readahead_now(ra.path, &now) < 0)
+		now = 0;
+	wfs_log(w, LOG_WARNING, "read-ahead of %s stays %" PRIu64 " KiB, not the %u asked: cannot "
+		"write %s: %s; sequential reads through the mount are slower until %u is written "
 		"there (from outside, if /sys is read-only here)", w->opt.mnt, now, ra.want_kb,
 		ra.path, strerror(-ra.err), ra.want_kb);
 }

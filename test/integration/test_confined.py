@@ -93,11 +93,13 @@ class Routes:
         pass
 
     def readahead(self):
-        """stats' "readahead", and the bdi file that the test's own /sys
-        shows for the mount (by its device, as os.stat sees it)."""
+        """stats' "readahead"; the bdi file that the test's own /sys shows
+        for the mount (by its device, as os.stat sees it), and its value."""
         got = ctl_json(self, ["stats", self.mnt])["metrics"]["readahead"]
         dev = os.stat(self.mnt).st_dev
-        return got, "/sys/class/bdi/%d:%d/read_ahead_kb" % (os.major(dev), os.minor(dev))
+        bdi = "/sys/class/bdi/%d:%d/read_ahead_kb" % (os.major(dev), os.minor(dev))
+        with open(bdi) as f:
+            return got, bdi, int(f.read())
 
     def p(self, name):
         return os.path.join(self.mnt, REPO, "snapshots", self.rev, name)
@@ -178,11 +180,10 @@ class WithRing(Routes, unittest.TestCase):
         ring, handed = self.routes()
         self.assertGreater(ring, 0, "no NAS read made on a ring")
         self.assertEqual(handed, 0, "a NAS read handed off with io_uring available")
-        got, bdi = self.readahead()
+        got, bdi, now = self.readahead()
         self.assertEqual(got, {"kb": 4096, "bytes": 4096 << 10, "wanted": 4096, "error": None,
                                "path": bdi})
-        with open(bdi) as f:
-            self.assertEqual(f.read().strip(), "4096")
+        self.assertEqual(now, 4096)
 
 
 class KernelReadahead(Routes, unittest.TestCase):
@@ -192,9 +193,7 @@ class KernelReadahead(Routes, unittest.TestCase):
     options = ["readahead_kb=0"]
 
     def test_readahead_left_to_the_kernel(self):
-        got, bdi = self.readahead()
-        with open(bdi) as f:
-            now = int(f.read())
+        got, bdi, now = self.readahead()
         self.assertEqual(got, {"kb": now, "bytes": now << 10, "wanted": None, "error": None,
                                "path": bdi})
         out, _ = ctl_check(self, ["stats", self.mnt])
@@ -287,9 +286,7 @@ class RoSys(Routes, unittest.TestCase):
         wfstest.sh("mount", "--make-shared", self.base)
 
     def test_readahead_refused_and_set_from_outside(self):
-        got, bdi = self.readahead()
-        with open(bdi) as f:
-            now = int(f.read())
+        got, bdi, now = self.readahead()
         self.assertNotEqual(now, 4096, "read-ahead raised although /sys is read-only")
         self.assertEqual(got, {"kb": now, "bytes": now << 10, "wanted": 4096,
                                "error": "Read-only file system", "path": bdi})
@@ -305,7 +302,7 @@ class RoSys(Routes, unittest.TestCase):
 
         with open(bdi, "w") as f:  # what the warning tells an operator outside to do
             f.write("4096\n")
-        got, _ = self.readahead()
+        got, _, _ = self.readahead()
         self.assertEqual(got["kb"], 4096, "stats shows the value in effect")
         out, _ = ctl_check(self, ["stats", self.mnt])
         self.assertIn("read-ahead      4096 KiB\n", out)

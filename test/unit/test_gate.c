@@ -50,6 +50,17 @@ static void hang_release(void *arg)
 	pthread_mutex_unlock(&h->lock);
 }
 
+/* Let @h's calls go; return once @n of them are released. */
+static void wait_released(struct hang *h, int n)
+{
+	pthread_mutex_lock(&h->lock);
+	h->open = 1;
+	pthread_cond_broadcast(&h->cond);
+	while (h->released < n)
+		pthread_cond_wait(&h->cond, &h->lock);
+	pthread_mutex_unlock(&h->lock);
+}
+
 static int ok_fn(void *arg)
 {
 	(*(int *)arg)++;
@@ -195,17 +206,6 @@ static void slow_list_release(void *arg)
 	hang_release(((struct slow_list *)arg)->h);
 }
 
-/* Until @h's call is released. */
-static void wait_released(struct hang *h)
-{
-	pthread_mutex_lock(&h->lock);
-	h->open = 1;
-	pthread_cond_broadcast(&h->cond);
-	while (!h->released)
-		pthread_cond_wait(&h->cond, &h->lock);
-	pthread_mutex_unlock(&h->lock);
-}
-
 /* nas_call_progress: a call that takes 5 deadlines, answered all along, is
  * not late (nas_call takes it for a hung NAS); one whose answers stop is
  * late a deadline or more after its last answer, and the NAS is down. */
@@ -231,23 +231,21 @@ static void test_progress(const char *root)
 	r = nas_call_progress(&g, slow_list_fn, &s, slow_list_release, &s.progress);
 	back = ms_now();
 	CHECK(&cnt, r == -ETIMEDOUT, "a call whose answers stop: %d", r);
-	/* (the answers are the gate's now: read under the hang's lock, which
-	 * the call holds from its hang on) */
-	pthread_mutex_lock(&h.lock);
+	/* (last_ms read after the progress that counts its write: the call
+	 * writes it no more once hung) */
 	CHECK(&cnt, atomic_load(&s.progress) == 10 && back - s.last_ms >= 200 &&
 	      back - s.last_ms < 400 + 2000, "back %lld ms after its last answer",
 	      (long long)(back - s.last_ms));
-	pthread_mutex_unlock(&h.lock);
 	CHECK(&cnt, atomic_load(&g.outages) == 1 && atomic_load(&g.timeouts) == 1,
 	      "marked down once: %llu outages", (unsigned long long)atomic_load(&g.outages));
-	wait_released(&h);
+	wait_released(&h, 1);
 
 	/* (its end waited for: @s is this frame's) */
 	s = (struct slow_list){ .steps = 50, .h = &h2 };
 	wait_up(&g, 1);
 	r = nas_call(&g, slow_list_fn, &s, slow_list_release);
 	CHECK(&cnt, r == -ETIMEDOUT, "the same call under nas_call: %d", r);
-	wait_released(&h2);
+	wait_released(&h2, 1);
 	nas_gate_destroy(&g);
 }
 
@@ -292,12 +290,7 @@ int main(void)
 
 	/* the hung call ends: its release runs on its thread; the prober
 	 * (its root answers) marks the NAS up */
-	pthread_mutex_lock(&h.lock);
-	h.open = 1;
-	pthread_cond_broadcast(&h.cond);
-	while (!h.released)
-		pthread_cond_wait(&h.cond, &h.lock);
-	pthread_mutex_unlock(&h.lock);
+	wait_released(&h, 1);
 	CHECK(&cnt, h.ended == 1 && h.released == 1, "ended %d released %d", h.ended, h.released);
 	CHECK(&cnt, !nas_gate_up(&g), "still down: the root is away");
 	CHECK(&cnt, rename(away, root) == 0, "rename back");
@@ -360,12 +353,7 @@ int main(void)
 	r = nas_call(&g, ok_fn, &n, NULL);
 	CHECK(&cnt, r == -EHOSTDOWN, "all stuck: %d", r);
 	CHECK(&cnt, ms_now() - t0 < 1000, "at once: %lld ms", (long long)(ms_now() - t0));
-	pthread_mutex_lock(&h.lock);
-	h.open = 1;
-	pthread_cond_broadcast(&h.cond);
-	while (h.released < 1 + NAS_GATE_THREADS)
-		pthread_cond_wait(&h.cond, &h.lock);
-	pthread_mutex_unlock(&h.lock);
+	wait_released(&h, 1 + NAS_GATE_THREADS);
 	wait_up(&g, 1);
 	CHECK(&cnt, nas_call(&g, ok_fn, &n, NULL) == 0, "runs again once they ended");
 

@@ -5,6 +5,7 @@
 #include "nasopen.h"
 #include "path.h"
 #include "stopby.h"
+#include "thread.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -425,9 +426,9 @@ int auto_start(struct auto_promoter *a, struct store *s, const struct hub_roots 
 	/* (without either nothing asks for copies the store would retry) */
 	if (!policy && !a->pins)
 		return 0;
-	r = pthread_create(&a->thread, NULL, auto_thread, a);
+	r = thread_start(&a->thread, NULL, auto_thread, a);
 	if (r)
-		return -r;
+		return r;
 	a->started = 1;
 	return 0;
 }

@@ -14,6 +14,7 @@
 #include "clock.h"
 #include "reply.h"
 #include "stopby.h"
+#include "thread.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -495,20 +496,20 @@ int control_start(struct control *c)
 	c->queue = c->done = NULL;
 	c->running_other = c->running_slow = c->stopping = 0;
 	c->nworkers = 0;
-	r = pthread_create(&c->thread, NULL, serve, c);
+	r = thread_start(&c->thread, NULL, serve, c);
 	if (r) {
 		pthread_cond_destroy(&c->work);
 		pthread_mutex_destroy(&c->lock);
-		return -r;
+		return r;
 	}
 	c->running = 1;
 	c->thread_running = 1;
 	while (c->nworkers < CONTROL_WORKERS &&
-	       !(r = pthread_create(&c->workers[c->nworkers], NULL, worker, c)))
+	       !(r = thread_start(&c->workers[c->nworkers], NULL, worker, c)))
 		c->nworkers++;
 	if (r) {
 		control_stop(c);
-		return -r;
+		return r;
 	}
 	return 0;
 }

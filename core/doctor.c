@@ -5,6 +5,7 @@
 #include "path.h"
 #include "reply.h"
 #include "stopby.h"
+#include "thread.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -295,9 +296,9 @@ int doctor_scan_start(struct doctor_scan *d, const struct hub_roots *roots,
 	d->log = log;
 	d->arg = arg;
 	atomic_store(&d->stop, 0);
-	r = pthread_create(&d->thread, NULL, scan_main, d);
+	r = thread_start(&d->thread, NULL, scan_main, d);
 	if (r)
-		return -r;
+		return r;
 	d->started = 1;
 	return 0;
 }

@@ -5,6 +5,7 @@
  * hasher_wait() is the copying thread's side of the wake-ups.
  */
 #include "fetch_int.h"
+#include "thread.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -86,7 +87,7 @@ int hasher_start(struct hasher *h, struct content_hash *ch)
 		goto no_lock;
 	if (pthread_cond_init(&h->cond, NULL) != 0)
 		goto no_cond;
-	if (pthread_create(&h->thread, NULL, hasher_main, h) != 0)
+	if (thread_start(&h->thread, NULL, hasher_main, h) != 0)
 		goto no_thread;
 	h->started = h->ran = 1;
 	return 1;

@@ -3,6 +3,7 @@
 #include "durable.h"
 #include "record.h"
 #include "reply.h"
+#include "thread.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -673,13 +674,13 @@ int metrics_writer_start(struct metrics_writer *mw, const char *path, unsigned i
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
 	pthread_cond_init(&mw->cond, &ca);
 	pthread_condattr_destroy(&ca);
-	r = pthread_create(&mw->thread, NULL, writer, mw);
+	r = thread_start(&mw->thread, NULL, writer, mw);
 	if (r) {
 		pthread_cond_destroy(&mw->cond);
 		pthread_mutex_destroy(&mw->lock);
 		free(mw->path);
 		mw->path = NULL;
-		return -r;
+		return r;
 	}
 	mw->running = 1;
 	return 0;

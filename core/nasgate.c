@@ -10,6 +10,7 @@
  */
 #include "clock.h"
 #include "nasgate.h"
+#include "thread.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -275,10 +276,10 @@ static int want_thread_locked(struct nas_gate *g)
 	pthread_attr_init(&a);
 	pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
 	pthread_attr_setstacksize(&a, 256 * 1024);
-	r = pthread_create(&t, &a, nas_thread, g);
+	r = thread_start(&t, &a, nas_thread, g);
 	pthread_attr_destroy(&a);
 	if (r)
-		return -r;
+		return r;
 	g->threads++;
 	g->starting++;
 	return 0;
@@ -585,10 +586,10 @@ int nas_gate_init(struct nas_gate *g, const char *root, unsigned timeout_ms,
 
 int nas_gate_start(struct nas_gate *g)
 {
-	int r = pthread_create(&g->prober, NULL, prober, g);
+	int r = thread_start(&g->prober, NULL, prober, g);
 
 	if (r)
-		return -r;
+		return r;
 	g->started = 1;
 	return 0;
 }

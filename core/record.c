@@ -17,6 +17,7 @@
 #include "nasopen.h"
 #include "path.h"
 #include "stopby.h"
+#include "thread.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -699,12 +700,12 @@ int record_start(struct record *r, const struct hub_roots *roots, struct store *
 	pthread_mutex_lock(&r->lock);
 	r->running = 1;
 	pthread_mutex_unlock(&r->lock);
-	e = pthread_create(&r->thread, NULL, run, r);
+	e = thread_start(&r->thread, NULL, run, r);
 	if (e) {
 		pthread_mutex_lock(&r->lock);
 		r->running = 0;
 		pthread_mutex_unlock(&r->lock);
-		return -e;
+		return e;
 	}
 	r->started = 1;
 	return 0;

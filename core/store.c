@@ -9,6 +9,7 @@
 #include "nasgate.h"
 #include "path.h"
 #include "stopby.h"
+#include "thread.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -624,17 +625,17 @@ int store_start(struct store *s)
 	if (!s->threads)
 		return -ENOMEM;
 	store_trim(s); /* before the first copy: it fits with the truth counted */
-	if (pthread_create(&s->threads[s->nthreads], NULL, store_recheck_sweep, s) == 0)
+	if (thread_start(&s->threads[s->nthreads], NULL, store_recheck_sweep, s) == 0)
 		s->nthreads++;
 	for (unsigned i = 0; i < s->opt.workers; i++) {
-		r = pthread_create(&s->threads[s->nthreads], NULL, store_worker, s);
+		r = thread_start(&s->threads[s->nthreads], NULL, store_worker, s);
 		if (r)
-			return -r;
+			return r;
 		s->nthreads++;
 	}
-	r = pthread_create(&s->part_thread, NULL, store_part_worker, s);
+	r = thread_start(&s->part_thread, NULL, store_part_worker, s);
 	s->part_started = r == 0;
-	return -r;
+	return r;
 }
 
 /* Stop and cancel what runs. */

@@ -21,6 +21,7 @@
 #include "store_int.h"
 #include "clock.h"
 #include "nasgate.h"
+#include "thread.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -268,7 +269,7 @@ static void check_sources(struct store *s, struct blob *const *v, size_t n, sign
 		return;
 	}
 	j->refs = 2;
-	if (pthread_create(&t, NULL, load_job_thread, j) != 0) {
+	if (thread_start(&t, NULL, load_job_thread, j) != 0) {
 		j->refs = 1;
 		job_put(j);
 		store_log_msg(s, LOG_WARNING, "start-up: the sources of %zu local copies are not "

@@ -32,6 +32,7 @@
 #include "path.h"
 #include "nas.h"
 #include "walkplan.h"
+#include "thread.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -592,7 +593,7 @@ static void tail_after_reply(const struct reply_tail *t)
 		go = ls->tails < REPLY_TAILS;
 		ls->tails += go;
 		pthread_mutex_unlock(&ls->lock);
-		if (go && pthread_create(&th, NULL, tail_thread, own) == 0) {
+		if (go && thread_start(&th, NULL, tail_thread, own) == 0) {
 			pthread_detach(th);
 			return;
 		}

@@ -2,6 +2,7 @@
  * dirattr.h for why and the rules. */
 #include "dirattr.h"
 #include "clock.h"
+#include "thread.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -120,10 +121,10 @@ int dir_attrs_start(struct dir_attrs *q)
 
 	pthread_mutex_lock(&q->lock);
 	q->stop = false;
-	r = pthread_create(&q->thread, NULL, dir_attrs_main, q);
+	r = thread_start(&q->thread, NULL, dir_attrs_main, q);
 	q->started = r == 0;
 	pthread_mutex_unlock(&q->lock);
-	return -r;
+	return r;
 }
 
 static void drain(struct dir_attr_ring *r)

@@ -1,5 +1,6 @@
 /* inval.c - the invalidation queue; see inval.h. */
 #include "inval.h"
+#include "thread.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -126,10 +127,10 @@ static void *inval_thread(void *arg)
 
 int inval_start(struct inval_queue *q)
 {
-	int e = pthread_create(&q->thread, NULL, inval_thread, q);
+	int e = thread_start(&q->thread, NULL, inval_thread, q);
 
 	if (e)
-		return -e;
+		return e;
 	q->started = true;
 	return 0;
 }

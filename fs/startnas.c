@@ -3,6 +3,7 @@
 
 #include "startpaths.h"
 #include "wfs.h"
+#include "thread.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -79,9 +80,9 @@ int startnas_check(struct wfs *w, struct ns_entry *root, int *empty, char *what,
 	c->o = &w->opt;
 	c->r = -EINPROGRESS;
 	atomic_init(&c->holds, 2);
-	if ((r = pthread_create(&t, NULL, nas_check_thread, c))) {
+	if ((r = thread_start(&t, NULL, nas_check_thread, c))) {
 		free(c);
-		return -r;
+		return r;
 	}
 	clock_gettime(CLOCK_REALTIME, &dl);
 	dl.tv_sec += w->opt.nas_timeout_ms / 1000;

@@ -7,6 +7,7 @@
 #include "replyorder.h"
 #include "ringread.h"
 #include "uring.h"
+#include "thread.h"
 
 #include <errno.h>
 #include <liburing.h>
@@ -352,7 +353,7 @@ int uring_prepare(struct fuse_uring *u, size_t payload)
 
 		r = ent_init(u, e, i / per_queue, payload);
 		if (r == 0)
-			r = -pthread_create(&e->thread, NULL, ring_thread, e);
+			r = thread_start(&e->thread, NULL, ring_thread, e);
 		e->running = r == 0;
 		started += r == 0;
 	}

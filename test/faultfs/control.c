@@ -3,6 +3,7 @@
  * FUSE calls never block it. */
 
 #include "faultfs.h"
+#include "thread.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -245,7 +246,8 @@ int ctl_start(int src)
 	int r;
 
 	src_fd = src;
-	if ((r = pthread_create(&ctl_tid, NULL, ctl_thread, NULL)) == 0)
+	/* SIGTERM must reach the main thread: libfuse's loop waits there */
+	if ((r = -thread_start(&ctl_tid, NULL, ctl_thread, NULL)) == 0)
 		ctl_started = 1;
 	return r;
 }

@@ -6,6 +6,7 @@ return, a NAS revision appearing without remount, and a clean unmount;
 unpinned on the NAS, as the command says."""
 
 import collections
+import ctypes
 import errno
 import hashlib
 import json
@@ -36,6 +37,66 @@ def mountinfo_path(field):
     """A path field of /proc/self/mountinfo or /proc/self/mounts as the
     path it is (space, tab, newline and backslash are octal escapes)."""
     return re.sub(r"\\([0-3][0-7][0-7])", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def proc_field(pid, name, tid=None):
+    """A field of /proc/PID/status (or of its thread TID's), as text."""
+    path = "/proc/%d/status" % pid if tid is None else "/proc/%d/task/%d/status" % (pid, tid)
+    with open(path) as f:
+        for line in f:
+            if line.startswith(name + ":"):
+                return line.split(":", 1)[1].strip()
+    raise KeyError(name)
+
+
+def sig_bit(mask, sig):
+    """Is signal `sig` in a /proc signal mask (hex, bit sig-1)?"""
+    return bool(int(mask, 16) >> (sig - 1) & 1)
+
+
+def threads_taking(pid, sig):
+    """'name: tid' of each thread of pid but the main one not blocking sig."""
+    out = []
+    for tid in sorted(int(t) for t in os.listdir("/proc/%d/task" % pid)):
+        try:
+            if tid != pid and not sig_bit(proc_field(pid, "SigBlk", tid), sig):
+                out.append("%s: %d" % (proc_field(pid, "Name", tid), tid))
+        except (OSError, KeyError):
+            pass  # the thread ended meanwhile
+    return out
+
+
+class HeldThread:
+    """Hold one thread of another process in a ptrace stop (PTRACE_SEIZE,
+    PTRACE_INTERRUPT) for the with-block; let it go (PTRACE_DETACH) after.
+    The test is skipped where ptrace is refused (a container's profile)."""
+
+    SEIZE, INTERRUPT, DETACH, WALL = 0x4206, 0x4207, 17, 0x40000000
+
+    def __init__(self, test, tid):
+        self.test, self.tid = test, tid
+        self.libc = ctypes.CDLL(None, use_errno=True)
+        self.libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_int, ctypes.c_void_p,
+                                     ctypes.c_void_p]
+
+    def call(self, req):
+        if self.libc.ptrace(req, self.tid, None, None) != 0:
+            e = ctypes.get_errno()
+            raise OSError(e, "ptrace(%#x, %d): %s" % (req, self.tid, os.strerror(e)))
+
+    def __enter__(self):
+        try:
+            self.call(self.SEIZE)
+        except OSError as e:
+            if e.errno == errno.EPERM:
+                self.test.skipTest(str(e))
+            raise
+        self.call(self.INTERRUPT)
+        os.waitpid(self.tid, self.WALL)  # the stop
+        return self
+
+    def __exit__(self, *exc):
+        self.call(self.DETACH)
 
 
 class Cli(unittest.TestCase):
@@ -502,6 +563,42 @@ class Cli(unittest.TestCase):
         m.proc.send_signal(signal.SIGTERM)
         self.assertEqual(m.proc.wait(wfstest.EXIT_TIMEOUT), 0, m.log())
         self.assertFalse(wfstest.is_mounted(mnt))
+
+    def test_stop_signal_reaches_the_main_thread(self):
+        """A signal sent to the process goes to any thread that does not
+        block it.  libfuse's loop ends only when its main thread is woken by
+        the handler; a SIGTERM taken by another thread set the exit flag and
+        woke nobody -- the daemon ran on until some request reached the
+        mount (a CI run: 19 s, its NAS frozen).  Made to happen: the main
+        thread held by ptrace when SIGTERM comes, so the kernel gives it to
+        another thread if one takes it.  Every other thread must block it
+        (the signal stays pending), and the main thread, let go, must stop
+        the daemon: exit status 0, the mount gone."""
+        mnt = self.new_mnt()
+        m = wfstest.ForegroundMount(FIX.hub, self.path("local"), mnt, []).start()
+        self.addCleanup(m.cleanup)
+        self.addCleanup(lambda: self.cleanup_mount(mnt))
+        pid = m.proc.pid
+        with HeldThread(self, pid):
+            os.kill(pid, signal.SIGTERM)
+            # until a thread takes it, or none can (every other one blocks it)
+            wfstest.wait_until(lambda: not sig_bit(proc_field(pid, "ShdPnd"), signal.SIGTERM)
+                               or not threads_taking(pid, signal.SIGTERM), 10)
+            takers = threads_taking(pid, signal.SIGTERM)
+            pending = sig_bit(proc_field(pid, "ShdPnd"), signal.SIGTERM)
+        why = ("SIGTERM %s; threads not blocking it: %s"
+               % ("still pending" if pending else "taken by a thread other than main", takers))
+        try:
+            rc = m.proc.wait(wfstest.EXIT_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            m.proc.kill()
+            m.proc.wait()
+            self.fail("the daemon still ran %d s after SIGTERM (%s); log:\n%s"
+                      % (wfstest.EXIT_TIMEOUT, why, m.log()[-2000:]))
+        self.assertEqual(rc, 0, m.log())
+        self.assertFalse(wfstest.is_mounted(mnt))
+        # it stopped; with no thread but main to take it, it always will
+        self.assertEqual((pending, takers), (True, []), why)
 
     def test_unmount_leaves_nothing(self):
         local, mnt = self.path("local"), self.new_mnt()

@@ -308,10 +308,21 @@ class Inodes(Base):
         self.assertGreater(looked_up, distinct,
                            "fs_nodes %d after lstat of %d files (%d distinct NAS files, "
                            "and the root)" % (looked_up, len(files), distinct))
-        wfstest.drop_caches()
         settle = min(base, looked_up - distinct)
-        self.assertTrue(wfstest.wait_until(lambda: nodes() <= settle, 10, 0.05),
-                        "fs_nodes still %d after a cache drop (it was %d before the "
+
+        def settled():
+            """One drop_caches may leave unused inodes cached: its passes
+            stop once one frees few objects, and an inode just let go by
+            its dentry is only marked on the first pass that meets it
+            (measured: a drop after a walk of 124 nodes left 50 in 12 of 15
+            tries, the next drop none).  So drop again until the count
+            settles; a node the daemon leaks never does."""
+            if nodes() <= settle:
+                return True
+            wfstest.drop_caches()
+            return False
+        self.assertTrue(wfstest.wait_until(settled, 10, 0.2),
+                        "fs_nodes still %d after cache drops (it was %d before the "
                         "lookups, %d with them)" % (nodes(), base, looked_up))
 
     def test_same_nas_file_same_inode(self):

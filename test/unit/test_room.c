@@ -157,21 +157,48 @@ struct sampler {
 	struct store *s;
 	const char *local;
 	uint64_t limit, worst_accounted, worst_du;
+	unsigned walks, torn, in_flight; /* du walks; of them, those discarded, and
+					  * those that met copies in flight */
 	atomic_int stop;
 };
+
+/* What changes when a file leaves data/ or a new copy may start.  A du
+ * walk is not atomic: one that lists data/ before an eviction and tmp/
+ * after the copy that eviction made room for counts both files, though
+ * the two were never on disk at once.  A walk whose bracket of these
+ * differs is discarded. */
+struct room_gen {
+	uint64_t used, reserved, held, evicted, demoted, promoted;
+};
+
+static void room_gen(struct store *s, struct room_gen *g)
+{
+	struct store_usage u;
+
+	store_usage(s, &u);
+	*g = (struct room_gen){ u.used, u.reserved, u.held, atomic_load(&s->evicted),
+				atomic_load(&s->demoted), atomic_load(&s->promoted) };
+}
 
 static void *sample(void *arg)
 {
 	struct sampler *sm = arg;
 
 	while (!atomic_load(&sm->stop)) {
-		struct store_usage u;
+		struct room_gen g0, g1;
 		uint64_t d;
 
-		store_usage(sm->s, &u);
-		if (u.used + u.reserved + u.held > sm->worst_accounted)
-			sm->worst_accounted = u.used + u.reserved + u.held;
+		room_gen(sm->s, &g0);
+		if (g0.used + g0.reserved + g0.held > sm->worst_accounted)
+			sm->worst_accounted = g0.used + g0.reserved + g0.held;
 		d = du_copies(sm->local);
+		room_gen(sm->s, &g1);
+		sm->walks++;
+		if (memcmp(&g0, &g1, sizeof(g0))) {
+			sm->torn++;
+			continue;
+		}
+		sm->in_flight += g0.reserved > 0;
 		if (d > sm->worst_du)
 			sm->worst_du = d;
 	}
@@ -287,8 +314,9 @@ static void test_room(void)
 		atomic_store(&sm.stop, 1);
 		pthread_join(t, NULL);
 		fprintf(stderr, "room: limit %llu; worst accounted %llu, worst du of data/+tmp/ "
-			"%llu\n", (unsigned long long)pol.store_max,
-			(unsigned long long)sm.worst_accounted, (unsigned long long)sm.worst_du);
+			"%llu (%u walks: %u with copies in flight, %u discarded)\n",
+			(unsigned long long)pol.store_max, (unsigned long long)sm.worst_accounted,
+			(unsigned long long)sm.worst_du, sm.walks, sm.in_flight, sm.torn);
 		CHECK(&c, sm.worst_accounted <= pol.store_max,
 		      "accounted (copies + reservations) never above the limit: %llu > %llu",
 		      (unsigned long long)sm.worst_accounted, (unsigned long long)pol.store_max);

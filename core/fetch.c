@@ -278,6 +278,7 @@ int fetch_copy_verify(const char *src_path, uint64_t size, const char *tmp_path,
 	if (j->ch.md)
 		hasher_start(&j->hs, &j->ch);
 	job_run(j);
+	res->owed_ns = throttle_owed_ns(j);
 	hasher_stop(&j->hs, j->err != 0);
 	if (j->prof)
 		prof_report(j);

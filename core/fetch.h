@@ -48,6 +48,9 @@ struct fetch_result {
 	int src_err;      /* -errno of the source's open, read or stat when that is
 			   * what failed (a NAS error, for the caller to report to
 			   * the NAS gate); 0 otherwise */
+	uint64_t owed_ns; /* a capped call: how long the cap still asks before the
+			   * next read (a call may read its first chunk at once,
+			   * ahead of the cap); 0 without a cap */
 };
 
 /* Copy @src_path (@size bytes) to a new file @tmp_path and verify it:
@@ -79,7 +82,11 @@ struct fetch_result {
  * read and at least every 100 ms of a throttled wait, and the bytes read so
  * far are kept -- a copy sped up (or slowed) mid-way is not started again.
  * prog->rate is 0 when the call starts, unless the caller wants that cap
- * from the first read.  @prog and @res may be NULL.
+ * from the first read.  A call may read one chunk (1 MiB) at once, so a copy
+ * smaller than that is not slowed at all: res->owed_ns says how long it ran
+ * ahead of the cap, and a caller making copies one after another waits that
+ * long before its next, so that the cap holds across them (store_copy.c).
+ * @prog and @res may be NULL.
  *
  * Returns 0 when verified: @tmp_path is complete, mode 0444, fsynced, left for
  * the caller to rename (and to fsync the directory).  Otherwise @tmp_path is

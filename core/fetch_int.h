@@ -169,6 +169,9 @@ void job_fail_write(struct job *j, int err, const char *what);
  * made durable and re-read (or, fetch_hash_file, read), or it failed
  * (j->err). */
 void job_run(struct job *j);
+/* fetch_pipeline.c: after job_run, how long the rate in force still asks
+ * before another read (fetch_result.owed_ns). */
+uint64_t throttle_owed_ns(const struct job *j);
 
 /* fetch_engine.c */
 void eng_init(struct engine *e);

@@ -255,6 +255,19 @@ static int throttle_take(struct job *j, size_t n)
 	return 1;
 }
 
+uint64_t throttle_owed_ns(const struct job *j)
+{
+	struct timespec now;
+	double tokens;
+
+	if (j->rate <= 0)
+		return 0;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	tokens = j->tokens + j->rate * ((double)(now.tv_sec - j->last.tv_sec) +
+					(double)(now.tv_nsec - j->last.tv_nsec) / 1e9);
+	return tokens >= 0 ? 0 : (uint64_t)(-tokens / j->rate * 1e9);
+}
+
 /* The source slots read, in offset order: sampled, hashed (here, or handed
  * to the hasher) and written. */
 static void src_hash(struct job *j)

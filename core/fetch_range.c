@@ -40,6 +40,21 @@ static int throttle(uint64_t bw_limit, uint64_t done, const struct timespec *t0)
 	return due - spent > nap;
 }
 
+/* How long @bw_limit still asks after @done bytes since @t0: what the
+ * loop read ahead of the cap (its first chunk goes at once). */
+static uint64_t owed_ns(uint64_t bw_limit, uint64_t done, const struct timespec *t0)
+{
+	struct timespec now;
+	double left;
+
+	if (!bw_limit)
+		return 0;
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	left = (double)done / (double)bw_limit - (double)(now.tv_sec - t0->tv_sec) -
+	       (double)(now.tv_nsec - t0->tv_nsec) / 1e9;
+	return left > 0 ? (uint64_t)(left * 1e9) : 0;
+}
+
 /* Read @n bytes at @off of @fd, whole or an error: -ESTALE when the file
  * ends first. */
 static int read_all(int fd, char *p, size_t n, uint64_t off)
@@ -99,11 +114,11 @@ static int read_source(const char *src, int in, uint64_t off, uint64_t len, uint
 {
 	char *buf = malloc(CHUNK);
 	struct timespec t0;
-	uint64_t from = off, set = 0;
+	uint64_t from = off, set = 0, pos;
 	int r = buf ? 0 : -ENOMEM;
 
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	for (uint64_t pos = off; r == 0 && pos < off + len;) {
+	for (pos = off; r == 0 && pos < off + len;) {
 		size_t n = off + len - pos < CHUNK ? (size_t)(off + len - pos) : CHUNK;
 		uint64_t now = prog ? atomic_load_explicit(&prog->rate, memory_order_relaxed) : 0;
 
@@ -137,6 +152,7 @@ static int read_source(const char *src, int in, uint64_t off, uint64_t len, uint
 		if (prog)
 			atomic_fetch_add(&prog->bytes_done, n);
 	}
+	res->owed_ns = owed_ns(bw_limit, pos - from, &t0);
 	free(buf);
 	return r;
 }

@@ -30,8 +30,10 @@
  *   - the source must be @size bytes when opened and after the last read
  *     (-ESTALE otherwise), and @off + @len <= @size (-EINVAL);
  *   - @bw_limit (bytes/s, 0 none) caps the source reads, or prog->rate
- *     once set (fetch.h); @prog (may be NULL) counts bytes written and may
- *     cancel (-ECANCELED);
+ *     once set (fetch.h), the first chunk read at once: res->owed_ns is
+ *     how far the call ran ahead of the cap, for the caller to wait out
+ *     before its next (fetch.h); @prog (may be NULL) counts bytes written
+ *     and may cancel (-ECANCELED);
  *   - durability: fdatasync(@dst_fd) before the re-read.
  * Returns 0 with res->xxh the XXH3-128 of the range and res->sample the
  * source's identity; or -errno with res->reason saying why:

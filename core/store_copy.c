@@ -384,8 +384,9 @@ static int adopt_one(struct store *s, struct blob *b)
 	return 1;
 }
 
-/* Called and returns with the lock held. */
-static void copy_one(struct store *s, struct blob *b)
+/* Called and returns with the lock held.  *@paid: set to when the next
+ * copy may start, when this one ran ahead of its cap. */
+static void copy_one(struct store *s, struct blob *b, int64_t *paid)
 {
 	char key[PATH_MAX], id[NAME_MAX + 1], tmp[PATH_MAX + 64], why[256];
 	int auto_copy = !b->explicit_req, evicted = 0, not_started = 0, r;
@@ -440,6 +441,8 @@ static void copy_one(struct store *s, struct blob *b)
 		store_log_msg(s, LOG_INFO, "promoting %s (%s, %llu bytes%s)", key, id,
 			      (unsigned long long)size, auto_copy ? ", automatic" : "");
 		r = fetch_copy_verify(key, size, tmp, id, rate, &b->prog, &res);
+		if (res.owed_ns)
+			*paid = store_owed_until(res.owed_ns);
 		if (r == 0 && (r = store_publish(s, tmp, res.xxh)) < 0)
 			snprintf(res.reason, sizeof(res.reason), "cannot move the verified copy "
 				 "into %s/%.2s/%s: %s", s->data_dir, res.xxh, res.xxh, strerror(-r));
@@ -483,16 +486,39 @@ static int index_due_locked(struct store *s, int idle)
 				  store_now_ms() - s->dirty_since_ms >= INDEX_FLUSH_MS);
 }
 
+int64_t store_owed_until(uint64_t owed_ns)
+{
+	return store_now_ms() + (int64_t)((owed_ns + 999999) / 1000000);
+}
+
+int store_owed_wait_locked(struct store *s, pthread_cond_t *cond, int64_t *until)
+{
+	struct timespec ts;
+
+	if (*until <= 0 || store_now_ms() >= *until) {
+		*until = 0;
+		return 0;
+	}
+	ts = mono_timespec(*until);
+	pthread_cond_timedwait(cond, &s->lock, &ts);
+	return 1;
+}
+
 void *store_worker(void *arg)
 {
 	struct store *s = arg;
+	int64_t paid = 0; /* the cap's time for its last copy (store_owed_until) */
 
 	pthread_setname_np(pthread_self(), "wfs-copy");
 	pthread_mutex_lock(&s->lock);
 	while (!s->stop) {
 		int held = 0;
-		struct blob *b = index_due_locked(s, 0) ? NULL : dequeue_locked(s, &held);
+		struct blob *b;
 		int64_t due = -1;
+
+		if (!index_due_locked(s, 0) && store_owed_wait_locked(s, &s->cond, &paid))
+			continue;
+		b = index_due_locked(s, 0) ? NULL : dequeue_locked(s, &held);
 
 		if (index_due_locked(s, !b)) {
 			pthread_mutex_unlock(&s->lock);
@@ -515,7 +541,7 @@ void *store_worker(void *arg)
 			pthread_cond_wait(&s->cond, &s->lock);
 			continue;
 		}
-		copy_one(s, b);
+		copy_one(s, b, &paid);
 		/* a settled blob (store_wait_settled), an automatic slot free */
 		pthread_cond_broadcast(&s->cond);
 	}

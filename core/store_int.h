@@ -229,6 +229,15 @@ int store_pin_locked(struct store *s, struct blob *b, int why, int pin);
 void store_unqueue_locked(struct store *s, struct blob *b);
 void store_enqueue_locked(struct store *s, struct blob *b);
 void *store_worker(void *arg);
+/* promote_mbps across copies: a copy may read its first chunk ahead of
+ * the cap (fetch.h, owed_ns), so a run of small ones was not slowed at
+ * all; the worker that made it starts its next only once that time is
+ * past.  store_owed_until: that time in store_now_ms() terms.
+ * store_owed_wait_locked: *@until past (or 0): sets it 0, returns 0; else
+ * waits on @cond until then or until woken (a stop, the index: the caller
+ * looks again) and returns 1.  Called with the lock held. */
+int64_t store_owed_until(uint64_t owed_ns);
+int store_owed_wait_locked(struct store *s, pthread_cond_t *cond, int64_t *until);
 /* Bytes/s a copy may read from the NAS (0: no cap): promote_mbps is shared
  * by every copy that may run at once (the workers' and the range worker's),
  * and an automatic copy keeps to its share of auto_mbps too. */

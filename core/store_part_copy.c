@@ -169,8 +169,9 @@ static int want_again_locked(struct blob_part *p, struct brange w)
  * listed range's bytes are never written again, and those of a copy that
  * fails are punched out, so the piece copied must be none of theirs (only
  * this worker lists ranges: the list cannot grow under it meanwhile).
- * Called and returns with the lock held. */
-static void copy_want(struct store *s, struct blob *b)
+ * Called and returns with the lock held; *@paid as copy_one's
+ * (store_copy.c). */
+static void copy_want(struct store *s, struct blob *b, int64_t *paid)
 {
 	struct blob_part *p = b->part;
 	struct brange w = unlisted_locked(p, p->want[0]);
@@ -216,6 +217,8 @@ static void copy_want(struct store *s, struct blob *b)
 	} else if ((fd = r = open_part(s->part_dir, path, size)) >= 0) {
 		r = fetch_range_verify(key, size, fd, w.off, w.len,
 				       store_copy_rate(s, 0), &p->prog, &res);
+		if (res.owed_ns)
+			*paid = store_owed_until(res.owed_ns);
 		if (r < 0)
 			punch(fd, w.off, w.len); /* no listed range's bytes (above): never served */
 		if (r == 0 && fstat(fd, &st) < 0)
@@ -402,6 +405,7 @@ static int adopt(struct store *s, struct blob *b)
 void *store_part_worker(void *arg)
 {
 	struct store *s = arg;
+	int64_t paid = 0; /* the cap's time for its last copy (store_owed_until) */
 
 	pthread_setname_np(pthread_self(), "wfs-copyrange");
 	pthread_mutex_lock(&s->lock);
@@ -432,7 +436,9 @@ void *store_part_worker(void *arg)
 			pthread_cond_timedwait(&s->part_cond, &s->lock, &until);
 			continue;
 		} else if (b->part->nwant) {
-			copy_want(s, b);
+			if (store_owed_wait_locked(s, &s->part_cond, &paid))
+				continue;
+			copy_want(s, b, &paid);
 		} else if (b->part->adopt && adopt(s, b)) {
 			pthread_mutex_unlock(&s->lock);
 			store_write_index(s); /* the index names the copy, not the ranges */

@@ -8,6 +8,9 @@
  *   auto     an automatic copy and an explicit one at once
  *   raise    an explicit request for a blob whose automatic copy is in
  *            flight: the copy goes on at the explicit rate, not again
+ *   small    many copies, and many ranges, each smaller than the chunk a
+ *            copy may read at once: the cap holds across them (a worker
+ *            waits out what its last copy read ahead of it)
  */
 #include "check_store.h"
 #include "store.h"
@@ -49,7 +52,7 @@ static double timed(const char *name, size_t whole, int nwhole, size_t auto_b, s
 	struct policy_opts pol;
 	struct store_opts opt = { .workers = 2, .policy = &pol, .bw_limit = CAP };
 	struct store s;
-	struct blob *w[4], *a = NULL, *r = NULL;
+	struct blob *w[32], *a = NULL, *r = NULL;
 	char local[PATH_MAX * 2], rel[PATH_MAX];
 	double t0, took;
 
@@ -87,6 +90,40 @@ static double timed(const char *name, size_t whole, int nwhole, size_t auto_b, s
 	if (r)
 		wait_parts(&s, r);
 	took = check_now_s() - t0;
+	store_close(&s);
+	policy_opts_free(&pol);
+	return took;
+}
+
+/* @n ranges of @len bytes, @len apart, of one blob, asked for in one
+ * request under CAP; returns the seconds until all were local. */
+static double timed_ranges(const char *name, size_t len, int n)
+{
+	struct policy_opts pol;
+	struct store_opts opt = { .workers = 2, .policy = &pol, .bw_limit = CAP };
+	struct brange v[32];
+	struct store s;
+	struct blob *b;
+	struct blob_info in;
+	char local[PATH_MAX * 2], rel[PATH_MAX];
+	double t0, took;
+
+	policy_opts_init(&pol);
+	pol.min_free_pct = 0;
+	open_case_store(name, &s, &opt, local, sizeof(local));
+	snprintf(rel, sizeof(rel), "hub/%s/ranges", name);
+	check_put_pattern(top, rel, 2 * len * (size_t)n, 33);
+	b = blob_at(&s, rel);
+	for (int i = 0; i < n; i++)
+		v[i] = (struct brange){ 2 * len * (uint64_t)i, len };
+	t0 = check_now_s();
+	CHECK(&c, store_part_request(&s, b, v, (size_t)n, 0) == (int64_t)(len * (size_t)n),
+	      "%s: the ranges are queued", name);
+	CHECK(&c, wait_parts(&s, b), "%s: the ranges copied", name);
+	took = check_now_s() - t0;
+	blob_info(&s, b, &in);
+	CHECK(&c, in.part_bytes == len * (size_t)n, "%s: %llu bytes of ranges verified, not %zu",
+	      name, (unsigned long long)in.part_bytes, len * (size_t)n);
 	store_close(&s);
 	policy_opts_free(&pol);
 	return took;
@@ -216,6 +253,28 @@ int main(void)
 			took, left, slow);
 		CHECK(&c, took < slow / 2, "an automatic copy asked for explicitly goes on at the "
 		      "automatic rate: %zu bytes in %.2f s (%.2f s at that rate)", left, took, slow);
+	}
+
+	/* 24 copies of 256 KiB, each one read at once: the two workers' shares
+	 * (CAP / 3 each) hold across their copies, a first burst each aside */
+	{
+		double bytes = 24.0 * 256 * 1024;
+
+		least = (bytes - 2 * 256 * 1024) / (2 * CAP / 3.0);
+		took = timed("small", 256 * 1024, 24, 0, 0);
+		fprintf(stderr, "small: %.2f s (the workers' shares: at least %.2f s)\n", took,
+			least);
+		CHECK(&c, took >= 0.9 * least, "copies smaller than a chunk, one after another, "
+		      "read the NAS faster than promote_mbps: %.0f bytes in %.2f s", bytes, took);
+
+		/* and 12 ranges of 256 KiB: the range worker's share (CAP / 3) */
+		bytes = 12.0 * 256 * 1024;
+		least = (bytes - 256 * 1024) / (CAP / 3.0);
+		took = timed_ranges("small-ranges", 256 * 1024, 12);
+		fprintf(stderr, "small-ranges: %.2f s (the range worker's share: at least "
+			"%.2f s)\n", took, least);
+		CHECK(&c, took >= 0.9 * least, "ranges smaller than a chunk, one after another, "
+		      "read the NAS faster than promote_mbps: %.0f bytes in %.2f s", bytes, took);
 	}
 
 	check_rmtree(top);

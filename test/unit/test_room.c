@@ -301,7 +301,7 @@ static void test_room(void)
 		pthread_t t;
 
 		store_pin(&s, b[2], 0);
-		store_set_bw_limit(&s, 1500000); /* 0.5 MB/s each of 3: copies last ~0.5 s */
+		store_set_bw_limit(&s, 1500000); /* 0.5 MB/s each of 3: ~0.5 s a 256 KiB copy */
 		pthread_create(&t, NULL, sample, &sm);
 		for (int i = 0; i < 8; i++)
 			store_promote(&s, b[i], 0, 1);

@@ -21,7 +21,6 @@ Waits are on what the daemon and faultfs report, never sleeps.
 import json
 import os
 import select
-import socket
 import subprocess
 import sys
 import unittest
@@ -48,9 +47,7 @@ def tearDownModule():
 
 
 def send(sock_path, line):
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(60)
-    s.connect(sock_path)
+    s = wfstest.connect_unix(sock_path, 60)
     s.sendall(line)
     return s
 

@@ -186,16 +186,34 @@ def socket_of(mnt):
     return os.getxattr(mnt, XATTR_SOCKET).decode()
 
 
+def connect_unix(path, timeout):
+    """A connection to the unix socket `path`, its I/O under `timeout` s.
+    The connect is made blocking, bounded by SO_SNDTIMEO, as wfsctl makes
+    it: with the listener's backlog full (other users' connections not yet
+    accepted) it waits for room, where Python's connect under settimeout()
+    fails at once with EAGAIN.  Raises OSError."""
+    import socket as _socket
+    import struct as _struct
+    s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
+        s.setsockopt(_socket.SOL_SOCKET, _socket.SO_SNDTIMEO,
+                     _struct.pack("ll", int(timeout), int(timeout % 1 * 1e6)))
+        s.connect(path)
+    except OSError:
+        s.close()
+        raise
+    s.settimeout(timeout)
+    return s
+
+
 def ctl_raw(sock, data, timeout=20):
     """Send raw bytes on a fresh connection to the control socket and read one
     reply line.  Returns (parsed reply or None, raw bytes received, error
     string or None)."""
-    import socket as _socket
-    s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
-    s.settimeout(timeout)
+    s = None
     got, problem = b"", None
     try:
-        s.connect(sock)
+        s = connect_unix(sock, timeout)
         try:
             s.sendall(data)
         except (BrokenPipeError, ConnectionResetError) as e:
@@ -212,7 +230,8 @@ def ctl_raw(sock, data, timeout=20):
     except OSError as e:
         problem = (problem + "; " if problem else "") + repr(e)
     finally:
-        s.close()
+        if s is not None:
+            s.close()
     line = got.split(b"\n", 1)[0]
     try:
         obj = json.loads(line) if line else None

@@ -225,6 +225,14 @@ static void complete(struct job *j, uint64_t ud, int res)
 		write_done(j, sl, res);
 }
 
+/* The bucket's tokens at @now, refilled at the rate since it was last
+ * looked at (not capped at a chunk: throttle_take does that). */
+static double tokens_at(const struct job *j, const struct timespec *now)
+{
+	return j->tokens + j->rate * ((double)(now->tv_sec - j->last.tv_sec) +
+				      (double)(now->tv_nsec - j->last.tv_nsec) / 1e9);
+}
+
 /* Sleep-based token bucket: a read may start whenever the bucket is not in
  * debt, and takes its whole size; so the average never passes the rate and a
  * burst never passes one chunk, whatever the rate. */
@@ -240,8 +248,7 @@ static int throttle_take(struct job *j, size_t n)
 	if (j->rate <= 0)
 		return 1;
 	clock_gettime(CLOCK_MONOTONIC, &now);
-	j->tokens += j->rate * ((double)(now.tv_sec - j->last.tv_sec) +
-				(double)(now.tv_nsec - j->last.tv_nsec) / 1e9);
+	j->tokens = tokens_at(j, &now);
 	if (j->tokens > (double)CHUNK)
 		j->tokens = (double)CHUNK;
 	j->last = now;
@@ -263,8 +270,7 @@ uint64_t throttle_owed_ns(const struct job *j)
 	if (j->rate <= 0)
 		return 0;
 	clock_gettime(CLOCK_MONOTONIC, &now);
-	tokens = j->tokens + j->rate * ((double)(now.tv_sec - j->last.tv_sec) +
-					(double)(now.tv_nsec - j->last.tv_nsec) / 1e9);
+	tokens = tokens_at(j, &now);
 	return tokens >= 0 ? 0 : (uint64_t)(-tokens / j->rate * 1e9);
 }
 

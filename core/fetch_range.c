@@ -19,40 +19,31 @@
  * often (a chunk at a low rate takes seconds) */
 #define MAX_NAP 0.1
 
+/* Seconds @bw_limit (not 0) still asks after @done bytes since @t0: how
+ * far the loop is ahead of the cap (<= 0: not ahead). */
+static double ahead_s(uint64_t bw_limit, uint64_t done, const struct timespec *t0)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	return (double)done / (double)bw_limit - (double)(now.tv_sec - t0->tv_sec) -
+	       (double)(now.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
 /* Sleep as long as @bw_limit asks after @done bytes since @t0, at most
  * MAX_NAP: 1 when there is more to wait, 0 when the next read may start. */
 static int throttle(uint64_t bw_limit, uint64_t done, const struct timespec *t0)
 {
-	struct timespec now, ts;
-	double due, spent, nap;
+	struct timespec ts;
+	double left, nap;
 
-	if (!bw_limit)
+	if (!bw_limit || (left = ahead_s(bw_limit, done, t0)) <= 0)
 		return 0;
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	due = (double)done / (double)bw_limit;
-	spent = (double)(now.tv_sec - t0->tv_sec) + (double)(now.tv_nsec - t0->tv_nsec) / 1e9;
-	if (due <= spent)
-		return 0;
-	nap = due - spent > MAX_NAP ? MAX_NAP : due - spent;
+	nap = left > MAX_NAP ? MAX_NAP : left;
 	ts.tv_sec = (time_t)nap;
 	ts.tv_nsec = (long)((nap - (double)ts.tv_sec) * 1e9);
 	nanosleep(&ts, NULL);
-	return due - spent > nap;
-}
-
-/* How long @bw_limit still asks after @done bytes since @t0: what the
- * loop read ahead of the cap (its first chunk goes at once). */
-static uint64_t owed_ns(uint64_t bw_limit, uint64_t done, const struct timespec *t0)
-{
-	struct timespec now;
-	double left;
-
-	if (!bw_limit)
-		return 0;
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	left = (double)done / (double)bw_limit - (double)(now.tv_sec - t0->tv_sec) -
-	       (double)(now.tv_nsec - t0->tv_nsec) / 1e9;
-	return left > 0 ? (uint64_t)(left * 1e9) : 0;
+	return left > nap;
 }
 
 /* Read @n bytes at @off of @fd, whole or an error: -ESTALE when the file
@@ -152,7 +143,12 @@ static int read_source(const char *src, int in, uint64_t off, uint64_t len, uint
 		if (prog)
 			atomic_fetch_add(&prog->bytes_done, n);
 	}
-	res->owed_ns = owed_ns(bw_limit, pos - from, &t0);
+	/* what the loop read ahead of the cap: its first chunk goes at once */
+	if (bw_limit) {
+		double left = ahead_s(bw_limit, pos - from, &t0);
+
+		res->owed_ns = left > 0 ? (uint64_t)(left * 1e9) : 0;
+	}
 	free(buf);
 	return r;
 }

@@ -441,8 +441,7 @@ static void copy_one(struct store *s, struct blob *b, int64_t *paid)
 		store_log_msg(s, LOG_INFO, "promoting %s (%s, %llu bytes%s)", key, id,
 			      (unsigned long long)size, auto_copy ? ", automatic" : "");
 		r = fetch_copy_verify(key, size, tmp, id, rate, &b->prog, &res);
-		if (res.owed_ns)
-			*paid = store_owed_until(res.owed_ns);
+		*paid = store_owed_until(res.owed_ns);
 		if (r == 0 && (r = store_publish(s, tmp, res.xxh)) < 0)
 			snprintf(res.reason, sizeof(res.reason), "cannot move the verified copy "
 				 "into %s/%.2s/%s: %s", s->data_dir, res.xxh, res.xxh, strerror(-r));
@@ -488,7 +487,7 @@ static int index_due_locked(struct store *s, int idle)
 
 int64_t store_owed_until(uint64_t owed_ns)
 {
-	return store_now_ms() + (int64_t)((owed_ns + 999999) / 1000000);
+	return owed_ns ? store_now_ms() + (int64_t)((owed_ns + 999999) / 1000000) : 0;
 }
 
 int store_owed_wait_locked(struct store *s, pthread_cond_t *cond, int64_t *until)
@@ -513,12 +512,13 @@ void *store_worker(void *arg)
 	pthread_mutex_lock(&s->lock);
 	while (!s->stop) {
 		int held = 0;
+		int index_now = index_due_locked(s, 0);
 		struct blob *b;
 		int64_t due = -1;
 
-		if (!index_due_locked(s, 0) && store_owed_wait_locked(s, &s->cond, &paid))
+		if (!index_now && store_owed_wait_locked(s, &s->cond, &paid))
 			continue;
-		b = index_due_locked(s, 0) ? NULL : dequeue_locked(s, &held);
+		b = index_now ? NULL : dequeue_locked(s, &held);
 
 		if (index_due_locked(s, !b)) {
 			pthread_mutex_unlock(&s->lock);

@@ -232,7 +232,8 @@ void *store_worker(void *arg);
 /* promote_mbps across copies: a copy may read its first chunk ahead of
  * the cap (fetch.h, owed_ns), so a run of small ones was not slowed at
  * all; the worker that made it starts its next only once that time is
- * past.  store_owed_until: that time in store_now_ms() terms.
+ * past.  store_owed_until: that time in store_now_ms() terms (0 when
+ * nothing is owed).
  * store_owed_wait_locked: *@until past (or 0): sets it 0, returns 0; else
  * waits on @cond until then or until woken (a stop, the index: the caller
  * looks again) and returns 1.  Called with the lock held. */

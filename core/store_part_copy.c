@@ -217,8 +217,7 @@ static void copy_want(struct store *s, struct blob *b, int64_t *paid)
 	} else if ((fd = r = open_part(s->part_dir, path, size)) >= 0) {
 		r = fetch_range_verify(key, size, fd, w.off, w.len,
 				       store_copy_rate(s, 0), &p->prog, &res);
-		if (res.owed_ns)
-			*paid = store_owed_until(res.owed_ns);
+		*paid = store_owed_until(res.owed_ns);
 		if (r < 0)
 			punch(fd, w.off, w.len); /* no listed range's bytes (above): never served */
 		if (r == 0 && fstat(fd, &st) < 0)

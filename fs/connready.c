@@ -19,7 +19,8 @@
  * then), on a FUSE worker.  The bdi is named by the connection's device,
  * learnt from /proc/self/mountinfo right after the mount (fs/connabort.h),
  * never by a stat() of the mount point, which would hold the mount busy
- * against an umount racing start-up. */
+ * against an umount racing start-up.  A failure is logged before stats can
+ * show it, so that a stats reply naming it means the line is written. */
 static void raise_readahead(struct wfs *w)
 {
 	struct store_readahead ra = { .want_kb = w->opt.readahead_kb };
@@ -30,9 +31,9 @@ static void raise_readahead(struct wfs *w)
 		if (!ra.want_kb)
 			return;
 		ra.err = -ENOENT;
-		store_note_readahead(&w->store, &ra);
 		wfs_log(w, LOG_WARNING, "cannot set read-ahead of %s: its connection is not in "
 			"/proc/self/mountinfo; the kernel's stays", w->opt.mnt);
+		store_note_readahead(&w->store, &ra);
 		return;
 	}
 	snprintf(ra.path, sizeof(ra.path), "/sys/class/bdi/%u:%u/read_ahead_kb", w->conn.major,
@@ -53,8 +54,8 @@ static void raise_readahead(struct wfs *w)
 		if (bad)
 			ra.err = errno ? -errno : -EIO;
 	}
-	store_note_readahead(&w->store, &ra);
 	if (!ra.err) {
+		store_note_readahead(&w->store, &ra);
 		wfs_log(w, LOG_DEBUG, "read-ahead of %s set to %u KiB", w->opt.mnt, ra.want_kb);
 		return;
 	}
@@ -64,6 +65,7 @@ static void raise_readahead(struct wfs *w)
 		"write %s: %s; sequential reads through the mount are slower until %u is written "
 		"there (from outside, if /sys is read-only here)", w->opt.mnt, now, ra.want_kb,
 		ra.path, strerror(-ra.err), ra.want_kb);
+	store_note_readahead(&w->store, &ra);
 }
 
 /* The INIT reply is written and applied: the connection's settings are

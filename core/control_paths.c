@@ -12,37 +12,54 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The request's "paths" (or "path"; none: the mount root), validated and
- * normalised: a new array of strings, or NULL with *@err set. */
+/* One PATH of a request, normalised into @out (a string added), or the
+ * reply that refuses it: a name that leaves the mount ("..", "/") would
+ * let any user who may ask a dry run learn what is outside NAS_HUB. */
+static json_t *req_path_add(struct control *c, json_t *p, json_t *out)
+{
+	char norm[PATH_MAX];
+	const char *rel = json_string_value(p);
+
+	if (!rel || rel[0] == '/' || path_normalize(rel, norm, sizeof(norm)) < 0)
+		return reply_error(EINVAL, "%s: not a path inside the mount %s",
+				   rel ? rel : "(not a string)", c->mount);
+	/* _nocheck: a NAS name need not be UTF-8 (req_hex_names) */
+	if (json_array_append_new(out, json_stringn_nocheck(norm, strlen(norm))))
+		return reply_error(ENOMEM, "out of memory");
+	return NULL;
+}
+
+/* The request's "paths" (or "path"; none: the mount root; one string is a
+ * list of one), each checked and normalised: a new array of strings, or
+ * NULL with *@err set. */
 json_t *control_req_paths(struct control *c, json_t *req, json_t **err)
 {
 	json_t *paths = json_object_get(req, "paths"), *p, *out;
 	json_t *one = json_object_get(req, "path");
 	size_t i;
 
+	*err = NULL;
 	if (!paths && one)
 		paths = one;
 	if (!paths)
 		return json_pack("[s]", "");
-	if (json_is_string(paths))
-		return json_pack("[O]", paths);
-	if (!json_is_array(paths)) {
+	if (!json_is_array(paths) && !json_is_string(paths)) {
 		*err = reply_error(EINVAL, "\"paths\" must be a list of mount-relative paths");
 		return NULL;
 	}
-	out = json_array();
-	json_array_foreach(paths, i, p) {
-		char norm[PATH_MAX];
-		const char *rel = json_string_value(p);
-
-		if (!rel || rel[0] == '/' || path_normalize(rel, norm, sizeof(norm)) < 0) {
-			*err = reply_error(EINVAL, "%s: not a path inside the mount %s",
-					   rel ? rel : "(not a string)", c->mount);
-			json_decref(out);
-			return NULL;
-		}
-		/* _nocheck: a NAS name need not be UTF-8 (req_hex_names) */
-		json_array_append_new(out, json_string_nocheck(norm));
+	if (!(out = json_array())) {
+		*err = reply_error(ENOMEM, "out of memory");
+		return NULL;
+	}
+	if (json_is_string(paths))
+		*err = req_path_add(c, paths, out);
+	else
+		json_array_foreach(paths, i, p)
+			if ((*err = req_path_add(c, p, out)))
+				break;
+	if (*err) {
+		json_decref(out);
+		return NULL;
 	}
 	return out;
 }

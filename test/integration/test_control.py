@@ -548,13 +548,33 @@ class BadRequests(unittest.TestCase):
             self.assert_alive("a client sending %r and closing" % data)
 
     def test_paths_leaving_the_mount(self):
+        deep = "models--acme--standard/snapshots/" + "../" * 12 + "etc/passwd"
         for p in ("..", "../", "../outside/secret.bin", "models--acme--standard/../../outside",
-                  "models--acme--standard/snapshots/../../../gen"):
+                  "models--acme--standard/snapshots/../../../gen", deep):
+            # a list, one string in "paths" or "path", and the same in hex
+            hexed = p.encode().hex()
             for req in ({"op": "promote", "paths": [p]}, {"op": "promote", "paths": [p], "dry_run": True},
+                        {"op": "promote", "paths": p}, {"op": "promote", "paths": p, "dry_run": True},
+                        {"op": "promote", "path": p, "dry_run": True},
+                        {"op": "promote", "paths_hex": hexed, "dry_run": True},
+                        {"op": "promote", "path_hex": hexed, "dry_run": True},
+                        {"op": "promote", "paths": p, "dry_run": True, "ranges": [[0, 100000]]},
                         {"op": "status", "path": p}, {"op": "evict", "paths": [p]},
-                        {"op": "verify", "paths": [p]}):
+                        {"op": "evict", "paths": p}, {"op": "verify", "paths": p},
+                        {"op": "verify", "paths": [p]}, {"op": "doctor", "path": p}):
                 rep = self.expect_error((json.dumps(req) + "\n").encode(), "request %s" % req)
+                self.assertEqual(rep["errno"], "EINVAL", "request %s: %s" % (req, rep))
+                self.assertIn("not a path inside the mount", rep["error"])
                 self.assertNotIn("secret", json.dumps(rep).lower().replace(p.lower(), ""))
+        # any user may ask a dry run: none learns a size outside NAS_HUB
+        rep, _ = wfstest.as_uid(wfstest.ctl_request, SOCK,
+                                {"op": "promote", "paths": deep, "dry_run": True})
+        self.assertEqual((rep.get("ok"), rep.get("errno")), (False, "EINVAL"), rep)
+        self.assertNotIn("blobs", rep)
+        # nor did a request made as root leave a blob of such a name
+        status = json.dumps(wfstest.ctl_request(SOCK, {"op": "status"}))
+        for name in ("passwd", "outside", "secret"):
+            self.assertNotIn(name, status)
 
     def test_absolute_paths(self):
         data0 = wfstest.store_files(FIX.local)

@@ -687,7 +687,10 @@ void store_leave(struct store *s)
 	 * index and in the table, which that worker, blocked on the lock, never
 	 * sees again. */
 	STORE_EACH(s, b) {
-		if (b->state == BLOB_COPYING) {
+		/* A copy waiting for its start-up re-hash is COPYING too, but its
+		 * b->tmp is the copy itself (shared, maybe, with LOCAL blobs):
+		 * kept, and re-hashed at the next start as the index says. */
+		if (b->state == BLOB_COPYING && !b->reverify) {
 			n++;
 			store_log_msg(s, LOG_NOTICE, "stopping: the copy of %s is left unfinished "
 				      "(%llu of %llu bytes; its worker is still in a NAS call): not "

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 static char top[PATH_MAX];
@@ -435,17 +436,16 @@ static void test_index_faults(struct check_count *c)
 	store_close(&s);
 }
 
-/* Two blobs share a copy; one is proven at start-up, the other is to be
- * re-hashed (its record's proof is not the file's).  Evicting the proven
- * one must leave the file to the other: its re-hash makes it local again. */
-static void test_evict_shared_unproven(struct check_count *c)
+/* Two blobs of @local share a copy (its xxh into @xxh); in the index, a's
+ * record proves it and b's does not (copy_ino changed): at the next open,
+ * a is local and b to be re-hashed (COPYING, reverify) until the sweep. */
+static void shared_one_unproven(struct check_count *c, const char *local, char *xxh)
 {
 	struct store_opts opt = { .workers = 1 };
-	char local[PATH_MAX * 2], key[PATH_MAX * 2], copy[PATH_MAX * 3], xxh[33];
+	char key[PATH_MAX * 2];
 	struct store s;
 	struct blob *a, *b;
 
-	snprintf(local, sizeof(local), "%s/slocal", top);
 	mkdir(local, 0755);
 	put("nas/sa", "shared bytes", 12);
 	put("nas/sb", "shared bytes", 12);
@@ -456,12 +456,24 @@ static void test_evict_shared_unproven(struct check_count *c)
 	CHECK(c, wait_settled(&s, a) == BLOB_LOCAL, "a local");
 	store_promote(&s, b, 0, 1);
 	CHECK(c, wait_settled(&s, b) == BLOB_LOCAL, "b local");
-	snprintf(xxh, sizeof(xxh), "%s", info(&s, a)->xxh);
+	snprintf(xxh, 33, "%s", info(&s, a)->xxh);
 	CHECK(c, !strcmp(xxh, info(&s, b)->xxh), "one copy for both");
 	store_close(&s);
 	snprintf(key, sizeof(key), "%s/nas/sb", top);
 	CHECK(c, index_set(s.index_path, key, "copy_ino", json_integer(1)) == 0, "index edited");
+}
 
+/* Evicting the proven one must leave the file to the other: its re-hash
+ * makes it local again. */
+static void test_evict_shared_unproven(struct check_count *c)
+{
+	struct store_opts opt = { .workers = 1 };
+	char local[PATH_MAX * 2], copy[PATH_MAX * 3], xxh[33];
+	struct store s;
+	struct blob *a, *b;
+
+	snprintf(local, sizeof(local), "%s/slocal", top);
+	shared_one_unproven(c, local, xxh);
 	/* not started: b's re-hash waits for the sweep */
 	CHECK(c, store_open(&s, local, &opt, NULL) == 0, "reopen");
 	a = blob_of(&s, "nas/sa", "");
@@ -474,6 +486,41 @@ static void test_evict_shared_unproven(struct check_count *c)
 	CHECK(c, access(copy, F_OK) == 0, "the copy b is re-hashed from is kept");
 	CHECK(c, store_start(&s) == 0 && wait_settled(&s, b) == BLOB_LOCAL,
 	      "b re-hashed, local: %s (%s)", blob_state_name(blob_state(b)), info(&s, b)->reason);
+	store_close(&s);
+}
+
+/* A stop that leaves a thread behind (store_leave) while b still waits for
+ * its re-hash: b's "copy in flight" is the copy itself, shared with a, and
+ * must be kept -- it was unlinked as if a temporary file, and both lost. */
+static void test_leave_keeps_unproven(struct check_count *c)
+{
+	struct store_opts opt = { .workers = 1 };
+	char local[PATH_MAX * 2], copy[PATH_MAX * 3], xxh[33];
+	struct store s;
+	struct blob *a, *b;
+	pid_t pid;
+	int st = -1;
+
+	snprintf(local, sizeof(local), "%s/llocal", top);
+	shared_one_unproven(c, local, xxh);
+	pid = fork();
+	if (pid == 0) { /* the daemon's last steps: store_leave holds the locks, then exit */
+		int ok = store_open(&s, local, &opt, NULL) == 0 &&
+			 blob_state(blob_of(&s, "nas/sb", "")) == BLOB_COPYING;
+
+		store_leave(&s);
+		_exit(ok ? 0 : 1);
+	}
+	CHECK(c, pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && !WEXITSTATUS(st),
+	      "store_leave with b to be re-hashed (child status %d)", st);
+	CHECK(c, store_open(&s, local, &opt, NULL) == 0 && store_start(&s) == 0, "reopen");
+	snprintf(copy, sizeof(copy), "%s/%.2s/%s", s.data_dir, xxh, xxh);
+	CHECK(c, access(copy, F_OK) == 0, "the shared copy %s kept by store_leave", copy);
+	a = blob_of(&s, "nas/sa", "");
+	b = blob_of(&s, "nas/sb", "");
+	CHECK(c, wait_settled(&s, a) == BLOB_LOCAL && wait_settled(&s, b) == BLOB_LOCAL,
+	      "both local after the stop: %s (%s), %s (%s)", blob_state_name(blob_state(a)),
+	      info(&s, a)->reason, blob_state_name(blob_state(b)), info(&s, b)->reason);
 	store_close(&s);
 }
 
@@ -746,6 +793,7 @@ int main(void)
 	test_mismatch_recorded(&c);
 	test_publish_syncs(&c);
 	test_evict_shared_unproven(&c);
+	test_leave_keeps_unproven(&c);
 	snprintf(dir, sizeof(dir), "rm -rf %s", top);
 	if (system(dir) != 0)
 		fprintf(stderr, "could not remove %s\n", top);

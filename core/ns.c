@@ -256,6 +256,27 @@ int ns_classify_in(struct ns_dir *d, const char *name, struct ns_entry *out)
 	return ns_classify(d->roots, rel, out); /* any other link: the general walk */
 }
 
+int ns_classify_beneath(const struct hub_roots *roots, const char *rel, struct ns_entry *out)
+{
+	const char *name = strrchr(rel, '/');
+	struct ns_dir *d;
+	int r;
+
+	if (!*rel)
+		return ns_classify(roots, rel, out); /* the root: nothing above it */
+	if (!(d = malloc(sizeof(*d))))
+		return -ENOMEM;
+	path_dirname(rel, d->rel, sizeof(d->rel));
+	r = ns_dir_open(d, roots, d->rel);
+	if (r == 0)
+		r = ns_classify_in(d, name ? name + 1 : rel, out);
+	else if (r == -ELOOP || r == -ENOTDIR)
+		r = -ESTALE;
+	ns_dir_close(d);
+	free(d);
+	return r;
+}
+
 const char *ns_link_state_name(enum ns_link_state s)
 {
 	switch (s) {

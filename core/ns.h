@@ -43,6 +43,15 @@ struct ns_entry {
  * exist or that the mount hides (fifos, sockets, devices), or -errno. */
 int ns_classify(const struct hub_roots *roots, const char *rel, struct ns_entry *out);
 
+/* ns_classify() of @rel (physical: no ".", ".." or link in it) in the
+ * directory above it as it is now, opened with no link followed
+ * (ns_dir_open): ns_classify() takes the directories above @rel to be the
+ * directories they were when @rel was found, and a directory the NAS has
+ * since swapped for a link would be followed out of NAS_HUB by its lstat.
+ * A parent that is a link now, or no longer a directory, answers -ESTALE
+ * (the caller's path is out of date); else what ns_classify() answers. */
+int ns_classify_beneath(const struct hub_roots *roots, const char *rel, struct ns_entry *out);
+
 const char *ns_link_state_name(enum ns_link_state s);
 
 /* The entries of one directory classified one after another (a READDIRPLUS

@@ -22,7 +22,7 @@ static int classify_fn(void *arg)
 {
 	struct classify_job *j = arg;
 
-	return ns_classify(j->roots, j->rel, &j->out);
+	return ns_classify_beneath(j->roots, j->rel, &j->out);
 }
 
 struct gone_job {
@@ -107,20 +107,18 @@ static void batch_release(void *arg)
 static int batch_fn(void *arg)
 {
 	struct batch_job *j = arg;
-	char rel[PATH_MAX];
 	int r = ns_dir_open(&j->dir, j->roots, j->dir.rel);
+	/* A directory that cannot be opened: gone (each name then is), or a
+	 * link now (ns_classify_beneath: its names are never looked up
+	 * through it; the listing is out of date). */
+	int dir_err = r == -ELOOP || r == -ENOTDIR ? -ESTALE : r;
 
 	if (nas_gate_unavailable(r)) {
 		ns_dir_close(&j->dir);
 		return r;
 	}
 	for (size_t i = 0; i < j->n; i++) {
-		/* A directory that cannot be opened (gone, or a link now):
-		 * each name says for itself what the walk finds. */
-		if (j->dir.fd >= 0)
-			r = ns_classify_in(&j->dir, j->names[i], &j->e);
-		else if ((r = path_join(j->dir.rel, j->names[i], rel, sizeof(rel))) == 0)
-			r = ns_classify(j->roots, rel, &j->e);
+		r = j->dir.fd >= 0 ? ns_classify_in(&j->dir, j->names[i], &j->e) : dir_err;
 		if (nas_gate_unavailable(r))
 			break; /* the rest would fail alike */
 		if (ns_batch_add(&j->out, r, &j->e) < 0) {

@@ -592,6 +592,33 @@ class Swapped(unittest.TestCase):
             wait_log(self, F["mount"], r"getattr %s: .* on the NAS now: stale"
                      % re.escape(os.path.join(top, "file.bin")), 0)
 
+    def test_lookup_in_a_swapped_directory_follows_no_link(self):
+        """A directory the kernel holds, swapped on the NAS for a link to a
+        root-only directory outside NAS_HUB: a name looked up in it before
+        its attributes time out is looked up in the directory as it is now
+        (a link: ESTALE, and the kernel's own walk then meets the link),
+        never through the link by the daemon -- whose lstat, as root,
+        answered the size of a file the reader may not see."""
+        outside = os.path.join(F["base"], "lookup-outside")
+        os.makedirs(outside)
+        os.chmod(outside, 0o700)
+        with open(os.path.join(outside, "other.bin"), "wb") as f:
+            f.write(det_bytes("lookup secret", 4321))
+        top = os.path.join(F["hub"], "lookup-dir")
+        os.makedirs(top)
+        self.addCleanup(remove, top + ".moved")
+        self.addCleanup(remove, top)
+        with open(os.path.join(top, "a.bin"), "wb") as f:
+            f.write(det_bytes("lookup a", 1000))
+        seen = os.path.join(F["mnt"], "lookup-dir")
+        self.assertEqual(os.listdir(seen), ["a.bin"])  # the kernel holds the directory
+        os.rename(top, top + ".moved")
+        os.symlink(outside, top)
+        size, err = wfstest.as_uid(lambda p: os.stat(p).st_size, os.path.join(seen, "other.bin"))
+        self.assertIsNone(size, "uid %d saw the size of a root-only file outside NAS_HUB "
+                          "through a directory swapped for a link" % wfstest.NOBODY)
+        self.assertIn(err, (errno.ESTALE, errno.EACCES, errno.ENOENT), wfstest.errname(err))
+
     def test_copy_refused(self):
         # A mount of its own: one copy worker, slowed, so the victim's copy
         # waits in the queue behind the hog's while its parent is swapped.

@@ -274,6 +274,11 @@ struct blob {
 				     * being re-hashed) */
 	char *tmp;                  /* LOCK: the copy in flight's temporary file (re-hashed:
 				     * the copy itself), for its allocated size */
+	/* LOCK: its verified copy's content hash from the rename into data/
+	 * until the copy's end is recorded: that name's file is its own then,
+	 * and a blob of the same bytes demoted meanwhile must leave it
+	 * (store_publishing_locked); "" otherwise */
+	char pub_xxh[33];
 	_Atomic int hot;            /* ATOMIC: handed to the policy; not again until reset */
 	int hot_listed;             /* LOCK: on the hot list */
 	_Atomic uint64_t hot_bytes; /* ATOMIC: nas_bytes when @hot was last reset */

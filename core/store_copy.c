@@ -143,7 +143,8 @@ static int requeue_locked(struct store *s, struct blob *b)
  * directories: only the daemon reads copies (a NAS file readable by root
  * alone stays so).  A file already under that name is replaced, never
  * trusted: it may be one the index could not prove (store_verify.c). */
-static int publish(struct store *s, const char *tmp, const char *xxh, const char *keep)
+static int publish(struct store *s, const char *tmp, const char *xxh, const char *keep,
+		   struct blob *b)
 {
 	char dir[PATH_MAX + 16], dst[PATH_MAX + 64];
 	int r;
@@ -158,8 +159,21 @@ static int publish(struct store *s, const char *tmp, const char *xxh, const char
 	snprintf(dst, sizeof(dst), "%s/%s", dir, xxh);
 	if (keep && link(keep, tmp) < 0)
 		return -errno;
-	if (chmod(tmp, 0400) < 0 || rename(tmp, dst) < 0) {
+	if (chmod(tmp, 0400) < 0) {
 		r = -errno;
+	} else {
+		/* @b's copy (the caller holds no lock): the name is @b's from
+		 * the rename on, for whoever takes the lock next
+		 * (store_publishing_locked) */
+		if (b)
+			pthread_mutex_lock(&s->lock);
+		r = rename(tmp, dst) < 0 ? -errno : 0;
+		if (b && r == 0)
+			snprintf(b->pub_xxh, sizeof(b->pub_xxh), "%s", xxh);
+		if (b)
+			pthread_mutex_unlock(&s->lock);
+	}
+	if (r < 0) {
 		if (keep)
 			unlink(tmp);
 		return r;
@@ -169,7 +183,15 @@ static int publish(struct store *s, const char *tmp, const char *xxh, const char
 
 int store_publish(struct store *s, const char *tmp, const char *xxh)
 {
-	return publish(s, tmp, xxh, NULL);
+	return publish(s, tmp, xxh, NULL, NULL);
+}
+
+int store_publishing_locked(struct store *s, const struct blob *b, const char *xxh)
+{
+	STORE_EACH(s, o)
+		if (o != b && o->pub_xxh[0] && xxh[0] && !strcmp(o->pub_xxh, xxh))
+			return 1;
+	return 0;
 }
 
 /* A link made in tmp/ and renamed into data/: link(2) cannot replace a
@@ -181,7 +203,7 @@ int store_publish_link_locked(struct store *s, const char *path, const char *xxh
 
 	snprintf(tmp, sizeof(tmp), "%s/%llu.%d.link", s->tmp_dir,
 		 (unsigned long long)++s->tmp_serial, (int)getpid());
-	return publish(s, tmp, xxh, path);
+	return publish(s, tmp, xxh, path, NULL);
 }
 
 uint64_t store_copy_rate(struct store *s, int auto_copy)
@@ -218,6 +240,8 @@ static void unpublish_locked(struct store *s, struct blob *b, const char *xxh)
 		}
 	if (shared)
 		store_dirty_locked(s);
+	else if (store_publishing_locked(s, b, xxh))
+		return; /* another copy of these bytes, renamed in since: its file */
 	else if (unlink(path) < 0)
 		store_log_msg(s, LOG_WARNING, "cannot remove %s: %s", path, strerror(errno));
 }
@@ -442,7 +466,7 @@ static void copy_one(struct store *s, struct blob *b, int64_t *paid)
 			      (unsigned long long)size, auto_copy ? ", automatic" : "");
 		r = fetch_copy_verify(key, size, tmp, id, rate, &b->prog, &res);
 		*paid = store_owed_until(res.owed_ns);
-		if (r == 0 && (r = store_publish(s, tmp, res.xxh)) < 0)
+		if (r == 0 && (r = publish(s, tmp, res.xxh, NULL, b)) < 0)
 			snprintf(res.reason, sizeof(res.reason), "cannot move the verified copy "
 				 "into %s/%.2s/%s: %s", s->data_dir, res.xxh, res.xxh, strerror(-r));
 		/* a partial copy never serves: never left behind either */
@@ -461,6 +485,11 @@ static void copy_one(struct store *s, struct blob *b, int64_t *paid)
 	store_free_auto_slot_locked(s, b);
 	if (not_started && requeue_locked(s, b))
 		return;
+	/* renamed into data/, then its directory's fsync failed: not a copy
+	 * the index may name, so its file goes (unless another's) */
+	if (r < 0 && b->pub_xxh[0])
+		unpublish_locked(s, b, b->pub_xxh);
+	b->pub_xxh[0] = '\0';
 	copy_done_locked(s, b, r, size, &at, &res, key, id);
 	/* wfsctl evict came after the copy last looked at the cancel flag:
 	 * the operator was told it went to the NAS, so it goes, as a local

@@ -220,6 +220,9 @@ void store_part_free(struct blob *b);
 /* A verified copy @tmp becomes data/<xx>/@xxh (mode 0400, replacing what
  * was there; directory fsynced): 0 or -errno. */
 int store_publish(struct store *s, const char *tmp, const char *xxh);
+/* Is a blob other than @b's copy in data/ as @xxh and not yet recorded
+ * (blob.pub_xxh)?  Then that file is not @b's to remove. */
+int store_publishing_locked(struct store *s, const struct blob *b, const char *xxh);
 /* As store_publish, but @path keeps its name too (a hard link: no second
  * copy).  Lock held (the temporary name's serial). */
 int store_publish_link_locked(struct store *s, const char *path, const char *xxh);

@@ -495,14 +495,15 @@ void space_closed_locked(struct store *s, struct blob *b)
 
 /* ---- demotion: a copy gives its room back ---- */
 
-/* Does another local blob serve @b's copy (the same bytes, one file), or
- * is one still to re-hash it (store_verify.c)? */
+/* Does another local blob serve @b's copy (the same bytes, one file), is
+ * one still to re-hash it (store_verify.c), or has one just renamed its
+ * own copy of them there (store_publishing_locked)? */
 static int copy_shared_locked(struct store *s, const struct blob *b)
 {
 	STORE_EACH(s, o)
 		if (o != b && o->state == BLOB_LOCAL && b->xxh[0] && !strcmp(o->xxh, b->xxh))
 			return 1;
-	return rehash_pending_locked(s, b);
+	return rehash_pending_locked(s, b) || store_publishing_locked(s, b, b->xxh);
 }
 
 /* Remove @b's local copy.  Returns 1 when the file was unlinked. */

@@ -17,8 +17,13 @@
  *            backoff, not at every poll of the ref (each try a log line)
  *   range    a range makes its room as a whole copy does: an older unpinned
  *            copy is evicted for it
+ *   race     a blob evicted after another's copy of the same bytes is
+ *            renamed into data/, before that copy is recorded, leaves the
+ *            file: it is the other's (it was unlinked, and the other went
+ *            LOCAL with no file)
  */
 #include "check_store.h"
+#include "fsyncs.h"
 #include "hash.h"
 #include "store.h"
 #include "store_int.h"
@@ -427,6 +432,55 @@ static void test_range_evicts(void)
 	policy_opts_free(&pol);
 }
 
+static struct blob *race_victim;
+
+/* After the rename into data/, no store lock held: the evict a wfsctl
+ * evict of the other repo's blob makes there. */
+static void evict_after_publish(const char *dir)
+{
+	if (!strstr(dir, "/data/")) {
+		/* not the publish yet */
+		__atomic_store_n(&fsyncs_dir_hook, evict_after_publish, __ATOMIC_RELEASE);
+		return;
+	}
+	CHECK(&c, store_evict(the_store, race_victim, 1) == 1, "a evicted after b's rename");
+}
+
+static void test_publish_race(void)
+{
+	struct policy_opts pol;
+	struct store_opts opt = { .workers = 1, .policy = &pol };
+	struct store s;
+	struct blob *a, *b;
+	char local[PATH_MAX * 2], path[PATH_MAX * 3];
+
+	check_policy_manual(&pol);
+	check_store_dir(top, "rlocal", local, sizeof(local));
+	mkdirs("hub/models--r--one/blobs");
+	mkdirs("hub/models--r--two/blobs");
+	put("hub/models--r--one/blobs/tok", BLOB, 21);
+	put("hub/models--r--two/blobs/tok", BLOB, 21);
+	CHECK(&c, store_open(&s, local, &opt, NULL) == 0 && store_start(&s) == 0, "open");
+	the_store = &s;
+	a = blob_at("hub/models--r--one/blobs/tok");
+	b = blob_at("hub/models--r--two/blobs/tok");
+	CHECK(&c, promote(a) == BLOB_LOCAL, "a local: %s", info(a)->reason);
+	race_victim = a;
+	__atomic_store_n(&fsyncs_dir_hook, evict_after_publish, __ATOMIC_RELEASE);
+	CHECK(&c, promote(b) == BLOB_LOCAL, "b local: %s", info(b)->reason);
+	CHECK(&c, !__atomic_load_n(&fsyncs_dir_hook, __ATOMIC_ACQUIRE), "the hook ran (b's copy was renamed into data/)");
+	CHECK(&c, blob_state(a) == BLOB_NAS, "a evicted: %s", st(a));
+	CHECK(&c, store_local_path(&s, b, path, sizeof(path)) == 0 && access(path, R_OK) == 0,
+	      "b's copy %s is there", path);
+	store_close(&s);
+	CHECK(&c, store_open(&s, local, &opt, NULL) == 0, "reopen");
+	b = blob_at("hub/models--r--two/blobs/tok");
+	CHECK(&c, blob_state(b) == BLOB_LOCAL, "b local after a restart: %s (%s)", st(b),
+	      info(b)->reason);
+	store_close(&s);
+	the_store = NULL;
+}
+
 int main(void)
 {
 	snprintf(top, sizeof(top), "/var/tmp/wfs-space-XXXXXX");
@@ -435,6 +489,7 @@ int main(void)
 	test_adopt();
 	test_pin_no_room();
 	test_range_evicts();
+	test_publish_race();
 	check_rmtree(top);
 	printf("space: %d passed, %d failed\n", c.passed, c.failed);
 	return c.failed ? 1 : 0;

@@ -444,8 +444,10 @@ int ctl_report(struct ctl_conn *c, const char *sock, const char *cmd, bool json_
 			cmd, CTL_REQUEST_MAX >> 10);
 		return r;
 	case -EMSGSIZE:
-		fprintf(stderr, "wfsctl: %s: the reply from %s is over %u MiB; "
-			"is that a wfs daemon?\n", cmd, sock, CTL_REPLY_MAX >> 20);
+		fprintf(stderr, "wfsctl: %s: the reply from %s is over %u MiB, more than "
+			"wfsctl reads: a request naming that many blobs (the daemon may have "
+			"acted on it all the same; name fewer at a time), or not a wfs daemon\n",
+			cmd, sock, CTL_REPLY_MAX >> 20);
 		return r;
 	case -EBADMSG:
 		fprintf(stderr, "wfsctl: %s: the reply from %s is not a wfs reply "

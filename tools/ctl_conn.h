@@ -14,9 +14,11 @@
 
 /* The daemon rejects longer requests, so we refuse to send them. */
 #define CTL_REQUEST_MAX (64u << 10)
-/* A status reply of a large hub is big, but not this big: beyond this the
- * peer is not a wfs daemon, or something is badly wrong. */
-#define CTL_REPLY_MAX (16u << 20)
+/* A reply lists every blob a request named: a promote of a dataset of
+ * 40,000 files with long names took 17 MiB (the old cap: the copies were
+ * queued, and wfsctl said the peer was no wfs daemon).  This bounds what
+ * a peer that is not a wfs daemon can make wfsctl hold; ~600,000 blobs. */
+#define CTL_REPLY_MAX (256u << 20)
 
 /* How long one exchange (connect, request, reply) may take by default: a
  * daemon that is stopped (SIGSTOP) or hung must not hang wfsctl, and its

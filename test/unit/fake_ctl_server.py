@@ -384,7 +384,7 @@ class Handler(socketserver.StreamRequestHandler):
             return
         if srv.mode == "huge":
             try:
-                for _ in range(17):
+                for _ in range(257):
                     self.wfile.write(b" " * MiB)
             except OSError:
                 pass  # wfsctl hung up once it had seen enough

@@ -499,7 +499,7 @@ def body(t, work):
     ok("unpin --json", r[0] == 0 and json.loads(r[1]) == {"ok": True, "count": 3}, show(r))
 
     # --- broken peers
-    for mode, want in (("garbage", "not a wfs reply"), ("huge", "over 16 MiB"),
+    for mode, want in (("garbage", "not a wfs reply"), ("huge", "over 256 MiB"),
                        ("silent", "closed the connection without replying")):
         s = f"{store}/{mode}.sock"
         bad = Server(s, Hub(1), mode=mode)

@@ -23,14 +23,23 @@ const char *fmt_duration(double seconds, char *buf, size_t sz)
 	return buf;
 }
 
-/* Control characters (C0, DEL) of @s as '?', in place: a NAS name or a
- * reason with a newline or an escape sequence must not forge a line of
- * output or drive the terminal. */
+/* Control characters (C0, DEL, and C1 as UTF-8: U+0080-U+009F, which
+ * terminals take as ESC [ and the like) of @s as '?', in place: a NAS
+ * name or a reason with a newline or an escape sequence must not forge a
+ * line of output or drive the terminal. */
 static char *clean(char *s)
 {
-	for (char *p = s; *p; p++)
-		if ((unsigned char)*p < 0x20 || *p == 0x7f)
-			*p = '?';
+	char *w = s;
+
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+		if (p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) {
+			*w++ = '?';
+			p++;
+		} else {
+			*w++ = *p < 0x20 || *p == 0x7f ? '?' : (char)*p;
+		}
+	}
+	*w = '\0';
 	return s;
 }
 

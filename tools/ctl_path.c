@@ -73,12 +73,15 @@ static void squeeze(char *p)
 		strcpy(p, "/");
 }
 
-/* Errors of a path's resolution that find_root tells apart, naming the
- * directory: a dead FUSE mount (ENOTCONN), one this user may not enter
- * (EACCES: without -o allow_other). */
+/* Errors of a path's resolution after which the path is taken as given:
+ * find_root tells apart a dead FUSE mount (ENOTCONN) and one this user may
+ * not enter (EACCES: without -o allow_other), naming the directory; and a
+ * wfs mount whose NAS is down answers EIO for a name it cannot show now,
+ * which the daemon, asked about the path, says why of (not in its record,
+ * the NAS down since when) where a bare "Input/output error" would not. */
 static int root_error(int r)
 {
-	return r == -ENOTCONN || r == -EACCES;
+	return r == -ENOTCONN || r == -EACCES || r == -EIO;
 }
 
 /* realpath(@path) into @out; a path where nothing resolves (root_error) as
@@ -289,7 +292,7 @@ static int resolve_one(struct ctl_target *t, const char *socket_opt,
 {
 	char abs[PATH_MAX], root[PATH_MAX], sock[PATH_MAX + 1];
 	const char *under;
-	int r = make_absolute(arg, abs);
+	int made = make_absolute(arg, abs), r = made;
 
 	if (!r || root_error(r)) /* find_root names the mount */
 		r = find_root(abs, root, sock, sizeof(sock));
@@ -311,6 +314,10 @@ static int resolve_one(struct ctl_target *t, const char *socket_opt,
 			fprintf(stderr, "wfsctl: %s: not inside a wfs mount, and with "
 				"--socket such a path must be relative to the mount root\n", shown);
 		return r;
+	}
+	if (r == -ENODATA && made == -EIO) {
+		fprintf(stderr, "wfsctl: %s: %s\n", shown, strerror(EIO));
+		return -EIO;
 	}
 	if (r == -ENODATA) {
 		fprintf(stderr, "wfsctl: %s: not inside a wfs mount (no %s "

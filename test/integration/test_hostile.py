@@ -448,10 +448,13 @@ class Terminal(unittest.TestCase):
         snapdir = os.path.join(F["hub"], repo, "snapshots", rev)
         os.makedirs(snapdir)
         os.symlink(b"gone\x1b[31m\nFAKE LINE", os.path.join(b(snapdir), b"dang\x1b]0;x\x07\n"))
+        # U+009B, C1's one-character ESC [ (UTF-8 c2 9b)
+        os.symlink(b"gone", os.path.join(b(snapdir), b"c1\xc2\x9b2Jname"))
         rc, out, err = wfstest.run_wfsctl(["doctor", os.path.join(F["mnt"], repo)])
         self.assertEqual(rc, 1, "doctor of a dangling link: %s%s" % (out, err))
         self.assertIn("dang?]0;x??", out)
         self.assertIn("gone?[31m?FAKE LINE", out)
+        self.assertIn("c1?2Jname", out)
         # the daemon's error names the file
         p = os.fsdecode(os.path.join(snap("odd"), b"new\nline.txt"))
         rc, out2, err = wfstest.run_wfsctl(["promote", "--range", "0:1G", p])
@@ -467,7 +470,7 @@ class Terminal(unittest.TestCase):
         self.assertIn("pinned models--hostile--ref?]0;x??FAKE refs/main (revision %s" % ev, out3)
         wfstest.ctl_check(self, ["unpin", "--ref", "main", top])
         for text in (out, out2, err, out3):
-            self.assertFalse(any(c in text for c in "\x1b\x07"), repr(text))
+            self.assertFalse(any(c in text for c in "\x1b\x07\x9b"), repr(text))
             self.assertFalse(any(ln.startswith("FAKE") for ln in text.splitlines()), repr(text))
 
 

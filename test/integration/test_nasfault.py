@@ -45,6 +45,7 @@ faultfs state), never sleeps; tearDown puts the NAS back to health first.
 """
 
 import errno
+import json
 import os
 import subprocess
 import sys
@@ -117,6 +118,17 @@ class Outage(WfsOnFaultNAS):
         rc, out, err = run_wfsctl(["--socket", self.sock, "doctor"], timeout=30)
         self.assertEqual(rc, 1, "doctor with the NAS down: %s%s" % (out, err))
         self.assertIn("is refused until the NAS answers again", err)
+        # a PATH under a name the mount cannot show now (EIO): the daemon
+        # is asked, and says why (status), or answers for its mount
+        # (stats), where wfsctl said "Input/output error" for both
+        absent = os.path.join(self.mnt, "models--nas--down/snapshots")
+        rc, out, err = run_wfsctl(["status", absent], timeout=30)
+        self.assertEqual(rc, 1, "status of a path the NAS down hides: %s%s" % (out, err))
+        self.assertIn("models--nas--down/snapshots: not in the local record, and the NAS is "
+                      "down", err)
+        rc, out, err = run_wfsctl(["--json", "stats", absent], timeout=30)
+        self.assertEqual(rc, 0, "stats of a path the NAS down hides: %s%s" % (out, err))
+        self.assertEqual(json.loads(out)["metrics"]["nas"]["state"], "down", out)
         pids = list(self.mount.pids)
         end()
         up = self.wait_nas("up", UP_WAIT)

@@ -334,6 +334,10 @@ static int range_opt(const struct cmd *c, int argc, char **argv, int i, struct c
 	if (brange_parse(v, &o->ranges[o->nranges]) < 0)
 		return usage_error(c, "--range takes OFFSET:LENGTH (bytes, or with K/M/G/T), "
 				   "LENGTH > 0, not '%s'", v), -1;
+	/* the protocol's numbers are JSON's signed 64 bits; no file is larger */
+	if (o->ranges[o->nranges].off + o->ranges[o->nranges].len > (uint64_t)INT64_MAX)
+		return usage_error(c, "--range %s ends past 2^63 - 1 bytes, beyond any file", v),
+		       -1;
 	o->nranges++;
 	return taken;
 }

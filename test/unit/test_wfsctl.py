@@ -131,6 +131,10 @@ def body(t, work):
                  ["promote", "--part", "1/-1", "x"], ["promote", "--part", "+1/2", "x"]):
         r = run(*args)
         ok(f"usage error {args}", r[0] == 2 and r[2], show(r))
+    # past what JSON's signed 64-bit numbers hold: sent, it read as negative
+    for rng in ("9223372036854775808:1", "9223372036854775807:1", "8388608T:1"):
+        r = run("promote", "--dry-run", "--range", rng, "x")
+        ok(f"--range {rng}: usage error", r[0] == 2 and "beyond any file" in r[2], show(r))
 
     # --- discovery from the cwd and from a PATH
     n = len(hub.requests)

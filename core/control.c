@@ -352,8 +352,9 @@ static json_t *op_ref(struct control *c, json_t *req, int pin)
 	rel = json_array_size(paths) == 1 ? json_string_value(json_array_get(paths, 0)) : NULL;
 	if (!ref || !*ref || !rel || !*rel) {
 		json_decref(paths);
-		return reply_error(EINVAL, "%s --ref needs a ref name and one repo", pin ? "pin" :
-				   "unpin");
+		/* (wfsctl prefixes its command: "wfsctl: pin: --ref needs ...") */
+		return reply_error(EINVAL, "--ref needs a ref name and one repo (a PATH in it; "
+				   "the mount root is none)");
 	}
 	snprintf(repo, sizeof(repo), "%.*s", (int)strcspn(rel, "/"), rel);
 	json_decref(paths);

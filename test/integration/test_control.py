@@ -493,6 +493,12 @@ class RefMissing(unittest.TestCase):
             rc, out, err = run_wfsctl(["pin"] + args)
             self.assertEqual(rc, 1, "pin %s: %s%s" % (args, out, err))
             self.assertIn(want, err)
+        # the mount root names no repo (the command named once)
+        for cmd in ("pin", "unpin"):
+            rc, out, err = run_wfsctl([cmd, "--ref", "main", FIX.mnt])
+            self.assertEqual((rc, err), (1, "wfsctl: %s: --ref needs a ref name and one repo "
+                                         "(a PATH in it; the mount root is none) [EINVAL]\n" % cmd),
+                             out)
 
 
 class BadRequests(unittest.TestCase):

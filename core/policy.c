@@ -177,6 +177,8 @@ static int take_mbps(const struct opt_row *r, void *field, const char *val)
 	double mb;
 	int e = take_decimal(r, val, &mb);
 
+	if (e == 0 && mb > 0 && mb * 1e6 < 1)
+		return -ERANGE; /* would round to 0 bytes/s: no cap at all */
 	if (e == 0)
 		*(uint64_t *)field = (uint64_t)(mb * 1e6 + 0.5);
 	return e;
@@ -262,7 +264,10 @@ static void expects_seconds(const struct opt_row *r, char *buf, size_t sz)
 
 static void expects_mbps(const struct opt_row *r, char *buf, size_t sz)
 {
-	expects_range(r, "a number of MB/s", buf, sz);
+	char hi[32];
+
+	fmt_number(r->max, hi, sizeof(hi));
+	snprintf(buf, sz, "a number of MB/s (0: no cap; else 0.000001-%s)", hi);
 }
 
 static void expects_size(const struct opt_row *r, char *buf, size_t sz)

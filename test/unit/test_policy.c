@@ -96,6 +96,11 @@ int main(void)
 	CHECK(&c, policy_parse_opt(&o, "auto_mbps", "2.5", err, sizeof(err)) == 1 &&
 	      o.auto_bw == 2500000, "mbps");
 	CHECK(&c, policy_parse_opt(&o, "auto_mbps", "-3", err, sizeof(err)) == -1, "mbps < 0");
+	/* a cap under 1 byte/s rounded to 0, which is no cap */
+	CHECK(&c, policy_parse_opt(&o, "auto_mbps", "0.0000001", err, sizeof(err)) == -1 &&
+	      strstr(err, "else 0.000001-"), "mbps under 1 B/s: %s", err);
+	CHECK(&c, policy_parse_opt(&o, "auto_mbps", "0.000001", err, sizeof(err)) == 1 &&
+	      o.auto_bw == 1, "mbps of 1 B/s");
 	CHECK(&c, policy_parse_opt(&o, "auto_siblings", "off", err, sizeof(err)) == 1 &&
 	      !o.siblings, "siblings off");
 	CHECK(&c, policy_parse_opt(&o, "ref_poll", "0.5", err, sizeof(err)) == 1 &&

@@ -189,7 +189,10 @@ static void info_locked(const struct blob *b, struct blob_info *out)
 		out->part_bytes = p->bytes;
 		out->part_n = p->n;
 		out->part_want = p->want_total;
-		out->part_done = p->want_done + (p->copying ? atomic_load(&p->prog.bytes_done) : 0);
+		/* a range copy's bytes so far; not the adopt's or a re-hash's,
+		 * which leave the last range's count in @prog (shown twice) */
+		out->part_done = p->want_done + (p->inflight.len ?
+						 atomic_load(&p->prog.bytes_done) : 0);
 		out->part_copying = p->copying || p->nwant || p->adopt;
 		out->part_unproven = p->unproven;
 		memcpy(out->part_reason, p->reason, sizeof(out->part_reason));

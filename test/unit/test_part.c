@@ -322,6 +322,32 @@ static void test_pieces(struct check_count *c, struct store *s)
 	store_evict(s, b, 0);
 }
 
+/* Progress as wfsctl polls it, looked at whenever a directory is fsynced
+ * (the index written as the last range turns into the whole copy among
+ * them): the bytes done never above the bytes asked for. */
+static struct store *watch_s;
+static struct blob *watch_b;
+static atomic_int watch_seen, watch_over;
+static uint64_t watch_done, watch_want;
+
+static void watch_progress(const char *dir)
+{
+	struct blob_info in;
+
+	(void)dir;
+	/* not from under the store's lock (a publish fsyncs holding it) */
+	if (pthread_mutex_trylock(&watch_s->lock) == 0) {
+		pthread_mutex_unlock(&watch_s->lock);
+		blob_info(watch_s, watch_b, &in);
+		atomic_fetch_add(&watch_seen, 1);
+		if (in.part_done > in.part_want && !atomic_exchange(&watch_over, 1)) {
+			watch_done = in.part_done;
+			watch_want = in.part_want;
+		}
+	}
+	__atomic_store_n(&fsyncs_dir_hook, watch_progress, __ATOMIC_RELEASE);
+}
+
 /* A source with other bytes drops the ranges; ranges that cover the whole
  * file make it a whole local copy. */
 static void test_source_and_whole(struct check_count *c, struct store *s, char *want)
@@ -342,8 +368,16 @@ static void test_source_and_whole(struct check_count *c, struct store *s, char *
 	b = open_blob(s);
 	CHECK(c, store_part_request(s, b, half, 1, 0) == (int64_t)SIZE / 2 && wait_parts(s, b) &&
 	      part_file(s, b) && stat(part_file(s, b), &st) == 0, "half of it");
+	watch_s = s;
+	watch_b = b;
+	__atomic_store_n(&fsyncs_dir_hook, watch_progress, __ATOMIC_RELEASE);
 	CHECK(c, store_part_request(s, b, all, 1, 0) == (int64_t)SIZE / 2, "the rest asked");
 	CHECK(c, wait_parts(s, b) && blob_state(b) == BLOB_LOCAL, "became a whole local copy");
+	__atomic_store_n(&fsyncs_dir_hook, NULL, __ATOMIC_RELEASE);
+	CHECK(c, atomic_load(&watch_seen) > 0 && !atomic_load(&watch_over),
+	      "progress never past what was asked: %llu of %llu bytes (%d looks)",
+	      (unsigned long long)watch_done, (unsigned long long)watch_want,
+	      atomic_load(&watch_seen));
 	blob_info(s, b, &in);
 	CHECK(c, in.part_n == 0 && !part_file(s, b), "no partial file any more");
 	CHECK(c, store_local_path(s, b, path, sizeof(path)) == 0 && stat(path, &copy) == 0 &&

@@ -220,7 +220,7 @@ struct blob_part {
  * by anyone with relaxed adds), readable without the lock. */
 struct blob {
 	struct hlink hl;            /* LOCK: in the table (htab.h) */
-	struct blob *qnext, *hot_next; /* LOCK: queue, hot list */
+	struct blob *qnext, *qprev, *hot_next; /* LOCK: queue, hot list */
 	char *key;                  /* IMMUTABLE: physical NAS path */
 	/* LOCK: the repo's name for it: a content address (64 or 40 hex) as a
 	 * rule; a longer name is cut, which no content address is. */
@@ -365,7 +365,9 @@ struct store {
 	char dir[PATH_MAX], data_dir[PATH_MAX + 8], tmp_dir[PATH_MAX + 8]; /* IMMUTABLE */
 	char index_path[PATH_MAX + 16]; /* IMMUTABLE */
 	struct htab blobs;          /* LOCK: keyed by path_hash(key) */
-	struct blob *qhead, *qtail; /* LOCK */
+	/* LOCK: the copy queue, explicit requests first (@qexplicit the last
+	 * of them, NULL: none), then automatic ones */
+	struct blob *qhead, *qtail, *qexplicit;
 	int stop;                   /* LOCK */
 	pthread_t *threads;         /* owner thread (store_start, store_stop_by, store_close) */
 	unsigned nthreads;

@@ -38,45 +38,51 @@
 
 /* ---- the queue ---- */
 
+/* The queue is doubly linked and keeps its last explicit entry: queueing
+ * and unqueueing are O(1) under the lock.  (A walk past every explicit
+ * entry to place the next made a promote of 40,000 blobs take 11 s of
+ * lock-held walking.) */
 void store_unqueue_locked(struct store *s, struct blob *b)
 {
-	struct blob **pp = &s->qhead, *prev = NULL;
-
 	if (!b->in_queue)
 		return;
-	while (*pp && *pp != b) {
-		prev = *pp;
-		pp = &(*pp)->qnext;
-	}
-	if (*pp) {
-		*pp = b->qnext;
-		if (s->qtail == b)
-			s->qtail = prev;
-	}
-	b->qnext = NULL;
+	if (s->qexplicit == b)
+		s->qexplicit = b->qprev; /* explicit entries are a prefix */
+	if (b->qprev)
+		b->qprev->qnext = b->qnext;
+	else
+		s->qhead = b->qnext;
+	if (b->qnext)
+		b->qnext->qprev = b->qprev;
+	else
+		s->qtail = b->qprev;
+	b->qnext = b->qprev = NULL;
 	b->in_queue = 0;
+}
+
+/* Link @b after @at (NULL: at the head). */
+static void queue_insert_locked(struct store *s, struct blob *at, struct blob *b)
+{
+	b->qprev = at;
+	b->qnext = at ? at->qnext : s->qhead;
+	if (b->qnext)
+		b->qnext->qprev = b;
+	else
+		s->qtail = b;
+	if (at)
+		at->qnext = b;
+	else
+		s->qhead = b;
 }
 
 void store_enqueue_locked(struct store *s, struct blob *b)
 {
 	store_unqueue_locked(s, b);
-	if (b->explicit_req) {
-		/* Before the first automatic request. */
-		struct blob **pp = &s->qhead;
-
-		while (*pp && (*pp)->explicit_req)
-			pp = &(*pp)->qnext;
-		b->qnext = *pp;
-		*pp = b;
-		if (!b->qnext)
-			s->qtail = b;
+	if (b->explicit_req) { /* after the explicit ones, before the first automatic */
+		queue_insert_locked(s, s->qexplicit, b);
+		s->qexplicit = b;
 	} else {
-		b->qnext = NULL;
-		if (s->qtail)
-			s->qtail->qnext = b;
-		else
-			s->qhead = b;
-		s->qtail = b;
+		queue_insert_locked(s, s->qtail, b);
 	}
 	b->in_queue = 1;
 	pthread_cond_broadcast(&s->cond);
@@ -99,15 +105,10 @@ static struct blob *dequeue_locked(struct store *s, int *held)
 	struct blob *b;
 
 	*held = 0;
-	while ((b = s->qhead) && b->state != BLOB_QUEUED) {
-		s->qhead = b->qnext; /* cancelled while queued */
-		b->qnext = NULL;
-		b->in_queue = 0;
-	}
-	if (!b) {
-		s->qtail = NULL;
+	while ((b = s->qhead) && b->state != BLOB_QUEUED)
+		store_unqueue_locked(s, b); /* cancelled while queued */
+	if (!b)
 		return NULL;
-	}
 	if (!nas_gate_up(s->opt.gate)) {
 		*held = 1;
 		s->queue_held++;
@@ -115,11 +116,7 @@ static struct blob *dequeue_locked(struct store *s, int *held)
 	}
 	if (!b->explicit_req && s->auto_running >= s->auto_max)
 		return NULL;
-	s->qhead = b->qnext;
-	if (!s->qhead)
-		s->qtail = NULL;
-	b->qnext = NULL;
-	b->in_queue = 0;
+	store_unqueue_locked(s, b);
 	return b;
 }
 

@@ -385,6 +385,7 @@ struct store {
 	uint64_t tmp_serial;        /* LOCK */
 	uint64_t reserved;          /* LOCK: room reserved by copies in flight */
 	uint64_t held;              /* LOCK: by evicted copies still open */
+	size_t open_xxh_n;          /* LOCK: blobs with blob.open_xxh set (0: no scan for them) */
 	size_t part_retiring;       /* LOCK: blobs whose part->retire is set */
 	uint64_t blk;               /* IMMUTABLE: block size of LOCAL_STORE's filesystem */
 	unsigned auto_max, auto_running; /* IMMUTABLE, LOCK: automatic copies at once: at most, now */

@@ -470,14 +470,17 @@ void space_unlinked_locked(struct store *s, struct blob *b)
 
 	/* Its blocks stay while any reader holds the file: @b's own, or those
 	 * of a blob that shared it and was evicted while open.  Held once, by
-	 * one of them, until its last close. */
-	STORE_EACH(s, o) {
-		if (!o->open_xxh[0] || strcmp(o->open_xxh, b->xxh))
-			continue;
-		if (!holder && o->open_count)
-			holder = o;
-		o->open_xxh[0] = '\0'; /* the file it held is accounted for now */
-	}
+	 * one of them, until its last close.  (No such blob, no scan: an evict
+	 * of a whole dataset demotes its blobs one after another.) */
+	if (s->open_xxh_n)
+		STORE_EACH(s, o) {
+			if (!o->open_xxh[0] || strcmp(o->open_xxh, b->xxh))
+				continue;
+			if (!holder && o->open_count)
+				holder = o;
+			o->open_xxh[0] = '\0'; /* the file it held is accounted for now */
+			s->open_xxh_n--;
+		}
 	if (!holder)
 		return;
 	c = store_charge(s, b->size);
@@ -489,6 +492,8 @@ void space_closed_locked(struct store *s, struct blob *b)
 {
 	s->held -= b->held < s->held ? b->held : s->held;
 	b->held = 0;
+	if (b->open_xxh[0])
+		s->open_xxh_n--;
 	b->open_xxh[0] = '\0';
 }
 
@@ -500,10 +505,15 @@ void space_closed_locked(struct store *s, struct blob *b)
  * own copy of them there (store_publishing_locked)? */
 static int copy_shared_locked(struct store *s, const struct blob *b)
 {
+	if (!b->xxh[0])
+		return 0;
+	/* one pass for the three (rehash_pending_locked, store_publishing_locked):
+	 * an evict of a whole dataset makes one such pass a blob */
 	STORE_EACH(s, o)
-		if (o != b && o->state == BLOB_LOCAL && b->xxh[0] && !strcmp(o->xxh, b->xxh))
+		if (o != b && (((o->state == BLOB_LOCAL || o->reverify) && !strcmp(o->xxh, b->xxh)) ||
+			       (o->pub_xxh[0] && !strcmp(o->pub_xxh, b->xxh))))
 			return 1;
-	return rehash_pending_locked(s, b) || store_publishing_locked(s, b, b->xxh);
+	return 0;
 }
 
 /* Remove @b's local copy.  Returns 1 when the file was unlinked. */
@@ -529,8 +539,10 @@ void store_demote_locked(struct store *s, struct blob *b, const char *why, int i
 		atomic_fetch_add_explicit(&b->bytes_gen, 1, memory_order_release);
 	if (copy_shared_locked(s, b)) {
 		/* Kept for the others; its readers may hold it until they close. */
-		if (b->open_count)
+		if (b->open_count) {
+			s->open_xxh_n += !b->open_xxh[0];
 			snprintf(b->open_xxh, sizeof(b->open_xxh), "%s", b->xxh);
+		}
 	} else if (drop_copy_locked(s, b)) {
 		space_unlinked_locked(s, b);
 	}

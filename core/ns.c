@@ -268,10 +268,7 @@ int ns_classify_beneath(const struct hub_roots *roots, const char *rel, struct n
 		return -ENOMEM;
 	path_dirname(rel, d->rel, sizeof(d->rel));
 	r = ns_dir_open(d, roots, d->rel);
-	if (r == 0)
-		r = ns_classify_in(d, name ? name + 1 : rel, out);
-	else if (r == -ELOOP || r == -ENOTDIR)
-		r = -ESTALE;
+	r = r == 0 ? ns_classify_in(d, name ? name + 1 : rel, out) : ns_dir_stale(r);
 	ns_dir_close(d);
 	free(d);
 	return r;

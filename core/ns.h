@@ -10,6 +10,7 @@
 
 #include "resolve.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <stddef.h>
 #include <sys/stat.h>
@@ -51,6 +52,14 @@ int ns_classify(const struct hub_roots *roots, const char *rel, struct ns_entry 
  * A parent that is a link now, or no longer a directory, answers -ESTALE
  * (the caller's path is out of date); else what ns_classify() answers. */
 int ns_classify_beneath(const struct hub_roots *roots, const char *rel, struct ns_entry *out);
+
+/* ns_dir_open()'s error @r for a directory the caller found before: one
+ * that is a link now, or no longer a directory, is -ESTALE (its names are
+ * never looked up through it); any other as it is. */
+static inline int ns_dir_stale(int r)
+{
+	return r == -ELOOP || r == -ENOTDIR ? -ESTALE : r;
+}
 
 const char *ns_link_state_name(enum ns_link_state s);
 

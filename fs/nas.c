@@ -109,9 +109,8 @@ static int batch_fn(void *arg)
 	struct batch_job *j = arg;
 	int r = ns_dir_open(&j->dir, j->roots, j->dir.rel);
 	/* A directory that cannot be opened: gone (each name then is), or a
-	 * link now (ns_classify_beneath: its names are never looked up
-	 * through it; the listing is out of date). */
-	int dir_err = r == -ELOOP || r == -ENOTDIR ? -ESTALE : r;
+	 * link now (the listing is out of date) */
+	int dir_err = ns_dir_stale(r);
 
 	if (nas_gate_unavailable(r)) {
 		ns_dir_close(&j->dir);

@@ -69,7 +69,7 @@ static int source_attrs_locked(struct store *s, struct blob *b, const struct sta
 		/* The flag was of the bytes it had then (a bad rsync, say); a
 		 * new file there (re-downloaded) is checked afresh by its next
 		 * copy, which flags it again if it is still wrong. */
-		b->state = BLOB_NAS;
+		blob_state_set_locked(s, b, BLOB_NAS);
 		b->reason[0] = '\0';
 		store_log_msg(s, LOG_NOTICE, "%s: the NAS shows new attributes: its mismatch "
 			      "flag is dropped; its next promotion checks it again", b->key);
@@ -105,7 +105,7 @@ struct blob *store_blob(struct store *s, const char *key, const struct stat *st,
 		source_attrs_locked(s, b, st);
 	}
 	if (id && *id && (!b->id[0] || (hub_id_kind(id) && !hub_id_kind(b->id))))
-		snprintf(b->id, sizeof(b->id), "%s", id);
+		blob_id_set_locked(s, b, id);
 	pthread_mutex_unlock(&s->lock);
 	return b;
 }
@@ -265,7 +265,7 @@ void store_note_close(struct store *s, struct blob *b)
 /* Queue @b (NAS or FAILED) now. */
 static void queue_locked(struct store *s, struct blob *b, int explicit_req)
 {
-	b->state = BLOB_QUEUED;
+	blob_state_set_locked(s, b, BLOB_QUEUED);
 	b->reason[0] = '\0';
 	b->hold = HOLD_NONE;
 	b->explicit_req = explicit_req;
@@ -432,7 +432,7 @@ int store_evict(struct store *s, struct blob *b, int force)
 		 * before it saw the flag is evicted as it ends (copy_one). */
 		atomic_store(&b->prog.cancel, COPY_STOP);
 		if (b->state == BLOB_QUEUED) {
-			b->state = BLOB_NAS;
+			blob_state_set_locked(s, b, BLOB_NAS);
 			store_unqueue_locked(s, b);
 			store_reset_hot_locked(s, b);
 			pthread_cond_broadcast(&s->cond); /* settled */
@@ -608,7 +608,8 @@ int store_open(struct store *s, const char *dir, const struct store_opts *opt,
 	snprintf(s->index_path, sizeof(s->index_path), "%s/index.json", dir);
 	snprintf(s->part_dir, sizeof(s->part_dir), "%s/parts", dir);
 	s->blk = statvfs(dir, &sv) == 0 && sv.f_frsize ? (uint64_t)sv.f_frsize : 4096;
-	if (htab_init(&s->blobs, 1024) < 0)
+	if (htab_init(&s->blobs, 1024) < 0 || htab_init(&s->by_xxh, 1024) < 0 ||
+	    htab_init(&s->by_id, 1024) < 0)
 		return -ENOMEM;
 	/* Damage or a read-only or full store is logged, never fatal: the
 	 * mount serves from the NAS what cannot be served locally. */
@@ -702,7 +703,7 @@ void store_leave(struct store *s)
 				unlink(b->tmp);
 		}
 		if (b->state == BLOB_QUEUED || b->state == BLOB_COPYING)
-			b->state = BLOB_NAS;
+			blob_state_set_locked(s, b, BLOB_NAS);
 	}
 	if (s->blobs.b)
 		store_write_index_held(s);
@@ -720,7 +721,7 @@ void store_close(struct store *s)
 	/* Whatever was queued or cancelled is simply on the NAS next time. */
 	STORE_EACH(s, b)
 		if (b->state == BLOB_QUEUED || b->state == BLOB_COPYING)
-			b->state = BLOB_NAS;
+			blob_state_set_locked(s, b, BLOB_NAS);
 	if (s->blobs.b)
 		store_write_index(s);
 	for (size_t i = 0; i < s->blobs.nb; i++) {
@@ -738,6 +739,8 @@ void store_close(struct store *s)
 		}
 	}
 	htab_free(&s->blobs);
+	htab_free(&s->by_xxh);
+	htab_free(&s->by_id);
 	free(s->refs);
 	s->refs = NULL;
 	pthread_mutex_destroy(&s->index_lock);

@@ -37,8 +37,9 @@
  * The index: changes mark it dirty; it is written once per control request
  * (the server calls store_sync), when a batch of copies ends (the worker
  * that finds the queue empty), when it has been dirty for INDEX_FLUSH_MS
- * (long batches; changes the read path noticed), and at close -- never
- * once per blob.  A copy the index does not name yet is an orphan after a
+ * or ten times what the last write took, whichever is longer (long
+ * batches; changes the read path noticed: an index of 40,000 blobs takes
+ * 0.3-1.5 s to write), and at close -- never once per blob.  A copy the index does not name yet is an orphan after a
  * crash: removed at start-up, never served; a demotion it does not record
  * yet is found again by the checks at start-up or first open.
  *
@@ -220,11 +221,13 @@ struct blob_part {
  * by anyone with relaxed adds), readable without the lock. */
 struct blob {
 	struct hlink hl;            /* LOCK: in the table (htab.h) */
+	struct hlink xl;            /* LOCK: in store.by_xxh while @xxh is set */
 	struct blob *qnext, *qprev, *hot_next; /* LOCK: queue, hot list */
 	char *key;                  /* IMMUTABLE: physical NAS path */
 	/* LOCK: the repo's name for it: a content address (64 or 40 hex) as a
 	 * rule; a longer name is cut, which no content address is. */
-	char id[96];
+	char id[96];                /* (set by blob_id_set_locked only) */
+	struct hlink il;            /* LOCK: in store.by_id while @id is set */
 	_Atomic uint64_t size;      /* ATOMIC (the read path's hotness check) */
 	struct timespec nas_mtime, nas_ctime; /* LOCK */
 	_Atomic enum blob_state state; /* ATOMIC: acquire loads in the read path */
@@ -244,7 +247,8 @@ struct blob {
 	int auto_slot;              /* LOCK: its copy in flight holds one of auto_max's slots */
 	int in_queue;               /* LOCK: linked in the queue (maybe no longer QUEUED) */
 	int checked;                /* LOCK: source sample re-checked since start-up */
-	char xxh[33];               /* LOCK: content hash of the local copy */
+	char xxh[33];               /* LOCK: content hash of the local copy (set by
+				     * blob_xxh_set_locked only; @state likewise) */
 	/* LOCK: the local copy's identity when it was verified (a write to it
 	 * changes its ctime): what lets the index's copy serve after a restart
 	 * without a re-hash.  copy.ino 0: none (re-hashed at start-up). */
@@ -365,6 +369,13 @@ struct store {
 	char dir[PATH_MAX], data_dir[PATH_MAX + 8], tmp_dir[PATH_MAX + 8]; /* IMMUTABLE */
 	char index_path[PATH_MAX + 16]; /* IMMUTABLE */
 	struct htab blobs;          /* LOCK: keyed by path_hash(key) */
+	struct htab by_xxh;         /* LOCK: blobs with a content hash, keyed by it */
+	struct htab by_id;          /* LOCK: blobs with an id (blob.id), keyed by it */
+	uint64_t copies_used;       /* LOCK: what the files LOCAL blobs serve take (store_charge),
+				     * each file once (store_copies.c) */
+	_Atomic uint64_t copies_recounted; /* the room's tally found @copies_used wrong */
+	size_t pub_xxh_n;           /* LOCK: blobs with blob.pub_xxh set (0: no scan for them) */
+	size_t part_blobs;          /* LOCK: blobs with a blob_part (0: no ranges to count) */
 	/* LOCK: the copy queue, explicit requests first (@qexplicit the last
 	 * of them, NULL: none), then automatic ones */
 	struct blob *qhead, *qtail, *qexplicit;
@@ -377,6 +388,7 @@ struct store {
 	int index_dirty;            /* LOCK: the index on disk is behind the table */
 	int64_t dirty_since_ms;     /* LOCK: CLOCK_MONOTONIC, when it became so */
 	int copies_unrecorded;      /* LOCK: copies verified since the last write */
+	_Atomic int64_t index_write_ms; /* how long the last index write took */
 	int index_err;              /* index_lock: errno of the last failed index write
 				     * (logged once, not at every retry); 0 after a success */
 	int index_kept;             /* IMMUTABLE: index.json could not be read, and is not

@@ -128,7 +128,7 @@ static int requeue_locked(struct store *s, struct blob *b)
 {
 	if (atomic_load(&b->prog.cancel) || s->stop)
 		return 0;
-	b->state = BLOB_QUEUED;
+	blob_state_set_locked(s, b, BLOB_QUEUED);
 	store_enqueue_locked(s, b);
 	return 1;
 }
@@ -165,8 +165,10 @@ static int publish(struct store *s, const char *tmp, const char *xxh, const char
 		if (b)
 			pthread_mutex_lock(&s->lock);
 		r = rename(tmp, dst) < 0 ? -errno : 0;
-		if (b && r == 0)
+		if (b && r == 0) {
+			s->pub_xxh_n += !b->pub_xxh[0];
 			snprintf(b->pub_xxh, sizeof(b->pub_xxh), "%s", xxh);
+		}
 		if (b)
 			pthread_mutex_unlock(&s->lock);
 	}
@@ -181,14 +183,6 @@ static int publish(struct store *s, const char *tmp, const char *xxh, const char
 int store_publish(struct store *s, const char *tmp, const char *xxh)
 {
 	return publish(s, tmp, xxh, NULL, NULL);
-}
-
-int store_publishing_locked(struct store *s, const struct blob *b, const char *xxh)
-{
-	STORE_EACH(s, o)
-		if (o != b && o->pub_xxh[0] && xxh[0] && !strcmp(o->pub_xxh, xxh))
-			return 1;
-	return 0;
 }
 
 /* A link made in tmp/ and renamed into data/: link(2) cannot replace a
@@ -230,8 +224,8 @@ static void unpublish_locked(struct store *s, struct blob *b, const char *xxh)
 	snprintf(path, sizeof(path), "%s/%.2s/%s", s->data_dir, xxh, xxh);
 	if (lstat(path, &st) < 0 || !S_ISREG(st.st_mode))
 		return;
-	STORE_EACH(s, o)
-		if (o != b && o->state == BLOB_LOCAL && !strcmp(o->xxh, xxh)) {
+	COPY_EACH(s, xxh, o)
+		if (o != b && o->state == BLOB_LOCAL) {
 			file_proof_take(&o->copy, &st);
 			shared = 1;
 		}
@@ -271,12 +265,12 @@ static void copy_done_locked(struct store *s, struct blob *b, int r, uint64_t si
 		unpublish_locked(s, b, res->xxh);
 	store_reset_hot_locked(s, b);
 	if (r == -ECANCELED && !stopped) {
-		b->state = BLOB_NAS;
+		blob_state_set_locked(s, b, BLOB_NAS);
 		snprintf(b->reason, sizeof(b->reason), "copy cancelled");
 		s->cancelled++;
 		store_log_msg(s, LOG_INFO, "promotion of %s cancelled", key);
 	} else if (r == -EBADMSG) {
-		b->state = BLOB_MISMATCH;
+		blob_state_set_locked(s, b, BLOB_MISMATCH);
 		snprintf(b->reason, sizeof(b->reason), "%s", res->reason);
 		s->mismatches++;
 		store_dirty_locked(s); /* the index keeps the flag */
@@ -284,7 +278,7 @@ static void copy_done_locked(struct store *s, struct blob *b, int r, uint64_t si
 			  res->reason);
 	} else if (r == -ENOSPC || r == -EDQUOT) {
 		/* Someone else filled the disk under us: not the blob's fault. */
-		b->state = BLOB_NAS;
+		blob_state_set_locked(s, b, BLOB_NAS);
 		b->hold = HOLD_NO_ROOM;
 		snprintf(b->reason, sizeof(b->reason), "no room: %s",
 			 res->reason[0] ? res->reason : strerror(-r));
@@ -294,7 +288,7 @@ static void copy_done_locked(struct store *s, struct blob *b, int r, uint64_t si
 		store_log_msg(s, LOG_WARNING, "promotion of %s stopped: %s; served from the NAS", key,
 			  b->reason);
 	} else {
-		b->state = BLOB_FAILED;
+		blob_state_set_locked(s, b, BLOB_FAILED);
 		if (changed && b->size != size)
 			snprintf(b->reason, sizeof(b->reason), "source size changed during copy%s",
 				 stopped ? ": the copy was stopped" : "");
@@ -325,30 +319,8 @@ static void copy_done_locked(struct store *s, struct blob *b, int r, uint64_t si
 	}
 }
 
-/* A local blob with @b's content address and size: if @b's bytes are
- * what its name says, they are that blob's copy already.  A guess only --
- * a local blob's name may have been learnt after its copy was verified --
- * the hashes decide (adopt_one). */
-static const struct blob *same_name_local_locked(struct store *s, const struct blob *b)
-{
-	if (!hub_id_kind(b->id))
-		return NULL;
-	STORE_EACH(s, o)
-		if (o != b && o->state == BLOB_LOCAL && o->xxh[0] && o->size == b->size &&
-		    !strcmp(o->id, b->id))
-			return o;
-	return NULL;
-}
 
-static int local_copy_of_locked(struct store *s, const char *xxh)
-{
-	STORE_EACH(s, o)
-		if (o->state == BLOB_LOCAL && !strcmp(o->xxh, xxh))
-			return 1;
-	return 0;
-}
-
-/* @b's bytes look local already (same_name_local_locked): hash the NAS
+/* @b's bytes look local already (copy_of_name_locked): hash the NAS
  * file without writing it, and if its XXH3-128 is a local copy's, @b is
  * served by that copy -- it takes no new room, not even while hashed
  * (nothing reserved, nothing in tmp/).  Every check a copy gets but the
@@ -368,7 +340,7 @@ static int adopt_one(struct store *s, struct blob *b)
 	snprintf(key, sizeof(key), "%s", b->key);
 	snprintf(id, sizeof(id), "%s", b->id);
 	source_at_locked(b, &at); /* what the hash below vouches for */
-	b->state = BLOB_COPYING;
+	blob_state_set_locked(s, b, BLOB_COPYING);
 	take_auto_slot_locked(s, b, auto_copy);
 	rate = store_copy_rate(s, auto_copy);
 	pthread_mutex_unlock(&s->lock);
@@ -394,10 +366,10 @@ static int adopt_one(struct store *s, struct blob *b)
 		return 1;
 	if (r == 0 && atomic_load(&b->prog.cancel)) {
 		r = -ECANCELED; /* evicted or stale while hashed: nothing to undo */
-	} else if (r == 0 && !local_copy_of_locked(s, res.xxh)) {
+	} else if (r == 0 && !copy_served_by_other_locked(s, NULL, res.xxh)) {
 		store_log_msg(s, LOG_INFO, "promoting %s (%s): no local copy has its bytes (%s) "
 			      "now; copying it", key, id, res.xxh);
-		b->state = BLOB_QUEUED;
+		blob_state_set_locked(s, b, BLOB_QUEUED);
 		atomic_store(&b->prog.bytes_done, 0);
 		return 0;
 	}
@@ -415,7 +387,7 @@ static void copy_one(struct store *s, struct blob *b, int64_t *paid)
 	struct source_at at;
 	uint64_t size, rate;
 
-	if (same_name_local_locked(s, b) && adopt_one(s, b)) {
+	if (copy_of_name_locked(s, b) && adopt_one(s, b)) {
 		if (b->state == BLOB_LOCAL)
 			part_retire_locked(s, b, 0);
 		return;
@@ -427,7 +399,7 @@ static void copy_one(struct store *s, struct blob *b, int64_t *paid)
 	source_at_locked(b, &at);
 	if (space_reserve_locked(s, b, store_charge(s, b->size), &b->reserved, why, sizeof(why),
 				 &evicted) < 0) {
-		b->state = BLOB_NAS;
+		blob_state_set_locked(s, b, BLOB_NAS);
 		b->hold = HOLD_NO_ROOM;
 		snprintf(b->reason, sizeof(b->reason), "%s", why);
 		s->no_room++;
@@ -440,7 +412,7 @@ static void copy_one(struct store *s, struct blob *b, int64_t *paid)
 	snprintf(tmp, sizeof(tmp), "%s/%llu.%d.part", s->tmp_dir,
 		 (unsigned long long)++s->tmp_serial, (int)getpid());
 	b->tmp = strdup(tmp);
-	b->state = BLOB_COPYING;
+	blob_state_set_locked(s, b, BLOB_COPYING);
 	take_auto_slot_locked(s, b, auto_copy);
 	rate = store_copy_rate(s, auto_copy);
 	pthread_mutex_unlock(&s->lock);
@@ -486,6 +458,7 @@ static void copy_one(struct store *s, struct blob *b, int64_t *paid)
 	 * the index may name, so its file goes (unless another's) */
 	if (r < 0 && b->pub_xxh[0])
 		unpublish_locked(s, b, b->pub_xxh);
+	s->pub_xxh_n -= b->pub_xxh[0] != '\0';
 	b->pub_xxh[0] = '\0';
 	copy_done_locked(s, b, r, size, &at, &res, key, id);
 	/* wfsctl evict came after the copy last looked at the cancel flag:
@@ -503,12 +476,22 @@ static void copy_one(struct store *s, struct blob *b, int64_t *paid)
 		part_retire_locked(s, b, 0);
 }
 
+/* How long the index may stay dirty in a batch: INDEX_FLUSH_MS, or ten
+ * times what its last write took (so a worker spends at most a tenth of
+ * its time writing an index of many blobs, not all of it). */
+static int64_t index_flush_ms(struct store *s)
+{
+	int64_t took = atomic_load_explicit(&s->index_write_ms, memory_order_relaxed);
+
+	return took * 10 > INDEX_FLUSH_MS ? took * 10 : INDEX_FLUSH_MS;
+}
+
 /* When a worker writes the index (store.h): at the end of a batch of
- * copies, or once it has been dirty for INDEX_FLUSH_MS. */
+ * copies, or once it has been dirty for index_flush_ms. */
 static int index_due_locked(struct store *s, int idle)
 {
 	return s->index_dirty && ((idle && s->copies_unrecorded) ||
-				  store_now_ms() - s->dirty_since_ms >= INDEX_FLUSH_MS);
+				  store_now_ms() - s->dirty_since_ms >= index_flush_ms(s));
 }
 
 int64_t store_owed_until(uint64_t owed_ns)
@@ -553,7 +536,7 @@ void *store_worker(void *arg)
 			continue;
 		}
 		if (!b && s->index_dirty)
-			due = s->dirty_since_ms + INDEX_FLUSH_MS;
+			due = s->dirty_since_ms + index_flush_ms(s);
 		if (!b && held && (due < 0 || due > store_now_ms() + STORE_QUEUE_LOOK_MS))
 			due = store_now_ms() + STORE_QUEUE_LOOK_MS;
 		if (!b && due >= 0) {

@@ -149,7 +149,7 @@ static int load_rec(void *arg, const struct index_rec *r)
 	b = store_insert_locked(s, r->key);
 	if (!b)
 		return -ENOMEM;
-	snprintf(b->id, sizeof(b->id), "%s", r->id);
+	blob_id_set_locked(s, b, r->id);
 	b->size = r->size;
 	b->nas_mtime = r->mtime;
 	b->nas_ctime = r->ctime;
@@ -159,7 +159,7 @@ static int load_rec(void *arg, const struct index_rec *r)
 	b->use_ns = r->use_ns ? r->use_ns : (uint64_t)(r->last_used > 0 ? r->last_used : 0) *
 		    1000000000u;
 	if (!strcmp(r->state, "mismatch")) {
-		b->state = BLOB_MISMATCH;
+		blob_state_set_locked(s, b, BLOB_MISMATCH);
 		snprintf(b->reason, sizeof(b->reason), "%s", r->reason);
 		return 0;
 	}
@@ -176,7 +176,7 @@ static int load_rec(void *arg, const struct index_rec *r)
 			      "record holds no valid sampled hash of its source)", b->key);
 		return 0;
 	}
-	snprintf(b->xxh, sizeof(b->xxh), "%s", r->xxh);
+	blob_xxh_set_locked(s, b, r->xxh);
 	snprintf(b->sample, sizeof(b->sample), "%s", r->sample);
 	b->copy = (struct file_proof){ r->copy_ino, r->copy_mtime, r->copy_ctime };
 	count_loaded(s, ld, verify_loaded_locked(s, b), &ld->local);
@@ -535,6 +535,7 @@ static int snapshot_take(struct store *s, struct index_snapshot *sn)
 static int write_index(struct store *s, int if_dirty, int held)
 {
 	struct index_snapshot sn = { 0 };
+	int64_t t0 = store_now_ms();
 	int r;
 
 	if (!held) {
@@ -556,6 +557,7 @@ static int write_index(struct store *s, int if_dirty, int held)
 	if (r == 0) {
 		r = index_write(s->index_path, sn.recs, sn.n, sn.refs, sn.nrefs);
 		s->index_writes++;
+		atomic_store_explicit(&s->index_write_ms, store_now_ms() - t0, memory_order_relaxed);
 		if (!held)
 			pthread_mutex_lock(&s->lock);
 		/* the partial files whose ranges it no longer names */

@@ -2,6 +2,8 @@
  *
  * The files, each calling only those listed before it:
  *   store_table.c   the blob table, blob_info, the dirty flag, log, clocks
+ *   store_copies.c  the blobs by content hash and by id; a blob's state,
+ *                   hash and id change there only (the room local copies take)
  *   store_space.c   the room (of partial copies too); demotion (a copy
  *                   gives its room back)
  *   store_part.c    partial copies: their lists, requests, read plans, load
@@ -30,6 +32,36 @@ uint64_t store_now_ns(void); /* CLOCK_REALTIME_COARSE: the LRU order, last_used 
 #define STORE_EACH(s, b) \
 	HTAB_EACH(&(s)->blobs, i_, l_) \
 		for (struct blob *b = htab_entry(l_, struct blob, hl); b; b = NULL)
+
+/* ---- store_copies.c ---- */
+/* A blob's state and content hash ("" none) are set here only: they keep
+ * store.by_xxh and store.copies_used true. */
+void blob_state_set_locked(struct store *s, struct blob *b, enum blob_state st);
+void blob_xxh_set_locked(struct store *s, struct blob *b, const char *xxh);
+/* Every blob with the content hash @xxh: COPY_EACH(s, xxh, o) { ... } (no
+ * blob's hash set inside; its state may be). */
+#define COPY_EACH(s, xxh, o) \
+	for (struct hlink *at_ = NULL, **once_ = &at_; once_; once_ = NULL) \
+		for (struct blob *o = copy_first_locked(s, xxh, &at_); o; o = copy_next_locked(&at_))
+struct blob *copy_first_locked(struct store *s, const char *xxh, struct hlink **at);
+struct blob *copy_next_locked(struct hlink **at);
+/* A blob's id is set here only: it keeps store.by_id true. */
+void blob_id_set_locked(struct store *s, struct blob *b, const char *id);
+/* A local blob with @b's content address and size: if @b's bytes are
+ * what its name says, they are that blob's copy already.  A guess only --
+ * a local blob's name may have been learnt after its copy was verified --
+ * the hashes decide (store_copy.c: adopt_one). */
+const struct blob *copy_of_name_locked(struct store *s, const struct blob *b);
+/* Does a LOCAL blob other than @b have the copy @xxh? */
+int copy_served_by_other_locked(struct store *s, const struct blob *b, const char *xxh);
+/* Is a blob other than @b, of @b's copy name, still to be re-hashed (a
+ * re-verification pending since start-up, store_verify.c)?  Then the file
+ * is that blob's to prove: removing it with @b would lose a copy that may
+ * be good. */
+int rehash_pending_locked(struct store *s, const struct blob *b);
+/* Is a blob other than @b's copy in data/ as @xxh and not yet recorded
+ * (blob.pub_xxh, store_copy.c)?  Then that file is not @b's to remove. */
+int store_publishing_locked(struct store *s, const struct blob *b, const char *xxh);
 
 /* ---- store_table.c ---- */
 int store_local_path_locked(struct store *s, const struct blob *b, char *out, size_t sz);
@@ -147,10 +179,6 @@ void verify_record_locked(struct store *s, struct blob *b, const struct fetch_re
 /* A thread: every source checked once, then every copy the index could
  * not prove re-hashed. */
 void *store_recheck_sweep(void *arg);
-/* Is a blob other than @b, of @b's copy name, still to be re-hashed (a
- * re-verification pending since start-up)?  Then the file is that blob's
- * to prove: removing it with @b would lose a copy that may be good. */
-int rehash_pending_locked(struct store *s, const struct blob *b);
 
 /* ---- store_index.c ---- */
 /* LOCAL_STORE's directories made (data/, tmp/ recreated if missing) and
@@ -177,7 +205,7 @@ void store_empty_tmp(struct store *s);
 void part_path_locked(const struct store *s, const struct blob *b, char *out, size_t sz);
 void part_name(const struct blob *b, char out[33]);
 /* @b's part, made if it has none (NULL: out of memory). */
-struct blob_part *part_get_locked(struct blob *b);
+struct blob_part *part_get_locked(struct store *s, struct blob *b);
 /* b->part_bytes (the read path's lock-free check) follows the list. */
 void part_publish_locked(struct blob *b);
 /* On the range worker's queue (once). */
@@ -220,9 +248,6 @@ void store_part_free(struct blob *b);
 /* A verified copy @tmp becomes data/<xx>/@xxh (mode 0400, replacing what
  * was there; directory fsynced): 0 or -errno. */
 int store_publish(struct store *s, const char *tmp, const char *xxh);
-/* Is a blob other than @b's copy in data/ as @xxh and not yet recorded
- * (blob.pub_xxh)?  Then that file is not @b's to remove. */
-int store_publishing_locked(struct store *s, const struct blob *b, const char *xxh);
 /* As store_publish, but @path keeps its name too (a hard link: no second
  * copy).  Lock held (the temporary name's serial). */
 int store_publish_link_locked(struct store *s, const char *path, const char *xxh);

@@ -67,10 +67,10 @@ void part_path_locked(const struct store *s, const struct blob *b, char *out, si
 	snprintf(out, sz, "%s/%s", s->part_dir, h);
 }
 
-struct blob_part *part_get_locked(struct blob *b)
+struct blob_part *part_get_locked(struct store *s, struct blob *b)
 {
-	if (!b->part)
-		b->part = calloc(1, sizeof(*b->part));
+	if (!b->part && (b->part = calloc(1, sizeof(*b->part))))
+		s->part_blobs++; /* kept until store_close */
 	return b->part;
 }
 
@@ -323,7 +323,7 @@ int64_t store_part_request(struct store *s, struct blob *b, const struct brange 
 		store_pin_locked(s, b, PIN_HAND, 1);
 	if (b->state == BLOB_LOCAL)
 		goto out;
-	if (!(p = part_get_locked(b)) || !(h = held_set(p, &nh))) {
+	if (!(p = part_get_locked(s, b)) || !(h = held_set(p, &nh))) {
 		total = -ENOMEM;
 		goto out;
 	}
@@ -524,7 +524,7 @@ int part_load_locked(struct store *s, struct blob *b, const struct index_rec *r)
 			      "record's ranges or sampled hash are not valid)", b->key);
 		return 0;
 	}
-	if (!(p = part_get_locked(b)))
+	if (!(p = part_get_locked(s, b)))
 		return 0;
 	for (size_t i = 0; i < r->nranges; i++)
 		part_insert_locked(p, r->ranges[i].off, r->ranges[i].len, r->ranges[i].xxh);

@@ -328,7 +328,7 @@ static void adopt_failed_locked(struct store *s, struct blob *b, int r, const ch
 {
 	if (r == -EBADMSG) {
 		/* the NAS holds other bytes than its name says: as a copy would */
-		b->state = BLOB_MISMATCH;
+		blob_state_set_locked(s, b, BLOB_MISMATCH);
 		snprintf(b->reason, sizeof(b->reason), "%s", why);
 		s->mismatches++;
 		store_log_msg(s, LOG_ERR, "MISMATCH %s: %s; not made local whole", b->key, why);

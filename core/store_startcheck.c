@@ -217,8 +217,8 @@ static void drop_loaded_locked(struct store *s, struct blob *b)
 		free(b->tmp);
 		b->tmp = NULL;
 	}
-	atomic_store_explicit(&b->state, BLOB_NAS, memory_order_release);
-	b->xxh[0] = '\0';
+	blob_state_set_locked(s, b, BLOB_NAS);
+	blob_xxh_set_locked(s, b, "");
 	b->copy.ino = 0;
 	b->checked = 0;
 	store_dirty_locked(s);

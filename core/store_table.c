@@ -326,7 +326,7 @@ void store_made_local_locked(struct store *s, struct blob *b)
 	b->reason[0] = '\0';
 	b->hold = HOLD_NONE;
 	b->last_used = (int64_t)time(NULL);
-	atomic_store_explicit(&b->state, BLOB_LOCAL, memory_order_release);
+	blob_state_set_locked(s, b, BLOB_LOCAL);
 	s->promoted++;
 	s->copies_unrecorded = 1;
 	store_dirty_locked(s);

@@ -102,7 +102,7 @@ void verify_record_locked(struct store *s, struct blob *b, const struct fetch_re
 	char local[PATH_MAX + 64];
 	struct stat st;
 
-	snprintf(b->xxh, sizeof(b->xxh), "%s", res->xxh);
+	blob_xxh_set_locked(s, b, res->xxh);
 	snprintf(b->sample, sizeof(b->sample), "%s", res->sample);
 	/* The sample was taken from the bytes just copied: the source's
 	 * identity only if the NAS showed no new attributes since. */
@@ -116,8 +116,8 @@ void verify_record_locked(struct store *s, struct blob *b, const struct fetch_re
 	prove_locked(b, &st);
 	/* The name holds this file now (publish replaces what was there):
 	 * the blobs that share it are proven by it too. */
-	STORE_EACH(s, o)
-		if (o != b && o->state == BLOB_LOCAL && !strcmp(o->xxh, b->xxh))
+	COPY_EACH(s, b->xxh, o)
+		if (o != b && o->state == BLOB_LOCAL)
 			prove_locked(o, &st);
 }
 
@@ -140,19 +140,19 @@ int verify_loaded_locked(struct store *s, struct blob *b)
 			 (unsigned long long)lst.st_size, (unsigned long long)b->size);
 	if (*why) {
 		store_log_msg(s, LOG_NOTICE, "start-up: dropped local copy of %s (%s)", b->key, why);
-		b->xxh[0] = '\0';
+		blob_xxh_set_locked(s, b, "");
 		b->copy.ino = 0;
 		return 0;
 	}
 	if (proven_locked(b, &lst)) {
-		b->state = BLOB_LOCAL;
+		blob_state_set_locked(s, b, BLOB_LOCAL);
 		return 1;
 	}
 	/* Not served until re-hashed (the sweep): reads go to the NAS.  Its
 	 * room is reserved as a copy in flight's is, so what the limit counts
 	 * does not grow when it turns LOCAL. */
 	b->reverify = 1;
-	b->state = BLOB_COPYING;
+	blob_state_set_locked(s, b, BLOB_COPYING);
 	b->reserved = store_charge(s, b->size);
 	s->reserved += b->reserved;
 	b->tmp = strdup(local);
@@ -361,17 +361,8 @@ static void demote_sharers_locked(struct store *s, const char *xxh, const struct
  * second hash of the same bytes (a hub holds a file in several repos). */
 static int shared_proof_locked(struct store *s, const struct blob *b, const struct stat *st)
 {
-	STORE_EACH(s, o)
-		if (o != b && o->state == BLOB_LOCAL && !strcmp(o->xxh, b->xxh) &&
-		    proven_locked(o, st))
-			return 1;
-	return 0;
-}
-
-int rehash_pending_locked(struct store *s, const struct blob *b)
-{
-	STORE_EACH(s, o)
-		if (o != b && o->reverify && b->xxh[0] && !strcmp(o->xxh, b->xxh))
+	COPY_EACH(s, b->xxh, o)
+		if (o != b && o->state == BLOB_LOCAL && proven_locked(o, st))
 			return 1;
 	return 0;
 }
@@ -393,8 +384,8 @@ static void rehash_evicted_locked(struct store *s, struct blob *b, struct rehash
 {
 	if (!shared_proof_locked(s, b, &h->before) && !rehash_pending_locked(s, b))
 		unlink_if_same(s, h->local, &h->before);
-	b->state = BLOB_NAS;
-	b->xxh[0] = '\0';
+	blob_state_set_locked(s, b, BLOB_NAS);
+	blob_xxh_set_locked(s, b, "");
 	b->copy.ino = 0;
 	b->reason[0] = '\0';
 	s->evicted++;
@@ -443,7 +434,7 @@ static void rehash_proven_locked(struct store *s, struct blob *b, struct rehash 
 		s->recheck_wanted = 1;
 	b->reason[0] = '\0';
 	store_dirty_locked(s);
-	atomic_store_explicit(&b->state, BLOB_LOCAL, memory_order_release);
+	blob_state_set_locked(s, b, BLOB_LOCAL);
 	store_landed_locked(s, b);
 	store_log_msg(s, LOG_NOTICE, "re-verified local copy of %s (%s): xxh128 %s as recorded; "
 		      "served locally again", b->key, b->id, h->want);
@@ -464,8 +455,8 @@ static void rehash_demote_locked(struct store *s, struct blob *b, struct rehash 
 	if (h->r != -ENOENT && !h->moved && !shared_proof_locked(s, b, &h->before) &&
 	    (bad_copy || !rehash_pending_locked(s, b)))
 		removed = unlink_if_same(s, h->local, &h->before);
-	b->state = BLOB_NAS;
-	b->xxh[0] = '\0';
+	blob_state_set_locked(s, b, BLOB_NAS);
+	blob_xxh_set_locked(s, b, "");
 	b->copy.ino = 0;
 	snprintf(b->reason, sizeof(b->reason), "%s", why);
 	s->demoted++;

@@ -379,8 +379,9 @@ static int progress_all(struct waiter *w, struct ctl_reply *rep)
  * disks: 1.015 s where the copy took ~0.96 s).  So the wait is the time
  * the copies should still take at the rate seen (POLL_FIRST_NS, doubled
  * per poll, while no rate is known), within POLL_MIN_NS .. POLL_NS, and
- * never under twice what the last poll took, so that thousands of blobs
- * polled in batches keep the daemon's cost small. */
+ * never under four times what the last poll took (over POLL_NS too: a
+ * poll of 40,000 blobs takes ~0.3 s of the daemon's time and wfsctl's),
+ * so that thousands of blobs polled in batches keep the cost small. */
 static long next_poll_ns(const struct waiter *w, uint64_t done, int polls, double cost)
 {
 	double rate = rate_get(&w->bar.rate), ns;
@@ -389,11 +390,11 @@ static long next_poll_ns(const struct waiter *w, uint64_t done, int polls, doubl
 		ns = (double)(w->total > done ? w->total - done : 0) / rate * 1e9;
 	else
 		ns = (double)POLL_FIRST_NS * (double)(1L << (polls < 8 ? polls : 8));
-	if (ns < 2 * cost * 1e9)
-		ns = 2 * cost * 1e9;
 	if (ns < POLL_MIN_NS)
 		ns = POLL_MIN_NS;
-	return ns > POLL_NS ? POLL_NS : (long)ns;
+	if (ns > POLL_NS)
+		ns = POLL_NS;
+	return ns < 4 * cost * 1e9 ? (long)(4 * cost * 1e9) : (long)ns;
 }
 
 int print_wait_outcome(struct ctl_reply *rep, size_t nlocal, size_t bad)
@@ -448,8 +449,8 @@ static int wait_all(struct waiter *w)
 		}
 		rate_add(&w->bar.rate, now(), done);
 		if (pending) {
-			const struct timespec ts = { 0, next_poll_ns(w, done, polls++,
-								     now() - t0) };
+			long ns = next_poll_ns(w, done, polls++, now() - t0);
+			const struct timespec ts = { ns / 1000000000L, ns % 1000000000L };
 
 			note_nas(json_object_get(rep.obj, "nas"), &w->bar, &w->nas_down);
 

@@ -21,6 +21,12 @@
  *            renamed into data/, before that copy is recorded, leaves the
  *            file: it is the other's (it was unlinked, and the other went
  *            LOCAL with no file)
+ *   counts   the room the store counts as copies come and go (no walk of
+ *            the table: store_copies.c) is the table's own tally after
+ *            each of 400 random steps -- promotions (some shared by
+ *            hashing only), evictions for room and by hand, evictions of
+ *            open blobs, read errors that demote every sharer, pins,
+ *            restarts --, and the copies never take more than store_max
  */
 #include "check_store.h"
 #include "fsyncs.h"
@@ -481,6 +487,94 @@ static void test_publish_race(void)
 	the_store = NULL;
 }
 
+#define NC_REPO 4
+#define NC_EACH 3
+#define NC_BYTES 4
+
+static struct blob *counts_blob(int i)
+{
+	char rel[160], sha[65];
+
+	sha_of(BLOB / 4, 40 + i % NC_BYTES, sha);
+	snprintf(rel, sizeof(rel), "hub/models--c--%d/blobs/%s", i / NC_EACH, sha);
+	return blob_at(rel);
+}
+
+/* One random step on @v; 1 when it was a restart (@v looked up again). */
+static int counts_step(struct store *s, const struct store_opts *opt, const char *local,
+		       struct blob **v, unsigned *seed)
+{
+	struct blob *b = v[rand_r(seed) % (NC_REPO * NC_EACH)];
+	int op = rand_r(seed) % 20;
+
+	if (op < 8) {
+		promote(b);
+	} else if (op < 11) {
+		store_evict(s, b, 0);
+	} else if (op < 13) {
+		store_note_open(s, b, NULL);
+		store_evict(s, b, 0);
+		store_note_close(s, b);
+	} else if (op < 15) {
+		if (blob_state(b) == BLOB_LOCAL)
+			store_local_read_error(s, b, blob_copy_gen(b), EIO);
+	} else if (op < 19) {
+		store_pin(s, b, rand_r(seed) % 2);
+	} else {
+		store_close(s);
+		CHECK(&c, store_open(s, local, opt, NULL) == 0 && store_start(s) == 0, "reopen");
+		for (int i = 0; i < NC_REPO * NC_EACH; i++)
+			v[i] = counts_blob(i);
+		return 1;
+	}
+	return 0;
+}
+
+static void test_counts(void)
+{
+	struct policy_opts pol;
+	struct store_opts opt = { .workers = 2, .policy = &pol };
+	struct store s;
+	struct store_usage u;
+	struct blob *v[NC_REPO * NC_EACH];
+	char local[PATH_MAX * 2], rel[160], sha[65];
+	unsigned seed = 7;
+	int restarts = 0, wrong = -1, over = -1;
+
+	check_policy_manual(&pol);
+	check_store_dir(top, "clocal", local, sizeof(local));
+	for (int i = 0; i < NC_REPO * NC_EACH; i++) {
+		snprintf(rel, sizeof(rel), "hub/models--c--%d/blobs", i / NC_EACH);
+		mkdirs(rel);
+		sha_of(BLOB / 4, 40 + i % NC_BYTES, sha);
+		snprintf(rel, sizeof(rel), "hub/models--c--%d/blobs/%s", i / NC_EACH, sha);
+		put(rel, BLOB / 4, 40 + i % NC_BYTES);
+	}
+	CHECK(&c, store_open(&s, local, &opt, NULL) == 0 && store_start(&s) == 0, "open");
+	the_store = &s;
+	pol.store_max = 3 * store_charge(&s, BLOB / 4); /* three of the four contents fit */
+	for (int i = 0; i < NC_REPO * NC_EACH; i++)
+		v[i] = counts_blob(i);
+	for (int step = 0; step < 400; step++) {
+		restarts += counts_step(&s, &opt, local, v, &seed);
+		store_usage(&s, &u);
+		if (atomic_load(&s.copies_recounted) && wrong < 0)
+			wrong = step;
+		if (u.used > pol.store_max && over < 0)
+			over = step;
+	}
+	CHECK(&c, wrong < 0, "the counts kept differed from the tally (first after step %d)", wrong);
+	CHECK(&c, over < 0, "the copies took more than store_max after step %d", over);
+	CHECK(&c, restarts > 5 && atomic_load(&s.evicted) > 0 && u.blobs > 0,
+	      "the steps did what they are for: %d restarts, %llu evicted, %llu local now",
+	      restarts, (unsigned long long)atomic_load(&s.evicted), (unsigned long long)u.blobs);
+	CHECK(&c, du_data(local) <= u.used, "as on disk: du %llu, used %llu",
+	      (unsigned long long)du_data(local), (unsigned long long)u.used);
+	store_close(&s);
+	the_store = NULL;
+	policy_opts_free(&pol);
+}
+
 int main(void)
 {
 	snprintf(top, sizeof(top), "/var/tmp/wfs-space-XXXXXX");
@@ -490,6 +584,7 @@ int main(void)
 	test_pin_no_room();
 	test_range_evicts();
 	test_publish_race();
+	test_counts();
 	check_rmtree(top);
 	printf("space: %d passed, %d failed\n", c.passed, c.failed);
 	return c.failed ? 1 : 0;

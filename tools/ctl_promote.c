@@ -21,6 +21,8 @@
  * and rename take a few ms more). */
 #define POLL_FIRST_NS 10000000L
 #define POLL_MIN_NS 5000000L
+/* ... and, after a slow poll, at most this (next_poll_ns). */
+#define POLL_SLOW_NS 2000000000L
 /* A progress poll the daemon turned away (EAGAIN) is sent again this late. */
 #define POLL_BUSY_NS 100000000L
 /* Without a terminal, a progress line every this many seconds (a log file
@@ -380,8 +382,10 @@ static int progress_all(struct waiter *w, struct ctl_reply *rep)
  * the copies should still take at the rate seen (POLL_FIRST_NS, doubled
  * per poll, while no rate is known), within POLL_MIN_NS .. POLL_NS, and
  * never under four times what the last poll took (over POLL_NS too: a
- * poll of 40,000 blobs takes ~0.3 s of the daemon's time and wfsctl's),
- * so that thousands of blobs polled in batches keep the cost small. */
+ * poll of 40,000 blobs takes ~0.3 s of the daemon's time and wfsctl's;
+ * up to POLL_SLOW_NS: one poll slowed by a busy daemon delays the end
+ * that long at most), so that thousands of blobs polled in batches keep
+ * the cost small. */
 static long next_poll_ns(const struct waiter *w, uint64_t done, int polls, double cost)
 {
 	double rate = rate_get(&w->bar.rate), ns;
@@ -394,7 +398,9 @@ static long next_poll_ns(const struct waiter *w, uint64_t done, int polls, doubl
 		ns = POLL_MIN_NS;
 	if (ns > POLL_NS)
 		ns = POLL_NS;
-	return ns < 4 * cost * 1e9 ? (long)(4 * cost * 1e9) : (long)ns;
+	if (ns < 4 * cost * 1e9)
+		ns = 4 * cost * 1e9 < POLL_SLOW_NS ? 4 * cost * 1e9 : POLL_SLOW_NS;
+	return (long)ns;
 }
 
 int print_wait_outcome(struct ctl_reply *rep, size_t nlocal, size_t bad)

@@ -424,6 +424,14 @@ static int write_file(struct record *r, const struct record_table *t, const char
 
 	if (r->readonly || r->newer)
 		return 0;
+	if (r->sig_due && (text = record_text(r->table, r->nas, -1))) {
+		/* the table record_open loaded, still r->table (publish comes
+		 * after this, under build_lock, as we are) */
+		r->file_sig = XXH3_64bits(text, strlen(text));
+		r->file_known = 1;
+		r->sig_due = 0;
+		free(text);
+	}
 	if (!(text = record_text(t, nas, -1)))
 		return -ENOMEM;
 	sig = XXH3_64bits(text, strlen(text));
@@ -601,17 +609,11 @@ int record_open(struct record *r, const char *store_dir, int readonly,
 	if (e)
 		return e;
 	if (r->table->n) {
-		char *text = record_text(r->table, r->nas, -1);
-
-		if (!text) {
-			record_table_free(r->table);
-			r->table = NULL;
-			return -ENOMEM;
-		}
-		/* What the file holds: a build that finds the same writes nothing. */
-		r->file_sig = XXH3_64bits(text, strlen(text));
-		r->file_known = 1;
-		free(text);
+		/* What the file holds, for a build that finds the same to write
+		 * nothing: taken by the first build (write_file), not here -- a
+		 * record of 40,000 files takes a second to serialize, and the
+		 * mount would wait for it. */
+		r->sig_due = 1;
 		r->built_at = built;
 	} else {
 		r->nas[0] = '\0';

@@ -490,6 +490,8 @@ int main(void)
 	record_close(&r);
 	CHECK(&c, record_open(&r, local, 0, log_line, &lg) == 0, "reopen");
 	answers(&c, &r, "reopened");
+	CHECK(&c, record_rebuild(&r, &roots, &s) == 0 && stat(p, &st2) == 0 &&
+	      st2.st_ino == st.st_ino, "nor after a reopen (the loaded record's signature)");
 
 	/* The thread: a repo reached only by the name its blob was opened by
 	 * (its bytes live in a hub-level store), then an eviction. */

@@ -22,15 +22,13 @@
 #include <stdio.h>
 #include <string.h>
 
-static uint64_t xxh_hash(const char *xxh)
+uint64_t copy_hash(const char *xxh)
 {
 	return path_hash(xxh);
 }
 
-struct blob *copy_first_locked(struct store *s, const char *xxh, struct hlink **at)
+struct blob *copy_first_locked(struct store *s, const char *xxh, uint64_t h, struct hlink **at)
 {
-	uint64_t h = xxh_hash(xxh);
-
 	if (!xxh[0])
 		return NULL;
 	for (struct hlink *l = htab_chain(&s->by_xxh, h); l; l = l->next) {
@@ -69,7 +67,7 @@ int copy_served_by_other_locked(struct store *s, const struct blob *b, const cha
 
 int rehash_pending_locked(struct store *s, const struct blob *b)
 {
-	COPY_EACH(s, b->xxh, o)
+	COPY_EACH_OF(s, b, o)
 		if (o != b && o->reverify)
 			return 1;
 	return 0;
@@ -123,7 +121,7 @@ void blob_xxh_set_locked(struct store *s, struct blob *b, const char *xxh)
 		htab_del(&s->by_xxh, &b->xl);
 	snprintf(b->xxh, sizeof(b->xxh), "%s", xxh);
 	if (b->xxh[0])
-		htab_add(&s->by_xxh, &b->xl, xxh_hash(b->xxh));
+		htab_add(&s->by_xxh, &b->xl, copy_hash(b->xxh));
 	count_in(s, b);
 }
 

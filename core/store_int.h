@@ -39,11 +39,16 @@ uint64_t store_now_ns(void); /* CLOCK_REALTIME_COARSE: the LRU order, last_used 
 void blob_state_set_locked(struct store *s, struct blob *b, enum blob_state st);
 void blob_xxh_set_locked(struct store *s, struct blob *b, const char *xxh);
 /* Every blob with the content hash @xxh: COPY_EACH(s, xxh, o) { ... } (no
- * blob's hash set inside; its state may be). */
-#define COPY_EACH(s, xxh, o) \
+ * blob's hash set inside; its state may be); COPY_EACH_OF(s, b, o): those
+ * of @b's copy, @b among them (its table hash kept: none computed). */
+#define COPY_EACH_H(s, xxh, h, o) \
 	for (struct hlink *at_ = NULL, **once_ = &at_; once_; once_ = NULL) \
-		for (struct blob *o = copy_first_locked(s, xxh, &at_); o; o = copy_next_locked(&at_))
-struct blob *copy_first_locked(struct store *s, const char *xxh, struct hlink **at);
+		for (struct blob *o = copy_first_locked(s, xxh, h, &at_); o; \
+		     o = copy_next_locked(&at_))
+#define COPY_EACH(s, xxh, o) COPY_EACH_H(s, xxh, copy_hash(xxh), o)
+#define COPY_EACH_OF(s, b, o) COPY_EACH_H(s, (b)->xxh, (b)->xl.hash, o)
+uint64_t copy_hash(const char *xxh);
+struct blob *copy_first_locked(struct store *s, const char *xxh, uint64_t h, struct hlink **at);
 struct blob *copy_next_locked(struct hlink **at);
 /* A blob's id is set here only: it keeps store.by_id true. */
 void blob_id_set_locked(struct store *s, struct blob *b, const char *id);

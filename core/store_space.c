@@ -50,9 +50,8 @@ uint64_t part_charge_locked(const struct store *s, const struct blob *b)
 	return p && p->n ? store_charge(s, p->bytes) + p->n * (s->blk ? s->blk : 4096) : 0;
 }
 
-/* The LOCAL blobs sorted by content hash, so that the blobs sharing a
- * copy are adjacent (copy_end), and the copies that blobs evicted while
- * open may still hold. */
+/* The LOCAL blobs, those sharing a copy adjacent (copy_end), and the
+ * copies that blobs evicted while open may still hold. */
 struct copies {
 	struct blob **v;
 	size_t n;
@@ -60,12 +59,14 @@ struct copies {
 	size_t nheld;
 };
 
-static int by_copy(const void *a, const void *b)
+/* Is @b the first LOCAL blob of its copy (in store.by_xxh's order)?  A
+ * LOCAL blob always has its hash; one without is a copy of its own. */
+static int copy_first_local(struct store *s, const struct blob *b)
 {
-	const struct blob *x = *(const struct blob *const *)a, *y = *(const struct blob *const *)b;
-	int r = strcmp(x->xxh, y->xxh);
-
-	return r ? r : strcmp(x->key, y->key);
+	COPY_EACH_OF(s, b, o)
+		if (o->state == BLOB_LOCAL)
+			return o == b;
+	return 1;
 }
 
 static void copies_free(struct copies *cs)
@@ -92,18 +93,22 @@ static int copies_get_locked(struct store *s, struct copies *cs)
 		copies_free(cs);
 		return -ENOMEM;
 	}
+	/* each copy's blobs from its chain, by its first: no sort (this runs
+	 * at every copy that does not fit at once, and at every status) */
 	STORE_EACH(s, b) {
-		if (b->state == BLOB_LOCAL && cs->n < n)
+		if (b->state == BLOB_LOCAL && !b->xxh[0] && cs->n < n)
 			cs->v[cs->n++] = b;
+		else if (b->state == BLOB_LOCAL && copy_first_local(s, b))
+			COPY_EACH_OF(s, b, o)
+				if (o->state == BLOB_LOCAL && cs->n < n)
+					cs->v[cs->n++] = o;
 		if (b->open_count && b->open_xxh[0] && cs->nheld < nheld)
 			cs->held[cs->nheld++] = b->open_xxh;
 	}
-	qsort(cs->v, cs->n, sizeof(*cs->v), by_copy);
 	return 0;
 }
 
-/* The end of the copy whose first blob is v[@i]: its blobs are v[@i..end).
- * A LOCAL blob always has its hash; one without is a copy of its own. */
+/* The end of the copy whose first blob is v[@i]: its blobs are v[@i..end). */
 static size_t copy_end(const struct copies *cs, size_t i)
 {
 	size_t j = i + 1;

@@ -116,7 +116,7 @@ void verify_record_locked(struct store *s, struct blob *b, const struct fetch_re
 	prove_locked(b, &st);
 	/* The name holds this file now (publish replaces what was there):
 	 * the blobs that share it are proven by it too. */
-	COPY_EACH(s, b->xxh, o)
+	COPY_EACH_OF(s, b, o)
 		if (o != b && o->state == BLOB_LOCAL)
 			prove_locked(o, &st);
 }
@@ -361,7 +361,7 @@ static void demote_sharers_locked(struct store *s, const char *xxh, const struct
  * second hash of the same bytes (a hub holds a file in several repos). */
 static int shared_proof_locked(struct store *s, const struct blob *b, const struct stat *st)
 {
-	COPY_EACH(s, b->xxh, o)
+	COPY_EACH_OF(s, b, o)
 		if (o != b && o->state == BLOB_LOCAL && proven_locked(o, st))
 			return 1;
 	return 0;

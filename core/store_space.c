@@ -27,21 +27,6 @@
 #include <syslog.h>
 #include <unistd.h>
 
-/* A file of more than a few extents needs extent blocks of its own (ext4
- * keeps 4 in the inode, each up to 128 MiB; a fragmented file needs more):
- * one block per 64 MiB, and one for any file past 16 blocks, covers it. */
-#define EXTENT_SPAN ((uint64_t)64 << 20)
-
-uint64_t store_charge(const struct store *s, uint64_t size)
-{
-	uint64_t blk = s->blk ? s->blk : 4096;
-	uint64_t data = (size + blk - 1) / blk * blk;
-
-	if (size > 16 * blk)
-		data += blk * (1 + size / EXTENT_SPAN);
-	return data;
-}
-
 uint64_t part_charge_locked(const struct store *s, const struct blob *b)
 {
 	const struct blob_part *p = b->part;

@@ -50,6 +50,8 @@ Figures (measures.py; --only NAME,... picks some):
   revision  `wfsctl promote --wait` of a revision of --shards shards of
             --shard-mib (models--bench--shards, added to the hub by the bench)
             vs the SHA-256 rate of all cores; also vs cp -rL + sync
+  many      `wfsctl promote --wait` of the fixture's datasets--acme--many
+            (--many small files) vs cp -rL of its snapshot + sync (time)
   local     after promotion of the largest shard: seq, mmap, rand again,
             "direct" = the verified copy LOCAL_STORE/data/xx/<hash> itself
   part      the largest shard's 2nd quarter promoted as one range (promote
@@ -68,7 +70,7 @@ Figures (measures.py; --only NAME,... picks some):
   memory    (once a run) a fixture with --many --memory-many, every entry
             walked through a fresh mount, the daemon's VmRSS, then its CPU
             over --idle-seconds of idleness
-promote, revision, local and part evict their copies afterwards, so the order of
+promote, revision, many, local and part evict their copies afterwards, so the order of
 figures does not matter.  startup and memory run in the work dir (the disk).
 
 Extension point: a figure is a function m_<name>(ctx) registered in

@@ -15,7 +15,7 @@ Python standard library only.
 from common import Skip
 from frame import GOALS, Ctx, mount_main, unmount_all
 from once import m_memory, m_startup
-from promotion import m_local, m_part, m_promote, m_revision
+from promotion import m_local, m_many, m_part, m_promote, m_revision
 from reads import m_compare, m_mmap, m_noise, m_pagecache, m_rand, m_seq, m_walk
 
 
@@ -35,6 +35,7 @@ MEASUREMENTS = [
     Measurement("compare", m_compare),
     Measurement("promote", m_promote),
     Measurement("revision", m_revision),
+    Measurement("many", m_many),
     Measurement("local", m_local),
     Measurement("part", m_part),
     Measurement("noise", m_noise),

@@ -297,6 +297,57 @@ def m_revision(ctx):
     r["note"] += f"; copy_workers {copy_workers(ctx)}"
 
 
+def m_many(ctx):
+    """Promotion of a dataset of many small files (the fixture's
+    datasets--acme--many: --many blobs of a few dozen bytes, 100 snapshot
+    links a directory) with `wfsctl promote --wait` of the repo, against
+    `cp -rL` of its snapshot into LOCAL_STORE's filesystem + sync; caches
+    dropped before each side; seconds (time ratio, no goal).  Each copy is
+    checked and fsynced, and renamed into place (two directory fsyncs), and
+    the index and record follow: what cp + sync does not.  Evicted after
+    each promotion."""
+    repo = "datasets--acme--many"
+    snaps = os.path.join(ctx.hub, repo, "snapshots")
+    revs = sorted(os.listdir(snaps)) if os.path.isdir(snaps) else []
+    if not revs:
+        raise Skip(f"no {repo} snapshot in the fixture (mkhub --many)")
+    nas = os.path.join(snaps, revs[0])
+    names = sorted(os.path.join(d, f) for d, _, fs in os.walk(nas) for f in fs)
+    size = sum(os.stat(p).st_size for p in names)
+    probe = os.path.join(ctx.mnt, repo, "snapshots", revs[0], os.path.relpath(names[0], nas))
+    dst = os.path.join(cp_dir(ctx, "cp", size + len(names) * 4096), "many")
+    ensure_nas(ctx, probe)
+
+    def visit(side):
+        drop_caches()
+        if side == "cp":
+            t_cp, _, _ = run_cmd_timed(["cp", "-rL", nas, dst])
+            t_sync, _, _ = run_cmd_timed(["sync"])
+            shutil.rmtree(dst)
+            os.sync()
+            log(f"  cp -rL {t_cp:.2f} s, + sync {t_cp + t_sync:.2f} s")
+            return {"s": t_cp + t_sync}
+        c0 = ctx.daemon_cpu()
+        dt, note = promote_tree(ctx, ctx.mnt, repo)
+        c1 = ctx.daemon_cpu()
+        expect_state(probe, "local", "promote --wait")
+        if note:
+            raise RuntimeError(f"promote --wait of {repo}: {note}")
+        evict(ctx, os.path.join(ctx.mnt, repo), [probe])
+        log(f"  promote --wait {len(names)} files: {dt:.2f} s ({len(names) / dt:.0f} files/s)")
+        return {"s": dt, "cpu": (c1 - c0) if None not in (c0, c1) else None}
+
+    try:
+        res = abba(ctx, ("cp", "wfs"), visit)
+    finally:
+        if os.path.exists(dst):
+            shutil.rmtree(dst, ignore_errors=True)
+    ctx.pair_row("promote.many", f"promote --wait of {len(names)} small files vs cp -rL + sync",
+                 "s", "time", col(res, "cp", "s"), col(res, "wfs", "s"), col(res, "wfs", "cpu"),
+                 f"direct = cp -rL of the snapshot + sync, caches dropped; no goal; "
+                 f"copy_workers {copy_workers(ctx)}", res=res)
+
+
 def copy_workers(ctx):
     """copy_workers of the mount: the -o given, else wfs's default (2)."""
     for o in reversed(ctx.args.wfs_opt):

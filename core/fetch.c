@@ -267,7 +267,7 @@ int fetch_copy_verify(const char *src_path, uint64_t size, const char *tmp_path,
 	j->seg = j->seg < SEG_MIN ? SEG_MIN : j->seg > SEG_MAX ? SEG_MAX : j->seg;
 	j->rate = (double)bw_limit;
 	clock_gettime(CLOCK_MONOTONIC, &j->last);
-	eng_init(&j->eng);
+	eng_init(&j->eng, size);
 	if (size >= FIXED_MIN)
 		eng_fixed(&j->eng, mem, (nsrc + nver) * stride);
 	if (getenv("WFS_FETCH_PROFILE") && (j->prof = calloc(1, sizeof(*j->prof)))) {
@@ -275,7 +275,7 @@ int fetch_copy_verify(const char *src_path, uint64_t size, const char *tmp_path,
 		j->prof->t0 = mono_ns();
 		j->prof->cpu0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
 	}
-	if (j->ch.md)
+	if (j->ch.md && size >= CHUNK) /* less is hashed here at once */
 		hasher_start(&j->hs, &j->ch);
 	job_run(j);
 	res->owed_ns = throttle_owed_ns(j);
@@ -337,7 +337,7 @@ int fetch_hash_file(const char *path, char xxh_hex[33], struct fetch_progress *p
 		posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
 	stream_init(&j->ver, fd, path, j->slots, nver, mem, stride);
 	j->ver.limit = j->size;
-	eng_init(&j->eng);
+	eng_init(&j->eng, j->size);
 	if (j->size >= FIXED_MIN)
 		eng_fixed(&j->eng, mem, nver * stride);
 	job_run(j);

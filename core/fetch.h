@@ -9,12 +9,17 @@
  * for a worker thread; another thread may watch or cancel them through
  * struct fetch_progress.  A call holds 1 MiB I/O buffers, 24 for a copy and
  * 8 for a hash, registered with its io_uring where locked memory allows;
- * fetch_copy_verify() of a blob named by a content address also runs one
- * thread of its own for the call (the hasher, below).
+ * fetch_copy_verify() of a blob of 1 MiB or more named by a content
+ * address also runs one thread of its own for the call (the hasher, below).
+ *
+ * A file under 1 MiB is copied without io_uring (plain pread/pwrite/fsync,
+ * one operation at a time, the same semantics) and hashed on the calling
+ * thread: its operations each wait on the one before, and a ring or a
+ * thread would add only its own cost.
  *
  * Diagnostics, from the environment: with WFS_FETCH_NO_URING the io_uring
- * pipeline is not used (same as when io_uring is unavailable: plain
- * pread/pwrite with the same semantics, one operation at a time); with
+ * pipeline is not used for any file (same as when io_uring is unavailable:
+ * plain pread/pwrite with the same semantics, one operation at a time); with
  * WFS_FETCH_PROFILE each fetch_copy_verify() writes one line to stderr: its
  * time and rate, this thread's CPU, hashing and waiting, the hasher's CPU,
  * idle time and time runnable without a CPU, the syncs and the final

@@ -173,8 +173,10 @@ void job_run(struct job *j);
  * before another read (fetch_result.owed_ns). */
 uint64_t throttle_owed_ns(const struct job *j);
 
-/* fetch_engine.c */
-void eng_init(struct engine *e);
+/* fetch_engine.c: io_uring for a file of @size bytes, unless it is under
+ * one CHUNK (or WFS_FETCH_NO_URING, or no ring can be made): then each
+ * operation runs at submission. */
+void eng_init(struct engine *e, uint64_t size);
 void eng_fixed(struct engine *e, void *mem, size_t len);
 void eng_exit(struct engine *e);
 void eng_rw(struct engine *e, int write, int fd, void *buf, size_t len,

@@ -319,7 +319,6 @@ static void copy_done_locked(struct store *s, struct blob *b, int r, uint64_t si
 	}
 }
 
-
 /* @b's bytes look local already (copy_of_name_locked): hash the NAS
  * file without writing it, and if its XXH3-128 is a local copy's, @b is
  * served by that copy -- it takes no new room, not even while hashed

@@ -562,7 +562,7 @@ static int write_index(struct store *s, int if_dirty, int held)
 			pthread_mutex_lock(&s->lock);
 		/* the partial files whose ranges it no longer names */
 		part_retire_written_locked(s, r == 0);
-		/* Still behind: a worker tries again in INDEX_FLUSH_MS (not at
+		/* Still behind: a worker tries again in index_flush_ms (not at
 		 * once -- copies_unrecorded stays clear, or an idle worker would
 		 * spin on a full disk), and store_sync at once. */
 		if (r < 0)

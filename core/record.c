@@ -20,6 +20,7 @@
 #include "thread.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -679,6 +680,9 @@ static void *run(void *arg)
 			retry_at = e == 0 ? 0 : mono_ms() + delay;
 			delay = e == 0 ? 1000 : delay * 2 > RECORD_RETRY_MAX_MS ?
 				RECORD_RETRY_MAX_MS : delay * 2;
+			/* a build's walk, its table and its text are freed
+			 * now: give the memory back (glibc keeps it) */
+			malloc_trim(0);
 		}
 		pthread_mutex_lock(&r->lock);
 		if (tried) {

@@ -27,6 +27,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -581,6 +582,8 @@ static int write_index(struct store *s, int if_dirty, int held)
 	if (!held)
 		pthread_mutex_unlock(&s->index_lock);
 	snapshot_free(&sn);
+	if (r == 0)
+		malloc_trim(0); /* the text and its JSON tree: glibc would keep them */
 	return r < 0 ? r : 0;
 }
 

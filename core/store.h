@@ -303,6 +303,7 @@ struct blob {
 	uint64_t swept;             /* LOCK: the sweep pass that looked at it last (a blob is
 				     * worked on once per pass: store_verify.c) */
 	struct blob_part *part;     /* LOCK: its local ranges, or NULL (store_part.c) */
+	struct blob *part_next;     /* LOCK: store.part_list (a part is kept until store_close) */
 	_Atomic uint64_t part_bytes; /* ATOMIC: bytes of its verified ranges that may serve
 				      * (0: none; the read path's check before the lock) */
 };
@@ -375,7 +376,7 @@ struct store {
 				     * each file once (store_copies.c) */
 	_Atomic uint64_t copies_recounted; /* the room's tally found @copies_used wrong */
 	size_t pub_xxh_n;           /* LOCK: blobs with blob.pub_xxh set (0: no scan for them) */
-	size_t part_blobs;          /* LOCK: blobs with a blob_part (0: no ranges to count) */
+	struct blob *part_list;     /* LOCK: the blobs with a blob_part, by blob.part_next */
 	/* LOCK: the copy queue, explicit requests first (@qexplicit the last
 	 * of them, NULL: none), then automatic ones */
 	struct blob *qhead, *qtail, *qexplicit;

@@ -69,8 +69,10 @@ void part_path_locked(const struct store *s, const struct blob *b, char *out, si
 
 struct blob_part *part_get_locked(struct store *s, struct blob *b)
 {
-	if (!b->part && (b->part = calloc(1, sizeof(*b->part))))
-		s->part_blobs++; /* kept until store_close */
+	if (!b->part && (b->part = calloc(1, sizeof(*b->part)))) {
+		b->part_next = s->part_list; /* kept until store_close */
+		s->part_list = b;
+	}
 	return b->part;
 }
 

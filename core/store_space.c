@@ -362,16 +362,13 @@ static void room_now_locked(struct store *s, struct room *m, struct store_usage 
 		m->pending = unallocated_locked(s);
 }
 
-/* The ranges' room: a walk of the table only once a blob has had ranges. */
+/* The ranges' room: a walk of the blobs that have had ranges only. */
 static uint64_t parts_used_locked(struct store *s)
 {
 	uint64_t n = 0;
 
-	if (!s->part_blobs)
-		return 0;
-	STORE_EACH(s, b)
-		if (b->part && b->part->n)
-			n += part_charge_locked(s, b);
+	for (struct blob *b = s->part_list; b; b = b->part_next)
+		n += part_charge_locked(s, b);
 	return n;
 }
 

@@ -16,7 +16,8 @@
  *   pinfull  a ref pin's blob that does not fit is tried again after a
  *            backoff, not at every poll of the ref (each try a log line)
  *   range    a range makes its room as a whole copy does: an older unpinned
- *            copy is evicted for it
+ *            copy is evicted for it; and a whole copy counts the range's
+ *            room
  *   race     a blob evicted after another's copy of the same bytes is
  *            renamed into data/, before that copy is recorded, leaves the
  *            file: it is the other's (it was unlinked, and the other went
@@ -434,6 +435,10 @@ static void test_range_evicts(void)
 	CHECK(&c, in.part_bytes == BLOB && blob_state(old) == BLOB_NAS,
 	      "the range is local (%llu bytes: %s), the older copy evicted for it (%s)",
 	      (unsigned long long)in.part_bytes, in.part_reason, st(old));
+	/* and a whole copy counts the range's room (on the counts kept too,
+	 * store_copies.c): none left for it */
+	CHECK(&c, promote(old) == BLOB_NAS && strstr(info(old)->reason, "no room"),
+	      "the range leaves no room for a whole copy: %s (%s)", st(old), info(old)->reason);
 	store_close(&s);
 	policy_opts_free(&pol);
 }

@@ -658,7 +658,7 @@ static void *run(void *arg)
 	uint64_t sig, built_sig = 0;
 	/* next_at: a build of many files (40,000: 2-3 s) comes at most a
 	 * tenth of the time, not every second; a sync asked for waits not */
-	int64_t retry_at = 0, delay = 1000, next_at = 0, t0;
+	int64_t retry_at = 0, delay = 1000, next_at = 0, t0, now;
 	int have = 0;
 
 	pthread_setname_np(pthread_self(), "wfs-record");
@@ -673,11 +673,12 @@ static void *run(void *arg)
 			     mono_ms() >= next_at && nas_gate_up(r->gate))) {
 			t0 = mono_ms();
 			e = record_rebuild(r, r->roots, r->store);
-			next_at = mono_ms() + 9 * (mono_ms() - t0);
+			now = mono_ms();
+			next_at = now + 9 * (now - t0);
 			tried = 1;
 			have = e == 0 || have;
 			built_sig = e == 0 ? sig : built_sig;
-			retry_at = e == 0 ? 0 : mono_ms() + delay;
+			retry_at = e == 0 ? 0 : now + delay;
 			delay = e == 0 ? 1000 : delay * 2 > RECORD_RETRY_MAX_MS ?
 				RECORD_RETRY_MAX_MS : delay * 2;
 			/* a build's walk, its table and its text are freed

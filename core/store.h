@@ -39,9 +39,10 @@
  * that finds the queue empty), when it has been dirty for INDEX_FLUSH_MS
  * or ten times what the last write took, whichever is longer (long
  * batches; changes the read path noticed: an index of 40,000 blobs takes
- * 0.3-1.5 s to write), and at close -- never once per blob.  A copy the index does not name yet is an orphan after a
- * crash: removed at start-up, never served; a demotion it does not record
- * yet is found again by the checks at start-up or first open.
+ * 0.3-1.5 s to write), and at close -- never once per blob.  A copy the
+ * index does not name yet is an orphan after a crash: removed at start-up,
+ * never served; a demotion it does not record yet is found again by the
+ * checks at start-up or first open.
  *
  * LOCK ORDER, for the whole daemon (take left before right, never the
  * reverse; a lock not listed is a leaf taken with nothing else held):

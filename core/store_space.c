@@ -35,6 +35,12 @@ uint64_t part_charge_locked(const struct store *s, const struct blob *b)
 	return p && p->n ? store_charge(s, p->bytes) + p->n * (s->blk ? s->blk : 4096) : 0;
 }
 
+/* The room store_max leaves the copies (0: no limit). */
+static uint64_t limit_of(const struct store *s)
+{
+	return s->opt.policy ? s->opt.policy->store_max : 0;
+}
+
 /* The LOCAL blobs, those sharing a copy adjacent (copy_end), and the
  * copies that blobs evicted while open may still hold. */
 struct copies {
@@ -184,7 +190,7 @@ static void tally_locked(struct store *s, struct store_usage *u)
 	}
 	u->reserved = s->reserved;
 	u->held = s->held;
-	u->limit = s->opt.policy ? s->opt.policy->store_max : 0;
+	u->limit = limit_of(s);
 }
 
 /* May evicting the blobs v[0..@n) of one copy, to make room for @b, free
@@ -380,7 +386,7 @@ static int fits_counted_locked(struct store *s, uint64_t need)
 {
 	struct room m = { .need = need };
 
-	m.limit = s->opt.policy ? s->opt.policy->store_max : 0;
+	m.limit = limit_of(s);
 	m.used = s->copies_used + parts_used_locked(s) + s->reserved + s->held;
 	if (room_fs(s, &m) == 0)
 		m.pending = s->reserved;

@@ -1,6 +1,7 @@
 /* index.c - atomic JSON state index; see index.h. */
 #include "index.h"
 #include "jbytes.h"
+#include "jtext.h"
 #include "durable.h"
 
 #include <errno.h>
@@ -155,167 +156,237 @@ static json_t *part_json(const struct index_rec *e)
 	return o;
 }
 
-int index_read(const char *path, const struct index_cb *cb)
+/* One blob's record @o to @cb: what cb->blob returns, -ENOMEM, or 0 for a
+ * record without a key (skipped). */
+static int read_blob(json_t *o, json_int_t version, const struct index_cb *cb)
+{
+	char *key_buf, *id_buf;
+	struct part_range *ranges = NULL;
+	int oom = 0, r;
+	struct index_rec rec = {
+		.key = get_name(o, "key", NULL, &key_buf, &oom),
+		.id = get_name(o, "id", "", &id_buf, &oom),
+		.state = str_or(o, "state", "nas"),
+		.xxh = str_or(o, "xxh", ""),
+		.sample = str_or(o, "sample", ""),
+		.reason = str_or(o, "reason", ""),
+		.size = (uint64_t)int_or(o, "size"),
+		.mtime = { (time_t)int_or(o, "mtime_s"), (long)int_or(o, "mtime_ns") },
+		.ctime = { (time_t)int_or(o, "ctime_s"), (long)int_or(o, "ctime_ns") },
+		.last_used = int_or(o, "last_used"),
+		.use_ns = (uint64_t)int_or(o, "last_used_ns"),
+		.pinned = json_is_true(json_object_get(o, "pinned")),
+	};
+
+	if (oom || !rec.key) {
+		free(key_buf);
+		free(id_buf);
+		return oom ? -ENOMEM : 0;
+	}
+	/* Version 1 wrote no proof of the copy: none is read from it even if
+	 * a hand-edited file has the fields. */
+	if (version >= 2) {
+		rec.copy_ino = (uint64_t)int_or(o, "copy_ino");
+		rec.copy_mtime = (struct timespec){ (time_t)int_or(o, "copy_mtime_s"),
+						    (long)int_or(o, "copy_mtime_ns") };
+		rec.copy_ctime = (struct timespec){ (time_t)int_or(o, "copy_ctime_s"),
+						    (long)int_or(o, "copy_ctime_ns") };
+	}
+	/* Before 4 "pinned" was either reason: a hand pin (index.h). */
+	if (version >= 4)
+		rec.ref_pinned = json_is_true(json_object_get(o, "ref_pinned"));
+	r = 0;
+	if (version >= 3 && !strcmp(rec.state, "partial") && read_part(o, &rec, &ranges) < 0)
+		r = -ENOMEM;
+	if (!r)
+		r = cb->blob(cb->arg, &rec);
+	free(ranges);
+	free(key_buf);
+	free(id_buf);
+	return r;
+}
+
+/* The index parsed, all of it before anything is called back. */
+struct parsed {
+	json_t *head;  /* "version", "refs" (a whole parse: "blobs" too) */
+	int array;     /* "blobs" is an array: */
+	json_t **v;    /* its elements (new references) */
+	size_t n, cap;
+};
+
+static void parsed_free(struct parsed *p)
+{
+	for (size_t i = 0; i < p->n; i++)
+		json_decref(p->v[i]);
+	free(p->v);
+	json_decref(p->head);
+	memset(p, 0, sizeof(*p));
+}
+
+static int parsed_add(struct parsed *p, json_t *o)
+{
+	if (p->n == p->cap) {
+		size_t cap = p->cap ? p->cap * 2 : 1024;
+		json_t **v = realloc(p->v, cap * sizeof(*v));
+
+		if (!v) {
+			json_decref(o);
+			return -ENOMEM;
+		}
+		p->v = v;
+		p->cap = cap;
+	}
+	p->v[p->n++] = o;
+	return 0;
+}
+
+/* Laid out as index_write writes it: a line at a time (jtext.h).  0,
+ * -EAGAIN (laid out otherwise: parse it whole) or -ENOMEM. */
+static int parse_lines(const char *text, size_t len, struct parsed *p)
+{
+	struct jtext_lines l;
+	json_t *o;
+	int r;
+
+	if (!(p->head = jtext_lines_open(&l, text, len, "blobs")))
+		return -EAGAIN;
+	while ((r = jtext_lines_next(&l, &o)) > 0 && (r = parsed_add(p, o)) == 0)
+		;
+	if (r < 0)
+		parsed_free(p);
+	p->array = r == 0;
+	return r;
+}
+
+/* Any other layout: 0, -EINVAL (not JSON) or -ENOMEM. */
+static int parse_whole(const char *text, size_t len, struct parsed *p)
 {
 	json_error_t err;
-	json_t *root, *blobs, *o;
+	json_t *blobs, *o;
+	size_t i;
+	int r = 0;
+
+	if (!(p->head = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err)))
+		return -EINVAL;
+	p->array = json_is_array(blobs = json_object_get(p->head, "blobs"));
+	json_array_foreach(blobs, i, o)
+		if ((r = parsed_add(p, json_incref(o))) < 0)
+			break;
+	if (r < 0)
+		parsed_free(p);
+	return r;
+}
+
+int index_read(const char *path, const struct index_cb *cb)
+{
+	struct parsed p = { 0 };
 	json_int_t version;
-	size_t i, len = 0;
+	size_t len = 0;
 	char *text = NULL;
 	int r;
 
 	r = durable_read(path, INDEX_MAX_BYTES, &text, &len);
 	if (r)
 		return r > 0 ? 0 : r;
-	root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
+	r = parse_lines(text, len, &p);
+	if (r == -EAGAIN)
+		r = parse_whole(text, len, &p);
 	free(text);
-	if (!root)
-		return -EINVAL;
-	version = json_integer_value(json_object_get(root, "version"));
+	if (r < 0)
+		return r;
+	version = json_integer_value(json_object_get(p.head, "version"));
 	if (version > INDEX_VERSION) {
 		/* a later wfs wrote it: its records are not ours to read */
-		json_decref(root);
+		parsed_free(&p);
 		return version > INT_MAX ? INT_MAX : (int)version;
 	}
-	if (version < 1 || !json_is_array(blobs = json_object_get(root, "blobs"))) {
-		json_decref(root);
+	if (version < 1 || !p.array) {
+		parsed_free(&p);
 		return -EINVAL;
 	}
-	json_array_foreach(blobs, i, o) {
-		char *key_buf, *id_buf;
-		struct part_range *ranges = NULL;
-		int oom = 0, ranges_oom = 0;
-		struct index_rec rec = {
-			.key = get_name(o, "key", NULL, &key_buf, &oom),
-			.id = get_name(o, "id", "", &id_buf, &oom),
-			.state = str_or(o, "state", "nas"),
-			.xxh = str_or(o, "xxh", ""),
-			.sample = str_or(o, "sample", ""),
-			.reason = str_or(o, "reason", ""),
-			.size = (uint64_t)int_or(o, "size"),
-			.mtime = { (time_t)int_or(o, "mtime_s"), (long)int_or(o, "mtime_ns") },
-			.ctime = { (time_t)int_or(o, "ctime_s"), (long)int_or(o, "ctime_ns") },
-			.last_used = int_or(o, "last_used"),
-			.use_ns = (uint64_t)int_or(o, "last_used_ns"),
-			.pinned = json_is_true(json_object_get(o, "pinned")),
-		};
-
-		if (oom) {
-			free(key_buf);
-			free(id_buf);
-			r = -ENOMEM;
-			break;
-		}
-		if (!rec.key) {
-			free(id_buf);
-			continue;
-		}
-		/* Version 1 wrote no proof of the copy: none is read from it
-		 * even if a hand-edited file has the fields. */
-		if (version >= 2) {
-			rec.copy_ino = (uint64_t)int_or(o, "copy_ino");
-			rec.copy_mtime = (struct timespec){ (time_t)int_or(o, "copy_mtime_s"),
-							    (long)int_or(o, "copy_mtime_ns") };
-			rec.copy_ctime = (struct timespec){ (time_t)int_or(o, "copy_ctime_s"),
-							    (long)int_or(o, "copy_ctime_ns") };
-		}
-		/* Before 4 "pinned" was either reason: a hand pin (index.h). */
-		if (version >= 4)
-			rec.ref_pinned = json_is_true(json_object_get(o, "ref_pinned"));
-		if (version >= 3 && !strcmp(rec.state, "partial"))
-			ranges_oom = read_part(o, &rec, &ranges) < 0;
-		r = ranges_oom ? -ENOMEM : cb->blob(cb->arg, &rec);
-		free(ranges);
-		free(key_buf);
-		free(id_buf);
-		if (r < 0)
-			break;
-	}
+	for (size_t i = 0; r >= 0 && i < p.n; i++)
+		r = read_blob(p.v[i], version, cb);
 	if (r >= 0)
-		r = read_refs(root, cb);
-	json_decref(root);
+		r = read_refs(p.head, cb);
+	parsed_free(&p);
 	return r < 0 ? r : (int)version;
+}
+
+/* One blob's entry (NULL: no memory). */
+static json_t *blob_json(const struct index_rec *e)
+{
+	json_t *o = json_pack("{s:s, s:s, s:s, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:b}",
+		"state", e->state, "xxh", e->xxh,
+		"sample", e->sample, "reason", text_json(e->reason),
+		"size", (json_int_t)e->size,
+		"mtime_s", (json_int_t)e->mtime.tv_sec, "mtime_ns", (json_int_t)e->mtime.tv_nsec,
+		"ctime_s", (json_int_t)e->ctime.tv_sec, "ctime_ns", (json_int_t)e->ctime.tv_nsec,
+		"last_used", (json_int_t)e->last_used,
+		"last_used_ns", (json_int_t)e->use_ns, "pinned", e->pinned,
+		"ref_pinned", e->ref_pinned);
+
+	if (!o || set_name(o, "key", e->key) < 0 || set_name(o, "id", e->id) < 0)
+		goto fail;
+	/* The copy's proof (index.h); a local copy whose identity could not
+	 * be taken has none, and is re-verified at the next start-up. */
+	if (e->copy_ino &&
+	    (json_object_set_new(o, "copy_ino", json_integer((json_int_t)e->copy_ino)) ||
+	     json_object_set_new(o, "copy_mtime_s", json_integer(e->copy_mtime.tv_sec)) ||
+	     json_object_set_new(o, "copy_mtime_ns", json_integer(e->copy_mtime.tv_nsec)) ||
+	     json_object_set_new(o, "copy_ctime_s", json_integer(e->copy_ctime.tv_sec)) ||
+	     json_object_set_new(o, "copy_ctime_ns", json_integer(e->copy_ctime.tv_nsec))))
+		goto fail;
+	if (e->nranges) {
+		json_t *part = part_json(e);
+
+		if (!part || json_object_update(o, part) < 0) {
+			json_decref(part);
+			goto fail;
+		}
+		json_decref(part);
+	}
+	return o;
+fail:
+	json_decref(o);
+	return NULL;
+}
+
+static json_t *refs_json(const struct index_ref *refs, size_t nrefs)
+{
+	json_t *a = json_array();
+
+	for (size_t i = 0; a && i < nrefs; i++)
+		if (json_array_append_new(a, json_pack("{s:s, s:s, s:s, s:s}", "repo", refs[i].repo,
+						       "ref", refs[i].ref, "commit", refs[i].commit,
+						       "pending", refs[i].pending))) {
+			json_decref(a);
+			a = NULL;
+		}
+	return a;
 }
 
 int index_write(const char *path, const struct index_rec *recs, size_t n,
 		const struct index_ref *refs, size_t nrefs)
 {
-	json_t *root = json_object(), *blobs = json_array(), *jrefs;
+	json_t *jrefs = refs_json(refs, nrefs);
+	struct jtext x = { 0 };
 	char *text;
+	size_t len;
 	int r;
 
-	if (!root || !blobs) {
-		json_decref(root);
-		json_decref(blobs);
-		return -ENOMEM;
+	/* {"refs":[..],"version":N,"blobs":[ then a blob a line */
+	jtext_open_new(&x, jrefs ? json_pack("{s:o, s:i}", "refs", jrefs, "version",
+					     INDEX_VERSION) : NULL);
+	jtext_str(&x, "\"blobs\":[\n");
+	for (size_t i = 0; !x.err && i < n; i++) {
+		jtext_json_new(&x, blob_json(&recs[i]));
+		jtext_str(&x, i + 1 < n ? ",\n" : "\n");
 	}
-	json_object_set_new(root, "version", json_integer(INDEX_VERSION));
-	for (size_t i = 0; i < n; i++) {
-		const struct index_rec *e = &recs[i];
-		json_t *o = json_pack("{s:s, s:s, s:s, s:o, s:I, s:I, s:I, s:I, s:I, s:I, "
-				      "s:I, s:b, s:b}",
-			"state", e->state, "xxh", e->xxh,
-			"sample", e->sample, "reason", text_json(e->reason),
-			"size", (json_int_t)e->size,
-			"mtime_s", (json_int_t)e->mtime.tv_sec, "mtime_ns", (json_int_t)e->mtime.tv_nsec,
-			"ctime_s", (json_int_t)e->ctime.tv_sec, "ctime_ns", (json_int_t)e->ctime.tv_nsec,
-			"last_used", (json_int_t)e->last_used,
-			"last_used_ns", (json_int_t)e->use_ns, "pinned", e->pinned,
-			"ref_pinned", e->ref_pinned);
-
-		if (o && (set_name(o, "key", e->key) < 0 || set_name(o, "id", e->id) < 0)) {
-			json_decref(o);
-			o = NULL;
-		}
-		/* The copy's proof (index.h); a local copy whose identity
-		 * could not be taken has none, and is re-verified at the next
-		 * start-up. */
-		if (o && e->copy_ino) {
-			json_t *id = json_pack("{s:I, s:I, s:I, s:I, s:I}",
-				"copy_ino", (json_int_t)e->copy_ino,
-				"copy_mtime_s", (json_int_t)e->copy_mtime.tv_sec,
-				"copy_mtime_ns", (json_int_t)e->copy_mtime.tv_nsec,
-				"copy_ctime_s", (json_int_t)e->copy_ctime.tv_sec,
-				"copy_ctime_ns", (json_int_t)e->copy_ctime.tv_nsec);
-
-			if (!id || json_object_update(o, id) < 0) {
-				json_decref(o);
-				o = NULL;
-			}
-			json_decref(id);
-		}
-		if (o && e->nranges) {
-			json_t *part = part_json(e);
-
-			if (!part || json_object_update(o, part) < 0) {
-				json_decref(o);
-				o = NULL;
-			}
-			json_decref(part);
-		}
-		if (!o || json_array_append_new(blobs, o) < 0) {
-			json_decref(root);
-			json_decref(blobs);
-			return -ENOMEM;
-		}
-	}
-	json_object_set_new(root, "blobs", blobs);
-	jrefs = json_array();
-	for (size_t i = 0; jrefs && i < nrefs; i++)
-		json_array_append_new(jrefs, json_pack("{s:s, s:s, s:s, s:s}", "repo", refs[i].repo,
-			"ref", refs[i].ref, "commit", refs[i].commit, "pending", refs[i].pending));
-	if (!jrefs || json_array_size(jrefs) != nrefs) {
-		json_decref(jrefs);
-		json_decref(root);
-		return -ENOMEM;
-	}
-	json_object_set_new(root, "refs", jrefs);
-	text = json_dumps(root, JSON_INDENT(1) | JSON_SORT_KEYS);
-	json_decref(root);
+	jtext_str(&x, "]}\n");
+	text = jtext_take(&x, &len);
 	if (!text)
 		return -ENOMEM;
-	r = strlen(text) > (size_t)INDEX_MAX_BYTES ? -EFBIG :
-	    durable_replace(path, text, strlen(text), 0600, 1);
+	r = len > (size_t)INDEX_MAX_BYTES ? -EFBIG : durable_replace(path, text, len, 0600, 1);
 	free(text);
 	return r;
 }

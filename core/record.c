@@ -420,30 +420,21 @@ static int write_file(struct record *r, const struct record_table *t, const char
 		      int64_t now)
 {
 	char *text;
+	size_t len;
 	uint64_t sig;
 	int e;
 
 	if (r->readonly || r->newer)
 		return 0;
-	if (r->sig_due && (text = record_text(r->table, r->nas, -1))) {
-		/* the table record_open loaded, still r->table (publish comes
-		 * after this, under build_lock, as we are) */
-		r->file_sig = XXH3_64bits(text, strlen(text));
-		r->file_known = 1;
-		r->sig_due = 0;
-		free(text);
-	}
-	if (!(text = record_text(t, nas, -1)))
-		return -ENOMEM;
-	sig = XXH3_64bits(text, strlen(text));
-	free(text);
+	e = record_sig(t, nas, &sig);
+	if (e < 0)
+		return e;
 	if (r->file_known && sig == r->file_sig)
 		return 0;
-	text = record_text(t, nas, now);
+	text = record_text(t, nas, now, &len);
 	if (!text)
 		return -ENOMEM;
-	e = strlen(text) > (size_t)RECORD_MAX_BYTES ? -EFBIG :
-	    durable_replace(r->path, text, strlen(text), 0600, 1);
+	e = len > (size_t)RECORD_MAX_BYTES ? -EFBIG : durable_replace(r->path, text, len, 0600, 1);
 	free(text);
 	if (e < 0 && -e != r->write_err)
 		record_log(r, LOG_ERR, "cannot write record %s: %s (the last one written stays)",
@@ -610,11 +601,9 @@ int record_open(struct record *r, const char *store_dir, int readonly,
 	if (e)
 		return e;
 	if (r->table->n) {
-		/* What the file holds, for a build that finds the same to write
-		 * nothing: taken by the first build (write_file), not here -- a
-		 * record of 40,000 files takes a second to serialize, and the
-		 * mount would wait for it. */
-		r->sig_due = 1;
+		/* what the file holds, for a build that finds the same to
+		 * write nothing (without it the first build writes) */
+		r->file_known = record_sig(r->table, r->nas, &r->file_sig) == 0;
 		r->built_at = built;
 	} else {
 		r->nas[0] = '\0';

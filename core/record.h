@@ -113,10 +113,8 @@ struct record {
 				       * alone, never replaced */
 	void (*log)(void *arg, int prio, const char *msg); /* IMMUTABLE, may be NULL */
 	void *log_arg;                /* IMMUTABLE */
-	uint64_t file_sig;            /* BUILD: hash of record.json's content but "built" */
+	uint64_t file_sig;            /* BUILD: record_sig of what record.json holds */
 	int file_known;               /* BUILD: @file_sig says what is on disk */
-	int sig_due;                  /* BUILD: @table is the one loaded; write_file takes
-				       * @file_sig from it */
 	int write_err, walk_err;      /* BUILD: errno last logged (said once, not each retry) */
 	char **big_trees;             /* BUILD: the lines the last build logged (file lists left
 				       * out, refs held back: each logged once, when first

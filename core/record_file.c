@@ -1,16 +1,18 @@
 /* record_file.c - record.json: its text, and reading it back.
  *
  * Format (version 1):
- *   {"version": 1, "nas": "<NAS_HUB>", "built": <unix seconds>,
- *    "entries": [{"path": "models--o--n/snapshots/<rev>/x", "kind": "link",
- *                 "link_state": "resolved", "target": "../../blobs/<id>",
- *                 "blob_id": "<id>", "mode": 41471, "uid": 0, ..., }, ...]}
- * Entries are sorted by path (parents first).  NAS names are bytes and JSON
- * strings UTF-8: a path, name or text that is not UTF-8 is written as
- * "<field>_hex" (two lower-case hex digits a byte), as index.json does; a
- * refs file's, marker's or file list's bytes as "data", or "data_hex" when
- * not UTF-8 or holding NUL: at most RECORD_MAX_DATA bytes, RECORD_MAX_TREE
- * for a file list (trees/<rev>.json).  File lists came later with no new
+ *   {"built":<unix seconds>,"nas":"<NAS_HUB>","version":1,"entries":[
+ *   {"blob_id":"<id>","kind":"link","link_state":"resolved","mode":41471,
+ *    "path":"models--o--n/snapshots/<rev>/x","target":"../../blobs/<id>",...},
+ *   ...]}
+ * An entry a line, compact, sorted by path (parents first); it is JSON,
+ * and the reader takes any layout of it (earlier builds indented it).
+ * NAS names are bytes and JSON strings UTF-8: a path, name or text that is
+ * not UTF-8 is written as "<field>_hex" (two lower-case hex digits a
+ * byte), as index.json does; a refs file's, marker's or file list's bytes
+ * as "data", or "data_hex" when not UTF-8 or holding NUL: at most
+ * RECORD_MAX_DATA bytes, RECORD_MAX_TREE for a file list
+ * (trees/<rev>.json).  File lists came later with no new
  * field, only a larger bound for that one kind of path: a file an older wfs
  * wrote loads as it is, so the version stays 1.  A refs file held back
  * (record_refs.c) has "data" as it is shown while the NAS is down and
@@ -25,6 +27,7 @@
  */
 #include "record_int.h"
 #include "jbytes.h"
+#include "jtext.h"
 #include "durable.h"
 #include "path.h"
 
@@ -37,6 +40,7 @@
 #include <sys/stat.h>
 #include <syslog.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 static const char *const kind_names[] = { [NS_DIR] = "dir", [NS_FILE] = "file",
 					  [NS_LINK] = "link" };
@@ -48,27 +52,23 @@ static int set_name(json_t *o, const char *field, const char *s)
 	return jbytes_set(o, field, s, s ? strlen(s) : 0);
 }
 
-/* @atime: with the access time (not in the content hash: the build's own
- * readdir and reads move it, and that alone is no reason to write). */
-static json_t *node_json(const struct rnode *n, int atime)
+static json_t *node_json(const struct rnode *n)
 {
 	const struct stat *st = &n->st;
 	json_t *o = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
-			      "s:I}", "kind", kind_names[n->kind],
+			      "s:I, s:I, s:I, s:I}", "kind", kind_names[n->kind],
 		"mode", (json_int_t)st->st_mode, "uid", (json_int_t)st->st_uid,
 		"gid", (json_int_t)st->st_gid, "size", (json_int_t)st->st_size,
 		"nlink", (json_int_t)st->st_nlink, "ino", (json_int_t)st->st_ino,
 		"blksize", (json_int_t)st->st_blksize, "blocks", (json_int_t)st->st_blocks,
+		"atime_s", (json_int_t)st->st_atim.tv_sec, "atime_ns", (json_int_t)st->st_atim.tv_nsec,
 		"mtime_s", (json_int_t)st->st_mtim.tv_sec, "mtime_ns", (json_int_t)st->st_mtim.tv_nsec,
-		"ctime_s", (json_int_t)st->st_ctim.tv_sec, "ctime_ns", (json_int_t)st->st_ctim.tv_nsec);
+		"ctime_s", (json_int_t)st->st_ctim.tv_sec, "ctime_ns", (json_int_t)st->st_ctim.tv_nsec,
+		/* the NAS file's device: with the inode, what the daemon keys a
+		 * file's node by, so a name answered from the record is the
+		 * node it had */
+		"dev", (json_int_t)st->st_dev);
 
-	/* the NAS file's device: with the inode, what the daemon keys a file's
-	 * node by, so a name answered from the record is the node it had */
-	if (o && json_object_set_new(o, "dev", json_integer((json_int_t)st->st_dev)))
-		goto fail;
-	if (o && atime && (json_object_set_new(o, "atime_s", json_integer(st->st_atim.tv_sec)) ||
-			   json_object_set_new(o, "atime_ns", json_integer(st->st_atim.tv_nsec))))
-		goto fail;
 	if (o && n->kind == NS_LINK &&
 	    json_object_set_new(o, "link_state", json_string(ns_link_state_name(n->link_state))))
 		goto fail;
@@ -84,23 +84,76 @@ fail:
 	return NULL;
 }
 
-char *record_text(const struct record_table *t, const char *nas, int64_t built)
+char *record_text(const struct record_table *t, const char *nas, int64_t built, size_t *len)
 {
-	json_t *root = json_pack("{s:i}", "version", RECORD_VERSION), *entries = json_array();
-	char *text = NULL;
+	json_t *head = json_pack("{s:i, s:I}", "version", RECORD_VERSION, "built",
+				 (json_int_t)built);
+	struct jtext x = { 0 };
 
-	if (!root || !entries || set_name(root, "nas", nas) ||
-	    (built >= 0 && json_object_set_new(root, "built", json_integer(built))))
-		goto out;
-	for (size_t i = 0; t && i < t->n; i++)
-		if (json_array_append_new(entries, node_json(t->v[i], built >= 0)))
-			goto out;
-	if (json_object_set(root, "entries", entries) == 0)
-		text = json_dumps(root, JSON_INDENT(1) | JSON_SORT_KEYS);
-out:
-	json_decref(entries);
-	json_decref(root);
-	return text;
+	/* {"built":..,"nas":..,"version":1,"entries":[ then an entry a line */
+	if (head && set_name(head, "nas", nas)) {
+		json_decref(head);
+		head = NULL;
+	}
+	jtext_open_new(&x, head);
+	jtext_str(&x, "\"entries\":[\n");
+	for (size_t i = 0; !x.err && t && i < t->n; i++) {
+		jtext_json_new(&x, node_json(t->v[i]));
+		jtext_str(&x, i + 1 < t->n ? ",\n" : "\n");
+	}
+	jtext_str(&x, "]}\n");
+	return jtext_take(&x, len);
+}
+
+/* ---- the content signature ---- */
+
+static void sig_bytes(XXH3_state_t *x, const char *p, size_t n)
+{
+	/* the length first, -1 for none: NULL and "", "ab"+"c" and "a"+"bc"
+	 * differ */
+	int64_t len = p ? (int64_t)n : -1;
+
+	XXH3_64bits_update(x, &len, sizeof(len));
+	if (p)
+		XXH3_64bits_update(x, p, n);
+}
+
+static void sig_name(XXH3_state_t *x, const char *s)
+{
+	sig_bytes(x, s, s ? strlen(s) : 0);
+}
+
+int record_sig(const struct record_table *t, const char *nas, uint64_t *sig)
+{
+	XXH3_state_t *x = XXH3_createState();
+
+	if (!x)
+		return -ENOMEM;
+	XXH3_64bits_reset(x);
+	sig_name(x, nas);
+	for (size_t i = 0; t && i < t->n; i++) {
+		const struct rnode *n = t->v[i];
+		const struct stat *st = &n->st;
+		/* what record_text writes of a node but the access time */
+		const int64_t v[] = { n->kind, n->kind == NS_LINK ? (int64_t)n->link_state : -1,
+			st->st_mode, st->st_uid, st->st_gid, st->st_size, (int64_t)st->st_nlink,
+			(int64_t)st->st_ino, st->st_blksize, st->st_blocks, st->st_mtim.tv_sec,
+			st->st_mtim.tv_nsec, st->st_ctim.tv_sec, st->st_ctim.tv_nsec,
+			(int64_t)st->st_dev, n->has_data, n->has_data && n->nas_data };
+
+		XXH3_64bits_update(x, v, sizeof(v));
+		sig_name(x, n->path);
+		sig_name(x, n->backing);
+		sig_name(x, n->target);
+		sig_name(x, n->blob_id);
+		if (n->has_data)
+			sig_bytes(x, n->data, n->data_len);
+		if (n->has_data && n->nas_data)
+			sig_bytes(x, n->nas_data, n->nas_data_len);
+	}
+	*sig = XXH3_64bits_digest(x);
+	XXH3_freeState(x);
+	return 0;
 }
 
 /* ---- reading ---- */
@@ -277,29 +330,51 @@ static void set_aside(struct record *r, const char *why)
 			   "next build replaces it", r->path, why, strerror(errno));
 }
 
-/* The entries of @arr into *@t: 0 or -ENOMEM. */
-static int load_entries(struct record *r, json_t *arr, struct record_table **t)
+/* Where the entries come from: the array of a whole parse, or the lines
+ * of a text laid out as record_text writes it, each parsed and freed in
+ * turn (jtext.h). */
+struct entries {
+	int lines;              /* 1: @l, 0: @arr */
+	json_t *arr;            /* a whole parse's "entries" (NULL: none) */
+	size_t i;
+	struct jtext_lines l;
+};
+
+/* The next entry (a new reference): 1, 0 at the end; -EAGAIN: the lines
+ * are not record_text's layout (the caller parses the text whole). */
+static int next_entry(struct entries *en, json_t **o)
+{
+	if (en->lines)
+		return jtext_lines_next(&en->l, o);
+	*o = json_incref(json_array_get(en->arr, en->i++));
+	return *o != NULL;
+}
+
+/* The entries of @en into *@t: 0, -EAGAIN (next_entry) or -ENOMEM. */
+static int load_entries(struct record *r, struct entries *en, struct record_table **t)
 {
 	struct rnodes l = { 0 };
 	size_t bad = 0, dropped = 0, i;
 	json_t *o;
-	int e = 0;
+	int e = 0, more;
 
-	json_array_foreach(arr, i, o) {
+	while ((more = next_entry(en, &o)) > 0) {
 		struct rnode *n;
 
 		e = node_from(o, &n);
+		json_decref(o);
 		if (e == -ENOMEM)
 			break;
 		bad += e != 0;
-		if (!e && (e = rnodes_push(&l, n)))
+		e = e ? 0 : rnodes_push(&l, n);
+		if (e)
 			break;
 	}
-	if (e == -ENOMEM) {
+	if (e == -ENOMEM || more < 0) {
 		for (i = 0; i < l.n; i++)
 			rnode_free(l.v[i]);
 		free(l.v);
-		return -ENOMEM;
+		return e == -ENOMEM ? e : more;
 	}
 	*t = record_table_make(&l, &dropped);
 	if (!*t)
@@ -311,13 +386,40 @@ static int load_entries(struct record *r, json_t *arr, struct record_table **t)
 	return 0;
 }
 
+/* A parsed record: its @head (version, nas, built) and entries @en into
+ * *@t.  0 (*@t NULL: nothing usable, said), -EAGAIN or -ENOMEM. */
+static int load_parsed(struct record *r, json_t *head, struct entries *en,
+		       struct record_table **t, char *nas, size_t nsz, int64_t *built)
+{
+	json_int_t version = json_integer_value(json_object_get(head, "version"));
+	char *nas_buf = NULL;
+	int e = 0;
+
+	if (version > RECORD_VERSION) {
+		r->newer = 1;
+		record_log(r, LOG_WARNING, "record %s is of version %lld, newer than this wfs (%d): "
+			   "left as it is, not read and never replaced; the record starts empty",
+			   r->path, (long long)version, RECORD_VERSION);
+	} else if (version < 1 || (!en->lines && !json_is_array(en->arr)) ||
+		   get_name(head, "nas", nsz - 1, 0, &nas_buf) < 0) {
+		if (en->lines)
+			return -EAGAIN; /* the whole parse says what is wrong */
+		set_aside(r, "not a record of a known version");
+	} else if (!(e = load_entries(r, en, t))) {
+		snprintf(nas, nsz, "%s", nas_buf ? nas_buf : "");
+		*built = json_integer_value(json_object_get(head, "built"));
+	}
+	free(nas_buf);
+	return e;
+}
+
 int record_load(struct record *r, struct record_table **t, char *nas, size_t nsz,
 		int64_t *built)
 {
-	json_t *root, *arr;
+	struct entries en = { 0 };
+	json_t *root;
 	json_error_t jerr;
-	json_int_t version;
-	char *text = NULL, *nas_buf = NULL, why[160];
+	char *text = NULL, why[160];
 	size_t len;
 	int e = durable_read(r->path, RECORD_MAX_BYTES, &text, &len);
 
@@ -335,26 +437,24 @@ int record_load(struct record *r, struct record_table **t, char *nas, size_t nsz
 		*t = record_table_make(&(struct rnodes){ 0 }, &len);
 		return *t ? 0 : -ENOMEM;
 	}
-	root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
-	free(text);
-	version = json_integer_value(json_object_get(root, "version"));
-	if (root && version > RECORD_VERSION) {
-		r->newer = 1;
-		record_log(r, LOG_WARNING, "record %s is of version %lld, newer than this wfs (%d): "
-			   "left as it is, not read and never replaced; the record starts empty",
-			   r->path, (long long)version, RECORD_VERSION);
-	} else if (!root || version < 1 || !json_is_array(arr = json_object_get(root, "entries")) ||
-		   get_name(root, "nas", nsz - 1, 0, &nas_buf) < 0) {
-		snprintf(why, sizeof(why), "%s", root ? "not a record of a known version" :
-			 jerr.text);
-		set_aside(r, why);
-	} else {
-		e = load_entries(r, arr, t);
-		snprintf(nas, nsz, "%s", nas_buf ? nas_buf : "");
-		*built = json_integer_value(json_object_get(root, "built"));
+	e = -EAGAIN;
+	if ((root = jtext_lines_open(&en.l, text, len, "entries"))) {
+		en.lines = 1;
+		e = load_parsed(r, root, &en, t, nas, nsz, built);
+		json_decref(root);
 	}
-	free(nas_buf);
-	json_decref(root);
+	if (e == -EAGAIN) {
+		/* not laid out as record_text writes it: parsed whole */
+		root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+		en = (struct entries){ .arr = json_object_get(root, "entries") };
+		e = 0;
+		if (root)
+			e = load_parsed(r, root, &en, t, nas, nsz, built);
+		else
+			set_aside(r, jerr.text);
+		json_decref(root);
+	}
+	free(text);
 	if (!*t && !e)
 		*t = record_table_make(&(struct rnodes){ 0 }, &len);
 	return e ? e : *t ? 0 : -ENOMEM;

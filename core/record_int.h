@@ -74,11 +74,14 @@ struct rnode *record_table_find(const struct record_table *t, const char *path);
 
 /* ---- record_file.c ---- */
 
-/* record.json's text for @t (version, nas, entries).  @built < 0: the
- * text the content hash is taken of, without "built" and without the
- * access times (reads move them; that alone is no reason to write).
- * NULL: -ENOMEM. */
-char *record_text(const struct record_table *t, const char *nas, int64_t built);
+/* record.json's text for @t (version, nas, @built, entries), *@len its
+ * length.  NULL: -ENOMEM. */
+char *record_text(const struct record_table *t, const char *nas, int64_t built, size_t *len);
+/* A hash of what record_text writes of @t and @nas but "built" and the
+ * access times (reads move them; that alone is no reason to write): the
+ * table loaded from a file and the build of the same content hash equal.
+ * 0 or -ENOMEM. */
+int record_sig(const struct record_table *t, const char *nas, uint64_t *sig);
 /* Load r->path into *@t, @nas, *@built.  Missing: an empty table.  Damaged:
  * set aside (unless read-only), logged, empty.  A newer version: left,
  * r->newer set, empty.  Entries with bad fields are skipped (one line).

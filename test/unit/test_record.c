@@ -14,6 +14,7 @@
 #include "store.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -273,6 +274,33 @@ static char *slurp(const char *dir)
 	return buf;
 }
 
+/* @text is JSON: version 1, a "built" time, @entries entries, an entry
+ * a line (a head line, the entries, the closing line). */
+static int file_is(const char *text, size_t entries)
+{
+	json_t *o = json_loads(text, 0, NULL);
+	size_t lines = 0;
+	int ok;
+
+	for (const char *c = text; *c; c++)
+		lines += *c == '\n';
+	ok = o && json_integer_value(json_object_get(o, "version")) == 1 &&
+	     json_is_integer(json_object_get(o, "built")) &&
+	     json_array_size(json_object_get(o, "entries")) == entries && lines == entries + 2;
+	json_decref(o);
+	return ok;
+}
+
+/* Write @text's JSON to @path again, indented. */
+static int relayout(const char *path, const char *text)
+{
+	json_t *o = json_loads(text, 0, NULL);
+	int e = o ? json_dump_file(o, path, JSON_INDENT(1) | JSON_SORT_KEYS) : -1;
+
+	json_decref(o);
+	return e;
+}
+
 #define MV "models--m--v"
 #define R1 "1111111111111111111111111111111111111111"
 #define R2 "2222222222222222222222222222222222222222"
@@ -482,9 +510,8 @@ int main(void)
 	snprintf(p, sizeof(p), "%s/" RECORD_FILE, local);
 	CHECK(&c, stat(p, &st) == 0 && (st.st_mode & 07777) == 0600, "record.json, mode 0600");
 	text = slurp(local);
-	CHECK(&c, strstr(text, "\"path_hex\"") && strstr(text, "\"version\": 1") &&
-	      strstr(text, "\"built\""), "the file: %.200s", text);
-	free(text);
+	CHECK(&c, strstr(text, "\"path_hex\"") && file_is(text, r.entries),
+	      "the file: %.200s", text);
 	CHECK(&c, record_rebuild(&r, &roots, &s) == 0 && stat(p, &st2) == 0 &&
 	      st2.st_ino == st.st_ino, "the same content is not written again");
 	record_close(&r);
@@ -492,6 +519,14 @@ int main(void)
 	answers(&c, &r, "reopened");
 	CHECK(&c, record_rebuild(&r, &roots, &s) == 0 && stat(p, &st2) == 0 &&
 	      st2.st_ino == st.st_ino, "nor after a reopen (the loaded record's signature)");
+	record_close(&r);
+	/* the same JSON laid out as earlier builds wrote it (indented) */
+	CHECK(&c, relayout(p, text) == 0 && stat(p, &st) == 0, "record.json indented");
+	free(text);
+	CHECK(&c, record_open(&r, local, 0, log_line, &lg) == 0, "reopen, indented");
+	answers(&c, &r, "reopened, indented");
+	CHECK(&c, record_rebuild(&r, &roots, &s) == 0 && stat(p, &st2) == 0 &&
+	      st2.st_ino == st.st_ino, "an indented file of the same content is not rewritten");
 
 	/* The thread: a repo reached only by the name its blob was opened by
 	 * (its bytes live in a hub-level store), then an eviction. */

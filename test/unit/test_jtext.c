@@ -1,0 +1,228 @@
+/* test_jtext.c - index.json's text as index_write lays it out (a blob a
+ * line, read back a line at a time) and as anything else may: what is read
+ * back is what was written, whatever the layout; a cut text is refused
+ * whole, with nothing called back. */
+#include "check.h"
+#include "index.h"
+#include "jtext.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static char top[PATH_MAX];
+
+/* What the reader called back, as one line a record. */
+struct seen {
+	char text[8192];
+	int blobs, refs;
+};
+
+static int see_blob(void *arg, const struct index_rec *r)
+{
+	struct seen *s = arg;
+	size_t n = strlen(s->text);
+
+	snprintf(s->text + n, sizeof(s->text) - n, "blob %s|%s|%s|%s|%s|%llu|%d|%d|%llu|%zu",
+		 r->key, r->id, r->state, r->xxh, r->reason, (unsigned long long)r->size,
+		 r->pinned, r->ref_pinned, (unsigned long long)r->copy_ino, r->nranges);
+	for (size_t i = 0; i < r->nranges; i++) {
+		n = strlen(s->text);
+		snprintf(s->text + n, sizeof(s->text) - n, "|%llu+%llu:%s",
+			 (unsigned long long)r->ranges[i].off,
+			 (unsigned long long)r->ranges[i].len, r->ranges[i].xxh);
+	}
+	n = strlen(s->text);
+	snprintf(s->text + n, sizeof(s->text) - n, "\n");
+	s->blobs++;
+	return 0;
+}
+
+static int see_ref(void *arg, const struct index_ref *r)
+{
+	struct seen *s = arg;
+	size_t n = strlen(s->text);
+
+	snprintf(s->text + n, sizeof(s->text) - n, "ref %s|%s|%s|%s\n", r->repo, r->ref,
+		 r->commit, r->pending);
+	s->refs++;
+	return 0;
+}
+
+static int read_index(const char *path, struct seen *s)
+{
+	struct index_cb cb = { .arg = s, .blob = see_blob, .ref = see_ref };
+
+	memset(s, 0, sizeof(*s));
+	return index_read(path, &cb);
+}
+
+static char *slurp(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "r");
+	char *buf = calloc(1, 1 << 20);
+
+	*len = f ? fread(buf, 1, (1 << 20) - 1, f) : 0;
+	if (f)
+		fclose(f);
+	return buf;
+}
+
+static void put(const char *path, const char *text, size_t len)
+{
+	check_write_file(path, text, len);
+}
+
+/* Three blobs -- a local copy, a partial one with two ranges, a pinned one
+ * whose key is not UTF-8 -- and a ref pin. */
+static int write_sample(const char *path)
+{
+	static const struct part_range ranges[] = {
+		{ 0, 4096, "0123456789abcdef0123456789abcdef" },
+		{ 8192, 100, "fedcba9876543210fedcba9876543210" },
+	};
+	const struct index_rec recs[] = {
+		{ .key = "/nas/models--a--b/blobs/aa", .id = "aa", .state = "local",
+		  .xxh = "11111111111111111111111111111111", .sample = "s1", .reason = "",
+		  .size = 12345, .use_ns = 7, .copy_ino = 42 },
+		{ .key = "/nas/models--a--b/blobs/bb", .id = "bb", .state = "partial",
+		  .xxh = "", .sample = "s2", .reason = "a \"quoted\" reason\nand a line",
+		  .size = 1 << 20, .ranges = ranges, .nranges = 2, .part_ino = 9 },
+		{ .key = "/nas/models--a--b/blobs/\xff\xfe", .id = "\xff\xfe", .state = "nas",
+		  .xxh = "", .sample = "", .reason = "", .pinned = 1, .ref_pinned = 1 },
+	};
+	const struct index_ref ref = { "models--a--b", "main", "c0ffee", "" };
+
+	return index_write(path, recs, 3, &ref, 1);
+}
+
+/* The same JSON in another layout (jansson's @flags). */
+static int relayout(const char *path, size_t flags)
+{
+	json_t *o = json_load_file(path, 0, NULL);
+	int e = o ? json_dump_file(o, path, flags) : -1;
+
+	json_decref(o);
+	return e;
+}
+
+static void test_layouts(struct check_count *c, const char *path)
+{
+	struct seen first, again;
+	char *text;
+	size_t len, lines = 0;
+
+	CHECK(c, write_sample(path) == 0, "index written");
+	text = slurp(path, &len);
+	for (size_t i = 0; i < len; i++)
+		lines += text[i] == '\n';
+	CHECK(c, lines == 3 + 2 && !strncmp(text, "{\"refs\":[", 9), "a blob a line: %s", text);
+	free(text);
+	CHECK(c, read_index(path, &first) == INDEX_VERSION && first.blobs == 3 && first.refs == 1,
+	      "read back: %d blobs, %d refs", first.blobs, first.refs);
+	CHECK(c, strstr(first.text, "blob /nas/models--a--b/blobs/bb|bb|partial||a \"quoted\" "
+			"reason\nand a line|1048576|0|0|0|2|0+4096:0123456789abcdef0123456789abcdef|"
+			"8192+100:fedcba9876543210fedcba9876543210\n") &&
+	      strstr(first.text, "blob /nas/models--a--b/blobs/\xff\xfe|\xff\xfe|nas|||0|1|1|0|0\n") &&
+	      strstr(first.text, "|local|11111111111111111111111111111111||12345|0|0|42|0\n") &&
+	      strstr(first.text, "ref models--a--b|main|c0ffee|\n"), "the records: %s", first.text);
+
+	CHECK(c, relayout(path, JSON_INDENT(1) | JSON_SORT_KEYS) == 0, "indented");
+	CHECK(c, read_index(path, &again) == INDEX_VERSION && !strcmp(again.text, first.text),
+	      "indented (as earlier builds wrote it): the same records: %s", again.text);
+	CHECK(c, relayout(path, JSON_COMPACT) == 0, "on one line");
+	CHECK(c, read_index(path, &again) == INDEX_VERSION && !strcmp(again.text, first.text),
+	      "on one line: the same records: %s", again.text);
+}
+
+/* Every cut of the text -- at each line's end and within lines -- is
+ * refused (-EINVAL) before anything is called back. */
+static void test_cuts(struct check_count *c, const char *path)
+{
+	struct seen s;
+	char *text;
+	size_t len;
+	int bad = 0, cuts = 0;
+
+	CHECK(c, write_sample(path) == 0, "index written again");
+	text = slurp(path, &len);
+	for (size_t cut = 1; cut + 1 < len; cut++) {
+		int r;
+
+		if (text[cut - 1] != '\n' && cut % 7)
+			continue;
+		put(path, text, cut);
+		r = read_index(path, &s);
+		cuts++;
+		if (r != -EINVAL || s.blobs || s.refs) {
+			if (!bad++)
+				fprintf(stderr, "cut at %zu: %d, %d blobs called back\n", cut, r,
+					s.blobs);
+		}
+	}
+	CHECK(c, cuts > 10 && !bad, "%d cuts refused with nothing called back (%d not)", cuts,
+	      bad);
+	/* a line after the close, a blob line without its comma */
+	memcpy(text + len, "{}\n", 4);
+	put(path, text, len + 3);
+	CHECK(c, read_index(path, &s) == -EINVAL && !s.blobs, "text after the close: refused");
+	text[len] = '\0';
+	strstr(text, "},\n")[1] = ' ';
+	put(path, text, len);
+	CHECK(c, read_index(path, &s) == -EINVAL && !s.blobs, "a missing comma: refused");
+	free(text);
+}
+
+/* The line reader alone, on a text the writer made. */
+static void test_lines(struct check_count *c)
+{
+	struct jtext t = { 0 };
+	struct jtext_lines l;
+	json_t *head, *o;
+	char *text;
+	size_t len;
+	int r, n = 0, ok = 1;
+
+	jtext_open_new(&t, json_pack("{s:i}", "version", 7));
+	jtext_str(&t, "\"items\":[\n");
+	for (int i = 0; i < 3; i++) {
+		jtext_json_new(&t, json_pack("{s:i, s:s}", "n", i, "s", "x,\n]}"));
+		jtext_str(&t, i < 2 ? ",\n" : "\n");
+	}
+	jtext_str(&t, "]}\n");
+	text = jtext_take(&t, &len);
+	CHECK(c, text != NULL, "text made");
+	head = jtext_lines_open(&l, text, len, "items");
+	CHECK(c, head && json_integer_value(json_object_get(head, "version")) == 7 &&
+	      json_object_size(head) == 1, "the head");
+	while (head && (r = jtext_lines_next(&l, &o)) > 0) {
+		ok &= json_integer_value(json_object_get(o, "n")) == n++ &&
+		      !strcmp(json_string_value(json_object_get(o, "s")), "x,\n]}");
+		json_decref(o);
+	}
+	CHECK(c, head && r == 0 && n == 3 && ok, "three items, then the end (%d)", n);
+	json_decref(head);
+	CHECK(c, !jtext_lines_open(&l, text, len, "item") && !jtext_lines_open(&l, text, len, "tems"),
+	      "another key: not this layout");
+	free(text);
+}
+
+int main(void)
+{
+	struct check_count c = { 0 };
+	char path[PATH_MAX + 32];
+
+	snprintf(top, sizeof(top), "/tmp/wfs-jtext-XXXXXX");
+	check_tmpdir(top);
+	snprintf(path, sizeof(path), "%s/index.json", top);
+	test_lines(&c);
+	test_layouts(&c, path);
+	test_cuts(&c, path);
+	check_rmtree(top);
+	printf("jtext: %d passed, %d failed\n", c.passed, c.failed);
+	return c.failed ? 1 : 0;
+}

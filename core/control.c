@@ -144,7 +144,9 @@ static json_t *promote_reply(struct control *c, const struct blob_set *set,
 			     json_t *refused)
 {
 	json_t *list = json_array(), *excl = json_array();
-	uint64_t need = 0, evictable = 0, room;
+	/* one request, one time: its blobs do not evict each other for room
+	 * (store.h, blob.want_ns), however long queueing them takes */
+	uint64_t need = 0, evictable = 0, room, asked = store_now_ns();
 	size_t i;
 
 	for (i = 0; i < set->n; i++) {
@@ -158,7 +160,7 @@ static json_t *promote_reply(struct control *c, const struct blob_set *set,
 		if (snap.state != BLOB_LOCAL && snap.state != BLOB_MISMATCH)
 			need += snap.size;
 		if (!dry && snap.state != BLOB_MISMATCH)
-			store_promote(c->store, set->v[i], pin, 1);
+			store_promote_at(c->store, set->v[i], pin, 1, asked);
 		json_array_append_new(list, reply_blob(c->store, set->v[i]));
 	}
 	for (i = 0; i < nas->n; i++) {

@@ -262,8 +262,8 @@ void store_note_close(struct store *s, struct blob *b)
 
 /* ---- requests ---- */
 
-/* Queue @b (NAS or FAILED) now. */
-static void queue_locked(struct store *s, struct blob *b, int explicit_req)
+/* Queue @b (NAS or FAILED) now, as asked for at @asked_ns (0: now). */
+static void queue_locked(struct store *s, struct blob *b, int explicit_req, uint64_t asked_ns)
 {
 	blob_state_set_locked(s, b, BLOB_QUEUED);
 	b->reason[0] = '\0';
@@ -272,7 +272,7 @@ static void queue_locked(struct store *s, struct blob *b, int explicit_req)
 	atomic_store(&b->prog.bytes_done, 0);
 	atomic_store(&b->prog.cancel, COPY_GO);
 	atomic_store(&b->prog.rate, 0); /* the copy's own, set when it starts */
-	b->want_ns = store_now_ns();
+	b->want_ns = asked_ns ? asked_ns : store_now_ns();
 	if (!explicit_req)
 		s->auto_queued++;
 	store_enqueue_locked(s, b);
@@ -287,7 +287,8 @@ void store_free_auto_slot_locked(struct store *s, struct blob *b)
 	pthread_cond_broadcast(&s->cond);
 }
 
-static int request_locked(struct store *s, struct blob *b, enum store_who who, int now)
+static int request_locked(struct store *s, struct blob *b, enum store_who who, int now,
+			  uint64_t asked_ns)
 {
 	int explicit_req = who != STORE_BY_AUTO;
 
@@ -304,14 +305,14 @@ static int request_locked(struct store *s, struct blob *b, enum store_who who, i
 			store_retry_schedule_locked(s, b);
 			return 0;
 		}
-		queue_locked(s, b, explicit_req);
+		queue_locked(s, b, explicit_req, asked_ns);
 		return 1;
 	}
 	if (b->state == BLOB_QUEUED || b->state == BLOB_COPYING)
 		b->who = who; /* the last request says who is retried */
 	if (b->state == BLOB_QUEUED && explicit_req && !b->explicit_req) {
 		b->explicit_req = 1; /* asked for now: ahead of the automatic ones */
-		b->want_ns = store_now_ns();
+		b->want_ns = asked_ns ? asked_ns : store_now_ns();
 		store_enqueue_locked(s, b);
 	} else if (b->state == BLOB_COPYING && !b->reverify && explicit_req && !b->explicit_req) {
 		/* An automatic copy in flight: it goes on at an explicit copy's
@@ -332,19 +333,26 @@ int store_request(struct store *s, struct blob *b, enum store_who who, int now)
 	int r;
 
 	pthread_mutex_lock(&s->lock);
-	r = request_locked(s, b, who, now);
+	r = request_locked(s, b, who, now, 0);
 	pthread_mutex_unlock(&s->lock);
 	return r;
 }
 
-int store_promote(struct store *s, struct blob *b, int pin, int explicit_req)
+int store_promote_at(struct store *s, struct blob *b, int pin, int explicit_req,
+		     uint64_t asked_ns)
 {
 	pthread_mutex_lock(&s->lock);
 	if (pin)
 		store_pin_locked(s, b, PIN_HAND, 1);
-	request_locked(s, b, explicit_req ? STORE_BY_USER : STORE_BY_AUTO, explicit_req);
+	request_locked(s, b, explicit_req ? STORE_BY_USER : STORE_BY_AUTO, explicit_req,
+		       asked_ns);
 	pthread_mutex_unlock(&s->lock);
 	return 0;
+}
+
+int store_promote(struct store *s, struct blob *b, int pin, int explicit_req)
+{
+	return store_promote_at(s, b, pin, explicit_req, 0);
 }
 
 int64_t store_retry_due(struct store *s)
@@ -379,7 +387,7 @@ int64_t store_retry_due(struct store *s)
 		if (!store_retry_wanted_locked(s, b))
 			continue;
 		if (came_up || b->retry_at_ms <= now) {
-			queue_locked(s, b, b->who != STORE_BY_AUTO);
+			queue_locked(s, b, b->who != STORE_BY_AUTO, 0);
 			s->retries++;
 			store_log_msg(s, LOG_INFO, "retrying the copy of %s (%s) after %u failure%s%s",
 				      b->key, b->id, b->fail_count, b->fail_count == 1 ? "" : "s",
@@ -442,12 +450,14 @@ int store_evict(struct store *s, struct blob *b, int force)
 		 * (and status would call it pinned while "evicted" was said). */
 		if (b->pinned) {
 			b->pinned = 0;
+			s->room_gen++;
 			store_dirty_locked(s);
 		}
 		r = 1;
 	}
 	if (dropped) {
 		b->pinned = 0;
+		s->room_gen++;
 		b->reason[0] = '\0';
 		s->evicted++;
 		r = 1;
@@ -503,6 +513,8 @@ int store_pin_locked(struct store *s, struct blob *b, int why, int pin)
 	b->pinned = pin ? was | why : was & ~why;
 	if (b->pinned == was)
 		return 0;
+	if (was & ~b->pinned)
+		s->room_gen++; /* an unpin: its copy may be evictable now */
 	store_dirty_locked(s);
 	return 1;
 }

@@ -378,6 +378,18 @@ struct store {
 	_Atomic uint64_t copies_recounted; /* the room's tally found @copies_used wrong */
 	size_t pub_xxh_n;           /* LOCK: blobs with blob.pub_xxh set (0: no scan for them) */
 	struct blob *part_list;     /* LOCK: the blobs with a blob_part, by blob.part_next */
+	/* LOCK: moved whenever a copy may have become evictable or room come
+	 * free in a way the counts (copies_used, reserved, held, ranges) do
+	 * not show: a blob joining or leaving LOCAL, a LOCAL blob's hash set,
+	 * an unpin, a last close.  The "no room" a request's blob met holds
+	 * for its other blobs until it moves (store_space.c). */
+	uint64_t room_gen;
+	struct no_room_kept {
+		int valid;
+		uint64_t gen, limit, used, need, want_ns, evictable;
+		uint64_t pinned_bytes, open_bytes; /* for the reason given */
+	} room_kept;
+	_Atomic uint64_t no_room_kept_hits; /* reservations refused by it (no walk) */
 	/* LOCK: the copy queue, explicit requests first (@qexplicit the last
 	 * of them, NULL: none), then automatic ones */
 	struct blob *qhead, *qtail, *qexplicit;
@@ -577,6 +589,12 @@ void store_note_close(struct store *s, struct blob *b);
  * @pin the blob is pinned (by hand) too.  store_request(@explicit_req ? STORE_BY_USER
  * : STORE_BY_AUTO). */
 int store_promote(struct store *s, struct blob *b, int pin, int explicit_req);
+/* The same, as asked for at @asked_ns (store_now_ns(); 0: now): the blobs
+ * of one request share its time, so that none is evicted for room by
+ * another (a request of 10,000 files takes a while to queue, and its first
+ * copies land meanwhile). */
+int store_promote_at(struct store *s, struct blob *b, int pin, int explicit_req,
+		     uint64_t asked_ns);
 /* Queue a copy of @b (NAS or FAILED) for @who (see enum store_who); a
  * request of the policy's for a blob in its backoff is remembered and
  * queued by the store when the backoff passes, unless @now (an operator
@@ -634,6 +652,7 @@ void store_log_msg(struct store *s, int prio, const char *fmt, ...)
 /* Is the store stopping? */
 int store_stopping(struct store *s);
 int64_t store_now_ms(void); /* CLOCK_MONOTONIC, milliseconds */
+uint64_t store_now_ns(void); /* CLOCK_REALTIME_COARSE: the LRU order, last_used */
 
 /* ---- partial copies: ranges of a blob (store_part.c) ----
  * Ask for local copies of the byte ranges @v (any order, may overlap) of

@@ -122,6 +122,8 @@ void blob_state_set_locked(struct store *s, struct blob *b, enum blob_state st)
 {
 	if (b->state == st)
 		return;
+	if (b->state == BLOB_LOCAL || st == BLOB_LOCAL)
+		s->room_gen++;
 	count_out(s, b);
 	atomic_store(&b->state, st);
 	count_in(s, b);
@@ -131,6 +133,8 @@ void blob_xxh_set_locked(struct store *s, struct blob *b, const char *xxh)
 {
 	if (!strcmp(b->xxh, xxh))
 		return;
+	if (b->state == BLOB_LOCAL)
+		s->room_gen++;
 	count_out(s, b);
 	if (b->xxh[0])
 		htab_del(&s->by_xxh, &b->xl);

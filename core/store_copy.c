@@ -528,7 +528,12 @@ void *store_worker(void *arg)
 			continue;
 		b = index_now ? NULL : dequeue_locked(s, &held);
 
-		if (index_due_locked(s, !b)) {
+		/* A blob taken from the queue is copied: the index waits for
+		 * the next turn.  (It was checked again here with the blob in
+		 * hand, and a flush falling due between the two checks dropped
+		 * the blob -- QUEUED in no queue, its promote --wait waiting
+		 * for ever.) */
+		if (!b && index_due_locked(s, 1)) {
 			pthread_mutex_unlock(&s->lock);
 			store_write_index(s);
 			pthread_mutex_lock(&s->lock);

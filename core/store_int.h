@@ -25,8 +25,6 @@
 #include "store.h"
 #include "index.h"
 
-uint64_t store_now_ns(void); /* CLOCK_REALTIME_COARSE: the LRU order, last_used */
-
 /* Every blob of the table: STORE_EACH(s, b) { ... } (lock held; no
  * insertion inside). */
 #define STORE_EACH(s, b) \

@@ -10,10 +10,17 @@
  *             one in its place (a walk past each explicit entry to place
  *             the next once made a promote of 40,000 blobs take 11 s of
  *             lock-held work)
+ *   taken     (a store started) a blob the copy worker takes from the
+ *             queue is copied, even when the index falls due to be written
+ *             meanwhile: it was dropped then, QUEUED in no queue, and its
+ *             promote --wait waited for ever
  */
-#include "check.h"
+#include "check_store.h"
 #include "store.h"
 #include "store_int.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
 
 static struct check_count c;
 
@@ -117,6 +124,45 @@ static void test_many(struct store *s)
 	free(got);
 }
 
+/* Linked with --wrap=nas_gate_up.  Armed, the copy worker's next look at
+ * the gate -- as it takes a blob from the queue -- first waits past
+ * INDEX_FLUSH_MS: a dirty index falls due in between. */
+static atomic_int slow_gate;
+int __real_nas_gate_up(struct nas_gate *g);
+int __wrap_nas_gate_up(struct nas_gate *g)
+{
+	char name[16] = "";
+
+	pthread_getname_np(pthread_self(), name, sizeof(name));
+	if (!strcmp(name, "wfs-copy") && atomic_exchange(&slow_gate, 0))
+		usleep((INDEX_FLUSH_MS + 300) * 1000);
+	return __real_nas_gate_up(g);
+}
+
+static void test_taken(const char *top)
+{
+	struct store_opts opt = { .workers = 1 };
+	char local[PATH_MAX * 2];
+	struct blob *pinned, *b;
+	struct store s;
+
+	check_mkdirs(top, "hub/models--q--t/blobs");
+	check_put_pattern(top, "hub/models--q--t/blobs/pinned", 4096, 1);
+	check_put_pattern(top, "hub/models--q--t/blobs/b", 4096, 2);
+	check_store_dir(top, "local-taken", local, sizeof(local));
+	if (store_open(&s, local, &opt, NULL) < 0 || store_start(&s) < 0)
+		exit(2);
+	pinned = check_blob(&s, top, "hub/models--q--t/blobs/pinned", NULL, 1);
+	b = check_blob(&s, top, "hub/models--q--t/blobs/b", NULL, 1);
+	store_pin(&s, pinned, 1); /* the index dirty, not due yet */
+	atomic_store(&slow_gate, 1);
+	store_promote(&s, b, 0, 1);
+	CHECK(&c, store_wait_settled(&s, b, 3 * INDEX_FLUSH_MS + 5000) == BLOB_LOCAL &&
+	      !atomic_load(&slow_gate), "taken while the index fell due: copied (%s)",
+	      blob_state_name(blob_state(b)));
+	store_close(&s);
+}
+
 int main(void)
 {
 	struct store_opts opt = { .workers = 1 };
@@ -129,6 +175,7 @@ int main(void)
 	test_order_and_cancel(&s);
 	test_many(&s);
 	store_close(&s);
+	test_taken(top);
 	check_rmtree(top);
 	printf("queue: %d passed, %d failed\n", c.passed, c.failed);
 	return c.failed ? 1 : 0;

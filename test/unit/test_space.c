@@ -22,6 +22,12 @@
  *            renamed into data/, before that copy is recorded, leaves the
  *            file: it is the other's (it was unlinked, and the other went
  *            LOCAL with no file)
+ *   kept     a request larger than the room: the "no room" of one of its
+ *            blobs holds for the others without a walk, and not after an
+ *            unpin, a last close, a reservation given back, an eviction,
+ *            nor for a later request
+ *   onetime  the blobs of one request share its time: copies landing while
+ *            it is queued are not evicted for its later blobs
  *   counts   the room the store counts as copies come and go (no walk of
  *            the table: store_copies.c) is the table's own tally after
  *            each of 400 random steps -- promotions (some shared by
@@ -580,6 +586,165 @@ static void test_counts(void)
 	policy_opts_free(&pol);
 }
 
+/* Does a copy of @b find room now, for a request made at @want_ns?  What
+ * it reserves is given back at once (what it evicts stays evicted). */
+static int room_for(struct store *s, struct blob *b, uint64_t want_ns, char *why, size_t wsz)
+{
+	int evicted = 0, r;
+
+	pthread_mutex_lock(&s->lock);
+	b->want_ns = want_ns;
+	r = space_reserve_locked(s, b, store_charge(s, b->size), &b->reserved, why, wsz, &evicted);
+	if (r == 0)
+		space_release_locked(s, b);
+	pthread_mutex_unlock(&s->lock);
+	return r == 0;
+}
+
+/* No room for @a, then none for @b either -- the verdict kept, no walk. */
+static void no_room_kept(struct store *s, struct blob *a, struct blob *b, uint64_t want_ns,
+			 const char *what)
+{
+	char why[512];
+	uint64_t hits = atomic_load(&s->no_room_kept_hits);
+
+	CHECK(&c, !room_for(s, a, want_ns, why, sizeof(why)) && strstr(why, "no room"),
+	      "%s: no room (%s)", what, why);
+	CHECK(&c, !room_for(s, b, want_ns, why, sizeof(why)) && strstr(why, "no room") &&
+	      atomic_load(&s->no_room_kept_hits) == hits + 1,
+	      "%s: none for a second blob of the request, by the verdict kept (%s)", what, why);
+}
+
+static void relocal(struct blob *b, int pin)
+{
+	CHECK(&c, promote(b) == BLOB_LOCAL, "%s local again", b->key);
+	store_pin(the_store, b, pin);
+	next_use_tick();
+}
+
+/* A request larger than the room: the "no room" of one of its blobs is
+ * kept for the others (store_space.c), and never outlives what may make
+ * room -- an unpin, a last close, a reservation given back, an eviction,
+ * or a later request, for which copies used since are evictable. */
+static void test_kept(void)
+{
+	struct policy_opts pol;
+	struct store s;
+	struct blob *a1, *a2, *s1, *s2, *w1, *w2, *w3;
+	char why[512];
+	uint64_t t;
+
+	mkdirs("hub/models--t--kept/blobs");
+	put("hub/models--t--kept/blobs/a1", BLOB, 41);
+	put("hub/models--t--kept/blobs/a2", BLOB, 42);
+	put("hub/models--t--kept/blobs/w1", BLOB, 43);
+	put("hub/models--t--kept/blobs/w2", BLOB, 44);
+	put("hub/models--t--kept/blobs/w3", BLOB, 45);
+	put("hub/models--t--kept/blobs/s1", BLOB / 4, 46);
+	put("hub/models--t--kept/blobs/s2", BLOB / 4 + 8 * KiB, 47);
+	open_room_for_one(&s, &pol, "local-kept");
+	pol.store_max = store_charge(&s, BLOB) * 5 / 2; /* two copies */
+	a1 = blob_at("hub/models--t--kept/blobs/a1");
+	a2 = blob_at("hub/models--t--kept/blobs/a2");
+	w1 = blob_at("hub/models--t--kept/blobs/w1");
+	w2 = blob_at("hub/models--t--kept/blobs/w2");
+	w3 = blob_at("hub/models--t--kept/blobs/w3");
+	s1 = blob_at("hub/models--t--kept/blobs/s1");
+	s2 = blob_at("hub/models--t--kept/blobs/s2");
+	relocal(a1, 1);
+	relocal(a2, 1);
+
+	/* an unpin */
+	no_room_kept(&s, w1, w2, store_now_ns(), "both copies pinned");
+	store_pin(&s, a1, 0);
+	CHECK(&c, room_for(&s, w2, s.room_kept.want_ns, why, sizeof(why)) &&
+	      blob_state(a1) == BLOB_NAS, "after an unpin: room, a1 evicted (%s, %s)", why,
+	      st(a1));
+	relocal(a1, 1);
+
+	/* a last close */
+	store_note_open(&s, a1, NULL);
+	store_pin(&s, a1, 0);
+	next_use_tick();
+	t = store_now_ns();
+	no_room_kept(&s, w1, w2, t, "a1 open, a2 pinned");
+	store_note_close(&s, a1);
+	CHECK(&c, room_for(&s, w2, t, why, sizeof(why)) && blob_state(a1) == BLOB_NAS,
+	      "after the last close: room, a1 evicted (%s, %s)", why, st(a1));
+
+	/* a reservation given back (a copy in flight that failed), when the
+	 * room is still found only by evicting: a2 and s2 pinned, s1 evictable,
+	 * w3's small copy in flight (the counted check fails before and after) */
+	relocal(s2, 1);
+	relocal(s1, 0);
+	t = store_now_ns();
+	pthread_mutex_lock(&s.lock);
+	CHECK(&c, space_reserve_locked(&s, w3, store_charge(&s, BLOB / 4), &w3->reserved, why,
+				       sizeof(why), &(int){ 0 }) == 0, "w3 reserves room");
+	pthread_mutex_unlock(&s.lock);
+	no_room_kept(&s, w1, w2, t, "w3's copy in flight");
+	pthread_mutex_lock(&s.lock);
+	space_release_locked(&s, w3);
+	pthread_mutex_unlock(&s.lock);
+	CHECK(&c, room_for(&s, w2, t, why, sizeof(why)) && blob_state(s1) == BLOB_NAS,
+	      "w3's room given back: room, s1 evicted (%s, %s)", why, st(s1));
+	relocal(a1, 1);
+
+	/* an eviction by hand */
+	no_room_kept(&s, w1, w2, store_now_ns(), "both pinned again");
+	CHECK(&c, store_evict(&s, a2, 1) == 1, "a2 evicted by hand");
+	CHECK(&c, room_for(&s, w2, s.room_kept.want_ns, why, sizeof(why)),
+	      "after the eviction: room (%s)", why);
+	relocal(a2, 0);
+
+	/* a later request: a2, used after the first was made, is evictable
+	 * for the second only */
+	t = store_now_ns();
+	next_use_tick();
+	use(a2);
+	no_room_kept(&s, w1, w2, t, "a1 pinned, a2 used since the request");
+	CHECK(&c, room_for(&s, w2, store_now_ns(), why, sizeof(why)) && blob_state(a2) == BLOB_NAS,
+	      "a later request: room, a2 evicted (%s, %s)", why, st(a2));
+	store_close(&s);
+	policy_opts_free(&pol);
+}
+
+/* The blobs of one request share its time: copies that land while the rest
+ * is still being queued are not evicted for its later blobs. */
+static void test_one_time(void)
+{
+	enum { N = 40 };
+	struct policy_opts pol;
+	struct store s;
+	struct blob *v[N];
+	char rel[128];
+	uint64_t asked;
+	int landed_early = 0, local = 0;
+
+	mkdirs("hub/models--t--onetime/blobs");
+	for (int i = 0; i < N; i++) {
+		snprintf(rel, sizeof(rel), "hub/models--t--onetime/blobs/f%02d", i);
+		put(rel, 4 * KiB, 60 + i);
+	}
+	open_room_for_one(&s, &pol, "local-onetime");
+	pol.store_max = store_charge(&s, 4 * KiB) * N / 2;
+	asked = store_now_ns();
+	for (int i = 0; i < N; i++) {
+		snprintf(rel, sizeof(rel), "hub/models--t--onetime/blobs/f%02d", i);
+		v[i] = blob_at(rel);
+		store_promote_at(&s, v[i], 0, 1, asked);
+		usleep(5000);
+		landed_early |= i < N - 1 && blob_state(v[0]) == BLOB_LOCAL;
+	}
+	for (int i = 0; i < N; i++)
+		local += store_wait_settled(&s, v[i], 30000) == BLOB_LOCAL;
+	CHECK(&c, landed_early && local == N / 2 && s.evicted == 0,
+	      "a request of %d into room for %d, copies landing as it was queued (%d): %d local, "
+	      "%llu evicted", N, N / 2, landed_early, local, (unsigned long long)s.evicted);
+	store_close(&s);
+	policy_opts_free(&pol);
+}
+
 int main(void)
 {
 	snprintf(top, sizeof(top), "/var/tmp/wfs-space-XXXXXX");
@@ -588,6 +753,8 @@ int main(void)
 	test_adopt();
 	test_pin_no_room();
 	test_range_evicts();
+	test_kept();
+	test_one_time();
 	test_publish_race();
 	test_counts();
 	check_rmtree(top);

@@ -645,7 +645,7 @@ static void *run(void *arg)
 {
 	struct record *r = arg;
 	uint64_t sig, built_sig = 0;
-	/* next_at: a build of many files (40,000: 2-3 s) comes at most a
+	/* next_at: a build of many files (40,000: ~1 s) comes at most a
 	 * tenth of the time, not every second; a sync asked for waits not */
 	int64_t retry_at = 0, delay = 1000, next_at = 0, t0, now;
 	int have = 0;

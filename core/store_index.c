@@ -583,7 +583,7 @@ static int write_index(struct store *s, int if_dirty, int held)
 		pthread_mutex_unlock(&s->index_lock);
 	snapshot_free(&sn);
 	if (r == 0)
-		malloc_trim(0); /* the text and its JSON tree: glibc would keep them */
+		malloc_trim(0); /* the text and its entries' trees: glibc would keep them */
 	return r < 0 ? r : 0;
 }
 

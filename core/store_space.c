@@ -378,16 +378,23 @@ static uint64_t parts_used_locked(struct store *s)
 	return n;
 }
 
-/* Does @need fit as things are, on the counts kept (no walk, no sort: a
- * promotion of many small files asks at every one)?  Every reservation
- * counts as not yet allocated, so what fits here fits room_now_locked's
- * finer look too; what does not is looked at again there. */
-static int fits_counted_locked(struct store *s, uint64_t need)
+/* What store_max counts, on the counts kept: the copies, the ranges, the
+ * reservations and the evicted copies still open. */
+static uint64_t counted_use_locked(struct store *s)
 {
-	struct room m = { .need = need };
+	return s->copies_used + parts_used_locked(s) + s->reserved + s->held;
+}
+
+/* Does @need fit as things are, on the counts kept (@used,
+ * counted_use_locked: no walk, no sort -- a promotion of many small files
+ * asks at every one)?  Every reservation counts as not yet allocated, so
+ * what fits here fits room_now_locked's finer look too; what does not is
+ * looked at again there. */
+static int fits_counted_locked(struct store *s, uint64_t need, uint64_t used)
+{
+	struct room m = { .need = need, .used = used };
 
 	m.limit = limit_of(s);
-	m.used = s->copies_used + parts_used_locked(s) + s->reserved + s->held;
 	if (room_fs(s, &m) == 0)
 		m.pending = s->reserved;
 	return fits(&m, 0);
@@ -457,27 +464,26 @@ static int evict_lru_locked(struct store *s, struct room *m, const struct blob *
 static void no_room_keep_locked(struct store *s, const struct blob *b, const struct room *m,
 				const struct store_usage *u, uint64_t evictable)
 {
+	/* m->used: the tally's, which the counts kept were just checked
+	 * against (recount_locked) */
 	s->room_kept = (struct no_room_kept){ .valid = 1, .gen = s->room_gen, .limit = m->limit,
-		.used = s->copies_used + parts_used_locked(s) + s->reserved + s->held,
-		.need = m->need, .want_ns = b->want_ns, .evictable = evictable,
+		.used = m->used, .need = m->need, .want_ns = b->want_ns, .evictable = evictable,
 		.pinned_bytes = u->pinned_bytes, .open_bytes = u->open_bytes };
 }
 
+/* @used: counted_use_locked's. */
 static int no_room_still_locked(struct store *s, const struct blob *b, uint64_t need,
-				char *why, size_t wsz)
+				uint64_t used, char *why, size_t wsz)
 {
 	const struct no_room_kept *k = &s->room_kept;
-	uint64_t parts = parts_used_locked(s), used;
-	struct store_usage u = { .reserved = s->reserved, .held = s->held,
-				 .pinned_bytes = k->pinned_bytes, .open_bytes = k->open_bytes };
-	struct room m = { .need = need, .limit = limit_of(s) };
+	struct store_usage u = { .used = used - s->reserved - s->held, .reserved = s->reserved,
+				 .held = s->held, .pinned_bytes = k->pinned_bytes,
+				 .open_bytes = k->open_bytes };
+	struct room m = { .need = need, .limit = limit_of(s), .used = used };
 
-	used = s->copies_used + parts + s->reserved + s->held;
 	if (!k->valid || k->gen != s->room_gen || k->limit != m.limit || used < k->used ||
 	    need < k->need || b->want_ns > k->want_ns)
 		return 0;
-	u.used = s->copies_used + parts;
-	m.used = used;
 	explain(&m, &u, k->evictable, why, wsz);
 	atomic_fetch_add_explicit(&s->no_room_kept_hits, 1, memory_order_relaxed);
 	return 1;
@@ -488,13 +494,14 @@ int space_reserve_locked(struct store *s, struct blob *b, uint64_t need, uint64_
 {
 	struct store_usage u;
 	struct room m = { 0 };
-	uint64_t evictable = 0;
+	uint64_t evictable = 0, used;
 	char msg[PATH_MAX + 128];
 
 	*evicted = 0;
-	if (fits_counted_locked(s, need))
+	used = counted_use_locked(s);
+	if (fits_counted_locked(s, need, used))
 		goto reserve;
-	if (no_room_still_locked(s, b, need, why, wsz))
+	if (no_room_still_locked(s, b, need, used, why, wsz))
 		return -ENOSPC;
 	room_now_locked(s, &m, &u);
 	m.need = need;

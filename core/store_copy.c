@@ -319,6 +319,21 @@ static void copy_done_locked(struct store *s, struct blob *b, int r, uint64_t si
 	}
 }
 
+/* The gate knows the NAS is down (since the queue gave this copy out): a
+ * copy now would fail, or hang in a read.  Returns 1 with @res's reason
+ * then -- not started: the caller puts it back in the queue, which waits
+ * for the NAS -- else 0, the copy counted as started (not before: a copy
+ * that meets the NAS down is not one).  No store lock held. */
+static int nas_down_at_start(struct store *s, const char *key, struct fetch_result *res)
+{
+	if (!nas_gate_up(s->opt.gate)) {
+		snprintf(res->reason, sizeof(res->reason), "cannot copy %s: the NAS is down", key);
+		return 1;
+	}
+	s->started++;
+	return 0;
+}
+
 /* @b's bytes look local already (copy_of_name_locked): hash the NAS
  * file without writing it, and if its XXH3-128 is a local copy's, @b is
  * served by that copy -- it takes no new room, not even while hashed
@@ -345,12 +360,9 @@ static int adopt_one(struct store *s, struct blob *b)
 	pthread_mutex_unlock(&s->lock);
 
 	memset(&res, 0, sizeof(res));
-	if (!nas_gate_up(s->opt.gate)) {
+	if ((not_started = nas_down_at_start(s, key, &res))) {
 		r = -EHOSTDOWN;
-		not_started = 1;
-		snprintf(res.reason, sizeof(res.reason), "cannot copy %s: the NAS is down", key);
 	} else {
-		s->started++; /* (not before: a copy that meets the NAS down is not one) */
 		store_log_msg(s, LOG_INFO, "promoting %s (%s, %llu bytes%s): a local copy has its "
 			      "name, hashing the NAS file to share it", key, id,
 			      (unsigned long long)size, auto_copy ? ", automatic" : "");
@@ -421,15 +433,9 @@ static void copy_one(struct store *s, struct blob *b, int64_t *paid)
 	if (evicted)
 		store_write_index(s);
 	memset(&res, 0, sizeof(res));
-	if (!nas_gate_up(s->opt.gate)) {
-		/* The gate knows the NAS is down (since the queue gave this
-		 * copy out): a copy now would fail, or hang in a read.  Not
-		 * started: back in the queue, which waits for the NAS. */
+	if ((not_started = nas_down_at_start(s, key, &res))) {
 		r = -EHOSTDOWN;
-		not_started = 1;
-		snprintf(res.reason, sizeof(res.reason), "cannot copy %s: the NAS is down", key);
 	} else {
-		s->started++; /* (not before: a copy that meets the NAS down is not one) */
 		store_log_msg(s, LOG_INFO, "promoting %s (%s, %llu bytes%s)", key, id,
 			      (unsigned long long)size, auto_copy ? ", automatic" : "");
 		r = fetch_copy_verify(key, size, tmp, id, rate, &b->prog, &res);

@@ -448,16 +448,11 @@ int store_evict(struct store *s, struct blob *b, int force)
 		/* Sent to the NAS as a local copy is: unpinned too, or a pin
 		 * left behind would keep a later copy from ever being evicted
 		 * (and status would call it pinned while "evicted" was said). */
-		if (b->pinned) {
-			b->pinned = 0;
-			s->room_gen++;
-			store_dirty_locked(s);
-		}
+		store_pin_locked(s, b, b->pinned, 0);
 		r = 1;
 	}
 	if (dropped) {
-		b->pinned = 0;
-		s->room_gen++;
+		store_pin_locked(s, b, b->pinned, 0);
 		b->reason[0] = '\0';
 		s->evicted++;
 		r = 1;

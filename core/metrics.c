@@ -391,6 +391,10 @@ static void prometheus_nas(struct buf *b, const struct metrics_nas *n)
 	       "NAS calls that passed their deadline (nas_timeout).", n->gate.timeouts);
 	metric(b, "wfs_nas_failed_down_total", "counter",
 	       "NAS calls refused at once because the NAS was down.", n->gate.failed_down);
+	metric(b, "wfs_nas_busy_total", "counter",
+	       "NAS calls given up after nas_timeout waiting for a free NAS thread while the "
+	       "threads answered others (a slow NAS with more calls than threads; not an outage).",
+	       n->gate.busy);
 	metric(b, "wfs_nas_from_record_total", "counter",
 	       "Requests answered from the local record instead of the NAS.",
 	       n->gate.from_record);
@@ -445,10 +449,10 @@ json_t *metrics_nas_json(const struct metrics_nas *n)
 	const struct nas_gate_stats *g = &n->gate;
 
 	/* the reason may quote a NAS path: any bytes */
-	return json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:I}",
+	return json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:o, s:I}",
 		"state", g->up ? "up" : "down", "since", (json_int_t)g->since,
 		"outages", (json_int_t)g->outages, "timeouts", (json_int_t)g->timeouts,
-		"failed_down", (json_int_t)g->failed_down,
+		"failed_down", (json_int_t)g->failed_down, "busy", (json_int_t)g->busy,
 		"from_record", (json_int_t)g->from_record, "stuck", (json_int_t)g->stuck,
 		"reason", reply_path(g->reason), "timeout_ms", (json_int_t)n->timeout_ms);
 }

@@ -41,6 +41,7 @@ struct nas_job {
 	void (*release)(void *arg);
 	int on_fd;              /* JOB_ON_FD was given */
 	enum job_state state;
+	int64_t start_ms;       /* mono_ms() when a NAS thread took it */
 	int result;
 	struct nas_slot *slot;
 	pthread_cond_t done;    /* CLOCK_MONOTONIC */
@@ -209,6 +210,7 @@ static void *nas_thread(void *arg)
 			g->qtail = NULL;
 		g->queued--;
 		j->state = JOB_RUNNING;
+		j->start_ms = mono_ms();
 		j->slot = &slot;
 		slot.job = j;
 		slot.abandoned = 0;
@@ -233,6 +235,7 @@ static void *nas_thread(void *arg)
 		}
 
 		pthread_mutex_lock(&g->lock);
+		g->answered++;
 		if (slot.abandoned) {
 			g->stuck--;
 			pthread_cond_broadcast(&g->changed);
@@ -259,8 +262,8 @@ static void *nas_thread(void *arg)
  * queue (idle or starting).  A woken thread counts as idle until it takes
  * the lock again, so every caller of a burst (the kernel's readahead sends
  * several READs at once) would see the same idle thread and only wake it:
- * the jobs would queue behind one thread and their deadlines, which count
- * the time queued, pass on a NAS slow but within nas_timeout. */
+ * the jobs would queue behind one thread, on a NAS slow but within
+ * nas_timeout, until their callers gave up waiting for a thread. */
 static int want_thread_locked(struct nas_gate *g)
 {
 	pthread_attr_t a;
@@ -299,15 +302,75 @@ static void unqueue_locked(struct nas_gate *g, struct nas_job *j)
 		}
 }
 
+/* How a caller's wait for its job ended (wait_job_locked). */
+enum wait_end {
+	WAIT_DONE, /* answered */
+	WAIT_LATE, /* the NAS held it past the deadline, or held every thread
+		    * while it waited for one: the NAS is down */
+	WAIT_BUSY, /* no thread free within nas_timeout, the threads answering
+		    * others all along: a slow NAS with more calls than threads */
+};
+
+/* Under the lock: wait for @j (queued).  The deadline is the NAS's: the
+ * call is late once a NAS thread has held it nas_timeout (with @progress,
+ * nas_timeout past its last answer).  A call still queued nas_timeout after
+ * it came is given up: late if no NAS thread ended a call meanwhile (each
+ * is held in the NAS that long: hung), busy if they did.  So a caller
+ * waits at most nas_timeout for a thread and nas_timeout on the NAS, and
+ * time spent queued behind calls the NAS answers never marks it down. */
+static enum wait_end wait_job_locked(struct nas_gate *g, struct nas_job *j,
+				     _Atomic uint64_t *progress)
+{
+	uint64_t seen = progress ? atomic_load(progress) : 0, answered = g->answered, now;
+	int64_t until = mono_ms() + g->timeout_ms;
+
+	while (j->state != JOB_DONE) {
+		struct timespec dl = mono_timespec(until);
+
+		if (pthread_cond_timedwait(&j->done, &g->lock, &dl) != ETIMEDOUT ||
+		    j->state == JOB_DONE)
+			continue;
+		if (j->state == JOB_QUEUED)
+			return g->answered != answered ? WAIT_BUSY : WAIT_LATE;
+		until = j->start_ms + g->timeout_ms;
+		if (progress && (now = atomic_load(progress)) != seen) {
+			seen = now; /* answers came since the deadline was set: not hung */
+			until = mono_ms() + g->timeout_ms;
+		}
+		if (until <= mono_ms())
+			return WAIT_LATE;
+	}
+	return WAIT_DONE;
+}
+
+/* A call found no free NAS thread in time (WAIT_BUSY): counted, and said
+ * at most once a second (a burst gives up many at once). */
+static void gave_up_busy(struct nas_gate *g)
+{
+	uint64_t n = atomic_fetch_add(&g->busy, 1) + 1;
+	int64_t now = mono_ms();
+	int say;
+
+	pthread_mutex_lock(&g->lock);
+	say = !g->busy_said_ms || now - g->busy_said_ms >= 1000;
+	if (say)
+		g->busy_said_ms = now;
+	pthread_mutex_unlock(&g->lock);
+	if (say)
+		gate_log(g, LOG_WARNING, "NAS %s: a call waited %u ms for one of the %d NAS threads, "
+			 "all in calls the NAS answers slowly; refused (EBUSY), the NAS is not taken "
+			 "for down (%llu such calls so far)", g->root, g->timeout_ms,
+			 NAS_GATE_THREADS, (unsigned long long)n);
+}
+
 /* Run a job, as @flags (JOB_*) say; @progress: nas_call_progress's. */
 static int run_job(struct nas_gate *g, int (*fn)(void *), void *arg, void (*release)(void *),
 		   int flags, _Atomic uint64_t *progress)
 {
 	struct nas_job j = { .fn = fn, .arg = arg, .release = release, .state = JOB_QUEUED,
 			     .on_fd = !!(flags & JOB_ON_FD) };
-	struct timespec dl = mono_timespec(mono_ms() + g->timeout_ms);
-	uint64_t seen = progress ? atomic_load(progress) : 0, now;
-	int r, refused, late = 0;
+	enum wait_end end;
+	int r, refused;
 
 	pthread_mutex_lock(&g->lock);
 	refused = !(flags & JOB_FORCE) && !atomic_load_explicit(&g->up, memory_order_acquire);
@@ -333,37 +396,26 @@ static int run_job(struct nas_gate *g, int (*fn)(void *), void *arg, void (*rele
 		pthread_cond_destroy(&j.done);
 		return r;
 	}
-	while (j.state != JOB_DONE)
-		if (pthread_cond_timedwait(&j.done, &g->lock, &dl) == ETIMEDOUT &&
-		    j.state != JOB_DONE) {
-			/* answers came since the deadline was set: not hung */
-			if (progress && j.state == JOB_RUNNING &&
-			    (now = atomic_load(progress)) != seen) {
-				seen = now;
-				dl = mono_timespec(mono_ms() + g->timeout_ms);
-				continue;
-			}
-			late = 1;
-			break;
-		}
-	if (!late) {
+	end = wait_job_locked(g, &j, progress);
+	if (end == WAIT_DONE) {
 		/* -ETIMEDOUT from nas_call means "the gate owns @arg now": a call
 		 * that timed out by itself (a soft NFS mount) says so otherwise */
 		r = j.result == -ETIMEDOUT ? -ENOTCONN : j.result;
+	} else if (j.state == JOB_QUEUED) {
+		unqueue_locked(g, &j); /* never ran */
+		r = end == WAIT_BUSY ? -EBUSY : -ETIMEDOUT;
 	} else {
+		j.slot->job = NULL;
+		j.slot->abandoned = 1;
+		g->stuck++;
+		release = NULL; /* the thread's, when fn ends */
 		r = -ETIMEDOUT;
-		if (j.state == JOB_QUEUED) {
-			unqueue_locked(g, &j); /* never ran: released below, here */
-		} else {
-			j.slot->job = NULL;
-			j.slot->abandoned = 1;
-			g->stuck++;
-			release = NULL; /* the thread's, when fn ends */
-		}
 	}
 	pthread_mutex_unlock(&g->lock);
 	pthread_cond_destroy(&j.done);
-	if (late) {
+	if (end == WAIT_BUSY) {
+		gave_up_busy(g); /* @arg stays the caller's: fn never ran */
+	} else if (end == WAIT_LATE) {
 		deadline_passed(g);
 		if (release)
 			release(arg);
@@ -542,7 +594,7 @@ static void *prober(void *arg)
 		r = probe_once(g);
 		if (r == 0) {
 			set_up(g);
-		} else if (!down) { /* an EIO or ESTALE the root confirms */
+		} else if (!down && r != -EBUSY) { /* an EIO or ESTALE the root confirms */
 			char why[128];
 
 			snprintf(why, sizeof(why), "NAS_HUB itself fails: %s", strerror(-r));
@@ -622,7 +674,7 @@ void nas_gate_destroy(struct nas_gate *g)
 
 int nas_cannot_answer(int r)
 {
-	return r == -ETIMEDOUT || r == -EHOSTDOWN || nas_gate_unavailable(r);
+	return r == -ETIMEDOUT || r == -EHOSTDOWN || r == -EBUSY || nas_gate_unavailable(r);
 }
 
 int nas_gate_up(struct nas_gate *g)
@@ -652,6 +704,7 @@ void nas_gate_stats(struct nas_gate *g, struct nas_gate_stats *out)
 	out->outages = atomic_load(&g->outages);
 	out->timeouts = atomic_load(&g->timeouts);
 	out->failed_down = atomic_load(&g->failed_down);
+	out->busy = atomic_load(&g->busy);
 	out->from_record = atomic_load_explicit(&g->from_record, memory_order_relaxed);
 }
 

@@ -7,6 +7,12 @@
  * a bounded set of NAS threads, while the caller waits at most the
  * deadline (nas_timeout).  A call that passes its deadline goes on, on its
  * thread, as long as the NAS keeps it; the caller has its answer already.
+ * The deadline is the NAS's: it runs from when a NAS thread takes the
+ * call.  A call that waits nas_timeout for a thread is given up too, and
+ * says the NAS is down only if no thread ended a call meanwhile; with the
+ * threads answering others all along, the NAS is slow and busy, not down
+ * (-EBUSY: a burst of more calls than threads on a NAS answering each
+ * within its deadline must not take it for an outage).
  *
  * Down and up: a call that passes its deadline, or fails with an error
  * that means the NAS itself is unreachable (nas_gate_unavailable), marks
@@ -32,7 +38,8 @@
 
 /* Enough for the FUSE workers' concurrent reads (the kernel keeps up to
  * max_background in flight, but a NAS read waits on the disk, not on us)
- * and few enough that a hung NAS pins no more than this many threads. */
+ * and few enough that a hung NAS pins no more than this many threads.
+ * More calls at once than this wait for a thread (see above). */
 #define NAS_GATE_THREADS 16
 /* nas_timeout: the default, and the most a user may choose.  A healthy NFS
  * server answers in milliseconds; a cold read of 1 MiB from a busy one in
@@ -58,6 +65,9 @@ struct nas_gate_stats {
 	uint64_t outages;       /* times it went down */
 	uint64_t timeouts;      /* calls that passed their deadline */
 	uint64_t failed_down;   /* calls refused because it was down */
+	uint64_t busy;          /* calls given up after nas_timeout waiting for a
+				 * NAS thread, the threads answering others
+				 * (-EBUSY: not taken for an outage) */
 	uint64_t from_record;   /* requests answered from the local record
 				 * (counted by the caller, nas_gate_count_record) */
 	unsigned stuck;         /* calls past their deadline still running now */
@@ -79,6 +89,8 @@ struct nas_gate {
 	unsigned queued;          /* LOCK: jobs on the queue */
 	unsigned starting;        /* LOCK: threads created that have not taken the lock yet */
 	unsigned stuck;           /* LOCK: threads running a job past its deadline */
+	uint64_t answered;        /* LOCK: calls the NAS threads have ended */
+	int64_t busy_said_ms;     /* LOCK: when a busy call was last logged */
 	int stop;                 /* LOCK */
 	int probe_now;            /* LOCK: an EIO/ESTALE asked the prober to look */
 	int probe_busy;           /* LOCK: a probe is running (maybe stuck) */
@@ -89,7 +101,7 @@ struct nas_gate {
 	char reason[128];         /* LOCK */
 	int started;              /* owner: the prober runs */
 	pthread_t prober;
-	_Atomic uint64_t outages, timeouts, failed_down, from_record;
+	_Atomic uint64_t outages, timeouts, failed_down, from_record, busy;
 	_Atomic uint64_t generation; /* ATOMIC: +1 at every change of state */
 };
 
@@ -104,12 +116,16 @@ int nas_gate_start(struct nas_gate *g);
  * left to end on their own (they hold only their job). */
 void nas_gate_destroy(struct nas_gate *g);
 
-/* Run @fn(@arg) on a NAS thread and wait for it at most the deadline.
- * Returns what @fn returned, or -ETIMEDOUT (the deadline passed: the NAS is
- * marked down, and @arg is the gate's: @release(@arg) is called when @fn
- * ends, or before nas_call returns if @fn never started), or -EHOSTDOWN
- * (the NAS is down or every NAS thread is stuck: @fn was not run, @release
- * is not called).  With @g NULL, @fn runs on the caller's thread (tools,
+/* Run @fn(@arg) on a NAS thread and wait for it: at most nas_timeout for a
+ * thread, and nas_timeout once one has it (the deadline).  Returns what
+ * @fn returned, or -ETIMEDOUT (the deadline passed, or no thread ended any
+ * call while this one waited for a thread: the NAS is marked down, and
+ * @arg is the gate's: @release(@arg) is called when @fn ends, or before
+ * nas_call returns if @fn never started), or -EHOSTDOWN (the NAS is down
+ * or every NAS thread is stuck: @fn was not run, @release is not called),
+ * or -EBUSY (nas_timeout passed with no thread free, the threads ending
+ * other calls all along: @fn was not run, @release is not called, the NAS
+ * is not marked down).  With @g NULL, @fn runs on the caller's thread (tools,
  * tests).  @fn's own -ETIMEDOUT (a soft NFS mount giving up) is returned
  * as -ENOTCONN, so that -ETIMEDOUT always means the gate owns @arg. */
 int nas_call(struct nas_gate *g, int (*fn)(void *arg), void *arg, void (*release)(void *arg));
@@ -131,7 +147,7 @@ int nas_call_on_fd(struct nas_gate *g, int (*fn)(void *arg), void *arg,
  * nas_timeout on.  So such a call is never taken for a hung NAS while it
  * gets answers, and one that stops getting them returns -ETIMEDOUT within
  * two nas_timeouts of its last answer (the NAS marked down, as nas_call's).
- * A call still queued (no NAS thread yet) has the plain deadline.
+ * A call still waiting for a NAS thread is given up as nas_call's is.
  * @progress lives in @arg (it is read until nas_call_progress returns). */
 int nas_call_progress(struct nas_gate *g, int (*fn)(void *arg), void *arg,
 		      void (*release)(void *arg), _Atomic uint64_t *progress);
@@ -147,9 +163,10 @@ int nas_call_progress(struct nas_gate *g, int (*fn)(void *arg), void *arg,
 int nas_gate_admit(struct nas_gate *g);
 void nas_gate_done(struct nas_gate *g, int r);
 
-/* Could the NAS not answer (the gate's refusal, a deadline, an error
- * meaning it is unreachable)?  Then, and only then, may a caller answer from
- * what it kept locally; any other error is the NAS's answer. */
+/* Could the NAS not answer (the gate's refusal, a deadline, no thread
+ * free in time, an error meaning it is unreachable)?  Then, and only then,
+ * may a caller answer from what it kept locally; any other error is the
+ * NAS's answer. */
 int nas_cannot_answer(int r);
 /* Is it up now?  (A hint: it may go down the next instant.)  Lock-free:
  * callable with any lock held. */

@@ -80,7 +80,7 @@ static int nas_answers(struct control *c)
 	r = nas_call(c->gate, probe_fn, root, free);
 	if (r != -ETIMEDOUT)
 		free(root);
-	return !(r == -ETIMEDOUT || r == -EHOSTDOWN || nas_gate_unavailable(r));
+	return !nas_cannot_answer(r);
 }
 
 static int view_online(struct view *v)

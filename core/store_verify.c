@@ -258,7 +258,7 @@ static int check_source_gated(struct store *s, const char *key, uint64_t size,
 	r = nas_call(s->opt.gate, src_job_run, j, src_job_free);
 	if (r == -ETIMEDOUT)
 		return r; /* the gate's now: freed when the check ends */
-	r = j->err;
+	r = r == -EBUSY ? r : j->err; /* EBUSY: not run (j->err is its default) */
 	*size_now = j->size_now;
 	snprintf(sample, 33, "%s", j->sample);
 	free(j);
@@ -283,6 +283,7 @@ static void check_unmade_locked(struct store *s, struct blob *b, int err)
 		      "serving (only a source gone or changed demotes it), checked again once "
 		      "the NAS answers", b->key, local, err == -EHOSTDOWN ? "the NAS is down" :
 		      err == -ETIMEDOUT ? "no answer within the NAS deadline" :
+		      err == -EBUSY ? "every NAS thread was busy in slow calls" :
 		      err == -ENOMEDIUM ? NAS_GONE_WHY :
 		      strerror(-err));
 }

@@ -238,7 +238,7 @@ static int check_start(struct wfs *w, struct nas_start *ns)
 	if (!ns->root)
 		return -1;
 	ns->err = startnas_check(w, ns->root, &ns->empty, ns->what, sizeof(ns->what));
-	if (ns->err < 0 && ns->err != -ETIMEDOUT && !nas_gate_unavailable(ns->err)) {
+	if (ns->err < 0 && !nas_cannot_answer(ns->err)) {
 		fprintf(stderr, "wfs: %s: %s\n", ns->what,
 			ns->err == -ENOTDIR ? "not a directory" : strerror(-ns->err));
 	} else if (startpaths_check(w) == 0 && take_lock(w) == 0) {

@@ -245,6 +245,8 @@ static size_t nas_counts(const json_t *nas, char *buf, size_t sz, size_t len)
 		{ "from_record", "request answered from the local record",
 		  "requests answered from the local record" },
 		{ "failed_down", "refused", "refused" },
+		{ "busy", "call found no free NAS thread in time",
+		  "calls found no free NAS thread in time" },
 	};
 	const char *sep = "; ";
 

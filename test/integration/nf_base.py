@@ -157,7 +157,8 @@ class WfsOnFaultNAS(unittest.TestCase):
         nas = st.get("nas")
         self.assertIsInstance(nas, dict, "wfsctl --json status has no \"nas\" object: %s"
                               % sorted(st))
-        for k in ("state", "since", "outages", "timeouts", "failed_down", "from_record", "reason"):
+        for k in ("state", "since", "outages", "timeouts", "failed_down", "busy", "from_record",
+                  "reason"):
             self.assertIn(k, nas, "status nas has no %r: %s" % (k, nas))
         return nas
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""The control server while long requests hold its workers, on a NAS that
-is slow but up (test/faultfs `latency`, under nas_timeout).
+"""The daemon on a NAS that is slow but up (test/faultfs `latency`, under
+nas_timeout), with more requests at once than it has workers or NAS
+threads.
 
   SyncsLeaveAWorker  four `sync` requests at once (each waits for the local
                      record's rebuild, which walks the slow NAS for seconds)
@@ -14,21 +15,30 @@ is slow but up (test/faultfs `latency`, under nas_timeout).
                      the NAS was known down is answered once it is (as
                      the quick status, from the record), not when the
                      NAS lets the walks go
+  BurstOnSlowNas     twice as many reads at once as the daemon's 16 NAS
+                     threads, each answered by the NAS in 0.7 nas_timeout:
+                     the second half waits ~0.7 nas_timeout for a thread
+                     and is then answered; every read returns the file's
+                     bytes and the NAS is not taken for down (README
+                     "Deadlines": the deadline runs from when a NAS thread
+                     takes the call)
 
 Waits are on what the daemon and faultfs report, never sleeps.
 """
 
 import json
+import mmap
 import os
 import select
 import subprocess
 import sys
+import threading
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import faultnas  # noqa: E402
 import wfstest  # noqa: E402
-from wfstest import ctl_check  # noqa: E402
+from wfstest import ctl_check, ctl_json  # noqa: E402
 
 FIX = wfstest.HubFixture(options=(), scale_mib=4, many=0, mount=False)
 NAS = None
@@ -154,6 +164,70 @@ class StatusBehindHungWalks(unittest.TestCase):
         rep = json.loads(line.split(b"\n")[0])
         self.assertTrue(rep.get("ok"), rep)
         self.assertEqual(rep["nas"]["state"], "down", rep["nas"])
+
+
+class BurstOnSlowNas(unittest.TestCase):
+    """READS reads of a NAS-served file at once, each O_DIRECT (so each is
+    one READ to the daemon, and one call on the NAS), with max_threads=64
+    (a FUSE worker for each) and nas_read_ring=off (each read handed to
+    one of the 16 NAS threads).  The NAS answers each in LATENCY_MS of a
+    1000 ms nas_timeout: the first 16 are answered at ~0.7 s, the other 16
+    then start and are answered at ~1.4 s.  A deadline counted from when
+    the daemon got the request would pass for those at 1 s: the NAS marked
+    down, and their readers given EIO, though it answered every call in
+    0.7 s."""
+
+    READS = 32
+    LATENCY_MS = 700
+
+    def setUp(self):
+        local = os.path.join(FIX.gen, "local-burst")
+        mnt = os.path.join(FIX.gen, "mnt-burst")
+        os.mkdir(mnt)
+        self.m = wfstest.ForegroundMount(NAS.mnt, local, mnt,
+                                         ["auto_promote=off", "nas_timeout=1000",
+                                          "max_threads=64", "nas_read_ring=off"]).start()
+        self.addCleanup(self.m.cleanup)
+        self.addCleanup(self.m.stop)
+        self.addCleanup(NAS.reset)
+        self.mnt, self.sock = mnt, os.path.join(os.path.realpath(local), "wfs.sock")
+
+    def test_reads_queued_behind_slow_reads(self):
+        blobs = [e for e in FIX.entries
+                 if e["type"] == "file" and e["path"].startswith(REPO + "/blobs/")]
+        rel = max(blobs, key=lambda e: e["size"])["path"]
+        with open(FIX.n(rel), "rb") as f:
+            want = f.read()
+        step = len(want) // self.READS // 4096 * 4096
+        self.assertGreater(step, 0, "%s: %d bytes" % (rel, len(want)))
+        fd = os.open(os.path.join(self.mnt, rel), os.O_RDONLY | os.O_DIRECT)
+        self.addCleanup(os.close, fd)
+        bufs = [mmap.mmap(-1, 4096) for _ in range(self.READS)]  # aligned
+        got = [None] * self.READS
+
+        def read(i):
+            try:
+                got[i] = bufs[i][:os.preadv(fd, [bufs[i]], i * step)]
+            except OSError as e:
+                got[i] = e
+
+        NAS.check("latency %d" % self.LATENCY_MS)
+        reads = NAS.state()["reads"]
+        readers = [threading.Thread(target=read, args=(i,)) for i in range(self.READS)]
+        for t in readers:
+            t.start()
+        for t in readers:
+            t.join(60)
+        NAS.check("latency 0")
+        self.assertFalse([t for t in readers if t.is_alive()], "reads still waiting after 60 s")
+        bad = ["%d: %r" % (i * step, g) for i, g in enumerate(got)
+               if g != want[i * step:i * step + 4096]]
+        self.assertEqual(bad, [], "reads at these offsets were not the file's bytes")
+        nas = ctl_json(self, ["--socket", self.sock, "status"])["nas"]
+        self.assertEqual((nas["state"], nas["outages"], nas["timeouts"], nas["busy"]),
+                         ("up", 0, 0, 0), nas)
+        self.assertGreaterEqual(NAS.state()["reads"] - reads, self.READS,
+                                "fewer NAS reads than reads: the test's premise")
 
 
 if __name__ == "__main__":

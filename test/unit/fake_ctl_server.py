@@ -109,7 +109,7 @@ class Hub:
         self.served = [123 * MiB, 4567 * MiB]
         # the NAS's state and the local record, as core/metrics.c reports them
         self.nas = {"state": "up", "since": int(time.time()) - 3600, "outages": 0,
-                    "timeouts": 0, "failed_down": 0, "from_record": 0, "stuck": 0,
+                    "timeouts": 0, "failed_down": 0, "busy": 0, "from_record": 0, "stuck": 0,
                     "reason": "", "timeout_ms": 1000}
         self.record = {"kept": True, "files": 3, "entries": 9, "built": int(time.time()) - 60,
                        "builds": 2, "looks": 61}

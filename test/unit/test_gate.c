@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -249,6 +250,135 @@ static void test_progress(const char *root)
 	nas_gate_destroy(&g);
 }
 
+/* ---- more calls at once than NAS threads ---- */
+
+/* A NAS call answered after SLOW_MS: a slow server, within the deadline. */
+#define SLOW_MS 300
+
+static int slow_fn(void *arg)
+{
+	struct timespec ts = { .tv_sec = 0, .tv_nsec = SLOW_MS * 1000000L };
+
+	atomic_fetch_add((_Atomic int *)arg, 1);
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+	return 0;
+}
+
+struct many {
+	struct nas_gate *g;
+	int (*fn)(void *);
+	void *arg;
+	void (*release)(void *);
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int arrived;
+};
+
+struct many_caller {
+	struct many *m;
+	pthread_t t;
+	int r;
+};
+
+static void *many_caller(void *arg)
+{
+	struct many_caller *c = arg;
+	struct many *m = c->m;
+
+	pthread_mutex_lock(&m->lock);
+	m->arrived++;
+	pthread_cond_broadcast(&m->cond);
+	pthread_mutex_unlock(&m->lock);
+	c->r = nas_call(m->g, m->fn, m->arg, m->release);
+	return NULL;
+}
+
+/* @n calls of @m's function, from threads of their own, all queued before
+ * any runs (the gate's lock is held while they gather); each result in
+ * @c[i].r. */
+static void call_many(struct many *m, struct many_caller *c, int n)
+{
+	pthread_mutex_init(&m->lock, NULL);
+	pthread_cond_init(&m->cond, NULL);
+	m->arrived = 0;
+	pthread_mutex_lock(&m->g->lock);
+	for (int i = 0; i < n; i++) {
+		c[i] = (struct many_caller){ .m = m };
+		if (pthread_create(&c[i].t, NULL, many_caller, &c[i]))
+			exit(2);
+	}
+	pthread_mutex_lock(&m->lock);
+	while (m->arrived < n)
+		pthread_cond_wait(&m->cond, &m->lock);
+	pthread_mutex_unlock(&m->lock);
+	pthread_mutex_unlock(&m->g->lock);
+	for (int i = 0; i < n; i++)
+		pthread_join(c[i].t, NULL);
+	pthread_cond_destroy(&m->cond);
+	pthread_mutex_destroy(&m->lock);
+}
+
+/* Five calls per NAS thread, each answered in SLOW_MS, deadline 800 ms:
+ * the second round starts at ~300 ms and is answered (a deadline counted
+ * from the call, not from when a thread took it, would pass in it), so
+ * may the third (at ~600 ms); the fifth cannot start before 1200 ms (four
+ * SLOW_MS one after another), so its callers, queued within 400 ms of the
+ * first, give up waiting for a thread -- busy, not late: the threads
+ * answered all along, so the NAS stays up.  Then
+ * every thread held in a hung NAS with one call more queued behind them:
+ * no thread ends a call while it waits, so that one is late, not busy. */
+static void test_busy(const char *root)
+{
+	enum { N = 5 * NAS_GATE_THREADS };
+	struct hang h = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER };
+	struct many_caller c[N];
+	struct nas_gate_stats st;
+	struct nas_gate g, g2; /* two: a thread of the first may outlive it */
+	_Atomic int ran = 0;
+	int ok = 0, busy = 0, late = 0;
+
+	CHECK(&cnt, nas_gate_init(&g, root, 800, NULL, NULL) == 0, "init");
+	CHECK(&cnt, nas_gate_start(&g) == 0, "start");
+	call_many(&(struct many){ .g = &g, .fn = slow_fn, .arg = &ran }, c, N);
+	for (int i = 0; i < N; i++) {
+		ok += c[i].r == 0;
+		busy += c[i].r == -EBUSY;
+		if (c[i].r != 0 && c[i].r != -EBUSY)
+			fprintf(stderr, "slow call %d: %d\n", i, c[i].r);
+	}
+	nas_gate_stats(&g, &st);
+	CHECK(&cnt, ok >= 2 * NAS_GATE_THREADS && ok + busy == N,
+	      "%d calls of %d answered, %d busy: each round took %d ms on a NAS thread", ok, N,
+	      busy, SLOW_MS);
+	CHECK(&cnt, busy >= NAS_GATE_THREADS, "the last round waited 1200 ms for a thread, "
+	      "busy %d", busy);
+	CHECK(&cnt, atomic_load(&ran) == ok, "ran %d, answered %d: a busy call ran",
+	      atomic_load(&ran), ok);
+	CHECK(&cnt, st.up && st.outages == 0 && st.timeouts == 0 && st.busy == (uint64_t)busy,
+	      "a slow NAS answering every call taken for down: up %d, outages %llu, "
+	      "timeouts %llu, busy %llu", st.up, (unsigned long long)st.outages,
+	      (unsigned long long)st.timeouts, (unsigned long long)st.busy);
+	nas_gate_destroy(&g);
+
+	CHECK(&cnt, nas_gate_init(&g2, root, 300, NULL, NULL) == 0, "init");
+	CHECK(&cnt, nas_gate_start(&g2) == 0, "start");
+	call_many(&(struct many){ .g = &g2, .fn = hang_fn, .arg = &h, .release = hang_release }, c,
+		  NAS_GATE_THREADS + 1);
+	for (int i = 0; i <= NAS_GATE_THREADS; i++)
+		late += c[i].r == -ETIMEDOUT;
+	nas_gate_stats(&g2, &st);
+	CHECK(&cnt, late == NAS_GATE_THREADS + 1 && st.busy == 0 && !st.up &&
+	      st.timeouts == NAS_GATE_THREADS + 1,
+	      "behind hung threads: %d of %d late, busy %llu, up %d, timeouts %llu", late,
+	      NAS_GATE_THREADS + 1, (unsigned long long)st.busy, st.up,
+	      (unsigned long long)st.timeouts);
+	CHECK(&cnt, h.released == 1, "the call that never ran released at once: %d",
+	      h.released);
+	wait_released(&h, NAS_GATE_THREADS + 1);
+	nas_gate_destroy(&g2);
+}
+
 int main(void)
 {
 	char root[] = "/tmp/wfs-gate-XXXXXX", away[64];
@@ -404,6 +534,7 @@ int main(void)
 	}
 
 	test_progress(root);
+	test_busy(root);
 
 	/* no gate: the call runs on the caller */
 	CHECK(&cnt, nas_call(NULL, ok_fn, &n, NULL) == 0, "no gate");

@@ -609,6 +609,14 @@ def nas_tests(t, hub, root):
        and "the NAS is down" not in r[1], show(r))
     with hub.lock:
         hub.record.update(kept=False, files=0, entries=0, built=0)
+    with hub.lock:
+        hub.nas.update(busy=7)
+    r = run("status", cwd=root)
+    ok("status: up, calls that found no free NAS thread", re.search(
+        r"\nNAS: up since [^\n]*; 3 calls timed out, 41 requests answered from the local record, "
+        r"7 calls found no free NAS thread in time\n", r[1]), show(r))
+    with hub.lock:
+        hub.nas.update(busy=0)
     r = run("status", cwd=root)
     ok("status: no record kept", "\nlocal record: none kept by this mount" in r[1], show(r))
     with hub.lock:

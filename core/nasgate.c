@@ -314,8 +314,9 @@ enum wait_end {
 /* Under the lock: wait for @j (queued).  The deadline is the NAS's: the
  * call is late once a NAS thread has held it nas_timeout (with @progress,
  * nas_timeout past its last answer).  A call still queued nas_timeout after
- * it came is given up: late if no NAS thread ended a call meanwhile (each
- * is held in the NAS that long: hung), busy if they did.  So a caller
+ * it came is given up: late if no NAS thread ended a call meanwhile and
+ * none of many operations got answers (each is held in the NAS that long:
+ * hung), busy if they did.  So a caller
  * waits at most nas_timeout for a thread and nas_timeout on the NAS, and
  * time spent queued behind calls the NAS answers never marks it down. */
 static enum wait_end wait_job_locked(struct nas_gate *g, struct nas_job *j,
@@ -336,6 +337,7 @@ static enum wait_end wait_job_locked(struct nas_gate *g, struct nas_job *j,
 		if (progress && (now = atomic_load(progress)) != seen) {
 			seen = now; /* answers came since the deadline was set: not hung */
 			until = mono_ms() + g->timeout_ms;
+			g->answered++; /* so a call queued behind this one is not late */
 		}
 		if (until <= mono_ms())
 			return WAIT_LATE;

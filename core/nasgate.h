@@ -9,8 +9,9 @@
  * thread, as long as the NAS keeps it; the caller has its answer already.
  * The deadline is the NAS's: it runs from when a NAS thread takes the
  * call.  A call that waits nas_timeout for a thread is given up too, and
- * says the NAS is down only if no thread ended a call meanwhile; with the
- * threads answering others all along, the NAS is slow and busy, not down
+ * says the NAS is down only if no thread ended a call (or got answers in a
+ * call of many operations) meanwhile; with the threads answering others
+ * all along, the NAS is slow and busy, not down
  * (-EBUSY: a burst of more calls than threads on a NAS answering each
  * within its deadline must not take it for an outage).
  *
@@ -89,7 +90,9 @@ struct nas_gate {
 	unsigned queued;          /* LOCK: jobs on the queue */
 	unsigned starting;        /* LOCK: threads created that have not taken the lock yet */
 	unsigned stuck;           /* LOCK: threads running a job past its deadline */
-	uint64_t answered;        /* LOCK: calls the NAS threads have ended */
+	uint64_t answered;        /* LOCK: calls the NAS threads have ended, and
+				   * a nas_timeout of a call of many operations
+				   * that got answers (its caller counts it) */
 	int64_t busy_said_ms;     /* LOCK: when a busy call was last logged */
 	int stop;                 /* LOCK */
 	int probe_now;            /* LOCK: an EIO/ESTALE asked the prober to look */

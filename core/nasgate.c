@@ -315,10 +315,10 @@ enum wait_end {
  * call is late once a NAS thread has held it nas_timeout (with @progress,
  * nas_timeout past its last answer).  A call still queued nas_timeout after
  * it came is given up: late if no NAS thread ended a call meanwhile and
- * none of many operations got answers (each is held in the NAS that long:
- * hung), busy if they did.  So a caller
- * waits at most nas_timeout for a thread and nas_timeout on the NAS, and
- * time spent queued behind calls the NAS answers never marks it down. */
+ * no call of many operations got answers (each thread is held in the NAS
+ * that long: hung), busy if they did.  So a caller waits at most
+ * nas_timeout for a thread and nas_timeout on the NAS, and time spent
+ * queued behind calls the NAS answers never marks it down. */
 static enum wait_end wait_job_locked(struct nas_gate *g, struct nas_job *j,
 				     _Atomic uint64_t *progress)
 {

@@ -95,7 +95,7 @@ static void wait_up(struct nas_gate *g, int want)
 struct burst {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
-	int want, running, most, arrived;
+	int want, running, most;
 	int64_t by;
 };
 
@@ -121,34 +121,68 @@ static int burst_fn(void *arg)
 	return r;
 }
 
-struct burst_caller {
+struct many {
 	struct nas_gate *g;
-	struct burst *b;
+	int (*fn)(void *);
+	void *arg;
+	void (*release)(void *);
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int arrived;
+};
+
+struct many_caller {
+	struct many *m;
 	pthread_t t;
 	int r;
 };
 
-static void *burst_caller(void *arg)
+static void *many_caller(void *arg)
 {
-	struct burst_caller *c = arg;
+	struct many_caller *c = arg;
+	struct many *m = c->m;
 
-	pthread_mutex_lock(&c->b->lock);
-	c->b->arrived++;
-	pthread_cond_broadcast(&c->b->cond);
-	pthread_mutex_unlock(&c->b->lock);
-	c->r = nas_call(c->g, burst_fn, c->b, NULL);
+	pthread_mutex_lock(&m->lock);
+	m->arrived++;
+	pthread_cond_broadcast(&m->cond);
+	pthread_mutex_unlock(&m->lock);
+	c->r = nas_call(m->g, m->fn, m->arg, m->release);
 	return NULL;
 }
 
-/* One burst of @n calls on @g, with idle threads left by earlier calls.
- * The gate's lock is held while the callers gather, so that they all
- * queue at once, before a woken thread can take its job: the moment a
- * count of idle threads that was not yet brought down would mislead the
- * next caller.  Returns how many calls failed. */
+/* @n calls of @m's function, from threads of their own, all queued before
+ * any runs (the gate's lock is held while they gather); each result in
+ * @c[i].r. */
+static void call_many(struct many *m, struct many_caller *c, int n)
+{
+	pthread_mutex_init(&m->lock, NULL);
+	pthread_cond_init(&m->cond, NULL);
+	m->arrived = 0;
+	pthread_mutex_lock(&m->g->lock);
+	for (int i = 0; i < n; i++) {
+		c[i] = (struct many_caller){ .m = m };
+		if (pthread_create(&c[i].t, NULL, many_caller, &c[i]))
+			exit(2);
+	}
+	pthread_mutex_lock(&m->lock);
+	while (m->arrived < n)
+		pthread_cond_wait(&m->cond, &m->lock);
+	pthread_mutex_unlock(&m->lock);
+	pthread_mutex_unlock(&m->g->lock);
+	for (int i = 0; i < n; i++)
+		pthread_join(c[i].t, NULL);
+	pthread_cond_destroy(&m->cond);
+	pthread_mutex_destroy(&m->lock);
+}
+
+/* One burst of @n calls on @g, with idle threads left by earlier calls,
+ * queued at once (call_many): before a woken thread can take its job, the
+ * moment a count of idle threads that was not yet brought down would
+ * mislead the next caller.  Returns how many calls failed. */
 static int one_burst(struct nas_gate *g, int n)
 {
 	struct burst b = { .lock = PTHREAD_MUTEX_INITIALIZER, .want = n, .by = ms_now() + 1500 };
-	struct burst_caller c[NAS_GATE_THREADS];
+	struct many_caller c[NAS_GATE_THREADS];
 	pthread_condattr_t ca;
 	int bad = 0;
 
@@ -156,26 +190,13 @@ static int one_burst(struct nas_gate *g, int n)
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* @by is */
 	pthread_cond_init(&b.cond, &ca);
 	pthread_condattr_destroy(&ca);
-
-	pthread_mutex_lock(&g->lock);
-	for (int i = 0; i < n; i++) {
-		c[i] = (struct burst_caller){ .g = g, .b = &b };
-		if (pthread_create(&c[i].t, NULL, burst_caller, &c[i]))
-			exit(2);
-	}
-	pthread_mutex_lock(&b.lock);
-	while (b.arrived < n)
-		pthread_cond_wait(&b.cond, &b.lock);
-	pthread_mutex_unlock(&b.lock);
-	pthread_mutex_unlock(&g->lock);
-	for (int i = 0; i < n; i++) {
-		pthread_join(c[i].t, NULL);
+	call_many(&(struct many){ .g = g, .fn = burst_fn, .arg = &b }, c, n);
+	for (int i = 0; i < n; i++)
 		if (c[i].r != 0) {
 			fprintf(stderr, "burst call %d of %d: %d (%d at once at most)\n", i, n,
 				c[i].r, b.most);
 			bad++;
 		}
-	}
 	pthread_cond_destroy(&b.cond);
 	return bad;
 }
@@ -263,60 +284,6 @@ static int slow_fn(void *arg)
 	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
 		;
 	return 0;
-}
-
-struct many {
-	struct nas_gate *g;
-	int (*fn)(void *);
-	void *arg;
-	void (*release)(void *);
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	int arrived;
-};
-
-struct many_caller {
-	struct many *m;
-	pthread_t t;
-	int r;
-};
-
-static void *many_caller(void *arg)
-{
-	struct many_caller *c = arg;
-	struct many *m = c->m;
-
-	pthread_mutex_lock(&m->lock);
-	m->arrived++;
-	pthread_cond_broadcast(&m->cond);
-	pthread_mutex_unlock(&m->lock);
-	c->r = nas_call(m->g, m->fn, m->arg, m->release);
-	return NULL;
-}
-
-/* @n calls of @m's function, from threads of their own, all queued before
- * any runs (the gate's lock is held while they gather); each result in
- * @c[i].r. */
-static void call_many(struct many *m, struct many_caller *c, int n)
-{
-	pthread_mutex_init(&m->lock, NULL);
-	pthread_cond_init(&m->cond, NULL);
-	m->arrived = 0;
-	pthread_mutex_lock(&m->g->lock);
-	for (int i = 0; i < n; i++) {
-		c[i] = (struct many_caller){ .m = m };
-		if (pthread_create(&c[i].t, NULL, many_caller, &c[i]))
-			exit(2);
-	}
-	pthread_mutex_lock(&m->lock);
-	while (m->arrived < n)
-		pthread_cond_wait(&m->cond, &m->lock);
-	pthread_mutex_unlock(&m->lock);
-	pthread_mutex_unlock(&m->g->lock);
-	for (int i = 0; i < n; i++)
-		pthread_join(c[i].t, NULL);
-	pthread_cond_destroy(&m->cond);
-	pthread_mutex_destroy(&m->lock);
 }
 
 /* Five calls per NAS thread, each answered in SLOW_MS, deadline 800 ms:

@@ -14,21 +14,23 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static const char *str_or(json_t *o, const char *k, const char *dflt)
+static const char *str_or(const struct jflat *o, const char *k, const char *dflt)
+{
+	const char *v = jflat_str(o, k);
+
+	return v ? v : dflt;
+}
+
+static const char *ref_str(json_t *o, const char *k, const char *dflt)
 {
 	const char *v = json_string_value(json_object_get(o, k));
 
 	return v ? v : dflt;
 }
 
-static int64_t int_or(json_t *o, const char *k)
+static int read_refs(const struct jflat *head, const struct index_cb *cb)
 {
-	return (int64_t)json_integer_value(json_object_get(o, k));
-}
-
-static int read_refs(json_t *root, const struct index_cb *cb)
-{
-	json_t *refs = json_object_get(root, "refs"), *o;
+	json_t *refs = jflat_tree(head, "refs"), *o;
 	size_t i;
 	int r = 0;
 
@@ -36,10 +38,10 @@ static int read_refs(json_t *root, const struct index_cb *cb)
 		return 0;
 	json_array_foreach(refs, i, o) {
 		struct index_ref ref = {
-			.repo = str_or(o, "repo", NULL),
-			.ref = str_or(o, "ref", NULL),
-			.commit = str_or(o, "commit", ""),
-			.pending = str_or(o, "pending", ""),
+			.repo = ref_str(o, "repo", NULL),
+			.ref = ref_str(o, "ref", NULL),
+			.commit = ref_str(o, "commit", ""),
+			.pending = ref_str(o, "pending", ""),
 		};
 
 		if (!ref.repo || !ref.ref)
@@ -61,7 +63,7 @@ static int set_name(json_t *o, const char *field, const char *s)
  * frees it), or @dflt when absent or not a name (a NUL inside).  *@oom set
  * when memory ran out: the record is not absent then, and skipping it
  * would have its copy discarded as an orphan. */
-static const char *get_name(json_t *o, const char *field, const char *dflt, char **buf,
+static const char *get_name(const struct jflat *o, const char *field, const char *dflt, char **buf,
 			    int *oom)
 {
 	size_t n;
@@ -98,9 +100,9 @@ static json_t *text_json(const char *s)
 /* A "partial" record's ranges, malloc'ed (NULL when none, not a list, or no memory;
  * an entry that is not {off, len, xxh} ends the list there: the reader
  * checks what it gets). */
-static struct part_range *read_ranges(json_t *o, size_t *n)
+static struct part_range *read_ranges(const struct jflat *o, size_t *n)
 {
-	json_t *list = json_object_get(o, "ranges"), *e;
+	json_t *list = jflat_tree(o, "ranges"), *e;
 	struct part_range *v;
 	size_t i;
 
@@ -122,17 +124,17 @@ static struct part_range *read_ranges(json_t *o, size_t *n)
 }
 
 /* 0, or -ENOMEM (the record is there, but could not be read whole). */
-static int read_part(json_t *o, struct index_rec *rec, struct part_range **buf)
+static int read_part(const struct jflat *o, struct index_rec *rec, struct part_range **buf)
 {
 	*buf = read_ranges(o, &rec->nranges);
-	if (!*buf && json_array_size(json_object_get(o, "ranges")))
+	if (!*buf && json_array_size(jflat_tree(o, "ranges")))
 		return -ENOMEM; /* (read_ranges' other NULL: no ranges at all) */
 	rec->ranges = *buf;
-	rec->part_ino = (uint64_t)int_or(o, "part_ino");
-	rec->part_mtime = (struct timespec){ (time_t)int_or(o, "part_mtime_s"),
-					     (long)int_or(o, "part_mtime_ns") };
-	rec->part_ctime = (struct timespec){ (time_t)int_or(o, "part_ctime_s"),
-					     (long)int_or(o, "part_ctime_ns") };
+	rec->part_ino = (uint64_t)jflat_int(o, "part_ino");
+	rec->part_mtime = (struct timespec){ (time_t)jflat_int(o, "part_mtime_s"),
+					     (long)jflat_int(o, "part_mtime_ns") };
+	rec->part_ctime = (struct timespec){ (time_t)jflat_int(o, "part_ctime_s"),
+					     (long)jflat_int(o, "part_ctime_ns") };
 	return 0;
 }
 
@@ -158,7 +160,7 @@ static json_t *part_json(const struct index_rec *e)
 
 /* One blob's record @o to @cb: what cb->blob returns, -ENOMEM, or 0 for a
  * record without a key (skipped). */
-static int read_blob(json_t *o, json_int_t version, const struct index_cb *cb)
+static int read_blob(const struct jflat *o, int64_t version, const struct index_cb *cb)
 {
 	char *key_buf, *id_buf;
 	struct part_range *ranges = NULL;
@@ -170,12 +172,12 @@ static int read_blob(json_t *o, json_int_t version, const struct index_cb *cb)
 		.xxh = str_or(o, "xxh", ""),
 		.sample = str_or(o, "sample", ""),
 		.reason = str_or(o, "reason", ""),
-		.size = (uint64_t)int_or(o, "size"),
-		.mtime = { (time_t)int_or(o, "mtime_s"), (long)int_or(o, "mtime_ns") },
-		.ctime = { (time_t)int_or(o, "ctime_s"), (long)int_or(o, "ctime_ns") },
-		.last_used = int_or(o, "last_used"),
-		.use_ns = (uint64_t)int_or(o, "last_used_ns"),
-		.pinned = json_is_true(json_object_get(o, "pinned")),
+		.size = (uint64_t)jflat_int(o, "size"),
+		.mtime = { (time_t)jflat_int(o, "mtime_s"), (long)jflat_int(o, "mtime_ns") },
+		.ctime = { (time_t)jflat_int(o, "ctime_s"), (long)jflat_int(o, "ctime_ns") },
+		.last_used = jflat_int(o, "last_used"),
+		.use_ns = (uint64_t)jflat_int(o, "last_used_ns"),
+		.pinned = jflat_true(o, "pinned"),
 	};
 
 	if (oom || !rec.key) {
@@ -186,15 +188,15 @@ static int read_blob(json_t *o, json_int_t version, const struct index_cb *cb)
 	/* Version 1 wrote no proof of the copy: none is read from it even if
 	 * a hand-edited file has the fields. */
 	if (version >= 2) {
-		rec.copy_ino = (uint64_t)int_or(o, "copy_ino");
-		rec.copy_mtime = (struct timespec){ (time_t)int_or(o, "copy_mtime_s"),
-						    (long)int_or(o, "copy_mtime_ns") };
-		rec.copy_ctime = (struct timespec){ (time_t)int_or(o, "copy_ctime_s"),
-						    (long)int_or(o, "copy_ctime_ns") };
+		rec.copy_ino = (uint64_t)jflat_int(o, "copy_ino");
+		rec.copy_mtime = (struct timespec){ (time_t)jflat_int(o, "copy_mtime_s"),
+						    (long)jflat_int(o, "copy_mtime_ns") };
+		rec.copy_ctime = (struct timespec){ (time_t)jflat_int(o, "copy_ctime_s"),
+						    (long)jflat_int(o, "copy_ctime_ns") };
 	}
 	/* Before 4 "pinned" was either reason: a hand pin (index.h). */
 	if (version >= 4)
-		rec.ref_pinned = json_is_true(json_object_get(o, "ref_pinned"));
+		rec.ref_pinned = jflat_true(o, "ref_pinned");
 	r = 0;
 	if (version >= 3 && !strcmp(rec.state, "partial") && read_part(o, &rec, &ranges) < 0)
 		r = -ENOMEM;
@@ -206,110 +208,43 @@ static int read_blob(json_t *o, json_int_t version, const struct index_cb *cb)
 	return r;
 }
 
-/* The index parsed, all of it before anything is called back. */
-struct parsed {
-	json_t *head;  /* "version", "refs" (a whole parse: "blobs" too) */
-	int array;     /* "blobs" is an array: */
-	json_t **v;    /* its elements (new references) */
-	size_t n, cap;
-};
-
-static void parsed_free(struct parsed *p)
-{
-	for (size_t i = 0; i < p->n; i++)
-		json_decref(p->v[i]);
-	free(p->v);
-	json_decref(p->head);
-	memset(p, 0, sizeof(*p));
-}
-
-static int parsed_add(struct parsed *p, json_t *o)
-{
-	if (p->n == p->cap) {
-		size_t cap = p->cap ? p->cap * 2 : 1024;
-		json_t **v = realloc(p->v, cap * sizeof(*v));
-
-		if (!v) {
-			json_decref(o);
-			return -ENOMEM;
-		}
-		p->v = v;
-		p->cap = cap;
-	}
-	p->v[p->n++] = o;
-	return 0;
-}
-
-/* Laid out as index_write writes it: a line at a time (jtext.h).  0,
- * -EAGAIN (laid out otherwise: parse it whole) or -ENOMEM. */
-static int parse_lines(const char *text, size_t len, struct parsed *p)
-{
-	struct jtext_lines l;
-	json_t *o;
-	int r;
-
-	if (!(p->head = jtext_lines_open(&l, text, len, "blobs")))
-		return -EAGAIN;
-	while ((r = jtext_lines_next(&l, &o)) > 0 && (r = parsed_add(p, o)) == 0)
-		;
-	if (r < 0)
-		parsed_free(p);
-	p->array = r == 0;
-	return r;
-}
-
-/* Any other layout: 0, -EINVAL (not JSON) or -ENOMEM. */
-static int parse_whole(const char *text, size_t len, struct parsed *p)
-{
-	json_error_t err;
-	json_t *blobs, *o;
-	size_t i;
-	int r = 0;
-
-	if (!(p->head = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err)))
-		return -EINVAL;
-	p->array = json_is_array(blobs = json_object_get(p->head, "blobs"));
-	json_array_foreach(blobs, i, o)
-		if ((r = parsed_add(p, json_incref(o))) < 0)
-			break;
-	if (r < 0)
-		parsed_free(p);
-	return r;
-}
-
 int index_read(const char *path, const struct index_cb *cb)
 {
-	struct parsed p = { 0 };
-	json_int_t version;
+	struct jtext_reader rd;
+	struct jflat o = { 0 };
+	int64_t version;
 	size_t len = 0;
-	char *text = NULL;
+	char *text = NULL, why[160];
 	int r;
 
 	r = durable_read(path, INDEX_MAX_BYTES, &text, &len);
 	if (r)
 		return r > 0 ? 0 : r;
-	r = parse_lines(text, len, &p);
-	if (r == -EAGAIN)
-		r = parse_whole(text, len, &p);
-	free(text);
-	if (r < 0)
+	/* (every line is read once here: a damaged file is refused before
+	 * anything is called back) */
+	r = jtext_read_open(&rd, text, len, "blobs", why, sizeof(why));
+	if (r < 0) {
+		free(text);
 		return r;
-	version = json_integer_value(json_object_get(p.head, "version"));
+	}
+	version = jflat_int(&rd.head, "version");
 	if (version > INDEX_VERSION) {
 		/* a later wfs wrote it: its records are not ours to read */
-		parsed_free(&p);
-		return version > INT_MAX ? INT_MAX : (int)version;
+		r = version > INT_MAX ? INT_MAX : (int)version;
+	} else if (version < 1 || !rd.list) {
+		r = -EINVAL;
+	} else {
+		while ((r = jtext_read_next(&rd, &o)) > 0 && (r = read_blob(&o, version, cb)) >= 0)
+			;
+		if (r >= 0)
+			r = read_refs(&rd.head, cb);
+		if (r >= 0)
+			r = (int)version;
 	}
-	if (version < 1 || !p.array) {
-		parsed_free(&p);
-		return -EINVAL;
-	}
-	for (size_t i = 0; r >= 0 && i < p.n; i++)
-		r = read_blob(p.v[i], version, cb);
-	if (r >= 0)
-		r = read_refs(p.head, cb);
-	parsed_free(&p);
-	return r < 0 ? r : (int)version;
+	jflat_free(&o);
+	jtext_read_close(&rd);
+	free(text);
+	return r;
 }
 
 /* One blob's entry (NULL: no memory). */

@@ -1,8 +1,10 @@
 /* index.h - the state index: which blobs have verified local copies.
  *
- * One JSON document (jansson), replaced atomically: written to a temporary
- * file, fsynced, renamed over the old one, directory fsynced.  A crash
- * leaves either the old index or the new one, never a mix.
+ * One JSON document, replaced atomically: written to a temporary file,
+ * fsynced, renamed over the old one, directory fsynced.  A crash leaves
+ * either the old index or the new one, never a mix.  Written a blob a line
+ * and read back a line at a time (jtext.h, jflat.h); any other layout of
+ * the same JSON is read too.
  *
  * Versions: 2 records, per local copy, what proves the file untouched since
  * it was verified (its inode number, mtime and ctime; its size is the

@@ -67,27 +67,27 @@ int jbytes_unhex(const char *hex, char **out, size_t *len)
 	return 0;
 }
 
-int jbytes_get(json_t *o, const char *field, char **out, size_t *len)
+int jbytes_get(const struct jflat *o, const char *field, char **out, size_t *len)
 {
-	json_t *v = json_object_get(o, field);
+	const struct jflat_member *v = jflat_get(o, field);
 	char hexfield[64];
 	const char *hex;
 
 	*out = NULL;
 	if (v) {
-		if (!json_is_string(v))
+		if (v->type != JFLAT_STR)
 			return -EINVAL;
-		*len = json_string_length(v);
+		*len = v->len;
 		if (!(*out = malloc(*len + 1)))
 			return -ENOMEM;
-		memcpy(*out, json_string_value(v), *len + 1);
+		memcpy(*out, v->s, *len + 1);
 		return 0;
 	}
 	snprintf(hexfield, sizeof(hexfield), "%s_hex", field);
-	v = json_object_get(o, hexfield);
+	v = jflat_get(o, hexfield);
 	if (!v)
 		return -ENOENT;
-	if (!(hex = json_string_value(v)))
+	if (!(hex = v->type == JFLAT_STR ? v->s : NULL))
 		return -EINVAL;
 	return jbytes_unhex(hex, out, len);
 }

@@ -7,6 +7,8 @@
 #ifndef WFS_JBYTES_H
 #define WFS_JBYTES_H
 
+#include "jflat.h"
+
 #include <jansson.h>
 #include <stddef.h>
 
@@ -16,7 +18,7 @@ int jbytes_set(json_t *o, const char *field, const char *p, size_t n);
 /* @o.@field as bytes: the string, or "<field>_hex" decoded, in *@out
  * (malloc'ed, NUL-terminated; the caller frees it), its length in *@len.
  * 0, -ENOENT when neither is there, -EINVAL when malformed, -ENOMEM. */
-int jbytes_get(json_t *o, const char *field, char **out, size_t *len);
+int jbytes_get(const struct jflat *o, const char *field, char **out, size_t *len);
 
 /* The bytes @p, @n as lower-case hex, a JSON string (NULL: no memory). */
 json_t *jbytes_hex(const char *p, size_t n);

@@ -2,6 +2,7 @@
 #include "jtext.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,49 +73,135 @@ char *jtext_take(struct jtext *t, size_t *len)
 	return p;
 }
 
-json_t *jtext_lines_open(struct jtext_lines *l, const char *text, size_t len, const char *key)
+/* ---- reading back ---- */
+
+/* The head line, which ends ,"<key>":[, read as an object without @key;
+ * @r set on the first element's line.  0, or -EAGAIN: not that layout. */
+static int open_lines(struct jtext_reader *r, const char *text, size_t len, const char *key)
 {
 	const char *nl = memchr(text, '\n', len);
 	size_t n = nl ? (size_t)(nl - text) : 0, klen = strlen(key);
-	char *h;
 	json_t *o;
+	char *h;
+	int e;
 
-	/* the head line ends ,"<key>":[ */
 	if (n < klen + 6 || memcmp(nl - klen - 5, ",\"", 2) || memcmp(nl - klen - 3, key, klen) ||
 	    memcmp(nl - 3, "\":[", 3))
-		return NULL;
+		return -EAGAIN;
 	n -= klen + 5;
 	if (!(h = malloc(n + 1)))
-		return NULL;
+		return -ENOMEM;
 	memcpy(h, text, n);
 	h[n] = '}';
 	o = json_loadb(h, n + 1, JSON_REJECT_DUPLICATES, NULL);
 	free(h);
-	if (!json_is_object(o) || json_object_get(o, key)) {
-		json_decref(o);
-		return NULL;
-	}
-	*l = (struct jtext_lines){ .p = nl + 1, .end = text + len };
-	return o;
+	e = json_is_object(o) && !json_object_get(o, key) ? jflat_from_json(&r->head, o) : -EAGAIN;
+	json_decref(o);
+	r->first = r->p = nl + 1;
+	r->end = text + len;
+	r->i = 0;
+	return e;
 }
 
-int jtext_lines_next(struct jtext_lines *l, json_t **o)
+/* The next line's element: 1 with @s, @n; 0 after the last; -EAGAIN: not
+ * that layout. */
+static int next_line(struct jtext_reader *r, const char **s, size_t *n)
 {
-	const char *nl = memchr(l->p, '\n', (size_t)(l->end - l->p));
+	const char *nl = memchr(r->p, '\n', (size_t)(r->end - r->p));
 	/* the line before ends "[" (the head), "," (more) or not (the last) */
-	int more = l->p[-2] == '[' || l->p[-2] == ',';
-	size_t n;
+	int more = r->p[-2] == '[' || r->p[-2] == ',';
 
-	*o = NULL;
 	if (!nl)
 		return -EAGAIN;
-	n = (size_t)(nl - l->p);
-	if (n == 2 && !memcmp(l->p, "]}", 2))
-		return nl + 1 == l->end && (!l->i || l->p[-2] != ',') ? 0 : -EAGAIN;
+	*n = (size_t)(nl - r->p);
+	if (*n == 2 && !memcmp(r->p, "]}", 2))
+		return nl + 1 == r->end && (!r->i || r->p[-2] != ',') ? 0 : -EAGAIN;
 	if (!more)
 		return -EAGAIN;
-	*o = json_loadb(l->p, n && l->p[n - 1] == ',' ? n - 1 : n, JSON_REJECT_DUPLICATES, NULL);
-	l->p = nl + 1;
-	l->i++;
-	return *o ? 1 : -EAGAIN;
+	*s = r->p;
+	if (*n && r->p[*n - 1] == ',')
+		(*n)--;
+	r->p = nl + 1;
+	r->i++;
+	return 1;
+}
+
+/* Every line read once, before any is handed out: 0, -EAGAIN (a line not
+ * that layout, or not JSON) or -ENOMEM. */
+static int check_lines(struct jtext_reader *r)
+{
+	struct jflat f = { 0 };
+	const char *s;
+	size_t n;
+	int e;
+
+	while ((e = next_line(r, &s, &n)) > 0 && (e = jflat_parse(&f, s, n)) == 0)
+		;
+	jflat_free(&f);
+	r->p = r->first;
+	r->i = 0;
+	return e == -EINVAL ? -EAGAIN : e;
+}
+
+static int open_whole(struct jtext_reader *r, const char *text, size_t len, const char *key,
+		      char *why, size_t wsz)
+{
+	json_error_t err;
+	json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &err);
+	int e;
+
+	if (!root) {
+		snprintf(why, wsz, "%s", err.text);
+		return -EINVAL;
+	}
+	e = jflat_from_json(&r->head, root);
+	r->arr = json_object_get(root, key);
+	r->list = json_is_array(r->arr);
+	json_decref(root); /* (@r->head holds it) */
+	return e;
+}
+
+int jtext_read_open(struct jtext_reader *r, const char *text, size_t len, const char *key,
+		    char *why, size_t wsz)
+{
+	int e;
+
+	memset(r, 0, sizeof(*r));
+	e = open_lines(r, text, len, key);
+	if (!e)
+		e = check_lines(r);
+	if (!e) {
+		r->lines = r->list = 1;
+		return 0;
+	}
+	jtext_read_close(r);
+	return e == -EAGAIN ? open_whole(r, text, len, key, why, wsz) : e;
+}
+
+int jtext_read_next(struct jtext_reader *r, struct jflat *f)
+{
+	const char *s;
+	size_t n;
+	int e;
+
+	if (!r->lines) {
+		json_t *o = r->list ? json_array_get(r->arr, r->i) : NULL;
+
+		if (!o)
+			return 0;
+		r->i++;
+		e = jflat_from_json(f, o);
+		return e < 0 ? e : 1;
+	}
+	e = next_line(r, &s, &n);
+	if (e <= 0)
+		return e;
+	e = jflat_parse(f, s, n);
+	return e < 0 ? e : 1;
+}
+
+void jtext_read_close(struct jtext_reader *r)
+{
+	jflat_free(&r->head);
+	memset(r, 0, sizeof(*r));
 }

@@ -9,6 +9,8 @@
 #ifndef WFS_JTEXT_H
 #define WFS_JTEXT_H
 
+#include "jflat.h"
+
 #include <jansson.h>
 #include <stddef.h>
 
@@ -36,23 +38,33 @@ char *jtext_take(struct jtext *t, size_t *len);
  *   {<head members>,"<key>":[\n
  *   <element>,\n ... <element>\n
  *   ]}\n
- * -- a line at a time: each line parsed alone took half the time of one
- * parse of the whole text (jansson, 40,000 entries), and an element can be
- * freed before the next is parsed.  A text laid out any other way (an
- * earlier build's, a hand edit) is not refused here: jtext_lines_open or
- * jtext_lines_next says so, and the caller parses it whole, which says
- * what, if anything, is wrong with it.  Elements and head are parsed with
+ * -- a line at a time, each line read by jflat (jflat.h: no tree for the
+ * common line), and an element let go before the next is read.  A text
+ * laid out any other way (an earlier build's, a hand edit) is not refused:
+ * it is parsed whole by jansson, which says what, if anything, is wrong
+ * with it.  Every line is read once when the text is opened, so that a
+ * damaged line is found before any element is handed out (the index's
+ * callbacks never see half a file).  Head and elements are read with
  * JSON_REJECT_DUPLICATES. */
-struct jtext_lines {
-	const char *p, *end;   /* the next line, the text's end */
-	size_t i;              /* elements read */
+struct jtext_reader {
+	struct jflat head;       /* the head's members (a whole parse: the
+				  * whole object's, @key among them) */
+	int list;                /* there are elements: @key is an array */
+	int lines;               /* read by lines (else from @arr) */
+	json_t *arr;             /* a whole parse's @key (borrowed from @head) */
+	const char *first, *p, *end; /* by lines: the first element's line,
+				  * the next line, the text's end */
+	size_t i;                /* elements read */
 };
 
-/* The head (an object without @key; a new reference) with @l set on the
- * first element, or NULL: not that layout (or no memory). */
-json_t *jtext_lines_open(struct jtext_lines *l, const char *text, size_t len, const char *key);
-/* The next element (a new reference): 1, 0 after the last; -EAGAIN: not
- * that layout. */
-int jtext_lines_next(struct jtext_lines *l, json_t **o);
+/* Open @text, @len, whose elements are the array @key: 0 with @r->head
+ * (no members and object 0 when the text is JSON but not an object) and
+ * @r->list; -EINVAL: not JSON (jansson's reason in @why, @wsz); -ENOMEM.
+ * @text must outlive @r. */
+int jtext_read_open(struct jtext_reader *r, const char *text, size_t len, const char *key,
+		    char *why, size_t wsz);
+/* The next element into @f: 1; 0 after the last; -ENOMEM. */
+int jtext_read_next(struct jtext_reader *r, struct jflat *f);
+void jtext_read_close(struct jtext_reader *r);
 
 #endif

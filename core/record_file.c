@@ -159,7 +159,8 @@ int record_sig(const struct record_table *t, const char *nas, uint64_t *sig)
 /* ---- reading ---- */
 
 /* A name: bytes without NUL, at most @max long.  @need: it must be there. */
-static int get_name(json_t *o, const char *field, size_t max, int need, char **out)
+static int get_name(const struct jflat *o, const char *field, size_t max, int need,
+		    char **out)
 {
 	size_t len;
 	int r = jbytes_get(o, field, out, &len);
@@ -175,17 +176,17 @@ static int get_name(json_t *o, const char *field, size_t max, int need, char **o
 }
 
 /* An integer in [@lo, @hi]; a missing one is 0 unless @need. */
-static int get_int(json_t *o, const char *k, json_int_t lo, json_int_t hi, int need,
-		   json_int_t *v)
+static int get_int(const struct jflat *o, const char *k, int64_t lo, int64_t hi, int need,
+		   int64_t *v)
 {
-	json_t *j = json_object_get(o, k);
+	const struct jflat_member *j = jflat_get(o, k);
 
 	*v = 0;
 	if (!j)
 		return need ? -EINVAL : 0;
-	if (!json_is_integer(j))
+	if (j->type != JFLAT_INT)
 		return -EINVAL;
-	*v = json_integer_value(j);
+	*v = j->i;
 	return *v < lo || *v > hi ? -EINVAL : 0;
 }
 
@@ -207,10 +208,10 @@ static int good_path(const char *p)
 	return 1;
 }
 
-static int get_kind(json_t *o, struct rnode *n)
+static int get_kind(const struct jflat *o, struct rnode *n)
 {
-	const char *k = json_string_value(json_object_get(o, "kind"));
-	const char *ls = json_string_value(json_object_get(o, "link_state"));
+	const char *k = jflat_str(o, "kind");
+	const char *ls = jflat_str(o, "link_state");
 	static const mode_t type[] = { [NS_DIR] = S_IFDIR, [NS_FILE] = S_IFREG,
 				       [NS_LINK] = S_IFLNK };
 
@@ -229,16 +230,16 @@ static int get_kind(json_t *o, struct rnode *n)
 	return -EINVAL;
 }
 
-static int get_stat(json_t *o, struct stat *st)
+static int get_stat(const struct jflat *o, struct stat *st)
 {
 	static const char *const f[] = { "mode", "uid", "gid", "size", "nlink", "ino", "blksize",
 		"blocks", "atime_s", "atime_ns", "mtime_s", "mtime_ns", "ctime_s", "ctime_ns",
 		"dev" };
-	const json_int_t big = INT64_MAX, ns = 999999999, id = UINT32_MAX;
-	const json_int_t lo[] = { 0, 0, 0, 0, 0, 0, 0, 0, -big, 0, -big, 0, -big, 0, 0 };
-	const json_int_t hi[] = { 0177777, id, id, big, id, big, id, big, big, ns, big, ns,
+	const int64_t big = INT64_MAX, ns = 999999999, id = UINT32_MAX;
+	const int64_t lo[] = { 0, 0, 0, 0, 0, 0, 0, 0, -big, 0, -big, 0, -big, 0, 0 };
+	const int64_t hi[] = { 0177777, id, id, big, id, big, id, big, big, ns, big, ns,
 				  big, ns, big };
-	json_int_t v[15];
+	int64_t v[15];
 
 	for (size_t i = 0; i < 15; i++)
 		if (get_int(o, f[i], lo[i], hi[i], i == 0 || i == 3 || i == 5, &v[i]))
@@ -260,7 +261,7 @@ static int get_stat(json_t *o, struct stat *st)
 }
 
 /* One entry: 0 with *@out, -EINVAL (skipped) or -ENOMEM. */
-static int node_from(json_t *o, struct rnode **out)
+static int node_from(const struct jflat *o, struct rnode **out)
 {
 	struct rnode *n = calloc(1, sizeof(*n));
 	int r;
@@ -268,7 +269,7 @@ static int node_from(json_t *o, struct rnode **out)
 	*out = NULL;
 	if (!n)
 		return -ENOMEM;
-	r = json_is_object(o) ? get_stat(o, &n->st) : -EINVAL;
+	r = o->object ? get_stat(o, &n->st) : -EINVAL;
 	if (!r)
 		r = get_kind(o, n);
 	if (!r)
@@ -330,39 +331,18 @@ static void set_aside(struct record *r, const char *why)
 			   "next build replaces it", r->path, why, strerror(errno));
 }
 
-/* Where the entries come from: the array of a whole parse, or the lines
- * of a text laid out as record_text writes it, each parsed and freed in
- * turn (jtext.h). */
-struct entries {
-	int lines;              /* 1: @l, 0: @arr */
-	json_t *arr;            /* a whole parse's "entries" (NULL: none) */
-	size_t i;
-	struct jtext_lines l;
-};
-
-/* The next entry (a new reference): 1, 0 at the end; -EAGAIN: the lines
- * are not record_text's layout (the caller parses the text whole). */
-static int next_entry(struct entries *en, json_t **o)
-{
-	if (en->lines)
-		return jtext_lines_next(&en->l, o);
-	*o = json_incref(json_array_get(en->arr, en->i++));
-	return *o != NULL;
-}
-
-/* The entries of @en into *@t: 0, -EAGAIN (next_entry) or -ENOMEM. */
-static int load_entries(struct record *r, struct entries *en, struct record_table **t)
+/* The entries of @rd into *@t: 0 or -ENOMEM. */
+static int load_entries(struct record *r, struct jtext_reader *rd, struct record_table **t)
 {
 	struct rnodes l = { 0 };
+	struct jflat o = { 0 };
 	size_t bad = 0, dropped = 0, i;
-	json_t *o;
 	int e = 0, more;
 
-	while ((more = next_entry(en, &o)) > 0) {
+	while ((more = jtext_read_next(rd, &o)) > 0) {
 		struct rnode *n;
 
-		e = node_from(o, &n);
-		json_decref(o);
+		e = node_from(&o, &n);
 		if (e == -ENOMEM)
 			break;
 		bad += e != 0;
@@ -370,11 +350,12 @@ static int load_entries(struct record *r, struct entries *en, struct record_tabl
 		if (e)
 			break;
 	}
+	jflat_free(&o);
 	if (e == -ENOMEM || more < 0) {
 		for (i = 0; i < l.n; i++)
 			rnode_free(l.v[i]);
 		free(l.v);
-		return e == -ENOMEM ? e : more;
+		return -ENOMEM;
 	}
 	*t = record_table_make(&l, &dropped);
 	if (!*t)
@@ -386,12 +367,12 @@ static int load_entries(struct record *r, struct entries *en, struct record_tabl
 	return 0;
 }
 
-/* A parsed record: its @head (version, nas, built) and entries @en into
- * *@t.  0 (*@t NULL: nothing usable, said), -EAGAIN or -ENOMEM. */
-static int load_parsed(struct record *r, json_t *head, struct entries *en,
-		       struct record_table **t, char *nas, size_t nsz, int64_t *built)
+/* The record @rd reads: its head (version, nas, built) and its entries
+ * into *@t.  0 (*@t NULL: nothing usable, said) or -ENOMEM. */
+static int load_read(struct record *r, struct jtext_reader *rd, struct record_table **t,
+		     char *nas, size_t nsz, int64_t *built)
 {
-	json_int_t version = json_integer_value(json_object_get(head, "version"));
+	int64_t version = jflat_int(&rd->head, "version");
 	char *nas_buf = NULL;
 	int e = 0;
 
@@ -400,14 +381,12 @@ static int load_parsed(struct record *r, json_t *head, struct entries *en,
 		record_log(r, LOG_WARNING, "record %s is of version %lld, newer than this wfs (%d): "
 			   "left as it is, not read and never replaced; the record starts empty",
 			   r->path, (long long)version, RECORD_VERSION);
-	} else if (version < 1 || (!en->lines && !json_is_array(en->arr)) ||
-		   get_name(head, "nas", nsz - 1, 0, &nas_buf) < 0) {
-		if (en->lines)
-			return -EAGAIN; /* the whole parse says what is wrong */
+	} else if (version < 1 || !rd->list ||
+		   get_name(&rd->head, "nas", nsz - 1, 0, &nas_buf) < 0) {
 		set_aside(r, "not a record of a known version");
-	} else if (!(e = load_entries(r, en, t))) {
+	} else if (!(e = load_entries(r, rd, t))) {
 		snprintf(nas, nsz, "%s", nas_buf ? nas_buf : "");
-		*built = json_integer_value(json_object_get(head, "built"));
+		*built = jflat_int(&rd->head, "built");
 	}
 	free(nas_buf);
 	return e;
@@ -416,9 +395,7 @@ static int load_parsed(struct record *r, json_t *head, struct entries *en,
 int record_load(struct record *r, struct record_table **t, char *nas, size_t nsz,
 		int64_t *built)
 {
-	struct entries en = { 0 };
-	json_t *root;
-	json_error_t jerr;
+	struct jtext_reader rd;
 	char *text = NULL, why[160];
 	size_t len;
 	int e = durable_read(r->path, RECORD_MAX_BYTES, &text, &len);
@@ -437,22 +414,15 @@ int record_load(struct record *r, struct record_table **t, char *nas, size_t nsz
 		*t = record_table_make(&(struct rnodes){ 0 }, &len);
 		return *t ? 0 : -ENOMEM;
 	}
-	e = -EAGAIN;
-	if ((root = jtext_lines_open(&en.l, text, len, "entries"))) {
-		en.lines = 1;
-		e = load_parsed(r, root, &en, t, nas, nsz, built);
-		json_decref(root);
-	}
-	if (e == -EAGAIN) {
-		/* not laid out as record_text writes it: parsed whole */
-		root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
-		en = (struct entries){ .arr = json_object_get(root, "entries") };
+	/* (laid out as record_text writes it, it is read a line at a time;
+	 * any other layout is parsed whole: jtext.h) */
+	e = jtext_read_open(&rd, text, len, "entries", why, sizeof(why));
+	if (e == -EINVAL) {
+		set_aside(r, why);
 		e = 0;
-		if (root)
-			e = load_parsed(r, root, &en, t, nas, nsz, built);
-		else
-			set_aside(r, jerr.text);
-		json_decref(root);
+	} else if (!e) {
+		e = load_read(r, &rd, t, nas, nsz, built);
+		jtext_read_close(&rd);
 	}
 	free(text);
 	if (!*t && !e)

@@ -177,15 +177,15 @@ static void test_cuts(struct check_count *c, const char *path)
 	free(text);
 }
 
-/* The line reader alone, on a text the writer made. */
+/* The reader alone, on a text the writer made. */
 static void test_lines(struct check_count *c)
 {
 	struct jtext t = { 0 };
-	struct jtext_lines l;
-	json_t *head, *o;
-	char *text;
+	struct jtext_reader rd;
+	struct jflat o = { 0 };
+	char *text, why[160];
 	size_t len;
-	int r, n = 0, ok = 1;
+	int r = -1, n = 0, ok = 1;
 
 	jtext_open_new(&t, json_pack("{s:i}", "version", 7));
 	jtext_str(&t, "\"items\":[\n");
@@ -196,18 +196,21 @@ static void test_lines(struct check_count *c)
 	jtext_str(&t, "]}\n");
 	text = jtext_take(&t, &len);
 	CHECK(c, text != NULL, "text made");
-	head = jtext_lines_open(&l, text, len, "items");
-	CHECK(c, head && json_integer_value(json_object_get(head, "version")) == 7 &&
-	      json_object_size(head) == 1, "the head");
-	while (head && (r = jtext_lines_next(&l, &o)) > 0) {
-		ok &= json_integer_value(json_object_get(o, "n")) == n++ &&
-		      !strcmp(json_string_value(json_object_get(o, "s")), "x,\n]}");
-		json_decref(o);
-	}
-	CHECK(c, head && r == 0 && n == 3 && ok, "three items, then the end (%d)", n);
-	json_decref(head);
-	CHECK(c, !jtext_lines_open(&l, text, len, "item") && !jtext_lines_open(&l, text, len, "tems"),
-	      "another key: not this layout");
+	r = jtext_read_open(&rd, text, len, "items", why, sizeof(why));
+	CHECK(c, r == 0 && rd.lines && rd.list && jflat_int(&rd.head, "version") == 7 &&
+	      rd.head.n == 1, "the head, read by lines");
+	while (rd.lines && (r = jtext_read_next(&rd, &o)) > 0)
+		ok &= jflat_int(&o, "n") == n++ && !strcmp(jflat_str(&o, "s"), "x,\n]}");
+	CHECK(c, r == 0 && n == 3 && ok, "three items, then the end (%d)", n);
+	CHECK(c, jtext_read_next(&rd, &o) == 0, "still the end");
+	jtext_read_close(&rd);
+	r = jtext_read_open(&rd, text, len, "item", why, sizeof(why));
+	CHECK(c, r == 0 && !rd.lines && !rd.list && jflat_get(&rd.head, "items"),
+	      "another key: parsed whole, no elements of that key");
+	jtext_read_close(&rd);
+	r = jtext_read_open(&rd, text, len - 3, "items", why, sizeof(why));
+	CHECK(c, r == -EINVAL && why[0], "cut short: not JSON (%s)", why);
+	jflat_free(&o);
 	free(text);
 }
 

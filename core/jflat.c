@@ -42,6 +42,27 @@ static char unescape(char c)
 	return x ? to[x - from] : 0;
 }
 
+/* The length of the UTF-8 sequence at @s (its first byte >= 0x80), or 0
+ * when it is not one jansson takes: a lead byte of 2-4 bytes, that many
+ * continuation bytes, no overlong form, no surrogate, nothing past
+ * U+10FFFF (RFC 3629). */
+static size_t utf8_len(const unsigned char *s, const unsigned char *end)
+{
+	static const uint32_t least[] = { 0, 0, 0x80, 0x800, 0x10000 };
+	size_t n = s[0] >= 0xc2 && s[0] <= 0xdf ? 2 : s[0] >= 0xe0 && s[0] <= 0xef ? 3 :
+		   s[0] >= 0xf0 && s[0] <= 0xf4 ? 4 : 0;
+	uint32_t v = s[0] & (0x7f >> n);
+
+	if (!n || (size_t)(end - s) < n)
+		return 0;
+	for (size_t i = 1; i < n; i++) {
+		if (s[i] < 0x80 || s[i] > 0xbf)
+			return 0;
+		v = v << 6 | (s[i] & 0x3f);
+	}
+	return v < least[n] || v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff) ? 0 : n;
+}
+
 /* The string at *@p (on its '"') copied to *@out, NUL-terminated; *@p
  * past its closing quote.  Its length, or -1: not the shape read here. */
 static ssize_t read_string(const char **p, const char *end, char **out)
@@ -60,7 +81,17 @@ static ssize_t read_string(const char **p, const char *end, char **out)
 			*out = o;
 			return len;
 		}
-		if (c < 0x20 || c >= 0x80)
+		if (c >= 0x80) {
+			size_t n = utf8_len((const unsigned char *)s, (const unsigned char *)end);
+
+			if (!n)
+				return -1;
+			memcpy(o, s, n);
+			o += n;
+			s += n - 1;
+			continue;
+		}
+		if (c < 0x20)
 			return -1;
 		if (c == '\\' && (++s == end || !(c = (unsigned char)unescape(*s))))
 			return -1;

@@ -11,11 +11,12 @@
  *   - '{' members '}' filling the text exactly: no white space anywhere;
  *   - keys in strictly increasing strcmp order (the writers sort them; it
  *     also rules out a duplicate, which jansson is told to refuse);
- *   - values: a string of bytes 0x20-0x7f with the escapes \" \\ \/ \b \f
- *     \n \r \t; an integer -?(0|[1-9][0-9]*) within int64_t; true, false,
- *     null.
+ *   - values: a string of UTF-8 (checked as jansson checks it: no overlong
+ *     form, no surrogate, nothing past U+10FFFF) without control bytes,
+ *     with the escapes \" \\ \/ \b \f \n \r \t; an integer
+ *     -?(0|[1-9][0-9]*) within int64_t; true, false, null.
  * Any other text -- an array or object value, a fraction or exponent, a
- * \u escape, a byte that is not ASCII, a control byte, leading zeros,
+ * \u escape, bytes that are not UTF-8, a control byte, leading zeros,
  * white space, keys out of order -- is handed to jansson
  * (JSON_REJECT_DUPLICATES), which reads it or says it is not JSON.  So a
  * text read here is a text jansson reads, to the same members and values

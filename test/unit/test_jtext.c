@@ -214,6 +214,46 @@ static void test_lines(struct check_count *c)
 	free(text);
 }
 
+/* Entries dumped into the text as json_dumps writes them, whatever their
+ * size against the room left (a small one, one past the 4096 bytes tried
+ * first, one past the buffer's 64 KiB, and small ones after them). */
+static void test_dump(struct check_count *c)
+{
+	static const size_t sizes[] = { 10, 5000, 3, 200000, 4090, 1, 70000 };
+	struct jtext t = { 0 };
+	char *want = calloc(1, 1), *text;
+	size_t wlen = 0, len;
+
+	for (size_t i = 0; want && i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		char *s = malloc(sizes[i] + 1), *d, *w;
+		json_t *o;
+
+		for (size_t k = 0; s && k < sizes[i]; k++)
+			s[k] = "ab\"\\\n/"[k % 6];
+		if (!s)
+			break;
+		s[sizes[i]] = '\0';
+		o = json_pack("{s:s, s:i}", "s", s, "n", (int)i);
+		d = json_dumps(o, JSON_COMPACT | JSON_SORT_KEYS);
+		json_decref(o);
+		w = d ? realloc(want, wlen + strlen(d) + 1) : NULL;
+		if (w) {
+			memcpy(w + wlen, d, strlen(d) + 1);
+			wlen += strlen(d);
+		}
+		want = w;
+		jtext_json_new(&t, json_pack("{s:s, s:i}", "s", s, "n", (int)i));
+		free(d);
+		free(s);
+	}
+	text = jtext_take(&t, &len);
+	CHECK(c, want && text && len == wlen && !memcmp(text, want, wlen) && !text[len],
+	      "the dumps, one after another, as json_dumps writes them (%zu bytes, want %zu)",
+	      len, wlen);
+	free(text);
+	free(want);
+}
+
 int main(void)
 {
 	struct check_count c = { 0 };
@@ -223,6 +263,7 @@ int main(void)
 	check_tmpdir(top);
 	snprintf(path, sizeof(path), "%s/index.json", top);
 	test_lines(&c);
+	test_dump(&c);
 	test_layouts(&c, path);
 	test_cuts(&c, path);
 	check_rmtree(top);

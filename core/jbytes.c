@@ -71,7 +71,6 @@ int jbytes_get(const struct jflat *o, const char *field, char **out, size_t *len
 {
 	const struct jflat_member *v = jflat_get(o, field);
 	char hexfield[64];
-	const char *hex;
 
 	*out = NULL;
 	if (v) {
@@ -87,7 +86,7 @@ int jbytes_get(const struct jflat *o, const char *field, char **out, size_t *len
 	v = jflat_get(o, hexfield);
 	if (!v)
 		return -ENOENT;
-	if (!(hex = v->type == JFLAT_STR ? v->s : NULL))
+	if (v->type != JFLAT_STR)
 		return -EINVAL;
-	return jbytes_unhex(hex, out, len);
+	return jbytes_unhex(v->s, out, len);
 }

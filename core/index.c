@@ -1,6 +1,7 @@
 /* index.c - atomic JSON state index; see index.h. */
 #include "index.h"
 #include "jbytes.h"
+#include "jline.h"
 #include "jtext.h"
 #include "durable.h"
 
@@ -53,12 +54,6 @@ static int read_refs(const struct jflat *head, const struct index_cb *cb)
 	return r;
 }
 
-/* NAS names are bytes (jbytes.h: "<field>_hex" when not UTF-8). */
-static int set_name(json_t *o, const char *field, const char *s)
-{
-	return jbytes_set(o, field, s, strlen(s));
-}
-
 /* The name @field of @o (plain or _hex), in @buf (malloc'ed, the caller
  * frees it), or @dflt when absent or not a name (a NUL inside).  *@oom set
  * when memory ran out: the record is not absent then, and skipping it
@@ -82,19 +77,23 @@ static const char *get_name(const struct jflat *o, const char *field, const char
 }
 
 /* A reason is text for people: bytes that are not UTF-8 become '?'. */
-static json_t *text_json(const char *s)
+static void put_text(struct jline *l, const char *key, const char *s)
 {
-	json_t *v = json_string(s);
 	char *c;
 
-	if (v || !(c = strdup(s)))
-		return v;
+	if (jbytes_plain(s, strlen(s))) {
+		jline_str(l, key, s);
+		return;
+	}
+	if (!(c = strdup(s))) {
+		jline_fail(l, -ENOMEM);
+		return;
+	}
 	for (char *p = c; *p; p++)
 		if ((unsigned char)*p >= 0x80)
 			*p = '?';
-	v = json_string(c);
+	jline_str(l, key, c);
 	free(c);
-	return v;
 }
 
 /* A "partial" record's ranges, malloc'ed (NULL when none, not a list, or no memory;
@@ -138,24 +137,24 @@ static int read_part(const struct jflat *o, struct index_rec *rec, struct part_r
 	return 0;
 }
 
-static json_t *part_json(const struct index_rec *e)
+static void put_part(struct jline *l, const struct index_rec *e)
 {
-	json_t *o = json_pack("{s:[], s:I, s:I, s:I, s:I, s:I}", "ranges",
-		"part_ino", (json_int_t)e->part_ino,
-		"part_mtime_s", (json_int_t)e->part_mtime.tv_sec,
-		"part_mtime_ns", (json_int_t)e->part_mtime.tv_nsec,
-		"part_ctime_s", (json_int_t)e->part_ctime.tv_sec,
-		"part_ctime_ns", (json_int_t)e->part_ctime.tv_nsec);
-	json_t *list = json_object_get(o, "ranges");
+	json_t *list = json_array();
 
-	for (size_t i = 0; o && i < e->nranges; i++)
+	for (size_t i = 0; list && i < e->nranges; i++)
 		if (json_array_append_new(list, json_pack("{s:I, s:I, s:s}",
 			"off", (json_int_t)e->ranges[i].off, "len", (json_int_t)e->ranges[i].len,
 			"xxh", e->ranges[i].xxh)) < 0) {
-			json_decref(o);
-			return NULL;
+			json_decref(list);
+			list = NULL;
 		}
-	return o;
+	jline_int(l, "part_ctime_ns", e->part_ctime.tv_nsec);
+	jline_int(l, "part_ctime_s", e->part_ctime.tv_sec);
+	jline_int(l, "part_ino", (int64_t)e->part_ino);
+	jline_int(l, "part_mtime_ns", e->part_mtime.tv_nsec);
+	jline_int(l, "part_mtime_s", e->part_mtime.tv_sec);
+	jline_tree(l, "ranges", list);
+	json_decref(list);
 }
 
 /* One blob's record @o to @cb: what cb->blob returns, -ENOMEM, or 0 for a
@@ -247,43 +246,37 @@ int index_read(const char *path, const struct index_cb *cb)
 	return r;
 }
 
-/* One blob's entry (NULL: no memory). */
-static json_t *blob_json(const struct index_rec *e)
+/* One blob's entry, its members put in about the order they are
+ * written (jline sorts them). */
+static void put_blob(struct jline *l, const struct index_rec *e)
 {
-	json_t *o = json_pack("{s:s, s:s, s:s, s:o, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:b}",
-		"state", e->state, "xxh", e->xxh,
-		"sample", e->sample, "reason", text_json(e->reason),
-		"size", (json_int_t)e->size,
-		"mtime_s", (json_int_t)e->mtime.tv_sec, "mtime_ns", (json_int_t)e->mtime.tv_nsec,
-		"ctime_s", (json_int_t)e->ctime.tv_sec, "ctime_ns", (json_int_t)e->ctime.tv_nsec,
-		"last_used", (json_int_t)e->last_used,
-		"last_used_ns", (json_int_t)e->use_ns, "pinned", e->pinned,
-		"ref_pinned", e->ref_pinned);
-
-	if (!o || set_name(o, "key", e->key) < 0 || set_name(o, "id", e->id) < 0)
-		goto fail;
 	/* The copy's proof (index.h); a local copy whose identity could not
 	 * be taken has none, and is re-verified at the next start-up. */
-	if (e->copy_ino &&
-	    (json_object_set_new(o, "copy_ino", json_integer((json_int_t)e->copy_ino)) ||
-	     json_object_set_new(o, "copy_mtime_s", json_integer(e->copy_mtime.tv_sec)) ||
-	     json_object_set_new(o, "copy_mtime_ns", json_integer(e->copy_mtime.tv_nsec)) ||
-	     json_object_set_new(o, "copy_ctime_s", json_integer(e->copy_ctime.tv_sec)) ||
-	     json_object_set_new(o, "copy_ctime_ns", json_integer(e->copy_ctime.tv_nsec))))
-		goto fail;
-	if (e->nranges) {
-		json_t *part = part_json(e);
-
-		if (!part || json_object_update(o, part) < 0) {
-			json_decref(part);
-			goto fail;
-		}
-		json_decref(part);
+	if (e->copy_ino) {
+		jline_int(l, "copy_ctime_ns", e->copy_ctime.tv_nsec);
+		jline_int(l, "copy_ctime_s", e->copy_ctime.tv_sec);
+		jline_int(l, "copy_ino", (int64_t)e->copy_ino);
+		jline_int(l, "copy_mtime_ns", e->copy_mtime.tv_nsec);
+		jline_int(l, "copy_mtime_s", e->copy_mtime.tv_sec);
 	}
-	return o;
-fail:
-	json_decref(o);
-	return NULL;
+	jline_int(l, "ctime_ns", e->ctime.tv_nsec);
+	jline_int(l, "ctime_s", e->ctime.tv_sec);
+	/* NAS names are bytes (jbytes.h: "<field>_hex" when not UTF-8) */
+	jbytes_put(l, "id", e->id, strlen(e->id));
+	jbytes_put(l, "key", e->key, strlen(e->key));
+	jline_int(l, "last_used", e->last_used);
+	jline_int(l, "last_used_ns", (int64_t)e->use_ns);
+	jline_int(l, "mtime_ns", e->mtime.tv_nsec);
+	jline_int(l, "mtime_s", e->mtime.tv_sec);
+	if (e->nranges)
+		put_part(l, e);
+	jline_bool(l, "pinned", e->pinned);
+	put_text(l, "reason", e->reason);
+	jline_bool(l, "ref_pinned", e->ref_pinned);
+	jline_str(l, "sample", e->sample);
+	jline_int(l, "size", (int64_t)e->size);
+	jline_str(l, "state", e->state);
+	jline_str(l, "xxh", e->xxh);
 }
 
 static json_t *refs_json(const struct index_ref *refs, size_t nrefs)
@@ -305,22 +298,25 @@ int index_write(const char *path, const struct index_rec *recs, size_t n,
 {
 	json_t *jrefs = refs_json(refs, nrefs);
 	struct jtext x = { 0 };
+	struct jline l = { 0 };
 	char *text;
 	size_t len;
-	int r;
+	int r = 0;
 
 	/* {"refs":[..],"version":N,"blobs":[ then a blob a line */
 	jtext_open_new(&x, jrefs ? json_pack("{s:o, s:i}", "refs", jrefs, "version",
 					     INDEX_VERSION) : NULL);
 	jtext_str(&x, "\"blobs\":[\n");
 	for (size_t i = 0; !x.err && i < n; i++) {
-		jtext_json_new(&x, blob_json(&recs[i]));
+		put_blob(&l, &recs[i]);
+		r = jline_write(&l, &x);
 		jtext_str(&x, i + 1 < n ? ",\n" : "\n");
 	}
+	jline_free(&l);
 	jtext_str(&x, "]}\n");
 	text = jtext_take(&x, &len);
 	if (!text)
-		return -ENOMEM;
+		return r < 0 ? r : -ENOMEM;
 	r = len > (size_t)INDEX_MAX_BYTES ? -EFBIG : durable_replace(path, text, len, 0600, 1);
 	free(text);
 	return r;

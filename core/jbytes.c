@@ -36,6 +36,44 @@ int jbytes_set(json_t *o, const char *field, const char *p, size_t n)
 	return !v || json_object_set_new(o, hexfield, v) ? -ENOMEM : 0;
 }
 
+int jbytes_plain(const char *p, size_t n)
+{
+	const unsigned char *s = (const unsigned char *)p, *end = s + n;
+
+	while (s < end) {
+		size_t k = *s < 0x80 ? *s != 0 : jflat_utf8_len(s, end);
+
+		if (!k)
+			return 0;
+		s += k;
+	}
+	return 1;
+}
+
+void jbytes_put(struct jline *l, const char *field, const char *p, size_t n)
+{
+	char hexfield[64], small[512], *hex = small;
+
+	if (!p)
+		return;
+	if (jbytes_plain(p, n)) {
+		jline_strn(l, field, p, n);
+		return;
+	}
+	if (2 * n + 1 > sizeof(small) && !(hex = malloc(2 * n + 1))) {
+		jline_fail(l, -ENOMEM);
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		hex[2 * i] = "0123456789abcdef"[(unsigned char)p[i] >> 4];
+		hex[2 * i + 1] = "0123456789abcdef"[p[i] & 15];
+	}
+	snprintf(hexfield, sizeof(hexfield), "%s_hex", field);
+	jline_strn(l, hexfield, hex, 2 * n);
+	if (hex != small)
+		free(hex);
+}
+
 int jbytes_hex_value(char c)
 {
 	return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 :

@@ -8,12 +8,20 @@
 #define WFS_JBYTES_H
 
 #include "jflat.h"
+#include "jline.h"
 
 #include <jansson.h>
 #include <stddef.h>
 
 /* @o.@field = the @n bytes at @p (NULL @p: nothing set).  0 or -ENOMEM. */
 int jbytes_set(json_t *o, const char *field, const char *p, size_t n);
+
+/* 1 when the @n bytes at @p are a string jansson takes (UTF-8, no NUL):
+ * written as they are. */
+int jbytes_plain(const char *p, size_t n);
+
+/* The same onto the line @l (a put: jline.h). */
+void jbytes_put(struct jline *l, const char *field, const char *p, size_t n);
 
 /* @o.@field as bytes: the string, or "<field>_hex" decoded, in *@out
  * (malloc'ed, NUL-terminated; the caller frees it), its length in *@len.

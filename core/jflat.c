@@ -42,11 +42,7 @@ static char unescape(char c)
 	return x ? to[x - from] : 0;
 }
 
-/* The length of the UTF-8 sequence at @s (its first byte >= 0x80), or 0
- * when it is not one jansson takes: a lead byte of 2-4 bytes, that many
- * continuation bytes, no overlong form, no surrogate, nothing past
- * U+10FFFF (RFC 3629). */
-static size_t utf8_len(const unsigned char *s, const unsigned char *end)
+size_t jflat_utf8_len(const unsigned char *s, const unsigned char *end)
 {
 	static const uint32_t least[] = { 0, 0, 0x80, 0x800, 0x10000 };
 	size_t n = s[0] >= 0xc2 && s[0] <= 0xdf ? 2 : s[0] >= 0xe0 && s[0] <= 0xef ? 3 :
@@ -82,7 +78,7 @@ static ssize_t read_string(const char **p, const char *end, char **out)
 			return len;
 		}
 		if (c >= 0x80) {
-			size_t n = utf8_len((const unsigned char *)s, (const unsigned char *)end);
+			size_t n = jflat_utf8_len((const unsigned char *)s, (const unsigned char *)end);
 
 			if (!n)
 				return -1;

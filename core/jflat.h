@@ -78,4 +78,10 @@ int jflat_true(const struct jflat *f, const char *key);
 /* Its array or object (borrowed), or NULL. */
 json_t *jflat_tree(const struct jflat *f, const char *key);
 
+/* The length of the UTF-8 sequence at @s (its first byte >= 0x80), or 0
+ * when it is not one jansson takes: a lead byte of 2-4 bytes, that many
+ * continuation bytes, no overlong form, no surrogate, nothing past
+ * U+10FFFF (RFC 3629).  (jline.c checks what it writes with it.) */
+size_t jflat_utf8_len(const unsigned char *s, const unsigned char *end);
+
 #endif

@@ -3,8 +3,9 @@
  * index.json and record.json hold one entry per blob or name: 40,000
  * files make ~30-50 MB of text.  A jansson tree of every entry, dumped at
  * once, held the tree and the text together (twice the memory) and took
- * longer to make than the text alone.  Here each entry's small tree is
- * dumped and freed in turn, onto the end of one growing buffer.
+ * longer to make than the text alone.  Here the entries are written in
+ * turn onto the end of one growing buffer: each a line made by jline.h
+ * (no tree), the head a small jansson tree dumped and freed.
  */
 #ifndef WFS_JTEXT_H
 #define WFS_JTEXT_H

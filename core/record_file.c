@@ -27,6 +27,7 @@
  */
 #include "record_int.h"
 #include "jbytes.h"
+#include "jline.h"
 #include "jtext.h"
 #include "durable.h"
 #include "path.h"
@@ -47,41 +48,46 @@ static const char *const kind_names[] = { [NS_DIR] = "dir", [NS_FILE] = "file",
 
 /* ---- writing ---- */
 
-static int set_name(json_t *o, const char *field, const char *s)
+static void put_name(struct jline *l, const char *field, const char *s)
 {
-	return jbytes_set(o, field, s, s ? strlen(s) : 0);
+	jbytes_put(l, field, s, s ? strlen(s) : 0);
 }
 
-static json_t *node_json(const struct rnode *n)
+/* One entry, its members put in about the order they are written
+ * (jline sorts them). */
+static void put_node(struct jline *l, const struct rnode *n)
 {
 	const struct stat *st = &n->st;
-	json_t *o = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
-			      "s:I, s:I, s:I, s:I}", "kind", kind_names[n->kind],
-		"mode", (json_int_t)st->st_mode, "uid", (json_int_t)st->st_uid,
-		"gid", (json_int_t)st->st_gid, "size", (json_int_t)st->st_size,
-		"nlink", (json_int_t)st->st_nlink, "ino", (json_int_t)st->st_ino,
-		"blksize", (json_int_t)st->st_blksize, "blocks", (json_int_t)st->st_blocks,
-		"atime_s", (json_int_t)st->st_atim.tv_sec, "atime_ns", (json_int_t)st->st_atim.tv_nsec,
-		"mtime_s", (json_int_t)st->st_mtim.tv_sec, "mtime_ns", (json_int_t)st->st_mtim.tv_nsec,
-		"ctime_s", (json_int_t)st->st_ctim.tv_sec, "ctime_ns", (json_int_t)st->st_ctim.tv_nsec,
-		/* the NAS file's device: with the inode, what the daemon keys a
-		 * file's node by, so a name answered from the record is the
-		 * node it had */
-		"dev", (json_int_t)st->st_dev);
 
-	if (o && n->kind == NS_LINK &&
-	    json_object_set_new(o, "link_state", json_string(ns_link_state_name(n->link_state))))
-		goto fail;
-	if (!o || set_name(o, "path", n->path) || set_name(o, "backing", n->backing) ||
-	    set_name(o, "target", n->target) || set_name(o, "blob_id", n->blob_id) ||
-	    (n->has_data && jbytes_set(o, "data", n->data, n->data_len)) ||
-	    (n->has_data && n->nas_data &&
-	     jbytes_set(o, "nas_data", n->nas_data, n->nas_data_len)))
-		goto fail;
-	return o;
-fail:
-	json_decref(o);
-	return NULL;
+	jline_int(l, "atime_ns", st->st_atim.tv_nsec);
+	jline_int(l, "atime_s", st->st_atim.tv_sec);
+	put_name(l, "backing", n->backing);
+	jline_int(l, "blksize", st->st_blksize);
+	put_name(l, "blob_id", n->blob_id);
+	jline_int(l, "blocks", st->st_blocks);
+	jline_int(l, "ctime_ns", st->st_ctim.tv_nsec);
+	jline_int(l, "ctime_s", st->st_ctim.tv_sec);
+	if (n->has_data)
+		jbytes_put(l, "data", n->data, n->data_len);
+	/* the NAS file's device: with the inode, what the daemon keys a
+	 * file's node by, so a name answered from the record is the node it
+	 * had */
+	jline_int(l, "dev", (int64_t)st->st_dev);
+	jline_int(l, "gid", st->st_gid);
+	jline_int(l, "ino", (int64_t)st->st_ino);
+	jline_str(l, "kind", kind_names[n->kind]);
+	if (n->kind == NS_LINK)
+		jline_str(l, "link_state", ns_link_state_name(n->link_state));
+	jline_int(l, "mode", st->st_mode);
+	jline_int(l, "mtime_ns", st->st_mtim.tv_nsec);
+	jline_int(l, "mtime_s", st->st_mtim.tv_sec);
+	if (n->has_data && n->nas_data)
+		jbytes_put(l, "nas_data", n->nas_data, n->nas_data_len);
+	jline_int(l, "nlink", (int64_t)st->st_nlink);
+	put_name(l, "path", n->path);
+	jline_int(l, "size", st->st_size);
+	put_name(l, "target", n->target);
+	jline_int(l, "uid", st->st_uid);
 }
 
 char *record_text(const struct record_table *t, const char *nas, int64_t built, size_t *len)
@@ -89,18 +95,21 @@ char *record_text(const struct record_table *t, const char *nas, int64_t built, 
 	json_t *head = json_pack("{s:i, s:I}", "version", RECORD_VERSION, "built",
 				 (json_int_t)built);
 	struct jtext x = { 0 };
+	struct jline l = { 0 };
 
 	/* {"built":..,"nas":..,"version":1,"entries":[ then an entry a line */
-	if (head && set_name(head, "nas", nas)) {
+	if (head && jbytes_set(head, "nas", nas, nas ? strlen(nas) : 0)) {
 		json_decref(head);
 		head = NULL;
 	}
 	jtext_open_new(&x, head);
 	jtext_str(&x, "\"entries\":[\n");
 	for (size_t i = 0; !x.err && t && i < t->n; i++) {
-		jtext_json_new(&x, node_json(t->v[i]));
+		put_node(&l, t->v[i]);
+		jline_write(&l, &x);
 		jtext_str(&x, i + 1 < t->n ? ",\n" : "\n");
 	}
+	jline_free(&l);
 	jtext_str(&x, "]}\n");
 	return jtext_take(&x, len);
 }

@@ -403,6 +403,8 @@ struct store {
 	int64_t dirty_since_ms;     /* LOCK: CLOCK_MONOTONIC, when it became so */
 	int copies_unrecorded;      /* LOCK: copies verified since the last write */
 	_Atomic int64_t index_write_ms; /* how long the last index write took */
+	size_t index_snap_bytes;    /* index_lock: the last snapshot's strings (the
+				     * next one's room: store_snapshot.c) */
 	int index_err;              /* index_lock: errno of the last failed index write
 				     * (logged once, not at every retry); 0 after a success */
 	int index_kept;             /* IMMUTABLE: index.json could not be read, and is not

@@ -422,113 +422,6 @@ int index_load(struct store *s)
 	return 0;
 }
 
-struct rec_strings {
-	char *key;
-	char id[NAME_MAX + 1], xxh[33], sample[33], reason[256];
-	struct part_range *ranges;
-};
-
-/* The table as the index will say it: records pointing into copies of
- * every string they name (the blobs' fields change under other threads
- * once s->lock is let go). */
-struct index_snapshot {
-	struct index_rec *recs;
-	struct rec_strings *str;
-	size_t n;
-	struct index_ref *refs;
-	struct store_ref_rec *rcopy;
-	size_t nrefs;
-};
-
-static void snapshot_free(struct index_snapshot *sn)
-{
-	for (size_t i = 0; sn->str && i < sn->n; i++) {
-		free(sn->str[i].key);
-		free(sn->str[i].ranges);
-	}
-	free(sn->str);
-	free(sn->recs);
-	free(sn->refs);
-	free(sn->rcopy);
-}
-
-/* The state @b's record has, or NULL for a blob with none (on the NAS
- * and not pinned).  A copy still to be re-hashed keeps its record (and
- * its old proof, which fails again: re-hashed next time too); so do
- * ranges still to be re-hashed. */
-static const char *record_state(const struct blob *b)
-{
-	if (b->state == BLOB_LOCAL || b->reverify)
-		return "local";
-	if (b->state == BLOB_MISMATCH)
-		return "mismatch";
-	if (b->part && b->part->n)
-		return "partial";
-	return b->pinned ? "nas" : NULL;
-}
-
-/* @b's record, in @sn's next slot (under s->lock). */
-static int snapshot_blob(struct index_snapshot *sn, const struct blob *b, const char *state)
-{
-	const struct blob_part *p = b->part;
-	size_t nr = !strcmp(state, "partial") ? p->n : 0;
-	struct rec_strings *str = &sn->str[sn->n];
-
-	str->key = strdup(b->key);
-	if (nr && (str->ranges = malloc(nr * sizeof(*p->v))))
-		memcpy(str->ranges, p->v, nr * sizeof(*p->v));
-	sn->n++; /* (freed with the rest, whole or not) */
-	if (!str->key || (nr && !str->ranges))
-		return -ENOMEM;
-	snprintf(str->id, sizeof(str->id), "%s", b->id);
-	memcpy(str->xxh, b->xxh, sizeof(str->xxh));
-	memcpy(str->sample, b->sample, sizeof(str->sample));
-	snprintf(str->reason, sizeof(str->reason), "%s", b->reason);
-	sn->recs[sn->n - 1] = (struct index_rec){
-		.key = str->key, .id = str->id, .state = state,
-		.xxh = str->xxh, .sample = str->sample, .reason = str->reason,
-		.size = b->size, .mtime = b->nas_mtime, .ctime = b->nas_ctime,
-		.last_used = b->last_used, .pinned = !!(b->pinned & PIN_HAND),
-		.ref_pinned = !!(b->pinned & PIN_REF),
-		.use_ns = atomic_load_explicit(&b->use_ns, memory_order_relaxed),
-		.copy_ino = b->copy.ino, .copy_mtime = b->copy.mtime,
-		.copy_ctime = b->copy.ctime,
-		.ranges = str->ranges, .nranges = nr,
-		.part_ino = p ? p->proof.ino : 0,
-		.part_mtime = p ? p->proof.mtime : (struct timespec){ 0 },
-		.part_ctime = p ? p->proof.ctime : (struct timespec){ 0 },
-	};
-	return 0;
-}
-
-/* The whole table into @sn (under s->lock).  -ENOMEM when any record
- * cannot be copied: an index short of a verified copy's record would
- * have the next start discard that copy, so none is written. */
-static int snapshot_take(struct store *s, struct index_snapshot *sn)
-{
-	size_t cap = s->blobs.count ? s->blobs.count : 1;
-
-	sn->nrefs = s->nrefs;
-	sn->recs = calloc(cap, sizeof(*sn->recs));
-	sn->str = calloc(cap, sizeof(*sn->str));
-	sn->refs = calloc(sn->nrefs ? sn->nrefs : 1, sizeof(*sn->refs));
-	sn->rcopy = calloc(sn->nrefs ? sn->nrefs : 1, sizeof(*sn->rcopy));
-	if (!sn->recs || !sn->str || !sn->refs || !sn->rcopy)
-		return -ENOMEM;
-	STORE_EACH(s, b) {
-		const char *state = record_state(b);
-
-		if (state && snapshot_blob(sn, b, state) < 0)
-			return -ENOMEM;
-	}
-	if (sn->nrefs)
-		memcpy(sn->rcopy, s->refs, sn->nrefs * sizeof(*sn->rcopy));
-	for (size_t i = 0; i < sn->nrefs; i++)
-		sn->refs[i] = (struct index_ref){ sn->rcopy[i].repo, sn->rcopy[i].ref,
-						  sn->rcopy[i].commit, sn->rcopy[i].pending };
-	return 0;
-}
-
 /* Write the index; with @if_dirty only if it is behind the table.  The
  * dirty flag is looked at under index_lock: a write in flight (a worker's)
  * has cleared it already, and the caller must not return before that
@@ -541,12 +434,16 @@ static int write_index(struct store *s, int if_dirty, int held)
 
 	if (!held) {
 		pthread_mutex_lock(&s->index_lock);
+		/* (the snapshot's memory made before s->lock is taken; what
+		 * could not be, it makes under the lock) */
+		if (!s->index_kept)
+			(void)snapshot_prepare(s, &sn);
 		pthread_mutex_lock(&s->lock);
 	}
 	/* An index left as it was (index_left) is never replaced: the table
 	 * is as written as it will be, or the workers would try again and
 	 * again. */
-	r = (if_dirty && !s->index_dirty) || s->index_kept ? 1 : snapshot_take(s, &sn);
+	r = (if_dirty && !s->index_dirty) || s->index_kept ? 1 : snapshot_take_locked(s, &sn);
 	if (r == 0 || s->index_kept) { /* what changes from here on is in the next write */
 		s->index_dirty = 0;
 		s->copies_unrecorded = 0;
@@ -558,6 +455,7 @@ static int write_index(struct store *s, int if_dirty, int held)
 	if (r == 0) {
 		r = index_write(s->index_path, sn.recs, sn.n, sn.refs, sn.nrefs);
 		s->index_writes++;
+		s->index_snap_bytes = sn.bytes;
 		atomic_store_explicit(&s->index_write_ms, store_now_ms() - t0, memory_order_relaxed);
 		if (!held)
 			pthread_mutex_lock(&s->lock);
@@ -583,7 +481,7 @@ static int write_index(struct store *s, int if_dirty, int held)
 		pthread_mutex_unlock(&s->index_lock);
 	snapshot_free(&sn);
 	if (r == 0)
-		malloc_trim(0); /* the text and its entries' trees: glibc would keep them */
+		malloc_trim(0); /* the snapshot and the text: glibc would keep them */
 	return r < 0 ? r : 0;
 }
 

@@ -201,6 +201,33 @@ int store_write_index_if_dirty(struct store *s);
 int store_write_index_held(struct store *s);
 void store_empty_tmp(struct store *s);
 
+/* ---- store_snapshot.c: the table as the index will say it ---- */
+
+struct snap_chunk;
+
+/* Records pointing into copies of every string they name. */
+struct index_snapshot {
+	struct index_rec *recs;
+	size_t n, cap;
+	struct snap_chunk *chunks;  /* the strings and ranges */
+	size_t bytes;               /* of them */
+	struct index_ref *refs;
+	struct store_ref_rec *rcopy;
+	size_t nrefs, refs_cap;
+};
+
+/* Memory for a snapshot of the table as it is now, made and its pages
+ * touched before store.lock is taken (index_lock held, store.lock not):
+ * under the lock, snapshot_take_locked then only copies.  0, or -ENOMEM
+ * (what was made is kept: snapshot_take_locked makes the rest). */
+int snapshot_prepare(struct store *s, struct index_snapshot *sn);
+/* Every blob's record into @sn (under store.lock; what snapshot_prepare
+ * made no room for is allocated here).  -ENOMEM when any record cannot be
+ * copied: an index short of a verified copy's record would have the next
+ * start discard that copy, so none is written. */
+int snapshot_take_locked(struct store *s, struct index_snapshot *sn);
+void snapshot_free(struct index_snapshot *sn);
+
 /* ---- store_part.c (and, marked, store_part_copy.c): partial copies
  * (store.h) ---- */
 /* parts/<XXH3-128 of @b's key>; part_name: the name alone (@b->key is

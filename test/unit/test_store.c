@@ -40,41 +40,6 @@ static int index_records(struct store *s)
 	return index_read(s->index_path, &cb) > 0 ? n : -1;
 }
 
-/* Linked with --wrap=malloc,--wrap=realloc: the Nth of either made by
- * this thread from when it is set fails with ENOMEM (0: none fails), and
- * the alloc_fail_more after it (-1: all); alloc_fail_at is left at what
- * remains of the count. */
-static __thread int alloc_fail_at, alloc_fail_more, alloc_failing;
-void *__real_malloc(size_t n);
-void *__wrap_malloc(size_t n);
-void *__real_realloc(void *p, size_t n);
-void *__wrap_realloc(void *p, size_t n);
-
-static int alloc_fails(void)
-{
-	if (alloc_failing) {
-		alloc_failing -= alloc_failing > 0;
-		errno = ENOMEM;
-		return 1;
-	}
-	if (alloc_fail_at && --alloc_fail_at == 0) {
-		alloc_failing = alloc_fail_more;
-		errno = ENOMEM;
-		return 1;
-	}
-	return 0;
-}
-
-void *__wrap_malloc(size_t n)
-{
-	return alloc_fails() ? NULL : __real_malloc(n);
-}
-
-void *__wrap_realloc(void *p, size_t n)
-{
-	return alloc_fails() ? NULL : __real_realloc(p, n);
-}
-
 static void put(const char *rel, const char *content, size_t n)
 {
 	char p[PATH_MAX * 2];
@@ -684,37 +649,8 @@ int main(void)
 	CHECK(&c, blob_state(bad) == BLOB_MISMATCH, "mismatch flag survives restart");
 	CHECK(&c, store_check_source(&s, a) == 1, "source unchanged");
 
-	/* An index write that runs out of memory at any of its allocations
-	 * writes nothing (-ENOMEM) or all of it: the index on disk keeps
-	 * every verified copy (one left out would be discarded at the next
-	 * start), and the next write is whole.  (Memory for the snapshot made
-	 * before the store's lock is only a head start: without it the
-	 * snapshot makes its own.) */
-	{
-		int before, failed = 0, torn = 0, done = 0, r;
-
-		store_sync(&s);
-		before = index_records(&s);
-		/* from the Nth allocation on, one failing, two, or all (two:
-		 * the snapshot's memory made before the lock, then under it) */
-		for (int more = -1; more < 2; more++) {
-			done = 0;
-			for (int k = 1; k < 1000 && !done; k++) {
-				alloc_fail_at = k;
-				alloc_fail_more = more;
-				r = store_write_index(&s);
-				done = r == 0 && alloc_fail_at > 0; /* fewer than k made */
-				alloc_fail_at = alloc_fail_more = alloc_failing = 0;
-				failed += r == -ENOMEM;
-				torn += (r != 0 && r != -ENOMEM) || index_records(&s) != before;
-			}
-		}
-		CHECK(&c, before == 6 && done && failed > 4 && !torn,
-		      "index writes failing at each allocation in turn: %d -ENOMEM, %d torn, "
-		      "then whole (%d records)", failed, torn, index_records(&s));
-	}
 	store_close(&s);
-	CHECK(&c, store_open(&s, local, &opt, NULL) == 0, "reopen after a failed index write");
+	CHECK(&c, store_open(&s, local, &opt, NULL) == 0, "reopen again");
 	a = blob_of(&s, "nas/" HELLO_SHA, HELLO_SHA);
 	big = blob_of(&s, "nas/big", "big");
 	bad = blob_of(&s, "nas/bad", "");

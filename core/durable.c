@@ -46,20 +46,38 @@ int durable_pwrite_fd(int fd, const void *buf, size_t len, off_t off)
 	return write_full(fd, buf, len, off);
 }
 
-int durable_replace(const char *path, const void *data, size_t len, mode_t mode, int sync)
+/* "@path.<pid>.tmp" into @tmp. */
+static int tmp_name(const char *path, char tmp[PATH_MAX])
 {
-	char tmp[PATH_MAX], dir[PATH_MAX];
-	const char *slash;
-	int fd, r;
+	return snprintf(tmp, PATH_MAX, "%s.%d.tmp", path, (int)getpid()) >= PATH_MAX ?
+		-ENAMETOOLONG : 0;
+}
 
-	if (snprintf(tmp, sizeof(tmp), "%s.%d.tmp", path, (int)getpid()) >= (int)sizeof(tmp))
-		return -ENAMETOOLONG;
+int durable_begin(const char *path, mode_t mode)
+{
+	char tmp[PATH_MAX];
+	int fd, r = tmp_name(path, tmp);
+
+	if (r < 0)
+		return r;
 	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, mode);
 	if (fd < 0)
 		return -errno;
-	r = fchmod(fd, mode) < 0 ? -errno : 0;
-	if (r == 0)
-		r = write_full(fd, data, len, -1);
+	if (fchmod(fd, mode) < 0) {
+		r = -errno;
+		close(fd);
+		unlink(tmp);
+		return r;
+	}
+	return fd;
+}
+
+int durable_end(const char *path, int fd, int r, int sync)
+{
+	char tmp[PATH_MAX], dir[PATH_MAX];
+	const char *slash;
+
+	tmp_name(path, tmp); /* (it fit at durable_begin) */
 	if (r == 0 && sync && fsync(fd) < 0)
 		r = -errno;
 	if (close(fd) < 0 && r == 0)
@@ -77,6 +95,15 @@ int durable_replace(const char *path, const void *data, size_t len, mode_t mode,
 		return durable_fsync_dir(".");
 	snprintf(dir, sizeof(dir), "%.*s", slash == path ? 1 : (int)(slash - path), path);
 	return durable_fsync_dir(dir);
+}
+
+int durable_replace(const char *path, const void *data, size_t len, mode_t mode, int sync)
+{
+	int fd = durable_begin(path, mode);
+
+	if (fd < 0)
+		return fd;
+	return durable_end(path, fd, write_full(fd, data, len, -1), sync);
 }
 
 /* Read until @cap bytes or end of file: read(2) when @off < 0, else pread

@@ -17,6 +17,15 @@
  * Returns 0 or -errno. */
 int durable_replace(const char *path, const void *data, size_t len, mode_t mode, int sync);
 
+/* The same in steps, for a text written as it is made: durable_begin
+ * creates the temporary file and returns its descriptor (or -errno); the
+ * caller writes to it; durable_end(@r 0) then does the rest as
+ * durable_replace does, while durable_end(@r < 0), or any failure of its
+ * own, closes and removes the temporary file and leaves @path untouched.
+ * durable_end returns 0 or -errno (@r when it is one). */
+int durable_begin(const char *path, mode_t mode);
+int durable_end(const char *path, int fd, int r, int sync);
+
 /* Read the whole regular file @path (no link followed) into *@out
  * (malloc'ed, NUL-terminated; the caller frees it), its length in *@len.
  * One descriptor: the @max cap holds for what is read, and a file that

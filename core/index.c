@@ -299,10 +299,14 @@ int index_write(const char *path, const struct index_rec *recs, size_t n,
 	json_t *jrefs = refs_json(refs, nrefs);
 	struct jtext x = { 0 };
 	struct jline l = { 0 };
-	char *text;
 	size_t len;
-	int r = 0;
+	int fd = durable_begin(path, 0600), r = 0, e;
 
+	if (fd < 0) {
+		json_decref(jrefs);
+		return fd;
+	}
+	jtext_stream(&x, fd);
 	/* {"refs":[..],"version":N,"blobs":[ then a blob a line */
 	jtext_open_new(&x, jrefs ? json_pack("{s:o, s:i}", "refs", jrefs, "version",
 					     INDEX_VERSION) : NULL);
@@ -314,10 +318,9 @@ int index_write(const char *path, const struct index_rec *recs, size_t n,
 	}
 	jline_free(&l);
 	jtext_str(&x, "]}\n");
-	text = jtext_take(&x, &len);
-	if (!text)
-		return r < 0 ? r : -ENOMEM;
-	r = len > (size_t)INDEX_MAX_BYTES ? -EFBIG : durable_replace(path, text, len, 0600, 1);
-	free(text);
-	return r;
+	e = jtext_end(&x, &len);
+	/* (a line that could not be made says why; the text's own failure
+	 * is a write's or memory's) */
+	r = r < 0 ? r : e < 0 ? e : len > (size_t)INDEX_MAX_BYTES ? -EFBIG : 0;
+	return durable_end(path, fd, r, 1);
 }

@@ -1,15 +1,35 @@
 /* jtext.c - a JSON file's text built an entry at a time; see jtext.h. */
 #include "jtext.h"
+#include "durable.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* What is in the buffer out to the file. */
+static void flush_out(struct jtext *t)
+{
+	int r = durable_pwrite_fd(t->fd, t->p, t->n, (off_t)t->out);
+
+	if (r < 0) {
+		t->werr = r;
+		t->err = 1;
+		return;
+	}
+	t->out += t->n;
+	t->n = 0;
+}
+
 void jtext_put(struct jtext *t, const char *s, size_t n)
 {
 	if (t->err)
 		return;
+	if (t->streaming && t->n && t->n + n > JTEXT_FLUSH) {
+		flush_out(t);
+		if (t->err)
+			return;
+	}
 	if (t->n + n + 1 > t->cap) {
 		size_t cap = t->cap ? t->cap : 1 << 16;
 		char *p;
@@ -50,14 +70,15 @@ void jtext_json_new(struct jtext *t, json_t *o)
 
 void jtext_open_new(struct jtext *t, json_t *o)
 {
-	size_t start = t->n;
+	size_t start = t->out + t->n; /* (what is out counts: jtext_stream) */
 
 	jtext_json_new(t, o);
 	if (t->err)
 		return;
-	/* "{}" becomes "{", "{...}" becomes "{...," */
+	/* "{}" becomes "{", "{...}" becomes "{...," (the '}', put last, is
+	 * still in the buffer: a buffer goes out before a put, not after) */
 	t->n--;
-	if (t->n > start + 1)
+	if (t->out + t->n > start + 1)
 		t->p[t->n++] = ',';
 	t->p[t->n] = '\0';
 }
@@ -71,6 +92,25 @@ char *jtext_take(struct jtext *t, size_t *len)
 	*len = p ? t->n : 0;
 	memset(t, 0, sizeof(*t));
 	return p;
+}
+
+void jtext_stream(struct jtext *t, int fd)
+{
+	t->streaming = 1;
+	t->fd = fd;
+}
+
+int jtext_end(struct jtext *t, size_t *len)
+{
+	int r;
+
+	if (!t->err && t->n)
+		flush_out(t);
+	r = t->werr ? t->werr : t->err ? -ENOMEM : 0;
+	*len = t->out;
+	free(t->p);
+	memset(t, 0, sizeof(*t));
+	return r;
 }
 
 /* ---- reading back ---- */

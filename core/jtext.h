@@ -18,9 +18,17 @@
 struct jtext {
 	char *p;       /* NUL-terminated; NULL until something is put */
 	size_t n, cap; /* n: bytes before the NUL */
-	int err;       /* set by the first put that ran out of memory: every
-			* later put does nothing */
+	int err;       /* set by the first put that ran out of memory (or
+			* could not be written out): every later put does
+			* nothing */
+	/* jtext_stream: the text goes to @fd as it is made, a buffer of
+	 * about JTEXT_FLUSH bytes at a time; @p holds what is not out yet */
+	int streaming, fd;
+	int werr;      /* -errno of the write that failed */
+	size_t out;    /* bytes written out */
 };
+
+#define JTEXT_FLUSH ((size_t)1 << 20)
 
 /* Append the @n bytes at @s / the string @s. */
 void jtext_put(struct jtext *t, const char *s, size_t n);
@@ -34,6 +42,13 @@ void jtext_open_new(struct jtext *t, json_t *o);
 /* The text (the caller frees it) and its length, or NULL (-ENOMEM) when a
  * put failed: @t is emptied either way. */
 char *jtext_take(struct jtext *t, size_t *len);
+
+/* Send @t's text to @fd (a file of its own, written from its start) as it
+ * is made: a 40,000-line index is written from a 1 MiB buffer, not from a
+ * text of 20 MB built first.  jtext_end writes the rest out and empties
+ * @t: 0 with *@len the bytes written, -errno of a failed write, -ENOMEM. */
+void jtext_stream(struct jtext *t, int fd);
+int jtext_end(struct jtext *t, size_t *len);
 
 /* Reading back a text laid out as the writers above lay it out --
  *   {<head members>,"<key>":[\n

@@ -419,8 +419,6 @@ static int settle(struct build *b, struct record_table **out)
 static int write_file(struct record *r, const struct record_table *t, const char *nas,
 		      int64_t now)
 {
-	char *text;
-	size_t len;
 	uint64_t sig;
 	int e;
 
@@ -431,11 +429,7 @@ static int write_file(struct record *r, const struct record_table *t, const char
 		return e;
 	if (r->file_known && sig == r->file_sig)
 		return 0;
-	text = record_text(t, nas, now, &len);
-	if (!text)
-		return -ENOMEM;
-	e = len > (size_t)RECORD_MAX_BYTES ? -EFBIG : durable_replace(r->path, text, len, 0600, 1);
-	free(text);
+	e = record_write(r->path, t, nas, now);
 	if (e < 0 && -e != r->write_err)
 		record_log(r, LOG_ERR, "cannot write record %s: %s (the last one written stays)",
 			   r->path, strerror(-e));

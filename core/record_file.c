@@ -90,11 +90,12 @@ static void put_node(struct jline *l, const struct rnode *n)
 	jline_int(l, "uid", st->st_uid);
 }
 
-char *record_text(const struct record_table *t, const char *nas, int64_t built, size_t *len)
+/* The text of record.json onto @x. */
+static void put_text(struct jtext *x, const struct record_table *t, const char *nas,
+		     int64_t built)
 {
 	json_t *head = json_pack("{s:i, s:I}", "version", RECORD_VERSION, "built",
 				 (json_int_t)built);
-	struct jtext x = { 0 };
 	struct jline l = { 0 };
 
 	/* {"built":..,"nas":..,"version":1,"entries":[ then an entry a line */
@@ -102,16 +103,39 @@ char *record_text(const struct record_table *t, const char *nas, int64_t built, 
 		json_decref(head);
 		head = NULL;
 	}
-	jtext_open_new(&x, head);
-	jtext_str(&x, "\"entries\":[\n");
-	for (size_t i = 0; !x.err && t && i < t->n; i++) {
+	jtext_open_new(x, head);
+	jtext_str(x, "\"entries\":[\n");
+	for (size_t i = 0; !x->err && t && i < t->n; i++) {
 		put_node(&l, t->v[i]);
-		jline_write(&l, &x);
-		jtext_str(&x, i + 1 < t->n ? ",\n" : "\n");
+		jline_write(&l, x);
+		jtext_str(x, i + 1 < t->n ? ",\n" : "\n");
 	}
 	jline_free(&l);
-	jtext_str(&x, "]}\n");
+	jtext_str(x, "]}\n");
+}
+
+char *record_text(const struct record_table *t, const char *nas, int64_t built, size_t *len)
+{
+	struct jtext x = { 0 };
+
+	put_text(&x, t, nas, built);
 	return jtext_take(&x, len);
+}
+
+int record_write(const char *path, const struct record_table *t, const char *nas, int64_t built)
+{
+	struct jtext x = { 0 };
+	size_t len;
+	int fd = durable_begin(path, 0600), r;
+
+	if (fd < 0)
+		return fd;
+	jtext_stream(&x, fd);
+	put_text(&x, t, nas, built);
+	r = jtext_end(&x, &len);
+	if (!r && len > (size_t)RECORD_MAX_BYTES)
+		r = -EFBIG;
+	return durable_end(path, fd, r, 1);
 }
 
 /* ---- the content signature ---- */

@@ -77,6 +77,9 @@ struct rnode *record_table_find(const struct record_table *t, const char *path);
 /* record.json's text for @t (version, nas, @built, entries), *@len its
  * length.  NULL: -ENOMEM. */
 char *record_text(const struct record_table *t, const char *nas, int64_t built, size_t *len);
+/* The same written to @path (durable.h: durable_replace's steps) as it is
+ * made: 0, -EFBIG (over RECORD_MAX_BYTES: @path untouched), -errno. */
+int record_write(const char *path, const struct record_table *t, const char *nas, int64_t built);
 /* A hash of what record_text writes of @t and @nas but "built" and the
  * access times (reads move them; that alone is no reason to write): the
  * table loaded from a file and the build of the same content hash equal.

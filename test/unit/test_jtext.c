@@ -254,6 +254,59 @@ static void test_dump(struct check_count *c)
 	free(want);
 }
 
+/* The same text made in memory and sent to a file as it is made
+ * (jtext_stream): a head of 1.5 MiB (a buffer goes out inside it, and its
+ * closing brace must still become a comma), an empty head, and 3 MiB of
+ * lines; then a file that takes nothing (/dev/full). */
+static void put_stream_text(struct jtext *t, const char *big)
+{
+	jtext_open_new(t, json_pack("{s:s, s:i}", "big", big, "v", 1));
+	jtext_str(t, "\"list\":[\n");
+	for (int i = 0; i < 30000; i++)
+		jtext_json_new(t, json_pack("{s:i, s:s}", "i", i, "pad",
+					    "0123456789012345678901234567890123456789012345678901234567890123456789"));
+	jtext_str(t, "]}\n");
+	jtext_open_new(t, json_object());
+	jtext_str(t, "\"x\":1}\n");
+}
+
+static void test_stream(struct check_count *c)
+{
+	struct jtext mem = { 0 }, out = { 0 }, full = { 0 };
+	size_t big_n = (3 << 20) / 2, len, flen = 0, mlen = 0;
+	char *big = malloc(big_n + 1), *want, *got = NULL, path[PATH_MAX + 16];
+	int fd, r, rf = 0;
+
+	memset(big, 'b', big_n);
+	big[big_n] = '\0';
+	put_stream_text(&mem, big);
+	want = jtext_take(&mem, &mlen);
+	snprintf(path, sizeof(path), "%s/stream", top);
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	jtext_stream(&out, fd);
+	put_stream_text(&out, big);
+	r = jtext_end(&out, &len);
+	if (fd >= 0 && (got = malloc(len + 1)))
+		flen = (size_t)pread(fd, got, len + 1, 0);
+	CHECK(c, want && mlen > (4u << 20) && r == 0 && len == mlen && flen == mlen && got &&
+		 !memcmp(got, want, mlen) && strstr(want, "{\"x\":1}\n"),
+	      "a text sent out as it is made is the text made in memory (%zu bytes, %zu)", len,
+	      mlen);
+	if (fd >= 0)
+		close(fd);
+	fd = open("/dev/full", O_WRONLY);
+	if (fd >= 0) {
+		jtext_stream(&full, fd);
+		put_stream_text(&full, big);
+		rf = jtext_end(&full, &len);
+		close(fd);
+	}
+	CHECK(c, fd < 0 || rf == -ENOSPC, "a file that takes nothing: -ENOSPC (%d)", rf);
+	free(big);
+	free(want);
+	free(got);
+}
+
 int main(void)
 {
 	struct check_count c = { 0 };
@@ -264,6 +317,7 @@ int main(void)
 	snprintf(path, sizeof(path), "%s/index.json", top);
 	test_lines(&c);
 	test_dump(&c);
+	test_stream(&c);
 	test_layouts(&c, path);
 	test_cuts(&c, path);
 	check_rmtree(top);

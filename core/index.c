@@ -311,7 +311,8 @@ int index_write(const char *path, const struct index_rec *recs, size_t n,
 	jtext_open_new(&x, jrefs ? json_pack("{s:o, s:i}", "refs", jrefs, "version",
 					     INDEX_VERSION) : NULL);
 	jtext_str(&x, "\"blobs\":[\n");
-	for (size_t i = 0; !x.err && i < n; i++) {
+	/* (past the cap, no more lines: the write is refused below) */
+	for (size_t i = 0; !x.err && x.out + x.n <= (size_t)INDEX_MAX_BYTES && i < n; i++) {
 		put_blob(&l, &recs[i]);
 		r = jline_write(&l, &x);
 		jtext_str(&x, i + 1 < n ? ",\n" : "\n");

@@ -90,9 +90,10 @@ static void put_node(struct jline *l, const struct rnode *n)
 	jline_int(l, "uid", st->st_uid);
 }
 
-/* The text of record.json onto @x. */
+/* The text of record.json onto @x; no more lines once it is past @max
+ * bytes. */
 static void put_text(struct jtext *x, const struct record_table *t, const char *nas,
-		     int64_t built)
+		     int64_t built, size_t max)
 {
 	json_t *head = json_pack("{s:i, s:I}", "version", RECORD_VERSION, "built",
 				 (json_int_t)built);
@@ -105,7 +106,7 @@ static void put_text(struct jtext *x, const struct record_table *t, const char *
 	}
 	jtext_open_new(x, head);
 	jtext_str(x, "\"entries\":[\n");
-	for (size_t i = 0; !x->err && t && i < t->n; i++) {
+	for (size_t i = 0; !x->err && x->out + x->n <= max && t && i < t->n; i++) {
 		put_node(&l, t->v[i]);
 		jline_write(&l, x);
 		jtext_str(x, i + 1 < t->n ? ",\n" : "\n");
@@ -118,7 +119,7 @@ char *record_text(const struct record_table *t, const char *nas, int64_t built, 
 {
 	struct jtext x = { 0 };
 
-	put_text(&x, t, nas, built);
+	put_text(&x, t, nas, built, SIZE_MAX);
 	return jtext_take(&x, len);
 }
 
@@ -131,7 +132,7 @@ int record_write(const char *path, const struct record_table *t, const char *nas
 	if (fd < 0)
 		return fd;
 	jtext_stream(&x, fd);
-	put_text(&x, t, nas, built);
+	put_text(&x, t, nas, built, (size_t)RECORD_MAX_BYTES);
 	r = jtext_end(&x, &len);
 	if (!r && len > (size_t)RECORD_MAX_BYTES)
 		r = -EFBIG;

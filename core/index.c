@@ -81,10 +81,8 @@ static void put_text(struct jline *l, const char *key, const char *s)
 {
 	char *c;
 
-	if (jbytes_plain(s, strlen(s))) {
-		jline_str(l, key, s);
+	if (jline_try_strn(l, key, s, strlen(s)) != -EINVAL)
 		return;
-	}
 	if (!(c = strdup(s))) {
 		jline_fail(l, -ENOMEM);
 		return;

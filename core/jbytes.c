@@ -6,6 +6,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The @n bytes at @p as 2 * @n lower-case hex digits at @out. */
+static void hex_of(const char *p, size_t n, char *out)
+{
+	for (size_t i = 0; i < n; i++) {
+		out[2 * i] = "0123456789abcdef"[(unsigned char)p[i] >> 4];
+		out[2 * i + 1] = "0123456789abcdef"[(unsigned char)p[i] & 15];
+	}
+}
+
 json_t *jbytes_hex(const char *p, size_t n)
 {
 	char *hex = malloc(2 * n + 1);
@@ -13,8 +22,7 @@ json_t *jbytes_hex(const char *p, size_t n)
 
 	if (!hex)
 		return NULL;
-	for (size_t i = 0; i < n; i++)
-		snprintf(hex + 2 * i, 3, "%02x", (unsigned char)p[i]);
+	hex_of(p, n, hex);
 	hex[2 * n] = '\0';
 	v = json_string(hex);
 	free(hex);
@@ -36,38 +44,17 @@ int jbytes_set(json_t *o, const char *field, const char *p, size_t n)
 	return !v || json_object_set_new(o, hexfield, v) ? -ENOMEM : 0;
 }
 
-int jbytes_plain(const char *p, size_t n)
-{
-	const unsigned char *s = (const unsigned char *)p, *end = s + n;
-
-	while (s < end) {
-		size_t k = *s < 0x80 ? *s != 0 : jflat_utf8_len(s, end);
-
-		if (!k)
-			return 0;
-		s += k;
-	}
-	return 1;
-}
-
 void jbytes_put(struct jline *l, const char *field, const char *p, size_t n)
 {
 	char hexfield[64], small[512], *hex = small;
 
-	if (!p)
+	if (!p || (!memchr(p, '\0', n) && jline_try_strn(l, field, p, n) != -EINVAL))
 		return;
-	if (jbytes_plain(p, n)) {
-		jline_strn(l, field, p, n);
-		return;
-	}
-	if (2 * n + 1 > sizeof(small) && !(hex = malloc(2 * n + 1))) {
+	if (2 * n > sizeof(small) && !(hex = malloc(2 * n))) {
 		jline_fail(l, -ENOMEM);
 		return;
 	}
-	for (size_t i = 0; i < n; i++) {
-		hex[2 * i] = "0123456789abcdef"[(unsigned char)p[i] >> 4];
-		hex[2 * i + 1] = "0123456789abcdef"[p[i] & 15];
-	}
+	hex_of(p, n, hex);
 	snprintf(hexfield, sizeof(hexfield), "%s_hex", field);
 	jline_strn(l, hexfield, hex, 2 * n);
 	if (hex != small)

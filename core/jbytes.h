@@ -16,10 +16,6 @@
 /* @o.@field = the @n bytes at @p (NULL @p: nothing set).  0 or -ENOMEM. */
 int jbytes_set(json_t *o, const char *field, const char *p, size_t n);
 
-/* 1 when the @n bytes at @p are a string jansson takes (UTF-8, no NUL):
- * written as they are. */
-int jbytes_plain(const char *p, size_t n);
-
 /* The same onto the line @l (a put: jline.h). */
 void jbytes_put(struct jline *l, const char *field, const char *p, size_t n);
 

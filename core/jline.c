@@ -100,16 +100,25 @@ static void end_member(struct jline *l, struct jline_member *m)
 	l->n++;
 }
 
-void jline_strn(struct jline *l, const char *key, const char *s, size_t n)
+int jline_try_strn(struct jline *l, const char *key, const char *s, size_t n)
 {
+	size_t mark = l->text.n;
 	struct jline_member *m = begin_member(l, key);
 
 	if (!m)
-		return;
-	if (put_string(&l->text, s, n) < 0)
+		return l->err;
+	if (put_string(&l->text, s, n) < 0) {
+		l->text.n = mark; /* (the member taken back) */
+		return -EINVAL;
+	}
+	end_member(l, m);
+	return l->err;
+}
+
+void jline_strn(struct jline *l, const char *key, const char *s, size_t n)
+{
+	if (jline_try_strn(l, key, s, n) == -EINVAL)
 		jline_fail(l, -EINVAL);
-	else
-		end_member(l, m);
 }
 
 void jline_str(struct jline *l, const char *key, const char *s)

@@ -46,6 +46,11 @@ void jline_str(struct jline *l, const char *key, const char *s);
 void jline_strn(struct jline *l, const char *key, const char *s, size_t n);
 void jline_int(struct jline *l, const char *key, int64_t v);
 void jline_bool(struct jline *l, const char *key, int v);
+/* jline_strn, but a string jansson would not take (not UTF-8) is not put
+ * and does not fail the line: -EINVAL, for the caller to put something
+ * else; else 0, or the line's error.  (One pass over @s: the check is the
+ * escaping's.) */
+int jline_try_strn(struct jline *l, const char *key, const char *s, size_t n);
 /* @v an array or object (borrowed); NULL fails the line with -ENOMEM (a
  * json_pack that ran out of memory). */
 void jline_tree(struct jline *l, const char *key, json_t *v);

@@ -68,10 +68,11 @@ static void *snap_alloc(struct index_snapshot *sn, size_t n)
 static const char *snap_str(struct index_snapshot *sn, const char *s)
 {
 	size_t n = strlen(s) + 1;
-	char *p = *s ? snap_alloc(sn, n) : NULL;
+	char *p;
 
-	if (!*s)
-		return "";
+	if (n == 1)
+		return ""; /* (most reasons, many ids: nothing to copy) */
+	p = snap_alloc(sn, n);
 	return p ? memcpy(p, s, n) : NULL;
 }
 

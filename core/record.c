@@ -632,17 +632,19 @@ static uint64_t local_sig(struct store *s, const char *root)
 }
 
 /* Build when the local blobs or the repos they lead to changed (polled
- * each second: cheap, one pass over the table under store.lock) or a sync
- * asked; after a failure, the changes wait with a back-off, a sync does
+ * each second: store copies_gen, and a pass over the table under
+ * store.lock when it moved) or a sync asked; after a failure, the changes wait with a back-off, a sync does
  * not. */
 static void *run(void *arg)
 {
 	struct record *r = arg;
-	uint64_t sig, built_sig = 0;
+	/* sig: the local copies as the last look saw them, at store
+	 * copies_gen @seen (a look only when it moved) */
+	uint64_t sig = 0, built_sig = 0, seen = 0, gen;
 	/* next_at: a build of many files (40,000: ~1 s) comes at most a
 	 * tenth of the time, not every second; a sync asked for waits not */
 	int64_t retry_at = 0, delay = 1000, next_at = 0, t0, now;
-	int have = 0;
+	int have = 0, looked = 0;
 
 	pthread_setname_np(pthread_self(), "wfs-record");
 	pthread_mutex_lock(&r->lock);
@@ -651,7 +653,12 @@ static void *run(void *arg)
 		int sync = asked != r->served_gen, tried = 0, e = 0;
 
 		pthread_mutex_unlock(&r->lock);
-		sig = local_sig(r->store, r->roots->path[0]);
+		gen = store_copies_gen(r->store);
+		if (!looked || gen != seen) {
+			sig = local_sig(r->store, r->roots->path[0]);
+			seen = gen;
+			looked = 1;
+		}
 		if (sync || ((!have || sig != built_sig) && mono_ms() >= retry_at &&
 			     mono_ms() >= next_at && nas_gate_up(r->gate))) {
 			t0 = mono_ms();

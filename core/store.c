@@ -215,6 +215,7 @@ void store_note_open(struct store *s, struct blob *b, const char *rel)
 		if (n) {
 			free(b->name);
 			b->name = n;
+			store_copies_moved_locked(s);
 		}
 	}
 	if (b->state != BLOB_LOCAL) {

@@ -122,8 +122,10 @@ void blob_state_set_locked(struct store *s, struct blob *b, enum blob_state st)
 {
 	if (b->state == st)
 		return;
-	if (b->state == BLOB_LOCAL || st == BLOB_LOCAL)
+	if (b->state == BLOB_LOCAL || st == BLOB_LOCAL) {
 		s->room_gen++;
+		store_copies_moved_locked(s);
+	}
 	count_out(s, b);
 	atomic_store(&b->state, st);
 	count_in(s, b);

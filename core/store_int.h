@@ -35,6 +35,11 @@
 /* A blob's state and content hash ("" none) are set here only: they keep
  * store.by_xxh and store.copies_used true. */
 void blob_state_set_locked(struct store *s, struct blob *b, enum blob_state st);
+/* store.copies_gen moved (lock held). */
+static inline void store_copies_moved_locked(struct store *s)
+{
+	atomic_fetch_add_explicit(&s->copies_gen, 1, memory_order_release);
+}
 void blob_xxh_set_locked(struct store *s, struct blob *b, const char *xxh);
 /* Every blob with the content hash @xxh: COPY_EACH(s, xxh, o) { ... } (no
  * blob's hash set inside; its state may be); COPY_EACH_OF(s, b, o): those
@@ -237,7 +242,7 @@ void part_name(const struct blob *b, char out[33]);
 /* @b's part, made if it has none (NULL: out of memory). */
 struct blob_part *part_get_locked(struct store *s, struct blob *b);
 /* b->part_bytes (the read path's lock-free check) follows the list. */
-void part_publish_locked(struct blob *b);
+void part_publish_locked(struct store *s, struct blob *b);
 /* On the range worker's queue (once). */
 void part_enqueue_locked(struct store *s, struct blob *b);
 /* A verified range into @p's list, in offset order: 0, -EEXIST (it

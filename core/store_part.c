@@ -76,12 +76,15 @@ struct blob_part *part_get_locked(struct store *s, struct blob *b)
 	return b->part;
 }
 
-void part_publish_locked(struct blob *b)
+void part_publish_locked(struct store *s, struct blob *b)
 {
 	struct blob_part *p = b->part;
+	uint64_t was = atomic_load_explicit(&b->part_bytes, memory_order_relaxed);
+	uint64_t now = p && !p->unproven ? p->bytes : 0;
 
-	atomic_store_explicit(&b->part_bytes, p && !p->unproven ? p->bytes : 0,
-			      memory_order_release);
+	atomic_store_explicit(&b->part_bytes, now, memory_order_release);
+	if (!was != !now)
+		store_copies_moved_locked(s);
 }
 
 void store_part_free(struct blob *b)
@@ -109,7 +112,7 @@ static void part_clear_locked(struct store *s, struct blob *b, const char *why)
 	p->adopt = 0;
 	p->gen++;
 	snprintf(p->reason, sizeof(p->reason), "%s", why ? why : "");
-	part_publish_locked(b);
+	part_publish_locked(s, b);
 	store_dirty_locked(s);
 }
 
@@ -545,6 +548,6 @@ int part_load_locked(struct store *s, struct blob *b, const struct index_rec *r)
 	p->adopt = p->bytes == b->size;
 	if (p->unproven || p->adopt)
 		part_enqueue_locked(s, b);
-	part_publish_locked(b);
+	part_publish_locked(s, b);
 	return p->unproven ? 2 : 1;
 }

@@ -112,7 +112,7 @@ static void copied_locked(struct store *s, struct blob *b, struct brange w, int 
 	s->part_copied++;
 	s->part_bytes_copied += w.len;
 	p->want_done += w.len;
-	part_publish_locked(b);
+	part_publish_locked(s, b);
 	s->copies_unrecorded = 1;
 	store_dirty_locked(s);
 	store_log_msg(s, LOG_INFO, "verified range %llu+%llu of %s: %llu of %llu bytes local",
@@ -310,7 +310,7 @@ static void rehash(struct store *s, struct blob *b)
 				bad++;
 		p->unproven = 0;
 		file_proof_take(&p->proof, &st);
-		part_publish_locked(b);
+		part_publish_locked(s, b);
 		store_dirty_locked(s);
 		store_log_msg(s, bad ? LOG_WARNING : LOG_INFO, "start-up: re-hashed the %zu local "
 			      "range%s of %s: %zu dropped (not the bytes verified)", n,

@@ -226,6 +226,11 @@ void store_each(struct store *s, void (*fn)(void *arg, const struct blob_info *b
 	pthread_mutex_unlock(&s->lock);
 }
 
+uint64_t store_copies_gen(struct store *s)
+{
+	return atomic_load_explicit(&s->copies_gen, memory_order_acquire);
+}
+
 void store_reset_hot_locked(struct store *s, struct blob *b)
 {
 	(void)s;

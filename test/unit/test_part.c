@@ -132,6 +132,7 @@ static void test_copy(struct check_count *c, struct store *s, const char *want)
 	struct blob_info in;
 	struct stat st;
 	unsigned gen;
+	uint64_t copies_gen = store_copies_gen(s);
 	int64_t r;
 
 	/* the partial file is new: its entry in parts/ is durable before the
@@ -148,6 +149,9 @@ static void test_copy(struct check_count *c, struct store *s, const char *want)
 	      !strcmp(blob_info_state_name(&in), "partial"), "three ranges, partial: %zu %s",
 	      in.part_n, in.part_reason);
 	CHECK(c, bytes_match(s, b, want), "the partial file holds the NAS bytes");
+	/* the record's thread looks at the table again only when it moves */
+	CHECK(c, store_copies_gen(s) != copies_gen, "ranges that serve: the store's copies_gen "
+	      "moved");
 	r = store_part_request(s, b, more, 1, 0);
 	/* 700000..777777 and 790122..800000: the gaps around the local range */
 	CHECK(c, r == (777777 - 700000) + (800000 - 790122), "only the gaps: %lld", (long long)r);

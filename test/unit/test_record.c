@@ -361,6 +361,26 @@ static void opens(struct check_count *c, struct record *r, struct store *s, stru
 	CHECK(c, after_a_look(r, gen) > gen, "an open by a name in another repo: a build");
 }
 
+/* A copy evicted, made again and evicted: the thread sees each change by
+ * itself (no sync asked) and builds, the answer following the copy. */
+static void local_changes(struct check_count *c, struct record *r, struct store *s,
+			  struct blob *b)
+{
+	uint64_t looks, gen = builds(r, &looks);
+
+	CHECK(c, store_evict(s, b, 0) == 1, "evict");
+	CHECK(c, after_a_look(r, gen) > gen && look(r, REPO "/blobs/" H256) == -ENOENT,
+	      "an eviction: the thread builds by itself, the blob is gone");
+	gen = builds(r, &looks);
+	CHECK(c, promote(s, REPO "/blobs/" H256, H256) == b, "local again");
+	CHECK(c, after_a_look(r, gen) > gen && look(r, REPO "/blobs/" H256) == 0,
+	      "a copy made: the thread builds by itself, the blob is back");
+	gen = builds(r, &looks);
+	CHECK(c, store_evict(s, b, 0) == 1, "evict again");
+	CHECK(c, after_a_look(r, gen) > gen && look(r, REPO "/blobs/" H256) == -ENOENT,
+	      "evicted again: built, gone");
+}
+
 /* A ref moved on the NAS to a revision not all local: the record keeps
  * showing it at the one it showed, all local, until the new one is; the
  * NAS's bytes kept beside (record_held_refs), across a reopen. */
@@ -552,7 +572,7 @@ int main(void)
 	CHECK(&c, times_logged(&lg, "models--h--s/trees/" REV ".json not kept (a file list over "
 			       "1048576 bytes)") == 1, "a file list left out: logged once, with "
 	      "its path and why");
-	CHECK(&c, store_evict(&s, b256, 0) == 1, "evict");
+	local_changes(&c, &r, &s, b256);
 	CHECK(&c, record_sync(&r, 30000) == 0 && look(&r, SNAP "/config.json") == -ENOENT &&
 	      look(&r, REPO "/blobs/" H256) == -ENOENT && look(&r, SNAP "/sub/dir/file") == 0 &&
 	      !strcmp(list(&r, SNAP), "latest|sub"), "evicted: gone after a sync (%s)",

@@ -590,6 +590,7 @@ int store_open(struct store *s, const char *dir, const struct store_opts *opt,
 {
 	pthread_condattr_t mono;
 	struct statvfs sv;
+	int r;
 
 	memset(s, 0, sizeof(*s));
 	pthread_mutex_init(&s->lock, NULL);
@@ -616,14 +617,22 @@ int store_open(struct store *s, const char *dir, const struct store_opts *opt,
 	snprintf(s->index_path, sizeof(s->index_path), "%s/index.json", dir);
 	snprintf(s->part_dir, sizeof(s->part_dir), "%s/parts", dir);
 	s->blk = statvfs(dir, &sv) == 0 && sv.f_frsize ? (uint64_t)sv.f_frsize : 4096;
-	if (htab_init(&s->blobs, 1024) < 0 || htab_init(&s->by_xxh, 1024) < 0 ||
-	    htab_init(&s->by_id, 1024) < 0)
-		return -ENOMEM;
-	/* Damage or a read-only or full store is logged, never fatal: the
-	 * mount serves from the NAS what cannot be served locally. */
-	store_layout(s);
-	store_empty_tmp(s);
-	return index_load(s);
+	r = htab_init(&s->blobs, 1024) < 0 || htab_init(&s->by_xxh, 1024) < 0 ||
+	    htab_init(&s->by_id, 1024) < 0 ? -ENOMEM : 0;
+	if (!r) {
+		/* Damage or a read-only or full store is logged, never
+		 * fatal: the mount serves from the NAS what cannot be served
+		 * locally. */
+		store_layout(s);
+		store_empty_tmp(s);
+		r = index_load(s);
+	}
+	/* A store that failed to open is closed without writing its index:
+	 * a table read in part would replace index.json with one naming only
+	 * some copies, and the next start would remove the others. */
+	if (r < 0)
+		s->index_kept = 1;
+	return r;
 }
 
 int store_start(struct store *s)

@@ -415,7 +415,8 @@ struct store {
 	int index_err;              /* index_lock: errno of the last failed index write
 				     * (logged once, not at every retry); 0 after a success */
 	int index_kept;             /* IMMUTABLE: index.json could not be read, and is not
-				     * damaged (a later wfs's version, a read error): never
+				     * damaged (a later wfs's version, a read error), or
+				     * store_open failed (the table read in part): never
 				     * replaced, nothing cleaned up after it (index_left) */
 	uint64_t tmp_serial;        /* LOCK */
 	uint64_t reserved;          /* LOCK: room reserved by copies in flight */
@@ -499,7 +500,9 @@ void blob_set_fs_ino(struct blob *b, uint64_t ino);
  * the index (per entry: both sizes and the copy's identity, store_verify.c;
  * an unproven copy is re-hashed after store_start).  Damage, a read-only or
  * a full LOCAL_STORE are logged and never fatal (store_index.c).  Linear in
- * the number of blobs and files.  Returns 0 or -ENOMEM. */
+ * the number of blobs and files.  Returns 0 or -ENOMEM; after -ENOMEM the
+ * table may hold some of the index's records: store_close it, which then
+ * writes no index (nothing is lost: the next open reads the same file). */
 int store_open(struct store *s, const char *dir, const struct store_opts *opt,
 	       const struct store_hooks *hooks);
 /* Start the copy workers and the source re-check sweep. */

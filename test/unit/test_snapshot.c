@@ -8,7 +8,10 @@
  * write must say -ENOMEM and leave the index on disk as it was (an index
  * short of a verified copy's record would have the next start discard
  * that copy), or write it whole; and after a restart every copy is
- * back.  Linked with --wrap=malloc,--wrap=realloc.
+ * back.  Linked with --wrap=malloc,--wrap=realloc,--wrap=calloc.
+ *
+ * So must a start that runs out of memory while it reads the index: the
+ * table read in part is never written over the index.
  */
 #include "check.h"
 #include "index.h"
@@ -32,6 +35,8 @@ void *__real_malloc(size_t n);
 void *__wrap_malloc(size_t n);
 void *__real_realloc(void *p, size_t n);
 void *__wrap_realloc(void *p, size_t n);
+void *__real_calloc(size_t n, size_t size);
+void *__wrap_calloc(size_t n, size_t size);
 
 static int alloc_fails(void)
 {
@@ -54,6 +59,11 @@ void *__wrap_malloc(size_t n)
 void *__wrap_realloc(void *p, size_t n)
 {
 	return alloc_fails() ? NULL : __real_realloc(p, n);
+}
+
+void *__wrap_calloc(size_t n, size_t size)
+{
+	return alloc_fails() ? NULL : __real_calloc(n, size);
 }
 
 static int count_rec(void *arg, const struct index_rec *r)
@@ -123,6 +133,36 @@ static int fail_in_turn(struct store *s, int more, size_t room, int want, int *t
 	return failed;
 }
 
+/* A start that runs out of memory at each allocation of its load in turn
+ * (and at every one after it: the index then read in part), closed as the
+ * daemon closes it: it writes no index, and the next start has every copy
+ * and every file of data/.  The opens that failed; *@lost: those after
+ * which a copy was gone. */
+static int open_fails_in_turn(const char *local, const struct store_opts *opt, int want,
+			      int *lost)
+{
+	char data[PATH_MAX + 16];
+	int failed = 0, files, r, done = 0;
+	struct store s;
+
+	snprintf(data, sizeof(data), "%s/data", local);
+	files = check_count_files(data);
+	for (int k = 1; k < 5000 && !done; k++) {
+		alloc_fail_at = k;
+		alloc_fail_more = -1;
+		r = store_open(&s, local, opt, NULL);
+		done = r == 0 && alloc_fail_at > 0;
+		alloc_fail_at = alloc_fail_more = alloc_failing = 0;
+		failed += r == -ENOMEM;
+		store_close(&s);
+		if (store_open(&s, local, opt, NULL) != 0 || all_local(&s) != want ||
+		    check_count_files(data) != files)
+			++*lost;
+		store_close(&s);
+	}
+	return done ? failed : -1;
+}
+
 int main(void)
 {
 	struct check_count c = { 0 };
@@ -161,6 +201,10 @@ int main(void)
 	CHECK(&c, store_open(&s, local, &opt, NULL) == 0, "reopen");
 	CHECK(&c, all_local(&s) == want, "every copy back after the restart");
 	store_close(&s);
+	torn = 0;
+	failed[0] = open_fails_in_turn(local, &opt, want, &torn);
+	CHECK(&c, failed[0] > NBLOBS && !torn, "starts out of memory at each allocation in "
+	      "turn: %d failed, %d of them lost a copy", failed[0], torn);
 	check_rmtree(top);
 	printf("snapshot: %d passed, %d failed\n", c.passed, c.failed);
 	return c.failed ? 1 : 0;

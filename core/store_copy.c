@@ -252,7 +252,12 @@ static void copy_done_locked(struct store *s, struct blob *b, int r, uint64_t si
 {
 	/* stopped because the source showed new attributes (store.c) */
 	int stopped = r == -ECANCELED && atomic_load(&b->prog.cancel) == COPY_STOP_SOURCE;
-	int changed = stopped || (r == 0 && (b->size != size || source_changed_locked(b, at)));
+	/* A verdict on bytes read before the NAS showed new attributes is one
+	 * on the old file: a copy that ended well is not used, and a content
+	 * mismatch is not flagged (the flag would outlive the file it was
+	 * about: nothing but new attributes clears it, and they came first). */
+	int changed = stopped || ((r == 0 || r == -EBADMSG) &&
+				  (b->size != size || source_changed_locked(b, at)));
 
 	if (r == 0 && !changed) {
 		verify_record_locked(s, b, res, 1);
@@ -269,7 +274,7 @@ static void copy_done_locked(struct store *s, struct blob *b, int r, uint64_t si
 		snprintf(b->reason, sizeof(b->reason), "copy cancelled");
 		s->cancelled++;
 		store_log_msg(s, LOG_INFO, "promotion of %s cancelled", key);
-	} else if (r == -EBADMSG) {
+	} else if (r == -EBADMSG && !changed) {
 		blob_state_set_locked(s, b, BLOB_MISMATCH);
 		snprintf(b->reason, sizeof(b->reason), "%s", res->reason);
 		s->mismatches++;
@@ -301,6 +306,10 @@ static void copy_done_locked(struct store *s, struct blob *b, int r, uint64_t si
 			snprintf(b->reason, sizeof(b->reason), "source changed during the copy (the "
 				 "NAS shows a new mtime or ctime): the copy may hold the old bytes "
 				 "and is not used");
+		else if (changed)
+			snprintf(b->reason, sizeof(b->reason), "source changed during the copy (the "
+				 "NAS shows a new mtime or ctime): the bytes read did not match "
+				 "its content address (%s), the new file was not read", res->reason);
 		else
 			snprintf(b->reason, sizeof(b->reason), "%s",
 				 res->reason[0] ? res->reason : strerror(-r));

@@ -294,13 +294,19 @@ static int local_locked(const struct blob *b)
 	return b->state == BLOB_LOCAL || (b->part && b->part->n);
 }
 
+/* How often a source check is made again when the NAS showed new
+ * attributes of the file while it ran; past that, it is left to the sweep. */
+#define CHECK_TRIES 3
+
 int store_check_source(struct store *s, struct blob *b)
 {
 	char sample[33] = "", key[PATH_MAX], why[192];
 	uint64_t size, size_now = 0;
-	int r;
+	struct source_at at;
+	int r, tries = 0;
 
 	pthread_mutex_lock(&s->lock);
+again:
 	if (!local_locked(b) || b->checked) {
 		r = b->state == BLOB_LOCAL;
 		pthread_mutex_unlock(&s->lock);
@@ -308,10 +314,22 @@ int store_check_source(struct store *s, struct blob *b)
 	}
 	snprintf(key, sizeof(key), "%s", b->key);
 	size = b->size;
+	source_at_locked(b, &at);
 	pthread_mutex_unlock(&s->lock);
 
 	r = check_source_gated(s, key, size, &size_now, sample);
 	pthread_mutex_lock(&s->lock);
+	/* New attributes seen meanwhile (a reader's stat, source_attrs_locked:
+	 * it cleared @checked): the sample may be of the file before them, a
+	 * verdict on neither.  Made again on the file as it is now. */
+	if (local_locked(b) && b->size == size && source_changed_locked(b, &at)) {
+		if (++tries < CHECK_TRIES)
+			goto again;
+		s->recheck_wanted = 1;
+		r = b->state == BLOB_LOCAL;
+		pthread_mutex_unlock(&s->lock);
+		return r;
+	}
 	/* (a new size since demoted it already: source_attrs_locked) */
 	if (local_locked(b) && b->size == size) {
 		source_verdict(r, size, size_now, sample, b->sample, why, sizeof(why));

@@ -8,14 +8,17 @@
  * would take seconds to end on its own; what the test checks is how many
  * bytes each read, or what ran meanwhile.  And a range asked for while
  * the NAS is down waits for it, as does a copy (whole or of a range) given
- * out just as it goes down. */
+ * out just as it goes down.  And a source check, or a copy's content check,
+ * whose file is replaced as it ends: its verdict is not the new file's. */
 #include "check_store.h"
+#include "hash.h"
 #include "nasgate.h"
 #include "policy.h"
 #include "store.h"
 #include "store_int.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,19 +50,28 @@ static int copy_under_way(struct store *s, struct blob *b)
 }
 
 /* The NAS file @rel replaced as a tool does it (a new file renamed over
- * it: new inode, mtime and ctime), with @n bytes of @seed's pattern; the
- * store told of its new attributes, as a reader's stat or open tells it. */
+ * it: new inode, mtime and ctime), with @n bytes of @seed's pattern
+ * ("hello\n" for seed 0); the store told of its new attributes, as a
+ * reader's stat or open tells it.  Its mtime is set to one no replacement
+ * had before: two files made within one tick of the kernel's clock have
+ * the same times, and the store would see nothing new. */
 static void replace_source(struct store *s, struct blob *b, const char *rel, size_t n,
 			   unsigned seed)
 {
+	static _Atomic long serial;
+	struct timespec times[2] = { { 0, UTIME_OMIT }, { 1700000000 + ++serial, 0 } };
 	char tmp[PATH_MAX], from[PATH_MAX * 2], to[PATH_MAX * 2];
 	struct stat st;
 
 	snprintf(tmp, sizeof(tmp), "%s.new", rel);
-	check_put_pattern(top, tmp, n, seed);
 	check_path(from, sizeof(from), top, tmp);
+	if (seed)
+		check_put_pattern(top, tmp, n, seed);
+	else
+		check_write_file(from, "hello\n", 6);
 	check_path(to, sizeof(to), top, rel);
-	if (rename(from, to) < 0 || stat(to, &st) < 0) {
+	if (utimensat(AT_FDCWD, from, times, 0) < 0 || rename(from, to) < 0 ||
+	    stat(to, &st) < 0) {
 		perror(to);
 		exit(2);
 	}
@@ -93,6 +105,50 @@ static int holds_pattern(const char *path, size_t n, unsigned seed)
 		fclose(f);
 	free(got);
 	return same;
+}
+
+/* --wrap=source_sample and --wrap=content_hash_final: when armed, the
+ * NAS file is replaced (with @replace_seed's pattern, or "hello\n" when
+ * 0) right after the source's sample, or the copy's content hash, is
+ * taken, and the store told of the new attributes -- a reader's stat
+ * landing while a check or a copy runs. */
+int __real_source_sample(int fd, uint64_t size, char out[33]);
+int __wrap_source_sample(int fd, uint64_t size, char out[33]);
+int __real_content_hash_final(struct content_hash *h, char xxh_hex[33], int *id_matches);
+int __wrap_content_hash_final(struct content_hash *h, char xxh_hex[33], int *id_matches);
+static struct {
+	_Atomic int armed;
+	struct store *s;
+	struct blob *b;
+	const char *rel;
+	size_t n;
+	unsigned seed;
+} replace_at;
+
+static void replace_source(struct store *s, struct blob *b, const char *rel, size_t n,
+			   unsigned seed);
+
+static void replace_if_armed(void)
+{
+	if (atomic_exchange(&replace_at.armed, 0))
+		replace_source(replace_at.s, replace_at.b, replace_at.rel, replace_at.n,
+			       replace_at.seed);
+}
+
+int __wrap_source_sample(int fd, uint64_t size, char out[33])
+{
+	int r = __real_source_sample(fd, size, out);
+
+	replace_if_armed();
+	return r;
+}
+
+int __wrap_content_hash_final(struct content_hash *h, char xxh_hex[33], int *id_matches)
+{
+	int r = __real_content_hash_final(h, xxh_hex, id_matches);
+
+	replace_if_armed();
+	return r;
 }
 
 /* wfsctl evict --force of a pinned blob whose copy is running or queued:
@@ -413,6 +469,68 @@ static void test_copy_given_out_as_the_nas_goes_down(void)
 	copy_given_out_as_the_nas_goes_down(0);
 }
 
+/* A source check made as the NAS file is replaced by one of the same size
+ * and other bytes: its sample may be of the file before, so it is made
+ * again on the new one, which demotes the copy -- never marked checked
+ * (nothing would check it again: the store has seen the new attributes). */
+static void test_check_of_a_replaced_source(void)
+{
+	enum { N = 256 << 10 };
+	struct store_opts opt = { .workers = 1 };
+	struct store s;
+	struct blob *b;
+	char local[PATH_MAX * 2];
+
+	check_put_pattern(top, "nas/checked", N, 3);
+	check_store_dir(top, "clocal", local, sizeof(local));
+	CHECK(&c, store_open(&s, local, &opt, NULL) == 0 && store_start(&s) == 0, "open");
+	b = check_blob(&s, top, "nas/checked", "checked", 1);
+	store_promote(&s, b, 0, 1);
+	CHECK(&c, store_wait_settled(&s, b, 30000) == BLOB_LOCAL, "local");
+	replace_source(&s, b, "nas/checked", N, 3); /* same bytes, new attributes */
+	replace_at.s = &s, replace_at.b = b, replace_at.rel = "nas/checked";
+	replace_at.n = N, replace_at.seed = 4;
+	atomic_store(&replace_at.armed, 1);
+	CHECK(&c, store_check_source(&s, b) == 0 && blob_state(b) != BLOB_LOCAL &&
+	      !atomic_load(&replace_at.armed), "a check made as the source is replaced by other "
+	      "bytes: made again, the copy demoted (%s: %s)", blob_state_name(blob_state(b)),
+	      info(&s, b)->reason);
+	CHECK(&c, store_check_source(&s, b) == 0, "and not served after");
+	store_close(&s);
+}
+
+/* A copy whose content check fails as the NAS file is replaced by the
+ * right bytes (a download finished): the mismatch was the old file's and is
+ * not flagged (nothing would clear it: the new attributes came first); the
+ * copy asked for again is made of the new file. */
+static void test_mismatch_of_a_replaced_source(void)
+{
+	static const char sha_hello[] =
+		"5891b5b522d5df086d0ff0b110fbd9d21bb4fc7163af34d08286a2e846f6be03";
+	struct store_opts opt = { .workers = 1 };
+	struct store s;
+	struct blob *b;
+	char local[PATH_MAX * 2], p[PATH_MAX * 2];
+
+	check_path(p, sizeof(p), top, "nas/redownloaded");
+	check_write_file(p, "HELLO\n", 6);
+	check_store_dir(top, "mlocal", local, sizeof(local));
+	CHECK(&c, store_open(&s, local, &opt, NULL) == 0 && store_start(&s) == 0, "open");
+	b = check_blob(&s, top, "nas/redownloaded", sha_hello, 1);
+	replace_at.s = &s, replace_at.b = b, replace_at.rel = "nas/redownloaded";
+	replace_at.n = 6, replace_at.seed = 0;
+	atomic_store(&replace_at.armed, 1);
+	store_promote(&s, b, 0, 1);
+	CHECK(&c, store_wait_settled(&s, b, 30000) == BLOB_FAILED &&
+	      !atomic_load(&replace_at.armed) && strstr(info(&s, b)->reason, "source changed"),
+	      "a mismatch found as the source is replaced: failed, the source changed (%s: %s)",
+	      blob_state_name(blob_state(b)), info(&s, b)->reason);
+	store_promote(&s, b, 0, 1);
+	CHECK(&c, store_wait_settled(&s, b, 30000) == BLOB_LOCAL, "asked again: local (%s: %s)",
+	      blob_state_name(blob_state(b)), info(&s, b)->reason);
+	store_close(&s);
+}
+
 int main(void)
 {
 	snprintf(top, sizeof(top), "/var/tmp/wfs-inflight-XXXXXX");
@@ -424,6 +542,8 @@ int main(void)
 	test_raised_copy_frees_its_auto_slot();
 	test_copies_wait_for_the_nas();
 	test_copy_given_out_as_the_nas_goes_down();
+	test_check_of_a_replaced_source();
+	test_mismatch_of_a_replaced_source();
 	check_rmtree(top);
 	printf("inflight: %d passed, %d failed\n", c.passed, c.failed);
 	return c.failed ? 1 : 0;

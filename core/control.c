@@ -371,6 +371,8 @@ static json_t *op_ref(struct control *c, json_t *req, int pin)
 	if (r == -EINVAL)
 		return reply_error(EINVAL, "%s: refs/%s: not a ref name (main, refs/pr/1: no "
 				   "'.' or '..' component, no '/' at either end)", repo, ref);
+	if (r == -EMEDIUMTYPE)
+		return control_collect_error(repo, r);
 	if (r < 0)
 		return reply_error(-r, "%s: refs/%s: %s", repo, ref, strerror(-r));
 	rep = json_pack("{s:b, s:o, s:o, s:I}", "ok", 1, "repo", reply_path(repo),

@@ -324,6 +324,11 @@ int pins_pin(struct pins *p, const char *repo, const char *ref, char *commit, si
 	err = refs_read_gated(p, repo, ref, c, sizeof(c));
 	if (err == 0 && !snapshot_exists(p->roots, repo, c))
 		err = -ENOENT;
+	/* the revision's blobs before anything is saved: a pin that cannot
+	 * be made (not a repo, the NAS not answering) is refused whole, not
+	 * kept behind a failure */
+	if (err == 0)
+		err = revision_set(p, repo, c, &set);
 	if (err < 0)
 		goto out;
 	if (get(p, repo, ref, &r) == 0) {
@@ -343,19 +348,15 @@ int pins_pin(struct pins *p, const char *repo, const char *ref, char *commit, si
 	err = put(p, &r);
 	if (err < 0)
 		goto out;
-	err = revision_set(p, repo, c, &set);
-	if (err >= 0) {
-		pin_set(p, &set, 1, why, sizeof(why));
-		/* what was pinned: excluded blobs stay on the NAS, unpinned */
-		err = 0;
-		for (size_t i = 0; i < set.n; i++)
-			err += !set.glob[i];
-	}
-	blob_set_free(&set);
+	pin_set(p, &set, 1, why, sizeof(why));
+	/* what was pinned: excluded blobs stay on the NAS, unpinned */
+	for (size_t i = 0; i < set.n; i++)
+		err += !set.glob[i];
 	persist(p);
 	store_log_msg(p->store, LOG_NOTICE, "ref pin %s refs/%s: revision %s", repo, ref, c);
 	snprintf(commit, csz, "%s", c);
 out:
+	blob_set_free(&set);
 	pthread_mutex_unlock(&p->op_lock);
 	if (err >= 0)
 		pins_poke(p);

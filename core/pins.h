@@ -58,7 +58,8 @@ void pins_close(struct pins *p);
  * queued now, the pin persisted before the return.  @commit receives the
  * revision.  Returns the number of blobs pinned (excluded ones are not),
  * -ENOENT (no such repo, ref or revision), -EINVAL (a bad name),
- * -ENOTSUP. */
+ * -EMEDIUMTYPE (not a repo's folder), -ENOTSUP, or -errno of the walk of
+ * the revision (the NAS): on any error nothing is pinned or saved. */
 int pins_pin(struct pins *p, const char *repo, const char *ref, char *commit, size_t csz);
 /* Drop the pin and unpin its revisions' blobs (unless another ref pin
  * keeps them; a blob pinned by hand too stays pinned: store.h

@@ -493,6 +493,24 @@ class RefMissing(unittest.TestCase):
             rc, out, err = run_wfsctl(["pin"] + args)
             self.assertEqual(rc, 1, "pin %s: %s%s" % (args, out, err))
             self.assertIn(want, err)
+        # a folder with refs and snapshots that is not a repo by the hub's
+        # rule: refused as not weight data, and no pin kept behind the
+        # refusal (it was saved, and status showed it "cannot list" on)
+        rev = "a" * 40
+        folder = os.path.join(FIX.hub, "backup--old")
+        os.makedirs(os.path.join(folder, "refs"))
+        os.makedirs(os.path.join(folder, "snapshots", rev))
+        self.addCleanup(shutil.rmtree, folder)
+        with open(os.path.join(folder, "refs", "main"), "w") as f:
+            f.write(rev)
+        with open(os.path.join(folder, "snapshots", rev, "f.bin"), "wb") as f:
+            f.write(b"not in a repo")
+        rc, out, err = run_wfsctl(["pin", "--ref", "main", FIX.m("backup--old")])
+        self.assertEqual(rc, 1, out + err)
+        self.assertIn("backup--old: not weight data", err)
+        rep = wfstest.ctl_request(SOCK, {"op": "status"}, timeout=60)
+        self.assertEqual([r for r in rep.get("ref_pins", []) if r.get("repo") == "backup--old"],
+                         [], "a refused ref pin was kept: %s" % rep.get("ref_pins"))
         # the mount root names no repo (the command named once)
         for cmd in ("pin", "unpin"):
             rc, out, err = run_wfsctl([cmd, "--ref", "main", FIX.mnt])

@@ -450,8 +450,11 @@ static int wait_all(struct waiter *w)
 			json_object_set_new(seen, key, json_true());
 			nlocal += f == FATE_LOCAL;
 			pending += f == FATE_PENDING;
+			/* a copy that failed, was dropped or flagged brought
+			 * nothing local, whatever it had read */
 			if (json_is_true(json_object_get(w->copying, key)))
-				done += f == FATE_LOCAL ? size : (d > size ? size : d);
+				done += f == FATE_LOCAL ? size : f != FATE_PENDING ? 0 :
+					d > size ? size : d;
 		}
 		rate_add(&w->bar.rate, now(), done);
 		if (pending) {

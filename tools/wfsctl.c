@@ -152,6 +152,8 @@ COMMON_OPTS },
 "NAS holds bytes that do not match the blob's content address) or failed\n"
 "copies, with the reason (with PATH, the blobs its files name; without, every\n"
 "one).  Exit 1 when anything is listed.\n"
+"\n"
+"options:\n"
 COMMON_OPTS },
 	{ "stats", cmd_stats, F_PROMETHEUS, 0, 1, "[--prometheus] [PATH]",
 "Print the daemon's counters (since it started) and gauges: bytes served\n"

@@ -116,9 +116,11 @@ def body(t, work):
     # --- help and usage
     r = run("--help")
     ok("--help", r[0] == 0 and "promote" in r[1] and "--socket" in r[1], show(r))
-    for c in ("status", "promote", "evict", "pin", "unpin", "verify"):
+    for c in ("status", "promote", "evict", "pin", "unpin", "verify", "doctor", "stats"):
         r = run(c, "--help")
-        ok(f"{c} --help", r[0] == 0 and r[1].startswith(f"usage: wfsctl {c}"), show(r))
+        ok(f"{c} --help: usage, then its options under their heading, --help among them",
+           r[0] == 0 and r[1].startswith(f"usage: wfsctl {c}")
+           and re.search(r"\n\noptions:\n(  -.*\n|   +.*\n)*  -h, --help", r[1]), show(r))
     r = run("--version")
     ok("--version", r[0] == 0 and r[1].startswith("wfsctl (wfs) "), show(r))
     # wfsctl(1): the options "may come before the command or among its arguments"
@@ -320,6 +322,9 @@ def body(t, work):
        and f"models--org--bad/blobs/{hexid('w', 64)}: mismatch: sha256 of the NAS" in r[2]
        and ": failed: NAS read error at offset 1048576" in r[2]
        and "2 of 3 blobs did not become local" in r[2], show(r))
+    ok("the last progress line counts only what became local (the failed copy's and the "
+       "mismatch's bytes read are not)", re.findall(r"\] +(\d+)%  ([^ ]+ [KMG]?i?B) /", r[2])[-1:]
+       == [("0", "300 B")], show(r))
     ok("--pin sent", [q for q in hub.requests if q["op"] == "promote"][-1]["pin"] is True)
     ok("a failed copy names the file and the NAS's error",
        f"models--org--bad/blobs/{hexid('tok', 64)}: failed: NAS read error at offset 1048576: "

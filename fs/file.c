@@ -57,25 +57,37 @@ int open_local_direct(const char *path, int *direct)
 
 int fh_nas_fd(struct wfs *w, struct wfs_fh *fh, int *direct)
 {
-	int fd;
+	struct stat st;
+	int fd, fresh_direct = 0;
 
 	pthread_mutex_lock(&fh->lock);
 	fd = fh->nas_fd;
-	if (fd < 0) { /* the caller gets the open's -errno */
-		struct stat st;
-
-		/* (opened while the NAS was down, for a local copy since demoted) */
-		fd = nas_open_file(w, fh->nas_path, &fh->nas_direct, &st);
-		if (fd >= 0 && !S_ISREG(st.st_mode)) {
-			close(fd);
-			fd = -EIO;
-		}
-		if (fd < 0 && !NAS_CANNOT_ANSWER(fd))
+	*direct = fh->nas_direct;
+	pthread_mutex_unlock(&fh->lock);
+	if (fd >= 0)
+		return fd;
+	/* Opened while the NAS was down (for a local copy since demoted, or
+	 * ranges that do not cover this read): opened now, without @lock --
+	 * a read of the open's local ranges takes it, and never waits on the
+	 * NAS (partread.h).  The caller gets the open's -errno. */
+	fd = nas_open_file(w, fh->nas_path, &fresh_direct, &st);
+	if (fd >= 0 && !S_ISREG(st.st_mode)) {
+		close(fd);
+		fd = -EIO;
+	}
+	if (fd < 0) {
+		if (!NAS_CANNOT_ANSWER(fd))
 			wfs_log(w, LOG_WARNING, "open %s: %s", fh->nas_path, strerror(-fd));
-		else if (fd >= 0) {
-			fh->nas_fd = fd;
-			fh->nas_st = st;
-		}
+		return fd;
+	}
+	pthread_mutex_lock(&fh->lock);
+	if (fh->nas_fd < 0) {
+		fh->nas_fd = fd;
+		fh->nas_st = st;
+		fh->nas_direct = fresh_direct;
+	} else {
+		close(fd); /* another read opened it meanwhile: that one serves */
+		fd = fh->nas_fd;
 	}
 	*direct = fh->nas_direct;
 	pthread_mutex_unlock(&fh->lock);

@@ -22,6 +22,12 @@ fault-injecting NAS of test_nasfault.py (faultnas.FaultNAS: test/faultfs).
                    in the ranges are right (pread, mmap), outside them and
                    across an edge EIO (or short, as above); the NAS back,
                    the rest of the file reads right
+  NasOpenHung      the file opened while the NAS was gone (no NAS
+                   descriptor yet), the NAS back, then frozen: the open's
+                   first read of NAS bytes hangs opening the NAS file, and
+                   its preads inside the ranges read right meanwhile, before
+                   the open's deadline (they waited on that open's lock until
+                   it passed); the NAS healthy, the hung read ends
   EioInRange       EIO from the NAS inside a range being copied: promote
                    --range --wait exits 1 naming the read error and its
                    offset; the ranges are what they were (the failed one
@@ -65,6 +71,7 @@ FAIL_WAIT = 5       # s: bytes that need the NAS fail EIO within this (deadline 
 DOWN_WAIT = 5       # s: status says nas down
 WAIT_COPIED = 60    # s: many small ranges copied (under ASan too)
 UP_WAIT = 15        # s: the prober backs off to 2 s between looks (+ its deadline + slack)
+HUNG_TIMEOUT_MS = 2000  # NasOpenHung: the longest NAS deadline wfs takes
 
 KiB, MiB = 1 << 10, 1 << 20
 NO_CACHE = ("entry_timeout=0", "attr_timeout=0", "negative_timeout=0", "blob_timeout=0")
@@ -265,6 +272,13 @@ def fd_pread(fd, off, n):
     return os.pread(fd, n, off)
 
 
+def fd_direct_pread(fd, off, n):
+    """pread on an O_DIRECT descriptor, into an aligned buffer."""
+    with mmap.mmap(-1, n) as buf:
+        got = os.preadv(fd, [buf], off)
+        return bytes(buf[:got])
+
+
 # ------------------------------------------------------------------ the tests
 
 R1 = (1 * MiB, 512 * KiB)
@@ -384,6 +398,56 @@ class FirstOpenOutage(PartOnFaultNAS):
         finally:
             os.close(fd)
         self.assert_reads(pread_file, path, 0, len(self.want), "NAS back: the whole file", timeout=30)
+
+
+class NasOpenHung(PartOnFaultNAS):
+    """A file opened during an outage has no NAS descriptor: its first read
+    of NAS bytes once the NAS is back opens one.  With that open hung (a
+    NAS deadline longer than the test waits), reads of the open's local
+    ranges go on meanwhile, before the hung open's deadline."""
+
+    # the kernel's caches on: a blob's attributes are kept (blob_timeout),
+    # where with every timeout 0 each read asks the NAS for them first
+    OPTIONS = ("auto_promote=off", "nas_timeout=%d" % HUNG_TIMEOUT_MS)
+
+    def test_local_ranges_read_while_the_nas_open_hangs(self):
+        snap = snapshot_of(self.blob["nas_real"])
+        rc, out, err = self.promote(snap["path"], [R1, R2], "--socket", self.sock)
+        self.assertEqual(rc, 0, "promote --socket: exit %s\nstdout: %s\nstderr: %s" % (rc, out, err))
+        self.sync_record()
+        NAS.check("fail ENOTCONN")
+        path = self.m(snap["path"])
+        r = bounded(os.open, path, os.O_RDONLY | os.O_DIRECT, timeout=LOCAL_WAIT)
+        self.assertTrue(r["done"] and r["errno"] is None, "open with the NAS gone: %s"
+                        % (errname(r["errno"]) if r["done"] else "blocked"))
+        fd = r["value"]
+        try:
+            self.wait_nas("down", DOWN_WAIT)
+            NAS.check("ok")
+            self.wait_nas("up", UP_WAIT)
+            timeouts = faultnas.nas_of_stats(self, self.sock)["timeouts"]
+            NAS.check("hang")
+            nas_read = bounded(fd_direct_pread, fd, 2 * MiB, 64 * KiB, timeout=0)
+            NAS.wait_hung(1)
+            self.assert_reads(fd_direct_pread, fd, R1[0], 64 * KiB,
+                              "pread of R1 while the open's NAS open hangs")
+            self.assert_reads(fd_direct_pread, fd, R2[0] + 64 * KiB, 64 * KiB,
+                              "pread in R2 while the open's NAS open hangs")
+            # read before the hung open's deadline passed: they waited on
+            # nothing of the NAS's (they waited for that deadline once)
+            nas = faultnas.nas_of_stats(self, self.sock)
+            self.assertEqual((nas["timeouts"], nas_read["done"]), (timeouts, False),
+                             "the local reads came after the NAS open's deadline: %s, %s"
+                             % (nas, nas_read))
+            NAS.check("ok")
+            nas_read["thread"].join(FAIL_WAIT)
+            self.assertTrue(nas_read["done"], "the NAS read still blocked with the NAS healthy")
+            if nas_read["errno"] is None:  # (EIO if its deadline passed first)
+                self.assertTrue(nas_read["value"] == self.want[2 * MiB:2 * MiB + 64 * KiB],
+                                "the NAS read, once the NAS answered: wrong bytes")
+        finally:
+            NAS.check("ok")
+            os.close(fd)
 
 
 class EioInRange(PartOnFaultNAS):

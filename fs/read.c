@@ -50,28 +50,43 @@ static int read_local(fuse_req_t req, int fd, size_t size, off_t off, int drop,
 
 /* The NAS descriptor @dead failed as one of a mount since gone does (a
  * NAS client restarted): the path opened afresh serves the open, if it is
- * still the same file.  That open says whether the NAS is down. */
+ * still the same file.  That open says whether the NAS is down.  It is
+ * made without the open's lock, as fh_nas_fd's is: a read of the open's
+ * local ranges takes it, and never waits on the NAS (partread.h). */
 static int fh_nas_reopen(struct wfs *w, struct wfs_fh *fh, int dead, int *direct)
 {
-	int fd, slot;
+	struct stat was;
+	int fd, slot, fresh_direct = 0;
 
 	pthread_mutex_lock(&fh->lock);
 	fd = fh->nas_fd; /* != @dead: another read opened it again already */
-	if (fd == dead) {
-		slot = old_fd_slot(fh->nas_old);
-		fd = slot < 0 ? -EMFILE : nas_reopen_same(w, fh->nas_path, &fh->nas_st, direct);
-		if (fd >= 0) {
-			fh->nas_old[slot] = dead;
-			fh->nas_fd = fd;
-			fh->nas_direct = *direct;
-		}
-		if (slot < 0)
-			wfs_log(w, LOG_WARNING, "read %s: the NAS descriptor of this open died %d "
-				"times; the file must be opened again", fh->nas_path, FH_OLD_FDS + 1);
-		else if (!NAS_CANNOT_ANSWER(fd))
-			wfs_log(w, fd >= 0 ? LOG_NOTICE : LOG_WARNING, "read %s: its NAS descriptor "
-				"died; opened again: %s", fh->nas_path, fd >= 0 ? "the same file"
-				: fd == -ESTALE ? "another file now" : strerror(-fd));
+	slot = old_fd_slot(fh->nas_old);
+	was = fh->nas_st;
+	*direct = fh->nas_direct;
+	pthread_mutex_unlock(&fh->lock);
+	if (fd != dead)
+		return fd;
+	if (slot < 0) {
+		wfs_log(w, LOG_WARNING, "read %s: the NAS descriptor of this open died %d times; "
+			"the file must be opened again", fh->nas_path, FH_OLD_FDS + 1);
+		return -EMFILE;
+	}
+	fd = nas_reopen_same(w, fh->nas_path, &was, &fresh_direct);
+	if (!NAS_CANNOT_ANSWER(fd))
+		wfs_log(w, fd >= 0 ? LOG_NOTICE : LOG_WARNING, "read %s: its NAS descriptor died; "
+			"opened again: %s", fh->nas_path, fd >= 0 ? "the same file" :
+			fd == -ESTALE ? "another file now" : strerror(-fd));
+	if (fd < 0)
+		return fd;
+	pthread_mutex_lock(&fh->lock);
+	slot = old_fd_slot(fh->nas_old);
+	if (fh->nas_fd == dead && slot >= 0) {
+		fh->nas_old[slot] = dead;
+		fh->nas_fd = fd;
+		fh->nas_direct = fresh_direct;
+	} else {
+		close(fd); /* another read opened it again meanwhile: that one serves */
+		fd = fh->nas_fd == dead ? -EMFILE : fh->nas_fd;
 	}
 	*direct = fh->nas_direct;
 	pthread_mutex_unlock(&fh->lock);

@@ -27,7 +27,9 @@ fault-injecting NAS of test_nasfault.py (faultnas.FaultNAS: test/faultfs).
                    first read of NAS bytes hangs opening the NAS file, and
                    its preads inside the ranges read right meanwhile, before
                    the open's deadline (they waited on that open's lock until
-                   it passed); the NAS healthy, the hung read ends
+                   it passed); the NAS healthy, the hung read ends.  The
+                   same with the open's NAS descriptor dead (the NAS
+                   vanished and back): the NAS read's open again hangs
   EioInRange       EIO from the NAS inside a range being copied: promote
                    --range --wait exits 1 naming the read error and its
                    offset; the ranges are what they were (the failed one
@@ -410,6 +412,32 @@ class NasOpenHung(PartOnFaultNAS):
     # where with every timeout 0 each read asks the NAS for them first
     OPTIONS = ("auto_promote=off", "nas_timeout=%d" % HUNG_TIMEOUT_MS)
 
+    def local_reads_beside(self, fd):
+        """With the NAS frozen, a read of NAS bytes on @fd hangs in the
+        NAS open it makes; reads of the ranges on @fd read right
+        meanwhile, before that open's deadline; the NAS healthy, the NAS
+        read ends."""
+        timeouts = faultnas.nas_of_stats(self, self.sock)["timeouts"]
+        NAS.check("hang")
+        nas_read = bounded(fd_direct_pread, fd, 2 * MiB, 64 * KiB, timeout=0)
+        NAS.wait_hung(1)
+        self.assert_reads(fd_direct_pread, fd, R1[0], 64 * KiB,
+                          "pread of R1 while the open's NAS open hangs")
+        self.assert_reads(fd_direct_pread, fd, R2[0] + 64 * KiB, 64 * KiB,
+                          "pread in R2 while the open's NAS open hangs")
+        # read before the hung open's deadline passed: they waited on
+        # nothing of the NAS's (they waited for that deadline once)
+        nas = faultnas.nas_of_stats(self, self.sock)
+        self.assertEqual((nas["timeouts"], nas_read["done"]), (timeouts, False),
+                         "the local reads came after the NAS open's deadline: %s, %s"
+                         % (nas, nas_read))
+        NAS.check("ok")
+        nas_read["thread"].join(FAIL_WAIT)
+        self.assertTrue(nas_read["done"], "the NAS read still blocked with the NAS healthy")
+        if nas_read["errno"] is None:  # (EIO if its deadline passed first)
+            self.assertTrue(nas_read["value"] == self.want[2 * MiB:2 * MiB + 64 * KiB],
+                            "the NAS read, once the NAS answered: wrong bytes")
+
     def test_local_ranges_read_while_the_nas_open_hangs(self):
         snap = snapshot_of(self.blob["nas_real"])
         rc, out, err = self.promote(snap["path"], [R1, R2], "--socket", self.sock)
@@ -425,26 +453,27 @@ class NasOpenHung(PartOnFaultNAS):
             self.wait_nas("down", DOWN_WAIT)
             NAS.check("ok")
             self.wait_nas("up", UP_WAIT)
-            timeouts = faultnas.nas_of_stats(self, self.sock)["timeouts"]
-            NAS.check("hang")
-            nas_read = bounded(fd_direct_pread, fd, 2 * MiB, 64 * KiB, timeout=0)
-            NAS.wait_hung(1)
-            self.assert_reads(fd_direct_pread, fd, R1[0], 64 * KiB,
-                              "pread of R1 while the open's NAS open hangs")
-            self.assert_reads(fd_direct_pread, fd, R2[0] + 64 * KiB, 64 * KiB,
-                              "pread in R2 while the open's NAS open hangs")
-            # read before the hung open's deadline passed: they waited on
-            # nothing of the NAS's (they waited for that deadline once)
-            nas = faultnas.nas_of_stats(self, self.sock)
-            self.assertEqual((nas["timeouts"], nas_read["done"]), (timeouts, False),
-                             "the local reads came after the NAS open's deadline: %s, %s"
-                             % (nas, nas_read))
+            self.local_reads_beside(fd)
+        finally:
             NAS.check("ok")
-            nas_read["thread"].join(FAIL_WAIT)
-            self.assertTrue(nas_read["done"], "the NAS read still blocked with the NAS healthy")
-            if nas_read["errno"] is None:  # (EIO if its deadline passed first)
-                self.assertTrue(nas_read["value"] == self.want[2 * MiB:2 * MiB + 64 * KiB],
-                                "the NAS read, once the NAS answered: wrong bytes")
+            os.close(fd)
+
+    def test_local_ranges_read_while_a_dead_nas_descriptor_is_reopened(self):
+        """The open's NAS descriptor dies with the NAS mount (vanished and
+        back): the next NAS read opens the file again, and that open
+        hangs."""
+        self.promote_ok(self.m(self.blob["path"]), [R1, R2])
+        path = self.m(self.blob["path"])
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
+        try:
+            self.assert_reads(fd_direct_pread, fd, 2 * MiB, 64 * KiB, "a NAS read, the NAS up")
+            NAS.vanish()
+            self.assert_eio(fd_direct_pread, fd, 3 * MiB, 64 * KiB, "a NAS read, the NAS gone")
+            self.wait_nas("down", DOWN_WAIT)
+            NAS.restore()
+            self.wait_nas("up", UP_WAIT)
+            self.local_reads_beside(fd)
+            self.assertRegex(self.mount.log(), r"its NAS descriptor died; opened again")
         finally:
             NAS.check("ok")
             os.close(fd)

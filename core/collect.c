@@ -273,6 +273,8 @@ static int collect_one(void *arg, const char *rel, const struct ns_entry *e)
 	b = store_blob(c->s, e->backing, &st, e->blob_id);
 	if (!b)
 		return -ENOMEM;
+	/* the repo of a blob in a hub-level store: its name alone says it */
+	store_note_name(c->s, b, rel);
 	return set_add(c->set, b, policy_excluded(c->pol, rel), rel);
 }
 

@@ -159,7 +159,7 @@ static void put_part(struct jline *l, const struct index_rec *e)
  * record without a key (skipped). */
 static int read_blob(const struct jflat *o, int64_t version, const struct index_cb *cb)
 {
-	char *key_buf, *id_buf;
+	char *key_buf, *id_buf, *name_buf;
 	struct part_range *ranges = NULL;
 	int oom = 0, r;
 	struct index_rec rec = {
@@ -169,6 +169,7 @@ static int read_blob(const struct jflat *o, int64_t version, const struct index_
 		.xxh = str_or(o, "xxh", ""),
 		.sample = str_or(o, "sample", ""),
 		.reason = str_or(o, "reason", ""),
+		.name = get_name(o, "name", "", &name_buf, &oom),
 		.size = (uint64_t)jflat_int(o, "size"),
 		.mtime = { (time_t)jflat_int(o, "mtime_s"), (long)jflat_int(o, "mtime_ns") },
 		.ctime = { (time_t)jflat_int(o, "ctime_s"), (long)jflat_int(o, "ctime_ns") },
@@ -180,6 +181,7 @@ static int read_blob(const struct jflat *o, int64_t version, const struct index_
 	if (oom || !rec.key) {
 		free(key_buf);
 		free(id_buf);
+		free(name_buf);
 		return oom ? -ENOMEM : 0;
 	}
 	/* Version 1 wrote no proof of the copy: none is read from it even if
@@ -202,6 +204,7 @@ static int read_blob(const struct jflat *o, int64_t version, const struct index_
 	free(ranges);
 	free(key_buf);
 	free(id_buf);
+	free(name_buf);
 	return r;
 }
 
@@ -266,6 +269,8 @@ static void put_blob(struct jline *l, const struct index_rec *e)
 	jline_int(l, "last_used_ns", (int64_t)e->use_ns);
 	jline_int(l, "mtime_ns", e->mtime.tv_nsec);
 	jline_int(l, "mtime_s", e->mtime.tv_sec);
+	if (e->name && *e->name)
+		jbytes_put(l, "name", e->name, strlen(e->name));
 	if (e->nranges)
 		put_part(l, e);
 	jline_bool(l, "pinned", e->pinned);

@@ -42,6 +42,9 @@ struct index_rec {
 	const char *xxh;    /* content hash of the local copy */
 	const char *sample; /* source identity */
 	const char *reason;
+	const char *name;   /* a mount-relative name it was opened or collected by
+			     * ("" none; written since 2026-12-04, version 4 all the
+			     * same: an older wfs reads past it) */
 	uint64_t size;
 	struct timespec mtime, ctime;
 	int64_t last_used;  /* seconds */

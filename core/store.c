@@ -196,6 +196,34 @@ int store_take_ref_landed(struct store *s)
 
 /* ---- the daemon's hooks ---- */
 
+/* Keep @rel as @b's name when it has none, or a snapshot name for one that
+ * is not: the exclusion globs and the shard rule look at it, and the
+ * record walks the repo it names (a blob of a hub-level store is in no
+ * repo by its key).  A local blob's new name goes into the index. */
+static void name_locked(struct store *s, struct blob *b, const char *rel)
+{
+	char *n;
+
+	if (!rel || !*rel ||
+	    (b->name && (hub_is_snapshot_name(b->name) || !hub_is_snapshot_name(rel))))
+		return;
+	n = strdup(rel);
+	if (!n)
+		return; /* a name is a hint: none kept is no error */
+	free(b->name);
+	b->name = n;
+	store_copies_moved_locked(s);
+	if (b->state == BLOB_LOCAL || b->part)
+		store_dirty_locked(s);
+}
+
+void store_note_name(struct store *s, struct blob *b, const char *rel)
+{
+	pthread_mutex_lock(&s->lock);
+	name_locked(s, b, rel);
+	pthread_mutex_unlock(&s->lock);
+}
+
 void store_note_open(struct store *s, struct blob *b, const char *rel)
 {
 	const struct policy_opts *pol = s->opt.policy;
@@ -206,18 +234,7 @@ void store_note_open(struct store *s, struct blob *b, const char *rel)
 	atomic_fetch_add_explicit(&b->opens, 1, memory_order_relaxed);
 	atomic_store_explicit(&b->use_ns, now, memory_order_relaxed);
 	b->last_used = (int64_t)(now / 1000000000u);
-	/* Remember a name for the policy thread, a snapshot name rather than
-	 * blobs/<id>: the exclusion globs and the shard rule look at those. */
-	if (rel && *rel &&
-	    (!b->name || (!hub_is_snapshot_name(b->name) && hub_is_snapshot_name(rel)))) {
-		char *n = strdup(rel);
-
-		if (n) {
-			free(b->name);
-			b->name = n;
-			store_copies_moved_locked(s);
-		}
-	}
+	name_locked(s, b, rel);
 	if (b->state != BLOB_LOCAL) {
 		uint64_t opens = atomic_fetch_add(&b->nas_opens, 1) + 1;
 

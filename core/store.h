@@ -267,7 +267,9 @@ struct blob {
 	_Atomic uint64_t fs_ino;    /* ATOMIC: the daemon's node for it, for invalidation */
 	struct fetch_progress prog; /* ATOMIC (fetch.h) */
 	_Atomic uint64_t nas_bytes, local_bytes, opens, nas_opens; /* ATOMIC counters */
-	char *name;                 /* LOCK: a mount-relative name it was opened by, or NULL */
+	char *name;                 /* LOCK: a mount-relative name it was opened or collected
+				     * by (a snapshot name kept over any other), or NULL;
+				     * in the index */
 	int open_count;             /* LOCK: opens in the daemon now: never evicted for room */
 	uint64_t held;              /* LOCK: an evicted copy still open: its space, until
 				     * the last close */
@@ -590,6 +592,9 @@ int store_local_read_error(struct store *s, struct blob *b, unsigned copy_gen, i
  * copy comes back then).  All are cheap; read takes no lock unless the blob
  * turns hot. */
 void store_note_open(struct store *s, struct blob *b, const char *rel);
+/* @b is reachable by the mount-relative name @rel (a promote's walk found
+ * it there): kept as its name by the rule of an open's (store.c). */
+void store_note_name(struct store *s, struct blob *b, const char *rel);
 void store_note_read(struct store *s, struct blob *b, uint64_t bytes, int local);
 void store_note_close(struct store *s, struct blob *b);
 

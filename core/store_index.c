@@ -159,6 +159,11 @@ static int load_rec(void *arg, const struct index_rec *r)
 	b->last_used = r->last_used;
 	b->use_ns = r->use_ns ? r->use_ns : (uint64_t)(r->last_used > 0 ? r->last_used : 0) *
 		    1000000000u;
+	/* (a name is a hint -- the repo a hub-level store's blob is in: none
+	 * kept for want of memory costs nothing the next open or promote does
+	 * not give back) */
+	if (r->name && *r->name)
+		b->name = strdup(r->name);
 	if (!strcmp(r->state, "mismatch")) {
 		blob_state_set_locked(s, b, BLOB_MISMATCH);
 		snprintf(b->reason, sizeof(b->reason), "%s", r->reason);

@@ -153,7 +153,7 @@ static int snapshot_blob(struct index_snapshot *sn, const struct blob *b, const 
 	*rec = (struct index_rec){
 		.key = snap_str(sn, b->key), .id = snap_str(sn, b->id), .state = state,
 		.xxh = snap_str(sn, b->xxh), .sample = snap_str(sn, b->sample),
-		.reason = snap_str(sn, b->reason),
+		.reason = snap_str(sn, b->reason), .name = snap_str(sn, b->name ? b->name : ""),
 		.size = b->size, .mtime = b->nas_mtime, .ctime = b->nas_ctime,
 		.last_used = b->last_used, .pinned = !!(b->pinned & PIN_HAND),
 		.ref_pinned = !!(b->pinned & PIN_REF),
@@ -165,7 +165,7 @@ static int snapshot_blob(struct index_snapshot *sn, const struct blob *b, const 
 		.part_mtime = p ? p->proof.mtime : (struct timespec){ 0 },
 		.part_ctime = p ? p->proof.ctime : (struct timespec){ 0 },
 	};
-	if (!rec->key || !rec->id || !rec->xxh || !rec->sample || !rec->reason)
+	if (!rec->key || !rec->id || !rec->xxh || !rec->sample || !rec->reason || !rec->name)
 		return -ENOMEM;
 	sn->n++;
 	return 0;

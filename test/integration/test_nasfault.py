@@ -28,7 +28,10 @@ ranges (`eio`) or slow (`latency`).
                       it mounts, serves the local revision, says nas down;
                       NAS back: nas up, the rest of the hub shows; with
                       only blobs/ frozen (the root answers), it mounts
-                      within 10 s and serves the local revision
+                      within 10 s and serves the local revision; a revision
+                      whose blobs are in the hub-level store (their keys in
+                      no repo), promoted and never opened, serves after a
+                      restart with the NAS up, then one with it gone
   EioMidCopy          EIO in a blob's middle: promote fails naming EIO, reads
                       of that range fail EIO and others are right; the range
                       healed, promote succeeds
@@ -385,6 +388,46 @@ class RestartDuringOutage(WfsOnFaultNAS):
 
     def test_restart_while_nas_vanished(self):
         self.restart(NAS.vanish, NAS.restore)
+
+    def stop_and_start(self, begin=None):
+        cls = type(self)
+        problems = cls.mount.stop()
+        cls.mount.cleanup()
+        cls.mount = None
+        self.assertEqual(problems, [], "stopping wfs")
+        if begin:
+            begin()
+        cls.start_wfs()
+
+    def test_hub_level_store_revision(self):
+        """models--acme--hubstore's blobs/ entries are links into the
+        hub-level store: the record finds the repo by the names the
+        promote's walk gave the blobs, kept in the index across a restart
+        (with the NAS up the record is built again from the store alone)."""
+        repo = "models--acme--hubstore"
+        with open(FIX.n(repo + "/refs/main")) as f:
+            snap = "%s/snapshots/%s" % (repo, f.read().strip())
+        ctl_check(self, ["promote", "--wait", self.m(snap)], timeout=60)
+        # (two shards' links are absolute, into the hub this NAS mount
+        # wraps: outside NAS_HUB, shown as links, never copied)
+        files = [e for e in FIX.readable() if e["path"].startswith(snap + "/")
+                 and os.path.realpath(self.m(e["path"])).startswith(self.mnt + "/")]
+        self.assertEqual({e["path"]: state_of(self.m(e["path"])) for e in files},
+                         {e["path"]: "local" for e in files}, "after promote --wait %s" % snap)
+        self.assertGreaterEqual(len(files), 5, "local files of %s: %s" % (snap, files))
+        self.stop_and_start()
+        rep = wfstest.ctl_request(self.sock, {"op": "sync"}, timeout=60)
+        self.assertTrue(rep and rep.get("ok"), "sync after the restart: %s" % rep)
+        self.stop_and_start(lambda: NAS.check("fail ENOTCONN"))
+        self.wait_nas("down", DOWN_WAIT)
+        res = bounded_all([(sha_size_uncached, (self.m(e["path"]),)) for e in files], LOCAL_WAIT)
+        got = {e["path"]: r.get("value") if r["errno"] is None else errname(r["errno"])
+               for e, r in zip(files, res)}
+        self.assertEqual(got, {e["path"]: (e["sha256"], e["size"]) for e in files},
+                         "%s after two restarts, the NAS gone; the log ends:\n%s"
+                         % (snap, self.debug_state()))
+        NAS.check("ok")
+        self.wait_nas("up", UP_WAIT)
 
     def test_start_with_blob_lookups_frozen(self):
         """NAS_HUB answers, the repo's blobs/ is frozen: the start-up stats

@@ -10,6 +10,7 @@
  * the thread builds (walks the NAS) when an open names a repo, not for the
  * first open of a local copy by a name in its own. */
 #include "check.h"
+#include "collect.h"
 #include "record.h"
 #include "store.h"
 
@@ -75,7 +76,9 @@ static void hub(void)
 		"models--x--y", "models--x--y/blobs",
 		"models--x--y/snapshots", "models--x--y/snapshots/" REV, "models--x--y/refs",
 		"hubstore", "models--h--s", "models--h--s/blobs", "models--h--s/snapshots",
-		"models--h--s/snapshots/" REV, REPO "/trees", "models--h--s/trees" };
+		"models--h--s/snapshots/" REV, REPO "/trees", "models--h--s/trees",
+		"models--h--t", "models--h--t/blobs", "models--h--t/snapshots",
+		"models--h--t/snapshots/" REV };
 	size_t len = 0;
 
 	for (size_t i = 0; i < sizeof(dirs) / sizeof(*dirs); i++)
@@ -114,6 +117,10 @@ static void hub(void)
 	check_put(nas, "hubstore/blob1", "hub level\n");
 	check_ln(nas, "../../hubstore/blob1", "models--h--s/blobs/hid");
 	check_ln(nas, "../../blobs/hid", "models--h--s/snapshots/" REV "/f");
+	/* another, promoted by its revision and never opened */
+	check_put(nas, "hubstore/blob2", "hub level too\n");
+	check_ln(nas, "../../hubstore/blob2", "models--h--t/blobs/tid");
+	check_ln(nas, "../../blobs/tid", "models--h--t/snapshots/" REV "/g");
 }
 
 static struct blob *promote(struct store *s, const char *rel, const char *id)
@@ -494,6 +501,44 @@ static void damage(struct check_count *c, struct logs *lg, struct store *s,
 	record_close(&r);
 }
 
+/* A revision whose blob lives in a hub-level store (its key in no repo),
+ * promoted by the revision's name and never opened: the promote's walk
+ * names the blob, so the record walks its repo; the name is kept in the
+ * index, so a build after a restart does too (a NAS outage after it would
+ * otherwise fail what is local with EIO).  Closes and reopens *@s. */
+static void hub_store_promoted(struct check_count *c, struct logs *lg, struct store *s,
+			       const char *local, const struct store_opts *opt,
+			       const struct hub_roots *roots)
+{
+	static const char *const g = "models--h--t/snapshots/" REV "/g";
+	struct blob_set set = { 0 };
+	struct record r;
+	int local_n = 0;
+
+	CHECK(c, collect(roots, s, NULL, "models--h--t/snapshots/" REV, &set) == 0 && set.n == 1,
+	      "the revision: one blob (%zu)", set.n);
+	for (size_t i = 0; i < set.n; i++) {
+		store_promote(s, set.v[i], 0, 1);
+		local_n += store_wait_settled(s, set.v[i], 30000) == BLOB_LOCAL;
+	}
+	blob_set_free(&set);
+	CHECK(c, local_n == 1, "its blob local");
+	CHECK(c, record_open(&r, local, 0, log_line, lg) == 0 &&
+	      record_rebuild(&r, roots, s) == 0 && look(&r, g) == 0 && ent.e.kind == NS_LINK &&
+	      look(&r, "models--h--t/blobs/tid") == 0 && ent.e.kind == NS_FILE,
+	      "promoted, never opened: the repo is in the record (%s)", list(&r, ""));
+	record_close(&r);
+	CHECK(c, store_sync(s) == 0, "index written");
+	store_close(s);
+	CHECK(c, store_open(s, local, opt, NULL) == 0 && store_start(s) == 0, "store reopened");
+	CHECK(c, record_open(&r, local, 0, log_line, lg) == 0 &&
+	      record_rebuild(&r, roots, s) == 0 && look(&r, g) == 0 &&
+	      look(&r, "models--h--t/blobs/tid") == 0,
+	      "after a restart, built again: still there, by the name the index kept (%s)",
+	      list(&r, ""));
+	record_close(&r);
+}
+
 int main(void)
 {
 	struct check_count c = {0};
@@ -600,6 +645,7 @@ int main(void)
 
 	held(&c, &lg, &s, &roots);
 	damage(&c, &lg, &s, &roots);
+	hub_store_promoted(&c, &lg, &s, local, &opt, &roots);
 	store_close(&s);
 	snprintf(p, sizeof(p), "rm -rf %s", top);
 	if (system(p) != 0)

@@ -681,6 +681,7 @@ int store_verify(struct store *s, struct blob *b, int full, char *reason, size_t
 {
 	char local[PATH_MAX + 64], xxh[33], want[33];
 	int r, demoted = 0, unchecked;
+	unsigned gen;
 
 	pthread_mutex_lock(&s->lock);
 	if (b->state != BLOB_LOCAL) {
@@ -688,6 +689,7 @@ int store_verify(struct store *s, struct blob *b, int full, char *reason, size_t
 		return 0;
 	}
 	b->checked = 0;
+	gen = blob_copy_gen(b); /* the copy hashed below, if still this one */
 	snprintf(want, sizeof(want), "%s", b->xxh);
 	store_local_path_locked(s, b, local, sizeof(local));
 	pthread_mutex_unlock(&s->lock);
@@ -710,7 +712,9 @@ int store_verify(struct store *s, struct blob *b, int full, char *reason, size_t
 		return unchecked;
 	r = fetch_hash_file(local, xxh, NULL);
 	pthread_mutex_lock(&s->lock);
-	if (b->state == BLOB_LOCAL && (r < 0 || strcmp(xxh, want))) {
+	/* a verdict on this copy only: one evicted meanwhile may be gone
+	 * (ENOENT) while the copy made again since serves, good */
+	if (b->state == BLOB_LOCAL && blob_copy_gen(b) == gen && (r < 0 || strcmp(xxh, want))) {
 		if (r < 0)
 			snprintf(reason, rsz, "local copy unreadable: %s", strerror(-r));
 		else

@@ -9,7 +9,8 @@
  * bytes each read, or what ran meanwhile.  And a range asked for while
  * the NAS is down waits for it, as does a copy (whole or of a range) given
  * out just as it goes down.  And a source check, or a copy's content check,
- * whose file is replaced as it ends: its verdict is not the new file's. */
+ * whose file is replaced as it ends: its verdict is not the new file's;
+ * nor is a full verify's of a copy evicted and made again as it ran. */
 #include "check_store.h"
 #include "hash.h"
 #include "nasgate.h"
@@ -148,6 +149,30 @@ int __wrap_content_hash_final(struct content_hash *h, char xxh_hex[33], int *id_
 	int r = __real_content_hash_final(h, xxh_hex, id_matches);
 
 	replace_if_armed();
+	return r;
+}
+
+/* --wrap=fetch_hash_file: when armed, the blob is evicted before the hash
+ * opens its copy (which is gone: ENOENT), and made again after. */
+int __real_fetch_hash_file(const char *path, char xxh_hex[33], struct fetch_progress *prog);
+int __wrap_fetch_hash_file(const char *path, char xxh_hex[33], struct fetch_progress *prog);
+static struct {
+	_Atomic int armed;
+	struct store *s;
+	struct blob *b;
+	int remade; /* the blob was LOCAL again when the hash returned */
+} evict_at;
+
+int __wrap_fetch_hash_file(const char *path, char xxh_hex[33], struct fetch_progress *prog)
+{
+	int r;
+
+	if (!atomic_exchange(&evict_at.armed, 0))
+		return __real_fetch_hash_file(path, xxh_hex, prog);
+	store_evict(evict_at.s, evict_at.b, 0);
+	r = __real_fetch_hash_file(path, xxh_hex, prog);
+	store_promote(evict_at.s, evict_at.b, 0, 1);
+	evict_at.remade = store_wait_settled(evict_at.s, evict_at.b, 30000) == BLOB_LOCAL;
 	return r;
 }
 
@@ -531,6 +556,32 @@ static void test_mismatch_of_a_replaced_source(void)
 	store_close(&s);
 }
 
+/* wfsctl verify --full of a copy evicted as its hash begins, and made
+ * again before it ends: the hash found no file, which says nothing of the
+ * copy serving now -- it stays local and keeps serving. */
+static void test_full_verify_of_a_copy_made_again(void)
+{
+	struct store_opts opt = { .workers = 1 };
+	char local[PATH_MAX * 2], why[256] = "";
+	struct store s;
+	struct blob *b;
+
+	check_put_pattern(top, "nas/verified", 1 << 20, 5);
+	check_store_dir(top, "vlocal", local, sizeof(local));
+	CHECK(&c, store_open(&s, local, &opt, NULL) == 0 && store_start(&s) == 0, "open");
+	b = check_blob(&s, top, "nas/verified", "verified", 1);
+	store_promote(&s, b, 0, 1);
+	CHECK(&c, store_wait_settled(&s, b, 30000) == BLOB_LOCAL, "local");
+	evict_at.s = &s, evict_at.b = b;
+	atomic_store(&evict_at.armed, 1);
+	CHECK(&c, store_verify(&s, b, 1, why, sizeof(why)) == 0 && evict_at.remade &&
+	      blob_state(b) == BLOB_LOCAL, "verify --full of a copy made again as it ran: "
+	      "nothing demoted (%s, %s)", blob_state_name(blob_state(b)), why);
+	CHECK(&c, store_verify(&s, b, 1, why, sizeof(why)) == 0 && blob_state(b) == BLOB_LOCAL,
+	      "and the copy made again verifies whole (%s)", why);
+	store_close(&s);
+}
+
 int main(void)
 {
 	snprintf(top, sizeof(top), "/var/tmp/wfs-inflight-XXXXXX");
@@ -544,6 +595,7 @@ int main(void)
 	test_copy_given_out_as_the_nas_goes_down();
 	test_check_of_a_replaced_source();
 	test_mismatch_of_a_replaced_source();
+	test_full_verify_of_a_copy_made_again();
 	check_rmtree(top);
 	printf("inflight: %d passed, %d failed\n", c.passed, c.failed);
 	return c.failed ? 1 : 0;

@@ -21,7 +21,9 @@
  *  - A thread that ends with reads left running hands their buffers to @rr
  *    (the kernel may still write them, and only the process's end makes
  *    that harmless): ringread_fini() frees them, for the leak checker, as
- *    the daemon ends, every thread that read gone.
+ *    the daemon ends, every thread that read gone -- its last call before
+ *    it returns from main, so that no later allocation is given their
+ *    memory.
  *  - The caller's descriptor must stay open until the call returns; a read
  *    left running keeps its own reference to the file (io_uring takes one).
  */

@@ -621,7 +621,6 @@ static void close_state(struct wfs *w, struct doctor_scan *links)
 		store_close(&w->store);
 	if (w->gate_inited)
 		nas_gate_destroy(&w->gate); /* after the store: its copies report to it */
-	ringread_fini(&w->ringread); /* the FUSE workers are gone */
 	if (w->pins_open)
 		pins_close(&w->pins);
 	inval_destroy(&w->inval); /* after the store: its close may still report */
@@ -666,5 +665,9 @@ int main(int argc, char **argv)
 	opts_free(&w.opt);
 	if (w.lock_fd >= 0)
 		close(w.lock_fd);
+	/* Last, the FUSE workers gone: the buffers of reads still hung in the
+	 * NAS, which the kernel may write yet -- freed with no allocation
+	 * after that could be given their memory. */
+	ringread_fini(&w.ringread);
 	return ret;
 }

@@ -379,6 +379,7 @@ struct walk {
 	void *arg;
 	struct ns_entry e; /* one per walk: only used between readdir calls */
 	int fn_failed;     /* @fn returned an error: the walk stops */
+	int broke;         /* a listing broke off part way: the walk stops */
 };
 
 /* One entry that vanished, is hidden, or cannot be read (a name too long,
@@ -426,11 +427,13 @@ static int walk_dir(struct walk *wk, const char *rel, int depth)
 		    ((wk->flags & NS_WALK_WEIGHTS) && !hub_holds_weights(child)))
 			continue;
 		r = walk_entry(wk, nd, de->d_name, child, depth + 1);
-		if (r < 0 && !wk->fn_failed && skippable(wk, r))
+		if (r < 0 && !wk->fn_failed && !wk->broke && skippable(wk, r))
 			r = 0;
 	}
-	if (r == 0 && errno)
+	if (r == 0 && errno) {
 		r = -errno; /* the listing broke off: entries after it unseen */
+		wk->broke = 1;
+	}
 	if (d)
 		closedir(d);
 	ns_dir_close(nd);

@@ -438,6 +438,66 @@ out:
 	free(nd);
 }
 
+/* --wrap=readdir64 (readdir's symbol with 64-bit offsets, as the build
+ * has them): a listing of the directory (break_dev, break_ino) breaks off
+ * with EIO after break_after entries, as a NAS failing mid-way breaks one. */
+struct dirent *__real_readdir64(DIR *d);
+struct dirent *__wrap_readdir64(DIR *d);
+static dev_t break_dev;
+static ino_t break_ino;
+static int break_after = -1;
+
+struct dirent *__wrap_readdir64(DIR *d)
+{
+	struct stat st;
+
+	if (break_after >= 0 && fstat(dirfd(d), &st) == 0 && st.st_dev == break_dev &&
+	    st.st_ino == break_ino && break_after-- == 0) {
+		break_after = 0; /* every later call fails too */
+		errno = EIO;
+		return NULL;
+	}
+	return __real_readdir64(d);
+}
+
+static int count_entry(void *arg, const char *rel, const struct ns_entry *e)
+{
+	(void)rel, (void)e;
+	++*(int *)arg;
+	return 0;
+}
+
+/* A walk whose listing of a directory below its start breaks off part way
+ * stops with that error, in either mode: a promote must not take the
+ * entries before the break for the whole tree.  A directory that cannot
+ * be opened at all is skipped (not strict) as before. */
+static void test_walk_listing_breaks(struct check_count *c)
+{
+	const char *sub = "models--o--std/snapshots/" REV;
+	struct hub_roots roots = {0};
+	char p[PATH_MAX * 2];
+	struct stat st;
+	int whole = 0, n, r;
+
+	snprintf(p, sizeof(p), "%s/hub", top);
+	CHECK(c, hub_roots_add(&roots, p) == 0, "root");
+	snprintf(p, sizeof(p), "%s/hub/%s", top, sub);
+	CHECK(c, stat(p, &st) == 0, "%s", p);
+	break_dev = st.st_dev;
+	break_ino = st.st_ino;
+	CHECK(c, ns_walk(&roots, "models--o--std", NS_WALK_WEIGHTS, count_entry, &whole) == 0 &&
+	      whole > 4, "the whole walk: %d entries", whole);
+	for (int strict = 0; strict < 2; strict++) {
+		n = 0;
+		break_after = 1;
+		r = ns_walk(&roots, "models--o--std", NS_WALK_WEIGHTS | (strict ? NS_WALK_STRICT : 0),
+			    count_entry, &n);
+		break_after = -1;
+		CHECK(c, r == -EIO && n < whole, "%s walk: the listing of %s breaking off stops it "
+		      "(%d, %d of %d entries)", strict ? "a strict" : "a", sub, r, n, whole);
+	}
+}
+
 int main(void)
 {
 	struct check_count c = {0};
@@ -450,6 +510,7 @@ int main(void)
 	test_ns_given_spelling(&c);
 	test_ns_batch(&c);
 	test_ns_in(&c);
+	test_walk_listing_breaks(&c);
 	check_rmtree(top);
 	printf("core: %d passed, %d failed\n", c.passed, c.failed);
 	return c.failed ? 1 : 0;

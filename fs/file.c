@@ -318,6 +318,19 @@ static uint64_t cached_bytes(int fd)
 	return cs.nr_cache * (uint64_t)sysconf(_SC_PAGESIZE);
 }
 
+/* The open counted on its blob (once): from then on an eviction of its
+ * copy keeps the copy's room held until the release. */
+static void note_open(struct wfs *w, struct wfs_fh *fh)
+{
+	char path[PATH_MAX];
+
+	if (!fh->blob || fh->noted)
+		return;
+	node_path(fh->node, path, sizeof(path));
+	store_note_open(&w->store, fh->blob, path);
+	fh->noted = 1;
+}
+
 /* The NAS cannot answer the open: a local copy serves alone (its NAS side
  * is opened later if it is demoted meanwhile), a refs file, marker or
  * file list of a local revision from the record's bytes; anything else
@@ -330,6 +343,10 @@ static int open_without_nas(struct wfs *w, struct wfs_fh *fh, struct stat *st)
 	int direct, r = -EIO;
 	unsigned gen;
 
+	/* counted before the copy's descriptor is taken, as when the NAS
+	 * answers: evicted in between, its room would not be held */
+	if (fh->blob && blob_state(fh->blob) == BLOB_LOCAL)
+		note_open(w, fh);
 	if (fh->blob && blob_state(fh->blob) == BLOB_LOCAL && fh_local_fd(w, fh, &direct, &gen) >= 0) {
 		node_attr(&w->nodes, fh->node, st);
 		nas_gate_count_record(&w->gate);
@@ -498,9 +515,7 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	if (fh->blob) {
-		node_path(n, path, sizeof(path));
-		store_note_open(&w->store, fh->blob, path);
-		fh->noted = 1;
+		note_open(w, fh);
 		/* Attributes the kernel has not asked about yet count too: a
 		 * source that changed is checked before its copy serves. */
 		if (from_nas)

@@ -93,13 +93,14 @@ static void test_index(struct check_count *c)
 		  .xxh = "0123456789abcdef0123456789abcdef", .sample = "s", .reason = "",
 		  .size = 1ULL << 40, .mtime = { 1796365597, 99611806 }, .last_used = -7,
 		  .use_ns = UINT64_C(1796370536892427694), .pinned = 1, .copy_ino = 11021306,
-		  .copy_mtime = { INT64_MAX, 999999999 }, .copy_ctime = { INT64_MIN, 0 } },
+		  .copy_mtime = { INT64_MAX, 999999999 }, .copy_ctime = { INT64_MIN, 0 },
+		  .name = "models--o--m/snapshots/r/model \"a\".safetensors" },
 		{ .key = "/n/hub/a \"quoted\"\\name\ttab\x01\x1f\x7f/", .id = "bb",
 		  .state = "mismatch", .xxh = "", .sample = "",
 		  .reason = "NAS file changed\nsize 3 -> 4 / \b\f\r\x02" },
 		{ .key = "/n/hub/\xff\xfe not utf-8", .id = "\xc0\xaf", .state = "nas", .xxh = "",
 		  .sample = "", .reason = "caf\xc3\xa9 \xff r\xc3\xa9sum\xc3\xa9 \xed\xa0\x80",
-		  .ref_pinned = 1 },
+		  .ref_pinned = 1, .name = "models--o--m/snapshots/r/\xff" },
 		{ .key = "/n/hub/p\xf4\x8f\xbf\xbf", .id = "dd", .state = "partial", .xxh = "",
 		  .sample = "", .reason = "", .ranges = r, .nranges = 2, .part_ino = 5 },
 	};
@@ -114,6 +115,8 @@ static void test_index(struct check_count *c)
 	CHECK(c, ok && n == 4, "index_write's 4 lines are jansson's dumps of themselves (%d)", n);
 	CHECK(c, s && strstr(s, "\"key_hex\":\"2f6e2f6875622ffffe206e6f74207574662d38\"") &&
 		 strstr(s, "\"id_hex\":\"c0af\"") &&
+		 strstr(s, "\"name_hex\":\"6d6f64656c732d2d6f2d2d6d2f736e617073686f74732f722fff\"") &&
+		 strstr(s, "\"name\":\"models--o--m/snapshots/r/model \\\"a\\\".safetensors\"") &&
 		 strstr(s, "\"reason\":\"caf?? ? r??sum?? ???\""),
 	      "names not UTF-8 as _hex; a reason not UTF-8 with '?' for each byte >= 0x80");
 	free(s);

@@ -38,6 +38,10 @@ static int see_blob(void *arg, const struct index_rec *r)
 	}
 	n = strlen(s->text);
 	snprintf(s->text + n, sizeof(s->text) - n, "\n");
+	if (*r->name) { /* a line of its own: the blob lines above stay as they were */
+		n = strlen(s->text);
+		snprintf(s->text + n, sizeof(s->text) - n, "name %s\n", r->name);
+	}
 	s->blobs++;
 	return 0;
 }
@@ -88,12 +92,14 @@ static int write_sample(const char *path)
 	const struct index_rec recs[] = {
 		{ .key = "/nas/models--a--b/blobs/aa", .id = "aa", .state = "local",
 		  .xxh = "11111111111111111111111111111111", .sample = "s1", .reason = "",
-		  .size = 12345, .use_ns = 7, .copy_ino = 42 },
+		  .size = 12345, .use_ns = 7, .copy_ino = 42,
+		  .name = "models--a--b/snapshots/c0ffee/model.safetensors" },
 		{ .key = "/nas/models--a--b/blobs/bb", .id = "bb", .state = "partial",
 		  .xxh = "", .sample = "s2", .reason = "a \"quoted\" reason\nand a line",
 		  .size = 1 << 20, .ranges = ranges, .nranges = 2, .part_ino = 9 },
 		{ .key = "/nas/models--a--b/blobs/\xff\xfe", .id = "\xff\xfe", .state = "nas",
-		  .xxh = "", .sample = "", .reason = "", .pinned = 1, .ref_pinned = 1 },
+		  .xxh = "", .sample = "", .reason = "", .pinned = 1, .ref_pinned = 1,
+		  .name = "models--a--b/snapshots/c0ffee/\xff\xfe" },
 	};
 	const struct index_ref ref = { "models--a--b", "main", "c0ffee", "" };
 
@@ -130,6 +136,10 @@ static void test_layouts(struct check_count *c, const char *path)
 	      strstr(first.text, "blob /nas/models--a--b/blobs/\xff\xfe|\xff\xfe|nas|||0|1|1|0|0\n") &&
 	      strstr(first.text, "|local|11111111111111111111111111111111||12345|0|0|42|0\n") &&
 	      strstr(first.text, "ref models--a--b|main|c0ffee|\n"), "the records: %s", first.text);
+	CHECK(c, strstr(first.text, "|0|0|42|0\nname models--a--b/snapshots/c0ffee/"
+			"model.safetensors\n") &&
+	      strstr(first.text, "|nas|||0|1|1|0|0\nname models--a--b/snapshots/c0ffee/\xff\xfe\n"),
+	      "the names the blobs were opened by, one not UTF-8: %s", first.text);
 
 	CHECK(c, relayout(path, JSON_INDENT(1) | JSON_SORT_KEYS) == 0, "indented");
 	CHECK(c, read_index(path, &again) == INDEX_VERSION && !strcmp(again.text, first.text),

@@ -209,12 +209,16 @@ struct name_cache {
 	json_t *map;           /* NAS key -> [mount-relative names] (collect.h) */
 };
 
-static void names_of(struct auto_promoter *a, struct name_cache *nc, const char *repo,
-		     const char *key, struct names *out)
+/* @key's snapshot names in @repo into @out: 0, or the -errno of a walk of
+ * its snapshots that failed (nothing cached then: the names are not known,
+ * and an exclusion not seen would copy an excluded pack). */
+static int names_of(struct auto_promoter *a, struct name_cache *nc, const char *repo,
+		    const char *key, struct names *out)
 {
 	int64_t now = store_now_ms();
 	json_t *v, *name;
 	size_t i;
+	int r;
 
 	/* a blob the cache does not know may be in a revision newer than it
 	 * (a second later: not one walk per unknown blob) */
@@ -226,12 +230,17 @@ static void names_of(struct auto_promoter *a, struct name_cache *nc, const char 
 		nc->map = json_object();
 		nc->at_ms = now;
 		snprintf(nc->repo, sizeof(nc->repo), "%s", repo);
-		if (nc->map)
-			collect_snapshot_names(a->roots, repo, nc->map, COLLECT_NAMES_MAX);
+		r = nc->map ? collect_snapshot_names(a->roots, repo, nc->map, COLLECT_NAMES_MAX)
+			    : -ENOMEM;
+		if (r < 0) {
+			nc->map = (json_decref(nc->map), NULL);
+			return r;
+		}
 	}
 	v = json_object_get(nc->map, key);
 	json_array_foreach(v, i, name)
 		names_add(out, json_string_value(name));
+	return 0;
 }
 
 static void handle_hot(struct auto_promoter *a, struct blob *b, struct name_cache *nc)
@@ -257,8 +266,17 @@ static void handle_hot(struct auto_promoter *a, struct blob *b, struct name_cach
 			snprintf(repo, sizeof(repo), "%.*s", (int)strcspn(rel, "/"), rel);
 		/* Opened as <repo>/blobs/<id> (a snapshot link followed by the
 		 * kernel): its snapshot names are what globs and shards speak of. */
-		if (*repo && (!names.n || !hub_is_snapshot_name(names.v[0])))
-			names_of(a, nc, repo, key, &names);
+		if (*repo && (!names.n || !hub_is_snapshot_name(names.v[0]))) {
+			int r = names_of(a, nc, repo, key, &names);
+
+			if (r < 0) {
+				store_log_msg(s, LOG_WARNING, "hot, not promoted now: %s: the snapshot "
+					      "names the exclusion globs speak of could not be listed "
+					      "(%s); it may turn hot again", key, strerror(-r));
+				store_hot_again(s, b);
+				goto out;
+			}
+		}
 	}
 	for (size_t i = 0; i < names.n && !glob; i++)
 		if ((glob = policy_excluded(pol, names.v[i])))

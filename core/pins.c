@@ -9,6 +9,7 @@
 #include "path.h"
 #include "reply.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -196,21 +197,46 @@ static int revision_set(struct pins *p, const char *repo, const char *rev, struc
 	return r;
 }
 
-/* What the ref pins other than (@repo, @ref) keep pinned. */
-static void kept_by_others(struct pins *p, const char *repo, const char *ref,
-			   struct blob_set *keep)
+/* What the ref pins other than (@repo, @ref) keep pinned: 0, or the
+ * -errno of a listing that failed -- @keep is then short of what they
+ * keep, and nothing may be unpinned by it. */
+static int kept_by_others(struct pins *p, const char *repo, const char *ref,
+			  struct blob_set *keep)
 {
 	size_t n;
 	struct pin *v = pins_list(p, &n);
+	int err = v || !n ? 0 : -ENOMEM;
 
-	for (size_t i = 0; v && i < n; i++) {
+	for (size_t i = 0; v && i < n && !err; i++) {
 		if (!strcmp(v[i].repo, repo) && !strcmp(v[i].ref, ref))
 			continue;
-		revision_set(p, v[i].repo, v[i].commit, keep);
-		revision_set(p, v[i].repo, v[i].pending, keep);
+		err = revision_set(p, v[i].repo, v[i].commit, keep);
+		if (err >= 0)
+			err = revision_set(p, v[i].repo, v[i].pending, keep);
+		err = err < 0 ? err : 0;
 	}
 	blob_set_unique(keep);
 	free(v);
+	return err;
+}
+
+/* When the pin (@repo, @ref) lets the revisions @revs go (@nrevs of
+ * them): their blobs into @gone, what every other ref pin keeps into
+ * @keep.  0, or the -errno of a listing that failed: nothing may be
+ * unpinned then (a blob another pin keeps could be), and the caller
+ * changes nothing, to try again at its next look. */
+static int let_go(struct pins *p, const char *repo, const char *ref, const char *const *revs,
+		  size_t nrevs, struct blob_set *gone, struct blob_set *keep)
+{
+	int err = kept_by_others(p, repo, ref, keep);
+
+	for (size_t i = 0; !err && i < nrevs; i++) {
+		int e = revision_set(p, repo, revs[i], gone);
+
+		err = e < 0 ? e : 0;
+	}
+	blob_set_unique(gone);
+	return err;
 }
 
 /* Pin and queue (as a ref pin's: before automatic requests, retried by
@@ -288,25 +314,35 @@ static int snapshot_exists(const struct hub_roots *roots, const char *repo, cons
 /* The ref moved on (or back) while @r->pending was still being copied:
  * that revision is not wanted any more; unpin what neither the kept
  * revision, the one the ref names now (@next) nor another ref pin has, and
- * forget it (pending and the reason it gave). */
-static void drop_pending(struct pins *p, struct pin *r, const char *next)
+ * forget it (pending and the reason it gave).  0, or -errno with nothing
+ * changed but @r's reason (a listing failed: tried again later). */
+static int drop_pending(struct pins *p, struct pin *r, const char *next)
 {
 	struct blob_set keep = { 0 }, gone = { 0 };
-	size_t n;
+	const char *revs[] = { r->pending };
+	size_t n = 0;
+	int err = let_go(p, r->repo, r->ref, revs, 1, &gone, &keep);
 
-	kept_by_others(p, r->repo, r->ref, &keep);
-	revision_set(p, r->repo, r->commit, &keep);
-	revision_set(p, r->repo, next, &keep);
+	if (!err)
+		err = revision_set(p, r->repo, r->commit, &keep);
+	if (err >= 0)
+		err = revision_set(p, r->repo, next, &keep);
 	blob_set_unique(&keep);
-	revision_set(p, r->repo, r->pending, &gone);
-	n = unpin_unless_kept(p, &gone, &keep);
+	if (err >= 0)
+		n = unpin_unless_kept(p, &gone, &keep);
 	blob_set_free(&keep);
 	blob_set_free(&gone);
+	if (err < 0) {
+		snprintf(r->reason, sizeof(r->reason), "the ref names %s: revision %s not let go "
+			 "yet (a listing failed: %s)", next, r->pending, strerror(-err));
+		return err;
+	}
 	store_log_msg(p->store, LOG_NOTICE, "ref pin %s refs/%s: revision %s dropped before it was "
 		      "local (the ref names %s): %zu blobs unpinned", r->repo, r->ref, r->pending,
 		      next, n);
 	r->pending[0] = '\0';
 	r->reason[0] = '\0';
+	return 0;
 }
 
 int pins_pin(struct pins *p, const char *repo, const char *ref, char *commit, size_t csz)
@@ -336,8 +372,8 @@ int pins_pin(struct pins *p, const char *repo, const char *ref, char *commit, si
 
 		/* a revision the ref no longer names: dropped, as when the
 		 * poll sees the ref move (follow_ref) */
-		if (r.pending[0] && strcmp(r.pending, next))
-			drop_pending(p, &r, c);
+		if (r.pending[0] && strcmp(r.pending, next) && (err = drop_pending(p, &r, c)) < 0)
+			goto out;
 		snprintf(r.pending, sizeof(r.pending), "%s", next);
 	} else {
 		memset(&r, 0, sizeof(r));
@@ -367,33 +403,64 @@ int pins_unpin(struct pins *p, const char *repo, const char *ref)
 {
 	struct blob_set keep = { 0 }, set = { 0 };
 	struct pin gone, *r;
+	const char *revs[2];
 	size_t n = 0;
+	int err;
 
 	pthread_mutex_lock(&p->op_lock);
-	pthread_mutex_lock(&p->lock);
-	r = find_locked(p, repo, ref);
-	if (r) {
-		gone = *r;
+	err = get(p, repo, ref, &gone);
+	revs[0] = gone.commit;
+	revs[1] = gone.pending;
+	/* its revisions listed before it is dropped: a pin dropped with
+	 * blobs it could not name would leave them pinned for good */
+	if (!err)
+		err = let_go(p, repo, ref, revs, 2, &set, &keep);
+	if (!err) {
+		pthread_mutex_lock(&p->lock);
+		r = find_locked(p, repo, ref);
 		memmove(r, r + 1, (size_t)(p->v + p->n - (r + 1)) * sizeof(*r));
 		p->n--;
+		pthread_mutex_unlock(&p->lock);
+		n = unpin_unless_kept(p, &set, &keep);
+		persist(p);
 	}
-	pthread_mutex_unlock(&p->lock);
-	if (!r) {
-		pthread_mutex_unlock(&p->op_lock);
-		return -ENOENT;
-	}
-	kept_by_others(p, repo, ref, &keep);
-	revision_set(p, repo, gone.commit, &set);
-	revision_set(p, repo, gone.pending, &set);
-	blob_set_unique(&set);
-	n = unpin_unless_kept(p, &set, &keep);
 	blob_set_free(&set);
 	blob_set_free(&keep);
-	persist(p);
 	pthread_mutex_unlock(&p->op_lock);
+	if (err < 0)
+		return err;
 	store_log_msg(p->store, LOG_NOTICE, "ref pin %s refs/%s dropped: %zu blobs unpinned", repo,
 		      ref, n);
 	return (int)n;
+}
+
+/* 1 when @repo's blobs/ on the NAS holds a download in progress
+ * (HUB-LAYOUT.md: "<id>.incomplete" or "<id>.<8 hex>.incomplete", renamed
+ * when done): a client writes refs/<name> before the files, so a snapshot
+ * seen then may hold only the files done so far.  0 otherwise, and when
+ * blobs/ cannot be listed (the revision's own listing speaks for it). */
+static int downloads_in_progress(struct pins *p, const char *repo)
+{
+	static const char suffix[] = ".incomplete";
+	char rel[PATH_MAX];
+	struct ns_dir nd;
+	struct dirent *de;
+	DIR *d = NULL;
+	int fd = -1, busy = 0;
+
+	if (snprintf(rel, sizeof(rel), "%s/blobs", repo) >= (int)sizeof(rel))
+		return 0;
+	if (ns_dir_open(&nd, p->roots, rel) == 0 && (fd = dup(nd.fd)) >= 0 && !(d = fdopendir(fd)))
+		close(fd);
+	while (d && !busy && (de = readdir(d))) {
+		size_t n = strlen(de->d_name);
+
+		busy = n > sizeof(suffix) - 1 && !strcmp(de->d_name + n - (sizeof(suffix) - 1), suffix);
+	}
+	if (d)
+		closedir(d);
+	ns_dir_close(&nd);
+	return busy;
 }
 
 /* The pending revision of @r: pin and queue it; once all of it is local it
@@ -421,13 +488,32 @@ static int settle(struct pins *p, struct pin *r)
 		blob_set_free(&set);
 		return 0;
 	}
+	/* all of it local, but maybe not all of it there yet: listed again at
+	 * the next look, the files that came meanwhile pinned and copied */
+	if (downloads_in_progress(p, r->repo)) {
+		snprintf(r->reason, sizeof(r->reason), "moving to %s: its %zu blobs local; downloads "
+			 "in progress on the NAS (%s/blobs/*.incomplete)", r->pending, set.n,
+			 r->repo);
+		blob_set_free(&set);
+		return 0;
+	}
 	if (r->commit[0] && strcmp(r->commit, r->pending)) {
-		kept_by_others(p, r->repo, r->ref, &keep);
-		for (size_t i = 0; i < set.n; i++)
+		const char *revs[] = { r->commit };
+		int err = let_go(p, r->repo, r->ref, revs, 1, &old, &keep);
+
+		for (size_t i = 0; !err && i < set.n; i++)
 			if (!set.glob[i] && blob_set_add(&keep, set.v[i]) < 0)
-				break;
+				err = -ENOMEM;
+		if (err) {
+			snprintf(r->reason, sizeof(r->reason), "moving to %s: all local; %s not let "
+				 "go yet (a listing failed: %s)", r->pending, r->commit,
+				 strerror(-err));
+			blob_set_free(&keep);
+			blob_set_free(&old);
+			blob_set_free(&set);
+			return 0;
+		}
 		blob_set_unique(&keep);
-		revision_set(p, r->repo, r->commit, &old);
 		n = unpin_unless_kept(p, &old, &keep);
 	}
 	store_log_msg(p->store, LOG_NOTICE, "ref pin %s refs/%s: revision %s is local (%zu blobs)%s%s%s",
@@ -460,10 +546,8 @@ static int follow_ref(struct pins *p, struct pin *r)
 	}
 	/* Back to the kept revision before the pending one was local: that
 	 * one is dropped, as when the ref moves on to a third. */
-	if (!strcmp(cur, r->commit) && r->pending[0]) {
-		drop_pending(p, r, cur);
-		return 1;
-	}
+	if (!strcmp(cur, r->commit) && r->pending[0])
+		return drop_pending(p, r, cur) == 0 ? 1 : changed;
 	if (!strcmp(cur, r->commit) || !strcmp(cur, r->pending))
 		return changed;
 	if (!snapshot_exists(p->roots, r->repo, cur)) {
@@ -473,8 +557,8 @@ static int follow_ref(struct pins *p, struct pin *r)
 	}
 	store_log_msg(p->store, LOG_NOTICE, "ref %s refs/%s moved from %s to %s: promoting it", r->repo,
 		  r->ref, r->commit[0] ? r->commit : "(none)", cur);
-	if (r->pending[0])
-		drop_pending(p, r, cur);
+	if (r->pending[0] && drop_pending(p, r, cur) < 0)
+		return changed;
 	snprintf(r->pending, sizeof(r->pending), "%s", cur);
 	settle(p, r);
 	return 1;

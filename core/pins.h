@@ -63,7 +63,9 @@ void pins_close(struct pins *p);
 int pins_pin(struct pins *p, const char *repo, const char *ref, char *commit, size_t csz);
 /* Drop the pin and unpin its revisions' blobs (unless another ref pin
  * keeps them; a blob pinned by hand too stays pinned: store.h
- * PIN_HAND).  Returns the number unpinned, -ENOENT when there was no pin. */
+ * PIN_HAND).  Returns the number unpinned, -ENOENT when there was no pin,
+ * or the -errno of a listing of its revisions or another pin's that failed
+ * (the NAS): the pin is kept then, nothing unpinned. */
 int pins_unpin(struct pins *p, const char *repo, const char *ref);
 /* A copy of the pins (malloc'ed; *n entries). */
 struct pin *pins_list(struct pins *p, size_t *n);

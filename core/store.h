@@ -660,6 +660,9 @@ int store_take_ref_landed(struct store *s);
 int64_t store_retry_due(struct store *s);
 /* A blob the policy is about to queue itself: its own reads need not. */
 void store_mark_hot(struct store *s, struct blob *b);
+/* The policy could not decide about hot @b now (a NAS walk it needed
+ * failed): it is not hot any more, and more reads make it hot again. */
+void store_hot_again(struct store *s, struct blob *b);
 /* A mount-relative name @b was opened by (a snapshot name if it had one),
  * copied into @out; "" if none. */
 void store_blob_name(struct store *s, const struct blob *b, char *out, size_t sz);

@@ -239,6 +239,13 @@ void store_reset_hot_locked(struct store *s, struct blob *b)
 	atomic_store_explicit(&b->hot, 0, memory_order_relaxed);
 }
 
+void store_hot_again(struct store *s, struct blob *b)
+{
+	pthread_mutex_lock(&s->lock);
+	store_reset_hot_locked(s, b);
+	pthread_mutex_unlock(&s->lock);
+}
+
 /* ---- the backoff of failed copies (store.h, enum store_who) ---- */
 
 int store_retry_wanted_locked(const struct store *s, const struct blob *b)

@@ -1,0 +1,360 @@
+/* test_pinfaults.c - ref pins and automatic promotion when a NAS listing
+ * fails once, and a ref pin following a revision still being downloaded.
+ *
+ * A listing that breaks off (--wrap=readdir64: EIO from one chosen
+ * directory, once) must never be taken for what the NAS holds: a settle
+ * that cannot list what another pin keeps unpins nothing, an unpin --ref
+ * that cannot list its revisions keeps the pin, and a hot blob whose
+ * snapshot names cannot be listed is not promoted past an exclusion glob.
+ * And a ref that moved to a revision whose files are still arriving
+ * (blobs/<id>.incomplete on the NAS) is not settled on until they are in.
+ */
+#include "auto.h"
+#include "check_store.h"
+#include "pins.h"
+#include "store.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define KiB 1024u
+
+static char top[PATH_MAX];
+static struct check_count c;
+
+/* A listing of the directory (fail_dev, fail_ino) fails with EIO, once. */
+struct dirent *__real_readdir64(DIR *d);
+struct dirent *__wrap_readdir64(DIR *d);
+static dev_t fail_dev;
+static ino_t fail_ino;
+static atomic_int fail_armed;
+
+struct dirent *__wrap_readdir64(DIR *d)
+{
+	struct stat st;
+
+	if (atomic_load(&fail_armed) && fstat(dirfd(d), &st) == 0 && st.st_dev == fail_dev &&
+	    st.st_ino == fail_ino && atomic_exchange(&fail_armed, 0)) {
+		errno = EIO;
+		return NULL;
+	}
+	return __real_readdir64(d);
+}
+
+/* The next listing of hub/@rel fails once. */
+static void fail_listing_of(const char *rel)
+{
+	char p[PATH_MAX * 2];
+	struct stat st;
+
+	snprintf(p, sizeof(p), "%s/hub/%s", top, rel);
+	if (stat(p, &st) < 0) {
+		perror(p);
+		exit(2);
+	}
+	fail_dev = st.st_dev;
+	fail_ino = st.st_ino;
+	atomic_store(&fail_armed, 1);
+}
+
+/* hub/@repo/snapshots/@rev/@name -> ../../blobs/@blob (one level deeper:
+ * ../../../blobs) */
+static void snap_link(const char *repo, const char *rev, const char *name, const char *blob)
+{
+	char dir[PATH_MAX], p[PATH_MAX * 2], t[PATH_MAX];
+	const char *slash = strrchr(name, '/');
+
+	snprintf(dir, sizeof(dir), "hub/%s/snapshots/%s%s%.*s", repo, rev, slash ? "/" : "",
+		 slash ? (int)(slash - name) : 0, name);
+	check_mkdirs(top, dir);
+	snprintf(t, sizeof(t), "%s../../blobs/%s", slash ? "../" : "", blob);
+	snprintf(p, sizeof(p), "%s/hub/%s/snapshots/%s/%s", top, repo, rev, name);
+	if (symlink(t, p) < 0) {
+		perror(p);
+		exit(2);
+	}
+}
+
+/* refs/@ref of @repo names @rev (written and renamed, as clients do). */
+static void set_ref(const char *repo, const char *ref, const char *rev)
+{
+	char rel[PATH_MAX], p[PATH_MAX * 2], q[PATH_MAX * 2];
+
+	snprintf(rel, sizeof(rel), "hub/%s/refs", repo);
+	check_mkdirs(top, rel);
+	snprintf(p, sizeof(p), "%s/%s/%s.new", top, rel, ref);
+	snprintf(q, sizeof(q), "%s/%s/%s", top, rel, ref);
+	check_write_file(p, rev, strlen(rev));
+	if (rename(p, q) < 0) {
+		perror(q);
+		exit(2);
+	}
+}
+
+static struct blob *blob_at(struct store *s, const char *repo, const char *id)
+{
+	char rel[PATH_MAX];
+
+	snprintf(rel, sizeof(rel), "hub/%s/blobs/%s", repo, id);
+	return check_blob(s, top, rel, NULL, 1);
+}
+
+static int ref_pinned(struct store *s, struct blob *b)
+{
+	struct blob_info in;
+
+	blob_info(s, b, &in);
+	return (in.pin_why & PIN_REF) != 0;
+}
+
+/* The pin (@repo, @ref): its kept and pending revisions, "" if none. */
+static void pin_of(struct pins *p, const char *ref, char *commit, char *pending)
+{
+	size_t n;
+	struct pin *v = pins_list(p, &n);
+
+	*commit = *pending = '\0';
+	for (size_t i = 0; v && i < n; i++)
+		if (!strcmp(v[i].ref, ref)) {
+			strcpy(commit, v[i].commit);
+			strcpy(pending, v[i].pending);
+		}
+	free(v);
+}
+
+/* Polls until the pin @ref keeps @rev with nothing pending (10 s at most,
+ * the copies landing meanwhile). */
+static int settled_on(struct pins *p, const char *ref, const char *rev)
+{
+	char commit[NAME_MAX + 1], pending[NAME_MAX + 1];
+
+	for (int64_t end = store_now_ms() + 10000; store_now_ms() < end; usleep(10000)) {
+		pins_poll(p);
+		pin_of(p, ref, commit, pending);
+		if (!strcmp(commit, rev) && !*pending)
+			return 1;
+	}
+	return 0;
+}
+
+/* Polls until the reason of the pin @ref holds @what (10 s at most). */
+static int pin_says(struct pins *p, const char *ref, const char *what)
+{
+	for (int64_t end = store_now_ms() + 10000; store_now_ms() < end; usleep(10000)) {
+		size_t n;
+		struct pin *v;
+		int found = 0;
+
+		pins_poll(p);
+		v = pins_list(p, &n);
+		for (size_t i = 0; v && i < n; i++)
+			found |= !strcmp(v[i].ref, ref) && strstr(v[i].reason, what) != NULL;
+		free(v);
+		if (found)
+			return 1;
+	}
+	return 0;
+}
+
+struct rig {
+	struct policy_opts pol;
+	struct hub_roots roots;
+	struct store s;
+	struct pins pins;
+};
+
+static void rig_open(struct rig *g, const char *name)
+{
+	struct store_opts opt = { .workers = 2, .policy = &g->pol };
+	char local[PATH_MAX * 2];
+
+	memset(&g->roots, 0, sizeof(g->roots));
+	snprintf(local, sizeof(local), "%s/hub", top);
+	hub_roots_add(&g->roots, local);
+	check_policy_manual(&g->pol);
+	check_store_dir(top, name, local, sizeof(local));
+	CHECK(&c, store_open(&g->s, local, &opt, NULL) == 0 && store_start(&g->s) == 0 &&
+	      pins_open(&g->pins, &g->s, &g->roots, &g->pol) == 0, "%s: store and pins", name);
+}
+
+static void rig_close(struct rig *g)
+{
+	pins_close(&g->pins);
+	store_close(&g->s);
+	policy_opts_free(&g->pol);
+}
+
+/* refs/main and refs/v1 pin rev1; main moves to rev2, which is copied;
+ * the settle's listing of rev1 -- what v1 keeps -- fails: rev1's blob
+ * stays ref-pinned (v1 holds it), and the settle is made at a later look. */
+static void test_keep_listing_fails(void)
+{
+	const char *R = "models--t--keep";
+	char commit[NAME_MAX + 1];
+	struct rig g;
+	struct blob *a, *b;
+
+	check_mkdirs(top, "hub/models--t--keep/blobs");
+	check_put_pattern(top, "hub/models--t--keep/blobs/a", 64 * KiB, 1);
+	check_put_pattern(top, "hub/models--t--keep/blobs/b", 64 * KiB, 2);
+	snap_link(R, "rev1", "a.bin", "a");
+	set_ref(R, "main", "rev1");
+	set_ref(R, "v1", "rev1");
+	rig_open(&g, "keep");
+	CHECK(&c, pins_pin(&g.pins, R, "main", commit, sizeof(commit)) == 1 &&
+	      pins_pin(&g.pins, R, "v1", commit, sizeof(commit)) == 1 &&
+	      settled_on(&g.pins, "main", "rev1") && settled_on(&g.pins, "v1", "rev1"),
+	      "main and v1 pin rev1");
+	a = blob_at(&g.s, R, "a");
+	snap_link(R, "rev2", "b.bin", "b");
+	set_ref(R, "main", "rev2");
+	pins_poll(&g.pins); /* rev2 pinned and queued */
+	b = blob_at(&g.s, R, "b");
+	CHECK(&c, store_wait_settled(&g.s, b, 30000) == BLOB_LOCAL, "rev2 local");
+	fail_listing_of("models--t--keep/snapshots/rev1");
+	pins_poll(&g.pins);
+	CHECK(&c, !atomic_load(&fail_armed) && ref_pinned(&g.s, a),
+	      "the listing of what v1 keeps failed: rev1's blob still ref-pinned");
+	CHECK(&c, settled_on(&g.pins, "main", "rev2") && ref_pinned(&g.s, a) &&
+	      ref_pinned(&g.s, b), "main settles on rev2 at a later look; v1 keeps rev1's blob");
+	rig_close(&g);
+}
+
+/* unpin --ref whose listing of its revision fails: refused with the
+ * error, the pin and its blob's pin kept; asked again, done. */
+static void test_unpin_listing_fails(void)
+{
+	const char *R = "models--t--unpin";
+	char commit[NAME_MAX + 1], pending[NAME_MAX + 1];
+	struct rig g;
+	struct blob *a;
+
+	check_mkdirs(top, "hub/models--t--unpin/blobs");
+	check_put_pattern(top, "hub/models--t--unpin/blobs/a", 64 * KiB, 3);
+	snap_link(R, "rev1", "a.bin", "a");
+	set_ref(R, "main", "rev1");
+	rig_open(&g, "unpin");
+	CHECK(&c, pins_pin(&g.pins, R, "main", commit, sizeof(commit)) == 1 &&
+	      settled_on(&g.pins, "main", "rev1"), "main pins rev1");
+	a = blob_at(&g.s, R, "a");
+	fail_listing_of("models--t--unpin/snapshots/rev1");
+	CHECK(&c, pins_unpin(&g.pins, R, "main") == -EIO, "unpin --ref, its listing failing: EIO");
+	pin_of(&g.pins, "main", commit, pending);
+	CHECK(&c, !strcmp(commit, "rev1") && ref_pinned(&g.s, a), "the pin and its blob's pin kept");
+	CHECK(&c, pins_unpin(&g.pins, R, "main") == 1 && !ref_pinned(&g.s, a), "asked again: unpinned");
+	rig_close(&g);
+}
+
+/* refs/main moves to rev2 while its download is under way: config.json
+ * there, the weights' blob still <id>.incomplete.  The pin stays pending
+ * (rev1 kept, pinned); once the weights are in, rev2 is settled on with
+ * them pinned and local, and rev1 let go. */
+static void test_download_in_progress(void)
+{
+	const char *R = "models--t--dl";
+	char commit[NAME_MAX + 1], pending[NAME_MAX + 1], from[PATH_MAX * 2], to[PATH_MAX * 2];
+	struct rig g;
+	struct blob *a, *w;
+
+	check_mkdirs(top, "hub/models--t--dl/blobs");
+	check_put_pattern(top, "hub/models--t--dl/blobs/a", 64 * KiB, 4);
+	check_put_pattern(top, "hub/models--t--dl/blobs/cfg", 1 * KiB, 5);
+	snap_link(R, "rev1", "model.safetensors", "a");
+	set_ref(R, "main", "rev1");
+	rig_open(&g, "dl");
+	CHECK(&c, pins_pin(&g.pins, R, "main", commit, sizeof(commit)) == 1 &&
+	      settled_on(&g.pins, "main", "rev1"), "main pins rev1");
+	a = blob_at(&g.s, R, "a");
+	check_put_pattern(top, "hub/models--t--dl/blobs/w.0123abcd.incomplete", 64 * KiB, 6);
+	set_ref(R, "main", "rev2");
+	snap_link(R, "rev2", "config.json", "cfg");
+	CHECK(&c, pin_says(&g.pins, "main", "downloads in progress"),
+	      "rev2's listed blob local: the pin says a download runs");
+	pin_of(&g.pins, "main", commit, pending);
+	CHECK(&c, !strcmp(commit, "rev1") && !strcmp(pending, "rev2") && ref_pinned(&g.s, a),
+	      "rev1 kept and pinned, rev2 pending (%s, %s)", commit, pending);
+	snprintf(from, sizeof(from), "%s/hub/%s/blobs/w.0123abcd.incomplete", top, R);
+	snprintf(to, sizeof(to), "%s/hub/%s/blobs/w", top, R);
+	CHECK(&c, rename(from, to) == 0, "the download done");
+	snap_link(R, "rev2", "model.safetensors", "w");
+	CHECK(&c, settled_on(&g.pins, "main", "rev2"), "rev2 settled on");
+	w = blob_at(&g.s, R, "w");
+	CHECK(&c, blob_state(w) == BLOB_LOCAL && ref_pinned(&g.s, w) && !ref_pinned(&g.s, a),
+	      "rev2's weights local and pinned, rev1 let go");
+	rig_close(&g);
+}
+
+/* A blob opened by its blobs/<id> name turns hot; the walk for its
+ * snapshot names fails: not promoted (its only name is under an excluded
+ * glob), hot again after more reads, then excluded. */
+static void test_hot_names_fail(void)
+{
+	const char *R = "models--t--excl";
+	struct store_opts opt = { .workers = 2 };
+	struct auto_promoter ap;
+	struct hub_roots roots = { 0 };
+	struct policy_opts pol;
+	struct blob_info in;
+	char local[PATH_MAX * 2], err[256];
+	struct store s;
+	struct blob *o;
+	unsigned handled;
+
+	check_mkdirs(top, "hub/models--t--excl/blobs");
+	check_put_pattern(top, "hub/models--t--excl/blobs/orig", 64 * KiB, 7);
+	snap_link(R, "r1", "original/consolidated.pth", "orig");
+	set_ref(R, "main", "r1");
+	snprintf(local, sizeof(local), "%s/hub", top);
+	hub_roots_add(&roots, local);
+	policy_opts_init(&pol);
+	pol.auto_bytes = 32 * KiB;
+	pol.min_free_pct = 0;
+	CHECK(&c, policy_parse_opt(&pol, "exclude", "*/original/*", err, sizeof(err)) == 1, "glob");
+	opt.policy = &pol;
+	check_store_dir(top, "excl", local, sizeof(local));
+	CHECK(&c, store_open(&s, local, &opt, NULL) == 0 && store_start(&s) == 0 &&
+	      auto_start(&ap, &s, &roots, &pol, NULL) == 0, "store and policy");
+	o = blob_at(&s, R, "orig");
+	for (int round = 0; round < 2; round++) {
+		handled = atomic_load(&ap.handled);
+		if (round == 0)
+			fail_listing_of("models--t--excl/snapshots");
+		store_note_open(&s, o, "models--t--excl/blobs/orig");
+		store_note_read(&s, o, 64 * KiB, 0);
+		store_note_close(&s, o);
+		for (int64_t end = store_now_ms() + 10000;
+		     atomic_load(&ap.handled) == handled && store_now_ms() < end;)
+			usleep(2000);
+		store_wait_settled(&s, o, 5000);
+		blob_info(&s, o, &in);
+		if (round == 0)
+			CHECK(&c, in.state == BLOB_NAS && in.hold == HOLD_NONE && !atomic_load(&fail_armed),
+			      "its names not listed: not promoted, not held (%s, %s)",
+			      blob_state_name(in.state), in.reason);
+		else
+			CHECK(&c, in.state == BLOB_NAS && in.hold == HOLD_EXCLUDED,
+			      "hot again, its names listed: excluded (%s)", in.reason);
+	}
+	auto_stop(&ap);
+	store_close(&s);
+	policy_opts_free(&pol);
+}
+
+int main(void)
+{
+	snprintf(top, sizeof(top), "/var/tmp/wfs-pinfaults-XXXXXX");
+	check_tmpdir(top);
+	check_mkdirs(top, "hub");
+	test_keep_listing_fails();
+	test_unpin_listing_fails();
+	test_download_in_progress();
+	test_hot_names_fail();
+	check_rmtree(top);
+	printf("pinfaults: %d passed, %d failed\n", c.passed, c.failed);
+	return c.failed ? 1 : 0;
+}

@@ -386,8 +386,12 @@ static int parse_cmd_args(const struct cmd *c, int argc, char **argv, int i,
 		}
 		if ((c->flags & F_REF) && (!strcmp(a, "--ref") || !strncmp(a, "--ref=", 6))) {
 			o->ref = a[5] == '=' ? a + 6 : (i + 1 < argc ? argv[++i] : NULL);
+			/* (no ref name begins with '-': "--ref --json" forgot the name) */
 			if (!o->ref || !*o->ref)
 				return usage_error(c, "%s needs a ref name (main, refs/pr/1, ...)", "--ref");
+			if (*o->ref == '-')
+				return usage_error(c, "--ref needs a ref name (main, refs/pr/1, ...), "
+						   "not %s", o->ref);
 			continue;
 		}
 		if ((c->flags & F_RANGE) && (n = range_opt(c, argc, argv, i, o)) != 0) {

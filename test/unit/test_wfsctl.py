@@ -130,9 +130,14 @@ def body(t, work):
     ok("help --help", r[0] == 0 and r[1].startswith("usage: wfsctl [--socket PATH]"), show(r))
     for args in ([], ["frob"], ["status", "--nope"], ["promote"], ["status", "a", "b"],
                  ["promote", "--wait", "--dry-run", "x"], ["--socket"], ["verify", "--force"],
-                 ["promote", "--part", "1/-1", "x"], ["promote", "--part", "+1/2", "x"]):
+                 ["promote", "--part", "1/-1", "x"], ["promote", "--part", "+1/2", "x"],
+                 ["pin", "--ref"], ["pin", "--ref=", "x"]):
         r = run(*args)
         ok(f"usage error {args}", r[0] == 2 and r[2], show(r))
+    # the ref's name forgotten: the next option is not taken for it
+    r = run("pin", "--ref", "--json", "models--org--good")
+    ok("pin --ref --json REPO: usage error naming what was taken for the ref", r[0] == 2
+       and "--ref needs a ref name (main, refs/pr/1, ...), not --json" in r[2], show(r))
     # past what JSON's signed 64-bit numbers hold: sent, it read as negative
     for rng in ("9223372036854775808:1", "9223372036854775807:1", "8388608T:1"):
         r = run("promote", "--dry-run", "--range", rng, "x")

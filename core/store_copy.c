@@ -133,13 +133,31 @@ static int requeue_locked(struct store *s, struct blob *b)
 	return 1;
 }
 
+/* Lock held: the file @dst is a LOCAL blob's copy of @xxh, still the file
+ * it was verified as. */
+static int proven_copy_locked(struct store *s, const char *xxh, const char *dst)
+{
+	struct stat st;
+
+	if (lstat(dst, &st) < 0)
+		return 0;
+	COPY_EACH(s, xxh, o)
+		if (o->state == BLOB_LOCAL && (uint64_t)st.st_size == o->size &&
+		    file_proof_holds(&o->copy, &st))
+			return 1;
+	return 0;
+}
+
 /* Rename the verified copy @tmp into data/ (@keep: made as a link of
  * @keep first); the rename is durable (the directory fsynced, and data/
  * too when the directory is new: its entry is data/'s) before the index
  * may name it.  Mode 0400 under 0700
  * directories: only the daemon reads copies (a NAS file readable by root
  * alone stays so).  A file already under that name is replaced, never
- * trusted: it may be one the index could not prove (store_verify.c). */
+ * trusted: it may be one the index could not prove (store_verify.c) --
+ * unless a LOCAL blob's proof holds for it (the same bytes, verified):
+ * then @b shares it and @tmp goes, for a reader of that file would keep
+ * the replaced blocks, counted nowhere. */
 static int publish(struct store *s, const char *tmp, const char *xxh, const char *keep,
 		   struct blob *b)
 {
@@ -164,7 +182,10 @@ static int publish(struct store *s, const char *tmp, const char *xxh, const char
 		 * (store_publishing_locked) */
 		if (b)
 			pthread_mutex_lock(&s->lock);
-		r = rename(tmp, dst) < 0 ? -errno : 0;
+		if (b && proven_copy_locked(s, xxh, dst))
+			r = unlink(tmp) < 0 ? -errno : 0;
+		else
+			r = rename(tmp, dst) < 0 ? -errno : 0;
 		if (b && r == 0) {
 			s->pub_xxh_n += !b->pub_xxh[0];
 			snprintf(b->pub_xxh, sizeof(b->pub_xxh), "%s", xxh);

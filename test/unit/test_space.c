@@ -22,6 +22,9 @@
  *            renamed into data/, before that copy is recorded, leaves the
  *            file: it is the other's (it was unlinked, and the other went
  *            LOCAL with no file)
+ *   beside   a copy of bytes already local under a name that is no content
+ *            address shares the proven file instead of renaming over it
+ *            (a reader of that file held blocks counted nowhere)
  *   kept     a request larger than the room: the "no room" of one of its
  *            blobs holds for the others without a walk, and not after an
  *            unpin, a last close, a reservation given back, an eviction,
@@ -41,6 +44,7 @@
 #include "store.h"
 #include "store_int.h"
 
+#include <fcntl.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -123,6 +127,50 @@ static uint64_t du_data(const char *local)
 static const char *st(struct blob *b)
 {
 	return blob_state_name(blob_state(b));
+}
+
+/* Two blobs of the same bytes under names that are no content address:
+ * the second is copied (nothing tells the bytes before), and its copy,
+ * finding the first's file under its name and proven, shares it instead of
+ * renaming over it -- a reader of the first kept the replaced file's
+ * blocks, counted nowhere, and store_max was passed by a copy's size. */
+static void test_publish_beside_open(void)
+{
+	struct policy_opts pol;
+	struct store_opts opt = { .workers = 1, .policy = &pol };
+	char local[PATH_MAX * 2], pa[PATH_MAX + 64], pb[PATH_MAX + 64];
+	struct stat held, named;
+	struct blob *a, *b;
+	struct store s;
+	int fd;
+
+	check_policy_manual(&pol);
+	check_store_dir(top, "beside", local, sizeof(local));
+	mkdirs("hub/models--t--pa/blobs");
+	mkdirs("hub/models--t--pb/blobs");
+	put("hub/models--t--pa/blobs/same", BLOB, 17);
+	put("hub/models--t--pb/blobs/same", BLOB, 17);
+	CHECK(&c, store_open(&s, local, &opt, NULL) == 0 && store_start(&s) == 0, "open");
+	the_store = &s;
+	a = blob_at("hub/models--t--pa/blobs/same");
+	b = blob_at("hub/models--t--pb/blobs/same");
+	CHECK(&c, promote(a) == BLOB_LOCAL, "a local");
+	store_note_open(&s, a, NULL);
+	fd = store_local_path(&s, a, pa, sizeof(pa)) == 0 ? open(pa, O_RDONLY) : -1;
+	CHECK(&c, fd >= 0, "a's copy opened, as a reader does");
+	CHECK(&c, promote(b) == BLOB_LOCAL && store_local_path(&s, b, pb, sizeof(pb)) == 0 &&
+	      !strcmp(pa, pb), "b local, the same file name");
+	CHECK(&c, fstat(fd, &held) == 0 && stat(pb, &named) == 0 && held.st_ino == named.st_ino &&
+	      held.st_nlink == 1 && du_data(local) == (uint64_t)held.st_blocks * 512,
+	      "the reader's file is the one data/ names, one copy on disk (inode %llu / %llu, "
+	      "links %llu, %llu bytes)", (unsigned long long)held.st_ino,
+	      (unsigned long long)named.st_ino, (unsigned long long)held.st_nlink,
+	      (unsigned long long)du_data(local));
+	if (fd >= 0)
+		close(fd);
+	store_note_close(&s, a);
+	store_close(&s);
+	policy_opts_free(&pol);
 }
 
 static void test_shared(void)
@@ -756,6 +804,7 @@ int main(void)
 	test_kept();
 	test_one_time();
 	test_publish_race();
+	test_publish_beside_open();
 	test_counts();
 	check_rmtree(top);
 	printf("space: %d passed, %d failed\n", c.passed, c.failed);

@@ -277,6 +277,11 @@ struct blob {
 				     * local blob sharing it: that copy's content hash (its
 				     * readers may hold the file: not freed by evicting the
 				     * others, held if removed); "" after the last close */
+	char held_xxh[33];          /* LOCK: open when the copy of that content hash it read
+				     * was removed: its readers hold the file.  The file's
+				     * charge is in @held of one such blob, and passes to
+				     * another still open at that one's last close; ""
+				     * after the last close */
 	uint64_t reserved;          /* LOCK: space reserved by the copy in flight (or the copy
 				     * being re-hashed) */
 	char *tmp;                  /* LOCK: the copy in flight's temporary file (re-hashed:

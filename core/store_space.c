@@ -567,14 +567,19 @@ void space_unlinked_locked(struct store *s, struct blob *b)
 
 	/* Its blocks stay while any reader holds the file: @b's own, or those
 	 * of a blob that shared it and was evicted while open.  Held once, by
-	 * one of them, until its last close.  (No such blob, no scan: an evict
-	 * of a whole dataset demotes its blobs one after another.) */
+	 * one of them, until the last of them closes (held_xxh marks them).
+	 * (No such blob, no scan: an evict of a whole dataset demotes its
+	 * blobs one after another.) */
+	if (holder)
+		snprintf(b->held_xxh, sizeof(b->held_xxh), "%s", b->xxh);
 	if (s->open_xxh_n)
 		STORE_EACH(s, o) {
 			if (!o->open_xxh[0] || strcmp(o->open_xxh, b->xxh))
 				continue;
-			if (!holder && o->open_count)
-				holder = o;
+			if (o->open_count) {
+				snprintf(o->held_xxh, sizeof(o->held_xxh), "%s", o->open_xxh);
+				holder = holder ? holder : o;
+			}
 			o->open_xxh[0] = '\0'; /* the file it held is accounted for now */
 			s->open_xxh_n--;
 		}
@@ -585,9 +590,27 @@ void space_unlinked_locked(struct store *s, struct blob *b)
 	s->held += c;
 }
 
+/* @b's last close: the charge of a removed file it held passes to another
+ * blob whose readers hold that file still, if one does. */
+static void pass_held_locked(struct store *s, struct blob *b)
+{
+	uint64_t c = store_charge(s, b->size);
+
+	c = c < b->held ? c : b->held;
+	STORE_EACH(s, o)
+		if (o != b && o->open_count && !strcmp(o->held_xxh, b->held_xxh)) {
+			o->held += c;
+			b->held -= c;
+			return;
+		}
+}
+
 void space_closed_locked(struct store *s, struct blob *b)
 {
 	s->room_gen++; /* its copy, or the one it held, may be evictable now */
+	if (b->held && b->held_xxh[0])
+		pass_held_locked(s, b);
+	b->held_xxh[0] = '\0';
 	s->held -= b->held < s->held ? b->held : s->held;
 	b->held = 0;
 	if (b->open_xxh[0])

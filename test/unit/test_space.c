@@ -25,6 +25,8 @@
  *   beside   a copy of bytes already local under a name that is no content
  *            address shares the proven file instead of renaming over it
  *            (a reader of that file held blocks counted nowhere)
+ *   heldtwo  a shared copy evicted under two readers is held until the
+ *            last of them closes, not the first
  *   kept     a request larger than the room: the "no room" of one of its
  *            blobs holds for the others without a walk, and not after an
  *            unpin, a last close, a reservation given back, an eviction,
@@ -169,6 +171,60 @@ static void test_publish_beside_open(void)
 	if (fd >= 0)
 		close(fd);
 	store_note_close(&s, a);
+	store_close(&s);
+	policy_opts_free(&pol);
+}
+
+/* A copy shared by two blobs, each open by a reader, both evicted: the
+ * file's blocks are held until the last of the readers closes -- they
+ * were until the first closed, and then two more copies fitted beside
+ * the file the other still held, past store_max. */
+static void test_held_by_two(void)
+{
+	struct policy_opts pol;
+	struct store_opts opt = { .workers = 1, .policy = &pol };
+	char local[PATH_MAX * 2], p[PATH_MAX + 64];
+	struct blob *a, *b, *x, *y;
+	struct store_usage u;
+	struct store s;
+	uint64_t ch;
+	int fa, fb, fit;
+
+	check_policy_manual(&pol);
+	check_store_dir(top, "heldtwo", local, sizeof(local));
+	mkdirs("hub/models--t--ha/blobs");
+	mkdirs("hub/models--t--hb/blobs");
+	put("hub/models--t--ha/blobs/same", BLOB, 27);
+	put("hub/models--t--hb/blobs/same", BLOB, 27);
+	put("hub/models--t--hb/blobs/x", BLOB, 28);
+	put("hub/models--t--hb/blobs/y", BLOB, 29);
+	CHECK(&c, store_open(&s, local, &opt, NULL) == 0, "open");
+	the_store = &s;
+	ch = store_charge(&s, BLOB);
+	pol.store_max = 2 * ch + ch / 2; /* two copies fit, three do not */
+	CHECK(&c, store_start(&s) == 0, "start");
+	a = blob_at("hub/models--t--ha/blobs/same");
+	b = blob_at("hub/models--t--hb/blobs/same");
+	x = blob_at("hub/models--t--hb/blobs/x");
+	y = blob_at("hub/models--t--hb/blobs/y");
+	CHECK(&c, promote(a) == BLOB_LOCAL && promote(b) == BLOB_LOCAL, "a and b local, one file");
+	store_note_open(&s, a, NULL);
+	store_note_open(&s, b, NULL);
+	fa = store_local_path(&s, a, p, sizeof(p)) == 0 ? open(p, O_RDONLY) : -1;
+	fb = open(p, O_RDONLY);
+	CHECK(&c, store_evict(&s, a, 0) == 1 && store_evict(&s, b, 0) == 1, "both evicted, open");
+	close(fb);
+	store_note_close(&s, b);
+	store_usage(&s, &u);
+	CHECK(&c, u.held == ch, "b's reader closed, a's holds the file: %llu held, %llu a copy",
+	      (unsigned long long)u.held, (unsigned long long)ch);
+	fit = (promote(x) == BLOB_LOCAL) + (promote(y) == BLOB_LOCAL);
+	CHECK(&c, fit == 1, "one more copy fits beside the held file, not two (%d)", fit);
+	close(fa);
+	store_note_close(&s, a);
+	store_usage(&s, &u);
+	CHECK(&c, u.held == 0, "the last reader closed: nothing held (%llu)",
+	      (unsigned long long)u.held);
 	store_close(&s);
 	policy_opts_free(&pol);
 }
@@ -805,6 +861,7 @@ int main(void)
 	test_one_time();
 	test_publish_race();
 	test_publish_beside_open();
+	test_held_by_two();
 	test_counts();
 	check_rmtree(top);
 	printf("space: %d passed, %d failed\n", c.passed, c.failed);

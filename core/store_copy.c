@@ -133,21 +133,6 @@ static int requeue_locked(struct store *s, struct blob *b)
 	return 1;
 }
 
-/* Lock held: the file @dst is a LOCAL blob's copy of @xxh, still the file
- * it was verified as. */
-static int proven_copy_locked(struct store *s, const char *xxh, const char *dst)
-{
-	struct stat st;
-
-	if (lstat(dst, &st) < 0)
-		return 0;
-	COPY_EACH(s, xxh, o)
-		if (o->state == BLOB_LOCAL && (uint64_t)st.st_size == o->size &&
-		    file_proof_holds(&o->copy, &st))
-			return 1;
-	return 0;
-}
-
 /* Rename the verified copy @tmp into data/ (@keep: made as a link of
  * @keep first); the rename is durable (the directory fsynced, and data/
  * too when the directory is new: its entry is data/'s) before the index
@@ -162,6 +147,7 @@ static int publish(struct store *s, const char *tmp, const char *xxh, const char
 		   struct blob *b)
 {
 	char dir[PATH_MAX + 16], dst[PATH_MAX + 64];
+	struct stat st;
 	int r;
 
 	snprintf(dir, sizeof(dir), "%s/%.2s", s->data_dir, xxh);
@@ -182,7 +168,7 @@ static int publish(struct store *s, const char *tmp, const char *xxh, const char
 		 * (store_publishing_locked) */
 		if (b)
 			pthread_mutex_lock(&s->lock);
-		if (b && proven_copy_locked(s, xxh, dst))
+		if (b && lstat(dst, &st) == 0 && copy_proven_locked(s, xxh, &st, NULL))
 			r = unlink(tmp) < 0 ? -errno : 0;
 		else
 			r = rename(tmp, dst) < 0 ? -errno : 0;

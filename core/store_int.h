@@ -144,6 +144,10 @@ void space_closed_locked(struct store *s, struct blob *b);
  * the background before it may serve: 2, state COPYING, its room reserved,
  * logged.  Its source is verify_sources_loaded's. */
 int verify_loaded_locked(struct store *s, struct blob *b);
+/* Is @st the file a LOCAL blob of content hash @xxh (other than @except,
+ * may be NULL) was verified as? */
+int copy_proven_locked(struct store *s, const char *xxh, const struct stat *st,
+		       const struct blob *except);
 /* store_startcheck.c.  At load, after verify_loaded_locked, with no lock
  * held (a stat of each source is NAS I/O): a copy whose source is gone, not
  * a regular file, or of another size is dropped; an error that proves

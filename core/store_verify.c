@@ -376,15 +376,22 @@ static void demote_sharers_locked(struct store *s, const char *xxh, const struct
 			store_demote_locked(s, o, why, 1);
 }
 
+int copy_proven_locked(struct store *s, const char *xxh, const struct stat *st,
+		       const struct blob *except)
+{
+	COPY_EACH(s, xxh, o)
+		if (o != except && o->state == BLOB_LOCAL && proven_locked(o, st))
+			return 1;
+	return 0;
+}
+
 /* Another blob this run proved the file @st under the same name: no
  * second hash of the same bytes (a hub holds a file in several repos). */
 static int shared_proof_locked(struct store *s, const struct blob *b, const struct stat *st)
 {
-	COPY_EACH_OF(s, b, o)
-		if (o != b && o->state == BLOB_LOCAL && proven_locked(o, st))
-			return 1;
-	return 0;
+	return copy_proven_locked(s, b->xxh, st, b);
 }
+
 
 struct rehash {
 	char local[PATH_MAX + 64], key[PATH_MAX], want[33], sample[33];

@@ -633,8 +633,8 @@ static uint64_t local_sig(struct store *s, const char *root)
 
 /* Build when the local blobs or the repos they lead to changed (polled
  * each second: store copies_gen, and a pass over the table under
- * store.lock when it moved) or a sync asked; after a failure, the changes wait with a back-off, a sync does
- * not. */
+ * store.lock when it moved) or a sync asked; after a failure, the changes
+ * wait with a back-off, a sync does not. */
 static void *run(void *arg)
 {
 	struct record *r = arg;

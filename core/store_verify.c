@@ -326,12 +326,8 @@ again:
 		if (++tries < CHECK_TRIES)
 			goto again;
 		s->recheck_wanted = 1;
-		r = b->state == BLOB_LOCAL;
-		pthread_mutex_unlock(&s->lock);
-		return r;
-	}
-	/* (a new size since demoted it already: source_attrs_locked) */
-	if (local_locked(b) && b->size == size) {
+	} else if (local_locked(b) && b->size == size) {
+		/* (a new size since demoted it already: source_attrs_locked) */
 		source_verdict(r, size, size_now, sample, b->sample, why, sizeof(why));
 		if (*why) {
 			store_demote_locked(s, b, why, 1);

@@ -343,14 +343,15 @@ static int open_without_nas(struct wfs *w, struct wfs_fh *fh, struct stat *st)
 	int direct, r = -EIO;
 	unsigned gen;
 
-	/* counted before the copy's descriptor is taken, as when the NAS
-	 * answers: evicted in between, its room would not be held */
-	if (fh->blob && blob_state(fh->blob) == BLOB_LOCAL)
+	if (fh->blob && blob_state(fh->blob) == BLOB_LOCAL) {
+		/* counted before the copy's descriptor is taken, as when the
+		 * NAS answers: evicted in between, its room would not be held */
 		note_open(w, fh);
-	if (fh->blob && blob_state(fh->blob) == BLOB_LOCAL && fh_local_fd(w, fh, &direct, &gen) >= 0) {
-		node_attr(&w->nodes, fh->node, st);
-		nas_gate_count_record(&w->gate);
-		return 1;
+		if (fh_local_fd(w, fh, &direct, &gen) >= 0) {
+			node_attr(&w->nodes, fh->node, st);
+			nas_gate_count_record(&w->gate);
+			return 1;
+		}
 	}
 	/* local ranges serve; the rest of the file gets EIO until the NAS is back */
 	if (fh->blob && atomic_load(&fh->blob->part_bytes)) {

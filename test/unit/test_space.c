@@ -131,6 +131,25 @@ static const char *st(struct blob *b)
 	return blob_state_name(blob_state(b));
 }
 
+/* A store of its own, LOCAL_STORE top/@name, started with room for
+ * @halves halves of a copy of BLOB (3: one copy fits, two do not; 5: two,
+ * not three), its copies asked for by hand (@pol, which must outlive it).
+ * Returns a copy's charge. */
+static uint64_t open_room(struct store *s, struct policy_opts *pol, const char *name,
+			  unsigned halves)
+{
+	struct store_opts opt = { .workers = 1, .policy = pol };
+	char local[PATH_MAX * 2];
+
+	check_policy_manual(pol);
+	check_store_dir(top, name, local, sizeof(local));
+	CHECK(&c, store_open(s, local, &opt, NULL) == 0, "open %s", name);
+	the_store = s;
+	pol->store_max = store_charge(s, BLOB) * halves / 2;
+	CHECK(&c, store_start(s) == 0, "start %s", name);
+	return store_charge(s, BLOB);
+}
+
 /* Two blobs of the same bytes under names that are no content address:
  * the second is copied (nothing tells the bytes before), and its copy,
  * finding the first's file under its name and proven, shares it instead of
@@ -182,27 +201,20 @@ static void test_publish_beside_open(void)
 static void test_held_by_two(void)
 {
 	struct policy_opts pol;
-	struct store_opts opt = { .workers = 1, .policy = &pol };
-	char local[PATH_MAX * 2], p[PATH_MAX + 64];
+	char p[PATH_MAX + 64];
 	struct blob *a, *b, *x, *y;
 	struct store_usage u;
 	struct store s;
 	uint64_t ch;
 	int fa, fb, fit;
 
-	check_policy_manual(&pol);
-	check_store_dir(top, "heldtwo", local, sizeof(local));
 	mkdirs("hub/models--t--ha/blobs");
 	mkdirs("hub/models--t--hb/blobs");
 	put("hub/models--t--ha/blobs/same", BLOB, 27);
 	put("hub/models--t--hb/blobs/same", BLOB, 27);
 	put("hub/models--t--hb/blobs/x", BLOB, 28);
 	put("hub/models--t--hb/blobs/y", BLOB, 29);
-	CHECK(&c, store_open(&s, local, &opt, NULL) == 0, "open");
-	the_store = &s;
-	ch = store_charge(&s, BLOB);
-	pol.store_max = 2 * ch + ch / 2; /* two copies fit, three do not */
-	CHECK(&c, store_start(&s) == 0, "start");
+	ch = open_room(&s, &pol, "heldtwo", 5);
 	a = blob_at("hub/models--t--ha/blobs/same");
 	b = blob_at("hub/models--t--hb/blobs/same");
 	x = blob_at("hub/models--t--hb/blobs/x");
@@ -232,15 +244,12 @@ static void test_held_by_two(void)
 static void test_shared(void)
 {
 	struct policy_opts pol;
-	struct store_opts opt = { .workers = 1, .policy = &pol };
 	struct store s;
 	struct store_usage u;
 	struct blob *a, *b, *x, *y, *z;
 	char local[PATH_MAX * 2];
 	uint64_t ch, ev;
 
-	check_policy_manual(&pol);
-	check_store_dir(top, "local", local, sizeof(local));
 	mkdirs("hub/models--t--one/blobs");
 	mkdirs("hub/models--t--two/blobs");
 	/* the same bytes in two repos; three other blobs */
@@ -249,11 +258,8 @@ static void test_shared(void)
 	put("hub/models--t--two/blobs/x", BLOB, 8);
 	put("hub/models--t--two/blobs/y", BLOB, 9);
 	put("hub/models--t--two/blobs/z", BLOB, 10);
-	CHECK(&c, store_open(&s, local, &opt, NULL) == 0, "open");
-	the_store = &s;
-	ch = store_charge(&s, BLOB);
-	pol.store_max = 2 * ch + ch / 2; /* two copies fit, three do not */
-	CHECK(&c, store_start(&s) == 0, "start");
+	ch = open_room(&s, &pol, "local", 5); /* two copies fit, three do not */
+	snprintf(local, sizeof(local), "%s/local", top);
 	a = blob_at("hub/models--t--one/blobs/same");
 	b = blob_at("hub/models--t--two/blobs/same");
 	x = blob_at("hub/models--t--two/blobs/x");
@@ -470,21 +476,6 @@ static void test_adopt(void)
 	policy_opts_free(&pol);
 }
 
-/* A store of its own, LOCAL_STORE top/@name, started with room for one
- * copy of BLOB, its copies asked for by hand (@pol, which must outlive it). */
-static void open_room_for_one(struct store *s, struct policy_opts *pol, const char *name)
-{
-	struct store_opts opt = { .workers = 1, .policy = pol };
-	char local[PATH_MAX * 2];
-
-	check_policy_manual(pol);
-	check_store_dir(top, name, local, sizeof(local));
-	CHECK(&c, store_open(s, local, &opt, NULL) == 0, "open %s", name);
-	the_store = s;
-	pol->store_max = store_charge(s, BLOB) * 3 / 2;
-	CHECK(&c, store_start(s) == 0, "start %s", name);
-}
-
 /* A ref pin asks for the blobs of its revision not local at every poll
  * (pins.c pin_set): one that does not fit waits for its backoff. */
 static void test_pin_no_room(void)
@@ -497,7 +488,7 @@ static void test_pin_no_room(void)
 	mkdirs("hub/models--t--full/blobs");
 	put("hub/models--t--full/blobs/held", BLOB, 21);
 	put("hub/models--t--full/blobs/want", BLOB, 22);
-	open_room_for_one(&s, &pol, "local-pinfull");
+	open_room(&s, &pol, "local-pinfull", 3);
 	held = blob_at("hub/models--t--full/blobs/held");
 	want = blob_at("hub/models--t--full/blobs/want");
 	store_pin(&s, held, 1);
@@ -532,7 +523,7 @@ static void test_range_evicts(void)
 	mkdirs("hub/models--t--range/blobs");
 	put("hub/models--t--range/blobs/old", BLOB, 23);
 	put("hub/models--t--range/blobs/part", 2 * BLOB, 24);
-	open_room_for_one(&s, &pol, "local-range");
+	open_room(&s, &pol, "local-range", 3);
 	old = blob_at("hub/models--t--range/blobs/old");
 	b = blob_at("hub/models--t--range/blobs/part");
 	CHECK(&c, promote(old) == BLOB_LOCAL, "an unpinned copy fills the room");
@@ -746,7 +737,7 @@ static void test_kept(void)
 	put("hub/models--t--kept/blobs/w3", BLOB, 45);
 	put("hub/models--t--kept/blobs/s1", BLOB / 4, 46);
 	put("hub/models--t--kept/blobs/s2", BLOB / 4 + 8 * KiB, 47);
-	open_room_for_one(&s, &pol, "local-kept");
+	open_room(&s, &pol, "local-kept", 3);
 	pol.store_max = store_charge(&s, BLOB) * 5 / 2; /* two copies */
 	a1 = blob_at("hub/models--t--kept/blobs/a1");
 	a2 = blob_at("hub/models--t--kept/blobs/a2");
@@ -830,7 +821,7 @@ static void test_one_time(void)
 		snprintf(rel, sizeof(rel), "hub/models--t--onetime/blobs/f%02d", i);
 		put(rel, 4 * KiB, 60 + i);
 	}
-	open_room_for_one(&s, &pol, "local-onetime");
+	open_room(&s, &pol, "local-onetime", 3);
 	pol.store_max = store_charge(&s, 4 * KiB) * N / 2;
 	asked = store_now_ns();
 	for (int i = 0; i < N; i++) {

@@ -30,12 +30,14 @@ struct wfs_fh {
 	struct stat nas_st;
 	int nas_old[FH_OLD_FDS];
 	/* FH: the local copy of generation @local_gen (the blob's copy_gen,
-	 * store.h), or -1; @local_failed: it could not be opened.  Copies of
+	 * store.h), or -1; @local_failed: it could not be opened;
+	 * @local_short: its last open failed for want of descriptors or
+	 * memory (said in the log once, tried again at each read).  Copies of
 	 * earlier generations stay open until release in @local_old, as a
 	 * read in flight may use them. */
 	int local_fd, local_direct;
 	unsigned local_gen;
-	int local_failed;
+	int local_failed, local_short;
 	int local_old[FH_OLD_FDS];
 	/* FH: the partial copy (partread.h), of generation @part_gen; those
 	 * of earlier generations stay open until release, as a read in

@@ -110,6 +110,14 @@ static void close_old_fds(const int *old)
 			close(old[i]);
 }
 
+/* An open that failed for want of a resource the process will have again
+ * (descriptors, memory), not because of the file. */
+static int open_error_passes(int err)
+{
+	return err == -EMFILE || err == -ENFILE || err == -ENOMEM || err == -EINTR ||
+	       err == -EAGAIN;
+}
+
 /* The blob's local copy verified now, opened once per copy: one demoted or
  * evicted and copied again is another file (under the same name if its
  * content hash is the same), opened afresh, the descriptor of the copy
@@ -146,6 +154,17 @@ int fh_local_fd(struct wfs *w, struct wfs_fh *fh, int *direct, unsigned *gen)
 	    store_local_path(&w->store, fh->blob, path, sizeof(path)) == 0) {
 		if ((fd = open_local_direct(path, &fh->local_direct)) >= 0) {
 			fh->local_fd = fd;
+			fh->local_short = 0;
+		} else if (open_error_passes(fd)) {
+			/* Out of descriptors or memory for now: this read goes to
+			 * the NAS, the next one tries the copy again.  Latched, the
+			 * open would read the NAS until the copy changed, and fail
+			 * with it while the NAS is down.  Said once a shortage. */
+			if (!fh->local_short)
+				wfs_log(w, LOG_WARNING, "open local copy %s of %s: %s; this read "
+					"goes to the NAS, the next tries the copy again", path,
+					fh->nas_path, strerror(-fd));
+			fh->local_short = 1;
 		} else {
 			/* until the next copy (this one evicted under the open, say) */
 			fh->local_failed = 1;

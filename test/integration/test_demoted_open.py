@@ -29,7 +29,9 @@ bytes once the daemon has said the blob is on the NAS again.
                    content hash, so the same path in LOCAL_STORE); and a
                    copy A could not open (removed behind the store's back:
                    demoted by that read) does not keep A on the NAS once
-                   the next copy serves.
+                   the next copy serves; nor does a copy A could not open
+                   because the daemon was out of descriptors then (EMFILE):
+                   the next read, descriptors back, reads the copy.
 
 The mount's entry_timeout is long, so the kernel keeps A's dentry and a
 path open meets A's inode unless the daemon sends it elsewhere.  Waits are
@@ -38,6 +40,7 @@ on what the daemon reports (xattrs, wfsctl, its log), never sleeps.
 
 import errno
 import os
+import resource
 import shutil
 import sys
 import unittest
@@ -49,7 +52,8 @@ from wfstest import ctl_check, errname, run_wfsctl, state_of  # noqa: E402
 MiB = 1 << 20
 REPO = "models--acme--demoted"
 NAMES = ("pt-renamed.safetensors", "pt-corrupt.safetensors",
-         "ds-renamed.safetensors", "ds-corrupt.safetensors", "ds-missing.safetensors")
+         "ds-renamed.safetensors", "ds-corrupt.safetensors", "ds-missing.safetensors",
+         "ds-nofile.safetensors")
 SIZE = {n: 3 * MiB + 4321 + 17 * i for i, n in enumerate(NAMES)}  # a copy's size names its file
 OLD = {n: wfstest.det_bytes("old " + n, SIZE[n]) for n in NAMES}
 NEW = {n: wfstest.det_bytes("new " + n, SIZE[n]) for n in NAMES}  # same size: no size check helps
@@ -301,6 +305,47 @@ class DaemonServedHeld(Base):
         self.assertEqual((l1 - l0 >= size, n1 - n0), (True, 0),
                          "A on the second copy: served %d local bytes, %d NAS bytes (the copy it "
                          "could not open kept it on the NAS?)" % (l1 - l0, n1 - n0))
+
+    def test_copy_opened_when_descriptors_ran_out(self):
+        """A read of A while the daemon has no descriptor free goes to the
+        NAS; the next read, descriptors back, reads the copy (it once kept
+        A on the NAS until the copy changed: EIO once the NAS fails)."""
+        self.use("ds-nofile.safetensors")
+        size = SIZE[self.name]
+        pid = Fix.mount.pids[0]
+        a = os.open(self.path, os.O_RDONLY)
+        try:
+            self.assertEqual(pread_all(a), OLD[self.name], "A on the NAS")
+            self.promote("first")
+            wfstest.drop_caches()
+            l0, n0 = wfstest.served_bytes(self, Fix.mnt)
+            # (wfsctl gets no answer while the daemon cannot accept: asked
+            # before and after)
+            limits = resource.prlimit(pid, resource.RLIMIT_NOFILE)
+            fds = {int(n) for n in os.listdir("/proc/%d/fd" % pid)}
+            lowest_free = min(set(range(len(fds) + 1)) - fds)
+            resource.prlimit(pid, resource.RLIMIT_NOFILE, (lowest_free, limits[1]))
+            try:
+                got = pread_all(a)
+            finally:
+                resource.prlimit(pid, resource.RLIMIT_NOFILE, limits)
+            l1, n1 = wfstest.served_bytes(self, Fix.mnt)
+            self.assertTrue(got == OLD[self.name], "A, no descriptor free, read %s"
+                            % what(got, self.name))
+            self.assertEqual((l1 - l0, n1 - n0 >= size), (0, True),
+                             "A, no descriptor free: served %d local bytes, %d NAS bytes"
+                             % (l1 - l0, n1 - n0))
+            wfstest.drop_caches()
+            got = pread_all(a)
+            l2, n2 = wfstest.served_bytes(self, Fix.mnt)
+        finally:
+            os.close(a)
+        self.assertTrue(got == OLD[self.name], "A, descriptors back, read %s" % what(got, self.name))
+        self.assertEqual((l2 - l1 >= size, n2 - n1), (True, 0),
+                         "A, descriptors back: served %d local bytes, %d NAS bytes (the copy it "
+                         "could not open once kept it on the NAS?)" % (l2 - l1, n2 - n1))
+        self.assertIn("Too many open files", Fix.mount.log())
+        self.assertEqual(state_of(self.path), "local")
 
 
 if __name__ == "__main__":

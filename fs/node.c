@@ -289,6 +289,19 @@ void node_table_destroy(struct node_table *t)
 	pthread_mutex_destroy(&t->lock);
 }
 
+/* A file node met under a repo blob name other than the one it was made
+ * for: the NAS renamed the file, keeping its inode (a client's download
+ * ends so: blobs/<id>.incomplete becomes blobs/<id>).  Its blob id and
+ * blob are the old name's, and the new name's content address would go
+ * unchecked; so the name gets a node of its own.  (A name with no blob
+ * id, a hub-level store's, shares the repo blob's node.) */
+static int renamed_blob_locked(const struct node *n, const struct ns_entry *e)
+{
+	const char *id = __atomic_load_n(&n->blob_id, __ATOMIC_ACQUIRE);
+
+	return id && e->blob_id[0] && strcmp(id, e->blob_id);
+}
+
 static int node_matches(const struct node_table *t, const struct node *n,
 			const struct node *parent, const char *name, const struct ns_entry *e)
 {
@@ -299,7 +312,7 @@ static int node_matches(const struct node_table *t, const struct node *n,
 	 * kernel's open(2) of a path looks it up again after an ESTALE). */
 	if (e->kind == NS_FILE)
 		return n->dev == (uint64_t)e->st.st_dev && n->serial == node_shown_ino(t, &e->st) &&
-		       !node_backing_stale_locked(n);
+		       !node_backing_stale_locked(n) && !renamed_blob_locked(n, e);
 	return n->parent == parent && !strcmp(n->name, name);
 }
 

@@ -15,6 +15,11 @@ read counter of the NAS's own block device.
   ReplacedMidCopy a real file (no content address) replaced on the NAS by
                   same-size new bytes while it is copied, the change seen
                   through the mount: the old copy never serves
+  RenamedDownload a download's blobs/<id>.incomplete, seen through the
+                  mount, renamed on the NAS to blobs/<id> (the same inode):
+                  with bytes not matching <id>, promote says mismatch;
+                  with the right bytes, kept open across the rename,
+                  promote makes <id> local and it reads right
   DryRunPinEvict  promote --dry-run, --pin, evict (refused), evict --force
   Demo            tools/demo with WFS_DEMO_WFS naming a wfs installed beside
                   its wfsctl (here: it drops the page cache, as the 'caches'
@@ -447,6 +452,56 @@ class HubLevelStore(unittest.TestCase):
         rc, out, err = run_wfsctl(["promote", top])
         self.assertNotEqual(rc, 0, "promote of the hub-level name (not weight data) exited 0")
         self.assertIn("not weight data", err)
+
+
+class RenamedDownload(unittest.TestCase):
+    """A client ends a download by renaming blobs/<id>.incomplete to
+    blobs/<id>, which keeps the inode.  The mount's node for that inode was
+    made under the first name; the new name once reused it, with the old
+    name's blob id (no content address: a wrong file was made local as
+    verified) and the old name's blob (promote said local, the mount
+    said failed)."""
+
+    BLOBS = "models--acme--standard/blobs"
+
+    def download(self, data, good):
+        blob_id = hashlib.sha256(good).hexdigest()
+        nas = FIX.n(os.path.join(self.BLOBS, blob_id))
+        with open(nas + ".incomplete", "wb") as f:
+            f.write(data)
+        self.addCleanup(lambda: os.path.exists(nas) and os.unlink(nas))
+        path = FIX.m(os.path.join(self.BLOBS, blob_id))
+        self.addCleanup(lambda: run_wfsctl(["evict", "--force", path]))
+        return nas, path, blob_id
+
+    def test_wrong_bytes_renamed_are_checked_against_the_new_name(self):
+        good = wfstest.det_bytes("renamed good", 300000)
+        bad = wfstest.det_bytes("renamed bad", 300000)
+        nas, path, blob_id = self.download(bad, good)
+        self.assertEqual(os.stat(path + ".incomplete").st_size, len(bad))
+        os.rename(nas + ".incomplete", nas)
+        self.assertEqual(os.getxattr(path, wfstest.XATTR_ID).decode(), blob_id)
+        rc, out, err = run_wfsctl(["promote", "--wait", path])
+        self.assertNotEqual(rc, 0, "promote --wait of bytes not matching %s exited 0\nstdout: "
+                            "%s\nstderr: %s" % (blob_id, out, err))
+        self.assertIn("mismatch", (out + err).lower())
+        self.assertEqual(state_of(path), "mismatch")
+        self.assertTrue(wfstest.read_file(path) == bad)
+
+    def test_open_across_the_rename_then_promoted(self):
+        good = wfstest.det_bytes("renamed right", 300000)
+        nas, path, blob_id = self.download(good, good)
+        fd = os.open(path + ".incomplete", os.O_RDONLY)
+        try:
+            self.assertTrue(os.pread(fd, len(good), 0) == good)
+            os.rename(nas + ".incomplete", nas)
+            ctl_check(self, ["promote", "--wait", path])
+            self.assertEqual(state_of(path), "local")
+            self.assertEqual(os.getxattr(path, wfstest.XATTR_ID).decode(), blob_id)
+            self.assertTrue(wfstest.read_file(path) == good)
+            self.assertTrue(os.pread(fd, len(good), 0) == good, "the open made before the rename")
+        finally:
+            os.close(fd)
 
 
 # ------------------------------------------------------------------ 6

@@ -116,6 +116,9 @@ static void notify_inval_all(void *arg)
 			    __atomic_load_n(&nd->record_listed, __ATOMIC_ACQUIRE))
 				ids[n++] = ino_of(w, nd);
 		}
+	/* the root is in no chain, and is listed from the record in an outage */
+	if (ids && __atomic_load_n(&t->root->record_listed, __ATOMIC_ACQUIRE))
+		ids[n++] = FUSE_ROOT_ID;
 	pthread_mutex_unlock(&t->lock);
 	if (!ids) {
 		wfs_log(w, LOG_WARNING, "cache invalidations were coalesced, but no memory to "

@@ -201,8 +201,10 @@ static int snapshot_blob_link(struct ns_dir *d, const char *rel, const char *nam
 	if (n <= 0)
 		return 1;
 	text[n] = '\0';
-	/* (lexical ".." is physical here: d->rel was opened without a link) */
-	if (text[0] == '/' || path_join(d->rel, text, joined, sizeof(joined)) < 0 ||
+	/* (lexical ".." is physical here: d->rel was opened without a link,
+	 * and no ".." follows a name the text gives, which may be one) */
+	if (text[0] == '/' || path_dotdot_after_name(text) >= 0 ||
+	    path_join(d->rel, text, joined, sizeof(joined)) < 0 ||
 	    path_normalize(joined, lex, sizeof(lex)) < 0)
 		return 1;
 	bl = strlen(blob_dir);

@@ -55,6 +55,31 @@ int path_normalize(const char *in, char *out, size_t outsz)
 	return 0;
 }
 
+long path_dotdot_after_name(const char *p)
+{
+	const char *start = p;
+	int named = 0;
+
+	while (*p) {
+		const char *seg;
+		size_t n;
+
+		while (*p == '/')
+			p++;
+		seg = p;
+		while (*p && *p != '/')
+			p++;
+		n = (size_t)(p - seg);
+		if (n == 2 && seg[0] == '.' && seg[1] == '.') {
+			if (named)
+				return (long)(seg - start);
+		} else if (n && !(n == 1 && seg[0] == '.')) {
+			named = 1;
+		}
+	}
+	return -1;
+}
+
 const char *path_under(const char *root, const char *p)
 {
 	size_t n = strlen(root);

@@ -15,6 +15,12 @@
  * us that always means "escapes the root".  "" and "." normalise to "". */
 int path_normalize(const char *in, char *out, size_t outsz);
 
+/* The offset in @p of its first ".." component that follows a name (a
+ * component other than "." and ".."), or -1.  A link text's ".." after a
+ * name cannot be taken off as text: the name may be a link, and ".." is
+ * then its target's parent ("sub/../x" with sub -> elsewhere). */
+long path_dotdot_after_name(const char *p);
+
 /* If @p is @root or lies below it, return the remainder ("" or "a/b"), else
  * NULL.  Both must be normalised; @root must not end in '/' (unless "/"). */
 const char *path_under(const char *root, const char *p);

@@ -161,14 +161,36 @@ static void walk_drop(struct walk *wk, const char *rest)
 	memmove(wk->todo, rest, strlen(rest) + 1);
 }
 
-/* The chain goes on at the text @joined (@jn as snprintf returned it):
- * decide from the text alone where, before anything it names is touched. */
-static int walk_relocate(struct walk *wk, const char *joined, int jn)
+/* Put @tail (a path still to walk, "" for none) after @todo. */
+static int walk_append(struct walk *wk, const char *tail)
 {
-	char lex[PATH_MAX];
-	const char *rest = NULL;
-	int prev_root = wk->root, r;
+	size_t n = strlen(wk->todo);
 
+	if (!*tail)
+		return 0;
+	if (n + 1 + strlen(tail) >= sizeof(wk->todo))
+		return -ENAMETOOLONG;
+	if (n)
+		wk->todo[n++] = '/';
+	strcpy(wk->todo + n, tail);
+	return 0;
+}
+
+/* The chain goes on at @text (a link's text and the rest of the path),
+ * read from the physical directory @base ("" for a text that is
+ * absolute): decide from the text alone where, before anything it names
+ * is touched.  The text is taken as text up to a ".." that follows a name
+ * of its own (path_dotdot_after_name); from there on it is walked, so
+ * that ".." after a link is its target's parent, as for the kernel. */
+static int walk_relocate(struct walk *wk, const char *base, const char *text)
+{
+	char joined[JOINED_MAX], lex[PATH_MAX];
+	const char *rest = NULL;
+	long cut = path_dotdot_after_name(text);
+	int prev_root = wk->root, r, jn;
+
+	jn = snprintf(joined, sizeof(joined), "%s%s%.*s", base, *base ? "/" : "",
+		      cut >= 0 ? (int)cut : (int)strlen(text), text);
 	/* Only a text cut short is refused here: a long one that normalises to
 	 * a path that fits (a relative link deep in the tree) is fine, as for
 	 * the kernel. */
@@ -186,7 +208,8 @@ static int walk_relocate(struct walk *wk, const char *joined, int jn)
 		wk->out->kind = HUB_RES_ESCAPE;
 		return WALK_SETTLED;
 	}
-	note_via(wk->roots, wk->via_dir, lex, wk->out);
+	if (cut < 0) /* (else @lex is a point on the way, not of the chain) */
+		note_via(wk->roots, wk->via_dir, lex, wk->out);
 	wk->have_last = 0;
 	/* What the new path shares with the physical path walked so far (same
 	 * root) needs no second walk. */
@@ -196,14 +219,14 @@ static int walk_relocate(struct walk *wk, const char *joined, int jn)
 		wk->done[0] = '\0';
 		strcpy(wk->todo, rest);
 	}
-	return WALK_MORE;
+	return walk_append(wk, cut >= 0 ? text + cut : "");
 }
 
 /* "..", with @rest after it: up in @done, or, above the root, only on into
  * another root. */
 static int walk_up(struct walk *wk, const char *rest)
 {
-	char joined[JOINED_MAX];
+	char base[PATH_MAX + 4], text[PATH_MAX];
 
 	if (wk->done[0]) {
 		path_dirname(wk->done, wk->done, sizeof(wk->done));
@@ -211,16 +234,17 @@ static int walk_up(struct walk *wk, const char *rest)
 		walk_drop(wk, rest);
 		return WALK_MORE;
 	}
-	return walk_relocate(wk, joined, snprintf(joined, sizeof(joined), "%s/../%s",
-						  wk->roots->path[wk->root], rest));
+	snprintf(base, sizeof(base), "%s/..", wk->roots->path[wk->root]);
+	snprintf(text, sizeof(text), "%s", rest); /* (@rest is in @todo, which this rewrites) */
+	return walk_relocate(wk, base, text);
 }
 
 /* @cand, the next component, is a link: on to its text, then @rest. */
 static int walk_link(struct walk *wk, const char *cand, const char *rest)
 {
-	char link[PATH_MAX], joined[JOINED_MAX];
+	char link[PATH_MAX], base[2 * PATH_MAX + 2], text[JOINED_MAX];
 	ssize_t len;
-	int jn;
+	int n;
 
 	if (++wk->out->hops > HUB_MAX_HOPS) {
 		wk->out->kind = HUB_RES_LOOP;
@@ -230,12 +254,14 @@ static int walk_link(struct walk *wk, const char *cand, const char *rest)
 	if (len < 0)
 		return -errno;
 	link[len] = '\0';
-	if (link[0] == '/')
-		jn = snprintf(joined, sizeof(joined), "%s/%s", link, rest);
-	else
-		jn = snprintf(joined, sizeof(joined), "%s%s%s/%s/%s", wk->roots->path[wk->root],
-			      wk->done[0] ? "/" : "", wk->done, link, rest);
-	return walk_relocate(wk, joined, jn);
+	base[0] = '\0';
+	if (link[0] != '/')
+		snprintf(base, sizeof(base), "%s%s%s", wk->roots->path[wk->root],
+			 wk->done[0] ? "/" : "", wk->done);
+	n = snprintf(text, sizeof(text), "%s/%s", link, rest);
+	if (n < 0 || n >= (int)sizeof(text))
+		return -ENAMETOOLONG;
+	return walk_relocate(wk, base, text);
 }
 
 /* One component off @todo. */

@@ -59,6 +59,11 @@ static void test_path(struct check_count *c)
 	CHECK(c, path_normalize("/../x", out, sizeof(out)) == 0 && !strcmp(out, "/x"), "got %s", out);
 	CHECK(c, path_normalize("a/../..", out, sizeof(out)) == -EXDEV, "relative climb");
 	CHECK(c, path_normalize("./", out, sizeof(out)) == 0 && !strcmp(out, ""), "got %s", out);
+	CHECK(c, path_dotdot_after_name("../../blobs/x") == -1, "leading .. only");
+	CHECK(c, path_dotdot_after_name("./../a/./b") == -1, "no .. after a name");
+	CHECK(c, path_dotdot_after_name("sub/../x") == 4, "after sub");
+	CHECK(c, path_dotdot_after_name("../a//..") == 6, "after a, the last component");
+	CHECK(c, path_dotdot_after_name("/r/a/..x/../y") == 9, "'..x' is a name");
 	CHECK(c, path_under("/hub", "/hub/x/y") && !strcmp(path_under("/hub", "/hub/x/y"), "x/y"),
 	      "under");
 	CHECK(c, path_under("/hub", "/hubx") == NULL, "prefix is not a parent");
@@ -178,6 +183,15 @@ static void build_tree(void)
 	ln("../../blobs/fifo", "hub/models--o--std/snapshots/" REV "/to-fifo");
 	ln("../../blobs/nope/x", "hub/models--o--std/snapshots/" REV "/under-missing");
 	ln("../../blobs/", "hub/models--o--std/snapshots/" REV "/to-blobs");
+	/* ".." after a link in a link's text: the link target's parent (the
+	 * kernel's rule), not the text's */
+	ln("../../blobs/4d", "hub/models--o--store/blobs/sub");
+	mk("hub/blobs/dotdot.bin", "physical");
+	mk("hub/models--o--store/blobs/dotdot.bin", "lexical");
+	ln("sub/../dotdot.bin", "hub/models--o--store/blobs/weird");
+	ln("../../../models--o--std/blobs/dirblob", "hub/models--o--std/snapshots/" REV "/x");
+	ln("x/../../../blobs/" SHA_A, "hub/models--o--std/snapshots/" REV "/through-x.json");
+	ln("x/../../blobs/" SHA_A, "hub/models--o--std/snapshots/" REV "/through-x-up2");
 }
 
 static void expect_link(struct check_count *c, struct hub_roots *roots, const char *rel,
@@ -240,6 +254,12 @@ static void test_ns(struct check_count *c)
 		    "../../blobs/hop", NS_LINK_RESOLVED);
 	/* Straight into the hub store, bypassing the repo's blobs: a file. */
 	expect_file(c, &roots, "models--o--store/snapshots/" REV "/direct.bin", "blobs/4d/" SHA_B, "");
+	expect_file(c, &roots, "models--o--store/blobs/weird", "blobs/dotdot.bin", "weird");
+	/* dangling on the NAS (x/.. is models--o--std/blobs, not snapshots/REV) */
+	expect_link(c, &roots, "models--o--std/snapshots/" REV "/through-x.json",
+		    "x/../../../blobs/" SHA_A, NS_LINK_DANGLING);
+	expect_link(c, &roots, "models--o--std/snapshots/" REV "/through-x-up2",
+		    "../../blobs/" SHA_A, NS_LINK_RESOLVED);
 	expect_file(c, &roots, "models--o--store/snapshots/" REV "/packs/p1.bin",
 		    "models--o--store/snapshots/" REV "/packs/p1.bin", "");
 	expect_link(c, &roots, "models--o--store/snapshots/" REV "/dangling.json",
@@ -426,6 +446,12 @@ static void test_ns_in(struct check_count *c)
 	      ns_classify_in(nd, "model.safetensors", a) == 0 && a->kind == NS_LINK &&
 	      !strcmp(a->target, "../../blobs/" SHA_A) && !strcmp(a->blob_id, SHA_A) &&
 	      nd->blobs_fd >= 0, "short cut: target %s", a->target);
+	ns_dir_close(nd);
+	/* ... and a ".." after a name of the text's own does not */
+	CHECK(c, ns_dir_open(nd, &roots, "models--o--std/snapshots/" REV) == 0 &&
+	      ns_classify_in(nd, "through-x.json", a) == 0 && a->kind == NS_LINK &&
+	      a->link_state == NS_LINK_DANGLING, "through x: kind %d state %d", a->kind,
+	      a->link_state);
 	ns_dir_close(nd);
 	CHECK(c, ns_dir_open(nd, &roots, "nope") == -ENOENT, "open of a missing directory");
 	ns_dir_close(nd);

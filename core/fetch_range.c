@@ -14,6 +14,8 @@
 #include <unistd.h>
 
 #define CHUNK ((size_t)1 << 20)
+/* O_DIRECT's alignment: the largest logical block size of a local disk */
+#define DIO_ALIGN ((size_t)4096)
 
 /* a throttled read loop still looks at the cancel flag and the rate this
  * often (a chunk at a low rate takes seconds) */
@@ -55,28 +57,59 @@ static int read_all(int fd, char *p, size_t n, uint64_t off)
 	return got < 0 ? (int)got : (size_t)got < n ? -ESTALE : 0;
 }
 
+/* A descriptor of @fd's file that reads the disk itself (O_DIRECT), or -1
+ * where its filesystem takes no O_DIRECT (tmpfs). */
+static int direct_twin(int fd)
+{
+	char self[64];
+
+	snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
+	return open(self, O_RDONLY | O_CLOEXEC | O_DIRECT);
+}
+
+/* [@pos, @pos + @n) of @dfd (O_DIRECT) into @buf (DIO_ALIGN-aligned, room
+ * for @n + DIO_ALIGN bytes), by the DIO_ALIGN blocks that cover it; the
+ * bytes start at @buf + *@at.  0, or -errno (-ESTALE: the file ends first). */
+static int read_direct(int dfd, char *buf, size_t n, uint64_t pos, size_t *at)
+{
+	uint64_t from = pos & ~(uint64_t)(DIO_ALIGN - 1);
+	size_t want = ((size_t)(pos - from) + n + DIO_ALIGN - 1) & ~(DIO_ALIGN - 1);
+	ssize_t got = durable_pread_fd(dfd, buf, want, (off_t)from);
+
+	*at = (size_t)(pos - from);
+	return got < 0 ? (int)got : (size_t)got < *at + n ? -ESTALE : 0;
+}
+
 int fetch_hash_range(int fd, uint64_t off, uint64_t len, char xxh_hex[33])
 {
 	struct content_hash ch = { 0 }; /* no name: XXH3-128 alone */
-	char *buf = malloc(CHUNK);
-	int r = buf ? content_hash_init(&ch, NULL, len) : -ENOMEM;
+	char *buf = NULL;
+	int dfd = direct_twin(fd);
+	int r = posix_memalign((void **)&buf, DIO_ALIGN, CHUNK + DIO_ALIGN) ? -ENOMEM
+									  : content_hash_init(&ch, NULL, len);
 
-	if (r == 0)
+	/* Without O_DIRECT the pages are dropped first; only whole ones go,
+	 * so a range's partial first and last pages (and a large folio
+	 * reaching past it) may still be read from the cache. */
+	if (r == 0 && dfd < 0)
 		posix_fadvise(fd, (off_t)off, (off_t)len, POSIX_FADV_DONTNEED);
 	for (uint64_t pos = off; r == 0 && pos < off + len;) {
-		size_t n = off + len - pos < CHUNK ? (size_t)(off + len - pos) : CHUNK;
+		size_t n = off + len - pos < CHUNK ? (size_t)(off + len - pos) : CHUNK, at = 0;
 
-		r = read_all(fd, buf, n, pos);
+		r = dfd >= 0 ? read_direct(dfd, buf, n, pos, &at) : read_all(fd, buf, n, pos);
 		if (r == 0) {
-			content_hash_update(&ch, buf, n);
+			content_hash_update(&ch, buf + at, n);
 			pos += n;
 		}
 	}
 	if (r == 0) {
 		r = content_hash_final(&ch, xxh_hex, NULL);
 		/* the check read must not leave a second copy in the cache */
-		posix_fadvise(fd, (off_t)off, (off_t)len, POSIX_FADV_DONTNEED);
+		if (dfd < 0)
+			posix_fadvise(fd, (off_t)off, (off_t)len, POSIX_FADV_DONTNEED);
 	}
+	if (dfd >= 0)
+		close(dfd);
 	content_hash_free(&ch);
 	free(buf);
 	return r == -ESTALE ? -EIO : r;

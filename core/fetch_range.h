@@ -63,8 +63,10 @@ int fetch_range_verify(const char *src_path, uint64_t size, int dst_fd, uint64_t
 int fetch_hash_source(const char *src_path, uint64_t size, const char *expected_id,
 		      uint64_t bw_limit, struct fetch_progress *prog, struct fetch_result *res);
 
-/* XXH3-128 of bytes [@off, @off + @len) of @fd, read from the disk (the
- * pages are dropped first).  0, or -errno (-EIO: short). */
+/* XXH3-128 of bytes [@off, @off + @len) of @fd, read from the disk: by a
+ * second descriptor of the file opened O_DIRECT (the 4 KiB blocks that
+ * cover the range), or, where the filesystem takes no O_DIRECT, buffered
+ * after the range's pages are dropped.  0, or -errno (-EIO: short). */
 int fetch_hash_range(int fd, uint64_t off, uint64_t len, char xxh_hex[33]);
 
 /* Hash the whole of @path (@size bytes; read from the disk: O_DIRECT where

@@ -70,6 +70,19 @@ int conn_find(const char *mnt, struct conn_id *c)
 	return r < 0 ? r : fuse ? 0 : -ENOENT;
 }
 
+int conn_gone_from(const struct conn_id *c, const char *mnt)
+{
+	struct conn_id now;
+	int fuse = 0, r;
+
+	if (!c->known)
+		return 0;
+	r = newest_mount(mnt, &now, &fuse);
+	if (r == -ENOENT)
+		return 1;
+	return r == 0 && (!fuse || now.major != c->major || now.minor != c->minor);
+}
+
 /* The connection is ended: the device polls POLLERR. */
 static int ended(int devfd)
 {

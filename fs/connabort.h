@@ -52,4 +52,11 @@ int conn_find(const char *mnt, struct conn_id *c);
  * *@how (@howsz bytes) says which way was taken or why none worked. */
 int conn_abort(const struct conn_id *c, const char *mnt, int devfd, char *how, size_t howsz);
 
+/* Is @mnt's newest mount now another than @c (or none at all): lazily
+ * unmounted while busy and mounted again, or something mounted on top of
+ * it?  Then an unmount of @mnt would detach that other mount, and the
+ * caller must leave @mnt alone.  1 yes, 0 no or cannot tell (@c not
+ * known, mountinfo unreadable). */
+int conn_gone_from(const struct conn_id *c, const char *mnt);
+
 #endif

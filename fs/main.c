@@ -540,6 +540,13 @@ static void end_device(struct wfs *w)
 	else if (!gone)
 		wfs_log(w, LOG_DEBUG, "unmounting %s: connection aborted (%s)", w->opt.mnt, how);
 	gone = gone || r == 1;
+	/* libfuse unmounts the path (MNT_DETACH) unless the stand-in says the
+	 * connection is gone: never a mount made there since, or on top */
+	if (!gone && conn_gone_from(&w->conn, w->mnt_abs)) {
+		wfs_log(w, LOG_INFO, "unmounting %s: another mount is there now (or none): "
+			"left as it is", w->opt.mnt);
+		gone = 1;
+	}
 	if ((r = inval_retire_fd(dev.fd, gone ? "/dev/fuse" : "/dev/null")) < 0)
 		wfs_log(w, LOG_WARNING, "unmounting %s: no stand-in for the FUSE device: %s",
 			w->opt.mnt, strerror(-r));

@@ -564,6 +564,47 @@ class Cli(unittest.TestCase):
         self.assertEqual(m.proc.wait(wfstest.EXIT_TIMEOUT), 0, m.log())
         self.assertFalse(wfstest.is_mounted(mnt))
 
+    def mounts_on(self, mnt):
+        """The file system types mounted on `mnt`, oldest first."""
+        path = os.path.realpath(os.path.dirname(mnt)) + "/" + os.path.basename(mnt)
+        return [l.split(" ")[2] for l in wfstest.mount_lines()
+                if mountinfo_path(l.split(" ")[1]) == path]
+
+    def stop_with_another_mount(self, mnt, other):
+        """SIGTERM a daemon whose mount point `other` has mounted a tmpfs
+        on (after a lazy unmount, or on top): the tmpfs stays.  (The
+        daemon's unmount once detached whatever was newest on the path.)"""
+        m = wfstest.ForegroundMount(FIX.hub, self.path("local"), mnt, []).start()
+        self.addCleanup(m.cleanup)
+        self.addCleanup(lambda: self.cleanup_mount(mnt))
+        fd = os.open(os.path.join(mnt, "version.txt"), os.O_RDONLY)  # keeps it busy
+        try:
+            other()
+            self.addCleanup(lambda: subprocess.run(["umount", mnt], capture_output=True))
+            self.assertEqual(self.mounts_on(mnt)[-1], "tmpfs")
+            m.proc.send_signal(signal.SIGTERM)
+            self.assertEqual(m.proc.wait(wfstest.EXIT_TIMEOUT), 0, m.log())
+        finally:
+            os.close(fd)
+        self.assertEqual(self.mounts_on(mnt)[-1:], ["tmpfs"],
+                         "the mount made on %s while the daemon ran, after its stop; log:\n%s"
+                         % (mnt, m.log()[-2000:]))
+        self.assertIn("another mount is there now", m.log())
+
+    def test_sigterm_leaves_a_mount_made_since(self):
+        mnt = self.new_mnt()
+
+        def remount():
+            subprocess.run(["umount", "-l", mnt], check=True)
+            subprocess.run(["mount", "-t", "tmpfs", "since", mnt], check=True)
+        self.stop_with_another_mount(mnt, remount)
+        self.assertEqual(self.mounts_on(mnt), ["tmpfs"])
+
+    def test_sigterm_leaves_a_mount_on_top(self):
+        mnt = self.new_mnt()
+        self.stop_with_another_mount(
+            mnt, lambda: subprocess.run(["mount", "-t", "tmpfs", "ontop", mnt], check=True))
+
     def test_stop_signal_reaches_the_main_thread(self):
         """A signal sent to the process goes to any thread that does not
         block it.  libfuse's loop ends only when its main thread is woken by

@@ -133,6 +133,9 @@ static int serve_request(struct uring_ent *e)
 		     "not fit its buffers; answered EIO", (unsigned long long)in.unique,
 		     in.opcode, in.len);
 		answer_error(e, in.unique, EIO);
+		pthread_mutex_lock(&e->lock);
+		e->committed = 0; /* the answer goes with the ring thread's commit */
+		pthread_mutex_unlock(&e->lock);
 		return 0;
 	}
 	memcpy(e->req, &in, sizeof(in));

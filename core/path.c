@@ -6,6 +6,31 @@
 #include <stdio.h>
 #include <string.h>
 
+/* The component at *@p (its slashes skipped first), of *@n bytes (0 at
+ * the end); *@p moves past it. */
+static const char *next_component(const char **p, size_t *n)
+{
+	const char *seg;
+
+	while (**p == '/')
+		(*p)++;
+	seg = *p;
+	while (**p && **p != '/')
+		(*p)++;
+	*n = (size_t)(*p - seg);
+	return seg;
+}
+
+static int is_dot(const char *seg, size_t n)
+{
+	return n == 1 && seg[0] == '.';
+}
+
+static int is_dotdot(const char *seg, size_t n)
+{
+	return n == 2 && seg[0] == '.' && seg[1] == '.';
+}
+
 int path_normalize(const char *in, char *out, size_t outsz)
 {
 	int absolute = in[0] == '/';
@@ -18,18 +43,12 @@ int path_normalize(const char *in, char *out, size_t outsz)
 		out[len++] = '/';
 	out[len] = '\0';
 	while (*p) {
-		const char *seg;
 		size_t n;
+		const char *seg = next_component(&p, &n);
 
-		while (*p == '/')
-			p++;
-		seg = p;
-		while (*p && *p != '/')
-			p++;
-		n = (size_t)(p - seg);
-		if (n == 0 || (n == 1 && seg[0] == '.'))
+		if (n == 0 || is_dot(seg, n))
 			continue;
-		if (n == 2 && seg[0] == '.' && seg[1] == '.') {
+		if (is_dotdot(seg, n)) {
 			size_t base = absolute ? 1 : 0;
 
 			if (len == base) {
@@ -61,21 +80,12 @@ long path_dotdot_after_name(const char *p)
 	int named = 0;
 
 	while (*p) {
-		const char *seg;
 		size_t n;
+		const char *seg = next_component(&p, &n);
 
-		while (*p == '/')
-			p++;
-		seg = p;
-		while (*p && *p != '/')
-			p++;
-		n = (size_t)(p - seg);
-		if (n == 2 && seg[0] == '.' && seg[1] == '.') {
-			if (named)
-				return (long)(seg - start);
-		} else if (n && !(n == 1 && seg[0] == '.')) {
-			named = 1;
-		}
+		if (is_dotdot(seg, n) && named)
+			return (long)(seg - start);
+		named |= n && !is_dot(seg, n) && !is_dotdot(seg, n);
 	}
 	return -1;
 }

@@ -70,17 +70,23 @@ int conn_find(const char *mnt, struct conn_id *c)
 	return r < 0 ? r : fuse ? 0 : -ENOENT;
 }
 
-int conn_gone_from(const struct conn_id *c, const char *mnt)
+/* Is @mnt's newest mount the connection @c: 1 yes, 0 another mount, or
+ * -ENOENT (nothing mounted there) or -errno. */
+static int newest_is(const struct conn_id *c, const char *mnt)
 {
 	struct conn_id now;
-	int fuse = 0, r;
+	int fuse = 0, r = newest_mount(mnt, &now, &fuse);
 
-	if (!c->known)
-		return 0;
-	r = newest_mount(mnt, &now, &fuse);
-	if (r == -ENOENT)
-		return 1;
-	return r == 0 && (!fuse || now.major != c->major || now.minor != c->minor);
+	if (r < 0)
+		return r;
+	return fuse && now.major == c->major && now.minor == c->minor;
+}
+
+int conn_gone_from(const struct conn_id *c, const char *mnt)
+{
+	int r = c->known ? newest_is(c, mnt) : 1;
+
+	return r == 0 || r == -ENOENT;
 }
 
 /* The connection is ended: the device polls POLLERR. */
@@ -110,8 +116,7 @@ static int fusectl_abort(const struct conn_id *c)
 
 int conn_abort(const struct conn_id *c, const char *mnt, int devfd, char *how, size_t howsz)
 {
-	struct conn_id now;
-	int fuse = 0, r, ctl;
+	int r, ctl;
 
 	if (!c->known) {
 		snprintf(how, howsz, "its device was not found in /proc/self/mountinfo at mount");
@@ -122,8 +127,8 @@ int conn_abort(const struct conn_id *c, const char *mnt, int devfd, char *how, s
 		snprintf(how, howsz, "fusectl abort of connection %u", c->major << 20 | c->minor);
 		return 0;
 	}
-	r = newest_mount(mnt, &now, &fuse);
-	if (r < 0 || !fuse || now.major != c->major || now.minor != c->minor) {
+	r = newest_is(c, mnt);
+	if (r != 1) {
 		snprintf(how, howsz, "fusectl: %s; no forced umount: %s", strerror(ctl ? -ctl : EIO),
 			 r < 0 ? "not mounted any more" : "another mount is on top of it");
 		return ended(devfd) ? 0 : -ESTALE;

@@ -22,12 +22,31 @@ static const char *str_or(const struct jflat *o, const char *k, const char *dflt
 	return v ? v : dflt;
 }
 
-static const char *ref_str(json_t *o, const char *k, const char *dflt)
+/* The ref pin field @k of @o as bytes (jbytes.h: a string, or "<k>_hex"),
+ * in *@out (malloc'ed, the caller frees it); NULL when absent or not a
+ * name (malformed hex, a NUL inside).  0 or -ENOMEM. */
+static int ref_bytes(json_t *o, const char *k, char **out)
 {
 	const char *v = json_string_value(json_object_get(o, k));
+	char hexk[32];
+	size_t n;
+	int r;
 
-	return v ? v : dflt;
+	*out = NULL;
+	if (v)
+		return (*out = strdup(v)) ? 0 : -ENOMEM;
+	snprintf(hexk, sizeof(hexk), "%s_hex", k);
+	v = json_string_value(json_object_get(o, hexk));
+	r = v ? jbytes_unhex(v, out, &n) : 0;
+	if (r == -EINVAL || (!r && *out && strlen(*out) != n)) {
+		free(*out);
+		*out = NULL;
+		r = 0;
+	}
+	return r;
 }
+
+static const char *const ref_fields[4] = { "repo", "ref", "commit", "pending" };
 
 static int read_refs(const struct jflat *head, const struct index_cb *cb)
 {
@@ -38,16 +57,17 @@ static int read_refs(const struct jflat *head, const struct index_cb *cb)
 	if (!cb->ref || !json_is_array(refs))
 		return 0;
 	json_array_foreach(refs, i, o) {
-		struct index_ref ref = {
-			.repo = ref_str(o, "repo", NULL),
-			.ref = ref_str(o, "ref", NULL),
-			.commit = ref_str(o, "commit", ""),
-			.pending = ref_str(o, "pending", ""),
-		};
+		char *f[4] = { 0 };
 
-		if (!ref.repo || !ref.ref)
-			continue;
-		r = cb->ref(cb->arg, &ref);
+		for (int k = 0; !r && k < 4; k++)
+			r = ref_bytes(o, ref_fields[k], &f[k]);
+		if (!r && f[0] && f[1]) {
+			struct index_ref ref = { f[0], f[1], f[2] ? f[2] : "", f[3] ? f[3] : "" };
+
+			r = cb->ref(cb->arg, &ref);
+		}
+		for (int k = 0; k < 4; k++)
+			free(f[k]);
 		if (r < 0)
 			break;
 	}
@@ -282,17 +302,27 @@ static void put_blob(struct jline *l, const struct index_rec *e)
 	jline_str(l, "xxh", e->xxh);
 }
 
+/* The ref pins as JSON.  A repo's name is the NAS's bytes, not always
+ * UTF-8: each field goes through jbytes (a json_pack "s" would refuse it,
+ * and with it every later write of the index). */
 static json_t *refs_json(const struct index_ref *refs, size_t nrefs)
 {
 	json_t *a = json_array();
 
-	for (size_t i = 0; a && i < nrefs; i++)
-		if (json_array_append_new(a, json_pack("{s:s, s:s, s:s, s:s}", "repo", refs[i].repo,
-						       "ref", refs[i].ref, "commit", refs[i].commit,
-						       "pending", refs[i].pending))) {
+	for (size_t i = 0; a && i < nrefs; i++) {
+		const char *v[4] = { refs[i].repo, refs[i].ref, refs[i].commit, refs[i].pending };
+		json_t *o = json_object();
+		int r = o ? 0 : -ENOMEM;
+
+		for (int k = 0; !r && k < 4; k++)
+			r = jbytes_set(o, ref_fields[k], v[k], strlen(v[k]));
+		if (r || json_array_append_new(a, o)) {
+			if (r)
+				json_decref(o);
 			json_decref(a);
 			a = NULL;
 		}
+	}
 	return a;
 }
 

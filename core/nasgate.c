@@ -494,11 +494,17 @@ int nas_root_gone(const char *root)
 	return r;
 }
 
-int nas_missing_or_gone(const char *root, int err)
+int nas_missing_or_gone(const char *root, int hub, int err)
 {
 	if ((err == -ENOENT || err == -ENOTDIR) && *root && nas_root_gone(root) == 1)
-		return -ENOMEDIUM;
+		return hub ? -ENOMEDIUM : -ENOLINK;
 	return err;
+}
+
+const char *nas_err_why(int err)
+{
+	return err == -ENOMEDIUM ? NAS_GONE_WHY : err == -ENOLINK ? NAS_ROOT_GONE_WHY :
+	       strerror(-err);
 }
 
 static int probe_fn(void *arg)

@@ -191,13 +191,20 @@ int nas_gate_unavailable(int err);
  * entry, -errno it could not be read.  A NAS call: made on a NAS thread
  * or a thread of the caller's that may be left stuck. */
 int nas_root_gone(const char *root);
-/* @err (-errno) of a NAS call on a path under @root (NAS_HUB; "" when not
- * known): -ENOMEDIUM when it says the path is not there (ENOENT, ENOTDIR)
- * and nothing else in @root is either (nas_root_gone: the NAS not mounted,
- * its mount point seen instead), else @err.  A NAS call when it looks. */
-int nas_missing_or_gone(const char *root, int err);
-/* What -ENOMEDIUM means, for a reason or a log line. */
+/* @err (-errno) of a NAS call on a path under @root ("" when not known;
+ * @hub: it is NAS_HUB, else a further root, -o root=DIR): when @err says
+ * the path is not there (ENOENT, ENOTDIR) and nothing else in @root is
+ * either (nas_root_gone: that filesystem not mounted, its mount point seen
+ * instead), -ENOMEDIUM for NAS_HUB (unreachable: nas_gate_unavailable),
+ * -ENOLINK for a further root (the gate is not told: its prober looks at
+ * NAS_HUB only, which answers); else @err.  A NAS call when it looks. */
+int nas_missing_or_gone(const char *root, int hub, int err);
+/* What -ENOMEDIUM and -ENOLINK mean, for a reason or a log line. */
 #define NAS_GONE_WHY "NAS_HUB is empty or missing (the NAS is not mounted?)"
+#define NAS_ROOT_GONE_WHY "its root (-o root=) is empty or missing (not mounted?)"
+/* @err (-errno) said for a log line or a reason: the two above, else
+ * strerror's. */
+const char *nas_err_why(int err);
 /* A request was answered from the local record instead of the NAS. */
 void nas_gate_count_record(struct nas_gate *g);
 void nas_gate_stats(struct nas_gate *g, struct nas_gate_stats *out);

@@ -465,7 +465,7 @@ static int walk_repos(struct build *b, struct scan *sc)
 		/* The repo went away: nothing of it to show -- unless everything
 		 * did (the NAS not mounted: its empty mount point seen), when
 		 * the record keeps what it holds. */
-		if (e == -ENOENT && (e = nas_missing_or_gone(b->roots->path[0], e)) == -ENOENT)
+		if (e == -ENOENT && (e = nas_missing_or_gone(b->roots->path[0], 1, e)) == -ENOENT)
 			continue;
 		if (e < 0 && e != -ECANCELED && e != -ENOMEM)
 			nas_gate_note(b->r->gate, e);

@@ -358,6 +358,8 @@ struct store_opts {
 	struct nas_gate *gate; /* NULL: NAS calls run on the caller (tools, tests);
 				* else the read path's NAS calls go through it, and
 				* the NAS errors the store sees are reported to it */
+	const struct hub_roots *roots; /* the NAS roots the keys lie in (outlives the
+					* store); NULL: only the gate's, NAS_HUB */
 };
 
 /* A ref pin as the index keeps it (the policy layer, pins.c, owns them;

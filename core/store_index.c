@@ -192,8 +192,19 @@ static int load_rec(void *arg, const struct index_rec *r)
 static int load_ref(void *arg, const struct index_ref *r)
 {
 	struct store *s = ((struct load *)arg)->s;
-	struct store_ref_rec *v = realloc(s->refs, (s->nrefs + 1) * sizeof(*v));
+	struct store_ref_rec *v;
 
+	/* no pin is made with a name longer than a file name's (pins.c): a
+	 * longer one is damage, and one cut short (mid-character, perhaps)
+	 * would name another ref */
+	if (strlen(r->repo) > NAME_MAX || strlen(r->ref) > NAME_MAX ||
+	    strlen(r->commit) > NAME_MAX || strlen(r->pending) > NAME_MAX) {
+		store_log_msg(s, LOG_WARNING, "start-up: dropped the pin of ref %.64s of %.64s "
+			      "(a name in its index record is longer than %d bytes)", r->ref,
+			      r->repo, NAME_MAX);
+		return 0;
+	}
+	v = realloc(s->refs, (s->nrefs + 1) * sizeof(*v));
 	if (!v)
 		return -ENOMEM;
 	s->refs = v;

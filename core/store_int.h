@@ -158,6 +158,10 @@ int copy_proven_locked(struct store *s, const char *xxh, const struct stat *st,
  * start.  Kept copies are unchecked: the sweep and the first open check
  * them.  Returns the number dropped. */
 size_t verify_sources_loaded(struct store *s);
+/* store_verify.c.  The NAS root the source @key lies in, into @root ("" if
+ * not known), for nas_missing_or_gone: 1 if it is NAS_HUB, 0 a further
+ * root.  A look at the key's text only. */
+int store_source_root(const struct store *s, const char *key, char *root, size_t sz);
 /* The source's attributes as the store knows them when a copy begins: the
  * copy is evidence about that file only.  source_changed_locked: the store
  * has seen other ones since (a reader's stat or open, source_attrs_locked

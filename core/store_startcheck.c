@@ -44,9 +44,9 @@
 
 /* What a start-up stat says of a source: 0 as recorded, 1 gone or changed
  * (@why says), -errno it proves nothing.  A source gone along with
- * everything in NAS_HUB (@root, "" if not known) is the NAS not mounted:
- * -ENOMEDIUM. */
-static int loaded_source(const char *root, const char *key, uint64_t size, char *why,
+ * everything in its root (@root, "" if not known; @hub: NAS_HUB) is that
+ * root not mounted: -ENOMEDIUM, or -ENOLINK (nas_missing_or_gone). */
+static int loaded_source(const char *root, int hub, const char *key, uint64_t size, char *why,
 			 size_t wsz)
 {
 	struct stat st;
@@ -54,9 +54,9 @@ static int loaded_source(const char *root, const char *key, uint64_t size, char 
 	if (stat(key, &st) < 0) {
 		int err = -errno;
 
-		err = nas_missing_or_gone(root, err);
+		err = nas_missing_or_gone(root, hub, err);
 		if (err != -ENOENT && err != -ENOTDIR)
-			return err; /* -ENOMEDIUM too */
+			return err; /* -ENOMEDIUM, -ENOLINK too */
 		snprintf(why, wsz, "source vanished (%s)", strerror(-err));
 		return 1;
 	}
@@ -81,9 +81,10 @@ struct load_job {
 	int cancel;              /* LOCK: the caller stopped waiting */
 	int finished;            /* LOCK: the thread made its last stat */
 	size_t n;                /* IMMUTABLE */
-	char root[PATH_MAX];     /* IMMUTABLE: NAS_HUB, "" if not known */
 	size_t done;             /* LOCK: verdicts [0, done) are made */
 	char **keys;             /* IMMUTABLE */
+	char **roots;            /* IMMUTABLE: the root each key lies in, "" if not known */
+	signed char *hub;        /* IMMUTABLE: that root is NAS_HUB */
 	uint64_t *sizes;         /* IMMUTABLE */
 	int *verdict;            /* LOCK (below done): loaded_source's answer */
 	char **why;              /* LOCK (below done): its reason, for a 1 */
@@ -101,10 +102,14 @@ static void job_put(struct load_job *j)
 	for (size_t i = 0; i < j->n; i++) {
 		if (j->keys)
 			free(j->keys[i]);
+		if (j->roots)
+			free(j->roots[i]);
 		if (j->why)
 			free(j->why[i]);
 	}
 	free(j->keys);
+	free(j->roots);
+	free(j->hub);
 	free(j->sizes);
 	free(j->verdict);
 	free(j->why);
@@ -127,7 +132,8 @@ static void *load_job_thread(void *arg)
 		pthread_mutex_unlock(&j->lock);
 		if (stop)
 			break;
-		r = loaded_source(j->root, j->keys[i], j->sizes[i], why, sizeof(why));
+		r = loaded_source(j->roots[i], j->hub[i], j->keys[i], j->sizes[i], why,
+				  sizeof(why));
 		pthread_mutex_lock(&j->lock);
 		j->verdict[i] = r;
 		j->why[i] = r == 1 ? strdup(why) : NULL;
@@ -146,8 +152,9 @@ static void *load_job_thread(void *arg)
 	return NULL;
 }
 
-static struct load_job *job_new(const char *root, struct blob *const *v, size_t n)
+static struct load_job *job_new(struct store *s, struct blob *const *v, size_t n)
 {
+	char root[PATH_MAX];
 	struct load_job *j = calloc(1, sizeof(*j));
 	pthread_condattr_t ca;
 	int ok;
@@ -155,15 +162,17 @@ static struct load_job *job_new(const char *root, struct blob *const *v, size_t 
 	if (!j)
 		return NULL;
 	j->n = n;
-	snprintf(j->root, sizeof(j->root), "%s", root);
 	j->refs = 1;
 	j->keys = calloc(n, sizeof(*j->keys));
+	j->roots = calloc(n, sizeof(*j->roots));
+	j->hub = calloc(n, 1);
 	j->sizes = calloc(n, sizeof(*j->sizes));
 	j->verdict = calloc(n, sizeof(*j->verdict));
 	j->why = calloc(n, sizeof(*j->why));
-	ok = j->keys && j->sizes && j->verdict && j->why;
+	ok = j->keys && j->roots && j->hub && j->sizes && j->verdict && j->why;
 	for (size_t i = 0; ok && i < n; i++) {
-		ok = (j->keys[i] = strdup(v[i]->key)) != NULL;
+		j->hub[i] = (signed char)store_source_root(s, v[i]->key, root, sizeof(root));
+		ok = (j->keys[i] = strdup(v[i]->key)) && (j->roots[i] = strdup(root));
 		j->sizes[i] = atomic_load(&v[i]->size);
 	}
 	pthread_mutex_init(&j->lock, NULL);
@@ -243,7 +252,7 @@ static void job_report(struct store *s, struct load_job *j, size_t done, signed 
 				store_log_msg(s, LOG_WARNING, "start-up: cannot stat the source %s "
 					      "of a local copy: %s; the copy is kept, its source "
 					      "checked at its first open", j->keys[i],
-					      r == -ENOMEDIUM ? NAS_GONE_WHY : strerror(-r));
+					      nas_err_why(r));
 			nas_gate_note(s->opt.gate, r); /* an unreachable NAS marks the gate down */
 		}
 	}
@@ -258,7 +267,7 @@ static void check_sources(struct store *s, struct blob *const *v, size_t n, sign
 {
 	struct nas_gate *g = s->opt.gate;
 	unsigned timeout_ms = g ? g->timeout_ms : NAS_GATE_TIMEOUT_MS;
-	struct load_job *j = job_new(g ? g->root : "", v, n);
+	struct load_job *j = job_new(s, v, n);
 	pthread_t t;
 	size_t done;
 	int stuck;

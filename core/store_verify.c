@@ -194,12 +194,24 @@ static void source_verdict(int err, uint64_t size, uint64_t size_now, const char
 		snprintf(why, wsz, "source changed (sampled hash differs)");
 }
 
+int store_source_root(const struct store *s, const char *key, char *root, size_t sz)
+{
+	const struct hub_roots *roots = s->opt.roots;
+	const char *rest;
+	int i = roots ? hub_root_of(roots, key, &rest) : 0;
+
+	snprintf(root, sz, "%s", i < 0 ? "" : roots ? roots->path[i] :
+		 s->opt.gate ? s->opt.gate->root : "");
+	return i <= 0;
+}
+
 /* One source check, run on a NAS thread (nasgate.h).  Heap memory holding
  * copies of everything it reads: a check past its deadline ends later on
  * its thread and is freed there (src_job_free), never touching the blob. */
 struct src_job {
 	char key[PATH_MAX];
-	char root[PATH_MAX];    /* NAS_HUB, "" if not known (no gate) */
+	char root[PATH_MAX];    /* the root @key lies in, "" if not known */
+	int hub;                /* @root is NAS_HUB */
 	uint64_t size;          /* recorded */
 	uint64_t size_now;      /* out: the source's size now */
 	char sample[33];        /* out: its sampled hash, when the sizes agree */
@@ -214,10 +226,10 @@ static int src_job_run(void *arg)
 	int fd = nas_open(NULL, j->key, 0);
 
 	j->err = fd < 0 ? fd : 0;
-	/* A source gone with everything else in NAS_HUB is the NAS not
+	/* A source gone with everything else in its root is that root not
 	 * mounted (its empty mount point seen instead), not a file deleted:
-	 * said to the gate (down), and no copy demoted for it. */
-	j->err = nas_missing_or_gone(j->root, j->err);
+	 * no copy demoted for it (NAS_HUB's: the gate told, down). */
+	j->err = nas_missing_or_gone(j->root, j->hub, j->err);
 	if (fd >= 0) {
 		if (fstat(fd, &st) < 0)
 			j->err = -errno;
@@ -252,7 +264,7 @@ static int check_source_gated(struct store *s, const char *key, uint64_t size,
 	if (!j)
 		return -ENOMEM;
 	snprintf(j->key, sizeof(j->key), "%s", key);
-	snprintf(j->root, sizeof(j->root), "%s", s->opt.gate ? s->opt.gate->root : "");
+	j->hub = store_source_root(s, key, j->root, sizeof(j->root));
 	j->size = size;
 	j->err = -EHOSTDOWN; /* as it stays if the gate refuses to run it */
 	r = nas_call(s->opt.gate, src_job_run, j, src_job_free);
@@ -284,8 +296,7 @@ static void check_unmade_locked(struct store *s, struct blob *b, int err)
 		      "the NAS answers", b->key, local, err == -EHOSTDOWN ? "the NAS is down" :
 		      err == -ETIMEDOUT ? "no answer within the NAS deadline" :
 		      err == -EBUSY ? "every NAS thread was busy in slow calls" :
-		      err == -ENOMEDIUM ? NAS_GONE_WHY :
-		      strerror(-err));
+		      nas_err_why(err));
 }
 
 /* Served locally, whole or in part: what a source check is for. */
@@ -709,7 +720,7 @@ int store_verify(struct store *s, struct blob *b, int full, char *reason, size_t
 	if (unchecked)
 		snprintf(reason, rsz, "source not checked: %s; the verified copy keeps serving",
 			 unchecked == -EHOSTDOWN ? "the NAS is down" :
-			 unchecked == -ENOMEDIUM ? NAS_GONE_WHY : strerror(-unchecked));
+			 nas_err_why(unchecked));
 	pthread_mutex_unlock(&s->lock);
 	if (!full)
 		return unchecked;

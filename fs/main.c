@@ -314,7 +314,7 @@ static int open_store(struct wfs *w, const struct metrics_src *msrc)
 	struct inval_hooks ih = { .arg = w, .notify = notify_inval,
 				  .notify_all = notify_inval_all };
 	struct store_opts so = { .workers = w->opt.copy_workers, .bw_limit = w->opt.promote_bw,
-				 .policy = &w->opt.policy, .gate = &w->gate };
+				 .policy = &w->opt.policy, .gate = &w->gate, .roots = &w->roots };
 	struct store_hooks hooks = { .arg = w, .log = store_log, .changed = store_changed };
 	int r = inval_init(&w->inval, 0, &ih);
 

@@ -289,7 +289,7 @@ static int list_fn(void *arg)
 	/* no link followed in any component (a parent swapped for a link) */
 	dp = nas_opendir(j->roots, j->path);
 	if (!dp) /* ENOMEDIUM: the NAS not mounted, as open_fn says */
-		return nas_missing_or_gone(j->roots->path[0], -errno);
+		return nas_missing_or_gone(j->roots->path[0], 1, -errno);
 	errno = 0;
 	while (r == 0 && (de = readdir(dp))) {
 		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
@@ -360,7 +360,7 @@ static int open_fn(void *arg)
 	/* A file the kernel holds gone along with everything in NAS_HUB: the
 	 * NAS not mounted (rare enough, a file gone at its open, to look). */
 	if (j->fd < 0)
-		return nas_missing_or_gone(j->roots->path[0], j->fd);
+		return nas_missing_or_gone(j->roots->path[0], 1, j->fd);
 	if (fstat(j->fd, &j->st) < 0)
 		return -errno;
 	return 0;

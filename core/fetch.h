@@ -43,6 +43,10 @@ struct fetch_progress {
 /* prog->rate: no cap from the next read on (0 means "the call's own"). */
 #define FETCH_RATE_NONE UINT64_MAX
 
+/* What the copy and its read-back align O_DIRECT buffers, offsets and
+ * lengths to: the largest logical block size of a local disk. */
+#define FETCH_DIO_ALIGN ((size_t)4096)
+
 /* xxh, sample and id_check are filled once the whole source has been read,
  * so also when the copy fails after that (e.g. -EBADMSG). */
 struct fetch_result {

@@ -29,7 +29,7 @@
 #include <time.h>
 
 #define CHUNK ((size_t)1 << 20)
-#define ALIGN ((size_t)4096)
+#define ALIGN FETCH_DIO_ALIGN
 /* source slots: reads in flight, chunks waiting for the hasher, writes in
  * flight (a write of 1 MiB into fallocated space takes several ms) */
 #define NSRC 16

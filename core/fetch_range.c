@@ -14,8 +14,6 @@
 #include <unistd.h>
 
 #define CHUNK ((size_t)1 << 20)
-/* O_DIRECT's alignment: the largest logical block size of a local disk */
-#define DIO_ALIGN ((size_t)4096)
 
 /* a throttled read loop still looks at the cancel flag and the rate this
  * often (a chunk at a low rate takes seconds) */
@@ -67,13 +65,13 @@ static int direct_twin(int fd)
 	return open(self, O_RDONLY | O_CLOEXEC | O_DIRECT);
 }
 
-/* [@pos, @pos + @n) of @dfd (O_DIRECT) into @buf (DIO_ALIGN-aligned, room
- * for @n + DIO_ALIGN bytes), by the DIO_ALIGN blocks that cover it; the
- * bytes start at @buf + *@at.  0, or -errno (-ESTALE: the file ends first). */
+/* [@pos, @pos + @n) of @dfd (O_DIRECT) into @buf (FETCH_DIO_ALIGN-aligned,
+ * room for @n + FETCH_DIO_ALIGN bytes), by the FETCH_DIO_ALIGN blocks that
+ * cover it; the bytes start at @buf + *@at.  0, or -errno (-ESTALE: the file ends first). */
 static int read_direct(int dfd, char *buf, size_t n, uint64_t pos, size_t *at)
 {
-	uint64_t from = pos & ~(uint64_t)(DIO_ALIGN - 1);
-	size_t want = ((size_t)(pos - from) + n + DIO_ALIGN - 1) & ~(DIO_ALIGN - 1);
+	uint64_t from = pos & ~(uint64_t)(FETCH_DIO_ALIGN - 1);
+	size_t want = ((size_t)(pos - from) + n + FETCH_DIO_ALIGN - 1) & ~(FETCH_DIO_ALIGN - 1);
 	ssize_t got = durable_pread_fd(dfd, buf, want, (off_t)from);
 
 	*at = (size_t)(pos - from);
@@ -85,7 +83,7 @@ int fetch_hash_range(int fd, uint64_t off, uint64_t len, char xxh_hex[33])
 	struct content_hash ch = { 0 }; /* no name: XXH3-128 alone */
 	char *buf = NULL;
 	int dfd = direct_twin(fd);
-	int r = posix_memalign((void **)&buf, DIO_ALIGN, CHUNK + DIO_ALIGN) ? -ENOMEM
+	int r = posix_memalign((void **)&buf, FETCH_DIO_ALIGN, CHUNK + FETCH_DIO_ALIGN) ? -ENOMEM
 									  : content_hash_init(&ch, NULL, len);
 
 	/* Without O_DIRECT the pages are dropped first; only whole ones go,

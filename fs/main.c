@@ -611,6 +611,7 @@ static void end_session(struct wfs *w, enum session_stage stage)
 		fuse_remove_signal_handlers(w->se);
 	if (stage >= SES_NEW)
 		fuse_session_destroy(w->se);
+	passthrough_free(&w->pt);
 }
 
 /* What open_nas() and open_store() made, however far they got (every stop

@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/uio.h>
@@ -62,6 +63,23 @@ static struct passthrough *PT(void *userdata)
 	return userdata;
 }
 
+/* Lock held: the OPEN @unique recorded (the list grown when full).  0 or
+ * -ENOMEM. */
+static int note_open_locked(struct passthrough *pt, uint64_t unique)
+{
+	if (pt->npending == pt->pending_cap) {
+		size_t cap = pt->pending_cap ? 2 * pt->pending_cap : PT_MAX_PENDING;
+		uint64_t *v = realloc(pt->pending, cap * sizeof(*v));
+
+		if (!v)
+			return -ENOMEM;
+		pt->pending = v;
+		pt->pending_cap = cap;
+	}
+	pt->pending[pt->npending++] = unique;
+	return 0;
+}
+
 void passthrough_note_request(void *arg, const void *req, size_t len)
 {
 	struct passthrough *pt = arg;
@@ -80,8 +98,10 @@ void passthrough_note_request(void *arg, const void *req, size_t len)
 		pthread_mutex_unlock(&pt->lock);
 	} else if (h->opcode == OP_OPEN) {
 		pthread_mutex_lock(&pt->lock);
-		if (pt->npending < PT_MAX_PENDING)
-			pt->pending[pt->npending++] = h->unique;
+		if (note_open_locked(pt, h->unique) < 0)
+			/* before the OPEN is handled: it and every later one
+			 * are daemon-served, never half passthrough */
+			__atomic_store_n(&pt->refused, 1, __ATOMIC_RELEASE);
 		pthread_mutex_unlock(&pt->lock);
 	}
 }
@@ -98,7 +118,7 @@ static ssize_t pt_read(int fd, void *buf, size_t len, void *userdata)
 
 static int take_pending(struct passthrough *pt, uint64_t unique)
 {
-	for (int i = 0; i < pt->npending; i++) {
+	for (size_t i = 0; i < pt->npending; i++) {
 		if (pt->pending[i] == unique) {
 			pt->pending[i] = pt->pending[--pt->npending];
 			return 1;
@@ -234,6 +254,13 @@ int passthrough_install(struct passthrough *pt, struct fuse_session *se, int wan
 	pt->wanted = wanted;
 	pt->backing_of = backing_of;
 	return fuse_session_custom_io(se, &io, pt->devfd);
+}
+
+void passthrough_free(struct passthrough *pt)
+{
+	free(pt->pending);
+	pt->pending = NULL;
+	pt->npending = pt->pending_cap = 0;
 }
 
 int passthrough_usable(const struct passthrough *pt)

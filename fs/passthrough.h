@@ -22,11 +22,13 @@
 struct fuse_session;
 struct fuse_uring;
 
-/* OPENs read and not yet answered.  Each holds a FUSE worker until its
- * reply, so there are at most -o max_threads of them (opts.c caps it at
- * this): an OPEN not recorded would be answered without passthrough while
- * choose_mode counted it as one, and the kernel refuses mixing the two
- * (EIO to open(2)). */
+/* OPENs read and not yet answered.  Each holds a FUSE worker or a ring
+ * entry until its reply: at most -o max_threads of them (opts.c caps it at
+ * this) from /dev/fuse, and two a possible CPU from the rings (uring.c).
+ * The list grows past this to hold them all: an OPEN not recorded would be
+ * answered without passthrough while choose_mode counted it as one, and
+ * the kernel refuses mixing the two (EIO to open(2)).  Should it not grow
+ * (no memory), passthrough is refused from that OPEN on: daemon-served. */
 #define PT_MAX_PENDING 1024
 
 /* Rules, field by field: SET-UP: written by passthrough_install() before
@@ -40,8 +42,8 @@ struct passthrough {
 	int refused;         /* ATOMIC: a registration failed: daemon-served from now on */
 	pthread_mutex_t lock;
 	uint64_t init_unique; /* LOCK */
-	uint64_t pending[PT_MAX_PENDING]; /* LOCK: OPEN requests not yet answered */
-	int npending;        /* LOCK */
+	uint64_t *pending;   /* LOCK: OPEN requests not yet answered (malloc'ed) */
+	size_t npending, pending_cap; /* LOCK */
 	/* SET-UP.  Called for an OPEN reply: the backing id to announce for
 	 * this fh, or 0 for a daemon-served open. */
 	int (*backing_of)(uint64_t fh);
@@ -64,6 +66,9 @@ struct passthrough {
 /* Install the hooks on a mounted session.  Returns -errno. */
 int passthrough_install(struct passthrough *pt, struct fuse_session *se, int wanted,
 			int (*backing_of)(uint64_t fh));
+
+/* Free what the hooks hold, once the session is destroyed. */
+void passthrough_free(struct passthrough *pt);
 
 /* A request read some other way than from /dev/fuse (uring.c): noted as
  * if read there (an OPEN's reply gets edited). */

@@ -417,6 +417,24 @@ class NotUtf8Names(unittest.TestCase):
         self.assertEqual(wfstest.read_file(lien), b"a blob named with \xe9")
         wfstest.ctl_check(self, ["evict", top])
 
+        # a ref pin of this repo: the index is still written with it (a
+        # pin's name went through a UTF-8-only writer, and every later
+        # write of the index failed)
+        os.makedirs(os.path.join(b(F["hub"]), repo, b"refs"))
+        with open(os.path.join(b(F["hub"]), repo, b"refs", b"main"), "w") as f:
+            f.write(rev)
+        self.addCleanup(lambda: wfstest.run_wfsctl(["unpin", "--ref", "main", top]))
+        wfstest.ctl_check(self, ["pin", "--ref", "main", top])
+        rep = ctl_request(F["sock"], {"op": "sync"}, timeout=30)
+        self.assertTrue(rep and rep.get("ok"), rep)
+        pins = ctl_request(F["sock"], {"op": "status"}, timeout=30).get("ref_pins") or []
+        self.assertEqual([(x["repo"], x["ref"]) for x in pins],
+                         [("models--hostile--caf\\xe9", "main")], pins)
+        wfstest.ctl_check(self, ["unpin", "--ref", "main", top])
+        rep = ctl_request(F["sock"], {"op": "sync"}, timeout=30)
+        self.assertTrue(rep and rep.get("ok"), rep)
+        wfstest.ctl_check(self, ["evict", top])
+
         # the protocol: the bytes in hex, and what it refuses
         hexrel = os.path.join(repo, b"snapshots", b(rev), b"caf\xe9.bin").hex()
         rep = ctl_request(F["sock"], {"op": "promote", "paths_hex": [hexrel], "dry_run": True})

@@ -230,8 +230,13 @@ static void test_held_by_two(void)
 	store_usage(&s, &u);
 	CHECK(&c, u.held == ch, "b's reader closed, a's holds the file: %llu held, %llu a copy",
 	      (unsigned long long)u.held, (unsigned long long)ch);
-	fit = (promote(x) == BLOB_LOCAL) + (promote(y) == BLOB_LOCAL);
-	CHECK(&c, fit == 1, "one more copy fits beside the held file, not two (%d)", fit);
+	/* y may be refused, or may evict x (when the coarse clock has moved
+	 * since x landed): either way one of them is local at the end. */
+	promote(x);
+	promote(y);
+	fit = (blob_state(x) == BLOB_LOCAL) + (blob_state(y) == BLOB_LOCAL);
+	CHECK(&c, fit == 1, "one more copy fits beside the held file, not two (%d; x %s, y %s)",
+	      fit, st(x), st(y));
 	close(fa);
 	store_note_close(&s, a);
 	store_usage(&s, &u);

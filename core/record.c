@@ -39,6 +39,8 @@
 struct scan {
 	const char *root;   /* NAS_HUB */
 	int collect;        /* gather the repos to walk; 0: the signature only */
+	const struct hub_roots *roots; /* with @collect: note the roots in use */
+	unsigned roots_used; /* bit i: a local blob's source lies in roots->path[i] */
 	char **repos;
 	size_t n, cap;
 	int err;
@@ -100,8 +102,13 @@ static void scan_blob(void *arg, const struct blob_info *b)
 	sc->mix ^= h * 0x9e3779b97f4a7c15ull;
 	sc->count++;
 	if (sc->collect) {
+		const char *rest;
+		int i = sc->roots ? hub_root_of(sc->roots, b->key, &rest) : -1;
+
 		add_repo(sc, rel);
 		add_repo(sc, b->name);
+		if (i > 0)
+			sc->roots_used |= 1u << i;
 	}
 }
 
@@ -487,6 +494,26 @@ static int walk_repos(struct build *b, struct scan *sc)
 	return 0;
 }
 
+/* Is each further root (-o root=DIR) that holds a local copy's source
+ * mounted?  One that is not (empty or missing: its mount point seen) makes
+ * every link into it dangle: a build now would drop those copies' names,
+ * and the mount, its NAS answering, would show them dangling.  -ENOLINK
+ * then (said once until a build passes), and the record keeps its last
+ * build; the next try comes with the back-off. */
+static int roots_there(struct build *b, const struct scan *sc)
+{
+	for (int i = 1; i < b->roots->n; i++) {
+		if (!(sc->roots_used & 1u << i) || nas_root_gone(b->roots->path[i]) != 1)
+			continue;
+		if (b->r->walk_err != ENOLINK)
+			record_log(b->r, LOG_WARNING, "record: %s: %s; the record keeps its last "
+				   "build", b->roots->path[i], NAS_ROOT_GONE_WHY);
+		b->r->walk_err = ENOLINK;
+		return -ENOLINK;
+	}
+	return 0;
+}
+
 static int by_str(const void *a, const void *b)
 {
 	return strcmp(*(char *const *)a, *(char *const *)b);
@@ -519,7 +546,7 @@ static void say_big(struct record *r, struct build *b)
 
 static int rebuild(struct record *r, const struct hub_roots *roots, struct store *s)
 {
-	struct scan sc = { .root = roots->path[0], .collect = 1 };
+	struct scan sc = { .root = roots->path[0], .collect = 1, .roots = roots };
 	struct build b = { .r = r, .roots = roots, .s = s };
 	struct record_table *t = NULL;
 	int64_t now = (int64_t)time(NULL);
@@ -528,7 +555,9 @@ static int rebuild(struct record *r, const struct hub_roots *roots, struct store
 	if (!nas_gate_up(r->gate))
 		return -EHOSTDOWN; /* never walk a NAS known down: it would hang */
 	store_each(s, scan_blob, &sc);
-	e = sc.err ? sc.err : htab_init(&b.h, 256);
+	e = sc.err ? sc.err : roots_there(&b, &sc);
+	if (!e)
+		e = htab_init(&b.h, 256);
 	if (!e)
 		e = walk_repos(&b, &sc);
 	if (!e)

@@ -77,7 +77,7 @@ int fh_nas_fd(struct wfs *w, struct wfs_fh *fh, int *direct)
 	}
 	if (fd < 0) {
 		if (!NAS_CANNOT_ANSWER(fd))
-			wfs_log(w, LOG_WARNING, "open %s: %s", fh->nas_path, strerror(-fd));
+			wfs_log(w, LOG_WARNING, "open %s: %s", fh->nas_path, nas_err_why(fd));
 		return fd;
 	}
 	pthread_mutex_lock(&fh->lock);
@@ -403,7 +403,8 @@ static int open_nas_side(struct wfs *w, struct wfs_fh *fh, struct stat *st)
 	    !nas_gate_up(&w->gate))
 		return -EHOSTDOWN;
 	fd = nas_open_file(w, fh->nas_path, &fh->nas_direct, st);
-	if (fd < 0 && !NAS_CANNOT_ANSWER(fd))
+	/* (ENOLINK: said once per blob, by the store's source check) */
+	if (fd < 0 && !NAS_CANNOT_ANSWER(fd) && fd != -ENOLINK)
 		wfs_log(w, LOG_WARNING, "open %s: %s", fh->nas_path, strerror(-fd));
 	if (fd < 0)
 		return fd;
@@ -523,7 +524,8 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	/* The NAS side is opened even for a local blob: it proves the name still
 	 * resolves, gives the attributes, and is the fallback. */
 	r = open_nas_side(w, fh, &st);
-	if (NAS_CANNOT_ANSWER(r)) {
+	/* (ENOLINK: its further root is not mounted, the rest of the NAS is) */
+	if (NAS_CANNOT_ANSWER(r) || r == -ENOLINK) {
 		from_nas = 0;
 		r = open_without_nas(w, fh, &st);
 		local = r == 1;

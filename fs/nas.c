@@ -5,8 +5,10 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <syslog.h>
 #include <unistd.h>
 
 /* Each call's arguments and results live in one heap block: the gate owns
@@ -61,6 +63,69 @@ static int gone_or(struct wfs *w, const char *rel, int r)
 		r = -ENOMEDIUM;
 		break;
 	}
+	free(j);
+	return r;
+}
+
+/* The source of the file the local record shows at @rel, or at the name
+ * its recorded link leads to (one hop: a snapshot entry's link to
+ * blobs/<id>, which the record keeps as the file).  0, or -ENOENT. */
+static int record_source(struct wfs *w, const char *rel, struct record_entry *re)
+{
+	char dir[PATH_MAX], to[PATH_MAX], norm[PATH_MAX];
+
+	if (record_lookup(&w->record, rel, re) < 0)
+		return -ENOENT;
+	if (re->e.kind == NS_LINK && re->e.link_state == NS_LINK_RESOLVED) {
+		path_dirname(rel, dir, sizeof(dir));
+		if (path_join(dir, re->e.target, to, sizeof(to)) < 0 ||
+		    path_normalize(to, norm, sizeof(norm)) < 0 ||
+		    record_lookup(&w->record, norm, re) < 0)
+			return -ENOENT;
+	}
+	return re->e.kind == NS_FILE && re->e.backing[0] == '/' ? 0 : -ENOENT;
+}
+
+struct root_gone_job {
+	char root[PATH_MAX];
+	int gone; /* out: nas_root_gone's answer */
+};
+
+/* Returns 0 whatever it finds: a further root empty is no NAS failure the
+ * gate should count (its prober looks only at NAS_HUB, which answers). */
+static int root_gone_fn(void *arg)
+{
+	struct root_gone_job *j = arg;
+
+	j->gone = nas_root_gone(j->root);
+	return 0;
+}
+
+int nas_dangling_or(struct wfs *w, const char *rel, const struct ns_entry *ent)
+{
+	struct record_entry *re;
+	struct root_gone_job *j = NULL;
+	const char *rest;
+	int i = -1, r;
+
+	if (ent->kind != NS_LINK || ent->link_state != NS_LINK_DANGLING ||
+	    !(re = malloc(sizeof(*re))))
+		return 0;
+	if (record_source(w, rel, re) == 0)
+		i = hub_root_of(&w->roots, re->e.backing, &rest);
+	if (i > 0 && (j = malloc(sizeof(*j))))
+		snprintf(j->root, sizeof(j->root), "%s", w->roots.path[i]);
+	free(re);
+	if (!j)
+		return 0;
+	j->gone = 0;
+	r = nas_call(&w->gate, root_gone_fn, j, free);
+	if (r == -ETIMEDOUT)
+		return 0; /* j is the gate's; shown as the NAS shows it */
+	r = r == 0 && j->gone == 1 ? -ENOLINK : 0;
+	if (r)
+		wfs_log(w, LOG_DEBUG, "link %s dangles, %s: the local record answers", rel,
+			nas_err_why(r));
 	free(j);
 	return r;
 }
@@ -357,10 +422,16 @@ static int open_fn(void *arg)
 		j->direct = 0;
 		j->fd = nas_open(j->roots, j->path, 0);
 	}
-	/* A file the kernel holds gone along with everything in NAS_HUB: the
-	 * NAS not mounted (rare enough, a file gone at its open, to look). */
-	if (j->fd < 0)
-		return nas_missing_or_gone(j->roots->path[0], 1, j->fd);
+	/* A file the kernel holds gone along with everything in its root: the
+	 * NAS not mounted (rare enough, a file gone at its open, to look);
+	 * -ENOLINK for a further root, whose files the record answers for. */
+	if (j->fd < 0) {
+		const char *rest;
+		int i = hub_root_of(j->roots, j->path, &rest);
+
+		i = i < 0 ? 0 : i;
+		return nas_missing_or_gone(j->roots->path[i], i == 0, j->fd);
+	}
 	if (fstat(j->fd, &j->st) < 0)
 		return -errno;
 	return 0;

@@ -37,6 +37,13 @@ int nas_classify(struct wfs *w, const char *rel, struct ns_entry *out);
  * ENOMEM). */
 int nas_classify_batch(struct wfs *w, const char *dir_rel, const char *const *names, size_t n,
 		       struct ns_batch *out);
+/* A link the NAS shows dangling (@ent, classified at @rel) where the local
+ * record has a file -- or a link to one -- whose source lies in a further
+ * root (-o root=DIR) that is empty or missing (its filesystem not mounted,
+ * the mount point seen instead): -ENOLINK, and the record answers for it,
+ * as for a NAS that is down, so the local copy keeps serving.  Else 0 (the
+ * link is shown as the NAS shows it).  A NAS call when it looks. */
+int nas_dangling_or(struct wfs *w, const char *rel, const struct ns_entry *ent);
 /* lstat the physical NAS path @path following no link in any component
  * (nasopen.h): a link at @path gives its own attributes, one above it
  * -ELOOP (or -ENOTDIR). */

@@ -138,7 +138,9 @@ int lookup_classified(struct wfs *w, struct node *parent, const char *name, cons
 {
 	struct node *n = NULL;
 
-	if (NAS_CANNOT_ANSWER(r))
+	if (r == 0)
+		r = nas_dangling_or(w, rel, ent);
+	if (NAS_CANNOT_ANSWER(r) || r == -ENOLINK)
 		return lookup_from_record(w, parent, name, rel, e);
 	if (r == 0 && ent->kind == NS_LINK && ent->link_state != NS_LINK_RESOLVED)
 		wfs_log(w, LOG_DEBUG, "link %s shown as is: %s", rel,

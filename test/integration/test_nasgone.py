@@ -16,6 +16,12 @@ source then looks "gone"; that is no proof the files were deleted.
                     copies are kept; the NAS back: up, the copies local
   listing_unmounted_under_the_daemon  the hub listed then shows the
                     record's repos (the NAS marked down), not an empty hub
+  start_with_root_unmounted  a further root (-o root=DIR) holding the
+                    repo's blobs, not mounted at a start: every link into
+                    it dangles while NAS_HUB answers; the local files
+                    still read their bytes (the record answers for them,
+                    and keeps its last build), the copies are kept, the
+                    root back: the same copies serve
 
 Waits are on the daemon's reported state (stats) and faultfs's mount,
 never sleeps; every mount is taken off in the cleanups, failed or not.
@@ -169,6 +175,91 @@ class NasGone(unittest.TestCase):
         self.nas.start()
         faultnas.wait_nas_state(self, self.sock, "up", UP_WAIT)
 
+
+class FurtherRootGone(unittest.TestCase):
+    """The repo's blobs are links into a further root (-o root=DIR, a
+    filesystem of its own: faultfs here), and that root is not mounted
+    when wfs starts (its empty mount point seen): every such link dangles
+    on the NAS, while NAS_HUB answers.  The local copies keep serving --
+    the record answers for the names it has, as for a NAS that is down --
+    and a file not local is shown as the NAS shows it."""
+
+    def setUp(self):
+        d = os.path.join(Hub.base, self.id().rsplit(".", 1)[-1])
+        os.mkdir(d)
+        self.hub, src = os.path.join(d, "hub"), os.path.join(d, "store-src")
+        self.root = faultnas.FaultNAS(src, os.path.join(d, "store"), os.path.join(d, "ff.sock"))
+        self.rev = wfstest.make_hf_repo(self.hub, REPO, FILES)
+        blobs = os.path.join(self.hub, REPO, "blobs")
+        os.mkdir(src)
+        for sha in os.listdir(blobs):
+            shutil.move(os.path.join(blobs, sha), os.path.join(src, sha))
+            os.symlink(os.path.join(self.root.mnt, sha), os.path.join(blobs, sha))
+        self.root.start()
+        self.addCleanup(self.root.stop)
+        self.local, self.mnt = os.path.join(d, "local"), os.path.join(d, "mnt")
+        os.mkdir(self.mnt)
+        self.sock = os.path.join(os.path.realpath(self.local), "wfs.sock")
+        self.m = None
+
+    def start_wfs(self):
+        self.m = wfstest.ForegroundMount(self.hub, self.local, self.mnt,
+                                         ["auto_promote=off", "nas_timeout=%d" % NAS_TIMEOUT_MS,
+                                          "root=" + self.root.mnt])
+        self.m.start()
+        wfstest.wait_until(lambda: os.path.exists(self.sock), 10)
+
+    def stop_wfs(self):
+        if self.m:
+            m, self.m = self.m, None
+            problems = m.stop()
+            m.cleanup()
+            if problems:
+                raise AssertionError("wfs: " + "; ".join(problems))
+
+    def p(self, name):
+        return os.path.join(self.mnt, REPO, "snapshots", self.rev, name)
+
+    def test_start_with_root_unmounted(self):
+        self.start_wfs()
+        self.addCleanup(self.stop_wfs)
+        ctl_check(self, ["--socket", self.sock, "promote", "--wait"] + [self.p(n) for n in LOCAL])
+        copies = {rel: st.st_ino for rel, st in wfstest.store_files(self.local).items()}
+        self.assertEqual(len(copies), len(LOCAL), "LOCAL_STORE/data: %s" % sorted(copies))
+        self.stop_wfs()
+        self.assertEqual(self.root.stop(), [], "faultfs stop")
+        self.assertEqual(os.listdir(self.root.mnt), [], "the root's mount point is not empty")
+        self.start_wfs()  # a new mount: the kernel holds no name of it
+        for n in LOCAL:
+            self.assertEqual(os.stat(self.p(n)).st_size, len(FILES[n]), n)
+            with open(self.p(n), "rb") as f:
+                got = f.read()
+            self.assertEqual(hashlib.sha256(got).digest(), hashlib.sha256(FILES[n]).digest(),
+                             "%s reads wrong bytes, its root not mounted; the daemon's log "
+                             "ends:\n%s" % (n, self.m.log()[-3000:]))
+            self.assertEqual(state_of(self.p(n)), "local", n)
+        extra = hashlib.sha256(FILES["extra.bin"]).hexdigest()
+        self.assertEqual(wfstest.errno_of(wfstest.read_file, self.p("extra.bin")), errno.ENOENT,
+                         "a file not local, its root not mounted: the NAS's dangling link")
+        self.assertTrue(os.path.islink(os.path.join(self.mnt, REPO, "blobs", extra)))
+        now = {rel: st.st_ino for rel, st in wfstest.store_files(self.local).items()}
+        self.assertEqual(now, copies, "the verified copies in LOCAL_STORE/data changed")
+        nas = faultnas.nas_of_stats(self, self.sock)
+        self.assertEqual(nas["state"], "up", "NAS_HUB answers: %s" % nas)
+        # the root mounted again: the same copies serve, nothing copied again
+        self.root.start()
+        rep = wfstest.ctl_request(self.sock, {"op": "sync"}, timeout=30)
+        self.assertTrue(rep and rep.get("ok"), "sync, the root back: %s" % rep)
+        for n in LOCAL:
+            self.assertEqual(wfstest.read_file(self.p(n)), FILES[n], "the root back: %s" % n)
+            self.assertEqual(state_of(self.p(n)), "local", "the root back: %s" % n)
+        now = {rel: st.st_ino for rel, st in wfstest.store_files(self.local).items()}
+        self.assertEqual(now, copies, "the root back: the copies in LOCAL_STORE/data changed")
+        log = self.m.log()
+        for word in ("vanished", "demoted", "evicted"):
+            self.assertNotIn(word, log, "the daemon's log:\n" + log)
+        self.assertIn("the record keeps its last build", log)
+        self.assertIn("record: built again", log)
 
 if __name__ == "__main__":
     wfstest.main()

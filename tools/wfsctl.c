@@ -212,6 +212,7 @@ static void usage(FILE *f)
 "no file, saying why.  A PATH with * ? or [ that is not a file's name is\n"
 "expanded as a glob (quote it so the shell leaves it).  With --socket and\n"
 "no wfs mount above a PATH, the PATH is taken as relative to the mount root.\n"
+"An empty PATH ('') is refused: name the mount root as '.' or its path.\n"
 "\n"
 "Commands that change state (promote without --dry-run, evict, pin, unpin,\n"
 "verify) need root or the user that mounted wfs; so does promote --part,\n"
@@ -358,6 +359,11 @@ static int parse_cmd_args(const struct cmd *c, int argc, char **argv, int i,
 		int n;
 
 		if (only_paths || a[0] != '-' || !a[1]) {
+			/* An unset shell variable ("$DIR"): it would name the
+			 * current directory, or with --socket the whole mount */
+			if (!a[0])
+				return usage_error(c, "%s", "an empty PATH ('') names no file; "
+						   "name the mount root as '.' or its path");
 			o->paths[o->npaths++] = argv[i];
 			continue;
 		}

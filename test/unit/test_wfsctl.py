@@ -134,6 +134,14 @@ def body(t, work):
                  ["pin", "--ref"], ["pin", "--ref=", "x"]):
         r = run(*args)
         ok(f"usage error {args}", r[0] == 2 and r[2], show(r))
+    # an empty PATH (an unset "$DIR"): refused before any request -- it
+    # named the current directory, or with --socket the whole mount
+    n = len(hub.requests)
+    for args in (["evict", ""], ["promote", "x", ""], ["pin", "--", ""],
+                 ["--socket", sock, "evict", ""]):
+        r = run(*args, cwd=good)
+        ok(f"empty PATH {args}: usage error, nothing asked", r[0] == 2
+           and "empty PATH" in r[2] and len(hub.requests) == n, show(r))
     # the ref's name forgotten: the next option is not taken for it
     r = run("pin", "--ref", "--json", "models--org--good")
     ok("pin --ref --json REPO: usage error naming what was taken for the ref", r[0] == 2

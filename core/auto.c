@@ -72,7 +72,7 @@ static void ref_commits(const struct hub_roots *roots, const char *repo, const c
 		snprintf(child, sizeof(child), "%s%s%s", sub, *sub ? "/" : "", de->d_name);
 		if (refs_read(roots, repo, child, commit, sizeof(commit)) == 0)
 			names_add(out, commit);
-		else if (depth < 2 && de->d_type == DT_DIR)
+		else if (depth < 2 && nas_dirent_is_dir(d, de))
 			ref_commits(roots, repo, child, out, depth + 1);
 	}
 	closedir(d);

@@ -188,3 +188,13 @@ DIR *nas_opendir(const struct hub_roots *roots, const char *phys_path)
 	}
 	return d;
 }
+
+int nas_dirent_is_dir(DIR *d, const struct dirent *de)
+{
+	struct stat st;
+
+	if (de->d_type != DT_UNKNOWN)
+		return de->d_type == DT_DIR;
+	return fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+	       S_ISDIR(st.st_mode);
+}

@@ -52,6 +52,11 @@ int nas_open(const struct hub_roots *roots, const char *phys_path, int flags);
  * readdir: a DIR, or NULL with errno set. */
 DIR *nas_opendir(const struct hub_roots *roots, const char *phys_path);
 
+/* Is @de, read from @d, a directory (not a link to one)?  Where readdir
+ * does not say (DT_UNKNOWN: NFS without READDIRPLUS, some FUSE servers),
+ * the entry is looked at itself; 0 when that look fails. */
+int nas_dirent_is_dir(DIR *d, const struct dirent *de);
+
 /* Whether openat2's @err says the call itself was refused, not the open:
  * ENOSYS on a kernel before 5.6 or under a seccomp profile that answers
  * calls it does not list so; EPERM under one that answers them so

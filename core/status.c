@@ -294,7 +294,7 @@ static void each_name(struct view *v, const char *rel, int dirs_only,
 		snprintf(path, sizeof(path), "%s%s%s", v->c->roots->path[0], *rel ? "/" : "", rel);
 		d = nas_opendir(v->c->roots, path);
 		while (d && (de = readdir(d)))
-			if (de->d_name[0] != '.' && (!dirs_only || de->d_type == DT_DIR))
+			if (de->d_name[0] != '.' && (!dirs_only || nas_dirent_is_dir(d, de)))
 				fn(v, de->d_name, arg);
 		if (d) {
 			closedir(d);

@@ -141,6 +141,37 @@ static int record_files(struct view *v, const char *rel)
 	return r;
 }
 
+struct key_size {
+	char *key;
+	uint64_t size;
+};
+
+static int cmp_key_size(const void *a, const void *b)
+{
+	return strcmp(((const struct key_size *)a)->key, ((const struct key_size *)b)->key);
+}
+
+/* Sort @k by key, each size staying with its key (sorted apart, a file
+ * the store does not know was counted with another's size). */
+static int sort_keys(struct keys *k)
+{
+	struct key_size *p;
+
+	if (k->n < 2)
+		return 0;
+	if (!(p = malloc(k->n * sizeof(*p))))
+		return -ENOMEM;
+	for (size_t i = 0; i < k->n; i++)
+		p[i] = (struct key_size){ k->v[i], k->size[i] };
+	qsort(p, k->n, sizeof(*p), cmp_key_size);
+	for (size_t i = 0; i < k->n; i++) {
+		k->v[i] = p[i].key;
+		k->size[i] = p[i].size;
+	}
+	free(p);
+	return 0;
+}
+
 void status_known_under(struct view *v, const char *rel, struct tally *t)
 {
 	char root[PATH_MAX * 2];
@@ -150,10 +181,8 @@ void status_known_under(struct view *v, const char *rel, struct tally *t)
 	if (path_join(v->c->roots->path[0], rel, root, sizeof(root)) == 0)
 		store_each(v->c->store, key_under, &u);
 	/* an error leaves what was found before it: status is a best effort */
-	if (u.err || record_files(v, rel) < 0)
+	if (u.err || record_files(v, rel) < 0 || sort_keys(&v->keys) < 0)
 		return;
-	if (v->keys.n > 1) /* qsort wants a base even for none */
-		qsort(v->keys.v, v->keys.n, sizeof(*v->keys.v), status_cmp_str);
 	for (size_t i = 0; i < v->keys.n; i++) {
 		struct blob *b;
 

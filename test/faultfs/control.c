@@ -65,8 +65,8 @@ static void set_mode(enum mode m, int err)
 static void command(char *line, char *out, size_t sz)
 {
 	static const char *const cmds[] = { "ok", "hang", "clear", "state", "fail", "latency",
-					    "eio", "faildir" };
-	static const int nargs[] = { 0, 0, 0, 0, 1, 1, 3, 2 };
+					    "eio", "faildir", "notype" };
+	static const int nargs[] = { 0, 0, 0, 0, 1, 1, 3, 2, 1 };
 	char *save = NULL, *cmd = strtok_r(line, " \t", &save), *a[4] = {0};
 	char *a1, *a2, *a3;
 	uint64_t v1, v2;
@@ -144,6 +144,14 @@ static void command(char *line, char *out, size_t sz)
 		}
 		pthread_mutex_lock(&g.lock);
 		g.latency_ms = (unsigned)v1;
+		pthread_mutex_unlock(&g.lock);
+	} else if (!strcmp(cmd, "notype")) {
+		if (strcmp(a1, "0") && strcmp(a1, "1")) {
+			snprintf(out, sz, "error notype takes 1 or 0");
+			return;
+		}
+		pthread_mutex_lock(&g.lock);
+		g.notype = a1[0] == '1';
 		pthread_mutex_unlock(&g.lock);
 	} else if (!strcmp(cmd, "state")) {
 		static const char *const names[] = { "ok", "hang", "fail" };

@@ -65,6 +65,8 @@ static void usage(FILE *f)
 "                     block until `clear`; other calls work\n"
 "  clear              drop every eio range and the faildir\n"
 "  latency MS         every call waits MS milliseconds first (0: off)\n"
+"  notype 1|0         listings give no entry types (DT_UNKNOWN, as NFS\n"
+"                     without READDIRPLUS does), or give them again\n"
 "  state              one JSON line: mode, errno, hung (of them hung_reads),\n"
 "                     calls, reads, read_bytes, writes, write_bytes, latency_ms,\n"
 "                     eio_ranges, faildir, rw\n");
@@ -447,7 +449,9 @@ static void ff_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			}
 		}
 		st.st_ino = d->ent->d_ino; /* the source's d_ino, as the brief says */
-		st.st_mode = (mode_t)d->ent->d_type << 12;
+		pthread_mutex_lock(&g.lock);
+		st.st_mode = g.notype ? 0 : (mode_t)d->ent->d_type << 12;
+		pthread_mutex_unlock(&g.lock);
 		sz = fuse_add_direntry(req, buf + used, size - used, d->ent->d_name, &st,
 				       d->ent->d_off);
 		if (sz > size - used)

@@ -31,6 +31,7 @@ struct faults {
 	enum mode mode;          /* LOCK (all below too) */
 	int err;                 /* errno of MODE_FAIL */
 	unsigned latency_ms;
+	int notype;              /* listings give no entry types (DT_UNKNOWN) */
 	unsigned hung;           /* calls waiting in MODE_HANG now */
 	unsigned hung_reads;     /* of them, READs */
 	uint64_t calls, reads, read_bytes, writes, write_bytes;

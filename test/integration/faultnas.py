@@ -195,8 +195,9 @@ class FaultNAS:
         return r
 
     def reset(self):
-        """Back to a healthy NAS: no hang or failure, no eio ranges, no latency."""
-        for line in ("ok", "clear", "latency 0"):
+        """Back to a healthy NAS: no hang or failure, no eio ranges, no latency,
+        entry types in listings."""
+        for line in ("ok", "clear", "latency 0", "notype 0"):
             self.check(line)
 
     def state(self):

@@ -626,6 +626,24 @@ class WalkCalls(WfsOnFaultNAS):
         # every call looked its path up afresh
         self.assertLessEqual(calls, 15 * 300, "status of %s: %d NAS calls" % (repo, calls))
 
+    def test_status_without_entry_types(self):
+        """A NAS whose listings give no entry types (DT_UNKNOWN: NFS
+        without READDIRPLUS) lists the same repos and revisions in status:
+        they were all dropped, taken for files."""
+        self.wait_nas("up", UP_WAIT)
+        repo = MANY_BLOBS.split("/")[0]
+
+        def seen():
+            st = ctl_json(self, ["status", self.mnt])
+            one = ctl_json(self, ["status", self.m(repo)])
+            return (sorted((r["repo"], r["files"]) for r in st["repos"]),
+                    sorted(v["rev"] for v in one["repos"][0]["revisions"]))
+        want = seen()
+        self.assertTrue(want[0] and want[1], want)
+        NAS.check("notype 1")
+        self.addCleanup(NAS.check, "notype 0")
+        self.assertEqual(seen(), want, "status with a NAS listing no entry types")
+
 
 class SlowNAS(WfsOnFaultNAS):
     """20 ms a NAS call (each FUSE request costs several) is slow, not down

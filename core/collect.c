@@ -134,12 +134,13 @@ static int file_only(void *arg, const char *rel, const struct ns_entry *e)
 	return 0;
 }
 
-int collect_walk(const struct hub_roots *roots, const char *rel,
+int collect_walk(const struct hub_roots *roots, const char *rel, int strict,
 		 int (*fn)(void *arg, const char *rel, const struct ns_entry *e), void *arg)
 {
 	struct file_walk fw = { fn, arg };
 
-	return ns_walk(roots, rel, NS_WALK_WEIGHTS, file_only, &fw);
+	return ns_walk(roots, rel, NS_WALK_WEIGHTS | (strict ? NS_WALK_STRICT : 0), file_only,
+		       &fw);
 }
 
 /* ---- the snapshot names of blobs ---- */
@@ -176,7 +177,7 @@ int collect_snapshot_names(const struct hub_roots *roots, const char *repo, json
 
 	if (snprintf(snaps, sizeof(snaps), "%s/snapshots", repo) >= (int)sizeof(snaps))
 		return -ENAMETOOLONG;
-	r = collect_walk(roots, snaps, map_one, &nm);
+	r = collect_walk(roots, snaps, 1, map_one, &nm);
 	if (r == -ENOENT)
 		return 0; /* no snapshots: no names */
 	return r < 0 ? r : (int)nm.n;
@@ -303,7 +304,7 @@ int collect(const struct hub_roots *roots, struct store *s, const struct policy_
 
 	if (!hub_holds_weights(rel))
 		return not_weights(roots, rel);
-	r = collect_walk(roots, rel, collect_one, &c);
+	r = collect_walk(roots, rel, 1, collect_one, &c);
 	if (r < 0 || (r = blob_dir_names(roots, pol, rel, &names)) < 0)
 		return r;
 	r = set_exclude_by_names(set, n0, pol, names);
@@ -428,7 +429,7 @@ int collect_peek(const struct hub_roots *roots, struct store *s, const struct po
 
 	if (!hub_holds_weights(rel))
 		return not_weights(roots, rel);
-	r = collect_walk(roots, rel, peek_one, &p);
+	r = collect_walk(roots, rel, 0, peek_one, &p);
 	if (r < 0 || (r = blob_dir_names(roots, pol, rel, &names)) < 0)
 		return r;
 	r = set_exclude_by_names(known, k0, pol, names);

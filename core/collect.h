@@ -30,9 +30,13 @@ struct blob_set {
  * links resolved to files, with the mount-relative name and the
  * classification.  Directory walks leave out what is not weight data
  * (see hub_holds_weights); links to directories are not followed.
- * @fn returns 0 to go on, < 0 to stop with that error, > 0 to stop with 0.
- * Returns 0 or -errno (-ENOENT: @rel does not exist or is hidden). */
-int collect_walk(const struct hub_roots *roots, const char *rel,
+ * @strict: an entry the NAS fails to answer for (EIO, ENOTCONN, ...)
+ * stops the walk with that error (NS_WALK_STRICT), for callers that act
+ * on the set (copy, evict, pin, exclude); else it is skipped (status, a
+ * best effort).  @fn returns 0 to go on, < 0 to stop with that error,
+ * > 0 to stop with 0.  Returns 0 or -errno (-ENOENT: @rel does not exist
+ * or is hidden). */
+int collect_walk(const struct hub_roots *roots, const char *rel, int strict,
 		 int (*fn)(void *arg, const char *rel, const struct ns_entry *e), void *arg);
 
 /* Add every blob under @rel to @set (blobs created in the store as

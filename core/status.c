@@ -242,7 +242,7 @@ static const char *tally_repo(struct view *v, const char *repo, struct tally *t)
 	blob_set_clear(&v->set);
 	nas_set_clear(&v->nas);
 	/* an error leaves what was found before it: status is a best effort */
-	if (collect_walk(v->c->roots, repo, repo_walk_one, &w) >= 0)
+	if (collect_walk(v->c->roots, repo, 0, repo_walk_one, &w) >= 0)
 		rev_done(&w);
 	free(w.rel);
 	blob_set_free(&w.set);

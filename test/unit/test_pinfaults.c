@@ -46,6 +46,26 @@ struct dirent *__wrap_readdir64(DIR *d)
 	return __real_readdir64(d);
 }
 
+/* A look at the entry (fail_dev, fail_ino)/fail_name fails with EIO, once:
+ * a NAS failing on one entry while its directory lists. */
+int __real_fstatat64(int fd, const char *name, struct stat64 *st, int flags);
+int __wrap_fstatat64(int fd, const char *name, struct stat64 *st, int flags);
+static char fail_name[NAME_MAX + 1];
+static atomic_int entry_armed;
+
+int __wrap_fstatat64(int fd, const char *name, struct stat64 *st, int flags)
+{
+	struct stat dst;
+
+	if (atomic_load(&entry_armed) && fd >= 0 && !strcmp(name, fail_name) &&
+	    fstat(fd, &dst) == 0 && dst.st_dev == fail_dev && dst.st_ino == fail_ino &&
+	    atomic_exchange(&entry_armed, 0)) {
+		errno = EIO;
+		return -1;
+	}
+	return __real_fstatat64(fd, name, st, flags);
+}
+
 /* The next listing of hub/@rel fails once. */
 static void fail_listing_of(const char *rel)
 {
@@ -225,6 +245,48 @@ static void test_keep_listing_fails(void)
 	rig_close(&g);
 }
 
+/* As test_keep_listing_fails, but the listing of rev1 goes on and the
+ * look at its one entry fails: the walk of what v1 keeps stops there (it
+ * skipped the entry, and rev1's blob was unpinned though v1 holds it). */
+static void test_keep_entry_fails(void)
+{
+	const char *R = "models--t--entry";
+	char commit[NAME_MAX + 1], p[PATH_MAX * 2];
+	struct rig g;
+	struct blob *a, *b;
+	struct stat st;
+
+	check_mkdirs(top, "hub/models--t--entry/blobs");
+	check_put_pattern(top, "hub/models--t--entry/blobs/a", 64 * KiB, 11);
+	check_put_pattern(top, "hub/models--t--entry/blobs/b", 64 * KiB, 12);
+	snap_link(R, "rev1", "a.bin", "a");
+	set_ref(R, "main", "rev1");
+	set_ref(R, "v1", "rev1");
+	rig_open(&g, "entry");
+	CHECK(&c, pins_pin(&g.pins, R, "main", commit, sizeof(commit)) == 1 &&
+	      pins_pin(&g.pins, R, "v1", commit, sizeof(commit)) == 1 &&
+	      settled_on(&g.pins, "main", "rev1") && settled_on(&g.pins, "v1", "rev1"),
+	      "main and v1 pin rev1");
+	a = blob_at(&g.s, R, "a");
+	snap_link(R, "rev2", "b.bin", "b");
+	set_ref(R, "main", "rev2");
+	pins_poll(&g.pins); /* rev2 pinned and queued */
+	b = blob_at(&g.s, R, "b");
+	CHECK(&c, store_wait_settled(&g.s, b, 30000) == BLOB_LOCAL, "rev2 local");
+	snprintf(p, sizeof(p), "%s/hub/%s/snapshots/rev1", top, R);
+	CHECK(&c, stat(p, &st) == 0, "rev1");
+	fail_dev = st.st_dev;
+	fail_ino = st.st_ino;
+	snprintf(fail_name, sizeof(fail_name), "a.bin");
+	atomic_store(&entry_armed, 1);
+	pins_poll(&g.pins);
+	CHECK(&c, !atomic_load(&entry_armed) && ref_pinned(&g.s, a),
+	      "the look at rev1's entry failed: rev1's blob still ref-pinned");
+	CHECK(&c, settled_on(&g.pins, "main", "rev2") && ref_pinned(&g.s, a) &&
+	      ref_pinned(&g.s, b), "main settles on rev2 at a later look; v1 keeps rev1's blob");
+	rig_close(&g);
+}
+
 /* unpin --ref whose listing of its revision fails: refused with the
  * error, the pin and its blob's pin kept; asked again, done. */
 static void test_unpin_listing_fails(void)
@@ -351,6 +413,7 @@ int main(void)
 	check_tmpdir(top);
 	check_mkdirs(top, "hub");
 	test_keep_listing_fails();
+	test_keep_entry_fails();
 	test_unpin_listing_fails();
 	test_download_in_progress();
 	test_hot_names_fail();

@@ -194,12 +194,64 @@ static int revision_set(struct pins *p, const char *repo, const char *rev, struc
 		return -ENAMETOOLONG;
 	r = collect(p->roots, p->store, p->policy, rel, set);
 	blob_set_unique(set);
+	/* (an empty NAS_HUB -- the NAS not mounted -- is no deletion) */
+	if (r == -ENOENT && (r = nas_missing_or_gone(p->roots->path[0], 1, r)) == -ENOENT)
+		return 1;
 	return r;
+}
+
+struct ref_keys {
+	char **v;
+	size_t n, cap;
+	int err;
+};
+
+static void note_ref_pinned(void *arg, const struct blob_info *b)
+{
+	struct ref_keys *k = arg;
+	char **v;
+
+	if (k->err || !(b->pin_why & PIN_REF))
+		return;
+	if (k->n == k->cap) {
+		k->cap = k->cap ? 2 * k->cap : 16;
+		if (!(v = realloc(k->v, k->cap * sizeof(*v)))) {
+			k->err = -ENOMEM;
+			return;
+		}
+		k->v = v;
+	}
+	if (!(k->v[k->n] = strdup(b->key)))
+		k->err = -ENOMEM;
+	else
+		k->n++;
+}
+
+/* Every blob a ref pin holds (PIN_REF) into @set.  What a revision gone
+ * from the NAS held cannot be listed any more: when one is let go, each of
+ * them is a candidate, and what the revisions still there keep decides
+ * (without this, its blobs stayed pinned for good, and the pin could never
+ * move on or be dropped).  0 or -ENOMEM. */
+static int all_ref_pinned(struct pins *p, struct blob_set *set)
+{
+	struct ref_keys k = { 0 };
+	struct blob *b;
+
+	store_each(p->store, note_ref_pinned, &k);
+	for (size_t i = 0; i < k.n; i++) {
+		if (!k.err && (b = store_find(p->store, k.v[i])) && blob_set_add(set, b) < 0)
+			k.err = -ENOMEM;
+		free(k.v[i]);
+	}
+	free(k.v);
+	blob_set_unique(set);
+	return k.err;
 }
 
 /* What the ref pins other than (@repo, @ref) keep pinned: 0, or the
  * -errno of a listing that failed -- @keep is then short of what they
- * keep, and nothing may be unpinned by it. */
+ * keep, and nothing may be unpinned by it.  (A revision gone from the NAS
+ * keeps nothing.) */
 static int kept_by_others(struct pins *p, const char *repo, const char *ref,
 			  struct blob_set *keep)
 {
@@ -228,13 +280,20 @@ static int kept_by_others(struct pins *p, const char *repo, const char *ref,
 static int let_go(struct pins *p, const char *repo, const char *ref, const char *const *revs,
 		  size_t nrevs, struct blob_set *gone, struct blob_set *keep)
 {
-	int err = kept_by_others(p, repo, ref, keep);
+	int err = kept_by_others(p, repo, ref, keep), deleted = 0;
 
 	for (size_t i = 0; !err && i < nrevs; i++) {
 		int e = revision_set(p, repo, revs[i], gone);
 
+		if (e == 1 && revs[i][0]) {
+			deleted = 1;
+			store_log_msg(p->store, LOG_NOTICE, "ref pin %s refs/%s: revision %s is gone "
+				      "from the NAS; what only it held is unpinned", repo, ref, revs[i]);
+		}
 		err = e < 0 ? e : 0;
 	}
+	if (!err && deleted)
+		err = all_ref_pinned(p, gone);
 	blob_set_unique(gone);
 	return err;
 }
@@ -365,6 +424,7 @@ int pins_pin(struct pins *p, const char *repo, const char *ref, char *commit, si
 	 * kept behind a failure */
 	if (err == 0)
 		err = revision_set(p, repo, c, &set);
+	err = err == 1 ? -ENOENT : err; /* gone since it was seen */
 	if (err < 0)
 		goto out;
 	if (get(p, repo, ref, &r) == 0) {
@@ -474,7 +534,8 @@ static int settle(struct pins *p, struct pin *r)
 
 	if (!r->pending[0])
 		return 0;
-	if (revision_set(p, r->repo, r->pending, &set) < 0) {
+	/* (not there: a client writes the ref before the files) */
+	if (revision_set(p, r->repo, r->pending, &set) != 0) {
 		snprintf(r->reason, sizeof(r->reason), "cannot list %s/snapshots/%s", r->repo,
 			 r->pending);
 		blob_set_free(&set);

@@ -287,6 +287,54 @@ static void test_keep_entry_fails(void)
 	rig_close(&g);
 }
 
+/* The revision a pin lets go is deleted from the NAS first (a cache
+ * cleaner): its blobs cannot be listed.  The pin moves on and what only
+ * that revision held is unpinned; unpin --ref of a pin whose revision is
+ * gone drops it and its blobs' pin (both stuck for good before). */
+static void test_revision_deleted(void)
+{
+	const char *R = "models--t--del", *U = "models--t--delun";
+	char commit[NAME_MAX + 1], pending[NAME_MAX + 1], p[PATH_MAX * 2];
+	struct rig g;
+	struct blob *a, *b, *u;
+
+	check_mkdirs(top, "hub/models--t--del/blobs");
+	check_mkdirs(top, "hub/models--t--delun/blobs");
+	check_put_pattern(top, "hub/models--t--del/blobs/a", 64 * KiB, 13);
+	check_put_pattern(top, "hub/models--t--del/blobs/b", 64 * KiB, 14);
+	check_put_pattern(top, "hub/models--t--delun/blobs/u", 64 * KiB, 15);
+	snap_link(R, "rev1", "a.bin", "a");
+	snap_link(U, "rev1", "u.bin", "u");
+	set_ref(R, "main", "rev1");
+	set_ref(U, "main", "rev1");
+	rig_open(&g, "del");
+	CHECK(&c, pins_pin(&g.pins, R, "main", commit, sizeof(commit)) == 1 &&
+	      pins_pin(&g.pins, U, "main", commit, sizeof(commit)) == 1 &&
+	      settled_on(&g.pins, "main", "rev1"), "both pin rev1");
+	a = blob_at(&g.s, R, "a");
+	u = blob_at(&g.s, U, "u");
+	snap_link(R, "rev2", "b.bin", "b");
+	set_ref(R, "main", "rev2");
+	snprintf(p, sizeof(p), "%s/hub/%s/snapshots/rev1", top, R);
+	check_rmtree(p);
+	pins_poll(&g.pins); /* rev2 pinned and queued */
+	b = blob_at(&g.s, R, "b");
+	CHECK(&c, store_wait_settled(&g.s, b, 30000) == BLOB_LOCAL, "rev2 local");
+	for (int64_t end = store_now_ms() + 10000; store_now_ms() < end; usleep(10000)) {
+		pins_poll(&g.pins);
+		pin_of(&g.pins, "main", commit, pending);
+		if (!ref_pinned(&g.s, a))
+			break;
+	}
+	CHECK(&c, !ref_pinned(&g.s, a) && ref_pinned(&g.s, b) && ref_pinned(&g.s, u),
+	      "rev1 deleted: its blob unpinned, rev2's and the other pin's kept");
+	snprintf(p, sizeof(p), "%s/hub/%s/snapshots/rev1", top, U);
+	check_rmtree(p);
+	CHECK(&c, pins_unpin(&g.pins, U, "main") == 1 && !ref_pinned(&g.s, u) &&
+	      ref_pinned(&g.s, b), "unpin --ref of a pin whose revision is gone: dropped, unpinned");
+	rig_close(&g);
+}
+
 /* unpin --ref whose listing of its revision fails: refused with the
  * error, the pin and its blob's pin kept; asked again, done. */
 static void test_unpin_listing_fails(void)
@@ -415,6 +463,7 @@ int main(void)
 	test_keep_listing_fails();
 	test_keep_entry_fails();
 	test_unpin_listing_fails();
+	test_revision_deleted();
 	test_download_in_progress();
 	test_hot_names_fail();
 	check_rmtree(top);

@@ -207,7 +207,10 @@ static int take_size(const struct opt_row *r, void *field, const char *val)
 		end++;
 	if (*end)
 		return -EINVAL;
-	if (v * mul >= 18446744073709551616.0)
+	/* At most 4 EiB (no disk is near it): the room checks add a floor, the
+	 * copies in flight and a copy's size, and JSON's numbers are signed;
+	 * past 2^62 they wrapped and status showed negative sizes. */
+	if (v * mul > 4611686018427387904.0)
 		return -ERANGE;
 	*(uint64_t *)field = (uint64_t)(v * mul);
 	return 0;
@@ -274,7 +277,7 @@ static void expects_size(const struct opt_row *r, char *buf, size_t sz)
 {
 	(void)r;
 	snprintf(buf, sz, "a size in bytes, optionally with a K, M, G or T suffix "
-		 "(256M, 1.5G, 2TiB)");
+		 "(256M, 1.5G, 2TiB), at most 4 EiB");
 }
 
 static void expects_text(const struct opt_row *r, char *buf, size_t sz)

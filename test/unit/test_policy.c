@@ -84,6 +84,13 @@ int main(void)
 	CHECK(&c, policy_parse_opt(&o, "store_max", "10X", err, sizeof(err)) == -1 &&
 	      strstr(err, "store_max"), "unit: %s", err);
 	CHECK(&c, policy_parse_opt(&o, "store_max", "", err, sizeof(err)) == -1, "empty size");
+	/* past 4 EiB the room checks' sums wrapped, and status showed them < 0 */
+	CHECK(&c, policy_parse_opt(&o, "store_max", "4194304T", err, sizeof(err)) == 1 &&
+	      o.store_max == 1ull << 62, "4 EiB: the most");
+	CHECK(&c, policy_parse_opt(&o, "store_max", "16000000T", err, sizeof(err)) == -1 &&
+	      strstr(err, "at most 4 EiB"), "past 4 EiB: %s", err);
+	CHECK(&c, policy_parse_opt(&o, "min_free", "9223372036854775808", err, sizeof(err)) == -1,
+	      "min_free past 4 EiB");
 	CHECK(&c, policy_parse_opt(&o, "min_free", "5%", err, sizeof(err)) == 1 &&
 	      policy_floor(&o, 1000) == 50, "5%%");
 	CHECK(&c, policy_parse_opt(&o, "min_free", "1G", err, sizeof(err)) == 1 &&

@@ -104,8 +104,11 @@ static int add_listed(void *arg, const char *file)
 {
 	struct sibling_scan *sc = arg;
 
-	if (strchr(file, '/') || !strcmp(file, sc->base))
-		return 0; /* only files of the index's own directory */
+	/* only files of the index's own directory: "", "." and ".." name the
+	 * directory or the one above, whose every file a walk would queue */
+	if (strchr(file, '/') || !strcmp(file, sc->base) || !*file || !strcmp(file, ".") ||
+	    !strcmp(file, ".."))
+		return 0;
 	return names_add(sc->files, file) < 0 ? -ENOMEM : 0;
 }
 

@@ -390,8 +390,10 @@ static void make_shards(void)
 	}
 	{
 		char p[PATH_MAX * 2];
+		/* "", "." and "..": the directory, or the one above, not a file */
 		const char *idx = "{\"weight_map\":{\"x\":\"part-a.safetensors\","
-				  "\"y\":\"part-b.safetensors\"}}";
+				  "\"y\":\"part-b.safetensors\",\"d\":\".\",\"u\":\"..\","
+				  "\"e\":\"\"}}";
 
 		snprintf(p, sizeof(p), "%s/hub/models--t--shards/snapshots/r1/"
 			 "consolidated.safetensors.index.json", top);

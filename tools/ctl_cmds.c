@@ -511,13 +511,21 @@ static int pin_call(const struct ctl_opts *o, const char *op, const char *done)
 
 	if (o->ref) {
 		char repo[FMT_TEXT], ref[FMT_TEXT];
+		json_t *valid = json_string(o->ref); /* NULL: not UTF-8 */
 
+		fmt_text(o->ref, ref, sizeof(ref));
+		if (!valid) {
+			/* the protocol's "ref" is a JSON string (it said "out of memory") */
+			fprintf(stderr, "wfsctl: %s --ref: the ref name given is not UTF-8 (the "
+				"hub's ref names are)\n", op);
+			return 1;
+		}
+		json_decref(valid);
 		if (simple_call(o, op, json_pack("{s:s, s:s}", "op", op, "ref", o->ref), true, &rep))
 			return 1;
 		n = jget_u64(rep.obj, "count");
 		/* the repo is a NAS name: no control character reaches the terminal */
 		fmt_text(jget_str(rep.obj, "repo"), repo, sizeof(repo));
-		fmt_text(o->ref, ref, sizeof(ref));
 		if (!o->json && !strcmp(op, "pin"))
 			printf("pinned %s refs/%s (revision %s, %llu blob%s); it follows the ref\n",
 			       repo, ref, jget_str(rep.obj, "commit"),

@@ -142,6 +142,11 @@ def body(t, work):
         r = run(*args, cwd=good)
         ok(f"empty PATH {args}: usage error, nothing asked", r[0] == 2
            and "empty PATH" in r[2] and len(hub.requests) == n, show(r))
+    # a ref name that is not UTF-8: said so, nothing asked (it said "out of memory")
+    n = len(hub.requests)
+    r = run("pin", "--ref", os.fsdecode(b"ma\xffin"), "models--org--good", cwd=root)
+    ok("pin --ref not UTF-8: said, nothing asked", r[0] == 1 and "not UTF-8" in r[2]
+       and "out of memory" not in r[2] and len(hub.requests) == n, show(r))
     # the ref's name forgotten: the next option is not taken for it
     r = run("pin", "--ref", "--json", "models--org--good")
     ok("pin --ref --json REPO: usage error naming what was taken for the ref", r[0] == 2

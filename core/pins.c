@@ -128,14 +128,17 @@ int pins_take_poke(struct pins *p)
 	return atomic_exchange(&p->poked, 0);
 }
 
-/* Hand the store the pins to persist with its index (op_lock held). */
-static void persist(struct pins *p)
+/* Hand the store the pins to persist with its index, and write it
+ * (op_lock held).  0, or -errno: not saved (logged; the store's writes go
+ * on trying as anything else changes). */
+static int persist(struct pins *p)
 {
 	struct store_ref_rec *v = calloc(p->n ? p->n : 1, sizeof(*v));
+	int err;
 
 	if (!v) {
 		store_log_msg(p->store, LOG_ERR, "ref pins: out of memory: not persisted");
-		return;
+		return -ENOMEM;
 	}
 	pthread_mutex_lock(&p->lock);
 	for (size_t i = 0; i < p->n; i++) {
@@ -145,9 +148,9 @@ static void persist(struct pins *p)
 		memcpy(v[i].pending, p->v[i].pending, sizeof(v[i].pending));
 	}
 	pthread_mutex_unlock(&p->lock);
-	store_set_refs(p->store, v, p->n);
+	err = store_set_refs(p->store, v, p->n);
 	free(v);
-	store_sync(p->store);
+	return err < 0 ? err : store_sync(p->store);
 }
 
 /* Replace the pin (@r's repo, ref) by @r, or add it (op_lock held). */
@@ -409,7 +412,7 @@ int pins_pin(struct pins *p, const char *repo, const char *ref, char *commit, si
 	struct blob_set set = { 0 };
 	struct pin r;
 	char c[NAME_MAX + 1], why[512] = "";
-	int err;
+	int err, e;
 
 	if (!p->roots)
 		return -ENOTSUP;
@@ -448,9 +451,14 @@ int pins_pin(struct pins *p, const char *repo, const char *ref, char *commit, si
 	/* what was pinned: excluded blobs stay on the NAS, unpinned */
 	for (size_t i = 0; i < set.n; i++)
 		err += !set.glob[i];
-	persist(p);
 	store_log_msg(p->store, LOG_NOTICE, "ref pin %s refs/%s: revision %s", repo, ref, c);
 	snprintf(commit, csz, "%s", c);
+	if ((e = persist(p)) < 0) {
+		/* in place, not saved: a restart would forget it */
+		store_log_msg(p->store, LOG_ERR, "ref pin %s refs/%s not saved: %s", repo, ref,
+			      strerror(-e));
+		err = e;
+	}
 out:
 	blob_set_free(&set);
 	pthread_mutex_unlock(&p->op_lock);
@@ -482,7 +490,9 @@ int pins_unpin(struct pins *p, const char *repo, const char *ref)
 		p->n--;
 		pthread_mutex_unlock(&p->lock);
 		n = unpin_unless_kept(p, &set, &keep);
-		persist(p);
+		if ((err = persist(p)) < 0)
+			store_log_msg(p->store, LOG_ERR, "ref pin %s refs/%s dropped, not saved: "
+				      "%s", repo, ref, strerror(-err));
 	}
 	blob_set_free(&set);
 	blob_set_free(&keep);

@@ -59,13 +59,16 @@ void pins_close(struct pins *p);
  * revision.  Returns the number of blobs pinned (excluded ones are not),
  * -ENOENT (no such repo, ref or revision), -EINVAL (a bad name),
  * -EMEDIUMTYPE (not a repo's folder), -ENOTSUP, or -errno of the walk of
- * the revision (the NAS): on any error nothing is pinned or saved. */
+ * the revision (the NAS): on any error nothing is pinned or saved -- but
+ * for the -errno of the index write (ENOSPC, EIO) after the pin is made:
+ * in place then, and not saved. */
 int pins_pin(struct pins *p, const char *repo, const char *ref, char *commit, size_t csz);
 /* Drop the pin and unpin its revisions' blobs (unless another ref pin
  * keeps them; a blob pinned by hand too stays pinned: store.h
  * PIN_HAND).  Returns the number unpinned, -ENOENT when there was no pin,
  * or the -errno of a listing of its revisions or another pin's that failed
- * (the NAS): the pin is kept then, nothing unpinned. */
+ * (the NAS): the pin is kept then, nothing unpinned; or the -errno of the
+ * index write after it is dropped (dropped, not saved). */
 int pins_unpin(struct pins *p, const char *repo, const char *ref);
 /* A copy of the pins (malloc'ed; *n entries). */
 struct pin *pins_list(struct pins *p, size_t *n);

@@ -66,6 +66,18 @@ int __wrap_fstatat64(int fd, const char *name, struct stat64 *st, int flags)
 	return __real_fstatat64(fd, name, st, flags);
 }
 
+/* The index write fails with ENOSPC, once (LOCAL_STORE full). */
+int __real_store_sync(struct store *s);
+int __wrap_store_sync(struct store *s);
+static atomic_int sync_armed;
+
+int __wrap_store_sync(struct store *s)
+{
+	if (atomic_exchange(&sync_armed, 0))
+		return -ENOSPC;
+	return __real_store_sync(s);
+}
+
 /* The next listing of hub/@rel fails once. */
 static void fail_listing_of(const char *rel)
 {
@@ -335,6 +347,30 @@ static void test_revision_deleted(void)
 	rig_close(&g);
 }
 
+/* pin --ref and unpin --ref whose index write fails: the caller hears it
+ * (both said success, and a restart forgot the pin or brought it back). */
+static void test_not_saved(void)
+{
+	const char *R = "models--t--nosave";
+	char commit[NAME_MAX + 1], pending[NAME_MAX + 1];
+	struct rig g;
+
+	check_mkdirs(top, "hub/models--t--nosave/blobs");
+	check_put_pattern(top, "hub/models--t--nosave/blobs/a", 64 * KiB, 16);
+	snap_link(R, "rev1", "a.bin", "a");
+	set_ref(R, "main", "rev1");
+	rig_open(&g, "nosave");
+	atomic_store(&sync_armed, 1);
+	CHECK(&c, pins_pin(&g.pins, R, "main", commit, sizeof(commit)) == -ENOSPC,
+	      "pin --ref, the index write failing: ENOSPC");
+	pin_of(&g.pins, "main", commit, pending);
+	CHECK(&c, !strcmp(pending, "rev1") || !strcmp(commit, "rev1"), "the pin in place");
+	CHECK(&c, pins_pin(&g.pins, R, "main", commit, sizeof(commit)) == 1, "asked again: saved");
+	atomic_store(&sync_armed, 1);
+	CHECK(&c, pins_unpin(&g.pins, R, "main") == -ENOSPC, "unpin --ref, the write failing");
+	rig_close(&g);
+}
+
 /* unpin --ref whose listing of its revision fails: refused with the
  * error, the pin and its blob's pin kept; asked again, done. */
 static void test_unpin_listing_fails(void)
@@ -464,6 +500,7 @@ int main(void)
 	test_keep_entry_fails();
 	test_unpin_listing_fails();
 	test_revision_deleted();
+	test_not_saved();
 	test_download_in_progress();
 	test_hot_names_fail();
 	check_rmtree(top);

@@ -251,6 +251,23 @@ static int all_ref_pinned(struct pins *p, struct blob_set *set)
 	return k.err;
 }
 
+/* What revision @rev of @repo keeps pinned into @keep: its blobs but the
+ * excluded ones, which no ref pin pins (pin_set).  Counted as kept, a blob
+ * one pin's revision excludes and another's pinned stayed pinned for good
+ * once the other let it go.  As revision_set. */
+static int revision_keeps(struct pins *p, const char *repo, const char *rev,
+			  struct blob_set *keep)
+{
+	struct blob_set set = { 0 };
+	int r = revision_set(p, repo, rev, &set);
+
+	for (size_t i = 0; r >= 0 && i < set.n; i++)
+		if (!set.glob[i] && blob_set_add(keep, set.v[i]) < 0)
+			r = -ENOMEM;
+	blob_set_free(&set);
+	return r;
+}
+
 /* What the ref pins other than (@repo, @ref) keep pinned: 0, or the
  * -errno of a listing that failed -- @keep is then short of what they
  * keep, and nothing may be unpinned by it.  (A revision gone from the NAS
@@ -265,9 +282,9 @@ static int kept_by_others(struct pins *p, const char *repo, const char *ref,
 	for (size_t i = 0; v && i < n && !err; i++) {
 		if (!strcmp(v[i].repo, repo) && !strcmp(v[i].ref, ref))
 			continue;
-		err = revision_set(p, v[i].repo, v[i].commit, keep);
+		err = revision_keeps(p, v[i].repo, v[i].commit, keep);
 		if (err >= 0)
-			err = revision_set(p, v[i].repo, v[i].pending, keep);
+			err = revision_keeps(p, v[i].repo, v[i].pending, keep);
 		err = err < 0 ? err : 0;
 	}
 	blob_set_unique(keep);
@@ -386,9 +403,9 @@ static int drop_pending(struct pins *p, struct pin *r, const char *next)
 	int err = let_go(p, r->repo, r->ref, revs, 1, &gone, &keep);
 
 	if (!err)
-		err = revision_set(p, r->repo, r->commit, &keep);
+		err = revision_keeps(p, r->repo, r->commit, &keep);
 	if (err >= 0)
-		err = revision_set(p, r->repo, next, &keep);
+		err = revision_keeps(p, r->repo, next, &keep);
 	blob_set_unique(&keep);
 	if (err >= 0)
 		n = unpin_unless_kept(p, &gone, &keep);

@@ -371,6 +371,34 @@ static void test_not_saved(void)
 	rig_close(&g);
 }
 
+/* One blob, x.bin in the revision main pins, original/x.bin in the one v1
+ * pins, where the glob of original/ excludes it: v1 does not pin it, so it keeps
+ * nothing of it -- unpin --ref main unpins it (it stayed pinned for good). */
+static void test_excluded_elsewhere(void)
+{
+	const char *R = "models--t--exk";
+	char commit[NAME_MAX + 1], err[256];
+	struct rig g;
+	struct blob *x;
+
+	check_mkdirs(top, "hub/models--t--exk/blobs");
+	check_put_pattern(top, "hub/models--t--exk/blobs/x", 64 * KiB, 17);
+	snap_link(R, "rev1", "x.bin", "x");
+	snap_link(R, "rev9", "original/x.bin", "x");
+	set_ref(R, "main", "rev1");
+	set_ref(R, "v1", "rev9");
+	rig_open(&g, "exk");
+	CHECK(&c, policy_parse_opt(&g.pol, "exclude", "*/original/*", err, sizeof(err)) == 1,
+	      "glob");
+	CHECK(&c, pins_pin(&g.pins, R, "main", commit, sizeof(commit)) == 1 &&
+	      pins_pin(&g.pins, R, "v1", commit, sizeof(commit)) == 0, "main pins x, v1 nothing");
+	x = blob_at(&g.s, R, "x");
+	CHECK(&c, ref_pinned(&g.s, x), "x ref-pinned");
+	CHECK(&c, pins_unpin(&g.pins, R, "main") == 1 && !ref_pinned(&g.s, x),
+	      "unpin --ref main: x unpinned, v1 excludes it");
+	rig_close(&g);
+}
+
 /* unpin --ref whose listing of its revision fails: refused with the
  * error, the pin and its blob's pin kept; asked again, done. */
 static void test_unpin_listing_fails(void)
@@ -501,6 +529,7 @@ int main(void)
 	test_unpin_listing_fails();
 	test_revision_deleted();
 	test_not_saved();
+	test_excluded_elsewhere();
 	test_download_in_progress();
 	test_hot_names_fail();
 	check_rmtree(top);

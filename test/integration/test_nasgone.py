@@ -67,11 +67,37 @@ def tearDownModule():
         shutil.rmtree(Hub.base, ignore_errors=True)
 
 
-class NasGone(unittest.TestCase):
+class Mounted(unittest.TestCase):
+    """wfs -f over self.nas_dir (with self.options), its control socket
+    waited for; self.rev's files by name."""
+
+    options = ()
+
+    def start_wfs(self):
+        self.m = wfstest.ForegroundMount(self.nas_dir, self.local, self.mnt,
+                                         ["auto_promote=off", "nas_timeout=%d" % NAS_TIMEOUT_MS]
+                                         + list(self.options))
+        self.m.start()
+        wfstest.wait_until(lambda: os.path.exists(self.sock), 10)
+
+    def stop_wfs(self):
+        if self.m:
+            m, self.m = self.m, None
+            problems = m.stop()
+            m.cleanup()
+            if problems:
+                raise AssertionError("wfs: " + "; ".join(problems))
+
+    def p(self, name):
+        return os.path.join(self.mnt, REPO, "snapshots", self.rev, name)
+
+
+class NasGone(Mounted):
     def setUp(self):
         d = os.path.join(Hub.base, self.id().rsplit(".", 1)[-1])
         os.mkdir(d)
         self.nas = faultnas.FaultNAS(Hub.hub, os.path.join(d, "nas"), os.path.join(d, "ff.sock"))
+        self.nas_dir, self.rev = self.nas.mnt, Hub.rev
         self.nas.start()
         self.addCleanup(self.stop_nas)
         self.local = os.path.join(d, "local")
@@ -86,23 +112,6 @@ class NasGone(unittest.TestCase):
         problems = self.nas.stop()
         if problems:
             raise AssertionError("faultfs: " + "; ".join(problems))
-
-    def start_wfs(self):
-        self.m = wfstest.ForegroundMount(self.nas.mnt, self.local, self.mnt,
-                                         ["auto_promote=off", "nas_timeout=%d" % NAS_TIMEOUT_MS])
-        self.m.start()
-        wfstest.wait_until(lambda: os.path.exists(self.sock), 10)
-
-    def stop_wfs(self):
-        if self.m:
-            m, self.m = self.m, None
-            problems = m.stop()
-            m.cleanup()
-            if problems:
-                raise AssertionError("wfs: " + "; ".join(problems))
-
-    def p(self, name):
-        return os.path.join(self.mnt, REPO, "snapshots", Hub.rev, name)
 
     def promote(self):
         ctl_check(self, ["--socket", self.sock, "promote", "--wait"] + [self.p(n) for n in LOCAL])
@@ -176,7 +185,7 @@ class NasGone(unittest.TestCase):
         faultnas.wait_nas_state(self, self.sock, "up", UP_WAIT)
 
 
-class FurtherRootGone(unittest.TestCase):
+class FurtherRootGone(Mounted):
     """The repo's blobs are links into a further root (-o root=DIR, a
     filesystem of its own: faultfs here), and that root is not mounted
     when wfs starts (its empty mount point seen): every such link dangles
@@ -190,6 +199,7 @@ class FurtherRootGone(unittest.TestCase):
         self.hub, src = os.path.join(d, "hub"), os.path.join(d, "store-src")
         self.root = faultnas.FaultNAS(src, os.path.join(d, "store"), os.path.join(d, "ff.sock"))
         self.rev = wfstest.make_hf_repo(self.hub, REPO, FILES)
+        self.nas_dir, self.options = self.hub, ("root=" + self.root.mnt,)
         blobs = os.path.join(self.hub, REPO, "blobs")
         os.mkdir(src)
         for sha in os.listdir(blobs):
@@ -201,24 +211,6 @@ class FurtherRootGone(unittest.TestCase):
         os.mkdir(self.mnt)
         self.sock = os.path.join(os.path.realpath(self.local), "wfs.sock")
         self.m = None
-
-    def start_wfs(self):
-        self.m = wfstest.ForegroundMount(self.hub, self.local, self.mnt,
-                                         ["auto_promote=off", "nas_timeout=%d" % NAS_TIMEOUT_MS,
-                                          "root=" + self.root.mnt])
-        self.m.start()
-        wfstest.wait_until(lambda: os.path.exists(self.sock), 10)
-
-    def stop_wfs(self):
-        if self.m:
-            m, self.m = self.m, None
-            problems = m.stop()
-            m.cleanup()
-            if problems:
-                raise AssertionError("wfs: " + "; ".join(problems))
-
-    def p(self, name):
-        return os.path.join(self.mnt, REPO, "snapshots", self.rev, name)
 
     def test_start_with_root_unmounted(self):
         self.start_wfs()

@@ -221,60 +221,29 @@ static void rig_close(struct rig *g)
 	policy_opts_free(&g->pol);
 }
 
-/* refs/main and refs/v1 pin rev1; main moves to rev2, which is copied;
- * the settle's listing of rev1 -- what v1 keeps -- fails: rev1's blob
- * stays ref-pinned (v1 holds it), and the settle is made at a later look. */
-static void test_keep_listing_fails(void)
+/* refs/main and refs/v1 pin rev1 of @R (its blob a); main moves to rev2
+ * (blob b), which is copied; then the settle's walk of rev1 -- what v1
+ * keeps -- meets a fault: its listing fails (@entry 0), or only the look
+ * at its one entry does (@entry 1; the walk skipped the entry).  rev1's
+ * blob stays ref-pinned (v1 holds it), and the settle is made at a later
+ * look. */
+static void keep_walk_fails(const char *R, unsigned seed, int entry)
 {
-	const char *R = "models--t--keep";
-	char commit[NAME_MAX + 1];
-	struct rig g;
-	struct blob *a, *b;
-
-	check_mkdirs(top, "hub/models--t--keep/blobs");
-	check_put_pattern(top, "hub/models--t--keep/blobs/a", 64 * KiB, 1);
-	check_put_pattern(top, "hub/models--t--keep/blobs/b", 64 * KiB, 2);
-	snap_link(R, "rev1", "a.bin", "a");
-	set_ref(R, "main", "rev1");
-	set_ref(R, "v1", "rev1");
-	rig_open(&g, "keep");
-	CHECK(&c, pins_pin(&g.pins, R, "main", commit, sizeof(commit)) == 1 &&
-	      pins_pin(&g.pins, R, "v1", commit, sizeof(commit)) == 1 &&
-	      settled_on(&g.pins, "main", "rev1") && settled_on(&g.pins, "v1", "rev1"),
-	      "main and v1 pin rev1");
-	a = blob_at(&g.s, R, "a");
-	snap_link(R, "rev2", "b.bin", "b");
-	set_ref(R, "main", "rev2");
-	pins_poll(&g.pins); /* rev2 pinned and queued */
-	b = blob_at(&g.s, R, "b");
-	CHECK(&c, store_wait_settled(&g.s, b, 30000) == BLOB_LOCAL, "rev2 local");
-	fail_listing_of("models--t--keep/snapshots/rev1");
-	pins_poll(&g.pins);
-	CHECK(&c, !atomic_load(&fail_armed) && ref_pinned(&g.s, a),
-	      "the listing of what v1 keeps failed: rev1's blob still ref-pinned");
-	CHECK(&c, settled_on(&g.pins, "main", "rev2") && ref_pinned(&g.s, a) &&
-	      ref_pinned(&g.s, b), "main settles on rev2 at a later look; v1 keeps rev1's blob");
-	rig_close(&g);
-}
-
-/* As test_keep_listing_fails, but the listing of rev1 goes on and the
- * look at its one entry fails: the walk of what v1 keeps stops there (it
- * skipped the entry, and rev1's blob was unpinned though v1 holds it). */
-static void test_keep_entry_fails(void)
-{
-	const char *R = "models--t--entry";
-	char commit[NAME_MAX + 1], p[PATH_MAX * 2];
+	char commit[NAME_MAX + 1], rel[PATH_MAX], p[PATH_MAX * 2];
 	struct rig g;
 	struct blob *a, *b;
 	struct stat st;
 
-	check_mkdirs(top, "hub/models--t--entry/blobs");
-	check_put_pattern(top, "hub/models--t--entry/blobs/a", 64 * KiB, 11);
-	check_put_pattern(top, "hub/models--t--entry/blobs/b", 64 * KiB, 12);
+	snprintf(rel, sizeof(rel), "hub/%s/blobs", R);
+	check_mkdirs(top, rel);
+	snprintf(rel, sizeof(rel), "hub/%s/blobs/a", R);
+	check_put_pattern(top, rel, 64 * KiB, seed);
+	snprintf(rel, sizeof(rel), "hub/%s/blobs/b", R);
+	check_put_pattern(top, rel, 64 * KiB, seed + 1);
 	snap_link(R, "rev1", "a.bin", "a");
 	set_ref(R, "main", "rev1");
 	set_ref(R, "v1", "rev1");
-	rig_open(&g, "entry");
+	rig_open(&g, R);
 	CHECK(&c, pins_pin(&g.pins, R, "main", commit, sizeof(commit)) == 1 &&
 	      pins_pin(&g.pins, R, "v1", commit, sizeof(commit)) == 1 &&
 	      settled_on(&g.pins, "main", "rev1") && settled_on(&g.pins, "v1", "rev1"),
@@ -285,17 +254,23 @@ static void test_keep_entry_fails(void)
 	pins_poll(&g.pins); /* rev2 pinned and queued */
 	b = blob_at(&g.s, R, "b");
 	CHECK(&c, store_wait_settled(&g.s, b, 30000) == BLOB_LOCAL, "rev2 local");
-	snprintf(p, sizeof(p), "%s/hub/%s/snapshots/rev1", top, R);
-	CHECK(&c, stat(p, &st) == 0, "rev1");
-	fail_dev = st.st_dev;
-	fail_ino = st.st_ino;
-	snprintf(fail_name, sizeof(fail_name), "a.bin");
-	atomic_store(&entry_armed, 1);
+	snprintf(rel, sizeof(rel), "%s/snapshots/rev1", R);
+	if (!entry) {
+		fail_listing_of(rel);
+	} else {
+		snprintf(p, sizeof(p), "%s/hub/%s", top, rel);
+		CHECK(&c, stat(p, &st) == 0, "rev1");
+		fail_dev = st.st_dev;
+		fail_ino = st.st_ino;
+		snprintf(fail_name, sizeof(fail_name), "a.bin");
+		atomic_store(&entry_armed, 1);
+	}
 	pins_poll(&g.pins);
-	CHECK(&c, !atomic_load(&entry_armed) && ref_pinned(&g.s, a),
-	      "the look at rev1's entry failed: rev1's blob still ref-pinned");
+	CHECK(&c, !atomic_load(entry ? &entry_armed : &fail_armed) && ref_pinned(&g.s, a),
+	      "%s: the walk of what v1 keeps failed: rev1's blob still ref-pinned", R);
 	CHECK(&c, settled_on(&g.pins, "main", "rev2") && ref_pinned(&g.s, a) &&
-	      ref_pinned(&g.s, b), "main settles on rev2 at a later look; v1 keeps rev1's blob");
+	      ref_pinned(&g.s, b), "%s: main settles on rev2 at a later look; v1 keeps rev1's "
+	      "blob", R);
 	rig_close(&g);
 }
 
@@ -524,8 +499,8 @@ int main(void)
 	snprintf(top, sizeof(top), "/var/tmp/wfs-pinfaults-XXXXXX");
 	check_tmpdir(top);
 	check_mkdirs(top, "hub");
-	test_keep_listing_fails();
-	test_keep_entry_fails();
+	keep_walk_fails("models--t--keep", 1, 0);
+	keep_walk_fails("models--t--entry", 11, 1);
 	test_unpin_listing_fails();
 	test_revision_deleted();
 	test_not_saved();

@@ -287,6 +287,16 @@ static int relative_as_given(const char *arg, char **rel)
 }
 
 /* @shown names @arg in messages. */
+/* Could @a and @b be one socket?  0 only when both are there and differ
+ * (inside a container the mount's own name for it may not exist). */
+static int maybe_same_file(const char *a, const char *b)
+{
+	struct stat sa, sb;
+
+	return stat(a, &sa) < 0 || stat(b, &sb) < 0 ||
+	       (sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino);
+}
+
 static int resolve_one(struct ctl_target *t, const char *socket_opt,
 		       const char *arg, const char *shown, char **rel)
 {
@@ -327,6 +337,12 @@ static int resolve_one(struct ctl_target *t, const char *socket_opt,
 	if (r) {
 		fprintf(stderr, "wfsctl: %s: %s\n", shown, strerror(-r));
 		return r;
+	}
+	if (socket_opt && *sock && !maybe_same_file(socket_opt, sock)) {
+		/* the request would go to another daemon, about its own mount */
+		fprintf(stderr, "wfsctl: %s: in the wfs mount at %s, whose daemon listens on "
+			"%s, not on --socket %s\n", shown, root, sock, socket_opt);
+		return -EXDEV;
 	}
 	if (t->root && strcmp(t->root, root)) {
 		fprintf(stderr, "wfsctl: %s: in the wfs mount at %s, but the other "

@@ -280,6 +280,13 @@ def body(t, work):
     ok("status without privilege", r[0] == 0, show(r))
     r = run("--socket", sock2, "promote", "--dry-run", "models--org--good", cwd="/")
     ok("dry run without privilege", r[0] == 0, show(r))
+    # a PATH in a mount whose daemon is another than --socket's: refused,
+    # nothing asked of either (it acted on --socket's mount)
+    n = len(hub.requests)
+    r = run("--socket", sock2, "evict", f"{good}/snapshots", cwd="/")
+    ok("--socket of another daemon than the PATH's mount: refused, both named", r[0] == 1
+       and f"listens on {sock}, not on --socket {sock2}" in r[2] and len(hub.requests) == n,
+       show(r))
     srv2.close()
     r = run("promote", "models--org--nothere", cwd=root)
     ok("daemon error names the path", r[0] == 1 and "models--org--nothere: no such file" in r[2]

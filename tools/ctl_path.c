@@ -311,11 +311,14 @@ static int resolve_one(struct ctl_target *t, const char *socket_opt,
 			"(has the daemon died?)\n", shown, root);
 		return r;
 	}
-	if (r == -EACCES && !socket_opt) {
+	/* (with --socket a relative PATH needs no look: relative_as_given) */
+	if (r == -EACCES && (!socket_opt || arg[0] == '/')) {
 		/* FUSE lets only the mounting user in unless -o allow_other */
 		fprintf(stderr, "wfsctl: %s: no access to %s to look for a wfs mount: %s "
 			"(a FUSE mount without -o allow_other is only open to the user "
-			"that mounted it)\n", shown, root, strerror(EACCES));
+			"that mounted it%s)\n", shown, root, strerror(EACCES),
+			socket_opt ? "; with --socket, name the path relative to the mount root"
+				   : "");
 		return r;
 	}
 	if (r && socket_opt) {

@@ -684,6 +684,12 @@ class Cli(unittest.TestCase):
         rc, out, err = wfstest.run_wfsctl(["status", deep], uid=wfstest.NOBODY)
         self.assertEqual(rc, 1, out + err)
         self.assertIn("wfsctl: %s: no access to %s to look for a wfs mount" % (deep, mnt), err)
+        # with --socket too (it said "not inside a wfs mount")
+        sock = os.path.join(os.path.realpath(self.path("local")), "wfs.sock")
+        rc, out, err = wfstest.run_wfsctl(["--socket", sock, "status", deep], uid=wfstest.NOBODY)
+        self.assertEqual(rc, 1, out + err)
+        self.assertIn("wfsctl: %s: no access to %s to look for a wfs mount" % (deep, mnt), err)
+        self.assertIn("with --socket, name the path relative to the mount root", err)
 
     def test_promote_wait_long_keys(self):
         """promote --wait polls the blobs' keys (NAS paths) in batches: 201

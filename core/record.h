@@ -161,6 +161,11 @@ int record_has_any(struct record *r);
 
 /* @rel ("" is the root) as recorded: 0, or -ENOENT. */
 int record_lookup(struct record *r, const char *rel, struct record_entry *out);
+/* The file the record shows at @rel: @rel's own entry, or -- @rel being a
+ * resolved link -- the entry its text names, resolved lexically as the
+ * record keeps links (one hop: a snapshot entry's link to blobs/<id>).  0
+ * with that FILE entry in @out, or -ENOENT. */
+int record_lookup_file(struct record *r, const char *rel, struct record_entry *out);
 /* As record_lookup; when the entry has bytes (has_data), a malloc'ed
  * copy of them in *@data (NULL otherwise), taken from the same table as
  * @out.  0, -ENOENT, or -ENOMEM. */

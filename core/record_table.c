@@ -199,6 +199,22 @@ int record_lookup(struct record *r, const char *rel, struct record_entry *out)
 	return n ? 0 : -ENOENT;
 }
 
+int record_lookup_file(struct record *r, const char *rel, struct record_entry *out)
+{
+	char dir[PATH_MAX], joined[PATH_MAX * 2], norm[PATH_MAX];
+
+	if (record_lookup(r, rel, out) < 0)
+		return -ENOENT;
+	if (out->e.kind == NS_LINK && out->e.link_state == NS_LINK_RESOLVED) {
+		path_dirname(rel, dir, sizeof(dir));
+		if (path_join(dir, out->e.target, joined, sizeof(joined)) < 0 ||
+		    path_normalize(joined, norm, sizeof(norm)) < 0 ||
+		    record_lookup(r, norm, out) < 0)
+			return -ENOENT;
+	}
+	return out->e.kind == NS_FILE ? 0 : -ENOENT;
+}
+
 int record_lookup_data(struct record *r, const char *rel, struct record_entry *out,
 		       char **data)
 {

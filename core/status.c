@@ -480,7 +480,7 @@ static void sum_blob(void *arg, const struct blob_info *b)
 			"nranges", (json_int_t)b->part_n, "copying", b->part_copying,
 			"reason", reply_path(b->part_reason), "served_local_bytes",
 			(json_int_t)b->local_bytes)) < 0)
-		free(s->partial_keys.v[--s->partial_keys.n]); /* one key per entry */
+		free(s->partial_keys.v[--s->partial_keys.n].key); /* one key per entry */
 	if (b->state == BLOB_COPYING)
 		json_array_append_new(s->copies, json_pack("{s:o, s:o, s:s, s:I, s:I}", "key",
 			reply_path(b->key), "id", reply_path(b->id), "state", blob_state_name(b->state),
@@ -510,7 +510,7 @@ static void partial_ranges(struct control *c, json_t *list, const struct keys *k
 	size_t i;
 
 	json_array_foreach(list, i, e) {
-		struct blob *b = store_find(c->store, keys->v[i]);
+		struct blob *b = store_find(c->store, keys->v[i].key);
 		json_t *rl = json_array();
 		struct brange *v = NULL;
 		size_t n = 0;

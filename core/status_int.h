@@ -27,16 +27,27 @@ struct tally {
 	json_int_t per_state[BLOB_NSTATES];
 };
 
-/* Strings (NAS paths, names) each with a size. */
+/* Strings (NAS paths, names) each with a size: one array of pairs, so
+ * that a sort keeps each size with its key. */
+struct status_key {
+	char *key;
+	uint64_t size;
+};
+
 struct keys {
-	char **v;
-	uint64_t *size;
+	struct status_key *v;
 	size_t n, cap;
 };
 
 int status_keys_add(struct keys *k, const char *key, uint64_t size);
 void status_keys_clear(struct keys *k);
 void status_keys_free(struct keys *k);
+
+/* For qsort of struct status_key by key. */
+static inline int status_cmp_key(const void *a, const void *b)
+{
+	return strcmp(((const struct status_key *)a)->key, ((const struct status_key *)b)->key);
+}
 
 /* For qsort of an array of strings. */
 static inline int status_cmp_str(const void *a, const void *b)

@@ -67,25 +67,6 @@ static int gone_or(struct wfs *w, const char *rel, int r)
 	return r;
 }
 
-/* The source of the file the local record shows at @rel, or at the name
- * its recorded link leads to (one hop: a snapshot entry's link to
- * blobs/<id>, which the record keeps as the file).  0, or -ENOENT. */
-static int record_source(struct wfs *w, const char *rel, struct record_entry *re)
-{
-	char dir[PATH_MAX], to[PATH_MAX], norm[PATH_MAX];
-
-	if (record_lookup(&w->record, rel, re) < 0)
-		return -ENOENT;
-	if (re->e.kind == NS_LINK && re->e.link_state == NS_LINK_RESOLVED) {
-		path_dirname(rel, dir, sizeof(dir));
-		if (path_join(dir, re->e.target, to, sizeof(to)) < 0 ||
-		    path_normalize(to, norm, sizeof(norm)) < 0 ||
-		    record_lookup(&w->record, norm, re) < 0)
-			return -ENOENT;
-	}
-	return re->e.kind == NS_FILE && re->e.backing[0] == '/' ? 0 : -ENOENT;
-}
-
 struct root_gone_job {
 	char root[PATH_MAX];
 	int gone; /* out: nas_root_gone's answer */
@@ -111,7 +92,7 @@ int nas_dangling_or(struct wfs *w, const char *rel, const struct ns_entry *ent)
 	if (ent->kind != NS_LINK || ent->link_state != NS_LINK_DANGLING ||
 	    !(re = malloc(sizeof(*re))))
 		return 0;
-	if (record_source(w, rel, re) == 0)
+	if (record_lookup_file(&w->record, rel, re) == 0 && re->e.backing[0] == '/')
 		i = hub_root_of(&w->roots, re->e.backing, &rest);
 	if (i > 0 && (j = malloc(sizeof(*j))))
 		snprintf(j->root, sizeof(j->root), "%s", w->roots.path[i]);

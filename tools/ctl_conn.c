@@ -493,10 +493,9 @@ int ctl_report(struct ctl_conn *c, const char *sock, const char *cmd, bool json_
 	if (ename && *ename)
 		fprintf(stderr, " [%s]", ename);
 	fputc('\n', stderr);
+	/* No hint of our own for EPERM: the daemon's refusal names who may
+	 * ask, and an EPERM of the NAS's is about a file, not about us. */
 	r = ename && *ename ? errno_from_name(ename) : EREMOTEIO;
-	if (r == EPERM)
-		fprintf(stderr, "wfsctl: %s changes state, so it needs root or the "
-			"user that mounted wfs\n", cmd);
 	ctl_reply_free(rep);
 	return -r;
 }

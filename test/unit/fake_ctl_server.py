@@ -115,6 +115,7 @@ class Hub:
                        "builds": 2, "looks": 61}
         self.sync_error = None   # (errno name, message): how the next syncs fail
         self.old_daemon = False  # answer sync as a daemon without it does
+        self.nas_errors = {}     # path -> (errno name, message): the NAS fails it
 
     def local_bytes(self):
         return sum(b.size for b in self.blobs if b.state == "local")
@@ -293,6 +294,8 @@ class Hub:
     def paths_to_blobs(self, paths):
         out = []
         for p in paths:
+            if p in self.nas_errors:
+                raise ReqError(*self.nas_errors[p])
             sel = self.select(p)
             if sel is None:
                 raise ReqError("ENOENT", f"{p}: no such file or directory in the mount")

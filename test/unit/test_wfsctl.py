@@ -278,6 +278,16 @@ def body(t, work):
     ok("status is allowed, pin is not", r[0] == 1 and "EPERM" in r[2], show(r))
     r = run("--socket", sock2, "status", cwd="/")
     ok("status without privilege", r[0] == 0, show(r))
+    # an EPERM of the NAS's is about the file: no word of privilege
+    srv2.hub.nas_errors["models--org--good"] = (
+        "EPERM", "promote: models--org--good/blobs/x: the NAS refused the open: "
+        "Operation not permitted")
+    srv2.allow_uids.add(os.getuid())
+    r = run("--socket", sock2, "promote", "models--org--good", cwd="/")
+    ok("EPERM of the NAS: its message alone", r[0] == 1 and "the NAS refused the open" in r[2]
+       and "[EPERM]" in r[2] and "root" not in r[2] and "mounted" not in r[2], show(r))
+    srv2.allow_uids.discard(os.getuid())
+    srv2.hub.nas_errors.clear()
     r = run("--socket", sock2, "promote", "--dry-run", "models--org--good", cwd="/")
     ok("dry run without privilege", r[0] == 0, show(r))
     # a PATH in a mount whose daemon is another than --socket's: refused,

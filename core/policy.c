@@ -66,7 +66,8 @@ int policy_add_exclude(struct policy_opts *o, const char *glob)
 int policy_read_excludes(struct policy_opts *o, const char *path, char *err, size_t errsz)
 {
 	FILE *f = fopen(path, "re");
-	char line[4096];
+	char *line = NULL;
+	size_t cap = 0;
 	int r = 0;
 
 	if (!f) {
@@ -74,7 +75,9 @@ int policy_read_excludes(struct policy_opts *o, const char *path, char *err, siz
 		bad(err, errsz, "exclude_from=%s: %s", path, strerror(-r));
 		return r;
 	}
-	while (r == 0 && fgets(line, sizeof(line), f)) {
+	/* getline, not a fixed buffer: a long line cut in two made two globs,
+	 * and its tail alone could match far more than the line */
+	while (r == 0 && getline(&line, &cap, f) >= 0) {
 		char *p = line, *e;
 
 		while (isspace((unsigned char)*p))
@@ -86,7 +89,8 @@ int policy_read_excludes(struct policy_opts *o, const char *path, char *err, siz
 			r = policy_add_exclude(o, p);
 	}
 	if (r == 0 && ferror(f))
-		r = -EIO;
+		r = errno == ENOMEM ? -ENOMEM : -EIO;
+	free(line);
 	fclose(f);
 	if (r < 0)
 		bad(err, errsz, "exclude_from=%s: %s", path, strerror(-r));

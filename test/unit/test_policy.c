@@ -122,6 +122,26 @@ int main(void)
 	write_file(path, "# optional packs\n\n  */pack/*  \nmodels--acme--huge/*\n");
 	CHECK(&c, policy_parse_opt(&o, "exclude_from", path, err, sizeof(err)) == 1 &&
 	      o.nexclude == 3, "glob file: %zu globs", o.nexclude);
+	{ /* a line longer than any buffer is one glob: cut in two, its
+	   * tail here was "*", which excludes every file */
+		char long_glob[4098];
+		size_t n0 = o.nexclude;
+		FILE *f;
+
+		memset(long_glob, 'a', 4095);
+		memcpy(long_glob + 4095, "*\n", 3);
+		snprintf(path, sizeof(path), "%s/globs-long", tmpdir);
+		f = fopen(path, "w");
+		CHECK(&c, f && fputs(long_glob, f) >= 0 && fclose(f) == 0, "write %s", path);
+		CHECK(&c, policy_parse_opt(&o, "exclude_from", path, err, sizeof(err)) == 1 &&
+		      o.nexclude == n0 + 1 && strlen(o.exclude[n0]) == 4096,
+		      "a 4096-byte line: %zu globs", o.nexclude - n0);
+		CHECK(&c, policy_excluded(&o, "models--a--b/snapshots/r/model.safetensors") == NULL,
+		      "a model file excluded by %s",
+		      policy_excluded(&o, "models--a--b/snapshots/r/model.safetensors"));
+		while (o.nexclude > n0)
+			free(o.exclude[--o.nexclude]);
+	}
 	CHECK(&c, policy_parse_opt(&o, "exclude_from", "/nonexistent/globs", err, sizeof(err)) == -1 &&
 	      strstr(err, "/nonexistent/globs"), "missing glob file: %s", err);
 	CHECK(&c, policy_excluded(&o, "models--a--b/snapshots/r/x.gguf") &&

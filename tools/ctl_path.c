@@ -286,7 +286,25 @@ static int relative_as_given(const char *arg, char **rel)
 	return 0;
 }
 
-/* @shown names @arg in messages. */
+/* @abs, a symbolic link outside any mount, followed one hop into @out
+ * (made absolute as a PATH is).  Only there: inside a mount a link is the
+ * name the request is about (a snapshot's file), never its target. */
+static int follow_outer_link(const char *abs, char *out)
+{
+	char target[PATH_MAX], joined[PATH_MAX * 2];
+	const char *slash = strrchr(abs, '/');
+	ssize_t n = readlink(abs, target, sizeof(target) - 1);
+
+	if (n < 0)
+		return -errno;
+	target[n] = '\0';
+	if (target[0] == '/')
+		snprintf(joined, sizeof(joined), "%s", target);
+	else
+		snprintf(joined, sizeof(joined), "%.*s/%s", (int)(slash - abs), abs, target);
+	return make_absolute(joined, out);
+}
+
 /* Could @a and @b be one socket?  0 only when both are there and differ
  * (inside a container the mount's own name for it may not exist). */
 static int maybe_same_file(const char *a, const char *b)
@@ -306,6 +324,17 @@ static int resolve_one(struct ctl_target *t, const char *socket_opt,
 
 	if (!r || root_error(r)) /* find_root names the mount */
 		r = find_root(abs, root, sock, sizeof(sock));
+	/* a link to a mount (or into one) from outside: its target is meant */
+	for (int hops = 0; r == -ENODATA && made == 0 && hops < 40; hops++) {
+		char next[PATH_MAX];
+		int f = follow_outer_link(abs, next);
+
+		if (f < 0 && !root_error(f))
+			break;
+		strcpy(abs, next);
+		made = f;
+		r = find_root(abs, root, sock, sizeof(sock));
+	}
 	if (r == -ENOTCONN) {
 		fprintf(stderr, "wfsctl: %s: the wfs mount at %s is not connected "
 			"(has the daemon died?)\n", shown, root);

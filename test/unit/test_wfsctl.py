@@ -211,6 +211,17 @@ def body(t, work):
     os.mkdir(f"{work}/lit[1]")
     r = run("status", f"{work}/lit[1]")
     ok("an existing name with [ is not a glob", r[0] == 1 and "lit[1]: not inside a wfs mount" in r[2], show(r))
+    # a link to the mount (or into it) from outside names its target
+    os.symlink(root, f"{work}/to-mnt")
+    os.symlink("to-mnt/models--org--good", f"{work}/to-good")
+    for name, want in (("to-mnt", ""), ("to-good", "models--org--good")):
+        r = run("promote", "--dry-run", f"{work}/{name}", cwd="/")
+        ok(f"a link outside the mount to {want or 'its root'} is followed",
+           r[0] == 0 and last_req()["paths"] == [want], show(r) + repr(last_req()))
+    os.symlink(f"{work}/lit[1]", f"{work}/to-lit")
+    r = run("status", f"{work}/to-lit")
+    ok("a link outside the mount to a directory outside it",
+       r[0] == 1 and "to-lit: not inside a wfs mount" in r[2], show(r))
     link = f"models--org--good/snapshots/{REV1}/config.json"
     r = run("promote", "--dry-run", link, cwd=root)
     ok("a snapshot link is sent as itself, not its target",

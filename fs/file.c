@@ -72,7 +72,7 @@ int fh_nas_fd(struct wfs *w, struct wfs_fh *fh, int *direct)
 	 * NAS (partread.h).  The caller gets the open's -errno. */
 	fd = nas_open_file(w, fh->nas_path, &fresh_direct, &st);
 	if (fd >= 0 && !S_ISREG(st.st_mode)) {
-		close(fd);
+		nas_close_later(&w->closer, fd);
 		fd = -EIO;
 	}
 	if (fd < 0) {
@@ -86,7 +86,8 @@ int fh_nas_fd(struct wfs *w, struct wfs_fh *fh, int *direct)
 		fh->nas_st = st;
 		fh->nas_direct = fresh_direct;
 	} else {
-		close(fd); /* another read opened it meanwhile: that one serves */
+		/* another read opened it meanwhile: that one serves */
+		nas_close_later(&w->closer, fd);
 		fd = fh->nas_fd;
 	}
 	*direct = fh->nas_direct;
@@ -103,10 +104,12 @@ int old_fd_slot(const int *old)
 	return -1;
 }
 
-static void close_old_fds(const int *old)
+static void close_old_fds(const int *old, struct nas_closer *nas)
 {
 	for (int i = 0; i < FH_OLD_FDS; i++)
-		if (old[i] >= 0)
+		if (old[i] >= 0 && nas)
+			nas_close_later(nas, old[i]);
+		else if (old[i] >= 0)
 			close(old[i]);
 }
 
@@ -296,17 +299,16 @@ static void fh_free(struct wfs *w, struct wfs_fh *fh)
 	nas_fd = fh->nas_fd;
 	local_fd = fh->local_fd;
 	pthread_mutex_unlock(&fh->lock);
-	if (nas_fd >= 0)
-		close(nas_fd);
+	/* NAS files: their last close asks the NAS (nasclose.h) */
+	nas_close_later(&w->closer, nas_fd);
 	if (local_fd >= 0)
 		close(local_fd);
-	close_old_fds(fh->local_old);
+	close_old_fds(fh->local_old, NULL);
 	if (fh->part_fd >= 0)
 		close(fh->part_fd);
-	close_old_fds(fh->part_old);
-	close_old_fds(fh->nas_old);
-	if (fh->pt_nas_fd >= 0)
-		close(fh->pt_nas_fd);
+	close_old_fds(fh->part_old, NULL);
+	close_old_fds(fh->nas_old, &w->closer);
+	nas_close_later(&w->closer, fh->pt_nas_fd);
 	pthread_mutex_destroy(&fh->lock);
 	free(fh->nas_path);
 	free(fh->mem);
@@ -452,7 +454,7 @@ static void open_nas_passthrough(struct wfs *w, struct wfs_fh *fh, const struct 
 		return;
 	fh->pt_nas_fd = nas_open_buffered(w, fh->nas_path, &bst);
 	if (fh->pt_nas_fd >= 0 && (bst.st_ino != st->st_ino || bst.st_dev != st->st_dev)) {
-		close(fh->pt_nas_fd); /* replaced between the two opens */
+		nas_close_later(&w->closer, fh->pt_nas_fd); /* replaced between the two opens */
 		fh->pt_nas_fd = -1;
 	}
 }

@@ -470,6 +470,9 @@ static int start_threads(struct wfs *w, int ctl_bound, const struct metrics_src 
 	if ((r = dir_attrs_start(&w->dirattr)) < 0)
 		wfs_log(w, LOG_WARNING, "cannot start the directory attribute thread: %s; "
 			"a stat after a listing asks the daemon again", strerror(-r));
+	if ((r = nas_closer_init(&w->closer)) < 0)
+		wfs_log(w, LOG_WARNING, "cannot start the NAS closer thread: %s; NAS files are "
+			"closed on the workers, where a hung NAS can hold them", strerror(-r));
 	if ((r = nas_gate_start(&w->gate)) < 0 ||
 	    (r = store_start(&w->store)) < 0 ||
 	    (r = record_start(&w->record, &w->roots, &w->store, &w->gate)) < 0 ||
@@ -556,6 +559,22 @@ static void end_device(struct wfs *w)
 	inval_stop(&w->inval);
 }
 
+static unsigned ms_until(int64_t by)
+{
+	int64_t left = by - mono_ms();
+
+	return left > 0 ? (unsigned)left : 0;
+}
+
+/* The session's opens are gone: their NAS files closed, or @left of them
+ * still closing in a NAS that does not answer. */
+static void closing_said(struct wfs *w, unsigned left)
+{
+	if (left)
+		wfs_log(w, LOG_WARNING, "%u NAS files still closing at exit (the NAS does not "
+			"answer): left to the kernel", left);
+}
+
 /* After serving: the order matters.  The parts whose threads may be in a
  * NAS call (stopby.h) are all told first -- one may wait for another's stop
  * (a wfsctl sync for the record's build) -- then joined by one deadline,
@@ -585,6 +604,7 @@ static int stop_serving(struct wfs *w, struct doctor_scan *links)
 	left |= doctor_scan_stop_by(links, by) < 0;
 	left |= record_stop_by(&w->record, by) < 0; /* its thread reads the store */
 	left |= store_stop_by(&w->store, by) < 0;
+	closing_said(w, nas_closer_destroy(&w->closer, ms_until(by)));
 	if (left) {
 		store_leave(&w->store);
 		wfs_log(w, LOG_INFO, "exiting without the threads still running (in a NAS call, "
@@ -632,6 +652,8 @@ static void close_state(struct wfs *w, struct doctor_scan *links)
 		store_close(&w->store);
 	if (w->gate_inited)
 		nas_gate_destroy(&w->gate); /* after the store: its copies report to it */
+	/* (stop_serving stopped it, when the daemon got that far) */
+	closing_said(w, nas_closer_destroy(&w->closer, 0));
 	if (w->pins_open)
 		pins_close(&w->pins);
 	inval_destroy(&w->inval); /* after the store: its close may still report */

@@ -464,7 +464,7 @@ int nas_reopen_same(struct wfs *w, const char *path, const struct stat *was, int
 			st.st_mtim.tv_nsec != was->st_mtim.tv_nsec ||
 			st.st_ctim.tv_sec != was->st_ctim.tv_sec ||
 			st.st_ctim.tv_nsec != was->st_ctim.tv_nsec)) {
-		close(fd);
+		nas_close_later(&w->closer, fd);
 		return -ESTALE;
 	}
 	return fd;

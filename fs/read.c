@@ -85,7 +85,8 @@ static int fh_nas_reopen(struct wfs *w, struct wfs_fh *fh, int dead, int *direct
 		fh->nas_fd = fd;
 		fh->nas_direct = fresh_direct;
 	} else {
-		close(fd); /* another read opened it again meanwhile: that one serves */
+		/* another read opened it again meanwhile: that one serves */
+		nas_close_later(&w->closer, fd);
 		fd = fh->nas_fd == dead ? -EMFILE : fh->nas_fd;
 	}
 	*direct = fh->nas_direct;

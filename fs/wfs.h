@@ -14,6 +14,7 @@
 #include "inval.h"
 #include "metrics.h"
 #include "nasgate.h"
+#include "nasclose.h"
 #include "record.h"
 #include "node.h"
 #include "passthrough.h"
@@ -73,6 +74,7 @@ struct wfs {
 	int lock_fd;
 	int store_readonly;        /* LOCAL_STORE's filesystem is read-only (set at start) */
 	struct nas_gate gate;      /* NAS calls with deadlines; up or down (core/nasgate.h) */
+	struct nas_closer closer;  /* NAS descriptors closed off the workers (core/nasclose.h) */
 	struct ringread ringread;  /* a worker's NAS reads on its own io_uring (nas.c) */
 	struct record record;      /* local revisions, for when it is down (core/record.h) */
 	int gate_inited, record_opened;

@@ -65,8 +65,8 @@ static void set_mode(enum mode m, int err)
 static void command(char *line, char *out, size_t sz)
 {
 	static const char *const cmds[] = { "ok", "hang", "clear", "state", "fail", "latency",
-					    "eio", "faildir", "notype" };
-	static const int nargs[] = { 0, 0, 0, 0, 1, 1, 3, 2, 1 };
+					    "eio", "faildir", "notype", "closes" };
+	static const int nargs[] = { 0, 0, 0, 0, 1, 1, 3, 2, 1, 1 };
 	char *save = NULL, *cmd = strtok_r(line, " \t", &save), *a[4] = {0};
 	char *a1, *a2, *a3;
 	uint64_t v1, v2;
@@ -145,13 +145,13 @@ static void command(char *line, char *out, size_t sz)
 		pthread_mutex_lock(&g.lock);
 		g.latency_ms = (unsigned)v1;
 		pthread_mutex_unlock(&g.lock);
-	} else if (!strcmp(cmd, "notype")) {
+	} else if (!strcmp(cmd, "notype") || !strcmp(cmd, "closes")) {
 		if (strcmp(a1, "0") && strcmp(a1, "1")) {
-			snprintf(out, sz, "error notype takes 1 or 0");
+			snprintf(out, sz, "error %s takes 1 or 0", cmd);
 			return;
 		}
 		pthread_mutex_lock(&g.lock);
-		g.notype = a1[0] == '1';
+		*(cmd[0] == 'n' ? &g.notype : &g.closes) = a1[0] == '1';
 		pthread_mutex_unlock(&g.lock);
 	} else if (!strcmp(cmd, "state")) {
 		static const char *const names[] = { "ok", "hang", "fail" };

@@ -67,6 +67,9 @@ static void usage(FILE *f)
 "  latency MS         every call waits MS milliseconds first (0: off)\n"
 "  notype 1|0         listings give no entry types (DT_UNKNOWN, as NFS\n"
 "                     without READDIRPLUS does), or give them again\n"
+"  closes 1|0         a file's close (FLUSH) is a call like any other, hung\n"
+"                     by `hang` (as NFSv4's CLOSE waits for the server), or\n"
+"                     answered at once again (the default)\n"
 "  state              one JSON line: mode, errno, hung (of them hung_reads),\n"
 "                     calls, reads, read_bytes, writes, write_bytes, latency_ms,\n"
 "                     eio_ranges, faildir, rw\n");
@@ -526,6 +529,22 @@ static void ff_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	free(buf);
 }
 
+/* Answered always (an ENOSYS would stop the kernel sending it for good);
+ * a call that may hang only under `closes 1`. */
+static void ff_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	int closes;
+
+	(void)ino;
+	(void)fi;
+	pthread_mutex_lock(&g.lock);
+	closes = g.closes;
+	pthread_mutex_unlock(&g.lock);
+	if (closes)
+		GATE(req);
+	fuse_reply_err(req, 0);
+}
+
 static void ff_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	(void)ino;
@@ -577,6 +596,7 @@ static struct fuse_lowlevel_ops ops = {
 	.releasedir = ff_releasedir,
 	.open = ff_open,
 	.read = ff_read,
+	.flush = ff_flush,
 	.release = ff_release,
 	.statfs = ff_statfs,
 	.getxattr = ff_getxattr,

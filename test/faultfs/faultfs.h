@@ -32,6 +32,7 @@ struct faults {
 	int err;                 /* errno of MODE_FAIL */
 	unsigned latency_ms;
 	int notype;              /* listings give no entry types (DT_UNKNOWN) */
+	int closes;              /* FLUSH (a file's close) is a call: hung, failed */
 	unsigned hung;           /* calls waiting in MODE_HANG now */
 	unsigned hung_reads;     /* of them, READs */
 	uint64_t calls, reads, read_bytes, writes, write_bytes;

@@ -196,8 +196,8 @@ class FaultNAS:
 
     def reset(self):
         """Back to a healthy NAS: no hang or failure, no eio ranges, no latency,
-        entry types in listings."""
-        for line in ("ok", "clear", "latency 0", "notype 0"):
+        entry types in listings, closes answered at once."""
+        for line in ("ok", "clear", "latency 0", "notype 0", "closes 0"):
             self.check(line)
 
     def state(self):

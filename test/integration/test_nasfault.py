@@ -38,6 +38,9 @@ ranges (`eio`) or slow (`latency`).
   FrozenMidCopy       promote --wait while the NAS freezes under one copy,
                       another queued: a line says the NAS is down and why,
                       one that it is back; both end local, exit 0
+  ClosesFrozen        opens of a local blob released while the NAS hangs
+                      in a file's close (two FUSE workers): the revision
+                      still reads right
   FreshAttrs          a GETATTR within attr_timeout of the attributes' NAS
                       stat (after a listing) asks the NAS nothing
   SlowNAS             20 ms a NAS call: right bytes, no errors, nas stays up
@@ -50,6 +53,7 @@ faultfs state), never sleeps; tearDown puts the NAS back to health first.
 import errno
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -195,6 +199,46 @@ class Outage(WfsOnFaultNAS):
         self.assertEqual(got, want, "reads of files opened before the NAS froze; the log ends:\n%s"
                          % self.debug_state())
         self.wait_nas("up", UP_WAIT)
+
+
+class ClosesFrozen(WfsOnFaultNAS):
+    """The last close of a NAS file is a call to the NAS (NFSv4's CLOSE
+    waits for the server; faultfs's FLUSH under `closes 1`).  Opens of
+    local files, made while the NAS answered, each hold their NAS file;
+    released once it froze, they must not take the FUSE workers (two here)
+    with them: the revision still reads right."""
+
+    OPTIONS = WfsOnFaultNAS.OPTIONS + ("max_threads=2",)
+
+    def test_releases_while_frozen(self):
+        snap, blobs = revision_entries()
+        e = blobs[0]
+        fds = [os.open(self.m(e["path"]), os.O_RDONLY) for _ in range(4)]
+        NAS.check("closes 1")
+        NAS.check("hang")
+        for fd in fds:
+            os.close(fd)  # (RELEASE is sent in the background)
+        NAS.wait_hung(1)  # a close of the daemon's is in the frozen NAS
+        r = bounded(sha_size_uncached, self.m(e["path"]), timeout=LOCAL_WAIT)
+        self.assertTrue(r["done"] and r["errno"] is None, "a local file read after releases "
+                        "met the frozen NAS: %s" % (errname(r["errno"]) if r["done"] else
+                                                    "blocked"))
+        self.assertEqual(r["value"], (e["sha256"], e["size"]))
+        self.check_local_revision("with closes hung in the frozen NAS")
+        # A stop with the closes still in the NAS gets to its end and says
+        # so.  (The process itself ends only when they do: a FUSE client
+        # waits for a FLUSH's answer through SIGKILL, where an NFS client's
+        # CLOSE gives way to it.)
+        cls = type(self)
+        stop = bounded(cls.mount.stop, timeout=0)
+        said = wfstest.wait_until(lambda: re.search(r"\d+ NAS files still closing at exit",
+                                                    cls.mount.log()), 30)
+        NAS.check("ok")
+        stop["thread"].join(30)
+        self.assertTrue(said, "the stop never got past the closes: %s" % cls.mount.log()[-2000:])
+        self.assertEqual((stop["done"], stop.get("value")), (True, []), "stopping wfs")
+        cls.mount.cleanup()
+        cls.mount = None
 
 
 class RecordBuild(WfsOnFaultNAS):

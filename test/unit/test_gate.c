@@ -3,9 +3,10 @@
  * NFS call).  The prober stats a real directory, renamed away and back to
  * play an unreachable and a returning NAS.  A call that blocked its caller
  * past the deadline would hang this program: an alarm turns that into a
- * failure. */
+ * failure.  The NAS closer (nasclose.h) is checked here too. */
 #include "check.h"
 #include "nasgate.h"
+#include "nasclose.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -15,6 +16,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 static struct check_count cnt;
 
@@ -398,6 +401,37 @@ static void test_busy_listings(const char *root)
 	nas_gate_destroy(&g);
 }
 
+static int fd_open(int fd)
+{
+	return fcntl(fd, F_GETFD) >= 0;
+}
+
+/* nasclose.h: what is given to the closer gets closed, more than its
+ * first array holds; without a closer, at once. */
+static void test_closer(void)
+{
+	struct nas_closer c;
+	int fds[40], p[2], still = 0;
+
+	CHECK(&cnt, nas_closer_init(&c) == 0, "closer init");
+	for (int i = 0; i < 40; i += 2) {
+		CHECK(&cnt, pipe(p) == 0, "pipe");
+		fds[i] = p[0];
+		fds[i + 1] = p[1];
+	}
+	for (int i = 0; i < 40; i++)
+		nas_close_later(&c, fds[i]);
+	nas_closer_destroy(&c, 5000);
+	for (int i = 0; i < 40; i++)
+		still += fd_open(fds[i]);
+	CHECK(&cnt, still == 0, "%d of 40 descriptors still open after the closer's stop", still);
+	CHECK(&cnt, nas_closer_pending(&c) == 0, "nothing pending after stop");
+	CHECK(&cnt, pipe(p) == 0, "pipe");
+	nas_close_later(NULL, p[0]);
+	nas_close_later(&c, p[1]); /* stopped: closed here */
+	CHECK(&cnt, !fd_open(p[0]) && !fd_open(p[1]), "closed at once without a closer");
+}
+
 int main(void)
 {
 	char root[] = "/tmp/wfs-gate-XXXXXX", away[64];
@@ -552,6 +586,7 @@ int main(void)
 		rmdir(entry);
 	}
 
+	test_closer();
 	test_progress(root);
 	test_busy(root);
 	test_busy_listings(root);

@@ -52,6 +52,13 @@ struct wfs_fh {
 	unsigned bytes_gen; /* OPEN: the blob's bytes_gen (store.h) once the open's
 			     * sides were checked: a backing it registers holds
 			     * those bytes */
+	/* OPEN: the size and mtime the open was answered with, when the NAS
+	 * could not be asked (@shown_set): a NAS file opened later for it
+	 * must be that file (fh_nas_fd), or its bytes would mix with the
+	 * ones read before */
+	struct stat shown;
+	int shown_set;
+	int shown_not; /* FH: the NAS file was found another: said once */
 	int backing_id; /* OPEN: > 0: the kernel reads the local copy itself */
 	int backing_nas; /* OPEN: ... or the NAS file (nas_passthrough) */
 	int pt_nas_fd;  /* OPEN: the NAS file passed through, for its cache

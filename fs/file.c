@@ -55,16 +55,34 @@ int open_local_direct(const char *path, int *direct)
 	return fd;
 }
 
+/* Is @st (the NAS file opened after the open) the file the open showed?
+ * If not, said, and the store told (its copy's source changed). */
+static int same_file_shown(struct wfs *w, struct wfs_fh *fh, const struct stat *st)
+{
+	const struct stat *was = &fh->shown;
+
+	if (st->st_size == was->st_size && st->st_mtim.tv_sec == was->st_mtim.tv_sec &&
+	    st->st_mtim.tv_nsec == was->st_mtim.tv_nsec)
+		return 1;
+	wfs_log(w, LOG_WARNING, "read %s: the NAS file is not the one this open was shown "
+		"(size %lld, mtime %lld; shown %lld, %lld): EIO until it is opened again",
+		fh->nas_path, (long long)st->st_size, (long long)st->st_mtim.tv_sec,
+		(long long)was->st_size, (long long)was->st_mtim.tv_sec);
+	if (fh->blob)
+		store_source_attrs(&w->store, fh->blob, st);
+	return 0;
+}
+
 int fh_nas_fd(struct wfs *w, struct wfs_fh *fh, int *direct)
 {
 	struct stat st;
 	int fd, fresh_direct = 0;
 
 	pthread_mutex_lock(&fh->lock);
-	fd = fh->nas_fd;
+	fd = fh->shown_not ? -ESTALE : fh->nas_fd;
 	*direct = fh->nas_direct;
 	pthread_mutex_unlock(&fh->lock);
-	if (fd >= 0)
+	if (fd >= 0 || fd == -ESTALE)
 		return fd;
 	/* Opened while the NAS was down (for a local copy since demoted, or
 	 * ranges that do not cover this read): opened now, without @lock --
@@ -74,6 +92,13 @@ int fh_nas_fd(struct wfs *w, struct wfs_fh *fh, int *direct)
 	if (fd >= 0 && !S_ISREG(st.st_mode)) {
 		nas_close_later(&w->closer, fd);
 		fd = -EIO;
+	}
+	if (fd >= 0 && fh->shown_set && !same_file_shown(w, fh, &st)) {
+		nas_close_later(&w->closer, fd);
+		pthread_mutex_lock(&fh->lock);
+		fh->shown_not = 1;
+		pthread_mutex_unlock(&fh->lock);
+		return -ESTALE;
 	}
 	if (fd < 0) {
 		if (!NAS_CANNOT_ANSWER(fd))
@@ -531,6 +556,10 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		from_nas = 0;
 		r = open_without_nas(w, fh, &st);
 		local = r == 1;
+		/* a local copy or local ranges: what it showed binds a NAS file
+		 * opened later for it */
+		fh->shown_set = r == 1 || r == 2;
+		fh->shown = st;
 		r = r == 2 ? 0 : r;
 	}
 	if (r < 0) {

@@ -41,6 +41,9 @@ ranges (`eio`) or slow (`latency`).
   ClosesFrozen        opens of a local blob released while the NAS hangs
                       in a file's close (two FUSE workers): the revision
                       still reads right
+  SwappedWhileOpen    a local blob opened with the NAS down, evicted once
+                      it is back and its NAS file replaced: the next read
+                      fails EIO, never mixes the two files
   FreshAttrs          a GETATTR within attr_timeout of the attributes' NAS
                       stat (after a listing) asks the NAS nothing
   SlowNAS             20 ms a NAS call: right bytes, no errors, nas stays up
@@ -239,6 +242,47 @@ class ClosesFrozen(WfsOnFaultNAS):
         self.assertEqual((stop["done"], stop.get("value")), (True, []), "stopping wfs")
         cls.mount.cleanup()
         cls.mount = None
+
+
+class SwappedWhileOpen(WfsOnFaultNAS):
+    """A local blob opened while the NAS is down, then evicted with the NAS
+    back and its file there replaced by another (new inode, size and
+    mtime): the open's next read of the NAS side fails EIO, never mixes the
+    other file's bytes with the ones it read.  (Daemon-served, O_DIRECT:
+    passed through, the kernel would read the evicted copy's file on, and
+    its page cache would answer.)"""
+
+    OPTIONS = WfsOnFaultNAS.OPTIONS + ("passthrough=off",)
+
+    def test_nas_file_swapped_under_an_open_made_down(self):
+        _snap, blobs = revision_entries()
+        e = max(blobs, key=lambda b: b["size"])
+        self.assertGreater(e["size"], 8192, e)
+        src = FIX.n(e["path"])
+        keep = src + ".kept"
+        os.link(src, keep)
+        self.addCleanup(os.rename, keep, src)
+        with open(src, "rb") as f:
+            old = f.read()
+        NAS.check("fail ENOTCONN")
+        fd = os.open(self.m(e["path"]), os.O_RDONLY | os.O_DIRECT)  # (it finds the NAS gone)
+        try:
+            self.wait_nas("down", DOWN_WAIT)
+            self.assertEqual(os.pread(fd, 4096, 0), old[:4096])
+            NAS.check("ok")
+            self.wait_nas("up", UP_WAIT)
+            tmp = src + ".new"
+            with open(tmp, "wb") as f:
+                f.write(b"\x5a" * (e["size"] + 1))
+            os.rename(tmp, src)
+            ctl_check(self, ["evict", "--force", self.m(e["path"])])
+            r = bounded(os.pread, fd, 4096, 4096, timeout=FAIL_WAIT)
+        finally:
+            os.close(fd)
+        self.assertTrue(r["done"], "the read after the swap blocked")
+        self.assertEqual(r["errno"], errno.EIO, "the read after the swap gave %r"
+                         % (r.get("value", b"")[:16] if r["errno"] is None else errname(r["errno"])))
+        self.assertIn("the NAS file is not the one this open was shown", self.mount.log())
 
 
 class RecordBuild(WfsOnFaultNAS):

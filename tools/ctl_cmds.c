@@ -254,9 +254,11 @@ static void print_policy(const json_t *pol, const json_t *counts)
 		       (unsigned long long)jget_u64(counts, "excluded"));
 	}
 	if (json_array_size(ex)) {
+		char glob[FMT_TEXT];
+
 		printf("excluded (kept on the NAS):");
 		json_array_foreach(ex, i, g)
-			printf(" %s", json_string_value(g));
+			printf(" %s", fmt_text(json_string_value(g), glob, sizeof(glob)));
 		putchar('\n');
 	}
 }
@@ -270,16 +272,19 @@ static void print_refs(const json_t *refs)
 		return;
 	printf("\nref pins:\n");
 	json_array_foreach(refs, i, r) {
-		char repo[FMT_TEXT], ref[FMT_TEXT], why[FMT_TEXT];
+		char repo[FMT_TEXT], ref[FMT_TEXT], why[FMT_TEXT], rev[FMT_TEXT];
 
+		/* the revisions too are read from the NAS's refs files */
 		printf("  %s refs/%s -> %s (%llu/%llu local)",
 		       fmt_text(jget_str(r, "repo"), repo, sizeof(repo)),
 		       fmt_text(jget_str(r, "ref"), ref, sizeof(ref)),
-		       *jget_str(r, "commit") ? jget_str(r, "commit") : "(none yet)",
+		       *jget_str(r, "commit") ? fmt_text(jget_str(r, "commit"), rev, sizeof(rev))
+					      : "(none yet)",
 		       (unsigned long long)jget_u64(r, "local_files"),
 		       (unsigned long long)jget_u64(r, "files"));
 		if (*jget_str(r, "pending"))
-			printf("; moving to %s (%llu/%llu local)", jget_str(r, "pending"),
+			printf("; moving to %s (%llu/%llu local)",
+			       fmt_text(jget_str(r, "pending"), rev, sizeof(rev)),
 			       (unsigned long long)jget_u64(r, "pending_local_files"),
 			       (unsigned long long)jget_u64(r, "pending_files"));
 		putchar('\n');
@@ -510,7 +515,7 @@ static int pin_call(const struct ctl_opts *o, const char *op, const char *done)
 	uint64_t n, kept, changed;
 
 	if (o->ref) {
-		char repo[FMT_TEXT], ref[FMT_TEXT];
+		char repo[FMT_TEXT], ref[FMT_TEXT], rev[FMT_TEXT];
 		json_t *valid = json_string(o->ref); /* NULL: not UTF-8 */
 
 		fmt_text(o->ref, ref, sizeof(ref));
@@ -528,7 +533,7 @@ static int pin_call(const struct ctl_opts *o, const char *op, const char *done)
 		fmt_text(jget_str(rep.obj, "repo"), repo, sizeof(repo));
 		if (!o->json && !strcmp(op, "pin"))
 			printf("pinned %s refs/%s (revision %s, %llu blob%s); it follows the ref\n",
-			       repo, ref, jget_str(rep.obj, "commit"),
+			       repo, ref, fmt_text(jget_str(rep.obj, "commit"), rev, sizeof(rev)),
 			       (unsigned long long)n, n == 1 ? "" : "s");
 		else if (!o->json)
 			printf("dropped the pin of %s refs/%s; %llu blob%s unpinned\n",

@@ -116,6 +116,8 @@ class Hub:
         self.sync_error = None   # (errno name, message): how the next syncs fail
         self.old_daemon = False  # answer sync as a daemon without it does
         self.nas_errors = {}     # path -> (errno name, message): the NAS fails it
+        self.ref_commit = REV1   # the revision a ref pin names (read from the NAS)
+        self.ref_pins = []       # status's "ref_pins"
 
     def local_bytes(self):
         return sum(b.size for b in self.blobs if b.state == "local")
@@ -180,6 +182,7 @@ class Hub:
                             "size": b.size}
                            for b in self.blobs if b.state == "copying"],
                 "served": {"local_bytes": self.served[0], "nas_bytes": self.served[1], "opens": 0},
+                "ref_pins": list(self.ref_pins),
                 "flagged": [{"key": b.key, "id": b.id, "state": b.state, "reason": b.reason,
                              "local_error": b.local_error}
                             for b in self.blobs if b.state in ("mismatch", "failed") or b.local_error],
@@ -271,6 +274,8 @@ class Hub:
         return {"evicted": n, "skipped": skipped}
 
     def op_pin(self, req, pinned=True):
+        if "ref" in req:
+            return {"count": 2, "repo": req["paths"][0], "commit": self.ref_commit}
         sel = self.paths_to_blobs(req["paths"])
         for b in sel:
             b.pinned = pinned

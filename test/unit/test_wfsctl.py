@@ -147,6 +147,19 @@ def body(t, work):
     r = run("pin", "--ref", os.fsdecode(b"ma\xffin"), "models--org--good", cwd=root)
     ok("pin --ref not UTF-8: said, nothing asked", r[0] == 1 and "not UTF-8" in r[2]
        and "out of memory" not in r[2] and len(hub.requests) == n, show(r))
+    # revisions are read from the NAS's refs files: no escape reaches the terminal
+    hub.ref_commit = "abc\x1b]0;owned\x07def"
+    hub.ref_pins = [{"repo": "models--org--good", "ref": "main", "commit": hub.ref_commit,
+                     "pending": "ff\x1b[2Jee", "files": 3, "local_files": 1,
+                     "pending_files": 3, "pending_local_files": 0, "reason": ""}]
+    r = run("pin", "--ref", "main", "models--org--good", cwd=root)
+    ok("pin --ref: the revision's control characters shown as '?'", r[0] == 0
+       and "(revision abc?]0;owned?def, 2 blobs)" in r[1] and "\x1b" not in r[1], show(r))
+    r = run("status", cwd=root)
+    ok("status: a ref pin's revisions' control characters shown as '?'", r[0] == 0
+       and "-> abc?]0;owned?def (1/3 local); moving to ff?[2Jee" in r[1]
+       and "\x1b" not in r[1] and "\x07" not in r[1], show(r))
+    hub.ref_commit, hub.ref_pins = REV1, []
     # the ref's name forgotten: the next option is not taken for it
     r = run("pin", "--ref", "--json", "models--org--good")
     ok("pin --ref --json REPO: usage error naming what was taken for the ref", r[0] == 2

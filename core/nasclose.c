@@ -1,5 +1,6 @@
 /* nasclose.c - see nasclose.h. */
 #include "nasclose.h"
+#include "clock.h"
 #include "thread.h"
 
 #include <errno.h>
@@ -134,18 +135,11 @@ unsigned nas_closer_pending(struct nas_closer *c)
 unsigned nas_closer_destroy(struct nas_closer *c, unsigned wait_ms)
 {
 	struct nas_closer_q *q = c->q;
-	struct timespec until;
+	struct timespec until = mono_timespec(mono_ms() + wait_ms);
 	unsigned left;
 
 	if (!c->started || !q)
 		return 0;
-	clock_gettime(CLOCK_MONOTONIC, &until);
-	until.tv_sec += wait_ms / 1000;
-	until.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
-	if (until.tv_nsec >= 1000000000L) {
-		until.tv_sec++;
-		until.tv_nsec -= 1000000000L;
-	}
 	pthread_mutex_lock(&q->lock);
 	q->stop = 1;
 	pthread_cond_signal(&q->work);

@@ -1,6 +1,7 @@
 /* inval.c - the invalidation queue; see inval.h. */
 #include "inval.h"
 #include "thread.h"
+#include "clock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -137,16 +138,9 @@ int inval_start(struct inval_queue *q)
 
 int inval_wait_idle(struct inval_queue *q, unsigned timeout_ms)
 {
-	struct timespec until;
+	struct timespec until = mono_timespec(mono_ms() + timeout_ms);
 	int e = 0;
 
-	clock_gettime(CLOCK_MONOTONIC, &until);
-	until.tv_sec += timeout_ms / 1000;
-	until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-	if (until.tv_nsec >= 1000000000L) {
-		until.tv_sec++;
-		until.tv_nsec -= 1000000000L;
-	}
 	pthread_mutex_lock(&q->lock);
 	while ((q->count || q->overflow || q->busy) && !q->stopping && e != ETIMEDOUT)
 		e = pthread_cond_timedwait(&q->idle, &q->lock, &until);

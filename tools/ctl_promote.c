@@ -108,7 +108,7 @@ static void print_dry_run(const json_t *rep)
 	static const char *const hdr[] = { "SIZE", "STATE", "BLOB" };
 	uint64_t need = jget_u64(rep, "bytes_to_copy"), avail = jget_u64(rep, "space_available");
 	const json_t *blobs = json_object_get(rep, "blobs");
-	size_t i, ncopy = 0;
+	size_t i, ncopy = 0, nmismatch = 0;
 	struct table tb;
 	char a[32], b[32];
 	json_t *bl;
@@ -119,7 +119,11 @@ static void print_dry_run(const json_t *rep)
 		const char *row[3] = { a, jget_str(bl, "state"), fmt_blob(bl, name, sizeof(name)) };
 
 		fmt_bytes(jget_u64(bl, "size"), a, sizeof(a));
-		ncopy += strcmp(jget_str(bl, "state"), "local") != 0;
+		/* a mismatch is never copied (the daemon leaves it out of
+		 * bytes_to_copy too): its NAS bytes are not what its name says */
+		nmismatch += !strcmp(jget_str(bl, "state"), "mismatch");
+		ncopy += strcmp(jget_str(bl, "state"), "local") != 0 &&
+			 strcmp(jget_str(bl, "state"), "mismatch") != 0;
 		if (table_add(&tb, row)) {
 			table_free(&tb);
 			oom();
@@ -131,6 +135,9 @@ static void print_dry_run(const json_t *rep)
 	printf("\ndry run: would copy %zu of %zu blob%s, %s; %s available\n", ncopy,
 	       json_array_size(blobs), json_array_size(blobs) == 1 ? "" : "s",
 	       fmt_bytes(need, a, sizeof(a)), fmt_bytes(avail, b, sizeof(b)));
+	if (nmismatch)
+		printf("%zu mismatch%s not copied: the NAS content does not hash to its "
+		       "name\n", nmismatch, nmismatch == 1 ? "" : "es");
 	if (need > avail)
 		printf("NOT ENOUGH SPACE: %s more than available; what does not fit "
 		       "would stay on the NAS\n", fmt_bytes(need - avail, a, sizeof(a)));

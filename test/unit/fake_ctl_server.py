@@ -211,7 +211,7 @@ class Hub:
         if "ranges" in req:
             return self.promote_ranges(req)
         sel = self.paths_to_blobs(req["paths"])
-        need = sum(b.size for b in sel if b.state != "local")
+        need = sum(b.size for b in sel if b.state not in ("local", "mismatch"))
         for b in sel:
             if req["pin"]:
                 b.pinned = True

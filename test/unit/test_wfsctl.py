@@ -390,6 +390,10 @@ def body(t, work):
        "Input/output error" in r[2], show(r))
     ok("the record refreshed after a wait with failures too", hub.requests[-1] == {"op": "sync"},
        repr(hub.requests[-1]))
+    rd = run("promote", "--dry-run", "models--org--bad", cwd=root)
+    ok("dry run: a mismatch is not among the blobs it would copy", rd[0] == 0
+       and "would copy 1 of 3 blobs, 2.0 MiB" in rd[1]
+       and "1 mismatch not copied: the NAS content does not hash to its name" in rd[1], show(rd))
     ok("non-tty progress is whole lines", "\r" not in r[2] and "[" in r[2], show(r))
     # "ok" is the reply's; what a script tests is the wait's outcome (it
     # once read "ok":true alone, with exit 1 and two copies failed)

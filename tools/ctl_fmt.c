@@ -270,8 +270,9 @@ const char *fmt_nas(const json_t *nas, char *buf, size_t sz)
 {
 	int64_t since = (int64_t)jget_u64(nas, "since");
 	uint64_t outages = jget_u64(nas, "outages");
-	const char *reason = jget_str(nas, "reason");
-	char when[64], ago[64];
+	char when[64], ago[64], why[512];
+	/* it may quote a NAS path */
+	const char *reason = fmt_text(jget_str(nas, "reason"), why, sizeof(why));
 	size_t len;
 
 	if (strcmp(jget_str(nas, "state"), "down")) {

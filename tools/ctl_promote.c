@@ -512,6 +512,7 @@ void sync_record(struct ctl_conn *c, const char *sock)
 {
 	json_t *req = json_pack("{s:s}", "op", "sync");
 	struct ctl_reply rep;
+	char text[FMT_TEXT];
 	const char *err;
 	int r = req ? ctl_exchange(c, sock, req, &rep) : -ENOMEM;
 
@@ -527,7 +528,8 @@ void sync_record(struct ctl_conn *c, const char *sock)
 		fprintf(stderr, "wfsctl: promote: warning: %s [%s]\n"
 			"wfsctl: promote: the copies are local; until the daemon's next rebuild "
 			"of its local record a NAS outage would hide them from the mount\n",
-			*err ? err : "the local record was not refreshed", jget_str(rep.obj, "errno"));
+			*err ? fmt_text(err, text, sizeof(text)) : "the local record was not refreshed",
+			jget_str(rep.obj, "errno"));
 	ctl_reply_free(&rep);
 }
 

@@ -494,9 +494,9 @@ def body(t, work):
     hub.speed = 40 * MiB
 
     # --- the record cannot be refreshed: a warning, the exit status stays
-    for err, old in ((("EHOSTDOWN", "sync: the NAS is down (since 2026-11-30 22:41:07: a call "
-                       "took longer than 1000 ms): the local record could not be refreshed; "
-                       "it keeps what it held"), False), (None, True)):
+    for err, old in ((("EHOSTDOWN", "sync: the NAS is down (since 2026-11-30 22:41:07: a stat "
+                       "of x\x1b[2J took longer than 1000 ms): the local record could not be "
+                       "refreshed; it keeps what it held"), False), (None, True)):
         run("evict", "--force", good)
         hub.sync_error, hub.old_daemon = err, old
         r = run("promote", "--wait", good)
@@ -506,7 +506,8 @@ def body(t, work):
         else:
             ok("sync refused: a warning, exit 0", r[0] == 0 and "promote: 3 blobs local" in r[1]
                and "wfsctl: promote: warning: sync: the NAS is down (since" in r[2]
-               and "[EHOSTDOWN]" in r[2] and "NAS outage would hide them" in r[2], show(r))
+               and "[EHOSTDOWN]" in r[2] and "NAS outage would hide them" in r[2]
+               and "of x?[2J took" in r[2] and "\x1b" not in r[2], show(r))
     hub.sync_error, hub.old_daemon = None, False
 
     # --- a blob the daemon forgets during --wait
@@ -684,7 +685,13 @@ def nas_tests(t, hub, root):
         r"\nNAS: up since [^\n]*; 3 calls timed out, 41 requests answered from the local record, "
         r"7 calls found no free NAS thread in time\n", r[1]), show(r))
     with hub.lock:
-        hub.nas.update(busy=0)
+        hub.nas.update(busy=0, reason="start-up: a stat of models--x\x1b[2J/blobs/y took too long")
+    r = run("status", cwd=root)
+    ok("status: a NAS path in the reason, its control characters as '?'", r[0] == 0
+       and "the last: start-up: a stat of models--x?[2J/blobs/y took too long" in r[1]
+       and "\x1b" not in r[1], show(r))
+    with hub.lock:
+        hub.nas.update(reason="a call took longer than 1000 ms")
     r = run("status", cwd=root)
     ok("status: no record kept", "\nlocal record: none kept by this mount" in r[1], show(r))
     with hub.lock:

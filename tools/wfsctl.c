@@ -144,7 +144,7 @@ COMMON_OPTS },
 "\n"
 "options:\n"
 "  --full          also re-hash every local copy in full (a scrub; reads\n"
-"                  all of it)\n"
+"                  all of it); the --timeout default is then no limit\n"
 COMMON_OPTS },
 	{ "doctor", cmd_doctor, 0, 0, 1, "[PATH]",
 "Check the tree under PATH (default: the whole mount) for links the mount\n"

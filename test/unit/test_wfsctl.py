@@ -121,6 +121,9 @@ def body(t, work):
         ok(f"{c} --help: usage, then its options under their heading, --help among them",
            r[0] == 0 and r[1].startswith(f"usage: wfsctl {c}")
            and re.search(r"\n\noptions:\n(  -.*\n|   +.*\n)*  -h, --help", r[1]), show(r))
+    r = run("verify", "--help")
+    ok("verify --help: --full waits without a limit", "the --timeout default is then no limit"
+       in r[1], show(r))
     r = run("--version")
     ok("--version", r[0] == 0 and r[1].startswith("wfsctl (wfs) "), show(r))
     # wfsctl(1): the options "may come before the command or among its arguments"

@@ -92,7 +92,8 @@ int brange_covers(const struct brange *v, size_t n, uint64_t off, uint64_t len)
 static const struct { const char *name; unsigned shift; } suffixes[] = {
 	{ "KiB", 10 }, { "MiB", 20 }, { "GiB", 30 }, { "TiB", 40 },
 	{ "K", 10 }, { "M", 20 }, { "G", 30 }, { "T", 40 },
-	{ "k", 10 }, { "", 0 },
+	/* lower case as well: "512m" meant MiB, as "512k" did KiB */
+	{ "k", 10 }, { "m", 20 }, { "g", 30 }, { "t", 40 }, { "", 0 },
 };
 
 int brange_parse_size(const char *s, uint64_t *out)

@@ -337,7 +337,7 @@ static int range_opt(const struct cmd *c, int argc, char **argv, int i, struct c
 		return taken;
 	}
 	if (brange_parse(v, &o->ranges[o->nranges]) < 0)
-		return usage_error(c, "--range takes OFFSET:LENGTH (bytes, or with K/M/G/T), "
+		return usage_error(c, "--range takes OFFSET:LENGTH (bytes, or with K/M/G/T or k/m/g/t), "
 				   "LENGTH > 0, not '%s'", v), -1;
 	/* the protocol's numbers are JSON's signed 64 bits; no file is larger */
 	if (o->ranges[o->nranges].off + o->ranges[o->nranges].len > (uint64_t)INT64_MAX)

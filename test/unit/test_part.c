@@ -115,6 +115,9 @@ static void test_ranges(struct check_count *c)
 	CHECK(c, brange_covers(v, 2, 11, 11) && !brange_covers(v, 2, 4, 2), "covers");
 	CHECK(c, brange_parse("1K:2M", &r) == 0 && r.off == 1024 && r.len == 2 << 20, "1K:2M");
 	CHECK(c, brange_parse("7:1GiB", &r) == 0 && r.len == 1 << 30, "GiB");
+	CHECK(c, brange_parse("1k:512m", &r) == 0 && r.off == 1024 && r.len == 512ULL << 20 &&
+	      brange_parse("1g:1t", &r) == 0 && r.off == 1ULL << 30 && r.len == 1ULL << 40,
+	      "lower-case suffixes");
 	CHECK(c, brange_parse("5:0", &r) == -EINVAL && brange_parse("x:1", &r) == -EINVAL &&
 	      brange_parse("1:2Q", &r) == -EINVAL && brange_parse("12", &r) == -EINVAL,
 	      "bad ranges refused");

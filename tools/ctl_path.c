@@ -205,8 +205,11 @@ static int find_root(const char *abs, char *root, char *sock, size_t socksz)
 	return -EACCES;
 }
 
-/* Expand @arg if it is a glob that is not also a file's literal name. */
-static int expand(const char *arg, struct strv *out)
+/* Expand @arg if it is a glob that is not also a file's literal name.
+ * With --socket (@as_given) one that matches nothing here goes as it is:
+ * the mount may not be visible (a container with only the socket), and
+ * the name may hold a '[' of its own. */
+static int expand(const char *arg, int as_given, struct strv *out)
 {
 	struct stat st;
 	glob_t g;
@@ -216,6 +219,10 @@ static int expand(const char *arg, struct strv *out)
 	if (!strpbrk(arg, "*?[") || !lstat(arg, &st))
 		return strv_add(out, arg);
 	r = glob(arg, GLOB_ERR, NULL, &g);
+	if ((r == GLOB_NOMATCH || r == GLOB_ABORTED) && as_given) {
+		globfree(&g);
+		return strv_add(out, arg);
+	}
 	if (r == GLOB_NOMATCH) {
 		fprintf(stderr, "wfsctl: %s: no such file, and no match as a pattern\n", arg);
 		return -ENOENT;
@@ -400,7 +407,7 @@ static int resolve_target(struct ctl_target *t, const char *socket_opt,
 
 	memset(t, 0, sizeof(*t));
 	for (i = 0; i < nargs && !r; i++)
-		r = expand(args[i], &paths);
+		r = expand(args[i], socket_opt != NULL, &paths);
 	if (!r && paths.n) {
 		t->rel = calloc(paths.n, sizeof(*t->rel));
 		if (!t->rel)

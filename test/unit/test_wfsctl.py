@@ -224,6 +224,11 @@ def body(t, work):
            r[0] == 1 and "one PATH at a time" in r[2] and "matched 2" in r[2], show(r))
     r = run("unpin", f"{good}/snapshots/*/*.nomatch")
     ok("glob without a match", r[0] == 1 and "*.nomatch: no such file, and no match" in r[2], show(r))
+    # --socket with no mount in sight: a name with '[' goes to the daemon as given
+    lit = f"models--org--good/snapshots/{REV1}/x[1].bin"
+    r = run("--socket", sock, "promote", "--dry-run", lit, cwd="/")
+    ok("--socket, no mount: a name with [ sent as given", last_req()["paths"] == [lit]
+       and r[0] == 1 and "no such file or directory in the mount" in r[2], show(r))
     os.mkdir(f"{work}/lit[1]")
     r = run("status", f"{work}/lit[1]")
     ok("an existing name with [ is not a glob", r[0] == 1 and "lit[1]: not inside a wfs mount" in r[2], show(r))

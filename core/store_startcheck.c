@@ -187,6 +187,14 @@ static struct load_job *job_new(struct store *s, struct blob *const *v, size_t n
 	return j;
 }
 
+/* Every verdict made (lock held): the thread may not have said so yet, and
+ * a wait that ends in between must not take it for a stuck stat of the
+ * key past the last. */
+static int job_over(const struct load_job *j)
+{
+	return j->finished || j->done >= j->n;
+}
+
 /* Wait for the thread: each stat at most @timeout_ms, all of them at most
  * the budget.  Returns how many verdicts are made; *@stuck is 1 if a stat
  * passed its deadline, 2 if the budget ran out. */
@@ -197,17 +205,17 @@ static size_t job_wait(struct load_job *j, unsigned timeout_ms, int *stuck)
 
 	*stuck = 0;
 	pthread_mutex_lock(&j->lock);
-	while (!j->finished && !*stuck) {
+	while (!job_over(j) && !*stuck) {
 		size_t seen = j->done;
 		int64_t end = mono_ms() + timeout_ms;
 		struct timespec at = mono_timespec(end < budget_end ? end : budget_end);
 		int rc = 0;
 
-		while (!j->finished && j->done == seen && rc != ETIMEDOUT)
+		while (!job_over(j) && j->done == seen && rc != ETIMEDOUT)
 			rc = pthread_cond_timedwait(&j->progress, &j->lock, &at);
-		if (rc == ETIMEDOUT && !j->finished && j->done == seen)
+		if (rc == ETIMEDOUT && !job_over(j) && j->done == seen)
 			*stuck = end < budget_end ? 1 : 2;
-		else if (!j->finished && mono_ms() >= budget_end)
+		else if (!job_over(j) && mono_ms() >= budget_end)
 			*stuck = 2;
 	}
 	j->cancel = 1;

@@ -71,7 +71,6 @@ int nas_closer_init(struct nas_closer *c)
 	int r;
 
 	c->q = NULL;
-	c->started = 0;
 	if (!q)
 		return -ENOMEM;
 	pthread_mutex_init(&q->lock, NULL);
@@ -88,7 +87,6 @@ int nas_closer_init(struct nas_closer *c)
 		return r;
 	}
 	c->q = q;
-	c->started = 1;
 	return 0;
 }
 
@@ -120,31 +118,20 @@ void nas_close_later(struct nas_closer *c, int fd)
 	close(fd); /* no room to queue it: better a wait than a leak */
 }
 
-unsigned nas_closer_pending(struct nas_closer *c)
-{
-	unsigned n;
-
-	if (!c || !c->q)
-		return 0;
-	pthread_mutex_lock(&c->q->lock);
-	n = (unsigned)c->q->n + c->q->closing;
-	pthread_mutex_unlock(&c->q->lock);
-	return n;
-}
-
-unsigned nas_closer_destroy(struct nas_closer *c, unsigned wait_ms)
+unsigned nas_closer_stop_by(struct nas_closer *c, int64_t deadline_ms)
 {
 	struct nas_closer_q *q = c->q;
-	struct timespec until = mono_timespec(mono_ms() + wait_ms);
+	struct timespec until = mono_timespec(deadline_ms);
 	unsigned left;
 
-	if (!c->started || !q)
+	if (!q)
 		return 0;
 	pthread_mutex_lock(&q->lock);
 	q->stop = 1;
 	pthread_cond_signal(&q->work);
 	while ((q->n || q->closing) &&
-	       pthread_cond_timedwait(&q->drained, &q->lock, &until) != ETIMEDOUT)
+	       (deadline_ms < 0 ? pthread_cond_wait(&q->drained, &q->lock) :
+		pthread_cond_timedwait(&q->drained, &q->lock, &until)) != ETIMEDOUT)
 		;
 	left = (unsigned)q->n + q->closing;
 	pthread_mutex_unlock(&q->lock);
@@ -154,6 +141,5 @@ unsigned nas_closer_destroy(struct nas_closer *c, unsigned wait_ms)
 		pthread_detach(c->thread); /* stuck in the NAS: it frees @q itself */
 	q_put(q);
 	c->q = NULL;
-	c->started = 0;
 	return left;
 }

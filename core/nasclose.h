@@ -17,13 +17,15 @@
 #define WFS_NASCLOSE_H
 
 #include <pthread.h>
+#include <stdint.h>
 
 struct nas_closer_q;
 
 struct nas_closer {
-	struct nas_closer_q *q;  /* shared with the thread: outlives us if it is stuck */
+	/* shared with the thread (outlives us if it is stuck); NULL: no
+	 * thread runs (never started, or stopped) */
+	struct nas_closer_q *q;
 	pthread_t thread;
-	int started;
 };
 
 /* Start the thread.  0, or -errno (then nas_close_later closes on the
@@ -33,12 +35,10 @@ int nas_closer_init(struct nas_closer *c);
  * Without a closer (init failed or not made: tools, tests) or memory to
  * queue it, @fd is closed here. */
 void nas_close_later(struct nas_closer *c, int fd);
-/* How many descriptors wait to be closed (or are being closed) now. */
-unsigned nas_closer_pending(struct nas_closer *c);
-/* Stop: what is queued is closed first.  Waits at most @wait_ms for
- * that; a thread still stuck in a close then is left to end on its own
- * (it owns what it holds).  Returns how many descriptors were left so.
- * Safe on a closer never started. */
-unsigned nas_closer_destroy(struct nas_closer *c, unsigned wait_ms);
+/* Stop by @deadline_ms (stopby.h: CLOCK_MONOTONIC ms, < 0 none): what is
+ * queued is closed first; a thread still stuck in a close then is left to
+ * end on its own (it owns what it holds).  Returns how many descriptors
+ * were left so.  Safe on a closer never started or stopped already. */
+unsigned nas_closer_stop_by(struct nas_closer *c, int64_t deadline_ms);
 
 #endif

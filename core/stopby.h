@@ -21,7 +21,8 @@
  * range of a partial file that no index lists) and block on a lock the
  * leaving daemon holds (record.json is not written again: record.h); the
  * process's exit ends the calls still stuck (a FUSE NAS gets an
- * interrupt, an NFS mount's wait is killable). */
+ * interrupt, an NFS mount's wait is killable) -- all but a FUSE NAS's
+ * FLUSH, which the kernel waits out (nasclose.h). */
 #ifndef WFS_STOPBY_H
 #define WFS_STOPBY_H
 

@@ -559,13 +559,6 @@ static void end_device(struct wfs *w)
 	inval_stop(&w->inval);
 }
 
-static unsigned ms_until(int64_t by)
-{
-	int64_t left = by - mono_ms();
-
-	return left > 0 ? (unsigned)left : 0;
-}
-
 /* The session's opens are gone: their NAS files closed, or @left of them
  * still closing in a NAS that does not answer. */
 static void closing_said(struct wfs *w, unsigned left)
@@ -604,7 +597,7 @@ static int stop_serving(struct wfs *w, struct doctor_scan *links)
 	left |= doctor_scan_stop_by(links, by) < 0;
 	left |= record_stop_by(&w->record, by) < 0; /* its thread reads the store */
 	left |= store_stop_by(&w->store, by) < 0;
-	closing_said(w, nas_closer_destroy(&w->closer, ms_until(by)));
+	closing_said(w, nas_closer_stop_by(&w->closer, by));
 	if (left) {
 		store_leave(&w->store);
 		wfs_log(w, LOG_INFO, "exiting without the threads still running (in a NAS call, "
@@ -653,7 +646,7 @@ static void close_state(struct wfs *w, struct doctor_scan *links)
 	if (w->gate_inited)
 		nas_gate_destroy(&w->gate); /* after the store: its copies report to it */
 	/* (stop_serving stopped it, when the daemon got that far) */
-	closing_said(w, nas_closer_destroy(&w->closer, 0));
+	closing_said(w, nas_closer_stop_by(&w->closer, mono_ms()));
 	if (w->pins_open)
 		pins_close(&w->pins);
 	inval_destroy(&w->inval); /* after the store: its close may still report */

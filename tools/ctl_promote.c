@@ -116,14 +116,14 @@ static void print_dry_run(const json_t *rep)
 	table_init(&tb, 3, hdr, "rll");
 	json_array_foreach(blobs, i, bl) {
 		char name[1024];
-		const char *row[3] = { a, jget_str(bl, "state"), fmt_blob(bl, name, sizeof(name)) };
+		const char *state = jget_str(bl, "state");
+		const char *row[3] = { a, state, fmt_blob(bl, name, sizeof(name)) };
 
 		fmt_bytes(jget_u64(bl, "size"), a, sizeof(a));
 		/* a mismatch is never copied (the daemon leaves it out of
 		 * bytes_to_copy too): its NAS bytes are not what its name says */
-		nmismatch += !strcmp(jget_str(bl, "state"), "mismatch");
-		ncopy += strcmp(jget_str(bl, "state"), "local") != 0 &&
-			 strcmp(jget_str(bl, "state"), "mismatch") != 0;
+		nmismatch += !strcmp(state, "mismatch");
+		ncopy += strcmp(state, "local") && strcmp(state, "mismatch");
 		if (table_add(&tb, row)) {
 			table_free(&tb);
 			oom();

@@ -421,11 +421,10 @@ static void test_closer(void)
 	}
 	for (int i = 0; i < 40; i++)
 		nas_close_later(&c, fds[i]);
-	nas_closer_destroy(&c, 5000);
+	nas_closer_stop_by(&c, ms_now() + 5000);
 	for (int i = 0; i < 40; i++)
 		still += fd_open(fds[i]);
 	CHECK(&cnt, still == 0, "%d of 40 descriptors still open after the closer's stop", still);
-	CHECK(&cnt, nas_closer_pending(&c) == 0, "nothing pending after stop");
 	CHECK(&cnt, pipe(p) == 0, "pipe");
 	nas_close_later(NULL, p[0]);
 	nas_close_later(&c, p[1]); /* stopped: closed here */

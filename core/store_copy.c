@@ -357,8 +357,8 @@ static int nas_down_at_start(struct store *s, const char *key, struct fetch_resu
  * re-read (the copy it shares was re-read when it was made): the whole
  * source hashed, its content address, its size throughout, its sample.
  * Returns 1 when @b is done with (LOCAL, or failed as a copy fails), 0
- * when a copy is to be made after all (that copy went meanwhile, or other
- * bytes).  Called and returns with the lock held. */
+ * when a copy is to be made after all (that copy went meanwhile, changed
+ * on disk since it was verified, or other bytes).  Called and returns with the lock held. */
 static int adopt_one(struct store *s, struct blob *b)
 {
 	char key[PATH_MAX], id[NAME_MAX + 1];
@@ -393,9 +393,14 @@ static int adopt_one(struct store *s, struct blob *b)
 		return 1;
 	if (r == 0 && atomic_load(&b->prog.cancel)) {
 		r = -ECANCELED; /* evicted or stale while hashed: nothing to undo */
-	} else if (r == 0 && !copy_served_by_other_locked(s, NULL, res.xxh)) {
-		store_log_msg(s, LOG_INFO, "promoting %s (%s): no local copy has its bytes (%s) "
-			      "now; copying it", key, id, res.xxh);
+	} else if (r == 0 && !copy_shareable_locked(s, res.xxh)) {
+		if (copy_served_by_other_locked(s, NULL, res.xxh))
+			store_log_msg(s, LOG_WARNING, "promoting %s (%s): the local copy of its "
+				      "bytes (%s) changed on disk since it was verified; copying "
+				      "it anew", key, id, res.xxh);
+		else
+			store_log_msg(s, LOG_INFO, "promoting %s (%s): no local copy has its "
+				      "bytes (%s) now; copying it", key, id, res.xxh);
 		blob_state_set_locked(s, b, BLOB_QUEUED);
 		atomic_store(&b->prog.bytes_done, 0);
 		return 0;

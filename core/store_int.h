@@ -148,6 +148,11 @@ int verify_loaded_locked(struct store *s, struct blob *b);
  * may be NULL) was verified as? */
 int copy_proven_locked(struct store *s, const char *xxh, const struct stat *st,
 		       const struct blob *except);
+/* May a blob share the copy of content hash @xxh in data/?  Only while it
+ * is the file some LOCAL blob was verified as (copy_proven_locked): one
+ * changed on disk since is vouched for by no one, and sharing it would
+ * record it as proven -- served after a restart with no re-hash. */
+int copy_shareable_locked(struct store *s, const char *xxh);
 /* store_startcheck.c.  At load, after verify_loaded_locked, with no lock
  * held (a stat of each source is NAS I/O): a copy whose source is gone, not
  * a regular file, or of another size is dropped; an error that proves

@@ -392,6 +392,15 @@ int copy_proven_locked(struct store *s, const char *xxh, const struct stat *st,
 	return 0;
 }
 
+int copy_shareable_locked(struct store *s, const char *xxh)
+{
+	char path[PATH_MAX + 64];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "%s/%.2s/%s", s->data_dir, xxh, xxh);
+	return copy_stat(path, &st) == 0 && copy_proven_locked(s, xxh, &st, NULL);
+}
+
 /* Another blob this run proved the file @st under the same name: no
  * second hash of the same bytes (a hub holds a file in several repos). */
 static int shared_proof_locked(struct store *s, const struct blob *b, const struct stat *st)

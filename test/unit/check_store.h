@@ -1,9 +1,11 @@
 /* check_store.h - what the unit tests that keep a store (test_space,
- * test_room, test_bandwidth, test_part, test_part_crash) share beside check.h, which knows no store. */
+ * test_adopt, test_room, test_bandwidth, test_part, test_part_crash) share
+ * beside check.h, which knows no store. */
 #ifndef WFS_CHECK_STORE_H
 #define WFS_CHECK_STORE_H
 
 #include "check.h"
+#include "hash.h"
 #include "policy.h"
 #include "store.h"
 
@@ -44,6 +46,25 @@ static inline void check_store_dir(const char *root, const char *name, char *loc
 {
 	snprintf(local, sz, "%s/%s", root, name);
 	check_mkdirs(root, name);
+}
+
+/* The SHA-256 of the @n bytes check_put_pattern(.., @seed) writes (the
+ * content address of a blob of them), in @out. */
+static inline void check_pattern_sha(size_t n, unsigned seed, char out[65])
+{
+	static const char any[] = "0000000000000000000000000000000000000000000000000000000000000000";
+	struct content_hash h = { 0 };
+	char *buf = malloc(n ? n : 1), xxh[33];
+
+	for (size_t i = 0; i < n; i++)
+		buf[i] = (char)(seed * 131 + i * 7 + i / 4093);
+	if (!buf || content_hash_init(&h, any, n) < 0)
+		exit(2);
+	content_hash_update(&h, buf, n);
+	content_hash_final(&h, xxh, NULL);
+	snprintf(out, 65, "%s", h.id_hex);
+	content_hash_free(&h);
+	free(buf);
 }
 
 /* Wait until no range of @b is asked for, copying or unproven (30 s at

@@ -9,10 +9,6 @@
  *            may hold; a copy that fits with the truth counted evicts none
  *   held     an evicted-open blob's copy removed by evicting the last blob
  *            sharing it is held until that reader closes
- *   adopt    a blob whose content address and size are a local blob's is
- *            hashed, not copied: it shares that copy with no room free for
- *            a second one; other bytes under that name are a mismatch; a
- *            local blob whose name was not its bytes' gets a copy made
  *   pinfull  a ref pin's blob that does not fit is tried again after a
  *            backoff, not at every poll of the ref (each try a log line)
  *   range    a range makes its room as a whole copy does: an older unpinned
@@ -42,7 +38,6 @@
  */
 #include "check_store.h"
 #include "fsyncs.h"
-#include "hash.h"
 #include "store.h"
 #include "store_int.h"
 
@@ -356,129 +351,9 @@ static void test_shared(void)
 	policy_opts_free(&pol);
 }
 
-/* The bytes put(n, seed) writes, and their SHA-256 (a blob's content
- * address) in @out. */
-static void sha_of(size_t n, unsigned seed, char out[65])
-{
-	static const char any[] = "0000000000000000000000000000000000000000000000000000000000000000";
-	struct content_hash h = { 0 };
-	char *buf = malloc(n), xxh[33];
-
-	for (size_t i = 0; i < n; i++)
-		buf[i] = (char)(seed * 131 + i * 7 + i / 4093);
-	if (!buf || content_hash_init(&h, any, n) < 0)
-		exit(2);
-	content_hash_update(&h, buf, n);
-	content_hash_final(&h, xxh, NULL);
-	snprintf(out, 65, "%s", h.id_hex);
-	content_hash_free(&h);
-	free(buf);
-}
-
-static int files_in(const char *local, const char *sub)
-{
-	char p[PATH_MAX * 2];
-
-	snprintf(p, sizeof(p), "%s/%s", local, sub);
-	return check_count_files(p);
-}
-
 static struct blob *blob_named(const char *rel, const char *id)
 {
 	return check_blob(the_store, top, rel, id, 1);
-}
-
-static atomic_int hashed_only, copied_after_all;
-
-static void on_log(void *arg, int prio, const char *msg)
-{
-	(void)arg;
-	(void)prio;
-	if (strstr(msg, "hashing the NAS file to share it"))
-		atomic_fetch_add(&hashed_only, 1);
-	if (strstr(msg, "no local copy has its bytes"))
-		atomic_fetch_add(&copied_after_all, 1);
-}
-
-static void test_adopt(void)
-{
-	struct policy_opts pol;
-	struct store_opts opt = { .workers = 1, .policy = &pol };
-	struct store_hooks hooks = { .log = on_log };
-	struct store s;
-	struct store_usage u;
-	struct blob *a, *b, *bad, *l, *t;
-	char local[PATH_MAX * 2], sha[65], sha2[65], rel[PATH_MAX];
-	uint64_t ch;
-
-	check_policy_manual(&pol);
-	check_store_dir(top, "local-adopt", local, sizeof(local));
-	mkdirs("hub/models--t--p/blobs");
-	mkdirs("hub/models--t--q/blobs");
-	mkdirs("hub/models--t--r/blobs");
-	sha_of(BLOB, 21, sha);
-	snprintf(rel, sizeof(rel), "hub/models--t--p/blobs/%s", sha);
-	put(rel, BLOB, 21);
-	snprintf(rel, sizeof(rel), "hub/models--t--q/blobs/%s", sha);
-	put(rel, BLOB, 21);
-	snprintf(rel, sizeof(rel), "hub/models--t--r/blobs/%s", sha);
-	put(rel, BLOB, 22); /* other bytes under that name */
-	CHECK(&c, store_open(&s, local, &opt, &hooks) == 0, "open");
-	the_store = &s;
-	ch = store_charge(&s, BLOB);
-	pol.store_max = ch + ch / 2; /* one copy, never two at once */
-	CHECK(&c, store_start(&s) == 0, "start");
-	snprintf(rel, sizeof(rel), "hub/models--t--p/blobs/%s", sha);
-	a = blob_at(rel);
-	snprintf(rel, sizeof(rel), "hub/models--t--q/blobs/%s", sha);
-	b = blob_at(rel);
-	snprintf(rel, sizeof(rel), "hub/models--t--r/blobs/%s", sha);
-	bad = blob_at(rel);
-
-	store_promote(&s, a, 1, 1);
-	CHECK(&c, store_wait_settled(&s, a, 30000) == BLOB_LOCAL, "a local: %s", info(a)->reason);
-	CHECK(&c, promote(b) == BLOB_LOCAL, "b local with no room for a second copy: %s",
-	      info(b)->reason);
-	CHECK(&c, atomic_load(&hashed_only) == 1, "hashed, not copied: %d",
-	      atomic_load(&hashed_only));
-	CHECK(&c, !strcmp(info(a)->xxh, info(b)->xxh) && files_in(local, "data") == 1 &&
-	      files_in(local, "tmp") == 0, "b shares a's copy: %d in data/, %d in tmp/",
-	      files_in(local, "data"), files_in(local, "tmp"));
-	store_usage(&s, &u);
-	CHECK(&c, u.used == ch && u.reserved == 0 && atomic_load(&s.evicted) == 0,
-	      "no new room: used %llu, reserved %llu, %llu evicted", (unsigned long long)u.used,
-	      (unsigned long long)u.reserved, (unsigned long long)atomic_load(&s.evicted));
-	CHECK(&c, promote(bad) == BLOB_MISMATCH && strstr(info(bad)->reason, "does not match"),
-	      "other bytes under the name: %s, %s", st(bad), info(bad)->reason);
-	CHECK(&c, blob_state(a) == BLOB_LOCAL && blob_state(b) == BLOB_LOCAL &&
-	      files_in(local, "data") == 1, "the shared copy untouched");
-
-	/* A local blob that learnt a content address after its copy was
-	 * verified (under another name first): the hashes decide, and a blob
-	 * with that name's real bytes gets a copy of its own. */
-	store_pin(&s, a, 0);
-	store_evict(&s, a, 0);
-	store_evict(&s, b, 0);
-	pol.store_max = 3 * ch;
-	sha_of(BLOB, 23, sha2);
-	snprintf(rel, sizeof(rel), "hub/models--t--p/blobs/%s", sha2);
-	put(rel, BLOB, 24); /* not its name's bytes */
-	l = blob_named(rel, "plain-name");
-	CHECK(&c, promote(l) == BLOB_LOCAL, "l local under a plain name: %s", info(l)->reason);
-	blob_named(rel, sha2); /* the same file, now seen under its content address */
-	CHECK(&c, !strcmp(info(l)->id, sha2), "l's name is a content address now: %s", info(l)->id);
-	snprintf(rel, sizeof(rel), "hub/models--t--q/blobs/%s", sha2);
-	put(rel, BLOB, 23);
-	t = blob_at(rel);
-	CHECK(&c, promote(t) == BLOB_LOCAL, "t local: %s", info(t)->reason);
-	snprintf(sha, sizeof(sha), "%s", info(l)->xxh);
-	CHECK(&c, strcmp(info(t)->xxh, sha) && files_in(local, "data") == 2,
-	      "t copied, not l's copy: %d in data/", files_in(local, "data"));
-	CHECK(&c, atomic_load(&hashed_only) == 3 && atomic_load(&copied_after_all) == 1,
-	      "t hashed first, then copied: %d, %d", atomic_load(&hashed_only),
-	      atomic_load(&copied_after_all));
-	store_close(&s);
-	policy_opts_free(&pol);
 }
 
 /* A ref pin asks for the blobs of its revision not local at every poll
@@ -606,7 +481,7 @@ static struct blob *counts_blob(int i)
 {
 	char rel[160], sha[65];
 
-	sha_of(BLOB / 4, 40 + i % NC_BYTES, sha);
+	check_pattern_sha(BLOB / 4, 40 + i % NC_BYTES, sha);
 	snprintf(rel, sizeof(rel), "hub/models--c--%d/blobs/%s", i / NC_EACH, sha);
 	return blob_at(rel);
 }
@@ -657,7 +532,7 @@ static void test_counts(void)
 	for (int i = 0; i < NC_REPO * NC_EACH; i++) {
 		snprintf(rel, sizeof(rel), "hub/models--c--%d/blobs", i / NC_EACH);
 		mkdirs(rel);
-		sha_of(BLOB / 4, 40 + i % NC_BYTES, sha);
+		check_pattern_sha(BLOB / 4, 40 + i % NC_BYTES, sha);
 		snprintf(rel, sizeof(rel), "hub/models--c--%d/blobs/%s", i / NC_EACH, sha);
 		put(rel, BLOB / 4, 40 + i % NC_BYTES);
 	}
@@ -850,7 +725,6 @@ int main(void)
 	snprintf(top, sizeof(top), "/var/tmp/wfs-space-XXXXXX");
 	check_tmpdir(top);
 	test_shared();
-	test_adopt();
 	test_pin_no_room();
 	test_range_evicts();
 	test_kept();

@@ -1,0 +1,270 @@
+/* test_adopt.c - a blob whose bytes are a local copy's already is hashed
+ * from the NAS and shares that copy (store_copy.c adopt_one), without
+ * mounting: a hub tree on disk and the store driven through the calls the
+ * daemon makes.
+ *
+ *   adopt    a blob whose content address and size are a local blob's is
+ *            hashed, not copied: it shares that copy with no room free for
+ *            a second one; other bytes under that name are a mismatch; a
+ *            local blob whose name was not its bytes' gets a copy made
+ *   changed  a copy changed on disk since it was verified is not shared:
+ *            a copy is made and renamed over it, and every local blob
+ *            serves the NAS's bytes, then and after a restart (sharing it
+ *            recorded the changed file as proven, served with no re-hash)
+ */
+#include "check_store.h"
+#include "store.h"
+#include "store_int.h"
+
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define KiB 1024u
+#define BLOB (256 * KiB)
+
+static char top[PATH_MAX];
+static struct check_count c;
+static struct store *the_store;
+
+static void put(const char *rel, size_t n, unsigned seed)
+{
+	check_put_pattern(top, rel, n, seed);
+}
+
+static void mkdirs(const char *rel)
+{
+	check_mkdirs(top, rel);
+}
+
+static struct blob *blob_named(const char *rel, const char *id)
+{
+	return check_blob(the_store, top, rel, id, 1);
+}
+
+/* The blob at @rel, named by its file name. */
+static struct blob *blob_at(const char *rel)
+{
+	return blob_named(rel, strrchr(rel, '/') + 1);
+}
+
+static const struct blob_info *info(struct blob *b)
+{
+	static struct blob_info in;
+
+	blob_info(the_store, b, &in);
+	return &in;
+}
+
+static enum blob_state promote(struct blob *b)
+{
+	store_promote(the_store, b, 0, 1);
+	return store_wait_settled(the_store, b, 30000);
+}
+
+static const char *st(struct blob *b)
+{
+	return blob_state_name(blob_state(b));
+}
+
+static int files_in(const char *local, const char *sub)
+{
+	char p[PATH_MAX * 2];
+
+	snprintf(p, sizeof(p), "%s/%s", local, sub);
+	return check_count_files(p);
+}
+
+static atomic_int hashed_only, copied_after_all, changed_on_disk;
+
+static void on_log(void *arg, int prio, const char *msg)
+{
+	(void)arg;
+	(void)prio;
+	if (strstr(msg, "hashing the NAS file to share it"))
+		atomic_fetch_add(&hashed_only, 1);
+	if (strstr(msg, "no local copy has its bytes"))
+		atomic_fetch_add(&copied_after_all, 1);
+	if (strstr(msg, "changed on disk since it was verified"))
+		atomic_fetch_add(&changed_on_disk, 1);
+}
+
+static void test_adopt(void)
+{
+	struct policy_opts pol;
+	struct store_opts opt = { .workers = 1, .policy = &pol };
+	struct store_hooks hooks = { .log = on_log };
+	struct store s;
+	struct store_usage u;
+	struct blob *a, *b, *bad, *l, *t;
+	char local[PATH_MAX * 2], sha[65], sha2[65], rel[PATH_MAX];
+	uint64_t ch;
+
+	check_policy_manual(&pol);
+	check_store_dir(top, "local-adopt", local, sizeof(local));
+	mkdirs("hub/models--t--p/blobs");
+	mkdirs("hub/models--t--q/blobs");
+	mkdirs("hub/models--t--r/blobs");
+	check_pattern_sha(BLOB, 21, sha);
+	snprintf(rel, sizeof(rel), "hub/models--t--p/blobs/%s", sha);
+	put(rel, BLOB, 21);
+	snprintf(rel, sizeof(rel), "hub/models--t--q/blobs/%s", sha);
+	put(rel, BLOB, 21);
+	snprintf(rel, sizeof(rel), "hub/models--t--r/blobs/%s", sha);
+	put(rel, BLOB, 22); /* other bytes under that name */
+	CHECK(&c, store_open(&s, local, &opt, &hooks) == 0, "open");
+	the_store = &s;
+	ch = store_charge(&s, BLOB);
+	pol.store_max = ch + ch / 2; /* one copy, never two at once */
+	CHECK(&c, store_start(&s) == 0, "start");
+	snprintf(rel, sizeof(rel), "hub/models--t--p/blobs/%s", sha);
+	a = blob_at(rel);
+	snprintf(rel, sizeof(rel), "hub/models--t--q/blobs/%s", sha);
+	b = blob_at(rel);
+	snprintf(rel, sizeof(rel), "hub/models--t--r/blobs/%s", sha);
+	bad = blob_at(rel);
+
+	store_promote(&s, a, 1, 1);
+	CHECK(&c, store_wait_settled(&s, a, 30000) == BLOB_LOCAL, "a local: %s", info(a)->reason);
+	CHECK(&c, promote(b) == BLOB_LOCAL, "b local with no room for a second copy: %s",
+	      info(b)->reason);
+	CHECK(&c, atomic_load(&hashed_only) == 1, "hashed, not copied: %d",
+	      atomic_load(&hashed_only));
+	CHECK(&c, !strcmp(info(a)->xxh, info(b)->xxh) && files_in(local, "data") == 1 &&
+	      files_in(local, "tmp") == 0, "b shares a's copy: %d in data/, %d in tmp/",
+	      files_in(local, "data"), files_in(local, "tmp"));
+	store_usage(&s, &u);
+	CHECK(&c, u.used == ch && u.reserved == 0 && atomic_load(&s.evicted) == 0,
+	      "no new room: used %llu, reserved %llu, %llu evicted", (unsigned long long)u.used,
+	      (unsigned long long)u.reserved, (unsigned long long)atomic_load(&s.evicted));
+	CHECK(&c, promote(bad) == BLOB_MISMATCH && strstr(info(bad)->reason, "does not match"),
+	      "other bytes under the name: %s, %s", st(bad), info(bad)->reason);
+	CHECK(&c, blob_state(a) == BLOB_LOCAL && blob_state(b) == BLOB_LOCAL &&
+	      files_in(local, "data") == 1, "the shared copy untouched");
+
+	/* A local blob that learnt a content address after its copy was
+	 * verified (under another name first): the hashes decide, and a blob
+	 * with that name's real bytes gets a copy of its own. */
+	store_pin(&s, a, 0);
+	store_evict(&s, a, 0);
+	store_evict(&s, b, 0);
+	pol.store_max = 3 * ch;
+	check_pattern_sha(BLOB, 23, sha2);
+	snprintf(rel, sizeof(rel), "hub/models--t--p/blobs/%s", sha2);
+	put(rel, BLOB, 24); /* not its name's bytes */
+	l = blob_named(rel, "plain-name");
+	CHECK(&c, promote(l) == BLOB_LOCAL, "l local under a plain name: %s", info(l)->reason);
+	blob_named(rel, sha2); /* the same file, now seen under its content address */
+	CHECK(&c, !strcmp(info(l)->id, sha2), "l's name is a content address now: %s", info(l)->id);
+	snprintf(rel, sizeof(rel), "hub/models--t--q/blobs/%s", sha2);
+	put(rel, BLOB, 23);
+	t = blob_at(rel);
+	CHECK(&c, promote(t) == BLOB_LOCAL, "t local: %s", info(t)->reason);
+	snprintf(sha, sizeof(sha), "%s", info(l)->xxh);
+	CHECK(&c, strcmp(info(t)->xxh, sha) && files_in(local, "data") == 2,
+	      "t copied, not l's copy: %d in data/", files_in(local, "data"));
+	CHECK(&c, atomic_load(&hashed_only) == 3 && atomic_load(&copied_after_all) == 1,
+	      "t hashed first, then copied: %d, %d", atomic_load(&hashed_only),
+	      atomic_load(&copied_after_all));
+	store_close(&s);
+	policy_opts_free(&pol);
+}
+
+/* Does @b's local copy hold the @n bytes of pattern @seed? */
+static int copy_holds(const char *local, struct blob *b, size_t n, unsigned seed)
+{
+	char p[PATH_MAX * 2], *got = malloc(n + 1);
+	const char *xxh = info(b)->xxh;
+	int fd, same = 0;
+
+	snprintf(p, sizeof(p), "%s/data/%.2s/%s", local, xxh, xxh);
+	if (!got || (fd = open(p, O_RDONLY)) < 0) {
+		free(got);
+		return 0;
+	}
+	if (read(fd, got, n + 1) == (ssize_t)n) {
+		same = 1;
+		for (size_t i = 0; i < n && same; i++)
+			same = got[i] == (char)(seed * 131 + i * 7 + i / 4093);
+	}
+	close(fd);
+	free(got);
+	return same;
+}
+
+/* Bytes written into @b's copy in place, its size kept (an operator's
+ * edit, a tool writing into LOCAL_STORE). */
+static void change_copy(const char *local, struct blob *b)
+{
+	char p[PATH_MAX * 2];
+	const char *xxh = info(b)->xxh;
+	int fd;
+
+	snprintf(p, sizeof(p), "%s/data/%.2s/%s", local, xxh, xxh);
+	if (chmod(p, 0600) < 0 || (fd = open(p, O_WRONLY)) < 0) {
+		perror(p);
+		exit(2);
+	}
+	if (pwrite(fd, "\0\1\2", 3, BLOB / 3) != 3)
+		exit(2);
+	close(fd);
+	chmod(p, 0400);
+}
+
+static void test_adopt_changed(void)
+{
+	struct policy_opts pol;
+	struct store_opts opt = { .workers = 1, .policy = &pol };
+	struct store_hooks hooks = { .log = on_log };
+	struct store s;
+	struct blob *a, *b;
+	char local[PATH_MAX * 2], sha[65], pa[PATH_MAX], pb[PATH_MAX];
+
+	check_policy_manual(&pol);
+	check_store_dir(top, "local-changed", local, sizeof(local));
+	mkdirs("hub/models--c--p/blobs");
+	mkdirs("hub/models--c--q/blobs");
+	check_pattern_sha(BLOB, 31, sha);
+	snprintf(pa, sizeof(pa), "hub/models--c--p/blobs/%s", sha);
+	snprintf(pb, sizeof(pb), "hub/models--c--q/blobs/%s", sha);
+	put(pa, BLOB, 31);
+	put(pb, BLOB, 31);
+	CHECK(&c, store_open(&s, local, &opt, &hooks) == 0, "open");
+	the_store = &s;
+	CHECK(&c, store_start(&s) == 0, "start");
+	a = blob_at(pa);
+	CHECK(&c, promote(a) == BLOB_LOCAL, "a local: %s", info(a)->reason);
+	change_copy(local, a);
+	b = blob_at(pb);
+	CHECK(&c, promote(b) == BLOB_LOCAL, "b local: %s", info(b)->reason);
+	CHECK(&c, atomic_load(&changed_on_disk) == 1, "b not shared with the changed copy");
+	CHECK(&c, copy_holds(local, a, BLOB, 31) && copy_holds(local, b, BLOB, 31) &&
+	      files_in(local, "data") == 1, "a and b serve one copy of the NAS's bytes");
+	store_close(&s);
+
+	CHECK(&c, store_open(&s, local, &opt, &hooks) == 0, "open again");
+	CHECK(&c, store_start(&s) == 0, "start again");
+	a = blob_at(pa);
+	b = blob_at(pb);
+	CHECK(&c, store_wait_settled(&s, a, 30000) == BLOB_LOCAL &&
+	      store_wait_settled(&s, b, 30000) == BLOB_LOCAL, "local after a restart: %s, %s",
+	      st(a), st(b));
+	CHECK(&c, copy_holds(local, a, BLOB, 31) && copy_holds(local, b, BLOB, 31),
+	      "after a restart, the NAS's bytes");
+	store_close(&s);
+	policy_opts_free(&pol);
+}
+
+int main(void)
+{
+	snprintf(top, sizeof(top), "/var/tmp/wfs-adopt-XXXXXX");
+	check_tmpdir(top);
+	test_adopt();
+	test_adopt_changed();
+	check_rmtree(top);
+	printf("adopt: %d passed, %d failed\n", c.passed, c.failed);
+	return c.failed ? 1 : 0;
+}

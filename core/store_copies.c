@@ -80,9 +80,9 @@ int copy_served_by_other_locked(struct store *s, const struct blob *b, const cha
 	return 0;
 }
 
-int rehash_pending_locked(struct store *s, const struct blob *b)
+int rehash_pending_locked(struct store *s, const struct blob *b, const char *xxh)
 {
-	COPY_EACH_OF(s, b, o)
+	COPY_EACH(s, xxh, o)
 		if (o != b && o->reverify)
 			return 1;
 	return 0;

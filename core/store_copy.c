@@ -221,7 +221,9 @@ uint64_t store_copy_rate(struct store *s, int auto_copy)
 /* The copy of @b renamed into data/ as @xxh does not serve (its source
  * changed while it was made): its file goes, unless a LOCAL blob is served
  * from that name -- the publish replaced their file with this one, of the
- * same bytes (one file per content hash), so it is what proves them now. */
+ * same bytes (one file per content hash), so it is what proves them now --
+ * or a blob's start-up re-hash is still to come: it hashes this file, of
+ * its bytes, in place of the one replaced (removed, its copy was lost). */
 static void unpublish_locked(struct store *s, struct blob *b, const char *xxh)
 {
 	char path[PATH_MAX + 64];
@@ -240,6 +242,8 @@ static void unpublish_locked(struct store *s, struct blob *b, const char *xxh)
 		store_dirty_locked(s);
 	else if (store_publishing_locked(s, b, xxh))
 		return; /* another copy of these bytes, renamed in since: its file */
+	else if (rehash_pending_locked(s, b, xxh))
+		return;
 	else if (unlink(path) < 0)
 		store_log_msg(s, LOG_WARNING, "cannot remove %s: %s", path, strerror(errno));
 }

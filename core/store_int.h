@@ -62,11 +62,11 @@ void blob_id_set_locked(struct store *s, struct blob *b, const char *id);
 const struct blob *copy_of_name_locked(struct store *s, const struct blob *b);
 /* Does a LOCAL blob other than @b have the copy @xxh? */
 int copy_served_by_other_locked(struct store *s, const struct blob *b, const char *xxh);
-/* Is a blob other than @b, of @b's copy name, still to be re-hashed (a
+/* Is a blob other than @b, of copy name @xxh, still to be re-hashed (a
  * re-verification pending since start-up, store_verify.c)?  Then the file
  * is that blob's to prove: removing it with @b would lose a copy that may
  * be good. */
-int rehash_pending_locked(struct store *s, const struct blob *b);
+int rehash_pending_locked(struct store *s, const struct blob *b, const char *xxh);
 /* Is a blob other than @b's copy in data/ as @xxh and not yet recorded
  * (blob.pub_xxh, store_copy.c)?  Then that file is not @b's to remove. */
 int store_publishing_locked(struct store *s, const struct blob *b, const char *xxh);

@@ -627,7 +627,7 @@ void space_closed_locked(struct store *s, struct blob *b)
 static int copy_shared_locked(struct store *s, const struct blob *b)
 {
 	return b->xxh[0] && (copy_served_by_other_locked(s, b, b->xxh) ||
-			     rehash_pending_locked(s, b) || store_publishing_locked(s, b, b->xxh));
+			     rehash_pending_locked(s, b, b->xxh) || store_publishing_locked(s, b, b->xxh));
 }
 
 /* Remove @b's local copy.  Returns 1 when the file was unlinked. */

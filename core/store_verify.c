@@ -424,7 +424,7 @@ struct rehash {
 /* wfsctl evict while @b was re-hashed: as an eviction. */
 static void rehash_evicted_locked(struct store *s, struct blob *b, struct rehash *h)
 {
-	if (!shared_proof_locked(s, b, &h->before) && !rehash_pending_locked(s, b))
+	if (!shared_proof_locked(s, b, &h->before) && !rehash_pending_locked(s, b, b->xxh))
 		unlink_if_same(s, h->local, &h->before);
 	blob_state_set_locked(s, b, BLOB_NAS);
 	blob_xxh_set_locked(s, b, "");
@@ -495,7 +495,7 @@ static void rehash_demote_locked(struct store *s, struct blob *b, struct rehash 
 		demote_sharers_locked(s, h->want, &h->before, why);
 	/* (a bad copy goes even so: a blob still to re-hash it finds it gone) */
 	if (h->r != -ENOENT && !h->moved && !shared_proof_locked(s, b, &h->before) &&
-	    (bad_copy || !rehash_pending_locked(s, b)))
+	    (bad_copy || !rehash_pending_locked(s, b, b->xxh)))
 		removed = unlink_if_same(s, h->local, &h->before);
 	blob_state_set_locked(s, b, BLOB_NAS);
 	blob_xxh_set_locked(s, b, "");

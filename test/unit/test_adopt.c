@@ -11,8 +11,15 @@
  *            a copy is made and renamed over it, and every local blob
  *            serves the NAS's bytes, then and after a restart (sharing it
  *            recorded the changed file as proven, served with no re-hash)
+ *   rehash   a copy whose source changed while it was made, renamed over
+ *            the copy of a blob whose start-up re-hash is still to come,
+ *            is left for that re-hash (--wrap=fetch_hash_file holds the
+ *            re-hash of another blob meanwhile, --wrap=fsync changes the
+ *            source after the rename): it was removed, and a good copy lost
  */
 #include "check_store.h"
+#include "fetch.h"
+#include "fsyncs.h"
 #include "store.h"
 #include "store_int.h"
 
@@ -258,12 +265,99 @@ static void test_adopt_changed(void)
 	policy_opts_free(&pol);
 }
 
+/* ---- rehash ---- */
+
+static struct {
+	char r0_copy[PATH_MAX * 2]; /* the first re-hashed blob's copy */
+	_Atomic int armed;
+	const char *b_rel;          /* the NAS file copied while it is hashed */
+	struct blob *b;
+	int b_state;
+} hold;
+
+/* After the rename of b's copy into data/ (no store lock held): the NAS
+ * rewrites b's source, and a reader's stat shows the store. */
+static void change_b_source(const char *dir)
+{
+	char p[PATH_MAX * 2];
+	struct timespec ts[2] = { { 0, UTIME_OMIT }, { 1234567, 0 } };
+	struct stat sb;
+
+	if (!strstr(dir, "/data/")) {
+		__atomic_store_n(&fsyncs_dir_hook, change_b_source, __ATOMIC_RELEASE);
+		return;
+	}
+	snprintf(p, sizeof(p), "%s/%s", top, hold.b_rel);
+	if (utimensat(AT_FDCWD, p, ts, 0) < 0 || stat(p, &sb) < 0)
+		exit(2);
+	store_source_attrs(the_store, hold.b, &sb);
+}
+
+/* --wrap=fetch_hash_file: the first start-up re-hash, when armed, copies
+ * the other re-hashed blob's bytes from another NAS file first. */
+int __real_fetch_hash_file(const char *path, char xxh_hex[33], struct fetch_progress *prog);
+int __wrap_fetch_hash_file(const char *path, char xxh_hex[33], struct fetch_progress *prog);
+int __wrap_fetch_hash_file(const char *path, char xxh_hex[33], struct fetch_progress *prog)
+{
+	if (atomic_exchange(&hold.armed, 0)) {
+		hold.b_rel = strcmp(path, hold.r0_copy) ? "hub/models--h--two/blobs/p0" :
+			     "hub/models--h--two/blobs/p1";
+		hold.b = blob_at(hold.b_rel);
+		__atomic_store_n(&fsyncs_dir_hook, change_b_source, __ATOMIC_RELEASE);
+		store_promote(the_store, hold.b, 0, 1);
+		hold.b_state = store_wait_settled(the_store, hold.b, 30000);
+	}
+	return __real_fetch_hash_file(path, xxh_hex, prog);
+}
+
+static void test_rehash_pending(void)
+{
+	struct store_opts opt = { .workers = 1 };
+	struct store s;
+	struct blob *r0, *r1;
+	char local[PATH_MAX * 2], copy[2][PATH_MAX * 2];
+
+	check_store_dir(top, "local-rehash", local, sizeof(local));
+	mkdirs("hub/models--h--one/blobs");
+	mkdirs("hub/models--h--two/blobs");
+	put("hub/models--h--one/blobs/p0", BLOB, 41);
+	put("hub/models--h--one/blobs/p1", BLOB, 42);
+	put("hub/models--h--two/blobs/p0", BLOB, 41);
+	put("hub/models--h--two/blobs/p1", BLOB, 42);
+	CHECK(&c, store_open(&s, local, &opt, NULL) == 0 && store_start(&s) == 0, "open");
+	the_store = &s;
+	r0 = blob_at("hub/models--h--one/blobs/p0");
+	r1 = blob_at("hub/models--h--one/blobs/p1");
+	CHECK(&c, promote(r0) == BLOB_LOCAL && promote(r1) == BLOB_LOCAL, "r0, r1 local");
+	snprintf(copy[0], sizeof(copy[0]), "%s/data/%.2s/%s", local, info(r0)->xxh, info(r0)->xxh);
+	snprintf(copy[1], sizeof(copy[1]), "%s/data/%.2s/%s", local, info(r1)->xxh, info(r1)->xxh);
+	store_close(&s);
+	/* touched: each re-hashed before it serves */
+	CHECK(&c, utimensat(AT_FDCWD, copy[0], NULL, 0) == 0 &&
+	      utimensat(AT_FDCWD, copy[1], NULL, 0) == 0, "touch the copies");
+	snprintf(hold.r0_copy, sizeof(hold.r0_copy), "%s", copy[0]);
+	atomic_store(&hold.armed, 1);
+	CHECK(&c, store_open(&s, local, &opt, NULL) == 0 && store_start(&s) == 0, "open again");
+	r0 = blob_at("hub/models--h--one/blobs/p0");
+	r1 = blob_at("hub/models--h--one/blobs/p1");
+	CHECK(&c, store_wait_settled(&s, r0, 30000) == BLOB_LOCAL &&
+	      store_wait_settled(&s, r1, 30000) == BLOB_LOCAL, "both re-verified: %s (%s), %s (%s)",
+	      st(r0), info(r0)->reason, st(r1), info(r1)->reason);
+	CHECK(&c, hold.b && hold.b_state == BLOB_FAILED &&
+	      strstr(info(hold.b)->reason, "source changed during the copy"),
+	      "the copy made meanwhile is not used: %s", hold.b ? info(hold.b)->reason : "none");
+	CHECK(&c, copy_holds(local, r0, BLOB, 41) && copy_holds(local, r1, BLOB, 42),
+	      "their copies hold the NAS's bytes");
+	store_close(&s);
+}
+
 int main(void)
 {
 	snprintf(top, sizeof(top), "/var/tmp/wfs-adopt-XXXXXX");
 	check_tmpdir(top);
 	test_adopt();
 	test_adopt_changed();
+	test_rehash_pending();
 	check_rmtree(top);
 	printf("adopt: %d passed, %d failed\n", c.passed, c.failed);
 	return c.failed ? 1 : 0;

@@ -121,13 +121,21 @@ static struct blob *dequeue_locked(struct store *s, int *held)
 }
 
 /* @b's copy did not start: the NAS went down between the queue and the
- * copy.  Back in the queue, which waits for the NAS (dequeue_locked),
- * unless it was cancelled meanwhile or the store is closing.  Returns 1 if
- * so. */
-static int requeue_locked(struct store *s, struct blob *b)
+ * copy.  Back in the queue, which waits for the NAS (dequeue_locked):
+ * returns 1.  Evicted meanwhile, or the store closing: 0, and *@r is
+ * -ECANCELED -- it ends as a cancelled copy does, not as one the NAS
+ * failed (FAILED, counted, backed off: for a blob the operator evicted).
+ * New attributes of the source meanwhile are no reason not to copy it:
+ * nothing of it was read, and the copy made later reads the file then. */
+static int requeue_locked(struct store *s, struct blob *b, int *r)
 {
-	if (atomic_load(&b->prog.cancel) || s->stop)
+	int src = COPY_STOP_SOURCE;
+
+	atomic_compare_exchange_strong(&b->prog.cancel, &src, COPY_GO);
+	if (atomic_load(&b->prog.cancel) || s->stop) {
+		*r = -ECANCELED;
 		return 0;
+	}
 	blob_state_set_locked(s, b, BLOB_QUEUED);
 	store_enqueue_locked(s, b);
 	return 1;
@@ -393,7 +401,7 @@ static int adopt_one(struct store *s, struct blob *b)
 
 	pthread_mutex_lock(&s->lock);
 	store_free_auto_slot_locked(s, b);
-	if (not_started && requeue_locked(s, b))
+	if (not_started && requeue_locked(s, b, &r))
 		return 1;
 	if (r == 0 && atomic_load(&b->prog.cancel)) {
 		r = -ECANCELED; /* evicted or stale while hashed: nothing to undo */
@@ -482,7 +490,7 @@ static void copy_one(struct store *s, struct blob *b, int64_t *paid)
 	free(b->tmp);
 	b->tmp = NULL;
 	store_free_auto_slot_locked(s, b);
-	if (not_started && requeue_locked(s, b))
+	if (not_started && requeue_locked(s, b, &r))
 		return;
 	/* renamed into data/, then its directory's fsync failed: not a copy
 	 * the index may name, so its file goes (unless another's) */

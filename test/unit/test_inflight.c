@@ -8,7 +8,8 @@
  * would take seconds to end on its own; what the test checks is how many
  * bytes each read, or what ran meanwhile.  And a range asked for while
  * the NAS is down waits for it, as does a copy (whole or of a range) given
- * out just as it goes down.  And a source check, or a copy's content check,
+ * out just as it goes down, its source replaced then or not (evicted then,
+ * it ends cancelled, not failed).  And a source check, or a copy's content check,
  * whose file is replaced as it ends: its verdict is not the new file's;
  * nor is a full verify's of a copy evicted and made again as it ran. */
 #include "check_store.h"
@@ -419,6 +420,38 @@ static void gate_down_at_evict(void *arg, int prio, const char *msg)
 		nas_gate_set_down(g, "test: down as the copy is given out");
 }
 
+/* A store LOCAL_STORE top/@name with room for one copy of @n bytes, the
+ * NAS top/nas behind the gate @g (up, not probed), and the blob
+ * nas/evictee (@n bytes) local in it: a copy of another blob evicts it
+ * for its room.  Returns the evictee. */
+static struct blob *room_for_one(struct store *s, struct store_opts *opt, struct policy_opts *pol,
+				 struct nas_gate *g, const char *name, size_t n,
+				 const struct store_hooks *hooks)
+{
+	char local[PATH_MAX * 2], root[PATH_MAX * 2];
+	struct blob *a;
+
+	check_policy_manual(pol);
+	opt->policy = pol;
+	check_put_pattern(top, "nas/evictee", n, 14);
+	check_path(root, sizeof(root), top, "nas");
+	CHECK(&c, nas_gate_init(g, root, 200, NULL, NULL) == 0, "gate");
+	opt->gate = g;
+	check_store_dir(top, name, local, sizeof(local));
+	CHECK(&c, store_open(s, local, opt, hooks) == 0, "open");
+	pol->store_max = store_charge(s, n) + store_charge(s, n) / 2; /* room for one */
+	CHECK(&c, store_start(s) == 0, "start");
+	a = check_blob(s, top, "nas/evictee", NULL, 1);
+	store_promote(s, a, 0, 1);
+	CHECK(&c, store_wait_settled(s, a, 30000) == BLOB_LOCAL, "a local: %s",
+	      blob_state_name(blob_state(a)));
+	/* (a copy evicts only copies used before its blob was asked for:
+	 * the request after a's use, on a coarse clock) */
+	while (store_now_ns() <= atomic_load(&a->use_ns))
+		sched_yield();
+	return a;
+}
+
 static void copy_given_out_as_the_nas_goes_down(int whole)
 {
 	enum { N = 1 << 20 };
@@ -429,31 +462,14 @@ static void copy_given_out_as_the_nas_goes_down(int whole)
 	struct nas_gate g;
 	struct store s;
 	struct blob *a, *b;
-	char local[PATH_MAX * 2], root[PATH_MAX * 2], name[32];
+	char name[32];
 	uint64_t held0;
 	int64_t end;
 
-	check_policy_manual(&pol);
-	opt.policy = &pol;
-	check_put_pattern(top, "nas/evictee", N, 14);
-	check_put_pattern(top, "nas/given-out", N, 15);
-	check_path(root, sizeof(root), top, "nas");
-	CHECK(&c, nas_gate_init(&g, root, 200, NULL, NULL) == 0, "gate");
-	opt.gate = &g;
 	snprintf(name, sizeof(name), "glocal%d", whole);
-	check_store_dir(top, name, local, sizeof(local));
-	CHECK(&c, store_open(&s, local, &opt, &hooks) == 0, "open");
-	pol.store_max = store_charge(&s, N) + store_charge(&s, N) / 2; /* room for one */
-	CHECK(&c, store_start(&s) == 0, "start");
-	a = check_blob(&s, top, "nas/evictee", NULL, 1);
+	a = room_for_one(&s, &opt, &pol, &g, name, N, &hooks);
+	check_put_pattern(top, "nas/given-out", N, 15);
 	b = check_blob(&s, top, "nas/given-out", NULL, 1);
-	store_promote(&s, a, 0, 1);
-	CHECK(&c, store_wait_settled(&s, a, 30000) == BLOB_LOCAL, "a local: %s",
-	      blob_state_name(blob_state(a)));
-	/* (a copy evicts only copies used before its blob was asked for:
-	 * the request after a's use, on a coarse clock) */
-	while (store_now_ns() <= atomic_load(&a->use_ns))
-		sched_yield();
 	atomic_store(&d.gate, &g);
 	if (whole)
 		store_promote(&s, b, 0, 1);
@@ -492,6 +508,91 @@ static void test_copy_given_out_as_the_nas_goes_down(void)
 {
 	copy_given_out_as_the_nas_goes_down(1);
 	copy_given_out_as_the_nas_goes_down(0);
+}
+
+/* --wrap=store_write_index: when armed, as a copy worker writes the index
+ * after evicting for its copy's room (no lock held, the copy given out,
+ * not started), the NAS goes down, and the operator evicts that copy or a
+ * reader's stat shows its source replaced. */
+int __real_store_write_index(struct store *s);
+int __wrap_store_write_index(struct store *s);
+static struct {
+	struct nas_gate *_Atomic gate;
+	struct blob *b;
+	const char *replace; /* NULL: evicted */
+} given_out;
+
+int __wrap_store_write_index(struct store *s)
+{
+	struct nas_gate *g = atomic_exchange(&given_out.gate, NULL);
+
+	if (g) {
+		nas_gate_set_down(g, "test: down as the copy is given out");
+		if (given_out.replace)
+			replace_source(s, given_out.b, given_out.replace, 1 << 20, 17);
+		else
+			CHECK(&c, store_evict(s, given_out.b, 1) == 1, "b evicted as it is given out");
+	}
+	return __real_store_write_index(s);
+}
+
+/* A copy given out as the NAS goes down never starts.  Evicted then, it
+ * ends as "evicted" said -- on the NAS, cancelled -- not FAILED as a copy
+ * the NAS failed (a failure counted, a backoff, a flag in status for a
+ * blob the operator sent to the NAS).  Its source replaced then, it waits
+ * for the NAS as any copy given out then does (nothing of the old file was
+ * read), and the copy made holds the new bytes. */
+static void given_out_and_then(int replaced)
+{
+	enum { N = 1 << 20 };
+	struct store_opts opt = { .workers = 1 };
+	struct policy_opts pol;
+	struct nas_gate g;
+	struct store s;
+	struct blob *b;
+	char copy[PATH_MAX * 2];
+	uint64_t held0;
+	int64_t end;
+
+	room_for_one(&s, &opt, &pol, &g, replaced ? "rglocal" : "eglocal", N, NULL);
+	check_put_pattern(top, "nas/given-out-2", N, 16);
+	given_out.b = b = check_blob(&s, top, "nas/given-out-2", NULL, 1);
+	given_out.replace = replaced ? "nas/given-out-2" : NULL;
+	atomic_store(&given_out.gate, &g);
+	store_promote(&s, b, 0, 1);
+	if (!replaced) {
+		CHECK(&c, store_wait_settled(&s, b, 30000) == BLOB_NAS &&
+		      !strcmp(info(&s, b)->reason, "copy cancelled") && atomic_load(&s.failed) == 0,
+		      "evicted as given out: cancelled, not failed: %s (%s), %llu failed",
+		      blob_state_name(blob_state(b)), info(&s, b)->reason,
+		      (unsigned long long)atomic_load(&s.failed));
+	} else {
+		/* the wrap ran; then the worker looked at the queue twice */
+		end = store_now_ms() + 10000;
+		while (atomic_load(&given_out.gate) && store_now_ms() < end)
+			usleep(2000);
+		held0 = atomic_load(&s.queue_held);
+		while (atomic_load(&s.queue_held) < held0 + 2 && store_now_ms() < end)
+			usleep(2000);
+		CHECK(&c, blob_state(b) == BLOB_QUEUED && atomic_load(&s.failed) == 0,
+		      "replaced as given out: it waits for the NAS: %s (%s)",
+		      blob_state_name(blob_state(b)), info(&s, b)->reason);
+		CHECK(&c, nas_gate_start(&g) == 0, "prober");
+		CHECK(&c, store_wait_settled(&s, b, 30000) == BLOB_LOCAL &&
+		      store_local_path(&s, b, copy, sizeof(copy)) == 0 && holds_pattern(copy, N, 17),
+		      "the NAS up: the new bytes copied: %s (%s)", blob_state_name(blob_state(b)),
+		      info(&s, b)->reason);
+	}
+	CHECK(&c, !atomic_load(&given_out.gate), "the wrap ran");
+	store_close(&s);
+	nas_gate_destroy(&g);
+	policy_opts_free(&pol);
+}
+
+static void test_given_out_and_then(void)
+{
+	given_out_and_then(0);
+	given_out_and_then(1);
 }
 
 /* A source check made as the NAS file is replaced by one of the same size
@@ -593,6 +694,7 @@ int main(void)
 	test_raised_copy_frees_its_auto_slot();
 	test_copies_wait_for_the_nas();
 	test_copy_given_out_as_the_nas_goes_down();
+	test_given_out_and_then();
 	test_check_of_a_replaced_source();
 	test_mismatch_of_a_replaced_source();
 	test_full_verify_of_a_copy_made_again();

@@ -23,6 +23,33 @@ int durable_fsync_dir(const char *dir)
 	return r;
 }
 
+/* rename(2) that never replaces @to: RENAME_NOREPLACE, or where the
+ * filesystem has none, a link and an unlink. */
+static int rename_noreplace(const char *from, const char *to)
+{
+	if (renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE) == 0)
+		return 0;
+	if (errno != EINVAL && errno != ENOSYS)
+		return -errno;
+	if (link(from, to) < 0)
+		return -errno;
+	return unlink(from) < 0 ? -errno : 0;
+}
+
+int durable_set_aside(const char *path, char *aside, size_t sz)
+{
+	int r = -EEXIST;
+
+	for (int n = 0; n < 100 && r == -EEXIST; n++) {
+		if (n)
+			snprintf(aside, sz, "%s.damaged.%d", path, n);
+		else
+			snprintf(aside, sz, "%s.damaged", path);
+		r = rename_noreplace(path, aside);
+	}
+	return r;
+}
+
 /* Write all @len bytes: write(2) when @off < 0, else pwrite from @off on.
  * 0, or -errno (-EIO: the file took nothing). */
 static int write_full(int fd, const char *p, size_t len, off_t off)

@@ -47,4 +47,12 @@ int durable_pwrite_fd(int fd, const void *buf, size_t len, off_t off);
 /* fsync the directory @dir (after a rename into it).  Returns 0 or -errno. */
 int durable_fsync_dir(const char *dir);
 
+/* Move the file @path that cannot be read aside, for the operator, to the
+ * first free name of @path.damaged, @path.damaged.1 ... @path.damaged.99
+ * (its name into @aside): never over an earlier one, which may be the one
+ * worth having (an index that still names the copies, damaged again after
+ * the start that set it aside).  Returns 0 or -errno (-EEXIST: every name
+ * taken). */
+int durable_set_aside(const char *path, char *aside, size_t sz);
+
 #endif

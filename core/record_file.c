@@ -350,19 +350,19 @@ static int node_from(const struct jflat *o, struct rnode **out)
 static void set_aside(struct record *r, const char *why)
 {
 	char aside[sizeof(r->path) + 16];
+	int e;
 
 	if (r->readonly) {
 		record_log(r, LOG_ERR, "record %s unreadable (%s); LOCAL_STORE is read-only: left "
 			   "in place, the record starts empty", r->path, why);
 		return;
 	}
-	snprintf(aside, sizeof(aside), "%s.damaged", r->path);
-	if (rename(r->path, aside) == 0)
+	if ((e = durable_set_aside(r->path, aside, sizeof(aside))) == 0)
 		record_log(r, LOG_ERR, "record %s unreadable (%s): moved aside to %s; the record "
 			   "starts empty and is rebuilt from the NAS", r->path, why, aside);
 	else
 		record_log(r, LOG_ERR, "record %s unreadable (%s), cannot move it aside (%s): the "
-			   "next build replaces it", r->path, why, strerror(errno));
+			   "next build replaces it", r->path, why, strerror(-e));
 }
 
 /* The entries of @rd into *@t: 0 or -ENOMEM. */

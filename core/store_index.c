@@ -20,6 +20,7 @@
  */
 #include "store.h"
 #include "store_int.h"
+#include "durable.h"
 #include "fmt.h"
 #include "hash.h"
 #include "index.h"
@@ -329,12 +330,13 @@ static size_t count_copies(const char *data_dir)
 }
 
 /* The index could not be read (@err, index.h): kept for the operator as
- * index.json.damaged, never parsed again; the store starts without
- * records. */
+ * index.json.damaged (.1, .2 ... beside an earlier one), never parsed
+ * again; the store starts without records. */
 static void index_damaged(struct store *s, int err)
 {
 	char aside[PATH_MAX + 32], why[128], moved[PATH_MAX + 96];
 	size_t copies = count_copies(s->data_dir);
+	int r;
 
 	if (err == -EFBIG)
 		snprintf(why, sizeof(why), "larger than %lld MiB: not read",
@@ -343,12 +345,11 @@ static void index_damaged(struct store *s, int err)
 		snprintf(why, sizeof(why), "truncated, not JSON, or not an index of a known version");
 	else
 		snprintf(why, sizeof(why), "%s", strerror(-err));
-	snprintf(aside, sizeof(aside), "%s.damaged", s->index_path);
-	if (rename(s->index_path, aside) == 0)
+	if ((r = durable_set_aside(s->index_path, aside, sizeof(aside))) == 0)
 		snprintf(moved, sizeof(moved), "moved aside to %s", aside);
 	else
 		snprintf(moved, sizeof(moved), "cannot move it aside (%s): the next index write "
-			 "replaces it", strerror(errno));
+			 "replaces it", strerror(-r));
 	store_log_msg(s, LOG_ERR, "start-up: index %s unreadable (%s); %s.  Starting with no "
 		      "records: what was local is served from the NAS until promoted again; the %zu "
 		      "files in %s are kept but never served (to use them again stop wfs, put the "

@@ -8,7 +8,8 @@ bytes (compared through the mount), never an unverified copy, and logs what
 it did:
 
   index.json truncated, garbage, over the size cap
-      -> moved aside to index.json.damaged, no records, data/ kept
+      -> moved aside to index.json.damaged, no records, data/ kept; a
+         second one beside it (index.json.damaged.1), never over it
   index.json of a newer version (a downgrade)
       -> left as it is, never replaced, no records, data/ kept
   a record naming a missing copy, a copy of the wrong size, a copy name
@@ -225,6 +226,25 @@ class Damage(unittest.TestCase):
             with open(path, "wb") as f:
                 f.write(wfstest.det_bytes("garbage", 10000))
         self.damaged_index(garbage, "truncated, not JSON, or not an index of a known version")
+
+    def test_damaged_twice(self):
+        """A second damaged index goes beside the first, never over it:
+        the first may be the one that still names the copies."""
+        self.local_both()
+        path = os.path.join(self.st.local, "index.json")
+        kept = []
+        for n, aside in enumerate((path + ".damaged", path + ".damaged.1")):
+            bad = wfstest.det_bytes("garbage-%d" % n, 5000)
+            with open(path, "wb") as f:
+                f.write(bad)
+            kept.append((aside, bad))
+            self.st.start()
+            self.wait_log(r"index %s unreadable \(.*\); moved aside to %s\. "
+                          % (re.escape(path), re.escape(aside)), 0)
+            self.st.stop(self)
+        for aside, bad in kept:
+            with open(aside, "rb") as f:
+                self.assertEqual(f.read(), bad, "%s is the index it set aside" % aside)
 
     def test_newer_version_index(self):
         """An index a later wfs wrote (a downgrade): left as it is, never

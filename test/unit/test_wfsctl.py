@@ -270,6 +270,9 @@ def body(t, work):
     r = run("status", other)
     ok("daemon unreachable", r[0] == 1 and
        "cannot reach the wfs daemon at /nonexistent/wfs.sock: No such file or directory" in r[2], show(r))
+    r = run("--json", "status", other)
+    ok("--json, daemon unreachable: nothing on stdout, the reason on stderr",
+       r[0] == 1 and r[1] == "" and "cannot reach the wfs daemon" in r[2], show(r))
     # --socket LOCAL_STORE (the directory), a file, a socket nobody listens
     # on: each said only "Connection refused"
     stale = f"{work}/stale.sock"

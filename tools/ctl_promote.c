@@ -223,7 +223,7 @@ struct waiter {
 	bool json;
 	struct bar bar;
 	json_t *keys;     /* distinct keys of the promoted blobs */
-	json_t *copying;  /* key -> true: blobs that were not local at promote */
+	json_t *copying;  /* key -> true: blobs to copy at promote (not local, not mismatch) */
 	uint64_t total;   /* bytes of those */
 	size_t ncopy;     /* how many */
 	bool settled;     /* the wait saw every blob settle (not cut short) */
@@ -257,15 +257,17 @@ static int waiter_init(struct waiter *w, const json_t *promoted)
 	if (!w->keys || !w->copying)
 		return -ENOMEM;
 	json_array_foreach(json_object_get(promoted, "blobs"), i, bl) {
-		const char *key = jget_str(bl, "key");
+		const char *key = jget_str(bl, "key"), *state = jget_str(bl, "state");
+		/* a blob flagged mismatch is never queued (the daemon's
+		 * bytes_to_copy leaves it out): no byte of it is to come */
+		bool copies = blob_fate(state) != FATE_LOCAL && strcmp(state, "mismatch");
 
 		if (json_object_get(w->copying, key))
 			continue;
 		if (json_array_append_new(w->keys, json_string(key)) ||
-		    json_object_set_new(w->copying, key,
-					json_boolean(blob_fate(jget_str(bl, "state")) != FATE_LOCAL)))
+		    json_object_set_new(w->copying, key, json_boolean(copies)))
 			return -ENOMEM;
-		if (blob_fate(jget_str(bl, "state")) != FATE_LOCAL) {
+		if (copies) {
 			w->total += jget_u64(bl, "size");
 			w->ncopy++;
 		}

@@ -405,6 +405,11 @@ def body(t, work):
     ok("dry run: a mismatch is not among the blobs it would copy", rd[0] == 0
        and "would copy 1 of 3 blobs, 2.0 MiB" in rd[1]
        and "1 mismatch not copied: the NAS content does not hash to its name" in rd[1], show(rd))
+    r2 = run("promote", "--wait", "models--org--bad", cwd=root)
+    totals = re.findall(r"\] +\d+%  [^ ]+ [KMG]?i?B / ([^ ]+ [KMG]?i?B)", r2[2])
+    ok("a blob flagged mismatch before the wait is not in its byte total (the daemon never "
+       "copies it): the failed blob's 2.0 MiB only", r2[0] == 1 and totals
+       and set(totals) == {"2.0 MiB"}, show(r2))
     ok("non-tty progress is whole lines", "\r" not in r[2] and "[" in r[2], show(r))
     # "ok" is the reply's; what a script tests is the wait's outcome (it
     # once read "ok":true alone, with exit 1 and two copies failed)

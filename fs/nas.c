@@ -437,6 +437,11 @@ static int open_file(struct wfs *w, const char *path, int buffered, int *direct,
 		*direct = j->direct;
 		*st = j->st;
 		j->fd = -1;
+	} else if (j->fd >= 0) {
+		/* opened, then its fstat failed: the last close of a NAS file
+		 * is a call to the NAS, never made on a FUSE worker */
+		nas_close_later(&w->closer, j->fd);
+		j->fd = -1;
 	}
 	open_release(j);
 	return r;

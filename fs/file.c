@@ -213,6 +213,41 @@ int fh_local_fd(struct wfs *w, struct wfs_fh *fh, int *direct, unsigned *gen)
 	return fd;
 }
 
+/* A NAS file registered as a backing (nas_passthrough): the daemon keeps
+ * its descriptor @fd of it until the backing @id is closed, and then the
+ * closer closes it.  The kernel's reference alone was the last one: the
+ * BACKING_CLOSE that dropped it ran the file's release on the worker that
+ * made the ioctl, as it returned (NFSv4: a CLOSE to the server; a hung NAS
+ * held the worker).  Table lock held.  0, or -ENOMEM: @fd is the caller's
+ * to close. */
+static int pt_nas_keep_locked(struct wfs *w, int id, int fd)
+{
+	if (w->pt_nas_n == w->pt_nas_cap) {
+		size_t cap = w->pt_nas_cap ? 2 * w->pt_nas_cap : 16;
+		struct pt_nas_fd *a = realloc(w->pt_nas_fds, cap * sizeof(*a));
+
+		if (!a)
+			return -ENOMEM;
+		w->pt_nas_fds = a;
+		w->pt_nas_cap = cap;
+	}
+	w->pt_nas_fds[w->pt_nas_n++] = (struct pt_nas_fd){ id, fd };
+	return 0;
+}
+
+/* The descriptor kept for backing @id (-1: none).  Table lock held. */
+static int pt_nas_take_locked(struct wfs *w, int id)
+{
+	for (size_t i = 0; i < w->pt_nas_n; i++)
+		if (w->pt_nas_fds[i].id == id) {
+			int fd = w->pt_nas_fds[i].fd;
+
+			w->pt_nas_fds[i] = w->pt_nas_fds[--w->pt_nas_n];
+			return fd;
+		}
+	return -1;
+}
+
 /* Choose how this open is served.  The kernel wants every open of an inode
  * at one time alike, so: an inode already open daemon-served stays so (it
  * reads the local copy through us) until its last open closes; otherwise a
@@ -259,7 +294,10 @@ static int choose_mode(struct wfs *w, struct node *n, struct wfs_fh *fh, int loc
 		}
 		if (fd >= 0) {
 			id = passthrough_open_backing(&w->pt, fd);
-			close(fd); /* the kernel holds its own reference */
+			/* the kernel holds its own reference; a NAS file's
+			 * last one is ours (pt_nas_keep_locked) */
+			if (id <= 0 || local || pt_nas_keep_locked(w, id, fd) < 0)
+				close(fd);
 			if (id < 0) {
 				refused_now = !w->pt_warned;
 				w->pt_warned = 1;
@@ -293,7 +331,7 @@ static int choose_mode(struct wfs *w, struct node *n, struct wfs_fh *fh, int loc
 static void fh_uncount(struct wfs *w, struct wfs_fh *fh)
 {
 	struct node *n = fh->node;
-	int close_id = 0;
+	int close_id = 0, close_fd = -1;
 
 	pthread_mutex_lock(&w->nodes.lock);
 	if (!fh->counted) {
@@ -305,6 +343,8 @@ static void fh_uncount(struct wfs *w, struct wfs_fh *fh)
 		if (--n->pt_opens == 0) {
 			close_id = n->backing_id;
 			n->backing_id = 0;
+			if (n->backing_nas)
+				close_fd = pt_nas_take_locked(w, close_id);
 		}
 	} else {
 		n->daemon_opens--;
@@ -313,6 +353,8 @@ static void fh_uncount(struct wfs *w, struct wfs_fh *fh)
 	/* Only now: the kernel has released every open that used it. */
 	if (close_id > 0)
 		passthrough_close_backing(&w->pt, close_id);
+	if (close_fd >= 0)
+		nas_close_later(&w->closer, close_fd);
 }
 
 static void fh_free(struct wfs *w, struct wfs_fh *fh)

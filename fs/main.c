@@ -651,6 +651,7 @@ static void close_state(struct wfs *w, struct doctor_scan *links)
 		pins_close(&w->pins);
 	inval_destroy(&w->inval); /* after the store: its close may still report */
 	node_table_destroy(&w->nodes);
+	free(w->pt_nas_fds); /* (each backing's descriptor goes with the process) */
 }
 
 int main(int argc, char **argv)

@@ -86,6 +86,11 @@ struct wfs {
 	char local_abs[PATH_MAX], mnt_abs[PATH_MAX];
 	struct metrics_writer metrics;
 	int pt_warned;
+	/* -o nas_passthrough: the daemon's descriptor of each NAS file it
+	 * registered as a backing, by backing id, under nodes.lock (fs/file.c
+	 * pt_nas_keep_locked) */
+	struct pt_nas_fd { int id, fd; } *pt_nas_fds;
+	size_t pt_nas_n, pt_nas_cap;
 	/* Blobs whose bytes changed, for the kernel to forget (fs/inval.h):
 	 * pushed by the store's changed hook, drained by its own thread. */
 	struct inval_queue inval;

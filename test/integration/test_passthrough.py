@@ -26,7 +26,8 @@ requests.
   NasPassthrough  -o nas_passthrough=on: a NAS blob is read by the kernel
               from the NAS file (no READ to the daemon), right bytes; its
               NAS bytes are counted at release (cachestat); promoted while
-              open it keeps reading right bytes; reopened, the local copy
+              open it keeps reading right bytes; its NAS descriptors all
+              closed after the last close; reopened, the local copy
 """
 
 import errno
@@ -161,6 +162,19 @@ def release_fence():
     if not wfstest.wait_until(lambda: passthrough_opens(FENCE) < n, RELEASE_WAIT, 0.01):
         raise AssertionError("the daemon did not see the RELEASE of %s within %d s"
                              % (FENCE, RELEASE_WAIT))
+
+
+def daemon_fds_on(local, mnt, nas_file):
+    """How many descriptors the daemon serving `mnt` holds on `nas_file`."""
+    n = 0
+    for pid in wfstest.daemon_pids(local, mnt):
+        d = "/proc/%d/fd" % pid
+        for fd in os.listdir(d):
+            try:
+                n += os.readlink(os.path.join(d, fd)) == nas_file
+            except OSError:
+                pass  # closed meanwhile
+    return n
 
 
 def wait_passthrough(path, want, timeout=RELEASE_WAIT):
@@ -644,6 +658,8 @@ class NasPassthrough(OwnMount, unittest.TestCase):
         mm = None
         try:
             pt = passthrough_opens(p)
+            held = daemon_fds_on(self.local, self.mnt, os.path.realpath(
+                os.path.join(FIX.hub, b["entry"]["nas_real"])))
             probs = read_problems(fd, want, random.Random(70), "nas passthrough")
             mm = mmap.mmap(fd, 0, prot=mmap.PROT_READ)
             probs += [] if mm[:] == want else ["mmap: " + _diff(mm[:], want)]
@@ -663,6 +679,13 @@ class NasPassthrough(OwnMount, unittest.TestCase):
         self.assertEqual(d1, d0, "READ requests reached the daemon for an open passed through "
                          "to the NAS file")
         self.assertEqual(wait_passthrough(p, 0), 0, "user.wfs.passthrough after the close")
+        # the daemon's own descriptor of the backing, kept so that its
+        # last close is the closer's, not a worker's: closed with it
+        self.assertGreaterEqual(held, 2, "the daemon's NAS descriptors of the open")
+        nas = os.path.realpath(os.path.join(FIX.hub, b["entry"]["nas_real"]))
+        left = wfstest.wait_until(lambda: daemon_fds_on(self.local, self.mnt, nas) == 0, 10)
+        self.assertTrue(left, "the daemon still holds %d descriptors of %s after the last close"
+                        % (daemon_fds_on(self.local, self.mnt, nas), nas))
         l1, n1 = wfstest.served_bytes(self, self.mnt)
         self.assertGreaterEqual(n1 - n0, len(want), "served.nas_bytes grew by %d after the kernel "
                                 "read the %d-byte NAS file whole (cachestat at release)"

@@ -2,6 +2,7 @@
  * mount-relative paths; see ctl_path.h. */
 #include "ctl_path.h"
 #include "ctl_conn.h"
+#include "ctl_fmt.h"
 
 #include <errno.h>
 #include <glob.h>
@@ -205,6 +206,17 @@ static int find_root(const char *abs, char *root, char *sock, size_t socksz)
 	return -EACCES;
 }
 
+/* glob met a directory it cannot read, and stops (GLOB_ERR): its return
+ * says only that one was, so which one is said here. */
+static int glob_unreadable(const char *dir, int err)
+{
+	char d[FMT_TEXT];
+
+	fprintf(stderr, "wfsctl: %s: cannot read the directory: %s\n",
+		fmt_text(dir, d, sizeof(d)), strerror(err));
+	return 1;
+}
+
 /* Expand @arg if it is a glob that is not also a file's literal name.
  * With --socket (@as_given) one that matches nothing here goes as it is:
  * the mount may not be visible (a container with only the socket), and
@@ -218,7 +230,7 @@ static int expand(const char *arg, int as_given, struct strv *out)
 
 	if (!strpbrk(arg, "*?[") || !lstat(arg, &st))
 		return strv_add(out, arg);
-	r = glob(arg, GLOB_ERR, NULL, &g);
+	r = glob(arg, GLOB_ERR, as_given ? NULL : glob_unreadable, &g);
 	if ((r == GLOB_NOMATCH || r == GLOB_ABORTED) && as_given) {
 		globfree(&g);
 		return strv_add(out, arg);

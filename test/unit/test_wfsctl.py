@@ -640,6 +640,16 @@ def body(t, work):
         rc, out, err = wfstest.run_as_uid([t.wfsctl, "evict", good], wfstest.NOBODY, 60)
         ok("as nobody: EPERM from SO_PEERCRED", rc == 1 and "[EPERM]" in err
            and "uid 65534" in err, err)
+        # a glob through a directory nobody may read names it
+        shut = f"{work}/globt/shut"
+        os.makedirs(shut)
+        os.makedirs(f"{work}/globt/open")
+        os.chmod(shut, 0o700)
+        rc, out, err = wfstest.run_as_uid([t.wfsctl, "status", f"{work}/globt/*/*.bin"],
+                                          wfstest.NOBODY, 60)
+        ok("as nobody: a glob through an unreadable directory names it",
+           rc not in (0, None) and f"wfsctl: {shut}: cannot read the directory: Permission denied"
+           in err, err)
     srv.close()
 
 

@@ -273,9 +273,16 @@ static void handle_hot(struct auto_promoter *a, struct blob *b, struct name_cach
 			int r = names_of(a, nc, repo, key, &names);
 
 			if (r < 0) {
+				char why[64];
+
+				if (r == -E2BIG)
+					snprintf(why, sizeof(why), "more than %d of them",
+						 COLLECT_NAMES_MAX);
+				else
+					snprintf(why, sizeof(why), "%s", strerror(-r));
 				store_log_msg(s, LOG_WARNING, "hot, not promoted now: %s: the snapshot "
 					      "names the exclusion globs speak of could not be listed "
-					      "(%s); it may turn hot again", key, strerror(-r));
+					      "(%s); it may turn hot again", key, why);
 				store_hot_again(s, b);
 				goto out;
 			}

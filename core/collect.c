@@ -156,7 +156,7 @@ static int map_one(void *arg, const char *rel, const struct ns_entry *e)
 	json_t *v = json_object_get(nm->map, e->backing);
 
 	if (nm->n >= nm->max)
-		return 1;
+		return -E2BIG; /* part of the names would hide an exclusion */
 	if (!v) {
 		v = json_array();
 		/* _nocheck: NAS names need not be UTF-8, and this map is

@@ -53,7 +53,8 @@ int collect(const struct hub_roots *roots, struct store *s, const struct policy_
  * @map (a JSON object) gets, for each NAS key, an array of the
  * mount-relative names (strings of bytes: NAS names need not be UTF-8, so
  * the map is not for serialising).  One walk of "<repo>/snapshots", at
- * most @max names.  Returns the number of names, or -errno (none: 0). */
+ * most @max names: a repo with more is -E2BIG (an exclusion glob may speak
+ * of a name past them).  Returns the number of names, or -errno (none: 0). */
 #define COLLECT_NAMES_MAX 200000
 int collect_snapshot_names(const struct hub_roots *roots, const char *repo, json_t *map,
 			   size_t max);

@@ -2,6 +2,7 @@
  * when one names no blob, the reply that says why (not weight data, a link
  * the walks do not follow).  See control_int.h. */
 #include "control_int.h"
+#include "collect.h"
 #include "reply.h"
 #include "ns.h"
 #include "path.h"
@@ -71,6 +72,11 @@ json_t *control_collect_error(const char *rel, int r)
 				   "outside a repo's blobs/ and snapshots/ change on the NAS or "
 				   "belong to its clients): always read from the NAS, never copied",
 				   rel);
+	if (r == -E2BIG)
+		return reply_error(E2BIG, "%s: its repo's snapshots hold more than %d names: "
+				   "the exclusion globs, which speak of those names, cannot be "
+				   "told for its blobs/; name a revision (snapshots/REV) instead",
+				   rel, COLLECT_NAMES_MAX);
 	return reply_error(-r, "%s: %s", *rel ? rel : "/", strerror(-r));
 }
 

@@ -1,6 +1,7 @@
 /* test_core.c - the namespace rules of core/, on a real directory tree,
  * without mounting anything. */
 #include "check.h"
+#include "collect.h"
 #include "ns.h"
 #include "path.h"
 #include "resolve.h"
@@ -524,6 +525,29 @@ static void test_walk_listing_breaks(struct check_count *c)
 	}
 }
 
+/* A repo's snapshot names, the names the exclusion globs speak of: all of
+ * them or none (a map cut at its cap would let an excluded blob be copied,
+ * its name past the cap). */
+static void test_snapshot_names_cap(struct check_count *c)
+{
+	struct hub_roots roots = {0};
+	char p[PATH_MAX * 2];
+	json_t *map = json_object();
+	int n;
+
+	snprintf(p, sizeof(p), "%s/hub", top);
+	CHECK(c, map && hub_roots_add(&roots, p) == 0, "root");
+	n = collect_snapshot_names(&roots, "models--o--std", map, 1000);
+	CHECK(c, n >= 2, "the repo's snapshot names: %d", n);
+	json_object_clear(map);
+	CHECK(c, collect_snapshot_names(&roots, "models--o--std", map, (size_t)n) == n,
+	      "as many as the cap: all of them");
+	json_object_clear(map);
+	CHECK(c, collect_snapshot_names(&roots, "models--o--std", map, (size_t)n - 1) == -E2BIG,
+	      "one more than the cap: E2BIG, not a map cut short");
+	json_decref(map);
+}
+
 int main(void)
 {
 	struct check_count c = {0};
@@ -537,6 +561,7 @@ int main(void)
 	test_ns_batch(&c);
 	test_ns_in(&c);
 	test_walk_listing_breaks(&c);
+	test_snapshot_names_cap(&c);
 	check_rmtree(top);
 	printf("core: %d passed, %d failed\n", c.passed, c.failed);
 	return c.failed ? 1 : 0;

@@ -589,6 +589,18 @@ int store_check_source(struct store *s, struct blob *b);
  * No NAS I/O: a FUSE worker may call it.  Returns the number of blobs
  * demoted (0: @b was not LOCAL any more, or its copy was another). */
 int store_local_read_error(struct store *s, struct blob *b, unsigned copy_gen, int err);
+/* @fd, just opened on @b's local copy (of @copy_gen, as above), is about to
+ * serve: is it the file that was verified (its identity, index.h: inode,
+ * size, mtime, ctime)?  One written to, touched or replaced since (by hand,
+ * a tool run over LOCAL_STORE) is vouched for by no one: every LOCAL blob
+ * served from it is demoted -- "local copy changed on disk since it was
+ * verified" --, the file removed with the last, logged; the caller serves
+ * the NAS's bytes.  (A copy of the same bytes renamed over it by a publish
+ * still to be recorded is one, and so is a file another blob of those
+ * bytes was proven by.)  A copy with no identity recorded is let be, as
+ * before: the next start-up re-hashes it.  No NAS I/O.  Returns 0 (serve
+ * it) or -ESTALE. */
+int store_copy_opened(struct store *s, struct blob *b, unsigned copy_gen, int fd);
 
 /* ---- the daemon's hooks (fs/file.c) ----
  * open: @b was opened by the mount-relative name @rel (may be NULL); it is

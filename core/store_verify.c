@@ -401,6 +401,35 @@ int copy_shareable_locked(struct store *s, const char *xxh)
 	return copy_stat(path, &st) == 0 && copy_proven_locked(s, xxh, &st, NULL);
 }
 
+int store_copy_opened(struct store *s, struct blob *b, unsigned copy_gen, int fd)
+{
+	char path[PATH_MAX + 64], xxh[33];
+	struct stat st;
+
+	if (fstat(fd, &st) < 0)
+		return 0; /* says nothing of the file */
+	pthread_mutex_lock(&s->lock);
+	if (b->state != BLOB_LOCAL || atomic_load(&b->copy_gen) != copy_gen || !b->copy.ino ||
+	    proven_locked(b, &st) || store_publishing_locked(s, b, b->xxh)) {
+		pthread_mutex_unlock(&s->lock);
+		return 0;
+	}
+	if (copy_proven_locked(s, b->xxh, &st, b) && (uint64_t)st.st_size == b->size) {
+		prove_locked(b, &st); /* its sharers' file: proven by them */
+		pthread_mutex_unlock(&s->lock);
+		return 0;
+	}
+	snprintf(xxh, sizeof(xxh), "%s", b->xxh);
+	store_local_path_locked(s, b, path, sizeof(path));
+	demote_sharers_locked(s, xxh, NULL, "local copy changed on disk since it was verified "
+			      "(its inode, size, mtime or ctime): NAS bytes from now on");
+	store_log_msg(s, LOG_WARNING, "local copy %s of %s (%s) changed on disk since it was "
+		      "verified (its inode, size, mtime or ctime): not served; every blob it "
+		      "served demoted, read from the NAS from now on", path, b->key, b->id);
+	pthread_mutex_unlock(&s->lock);
+	return -ESTALE;
+}
+
 /* Another blob this run proved the file @st under the same name: no
  * second hash of the same bytes (a hub holds a file in several repos). */
 static int shared_proof_locked(struct store *s, const struct blob *b, const struct stat *st)

@@ -180,7 +180,11 @@ int fh_local_fd(struct wfs *w, struct wfs_fh *fh, int *direct, unsigned *gen)
 	 * no copy failed) */
 	if (!fh->local_failed && fh->local_fd < 0 &&
 	    store_local_path(&w->store, fh->blob, path, sizeof(path)) == 0) {
-		if ((fd = open_local_direct(path, &fh->local_direct)) >= 0) {
+		if ((fd = open_local_direct(path, &fh->local_direct)) >= 0 &&
+		    store_copy_opened(&w->store, fh->blob, now, fd) < 0) {
+			close(fd); /* changed since it was verified: demoted, the NAS serves */
+			fh->local_failed = 1;
+		} else if (fd >= 0) {
 			fh->local_fd = fd;
 			fh->local_short = 0;
 		} else if (open_error_passes(fd)) {
@@ -281,9 +285,17 @@ static int choose_mode(struct wfs *w, struct node *n, struct wfs_fh *fh, int loc
 		/* Buffered: the kernel serves reads from this file's page cache,
 		 * the only copy of the bytes. */
 		if (local) {
+			unsigned gen = blob_copy_gen(fh->blob);
+
 			fd = store_local_path(&w->store, fh->blob, path, sizeof(path));
 			if (fd == 0)
 				fd = open_backing(path, 0);
+			/* changed since it was verified: demoted, daemon-served
+			 * (from the NAS) */
+			if (fd >= 0 && store_copy_opened(&w->store, fh->blob, gen, fd) < 0) {
+				close(fd);
+				fd = -1;
+			}
 		} else {
 			snprintf(path, sizeof(path), "%s", fh->nas_path);
 			fd = dup(nas_fd);

@@ -22,7 +22,7 @@ it did:
          it served) and removed, equal -> local again
   data/ or tmp/ missing -> created again
   a copy removed under the running daemon -> demoted at its next open,
-      the NAS's bytes; promoted again
+      the NAS's bytes; promoted again; so too a copy written to in place
   a stale wfs.lock (a dead pid; a daemon killed -9) -> taken over
   LOCAL_STORE on a full filesystem -> mounts, promotions held for room
   LOCAL_STORE on a read-only filesystem -> mounts, the verified copies
@@ -295,6 +295,27 @@ class Damage(unittest.TestCase):
         self.assert_states({BIG: "nas", SMALL: "local"})
         self.assert_bytes(BIG)
         self.assert_bytes(SMALL)
+
+    def test_copy_changed_under_the_daemon(self):
+        """A copy written to in place while the daemon runs (its size kept):
+        the next open does not serve it -- it is not the file verified --
+        but the NAS's bytes, and every blob it served is demoted; promoted
+        again, it is a copy again.  (It was served until a restart.)"""
+        self.st.start()
+        self.st.promote(self, BIG, SMALL)
+        copy = self.st.copy(BIG)
+        os.chmod(copy, 0o600)
+        with open(copy, "r+b") as f:
+            f.seek(BIG_SIZE // 3)
+            f.write(b"\0\1\2")
+        os.chmod(copy, 0o400)
+        self.assert_bytes(BIG, "after its copy was changed")
+        self.wait_log(r"local copy %s of %s \(\w+\) changed on disk since it was verified"
+                      % (re.escape(copy), re.escape(self.st.key(BIG))), 0)
+        self.assert_states({BIG: "nas", SMALL: "local"})
+        self.assertFalse(os.path.exists(copy), "the changed copy was removed")
+        self.st.promote(self, BIG)
+        self.assert_bytes(BIG, "promoted again")
 
     def test_copy_removed_under_the_daemon(self):
         """A copy removed from data/ while the daemon runs (by hand, a tmp

@@ -197,8 +197,15 @@ enum copy_stop { COPY_GO = 0, COPY_STOP = 1, COPY_STOP_SOURCE = 2 };
  * (store_check_source) and by the sweep. */
 void verify_record_locked(struct store *s, struct blob *b, const struct fetch_result *res,
 			  int checked);
+/* Served locally, whole or in part: what a source check is for. */
+int served_locally_locked(const struct blob *b);
+/* Re-hash the copy of @b (a re-verification pending since start-up) in
+ * full, and sample its source: neither with the lock held. */
+void store_reverify_one(struct store *s, struct blob *b);
+
+/* ---- store_sweep.c ---- */
 /* A thread: every source checked once, then every copy the index could
- * not prove re-hashed. */
+ * not prove re-hashed, then the checks the NAS could not answer. */
 void *store_recheck_sweep(void *arg);
 
 /* ---- store_index.c ---- */

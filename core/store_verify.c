@@ -18,11 +18,15 @@
  *                (store_startcheck.c): the source still exists with the
  *                recorded size, each stat within the NAS deadline
  *   first open   store_check_source: the source's size and sampled hash,
- *   and sweep    once per start-up (store_recheck_sweep checks them all in
- *                the background) and again whenever the NAS attributes
- *                change
+ *   and sweep    once per start-up (store_recheck_sweep, store_sweep.c,
+ *                checks them all in the background) and again whenever the
+ *                NAS attributes change
+ *   every open   store_copy_opened: the copy opened to serve is still the
+ *                file verified (its identity), else it is not served
  *   on request   store_verify: the same, and with @full the copy re-hashed
- *                (scrub); any mismatch demotes the copy, reads go to the NAS
+ *                (scrub; right bytes: the file as it is now is the copy's
+ *                identity); any mismatch demotes the copy, reads go to the
+ *                NAS
  *   a read       store_local_read_error (store.c): a copy that fails a
  *                read is demoted and removed
  *
@@ -299,8 +303,7 @@ static void check_unmade_locked(struct store *s, struct blob *b, int err)
 		      nas_err_why(err));
 }
 
-/* Served locally, whole or in part: what a source check is for. */
-static int local_locked(const struct blob *b)
+int served_locally_locked(const struct blob *b)
 {
 	return b->state == BLOB_LOCAL || (b->part && b->part->n);
 }
@@ -318,7 +321,7 @@ int store_check_source(struct store *s, struct blob *b)
 
 	pthread_mutex_lock(&s->lock);
 again:
-	if (!local_locked(b) || b->checked) {
+	if (!served_locally_locked(b) || b->checked) {
 		r = b->state == BLOB_LOCAL;
 		pthread_mutex_unlock(&s->lock);
 		return r;
@@ -333,11 +336,11 @@ again:
 	/* New attributes seen meanwhile (a reader's stat, source_attrs_locked:
 	 * it cleared @checked): the sample may be of the file before them, a
 	 * verdict on neither.  Made again on the file as it is now. */
-	if (local_locked(b) && b->size == size && source_changed_locked(b, &at)) {
+	if (served_locally_locked(b) && b->size == size && source_changed_locked(b, &at)) {
 		if (++tries < CHECK_TRIES)
 			goto again;
 		s->recheck_wanted = 1;
-	} else if (local_locked(b) && b->size == size) {
+	} else if (served_locally_locked(b) && b->size == size) {
 		/* (a new size since demoted it already: source_attrs_locked) */
 		source_verdict(r, size, size_now, sample, b->sample, why, sizeof(why));
 		if (*why) {
@@ -401,33 +404,45 @@ int copy_shareable_locked(struct store *s, const char *xxh)
 	return copy_stat(path, &st) == 0 && copy_proven_locked(s, xxh, &st, NULL);
 }
 
-int store_copy_opened(struct store *s, struct blob *b, unsigned copy_gen, int fd)
+/* Is @st the file @b's copy (of @copy_gen) was verified as?  0 if so, or
+ * if it says nothing (@b not LOCAL now, or of another copy; no identity
+ * recorded; a publish of the same bytes in flight; the file a sharer was
+ * proven by, which @b is proven by too now); else every LOCAL blob of its
+ * bytes is demoted with @why and logged: -ESTALE. */
+static int copy_identity_locked(struct store *s, struct blob *b, unsigned copy_gen,
+				const struct stat *st, const char *why)
 {
 	char path[PATH_MAX + 64], xxh[33];
-	struct stat st;
 
-	if (fstat(fd, &st) < 0)
-		return 0; /* says nothing of the file */
-	pthread_mutex_lock(&s->lock);
 	if (b->state != BLOB_LOCAL || atomic_load(&b->copy_gen) != copy_gen || !b->copy.ino ||
-	    proven_locked(b, &st) || store_publishing_locked(s, b, b->xxh)) {
-		pthread_mutex_unlock(&s->lock);
+	    proven_locked(b, st) || store_publishing_locked(s, b, b->xxh))
 		return 0;
-	}
-	if (copy_proven_locked(s, b->xxh, &st, b) && (uint64_t)st.st_size == b->size) {
-		prove_locked(b, &st); /* its sharers' file: proven by them */
-		pthread_mutex_unlock(&s->lock);
+	if (copy_proven_locked(s, b->xxh, st, b) && (uint64_t)st->st_size == b->size) {
+		prove_locked(b, st);
 		return 0;
 	}
 	snprintf(xxh, sizeof(xxh), "%s", b->xxh);
 	store_local_path_locked(s, b, path, sizeof(path));
-	demote_sharers_locked(s, xxh, NULL, "local copy changed on disk since it was verified "
-			      "(its inode, size, mtime or ctime): NAS bytes from now on");
-	store_log_msg(s, LOG_WARNING, "local copy %s of %s (%s) changed on disk since it was "
-		      "verified (its inode, size, mtime or ctime): not served; every blob it "
-		      "served demoted, read from the NAS from now on", path, b->key, b->id);
-	pthread_mutex_unlock(&s->lock);
+	demote_sharers_locked(s, xxh, NULL, why);
+	store_log_msg(s, LOG_WARNING, "local copy %s of %s (%s) not served: %s; every blob "
+		      "it served demoted", path, b->key, b->id, why);
 	return -ESTALE;
+}
+
+#define COPY_CHANGED "local copy changed on disk since it was verified (its inode, size, " \
+		     "mtime or ctime): NAS bytes from now on"
+
+int store_copy_opened(struct store *s, struct blob *b, unsigned copy_gen, int fd)
+{
+	struct stat st;
+	int r;
+
+	if (fstat(fd, &st) < 0)
+		return 0; /* says nothing of the file */
+	pthread_mutex_lock(&s->lock);
+	r = copy_identity_locked(s, b, copy_gen, &st, COPY_CHANGED);
+	pthread_mutex_unlock(&s->lock);
+	return r;
 }
 
 /* Another blob this run proved the file @st under the same name: no
@@ -575,9 +590,7 @@ static void rehash_done_locked(struct store *s, struct blob *b, struct rehash *h
 	pthread_cond_broadcast(&s->cond); /* settled */
 }
 
-/* Re-hash the copy of @b (a re-verification pending since start-up) in
- * full, and sample its source: neither with the lock held. */
-static void reverify_one(struct store *s, struct blob *b)
+void store_reverify_one(struct store *s, struct blob *b)
 {
 	struct rehash h = { .src = -EAGAIN }; /* not checked: proves nothing */
 	struct stat after;
@@ -616,124 +629,12 @@ static void reverify_one(struct store *s, struct blob *b)
 	pthread_mutex_unlock(&s->lock);
 }
 
-/* One pass over the table: a bucket at a time, resumed where it was (the
- * table may grow meanwhile; blobs added later were checked when made
- * LOCAL, or are checked on first open).  @todo picks what to work on; a
- * blob is worked on once per @pass (a check the NAS could not answer
- * leaves it as it was: not again and again in the same pass). */
-static void sweep(struct store *s, uint64_t pass, int (*todo)(const struct blob *),
-		  void (*work)(struct store *, struct blob *))
-{
-	for (size_t i = 0;; i++) {
-		struct blob *b = NULL;
-
-		pthread_mutex_lock(&s->lock);
-		if (s->stop || i >= s->blobs.nb) {
-			pthread_mutex_unlock(&s->lock);
-			return;
-		}
-		for (struct hlink *l = s->blobs.b[i]; l && !b; l = l->next) {
-			struct blob *o = htab_entry(l, struct blob, hl);
-
-			if (o->swept != pass && todo(o)) {
-				b = o;
-				b->swept = pass;
-			}
-		}
-		pthread_mutex_unlock(&s->lock);
-		if (b) {
-			work(s, b);
-			i--; /* the same bucket again: it may hold more */
-		}
-	}
-}
-
-static int source_unchecked(const struct blob *b)
-{
-	return local_locked(b) && !b->checked;
-}
-
-static void check_source(struct store *s, struct blob *b)
-{
-	store_check_source(s, b);
-}
-
-static int copy_unproven(const struct blob *b)
-{
-	return b->reverify && b->state == BLOB_COPYING;
-}
-
-/* A pass over the sources left unchecked is tried this often while the
- * NAS is up and some check could not be made (an EIO the NAS may not
- * repeat); at once when the gate comes back up. */
-#define RECHECK_MS (60 * 1000)
-
-static uint64_t gate_gen(struct store *s)
-{
-	return s->opt.gate ? atomic_load(&s->opt.gate->generation) : 0;
-}
-
-/* Wait until another pass over the unchecked sources is worth making:
- * some check could not be made and the NAS is up, and it came (back) up
- * since the last pass (its generation changed) or RECHECK_MS passed.
- * Returns 0 when the store stops.  The gate has no callback: looked at
- * once a second (two atomic loads). */
-static int recheck_wait(struct store *s, uint64_t *gen, int64_t *last)
-{
-	pthread_mutex_lock(&s->lock);
-	while (!s->stop) {
-		int64_t now = store_now_ms();
-		uint64_t g = gate_gen(s);
-		struct timespec ts;
-
-		if (s->recheck_wanted && nas_gate_up(s->opt.gate) &&
-		    (g != *gen || now - *last >= RECHECK_MS)) {
-			s->recheck_wanted = 0; /* set again by what fails in the pass */
-			*gen = g;
-			*last = now;
-			pthread_mutex_unlock(&s->lock);
-			return 1;
-		}
-		now += 1000;
-		ts.tv_sec = (time_t)(now / 1000);
-		ts.tv_nsec = (long)(now % 1000) * 1000000L;
-		pthread_cond_timedwait(&s->cond, &s->lock, &ts); /* CLOCK_MONOTONIC */
-	}
-	pthread_mutex_unlock(&s->lock);
-	return 0;
-}
-
-/* After start-up, in the background: every local copy's source checked
- * once (an open of an unchecked blob checks it first anyway) -- not while
- * the NAS is down --, then every copy the index could not prove re-hashed;
- * then, for as long as the store runs, the sources whose check the NAS
- * could not answer, once it does.  Every NAS call through the gate: a
- * hung NAS costs a deadline, never the thread (store_close joins it). */
-void *store_recheck_sweep(void *arg)
-{
-	struct store *s = arg;
-	uint64_t pass = 0, gen = gate_gen(s);
-	int64_t last = store_now_ms();
-
-	pthread_setname_np(pthread_self(), "wfs-recheck");
-	if (nas_gate_up(s->opt.gate)) {
-		sweep(s, ++pass, source_unchecked, check_source);
-	} else {
-		pthread_mutex_lock(&s->lock);
-		s->recheck_wanted = 1;
-		pthread_mutex_unlock(&s->lock);
-	}
-	sweep(s, ++pass, copy_unproven, reverify_one);
-	while (recheck_wait(s, &gen, &last))
-		sweep(s, ++pass, source_unchecked, check_source);
-	return NULL;
-}
-
 int store_verify(struct store *s, struct blob *b, int full, char *reason, size_t rsz)
 {
 	char local[PATH_MAX + 64], xxh[33], want[33];
 	int r, demoted = 0, unchecked;
 	unsigned gen;
+	struct stat before, after;
 
 	pthread_mutex_lock(&s->lock);
 	if (b->state != BLOB_LOCAL) {
@@ -760,10 +661,33 @@ int store_verify(struct store *s, struct blob *b, int full, char *reason, size_t
 			 unchecked == -EHOSTDOWN ? "the NAS is down" :
 			 nas_err_why(unchecked));
 	pthread_mutex_unlock(&s->lock);
-	if (!full)
-		return unchecked;
+	if (copy_stat(local, &before) < 0)
+		before.st_ino = 0; /* gone: the hash below says so (ENOENT) */
+	if (!full) {
+		/* the copy still the file verified: else it is not served
+		 * (as at an open), and the full hash would be what vouches */
+		pthread_mutex_lock(&s->lock);
+		if (before.st_ino && copy_identity_locked(s, b, gen, &before, COPY_CHANGED) < 0) {
+			snprintf(reason, rsz, "%s", COPY_CHANGED);
+			demoted = 1;
+		}
+		pthread_mutex_unlock(&s->lock);
+		return demoted ? 1 : unchecked;
+	}
 	r = fetch_hash_file(local, xxh, NULL);
+	if (r == 0 && (copy_stat(local, &after) < 0 || !before.st_ino || !same_file(&before, &after)))
+		before.st_ino = 0; /* written to as it was hashed: proves no identity */
 	pthread_mutex_lock(&s->lock);
+	/* Hashed whole and right: this file is what the copy's identity is
+	 * now, for every blob it serves (touched, say, since it was verified:
+	 * an open would not serve it otherwise). */
+	if (b->state == BLOB_LOCAL && blob_copy_gen(b) == gen && r == 0 && !strcmp(xxh, want) &&
+	    before.st_ino && (uint64_t)before.st_size == b->size) {
+		COPY_EACH_OF(s, b, o)
+			if (o->state == BLOB_LOCAL)
+				prove_locked(o, &before);
+		store_dirty_locked(s);
+	}
 	/* a verdict on this copy only: one evicted meanwhile may be gone
 	 * (ENOENT) while the copy made again since serves, good */
 	if (b->state == BLOB_LOCAL && blob_copy_gen(b) == gen && (r < 0 || strcmp(xxh, want))) {

@@ -138,13 +138,17 @@ COMMON_OPTS },
 COMMON_OPTS },
 	{ "verify", cmd_verify, F_FULL, 0, SIZE_MAX, "[--full] [PATH...]",
 "Re-check that each local copy under PATH (default: the whole mount) still\n"
-"matches its NAS source (size and sampled hash); a copy that does not is\n"
-"demoted and read from the NAS again.  Prints how many were checked, and\n"
-"each demoted blob with the reason; exit 1 if any was demoted.\n"
+"matches its NAS source (size and sampled hash) and is still the file that\n"
+"was verified (inode, size, mtime, ctime: one written to or touched since\n"
+"is not served); a copy that does not is demoted and read from the NAS\n"
+"again.  Prints how many were checked, and each demoted blob with the\n"
+"reason; exit 1 if any was demoted.\n"
 "\n"
 "options:\n"
-"  --full          also re-hash every local copy in full (a scrub; reads\n"
-"                  all of it); the --timeout default is then no limit\n"
+"  --full          re-hash every local copy in full instead of looking at\n"
+"                  its identity (a scrub; reads all of it): right bytes keep\n"
+"                  serving, touched or not;\n"
+"                  the --timeout default is then no limit\n"
 COMMON_OPTS },
 	{ "doctor", cmd_doctor, 0, 0, 1, "[PATH]",
 "Check the tree under PATH (default: the whole mount) for links the mount\n"

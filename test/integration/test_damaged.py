@@ -310,12 +310,36 @@ class Damage(unittest.TestCase):
             f.write(b"\0\1\2")
         os.chmod(copy, 0o400)
         self.assert_bytes(BIG, "after its copy was changed")
-        self.wait_log(r"local copy %s of %s \(\w+\) changed on disk since it was verified"
-                      % (re.escape(copy), re.escape(self.st.key(BIG))), 0)
+        self.wait_log(r"local copy %s of %s \(\w+\) not served: local copy changed on disk "
+                      r"since it was verified" % (re.escape(copy), re.escape(self.st.key(BIG))), 0)
         self.assert_states({BIG: "nas", SMALL: "local"})
         self.assertFalse(os.path.exists(copy), "the changed copy was removed")
         self.st.promote(self, BIG)
         self.assert_bytes(BIG, "promoted again")
+
+    def test_verify_of_a_changed_copy(self):
+        """wfsctl verify checks that each copy is still the file verified:
+        one written to under the daemon is demoted (exit 1, the reason);
+        one only touched, hashed whole by verify --full and right, is the
+        verified copy as it is now, and the next open serves it."""
+        self.st.start()
+        self.st.promote(self, BIG, SMALL)
+        small, big = self.st.copy(SMALL), self.st.copy(BIG)
+        os.chmod(small, 0o600)
+        with open(small, "r+b") as f:
+            f.write(b"{")
+        os.chmod(small, 0o400)
+        rc, out, err = wfstest.run_wfsctl(["verify", self.st.path(SMALL)])
+        self.assertEqual(rc, 1, "verify of a changed copy: %r %r" % (out, err))
+        self.assertIn("local copy changed on disk since it was verified", out + err)
+        self.assert_states({BIG: "local", SMALL: "nas"})
+        self.assert_bytes(SMALL, "after verify demoted it")
+        os.utime(big, ns=(1, 1))  # touched, bytes as verified
+        ctl_check(self, ["verify", "--full", self.st.path(BIG)])
+        self.assert_bytes(BIG, "touched, verified whole")
+        self.assert_states({BIG: "local", SMALL: "nas"})
+        self.assertNotIn("%s (" % big, "".join(
+            ln for ln in self.st.log().splitlines(True) if "not served" in ln))
 
     def test_copy_removed_under_the_daemon(self):
         """A copy removed from data/ while the daemon runs (by hand, a tmp

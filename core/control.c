@@ -269,11 +269,12 @@ static json_t *op_each(struct control *c, json_t *req, const char *op)
 			break; /* the daemon stops: a verify --full ends at its blob */
 		blob_info(c->store, b, &in);
 		if (!strcmp(op, "evict")) {
-			/* not even --force: the ref pin would copy it back at its
-			 * next look, a whole revision read from the NAS again */
-			int by_ref = (in.pin_why & PIN_REF) != 0;
-			int r = store_evict(c->store, b, force && !by_ref);
+			/* not even --force of a ref pin's blob: the ref pin would
+			 * copy it back at its next look (store_evict) */
+			int r = store_evict(c->store, b, force), by_ref;
 
+			blob_info(c->store, b, &in); /* why it was kept, if it was */
+			by_ref = (in.pin_why & PIN_REF) != 0;
 			if (r == -EBUSY)
 				json_array_append_new(skipped, json_pack("{s:o, s:o, s:s}",
 					"key", reply_path(in.key), "id", reply_path(in.id),

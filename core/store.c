@@ -432,7 +432,7 @@ int store_evict(struct store *s, struct blob *b, int force)
 	int r = 0, dropped = 0;
 
 	pthread_mutex_lock(&s->lock);
-	if (b->pinned && !force) {
+	if (b->pinned && (!force || (b->pinned & PIN_REF))) {
 		/* A pin with nothing local nor on its way (wfsctl pin does not
 		 * promote) keeps nothing from an evict: not "skipped", which
 		 * --force would not change either. */

@@ -638,9 +638,11 @@ int store_promote_at(struct store *s, struct blob *b, int pin, int explicit_req,
  * automatic ones when @who is not STORE_BY_AUTO; the last request names
  * who is retried.  Returns 1 when queued now, 0 otherwise. */
 int store_request(struct store *s, struct blob *b, enum store_who who, int now);
-/* Drop the local copy (pinned ones only with @force, which unpins them for
- * every reason).  Returns 1 when evicted, 0 when nothing to do (pinned or
- * not), -EBUSY when pinned and there was. */
+/* Drop the local copy (pinned ones only with @force, which drops a hand
+ * pin; a blob a ref pin holds never: its ref pin would copy it back, and
+ * only unpin --ref lets it go -- decided under the lock, so a ref pin set
+ * just before is never lost to an evict).  Returns 1 when evicted, 0 when
+ * nothing to do (pinned or not), -EBUSY when pinned and there was. */
 int store_evict(struct store *s, struct blob *b, int force);
 /* Pin (@pin 1) or unpin @b for the reason @why (enum store_pin_why); the
  * other reason is left as it is.  Returns 1 when that reason changed. */

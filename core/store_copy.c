@@ -370,7 +370,8 @@ static int nas_down_at_start(struct store *s, const char *key, struct fetch_resu
  * source hashed, its content address, its size throughout, its sample.
  * Returns 1 when @b is done with (LOCAL, or failed as a copy fails), 0
  * when a copy is to be made after all (that copy went meanwhile, changed
- * on disk since it was verified, or other bytes).  Called and returns with the lock held. */
+ * on disk since it was verified, or other bytes).  Called and returns with
+ * the lock held. */
 static int adopt_one(struct store *s, struct blob *b)
 {
 	char key[PATH_MAX], id[NAME_MAX + 1];

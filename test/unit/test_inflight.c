@@ -201,6 +201,13 @@ static void test_evict_in_flight(void)
 	      blob_state_name(blob_state(q)));
 	CHECK(&c, store_evict(&s, q, 0) == -EBUSY && info(&s, q)->pinned,
 	      "pinned: not without --force");
+	/* a ref pin set just before the evict (the pin poller, as op_each
+	 * looked): not even with --force */
+	store_pin_why(&s, q, PIN_REF, 1);
+	CHECK(&c, store_evict(&s, q, 1) == -EBUSY && blob_state(q) == BLOB_QUEUED &&
+	      (info(&s, q)->pin_why & PIN_REF), "a ref pin's blob: kept with --force (%s)",
+	      blob_state_name(blob_state(q)));
+	store_pin_why(&s, q, PIN_REF, 0);
 	CHECK(&c, store_evict(&s, b, 1) == 1 && store_evict(&s, q, 1) == 1, "evicted");
 	CHECK(&c, !info(&s, b)->pinned && !info(&s, q)->pinned, "both unpinned at once");
 	CHECK(&c, store_wait_settled(&s, b, 30000) == BLOB_NAS &&

@@ -374,6 +374,10 @@ static json_t *op_ref(struct control *c, json_t *req, int pin)
 				   "'.' or '..' component, no '/' at either end)", repo, ref);
 	if (r == -EMEDIUMTYPE)
 		return control_collect_error(repo, r);
+	if (r == -EHOSTDOWN)
+		return reply_error(EHOSTDOWN, "%s: refs/%s: the NAS is down (it stopped answering "
+				   "while ref pins were being worked on); run it again once it "
+				   "answers", repo, ref);
 	if (r < 0)
 		return reply_error(-r, "%s: refs/%s: %s", repo, ref, strerror(-r));
 	rep = json_pack("{s:b, s:o, s:o, s:I}", "ok", 1, "repo", reply_path(repo),

@@ -424,6 +424,23 @@ static int drop_pending(struct pins *p, struct pin *r, const char *next)
 	return 0;
 }
 
+/* op_lock for a client's request (pin, unpin --ref).  The operation it
+ * waits behind may be stuck in a NAS listing that hangs (the poll's walk
+ * of a revision has no deadline): it waits only while the gate says the
+ * NAS is up, and once it says down the request is refused as one made
+ * then would be, not held until the NAS answers again.  0 or -EHOSTDOWN. */
+static int op_lock_request(struct pins *p)
+{
+	/* (tried every 2 ms: a timed lock waits on CLOCK_REALTIME, which may
+	 * jump, and the sanitizers know no CLOCK_MONOTONIC one) */
+	while (pthread_mutex_trylock(&p->op_lock) != 0) {
+		if (!nas_gate_up(p->store->opt.gate))
+			return -EHOSTDOWN;
+		nanosleep(&(struct timespec){ 0, 2000000L }, NULL);
+	}
+	return 0;
+}
+
 int pins_pin(struct pins *p, const char *repo, const char *ref, char *commit, size_t csz)
 {
 	struct blob_set set = { 0 };
@@ -435,7 +452,8 @@ int pins_pin(struct pins *p, const char *repo, const char *ref, char *commit, si
 		return -ENOTSUP;
 	if (!valid_name(repo, ref))
 		return -EINVAL;
-	pthread_mutex_lock(&p->op_lock);
+	if ((err = op_lock_request(p)) < 0)
+		return err;
 	err = refs_read_gated(p, repo, ref, c, sizeof(c));
 	if (err == 0 && !snapshot_exists(p->roots, repo, c))
 		err = -ENOENT;
@@ -492,7 +510,8 @@ int pins_unpin(struct pins *p, const char *repo, const char *ref)
 	size_t n = 0;
 	int err;
 
-	pthread_mutex_lock(&p->op_lock);
+	if ((err = op_lock_request(p)) < 0)
+		return err;
 	err = get(p, repo, ref, &gone);
 	revs[0] = gone.commit;
 	revs[1] = gone.pending;

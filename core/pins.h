@@ -16,7 +16,9 @@
  * @op_lock, so none sees another's half-done work or writes back a stale
  * copy (no lost pin, no orphaned one); @lock guards the table for the
  * quick readers (status).  Lock order: op_lock -> store locks; @lock is a
- * leaf (nothing is called while it is held).
+ * leaf (nothing is called while it is held).  A client's request waits
+ * for @op_lock only while the NAS is up: the operation before it may be
+ * stuck in a NAS listing that hangs (pins.c op_lock_request).
  */
 #ifndef WFS_PINS_H
 #define WFS_PINS_H

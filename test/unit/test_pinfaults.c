@@ -11,11 +11,13 @@
  */
 #include "auto.h"
 #include "check_store.h"
+#include "nasgate.h"
 #include "pins.h"
 #include "store.h"
 
 #include <dirent.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,14 +36,24 @@ static dev_t fail_dev;
 static ino_t fail_ino;
 static atomic_int fail_armed;
 
+/* With hold_armed, that listing hangs instead (a NAS listing has no
+ * deadline), once, until hold_released: held says it hangs now. */
+static atomic_int hold_armed, held, hold_released;
+
 struct dirent *__wrap_readdir64(DIR *d)
 {
 	struct stat st;
 
-	if (atomic_load(&fail_armed) && fstat(dirfd(d), &st) == 0 && st.st_dev == fail_dev &&
-	    st.st_ino == fail_ino && atomic_exchange(&fail_armed, 0)) {
-		errno = EIO;
-		return NULL;
+	if ((atomic_load(&fail_armed) || atomic_load(&hold_armed)) && fstat(dirfd(d), &st) == 0 &&
+	    st.st_dev == fail_dev && st.st_ino == fail_ino) {
+		if (atomic_exchange(&hold_armed, 0)) {
+			atomic_store(&held, 1);
+			while (!atomic_load(&hold_released))
+				usleep(1000);
+		} else if (atomic_exchange(&fail_armed, 0)) {
+			errno = EIO;
+			return NULL;
+		}
 	}
 	return __real_readdir64(d);
 }
@@ -200,9 +212,9 @@ struct rig {
 	struct pins pins;
 };
 
-static void rig_open(struct rig *g, const char *name)
+static void rig_open_gated(struct rig *g, const char *name, struct nas_gate *gate)
 {
-	struct store_opts opt = { .workers = 2, .policy = &g->pol };
+	struct store_opts opt = { .workers = 2, .policy = &g->pol, .gate = gate };
 	char local[PATH_MAX * 2];
 
 	memset(&g->roots, 0, sizeof(g->roots));
@@ -212,6 +224,11 @@ static void rig_open(struct rig *g, const char *name)
 	check_store_dir(top, name, local, sizeof(local));
 	CHECK(&c, store_open(&g->s, local, &opt, NULL) == 0 && store_start(&g->s) == 0 &&
 	      pins_open(&g->pins, &g->s, &g->roots, &g->pol) == 0, "%s: store and pins", name);
+}
+
+static void rig_open(struct rig *g, const char *name)
+{
+	rig_open_gated(g, name, NULL);
 }
 
 static void rig_close(struct rig *g)
@@ -494,6 +511,80 @@ static void test_hot_names_fail(void)
 	policy_opts_free(&pol);
 }
 
+struct pin_call {
+	struct pins *pins;
+	const char *repo;
+	_Atomic int done;
+	int r;
+};
+
+static void *pin_thread(void *arg)
+{
+	struct pin_call *k = arg;
+	char commit[NAME_MAX + 1];
+
+	k->r = pins_pin(k->pins, k->repo, "main", commit, sizeof(commit));
+	atomic_store(&k->done, 1);
+	return NULL;
+}
+
+/* Waits until @k's pins_pin returned (10 s at most). */
+static int pin_returned(struct pin_call *k)
+{
+	for (int64_t end = store_now_ms() + 10000; store_now_ms() < end; usleep(2000))
+		if (atomic_load(&k->done))
+			return 1;
+	return 0;
+}
+
+/* A ref pin's walk of its revision hangs in a NAS listing (the wrap
+ * holds it) with the pins' operation lock held.  A pin request for
+ * another repo waits behind it only while the NAS is up: the gate saying
+ * down refuses it (EHOSTDOWN), as a request made then is -- it waited
+ * until the NAS answered again, taking a control worker for as long. */
+static void test_request_behind_a_hung_walk(void)
+{
+	static const char *const R1 = "models--t--hung", *const R2 = "models--t--behind";
+	struct pin_call a = { .repo = R1 }, b = { .repo = R2 };
+	char root[PATH_MAX * 2], rel[PATH_MAX];
+	struct nas_gate gate;
+	pthread_t ta, tb;
+	struct rig g;
+	struct stat st;
+
+	check_mkdirs(top, "hub/models--t--hung/blobs");
+	check_mkdirs(top, "hub/models--t--behind/blobs");
+	check_put_pattern(top, "hub/models--t--hung/blobs/h", 4 * KiB, 31);
+	check_put_pattern(top, "hub/models--t--behind/blobs/k", 4 * KiB, 32);
+	snap_link(R1, "rev1", "h.bin", "h");
+	snap_link(R2, "rev1", "k.bin", "k");
+	set_ref(R1, "main", "rev1");
+	set_ref(R2, "main", "rev1");
+	check_path(root, sizeof(root), top, "hub");
+	CHECK(&c, nas_gate_init(&gate, root, 2000, NULL, NULL) == 0, "gate");
+	rig_open_gated(&g, "hung", &gate);
+	a.pins = b.pins = &g.pins;
+	snprintf(rel, sizeof(rel), "%s/hub/%s/snapshots/rev1", top, R1);
+	CHECK(&c, stat(rel, &st) == 0, "rev1");
+	fail_dev = st.st_dev;
+	fail_ino = st.st_ino;
+	atomic_store(&hold_armed, 1);
+	CHECK(&c, pthread_create(&ta, NULL, pin_thread, &a) == 0, "first pin");
+	for (int64_t end = store_now_ms() + 10000; !atomic_load(&held) && store_now_ms() < end;)
+		usleep(2000);
+	CHECK(&c, atomic_load(&held), "the first pin's walk hangs");
+	CHECK(&c, pthread_create(&tb, NULL, pin_thread, &b) == 0, "second pin");
+	nas_gate_set_down(&gate, "test: the NAS hangs");
+	CHECK(&c, pin_returned(&b) && b.r == -EHOSTDOWN, "the pin behind the hung walk: refused "
+	      "once the NAS is down (%s, %d)", atomic_load(&b.done) ? "returned" : "still waiting",
+	      b.r);
+	atomic_store(&hold_released, 1);
+	pthread_join(ta, NULL);
+	pthread_join(tb, NULL);
+	rig_close(&g);
+	nas_gate_destroy(&gate);
+}
+
 int main(void)
 {
 	snprintf(top, sizeof(top), "/var/tmp/wfs-pinfaults-XXXXXX");
@@ -507,6 +598,7 @@ int main(void)
 	test_excluded_elsewhere();
 	test_download_in_progress();
 	test_hot_names_fail();
+	test_request_behind_a_hung_walk();
 	check_rmtree(top);
 	printf("pinfaults: %d passed, %d failed\n", c.passed, c.failed);
 	return c.failed ? 1 : 0;

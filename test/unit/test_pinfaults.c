@@ -140,6 +140,21 @@ static void set_ref(const char *repo, const char *ref, const char *rev)
 	}
 }
 
+/* @repo with the one blob @blob (@n bytes of @seed's pattern), linked as
+ * @blob.bin in revision rev1, which refs/main names. */
+static void one_blob_repo(const char *repo, const char *blob, size_t n, unsigned seed)
+{
+	char rel[PATH_MAX], name[NAME_MAX + 1];
+
+	snprintf(rel, sizeof(rel), "hub/%s/blobs", repo);
+	check_mkdirs(top, rel);
+	snprintf(rel, sizeof(rel), "hub/%s/blobs/%s", repo, blob);
+	check_put_pattern(top, rel, n, seed);
+	snprintf(name, sizeof(name), "%s.bin", blob);
+	snap_link(repo, "rev1", name, blob);
+	set_ref(repo, "main", "rev1");
+}
+
 static struct blob *blob_at(struct store *s, const char *repo, const char *id)
 {
 	char rel[PATH_MAX];
@@ -302,15 +317,9 @@ static void test_revision_deleted(void)
 	struct rig g;
 	struct blob *a, *b, *u;
 
-	check_mkdirs(top, "hub/models--t--del/blobs");
-	check_mkdirs(top, "hub/models--t--delun/blobs");
-	check_put_pattern(top, "hub/models--t--del/blobs/a", 64 * KiB, 13);
+	one_blob_repo(R, "a", 64 * KiB, 13);
 	check_put_pattern(top, "hub/models--t--del/blobs/b", 64 * KiB, 14);
-	check_put_pattern(top, "hub/models--t--delun/blobs/u", 64 * KiB, 15);
-	snap_link(R, "rev1", "a.bin", "a");
-	snap_link(U, "rev1", "u.bin", "u");
-	set_ref(R, "main", "rev1");
-	set_ref(U, "main", "rev1");
+	one_blob_repo(U, "u", 64 * KiB, 15);
 	rig_open(&g, "del");
 	CHECK(&c, pins_pin(&g.pins, R, "main", commit, sizeof(commit)) == 1 &&
 	      pins_pin(&g.pins, U, "main", commit, sizeof(commit)) == 1 &&
@@ -552,14 +561,8 @@ static void test_request_behind_a_hung_walk(void)
 	struct rig g;
 	struct stat st;
 
-	check_mkdirs(top, "hub/models--t--hung/blobs");
-	check_mkdirs(top, "hub/models--t--behind/blobs");
-	check_put_pattern(top, "hub/models--t--hung/blobs/h", 4 * KiB, 31);
-	check_put_pattern(top, "hub/models--t--behind/blobs/k", 4 * KiB, 32);
-	snap_link(R1, "rev1", "h.bin", "h");
-	snap_link(R2, "rev1", "k.bin", "k");
-	set_ref(R1, "main", "rev1");
-	set_ref(R2, "main", "rev1");
+	one_blob_repo(R1, "h", 4 * KiB, 31);
+	one_blob_repo(R2, "k", 4 * KiB, 32);
 	check_path(root, sizeof(root), top, "hub");
 	CHECK(&c, nas_gate_init(&gate, root, 2000, NULL, NULL) == 0, "gate");
 	rig_open_gated(&g, "hung", &gate);

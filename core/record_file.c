@@ -365,7 +365,8 @@ static void set_aside(struct record *r, const char *why)
 			   "next build replaces it", r->path, why, strerror(-e));
 }
 
-/* The entries of @rd into *@t: 0 or -ENOMEM. */
+/* The entries of @rd into *@t (NULL, the file set aside, when any is
+ * damaged): 0 or -ENOMEM. */
 static int load_entries(struct record *r, struct jtext_reader *rd, struct record_table **t)
 {
 	struct rnodes l = { 0 };
@@ -394,10 +395,20 @@ static int load_entries(struct record *r, struct jtext_reader *rd, struct record
 	*t = record_table_make(&l, &dropped);
 	if (!*t)
 		return -ENOMEM;
-	if (bad + dropped)
-		record_log(r, LOG_WARNING, "record %s: %zu entries skipped (bad fields, a path "
-			   "not relative and normalised, a duplicate, or no recorded parent)",
-			   r->path, bad + dropped);
+	if (bad + dropped) {
+		/* The file is replaced whole, never edited: an entry that does
+		 * not hold is damage, and the rest is not trusted either -- a
+		 * listing short of a shard would look complete while the NAS
+		 * is down. */
+		char why[160];
+
+		snprintf(why, sizeof(why), "%zu damaged entries: bad fields, a path not "
+			 "relative and normalised, a duplicate, or no recorded parent",
+			 bad + dropped);
+		record_table_free(*t);
+		*t = NULL;
+		set_aside(r, why);
+	}
 	return 0;
 }
 

@@ -13,8 +13,6 @@
  */
 #include "record_int.h"
 #include "clock.h"
-#include "durable.h"
-#include "nasopen.h"
 #include "path.h"
 #include "stopby.h"
 #include "thread.h"
@@ -178,38 +176,6 @@ static struct rnode *node_of(const char *rel, const struct ns_entry *e)
 	return n;
 }
 
-/* The bytes of a refs file, a marker or a file list, at most @max (a
- * reader resolves "main" through refs/main; offline loading asks the
- * others).  0 with them in @n, 1 when the file is not one to keep any more
- * (gone, swapped for a link or a directory, unreadable to us), 2 when it
- * is over @max (never served cut short), or -errno of the NAS. */
-static int read_bytes(struct build *b, struct rnode *n, size_t max)
-{
-	char *buf, *fit;
-	ssize_t k;
-	int fd = nas_open(b->roots, n->backing, 0);
-
-	if (fd < 0)
-		return fd == -ENOENT || fd == -ELOOP || fd == -ESTALE || fd == -ENXIO ||
-		       fd == -EISDIR || fd == -ENOTDIR || fd == -EACCES || fd == -EXDEV ? 1 : fd;
-	if (!(buf = malloc(max + 1))) {
-		close(fd);
-		return -ENOMEM;
-	}
-	k = durable_read_fd(fd, buf, max + 1);
-	close(fd);
-	if (k < 0 || (size_t)k > max) {
-		free(buf);
-		return k < 0 ? (int)k : 2;
-	}
-	fit = realloc(buf, k ? (size_t)k : 1);
-	n->data = fit ? fit : buf;
-	n->data_len = (size_t)k;
-	n->has_data = 1;
-	n->st.st_size = (off_t)k; /* what a reader will get */
-	return 0;
-}
-
 /* A line for the log (rebuild says each line once, say_big). */
 static int note_line(void *arg, const char *line)
 {
@@ -260,7 +226,7 @@ static int take(void *arg, const char *rel, const struct ns_entry *e)
 		return -ENOMEM;
 	n->keep = e->kind == NS_FILE && !side;
 	n->full = local == 2;
-	if (ref && (r = read_bytes(b, n, RECORD_MAX_DATA)) == 2) {
+	if (ref && (r = record_read_bytes(b->roots, n, RECORD_MAX_DATA)) == 2) {
 		b->big_refs++;
 		r = 0; /* too large: shown, never served cut short */
 	}
@@ -349,7 +315,7 @@ static int keep_side(struct build *b, struct rnode *n)
 	d = rnode_find(&b->h, rev);
 	if (!d || d->kind != NS_DIR || !d->keep)
 		return 0;
-	r = read_bytes(b, n, record_side_max(k));
+	r = record_read_bytes(b->roots, n, record_side_max(k));
 	if (r == 2 && k == SIDE_TREE) {
 		snprintf(why, sizeof(why), "a file list over %zu bytes", (size_t)RECORD_MAX_TREE);
 		return note_big(b, n, why);

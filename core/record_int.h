@@ -97,6 +97,17 @@ int record_load(struct record *r, struct record_table **t, char *nas, size_t nsz
 /* 1 if @rel is a file under a repo's refs/: "<repo>/refs/..." */
 int record_is_ref(const char *rel);
 
+/* record_bytes.c.  The bytes of a refs file, a marker or a file list, at
+ * most @max (a reader resolves "main" through refs/main; offline loading
+ * asks the others), with the attributes of the file they were read from (not the
+ * walk's: a file rewritten in between would pair its old mtime with the
+ * new bytes, and a reader that opened the old one would get them).  0
+ * with them in @n, 1 when the file is not one to keep any more (gone,
+ * swapped for a link or a directory, unreadable to us), 2 when it is over
+ * @max (never served cut short), or -errno of the NAS (-EAGAIN: it was
+ * being rewritten at each of three reads; the build is made again). */
+int record_read_bytes(const struct hub_roots *roots, struct rnode *n, size_t max);
+
 /* The files of a repo that belong to one of its revisions without being
  * in its snapshot: a marker "<repo>/.no_exist/<rev>/<path>"
  * (huggingface_hub: <path> does not exist at <rev>) and the revision's file

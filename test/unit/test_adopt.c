@@ -17,7 +17,7 @@
  *            re-hash of another blob meanwhile, --wrap=fsync changes the
  *            source after the rename): it was removed, and a good copy lost
  */
-#include "check_store.h"
+#include "check_hub.h"
 #include "fetch.h"
 #include "fsyncs.h"
 #include "store.h"
@@ -33,49 +33,7 @@
 #define KiB 1024u
 #define BLOB (256 * KiB)
 
-static char top[PATH_MAX];
 static struct check_count c;
-static struct store *the_store;
-
-static void put(const char *rel, size_t n, unsigned seed)
-{
-	check_put_pattern(top, rel, n, seed);
-}
-
-static void mkdirs(const char *rel)
-{
-	check_mkdirs(top, rel);
-}
-
-static struct blob *blob_named(const char *rel, const char *id)
-{
-	return check_blob(the_store, top, rel, id, 1);
-}
-
-/* The blob at @rel, named by its file name. */
-static struct blob *blob_at(const char *rel)
-{
-	return blob_named(rel, strrchr(rel, '/') + 1);
-}
-
-static const struct blob_info *info(struct blob *b)
-{
-	static struct blob_info in;
-
-	blob_info(the_store, b, &in);
-	return &in;
-}
-
-static enum blob_state promote(struct blob *b)
-{
-	store_promote(the_store, b, 0, 1);
-	return store_wait_settled(the_store, b, 30000);
-}
-
-static const char *st(struct blob *b)
-{
-	return blob_state_name(blob_state(b));
-}
 
 static int files_in(const char *local, const char *sub)
 {

@@ -36,7 +36,7 @@
  *            open blobs, read errors that demote every sharer, pins,
  *            restarts --, and the copies never take more than store_max
  */
-#include "check_store.h"
+#include "check_hub.h"
 #include "fsyncs.h"
 #include "store.h"
 #include "store_int.h"
@@ -51,41 +51,7 @@
 #define KiB 1024u
 #define BLOB (256 * KiB)
 
-static char top[PATH_MAX];
 static struct check_count c;
-static struct store *the_store;
-
-static void put(const char *rel, size_t n, unsigned seed)
-{
-	check_put_pattern(top, rel, n, seed);
-}
-
-static void mkdirs(const char *rel)
-{
-	check_mkdirs(top, rel);
-}
-
-static struct blob *blob_named(const char *rel, const char *id);
-
-/* The blob at @rel, named by its file name. */
-static struct blob *blob_at(const char *rel)
-{
-	return blob_named(rel, strrchr(rel, '/') + 1);
-}
-
-static const struct blob_info *info(struct blob *b)
-{
-	static struct blob_info in;
-
-	blob_info(the_store, b, &in);
-	return &in;
-}
-
-static enum blob_state promote(struct blob *b)
-{
-	store_promote(the_store, b, 0, 1);
-	return store_wait_settled(the_store, b, 30000);
-}
 
 /* Two uses either side of this are ordered (the LRU clock is coarse). */
 static void next_use_tick(void)
@@ -119,11 +85,6 @@ static uint64_t du_data(const char *local)
 	if (f)
 		pclose(f);
 	return kb * 1024;
-}
-
-static const char *st(struct blob *b)
-{
-	return blob_state_name(blob_state(b));
 }
 
 /* A store of its own, LOCAL_STORE top/@name, started with room for
@@ -349,11 +310,6 @@ static void test_shared(void)
 
 	store_close(&s);
 	policy_opts_free(&pol);
-}
-
-static struct blob *blob_named(const char *rel, const char *id)
-{
-	return check_blob(the_store, top, rel, id, 1);
 }
 
 /* A ref pin asks for the blobs of its revision not local at every poll

@@ -19,9 +19,9 @@ static int same_time(const struct timespec *a, const struct timespec *b)
  * told), into *@buf, its length in *@k, its attributes as read in *@st.
  * 0; 1 when the file changed as it was read (its attributes before and
  * after, or the bytes got and its size, disagree: a client rewriting it in
- * place -- huggingface_hub truncates a refs file and writes it) or is a
- * refs file caught empty so; 2 when it is not one to keep any more (as
- * record_read_bytes' 1), or -errno. */
+ * place -- huggingface_hub truncates a refs file and writes it); 3 for a
+ * refs file found empty (caught between the two, most likely); 2 when it
+ * is not one to keep any more (as record_read_bytes' 1), or -errno. */
 static int read_once(const struct hub_roots *roots, struct rnode *n, size_t max, char *buf,
 		     ssize_t *k, struct stat *st)
 {
@@ -42,8 +42,8 @@ static int read_once(const struct hub_roots *roots, struct rnode *n, size_t max,
 	changed = before.st_ino != st->st_ino || before.st_size != st->st_size ||
 		  !same_time(&before.st_mtim, &st->st_mtim) ||
 		  !same_time(&before.st_ctim, &st->st_ctim) ||
-		  ((size_t)*k <= max && *k != st->st_size) || (*k == 0 && record_is_ref(n->path));
-	return changed;
+		  ((size_t)*k <= max && *k != st->st_size);
+	return changed ? 1 : *k == 0 && record_is_ref(n->path) ? 3 : 0;
 }
 
 int record_read_bytes(const struct hub_roots *roots, struct rnode *n, size_t max)
@@ -55,8 +55,10 @@ int record_read_bytes(const struct hub_roots *roots, struct rnode *n, size_t max
 
 	if (!buf)
 		return -ENOMEM;
-	for (int tries = 0; r == 1 && tries < 3; tries++)
+	for (int tries = 0; (r == 1 || r == 3) && tries < 3; tries++)
 		r = read_once(roots, n, max, buf, &k, &st);
+	if (r == 3)
+		r = 0; /* empty at every read: the NAS's ref as it is */
 	if (r || (size_t)k > max) {
 		free(buf);
 		return r == 1 ? -EAGAIN : r == 2 ? 1 : r ? r : 2;

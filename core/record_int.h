@@ -105,7 +105,9 @@ int record_is_ref(const char *rel);
  * with them in @n, 1 when the file is not one to keep any more (gone,
  * swapped for a link or a directory, unreadable to us), 2 when it is over
  * @max (never served cut short), or -errno of the NAS (-EAGAIN: it was
- * being rewritten at each of three reads; the build is made again). */
+ * being rewritten at each of three reads; the build is made again).  A
+ * refs file found empty is read again too, and kept empty only if it is
+ * so at each read. */
 int record_read_bytes(const struct hub_roots *roots, struct rnode *n, size_t max);
 
 /* The files of a repo that belong to one of its revisions without being

@@ -11,6 +11,12 @@
 #include <stdint.h>
 #include <time.h>
 
+/* Are two file times (a stat's mtime, ctime) the same instant? */
+static inline int same_ts(const struct timespec *a, const struct timespec *b)
+{
+	return a->tv_sec == b->tv_sec && a->tv_nsec == b->tv_nsec;
+}
+
 static inline int64_t clock_ns(clockid_t id)
 {
 	struct timespec t;

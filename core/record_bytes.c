@@ -2,6 +2,7 @@
  * markers, file lists), read with the attributes of the file they came
  * from: see record_int.h, record_read_bytes. */
 #include "record_int.h"
+#include "clock.h"
 #include "durable.h"
 #include "nasopen.h"
 
@@ -9,11 +10,6 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-static int same_time(const struct timespec *a, const struct timespec *b)
-{
-	return a->tv_sec == b->tv_sec && a->tv_nsec == b->tv_nsec;
-}
 
 /* One read of @n's file whole, at most @max bytes (+1: a longer one is
  * told), into *@buf, its length in *@k, its attributes as read in *@st.
@@ -40,8 +36,8 @@ static int read_once(const struct hub_roots *roots, struct rnode *n, size_t max,
 	}
 	close(fd);
 	changed = before.st_ino != st->st_ino || before.st_size != st->st_size ||
-		  !same_time(&before.st_mtim, &st->st_mtim) ||
-		  !same_time(&before.st_ctim, &st->st_ctim) ||
+		  !same_ts(&before.st_mtim, &st->st_mtim) ||
+		  !same_ts(&before.st_ctim, &st->st_ctim) ||
 		  ((size_t)*k <= max && *k != st->st_size);
 	return changed ? 1 : *k == 0 && record_is_ref(n->path) ? 3 : 0;
 }

@@ -45,11 +45,8 @@ static void stop_stale_copies_locked(struct blob *b)
  * were new. */
 static int source_attrs_locked(struct store *s, struct blob *b, const struct stat *st)
 {
-	if (b->size == (uint64_t)st->st_size &&
-	    b->nas_mtime.tv_sec == st->st_mtim.tv_sec &&
-	    b->nas_mtime.tv_nsec == st->st_mtim.tv_nsec &&
-	    b->nas_ctime.tv_sec == st->st_ctim.tv_sec &&
-	    b->nas_ctime.tv_nsec == st->st_ctim.tv_nsec)
+	if (b->size == (uint64_t)st->st_size && same_ts(&b->nas_mtime, &st->st_mtim) &&
+	    same_ts(&b->nas_ctime, &st->st_ctim))
 		return 0;
 	if (b->size != (uint64_t)st->st_size) {
 		store_demote_locked(s, b, "source size changed", 1);

@@ -89,7 +89,6 @@ void store_backoff_locked(struct store *s, struct blob *b);
 /* The store is to queue @b again when its backoff passes, if it wants
  * to (store_retry_wanted_locked): the policy thread learns when. */
 void store_retry_schedule_locked(struct store *s, struct blob *b);
-int same_ts(const struct timespec *a, const struct timespec *b);
 /* @st is what proves the file now; is @st still the file proven? */
 void file_proof_take(struct file_proof *p, const struct stat *st);
 int file_proof_holds(const struct file_proof *p, const struct stat *st);

@@ -300,11 +300,6 @@ void file_proof_take(struct file_proof *p, const struct stat *st)
 	p->ctime = st->st_ctim;
 }
 
-int same_ts(const struct timespec *a, const struct timespec *b)
-{
-	return a->tv_sec == b->tv_sec && a->tv_nsec == b->tv_nsec;
-}
-
 int file_proof_holds(const struct file_proof *p, const struct stat *st)
 {
 	return p->ino && p->ino == (uint64_t)st->st_ino && same_ts(&p->mtime, &st->st_mtim) &&

@@ -3,6 +3,7 @@
  * read.c's.
  */
 #include "wfs.h"
+#include "clock.h"
 #include "ops.h"
 #include "path.h"
 #include "nas.h"
@@ -61,8 +62,7 @@ static int same_file_shown(struct wfs *w, struct wfs_fh *fh, const struct stat *
 {
 	const struct stat *was = &fh->shown;
 
-	if (st->st_size == was->st_size && st->st_mtim.tv_sec == was->st_mtim.tv_sec &&
-	    st->st_mtim.tv_nsec == was->st_mtim.tv_nsec)
+	if (st->st_size == was->st_size && same_ts(&st->st_mtim, &was->st_mtim))
 		return 1;
 	wfs_log(w, LOG_WARNING, "read %s: the NAS file is not the one this open was shown "
 		"(size %lld, mtime %lld; shown %lld, %lld): EIO until it is opened again",

@@ -1,5 +1,6 @@
 /* nas.c - the NAS calls of FUSE requests, with deadlines; see nas.h. */
 #include "nas.h"
+#include "clock.h"
 #include "nasopen.h"
 #include "path.h"
 
@@ -465,10 +466,8 @@ int nas_reopen_same(struct wfs *w, const char *path, const struct stat *was, int
 	int fd = nas_open_file(w, path, direct, &st);
 
 	if (fd >= 0 && (st.st_ino != was->st_ino || st.st_size != was->st_size ||
-			st.st_mtim.tv_sec != was->st_mtim.tv_sec ||
-			st.st_mtim.tv_nsec != was->st_mtim.tv_nsec ||
-			st.st_ctim.tv_sec != was->st_ctim.tv_sec ||
-			st.st_ctim.tv_nsec != was->st_ctim.tv_nsec)) {
+			!same_ts(&st.st_mtim, &was->st_mtim) ||
+			!same_ts(&st.st_ctim, &was->st_ctim))) {
 		nas_close_later(&w->closer, fd);
 		return -ESTALE;
 	}

@@ -6,6 +6,7 @@
  * through passthrough, never come here: file.c.)
  */
 #include "fh.h"
+#include "clock.h"
 #include "nas.h"
 #include "ops.h"
 #include "partread.h"
@@ -139,8 +140,7 @@ static int read_from_record(fuse_req_t req, struct wfs *w, struct wfs_fh *fh, si
 	if (re && node_path(fh->node, rel, sizeof(rel)) == 0 &&
 	    record_data_for(w, rel, re, &mem) == 0 && mem &&
 	    re->data_len == (size_t)fh->nas_st.st_size &&
-	    re->e.st.st_mtim.tv_sec == fh->nas_st.st_mtim.tv_sec &&
-	    re->e.st.st_mtim.tv_nsec == fh->nas_st.st_mtim.tv_nsec) {
+	    same_ts(&re->e.st.st_mtim, &fh->nas_st.st_mtim)) {
 		size_t n = mem_slice(re->data_len, size, off);
 
 		/* @mem is this call's own: replied from, not copied */

@@ -89,6 +89,17 @@ static void prove_locked(struct blob *b, const struct stat *st)
 	file_proof_take(&b->copy, st);
 }
 
+/* The name holds the file @st now (a publish replaced what was there, or a
+ * full hash found it right): @b and every LOCAL blob that shares it are
+ * proven by it. */
+static void prove_sharers_locked(struct store *s, struct blob *b, const struct stat *st)
+{
+	prove_locked(b, st);
+	COPY_EACH_OF(s, b, o)
+		if (o != b && o->state == BLOB_LOCAL)
+			prove_locked(o, st);
+}
+
 void source_at_locked(const struct blob *b, struct source_at *at)
 {
 	at->mtime = b->nas_mtime;
@@ -117,12 +128,7 @@ void verify_record_locked(struct store *s, struct blob *b, const struct fetch_re
 	/* After the rename into data/ (a rename changes the ctime). */
 	if (store_local_path_locked(s, b, local, sizeof(local)) < 0 || copy_stat(local, &st) < 0)
 		return; /* no proof: re-hashed at the next start-up */
-	prove_locked(b, &st);
-	/* The name holds this file now (publish replaces what was there):
-	 * the blobs that share it are proven by it too. */
-	COPY_EACH_OF(s, b, o)
-		if (o != b && o->state == BLOB_LOCAL)
-			prove_locked(o, &st);
+	prove_sharers_locked(s, b, &st);
 }
 
 int verify_loaded_locked(struct store *s, struct blob *b)
@@ -404,33 +410,40 @@ int copy_shareable_locked(struct store *s, const char *xxh)
 	return copy_stat(path, &st) == 0 && copy_proven_locked(s, xxh, &st, NULL);
 }
 
+/* Another blob this run proved the file @st under the same name: no
+ * second hash of the same bytes (a hub holds a file in several repos). */
+static int shared_proof_locked(struct store *s, const struct blob *b, const struct stat *st)
+{
+	return copy_proven_locked(s, b->xxh, st, b);
+}
+
+#define COPY_CHANGED "local copy changed on disk since it was verified (its inode, size, " \
+		     "mtime or ctime): NAS bytes from now on"
+
 /* Is @st the file @b's copy (of @copy_gen) was verified as?  0 if so, or
  * if it says nothing (@b not LOCAL now, or of another copy; no identity
  * recorded; a publish of the same bytes in flight; the file a sharer was
  * proven by, which @b is proven by too now); else every LOCAL blob of its
- * bytes is demoted with @why and logged: -ESTALE. */
+ * bytes is demoted (COPY_CHANGED) and logged: -ESTALE. */
 static int copy_identity_locked(struct store *s, struct blob *b, unsigned copy_gen,
-				const struct stat *st, const char *why)
+				const struct stat *st)
 {
 	char path[PATH_MAX + 64], xxh[33];
 
 	if (b->state != BLOB_LOCAL || atomic_load(&b->copy_gen) != copy_gen || !b->copy.ino ||
 	    proven_locked(b, st) || store_publishing_locked(s, b, b->xxh))
 		return 0;
-	if (copy_proven_locked(s, b->xxh, st, b) && (uint64_t)st->st_size == b->size) {
+	if (shared_proof_locked(s, b, st) && (uint64_t)st->st_size == b->size) {
 		prove_locked(b, st);
 		return 0;
 	}
 	snprintf(xxh, sizeof(xxh), "%s", b->xxh);
 	store_local_path_locked(s, b, path, sizeof(path));
-	demote_sharers_locked(s, xxh, NULL, why);
+	demote_sharers_locked(s, xxh, NULL, COPY_CHANGED);
 	store_log_msg(s, LOG_WARNING, "local copy %s of %s (%s) not served: %s; every blob "
-		      "it served demoted", path, b->key, b->id, why);
+		      "it served demoted", path, b->key, b->id, COPY_CHANGED);
 	return -ESTALE;
 }
-
-#define COPY_CHANGED "local copy changed on disk since it was verified (its inode, size, " \
-		     "mtime or ctime): NAS bytes from now on"
 
 int store_copy_opened(struct store *s, struct blob *b, unsigned copy_gen, int fd)
 {
@@ -440,16 +453,9 @@ int store_copy_opened(struct store *s, struct blob *b, unsigned copy_gen, int fd
 	if (fstat(fd, &st) < 0)
 		return 0; /* says nothing of the file */
 	pthread_mutex_lock(&s->lock);
-	r = copy_identity_locked(s, b, copy_gen, &st, COPY_CHANGED);
+	r = copy_identity_locked(s, b, copy_gen, &st);
 	pthread_mutex_unlock(&s->lock);
 	return r;
-}
-
-/* Another blob this run proved the file @st under the same name: no
- * second hash of the same bytes (a hub holds a file in several repos). */
-static int shared_proof_locked(struct store *s, const struct blob *b, const struct stat *st)
-{
-	return copy_proven_locked(s, b->xxh, st, b);
 }
 
 
@@ -667,7 +673,7 @@ int store_verify(struct store *s, struct blob *b, int full, char *reason, size_t
 		/* the copy still the file verified: else it is not served
 		 * (as at an open), and the full hash would be what vouches */
 		pthread_mutex_lock(&s->lock);
-		if (before.st_ino && copy_identity_locked(s, b, gen, &before, COPY_CHANGED) < 0) {
+		if (before.st_ino && copy_identity_locked(s, b, gen, &before) < 0) {
 			snprintf(reason, rsz, "%s", COPY_CHANGED);
 			demoted = 1;
 		}
@@ -683,9 +689,7 @@ int store_verify(struct store *s, struct blob *b, int full, char *reason, size_t
 	 * an open would not serve it otherwise). */
 	if (b->state == BLOB_LOCAL && blob_copy_gen(b) == gen && r == 0 && !strcmp(xxh, want) &&
 	    before.st_ino && (uint64_t)before.st_size == b->size) {
-		COPY_EACH_OF(s, b, o)
-			if (o->state == BLOB_LOCAL)
-				prove_locked(o, &before);
+		prove_sharers_locked(s, b, &before);
 		store_dirty_locked(s);
 	}
 	/* a verdict on this copy only: one evicted meanwhile may be gone

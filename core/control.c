@@ -271,18 +271,19 @@ static json_t *op_each(struct control *c, json_t *req, const char *op)
 		if (!strcmp(op, "evict")) {
 			/* not even --force of a ref pin's blob: the ref pin would
 			 * copy it back at its next look (store_evict) */
-			int r = store_evict(c->store, b, force), by_ref;
+			int r = store_evict(c->store, b, force);
 
-			blob_info(c->store, b, &in); /* why it was kept, if it was */
-			by_ref = (in.pin_why & PIN_REF) != 0;
-			if (r == -EBUSY)
+			if (r == -EBUSY) {
+				blob_info(c->store, b, &in); /* why it was kept: a pin may be new */
 				json_array_append_new(skipped, json_pack("{s:o, s:o, s:s}",
 					"key", reply_path(in.key), "id", reply_path(in.id),
-					"reason", by_ref ? "pinned by a ref pin, which would copy it "
-					"back (wfsctl unpin --ref REF REPO drops that pin; wfsctl "
-					"status lists it)" : "pinned (evict --force to drop it)"));
-			else if (r > 0)
+					"reason", in.pin_why & PIN_REF ? "pinned by a ref pin, which "
+					"would copy it back (wfsctl unpin --ref REF REPO drops that "
+					"pin; wfsctl status lists it)" : "pinned (evict --force to drop "
+					"it)"));
+			} else if (r > 0) {
 				count++;
+			}
 		} else if (!strcmp(op, "pin") || !strcmp(op, "unpin")) {
 			/* the hand pin only: a ref pin's blobs stay pinned until
 			 * unpin --ref (store.h PIN_REF) */

@@ -42,6 +42,14 @@ enum blob_fate blob_fate(const char *state)
 	return FATE_FAILED;
 }
 
+/* Is a blob in @state at promote one the daemon copies?  Not a local one,
+ * nor one flagged mismatch: it never queues that (its bytes_to_copy leaves
+ * it out too), its NAS bytes not being what its name says. */
+static bool to_copy(const char *state)
+{
+	return blob_fate(state) != FATE_LOCAL && strcmp(state, "mismatch");
+}
+
 void rate_add(struct rate *r, double t, uint64_t bytes)
 {
 	r->t[r->next] = t;
@@ -120,10 +128,8 @@ static void print_dry_run(const json_t *rep)
 		const char *row[3] = { a, state, fmt_blob(bl, name, sizeof(name)) };
 
 		fmt_bytes(jget_u64(bl, "size"), a, sizeof(a));
-		/* a mismatch is never copied (the daemon leaves it out of
-		 * bytes_to_copy too): its NAS bytes are not what its name says */
 		nmismatch += !strcmp(state, "mismatch");
-		ncopy += strcmp(state, "local") && strcmp(state, "mismatch");
+		ncopy += to_copy(state);
 		if (table_add(&tb, row)) {
 			table_free(&tb);
 			oom();
@@ -257,10 +263,8 @@ static int waiter_init(struct waiter *w, const json_t *promoted)
 	if (!w->keys || !w->copying)
 		return -ENOMEM;
 	json_array_foreach(json_object_get(promoted, "blobs"), i, bl) {
-		const char *key = jget_str(bl, "key"), *state = jget_str(bl, "state");
-		/* a blob flagged mismatch is never queued (the daemon's
-		 * bytes_to_copy leaves it out): no byte of it is to come */
-		bool copies = blob_fate(state) != FATE_LOCAL && strcmp(state, "mismatch");
+		const char *key = jget_str(bl, "key");
+		bool copies = to_copy(jget_str(bl, "state"));
 
 		if (json_object_get(w->copying, key))
 			continue;

@@ -126,8 +126,16 @@ static inline double check_now_s(void)
 	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
-/* @n bytes of a pattern @seed picks (no two seeds alike, no page alike) at
- * @root/@rel: blobs of a size without keeping them in the test. */
+/* @n bytes of a pattern @seed picks (no two seeds alike, no page alike)
+ * into @buf. */
+static inline void check_pattern_fill(char *buf, size_t n, unsigned seed)
+{
+	for (size_t i = 0; i < n; i++)
+		buf[i] = (char)(seed * 131 + i * 7 + i / 4093);
+}
+
+/* @n bytes of @seed's pattern at @root/@rel: blobs of a size without
+ * keeping them in the test. */
 static inline void check_put_pattern(const char *root, const char *rel, size_t n,
 				     unsigned seed)
 {
@@ -135,11 +143,28 @@ static inline void check_put_pattern(const char *root, const char *rel, size_t n
 
 	if (!buf)
 		exit(2);
-	for (size_t i = 0; i < n; i++)
-		buf[i] = (char)(seed * 131 + i * 7 + i / 4093);
+	check_pattern_fill(buf, n, seed);
 	check_path(p, sizeof(p), root, rel);
 	check_write_file(p, buf, n);
 	free(buf);
+}
+
+/* Does the file @path hold @n bytes of @seed's pattern, and no more? */
+static inline int check_holds_pattern(const char *path, size_t n, unsigned seed)
+{
+	char *got = malloc(n + 1), *want = malloc(n ? n : 1);
+	FILE *f = fopen(path, "rb");
+	int same = got && want && f && fread(got, 1, n + 1, f) == n;
+
+	if (same) {
+		check_pattern_fill(want, n, seed);
+		same = !memcmp(got, want, n);
+	}
+	if (f)
+		fclose(f);
+	free(got);
+	free(want);
+	return same;
 }
 
 /* mkdir -p @root/@rel. */

@@ -94,21 +94,6 @@ static void stopped_at(const char *what, const char *why, unsigned long long *do
 	      "%s: the reason says the source changed and where the copy stopped: %s", what, why);
 }
 
-/* The file @path holds @n bytes of @seed's pattern (check_put_pattern). */
-static int holds_pattern(const char *path, size_t n, unsigned seed)
-{
-	unsigned char *got = malloc(n + 1);
-	FILE *f = fopen(path, "rb");
-	int same = got && f && fread(got, 1, n + 1, f) == n;
-
-	for (size_t i = 0; same && i < n; i++)
-		same = got[i] == (unsigned char)(seed * 131 + i * 7 + i / 4093);
-	if (f)
-		fclose(f);
-	free(got);
-	return same;
-}
-
 /* --wrap=source_sample and --wrap=content_hash_final: when armed, the
  * NAS file is replaced (with @replace_seed's pattern, or "hello\n" when
  * 0) right after the source's sample, or the copy's content hash, is
@@ -259,7 +244,7 @@ static void test_whole_copy_of_a_replaced_source(void)
 	CHECK(&c, store_wait_settled(&s, b, 30000) == BLOB_LOCAL, "copied again: %s (%s)",
 	      blob_state_name(blob_state(b)), info(&s, b)->reason);
 	snprintf(dir, sizeof(dir), "%s/data/%.2s/%s", local, info(&s, b)->xxh, info(&s, b)->xxh);
-	CHECK(&c, holds_pattern(dir, N, 8), "the copy %s holds the new bytes", dir);
+	CHECK(&c, check_holds_pattern(dir, N, 8), "the copy %s holds the new bytes", dir);
 	store_close(&s);
 }
 
@@ -586,7 +571,7 @@ static void given_out_and_then(int replaced)
 		      blob_state_name(blob_state(b)), info(&s, b)->reason);
 		CHECK(&c, nas_gate_start(&g) == 0, "prober");
 		CHECK(&c, store_wait_settled(&s, b, 30000) == BLOB_LOCAL &&
-		      store_local_path(&s, b, copy, sizeof(copy)) == 0 && holds_pattern(copy, N, 17),
+		      store_local_path(&s, b, copy, sizeof(copy)) == 0 && check_holds_pattern(copy, N, 17),
 		      "the NAS up: the new bytes copied: %s (%s)", blob_state_name(blob_state(b)),
 		      info(&s, b)->reason);
 	}

@@ -46,8 +46,9 @@ static char *pattern(unsigned seed)
 {
 	char *buf = malloc(SIZE);
 
-	for (size_t i = 0; i < SIZE; i++)
-		buf[i] = (char)(seed * 131 + i * 7 + i / 4093);
+	if (!buf)
+		exit(2);
+	check_pattern_fill(buf, SIZE, seed);
 	return buf;
 }
 

@@ -92,8 +92,7 @@ static void nas_file(unsigned seed, char *buf, char *path, size_t psz, char *par
 {
 	char h[33];
 
-	for (size_t i = 0; i < SIZE; i++)
-		buf[i] = (char)(seed * 131 + i * 7 + i / 4093);
+	check_pattern_fill(buf, SIZE, seed);
 	snprintf(path, psz, "%s/f%u", nas, seed);
 	check_write_file(path, buf, SIZE);
 	xxh128_hex_of(path, strlen(path), h);

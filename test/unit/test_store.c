@@ -125,8 +125,9 @@ static char *pattern(size_t n, unsigned seed)
 {
 	char *buf = malloc(n);
 
-	for (size_t i = 0; i < n; i++)
-		buf[i] = (char)(seed * 131 + i * 7 + i / 4093);
+	if (!buf)
+		exit(2);
+	check_pattern_fill(buf, n, seed);
 	return buf;
 }
 

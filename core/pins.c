@@ -482,13 +482,20 @@ int pins_pin(struct pins *p, const char *repo, const char *ref, char *commit, si
 	err = put(p, &r);
 	if (err < 0)
 		goto out;
+	/* the pin saved before its blobs are pinned: a stop in between
+	 * leaves a pin whose pending revision the next poll pins (settle),
+	 * never blobs pinned by no pin (a copy worker may write the index
+	 * between any two steps here) */
+	e = persist(p);
 	pin_set(p, &set, 1, why, sizeof(why));
 	/* what was pinned: excluded blobs stay on the NAS, unpinned */
 	for (size_t i = 0; i < set.n; i++)
 		err += !set.glob[i];
 	store_log_msg(p->store, LOG_NOTICE, "ref pin %s refs/%s: revision %s", repo, ref, c);
 	snprintf(commit, csz, "%s", c);
-	if ((e = persist(p)) < 0) {
+	if (e == 0)
+		e = store_sync(p->store);
+	if (e < 0) {
 		/* in place, not saved: a restart would forget it */
 		store_log_msg(p->store, LOG_ERR, "ref pin %s refs/%s not saved: %s", repo, ref,
 			      strerror(-e));
@@ -525,8 +532,15 @@ int pins_unpin(struct pins *p, const char *repo, const char *ref)
 		memmove(r, r + 1, (size_t)(p->v + p->n - (r + 1)) * sizeof(*r));
 		p->n--;
 		pthread_mutex_unlock(&p->lock);
+		/* the pin's end saved before its blobs are unpinned: a stop
+		 * in between leaves blobs pinned by no pin, which the first
+		 * poll after the start unpins (unpin_orphans), never a pin
+		 * whose revision is no longer pinned */
+		err = persist(p);
 		n = unpin_unless_kept(p, &set, &keep);
-		if ((err = persist(p)) < 0)
+		if (err == 0)
+			err = store_sync(p->store);
+		if (err < 0)
 			store_log_msg(p->store, LOG_ERR, "ref pin %s refs/%s dropped, not saved: "
 				      "%s", repo, ref, strerror(-err));
 	}
@@ -671,6 +685,34 @@ static int follow_ref(struct pins *p, struct pin *r)
 	return 1;
 }
 
+/* Unpin the blobs a ref pin's reason holds that no ref pin keeps: what a
+ * stop between an unpin --ref's saved end and the blobs it then unpins
+ * leaves (pins_unpin), or a wfs that pinned blobs before it saved the pin
+ * (older than this one).  Once, at the first poll whose listings of the
+ * pinned revisions all succeed: kept blindly, they stayed pinned for good
+ * (no pin would ever let them go, and evict --force keeps a ref pin's). */
+static void unpin_orphans(struct pins *p)
+{
+	struct blob_set held = { 0 }, keep = { 0 };
+	/* (no pin is named "": every pin's revisions are listed) */
+	int err = all_ref_pinned(p, &held);
+	size_t n = 0;
+
+	if (!err && held.n)
+		err = kept_by_others(p, "", "", &keep);
+	if (!err) {
+		n = unpin_unless_kept(p, &held, &keep);
+		p->orphans_checked = 1;
+	}
+	if (n)
+		store_log_msg(p->store, LOG_NOTICE, "ref pins: %zu blobs pinned by no ref pin "
+			      "unpinned (left by a stop as a pin was dropped)", n);
+	if (!err && held.n)
+		store_sync(p->store);
+	blob_set_free(&held);
+	blob_set_free(&keep);
+}
+
 void pins_poll(struct pins *p)
 {
 	size_t n;
@@ -678,6 +720,8 @@ void pins_poll(struct pins *p)
 	int changed = 0;
 
 	pthread_mutex_lock(&p->op_lock);
+	if (!p->orphans_checked)
+		unpin_orphans(p);
 	v = pins_list(p, &n);
 	for (size_t i = 0; v && i < n; i++) {
 		changed |= follow_ref(p, &v[i]);

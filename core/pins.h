@@ -19,6 +19,14 @@
  * leaf (nothing is called while it is held).  A client's request waits
  * for @op_lock only while the NAS is up: the operation before it may be
  * stuck in a NAS listing that hangs (pins.c op_lock_request).
+ *
+ * Crash order: the index (pins and blobs' reasons together) may be
+ * written by a copy worker between any two steps.  A pin is saved before
+ * its blobs are pinned and its end before they are unpinned, so a stop
+ * leaves at worst blobs pinned by no pin, which the first poll unpins
+ * (a pin whose revision is not pinned would let its copies be evicted).
+ * A poll's own unpins come before it saves the pin's move: a stop then
+ * leaves the old revision saved, which the next poll lets go again.
  */
 #ifndef WFS_PINS_H
 #define WFS_PINS_H
@@ -48,6 +56,7 @@ struct pins {
 	struct pin *v;              /* @lock to read; @op_lock and @lock to change */
 	size_t n;
 	_Atomic int poked;          /* look at the refs now (pins_poke) */
+	int orphans_checked;        /* @op_lock: unpin_orphans done */
 };
 
 /* The pins the store's index holds.  @roots NULL: pins are unavailable

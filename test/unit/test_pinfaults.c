@@ -7,7 +7,9 @@
  * that cannot list its revisions keeps the pin, and a hot blob whose
  * snapshot names cannot be listed is not promoted past an exclusion glob.
  * And a ref that moved to a revision whose files are still arriving
- * (blobs/<id>.incomplete on the NAS) is not settled on until they are in.
+ * (blobs/<id>.incomplete on the NAS) is not settled on until they are in;
+ * and a stop in the middle of pin --ref or unpin --ref (--wrap=
+ * store_pin_why) leaves no blob pinned by no pin, nor a pin unpinned.
  */
 #include "auto.h"
 #include "check_store.h"
@@ -22,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define KiB 1024u
@@ -88,6 +91,27 @@ int __wrap_store_sync(struct store *s)
 	if (atomic_exchange(&sync_armed, 0))
 		return -ENOSPC;
 	return __real_store_sync(s);
+}
+
+/* The process stops at the first ref-pin reason set or cleared
+ * (CRASH_BEFORE the change, CRASH_AFTER it), the index written just
+ * then, as a copy worker may write it between any two of a pin's steps. */
+int __real_store_pin_why(struct store *s, struct blob *b, int why, int pin);
+int __wrap_store_pin_why(struct store *s, struct blob *b, int why, int pin);
+enum { CRASH_NONE, CRASH_BEFORE, CRASH_AFTER };
+static atomic_int crash_at;
+
+int __wrap_store_pin_why(struct store *s, struct blob *b, int why, int pin)
+{
+	int at = atomic_exchange(&crash_at, CRASH_NONE), r = 0;
+
+	if (at == CRASH_NONE || at == CRASH_AFTER)
+		r = __real_store_pin_why(s, b, why, pin);
+	if (at != CRASH_NONE) {
+		__real_store_sync(s);
+		_exit(0);
+	}
+	return r;
 }
 
 /* The next listing of hub/@rel fails once. */
@@ -588,6 +612,45 @@ static void test_request_behind_a_hung_walk(void)
 	nas_gate_destroy(&gate);
 }
 
+/* A stop in the middle of pin --ref (@unpin 0) or unpin --ref (1), the
+ * index written at that moment (@at): after a restart and the first poll,
+ * the pin is there if and only if its blob is pinned for it.  A blob
+ * pinned by no pin stayed pinned for good; a pin whose blob was not
+ * pinned let its copy be evicted. */
+static void stop_mid_pin(int unpin, int at, const char *name)
+{
+	char R[64], commit[NAME_MAX + 1], pending[NAME_MAX + 1];
+	struct rig g;
+	pid_t pid;
+	int st;
+
+	snprintf(R, sizeof(R), "models--t--%s", name);
+	one_blob_repo(R, "a", 64 * KiB, 40 + (unsigned)at);
+	if ((pid = fork()) == 0) {
+		rig_open(&g, name);
+		/* (settled: a pending revision is pinned again by any poll) */
+		if (unpin && (pins_pin(&g.pins, R, "main", commit, sizeof(commit)) != 1 ||
+			      !settled_on(&g.pins, "main", "rev1")))
+			_exit(3);
+		atomic_store(&crash_at, at);
+		if (unpin)
+			pins_unpin(&g.pins, R, "main");
+		else
+			pins_pin(&g.pins, R, "main", commit, sizeof(commit));
+		_exit(4); /* (the wrap did not stop it) */
+	}
+	CHECK(&c, pid > 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) &&
+	      WEXITSTATUS(st) == 0, "%s: stopped mid-%s", name, unpin ? "unpin" : "pin");
+	rig_open(&g, name);
+	pins_poll(&g.pins);
+	pin_of(&g.pins, "main", commit, pending);
+	CHECK(&c, (*commit || *pending) == ref_pinned(&g.s, blob_at(&g.s, R, "a")),
+	      "%s: after the restart, the pin (%s) and its blob's pin (%s) agree", name,
+	      *commit || *pending ? "there" : "gone",
+	      ref_pinned(&g.s, blob_at(&g.s, R, "a")) ? "pinned" : "not pinned");
+	rig_close(&g);
+}
+
 int main(void)
 {
 	snprintf(top, sizeof(top), "/var/tmp/wfs-pinfaults-XXXXXX");
@@ -602,6 +665,10 @@ int main(void)
 	test_download_in_progress();
 	test_hot_names_fail();
 	test_request_behind_a_hung_walk();
+	stop_mid_pin(0, CRASH_BEFORE, "stoppin1");
+	stop_mid_pin(0, CRASH_AFTER, "stoppin2");
+	stop_mid_pin(1, CRASH_BEFORE, "stopunpin1");
+	stop_mid_pin(1, CRASH_AFTER, "stopunpin2");
 	check_rmtree(top);
 	printf("pinfaults: %d passed, %d failed\n", c.passed, c.failed);
 	return c.failed ? 1 : 0;

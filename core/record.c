@@ -16,9 +16,9 @@
 #include "path.h"
 #include "stopby.h"
 #include "thread.h"
+#include "trim.h"
 
 #include <errno.h>
-#include <malloc.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -668,7 +668,7 @@ static void *run(void *arg)
 				RECORD_RETRY_MAX_MS : delay * 2;
 			/* a build's walk, its table and its text are freed
 			 * now: give the memory back (glibc keeps it) */
-			malloc_trim(0);
+			heap_give_back();
 		}
 		pthread_mutex_lock(&r->lock);
 		if (tried) {

@@ -24,11 +24,11 @@
 #include "fmt.h"
 #include "hash.h"
 #include "index.h"
+#include "trim.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -498,7 +498,7 @@ static int write_index(struct store *s, int if_dirty, int held)
 		pthread_mutex_unlock(&s->index_lock);
 	snapshot_free(&sn);
 	if (r == 0)
-		malloc_trim(0); /* the snapshot and the text: glibc would keep them */
+		heap_give_back(); /* the snapshot and the text: glibc would keep them */
 	return r < 0 ? r : 0;
 }
 

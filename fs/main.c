@@ -12,6 +12,7 @@
 #include "path.h"
 #include "startnas.h"
 #include "startpaths.h"
+#include "trim.h"
 #include "wfs.h"
 
 #include <errno.h>
@@ -349,7 +350,7 @@ static int open_store(struct wfs *w, const struct metrics_src *msrc)
 	/* The record and the index were parsed (65 MB of JSON for 40,000
 	 * local files, an entry at a time): what their parse left free,
 	 * glibc keeps unless told. */
-	malloc_trim(0);
+	heap_give_back();
 	return 0;
 }
 

@@ -9,13 +9,13 @@
 #include "ops.h"
 #include "nas.h"
 #include "path.h"
+#include "trim.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
 #include <stdio.h>
-#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/statvfs.h>
@@ -250,7 +250,7 @@ static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_dat
 	/* The kernel dropping many inodes at once (memory pressure, a cache
 	 * drop): give the freed nodes' memory back. */
 	if (count >= 256)
-		malloc_trim(0);
+		heap_give_back();
 }
 
 static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)

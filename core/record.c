@@ -526,8 +526,14 @@ static int rebuild(struct record *r, const struct hub_roots *roots, struct store
 		e = htab_init(&b.h, 256);
 	if (!e)
 		e = walk_repos(&b, &sc);
-	if (!e)
-		e = settle(&b, &t);
+	if (!e && (e = settle(&b, &t)) < 0 && e != -ECANCELED && e != -ENOMEM) {
+		nas_gate_note(r->gate, e); /* as the walk's: the NAS gone, say */
+		if (-e != r->walk_err)
+			record_log(r, LOG_WARNING, "record: reading refs and markers of %s failed: "
+				   "%s; the record keeps its last build", roots->path[0],
+				   strerror(-e));
+		r->walk_err = -e;
+	}
 	if (!e && b.big_refs)
 		record_log(r, LOG_NOTICE, "record: %zu refs files over %d bytes are shown without "
 			   "their bytes (not readable while the NAS is down)", b.big_refs,

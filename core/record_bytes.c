@@ -4,6 +4,7 @@
 #include "record_int.h"
 #include "clock.h"
 #include "durable.h"
+#include "nasgate.h"
 #include "nasopen.h"
 
 #include <errno.h>
@@ -24,6 +25,13 @@ static int read_once(const struct hub_roots *roots, struct rnode *n, size_t max,
 	struct stat before;
 	int fd = nas_open(roots, n->backing, 0), changed;
 
+	/* Not there: deleted since the walk, or the whole NAS gone from under
+	 * the build (unmounted, its empty mount point seen: -ENOMEDIUM, the
+	 * build fails).  Taken for deleted, every ref and marker read after
+	 * it would be left out of the record, and with the NAS down a reader
+	 * could no longer resolve "main". */
+	if (fd == -ENOENT || fd == -ENOTDIR)
+		fd = nas_missing_or_gone(roots->path[0], 1, fd);
 	if (fd < 0)
 		return fd == -ENOENT || fd == -ELOOP || fd == -ESTALE || fd == -ENXIO ||
 		       fd == -EISDIR || fd == -ENOTDIR || fd == -EACCES || fd == -EXDEV ? 2 : fd;

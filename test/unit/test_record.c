@@ -568,10 +568,35 @@ ssize_t __wrap_durable_read_fd(int fd, void *buf, size_t cap);
 static char rewrite_path[PATH_MAX * 2];
 static _Atomic int rewrite_armed;
 
+/* With vanish_armed, the first read of a marker or a file list (after the
+ * walk: the build's last steps read them) takes the NAS away too, as an
+ * unmount would: its directory moved aside and an empty one, the mount
+ * point, in its place (what is open stays readable). */
+static _Atomic int vanish_armed;
+
+static void nas_swap(const char *from, const char *to)
+{
+	char a[PATH_MAX * 2], b[PATH_MAX * 2];
+
+	snprintf(a, sizeof(a), "%s%s", nas, from);
+	snprintf(b, sizeof(b), "%s%s", nas, to);
+	if (rename(a, b) < 0)
+		exit(2);
+}
+
 ssize_t __wrap_durable_read_fd(int fd, void *buf, size_t cap)
 {
 	char link[64], at[PATH_MAX];
 	ssize_t n;
+
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	if (atomic_load(&vanish_armed) && (n = readlink(link, at, sizeof(at) - 1)) > 0 &&
+	    (at[n] = '\0', strstr(at, "/.no_exist/") || strstr(at, "/trees/")) &&
+	    atomic_exchange(&vanish_armed, 0)) {
+		nas_swap("", ".away");
+		if (mkdir(nas, 0755) < 0)
+			exit(2);
+	}
 
 	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
 	if (atomic_load(&rewrite_armed) && (n = readlink(link, at, sizeof(at) - 1)) > 0 &&
@@ -617,6 +642,44 @@ static void ref_rewritten(struct check_count *c, struct logs *lg, struct store *
 	      "an empty refs file: built, kept empty");
 	check_put(nas, REPO "/refs/main", REV);
 	record_close(&r);
+}
+
+/* The NAS unmounted in the middle of a build (after the walk, as its
+ * markers and file lists are read): the build fails and the record keeps
+ * its last one, markers and all.  (Those read after it were taken for
+ * deleted and the record published without them: with the NAS down, a
+ * loader would take a file the marker says is absent at that revision for
+ * one to download.) */
+static void nas_vanishes(struct check_count *c, struct logs *lg, struct store *s,
+			 const struct hub_roots *roots)
+{
+	char dir[PATH_MAX * 2];
+	struct record r;
+	int e;
+
+	snprintf(dir, sizeof(dir), "%s/vanish", top);
+	mkdir(dir, 0700);
+	CHECK(c, record_open(&r, dir, 0, log_line, lg) == 0 && record_rebuild(&r, roots, s) == 0 &&
+	      bytes_are(&r, REPO "/refs/main", REV) &&
+	      look(&r, REPO "/.no_exist/" REV "/missing.txt") == 0, "built whole");
+	atomic_store(&vanish_armed, 1);
+	e = record_rebuild(&r, roots, s);
+	CHECK(c, !atomic_load(&vanish_armed) && e == -ENOMEDIUM, "built with the NAS unmounted "
+	      "under it: %s", strerror(-e));
+	CHECK(c, bytes_are(&r, REPO "/refs/main", REV) &&
+	      look(&r, REPO "/.no_exist/" REV "/missing.txt") == 0 &&
+	      look(&r, REPO "/.no_exist/" REV "/sub/missing.json") == 0 &&
+	      bytes_are(&r, REPO "/trees/" REV ".json", tree_text) &&
+	      look(&r, SNAP "/sub/dir/file") == 0, "the last build kept (%s)", list(&r, REPO));
+	CHECK(c, logged(lg, "record: reading refs and markers of"), "the failure logged");
+	record_close(&r);
+	CHECK(c, record_open(&r, dir, 0, log_line, lg) == 0 &&
+	      bytes_are(&r, REPO "/refs/main", REV) &&
+	      look(&r, REPO "/.no_exist/" REV "/missing.txt") == 0, "and on disk");
+	record_close(&r);
+	if (rmdir(nas) < 0)
+		exit(2);
+	nas_swap(".away", "");
 }
 
 int main(void)
@@ -727,6 +790,7 @@ int main(void)
 	damage(&c, &lg, &s, &roots);
 	hub_store_promoted(&c, &lg, &s, local, &opt, &roots);
 	ref_rewritten(&c, &lg, &s, &roots);
+	nas_vanishes(&c, &lg, &s, &roots);
 	store_close(&s);
 	snprintf(p, sizeof(p), "rm -rf %s", top);
 	if (system(p) != 0)

@@ -1,4 +1,5 @@
-/* clock.h - clock readings as the plain integers the code compares.
+/* clock.h - clock readings as the plain integers the code compares, and
+ * file times compared.
  *
  * Deadlines, ages and profiles all count on CLOCK_MONOTONIC (never set back,
  * never jumps with the wall clock); only the profile reads thread CPU time
@@ -9,12 +10,23 @@
 #define WFS_CLOCK_H
 
 #include <stdint.h>
+#include <sys/stat.h>
 #include <time.h>
 
 /* Are two file times (a stat's mtime, ctime) the same instant? */
 static inline int same_ts(const struct timespec *a, const struct timespec *b)
 {
 	return a->tv_sec == b->tv_sec && a->tv_nsec == b->tv_nsec;
+}
+
+/* Is @now (an fstat of the same descriptor, later) the file @was was,
+ * unchanged: same inode, size, mtime and ctime?  A file rewritten in place
+ * at the same size keeps its inode and size: only the times tell. */
+static inline int same_file_state(const struct stat *was, const struct stat *now)
+{
+	return was->st_dev == now->st_dev && was->st_ino == now->st_ino &&
+	       was->st_size == now->st_size && same_ts(&was->st_mtim, &now->st_mtim) &&
+	       same_ts(&was->st_ctim, &now->st_ctim);
 }
 
 static inline int64_t clock_ns(clockid_t id)

@@ -171,6 +171,7 @@ static int open_source(struct job *j, const char *path)
 		     (uint64_t)st.st_size, j->size);
 		return -1;
 	}
+	j->src_st = st;
 	return 0;
 }
 

@@ -78,7 +78,10 @@ struct fetch_result {
  *     O_DIRECT, not from the page cache, and hashed with XXH3-128; it must
  *     equal the XXH3-128 of the source read, which proves the durable copy
  *     holds the bytes the content address was computed over;
- *   - the source must hold exactly @size bytes throughout;
+ *   - the source must hold exactly @size bytes throughout, and be the file
+ *     it was when opened at the end (inode, size, mtime and ctime: a
+ *     rewrite in place at the same size shows only in the times; the bytes
+ *     read would be part old, part new, their hash and sample agreeing);
  *   - @src_path is absolute and physical (the caller resolved every link)
  *     and is opened with nas_open(NULL, ...) (nasopen.h): a link swapped
  *     into any of its components since is refused (-ELOOP), never followed;
@@ -102,8 +105,9 @@ struct fetch_result {
  * unlinked (unless it already existed), res->reason says why, and:
  *   -EBADMSG    content does not match its name (res->id_check == 0)
  *   -EIO        the copy read back differs from the source, or a short write
- *   -ESTALE     the source is not @size bytes, or changed size while copied
- *               ("short read on ... at offset N", or longer)
+ *   -ESTALE     the source is not @size bytes, or changed while copied
+ *               ("short read on ... at offset N", or longer, or "changed
+ *               during the copy": a new mtime or ctime)
  *   -ENOSPC     "no space left on <dir of @tmp_path>" (-EDQUOT: quota)
  *   -ECANCELED  prog->cancel was set
  *   other       -errno of the failing call (open, read, write, fsync, ...);

@@ -26,6 +26,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #define CHUNK ((size_t)1 << 20)
@@ -129,6 +130,7 @@ struct engine {
 struct job {
 	struct engine eng;
 	struct stream src, ver;   /* ver.fd is the copy (or the scrubbed file) */
+	struct stat src_st;       /* the source as opened: it must be so at the end */
 	struct slot slots[NSRC + NVER];
 	uint64_t size;
 	int copying;              /* fetch_copy_verify, not fetch_hash_file */

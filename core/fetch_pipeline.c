@@ -354,6 +354,14 @@ static void src_finish(struct job *j)
 		     s->path, (uint64_t)st.st_size, j->size);
 		return;
 	}
+	/* Rewritten in place (same size) while read: the bytes read may be
+	 * part old, part new -- a file the NAS never held, and its hash and
+	 * sample agree with it.  Only the times tell. */
+	if (!same_file_state(&j->src_st, &st)) {
+		job_fail(j, -ESTALE, "%s changed during the copy (a new mtime or ctime: written "
+			 "in place)", s->path);
+		return;
+	}
 	if (ftruncate(j->ver.fd, (off_t)j->size) < 0 || fchmod(j->ver.fd, 0444) < 0) {
 		job_fail_write(j, -errno, "cannot finish");
 		return;

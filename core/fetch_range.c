@@ -1,5 +1,6 @@
 /* fetch_range.c - the verified copy of one byte range; see fetch_range.h. */
 #include "fetch_range.h"
+#include "clock.h"
 #include "durable.h"
 #include "hash.h"
 #include "nasopen.h"
@@ -239,23 +240,31 @@ static int open_source(const char *src_path, struct fetch_result *res)
 	return in;
 }
 
-/* The source is still @size bytes after the copy: 0, or -ESTALE. */
-static int same_size(int fd, uint64_t size, const char *src, struct fetch_result *res)
+/* The source is @size bytes (its attributes into @st), and with @was (its
+ * attributes when the read began) the same file unchanged: a rewrite in
+ * place at the same size keeps inode and size, and the bytes read may then
+ * be part old, part new, their hash and sample agreeing with them.  0, or
+ * -ESTALE. */
+static int same_source(int fd, uint64_t size, const char *src, const struct stat *was,
+		       struct stat *st, struct fetch_result *res)
 {
-	struct stat st;
-
-	if (fstat(fd, &st) < 0) {
+	if (fstat(fd, st) < 0) {
 		res->src_err = -errno;
 		snprintf(res->reason, sizeof(res->reason), "stat %s: %s", src, strerror(errno));
 		return res->src_err;
 	}
-	if (!S_ISREG(st.st_mode)) {
+	if (!S_ISREG(st->st_mode)) {
 		snprintf(res->reason, sizeof(res->reason), "%s is not a regular file", src);
 		return -EINVAL;
 	}
-	if ((uint64_t)st.st_size != size) {
+	if ((uint64_t)st->st_size != size) {
 		snprintf(res->reason, sizeof(res->reason), "source %s is %llu bytes, %llu expected",
-			 src, (unsigned long long)st.st_size, (unsigned long long)size);
+			 src, (unsigned long long)st->st_size, (unsigned long long)size);
+		return -ESTALE;
+	}
+	if (was && !same_file_state(was, st)) {
+		snprintf(res->reason, sizeof(res->reason), "source %s changed while it was read "
+			 "(a new mtime or ctime: written in place)", src);
 		return -ESTALE;
 	}
 	return 0;
@@ -266,6 +275,7 @@ int fetch_range_verify(const char *src_path, uint64_t size, int dst_fd, uint64_t
 		       struct fetch_result *res)
 {
 	struct fetch_result scratch;
+	struct stat was, now;
 	char again[33];
 	int in, r;
 
@@ -281,7 +291,7 @@ int fetch_range_verify(const char *src_path, uint64_t size, int dst_fd, uint64_t
 	}
 	if ((in = open_source(src_path, res)) < 0)
 		return in;
-	r = same_size(in, size, src_path, res);
+	r = same_source(in, size, src_path, NULL, &was, res);
 	if (r == 0)
 		r = copy_range(src_path, in, dst_fd, off, len, bw_limit, prog, res);
 	if (r == 0 && (r = source_sample(in, size, res->sample)) < 0) {
@@ -289,8 +299,9 @@ int fetch_range_verify(const char *src_path, uint64_t size, int dst_fd, uint64_t
 		snprintf(res->reason, sizeof(res->reason), "sampling %s: %s", src_path, strerror(-r));
 		r = r == -ENODATA ? -ESTALE : r;
 	}
+	/* the range and the sample are of one version of the file */
 	if (r == 0)
-		r = same_size(in, size, src_path, res);
+		r = same_source(in, size, src_path, &was, &now, res);
 	close(in);
 	if (r == 0 && fdatasync(dst_fd) < 0) {
 		r = -errno;
@@ -332,6 +343,7 @@ int fetch_hash_source(const char *src_path, uint64_t size, const char *expected_
 	struct sample_hash sh = { 0 };
 	struct hash_piece h = { &ch, &sh };
 	struct fetch_result scratch;
+	struct stat was, now;
 	int in, r;
 
 	if (!res)
@@ -340,7 +352,7 @@ int fetch_hash_source(const char *src_path, uint64_t size, const char *expected_
 	res->id_check = -1;
 	if ((in = open_source(src_path, res)) < 0)
 		return in;
-	r = same_size(in, size, src_path, res);
+	r = same_source(in, size, src_path, NULL, &was, res);
 	if (r == 0)
 		r = content_hash_init(&ch, expected_id, size);
 	if (r == 0)
@@ -352,7 +364,7 @@ int fetch_hash_source(const char *src_path, uint64_t size, const char *expected_
 	if (r == 0)
 		r = sample_hash_final(&sh, res->sample);
 	if (r == 0)
-		r = same_size(in, size, src_path, res);
+		r = same_source(in, size, src_path, &was, &now, res);
 	if (r == 0 && res->id_check == 0) {
 		r = -EBADMSG;
 		snprintf(res->reason, sizeof(res->reason), "content does not match its name: %s %s "

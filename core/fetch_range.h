@@ -27,8 +27,10 @@
  * @off + @len) at the same offsets, and verify them.
  *   - @src_path is absolute and physical and opened with nas_open(NULL, ..)
  *     (nasopen.h): a link in any component is refused (-ELOOP);
- *   - the source must be @size bytes when opened and after the last read
- *     (-ESTALE otherwise), and @off + @len <= @size (-EINVAL);
+ *   - the source must be @size bytes when opened, and after the last read
+ *     the same file unchanged (inode, size, mtime, ctime: a rewrite in
+ *     place at the same size shows only in the times), else -ESTALE; the
+ *     sample is taken between the two looks; @off + @len <= @size (-EINVAL);
  *   - @bw_limit (bytes/s, 0 none) caps the source reads, or prog->rate
  *     once set (fetch.h), the first chunk read at once: res->owed_ns is
  *     how far the call ran ahead of the cap, for the caller to wait out
@@ -39,7 +41,7 @@
  * source's identity; or -errno with res->reason saying why:
  *   -EIO        the range read back differs from what was read, or a short
  *               write
- *   -ESTALE     the source is shorter than @size, or changed size
+ *   -ESTALE     the source is not @size bytes, or changed while read
  *   -ENOSPC     no space left for the range (-EDQUOT: quota)
  *   -ECANCELED  prog->cancel was set
  *   other       the -errno of the failing call; a failed source read sets
@@ -57,8 +59,8 @@ int fetch_range_verify(const char *src_path, uint64_t size, int dst_fd, uint64_t
  * res->xxh with it).  Opened, sized, throttled (@bw_limit, or prog->rate
  * once set, as fetch_copy_verify), counted and cancelled (@prog, may be
  * NULL) as fetch_range_verify; returns 0, or
- * -EBADMSG (the content address does not match), -ESTALE (not @size bytes
- * throughout), -ECANCELED, -EINVAL (not a regular file), or the -errno of
+ * -EBADMSG (the content address does not match), -ESTALE (not @size bytes,
+ * or changed while read, as fetch_range_verify), -ECANCELED, -EINVAL (not a regular file), or the -errno of
  * the open or a read (res->src_err set, res->reason naming the offset). */
 int fetch_hash_source(const char *src_path, uint64_t size, const char *expected_id,
 		      uint64_t bw_limit, struct fetch_progress *prog, struct fetch_result *res);

@@ -225,7 +225,8 @@ static void copy_fails(struct check_count *c, const char *src, uint64_t size, co
 struct meddler {
 	struct fetch_progress *prog;
 	const char *path;
-	int what;  /* 0 cancel, 1 append, 2 truncate, 3 lift the cap (prog->rate) */
+	int what;  /* 0 cancel, 1 append, 2 truncate, 3 lift the cap (prog->rate),
+		    * 4 rewrite the last MiB in place (same size, a new mtime) */
 };
 
 /* Waits until the copy has written something, then interferes. */
@@ -240,6 +241,20 @@ static void *meddle(void *arg)
 		atomic_store(&m->prog->cancel, 1);
 	} else if (m->what == 3) {
 		atomic_store(&m->prog->rate, FETCH_RATE_NONE);
+	} else if (m->what == 4) {
+		/* (the mtime set too: a rewrite within one clock tick of the
+		 * file's creation could keep it) */
+		struct timespec t[2] = { { 0, UTIME_OMIT }, { 1700000000, 0 } };
+		struct stat st;
+		char *mib = calloc(1, 1 << 20);
+
+		fd = open(m->path, O_WRONLY);
+		if (!mib || fstat(fd, &st) < 0 ||
+		    pwrite(fd, mib, 1 << 20, st.st_size - (1 << 20)) != 1 << 20 ||
+		    futimens(fd, t) < 0)
+			perror("rewrite in place");
+		close(fd);
+		free(mib);
 	} else {
 		fd = open(m->path, O_WRONLY | O_APPEND);
 		if (m->what == 1 && write(fd, "more", 4) != 4)
@@ -270,6 +285,50 @@ static void meddled(struct check_count *c, int what, uint64_t bw, int named, int
 	copy_fails(c, src, n, named ? name : NULL, bw, &prog, want_err, why);
 	pthread_join(t, NULL);
 	unlink(src);
+	free(buf);
+}
+
+/* The source rewritten in place as it is read (same size, same inode, a
+ * new mtime): the copy, a range's copy and a hash of the source each fail
+ * ESTALE.  (The bytes read were part old, part new, and a copy of them --
+ * a file the NAS never held -- was published as verified: nothing but the
+ * times tells such a rewrite, and no content address guards a name that
+ * is not one.) */
+static void rewritten_in_place(struct check_count *c)
+{
+	char src[PATH_MAX], tmp[PATH_MAX];
+	size_t n = 6 << 20;
+	unsigned char *buf = check_pattern(n, 13);
+	struct fetch_progress prog = { 0, 0, 0 };
+	struct meddler m = { &prog, src, 4 };
+	struct fetch_result res;
+	pthread_t t;
+	int fd, r;
+
+	path_of(src, "inplace");
+	path_of(tmp, "tmp-inplace");
+	for (int call = 0; call < 3; call++) {
+		check_write_file(src, buf, n);
+		memset(&prog, 0, sizeof(prog));
+		pthread_create(&t, NULL, meddle, &m);
+		if (call == 0) {
+			r = fetch_copy_verify(src, n, tmp, NULL, 8 << 20, &prog, &res);
+			CHECK(c, !exists(tmp), "rewritten in place: no copy left");
+		} else if (call == 1) {
+			fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+			r = fd < 0 || ftruncate(fd, (off_t)n) < 0 ? -errno :
+			    fetch_range_verify(src, n, fd, 0, n, 8 << 20, &prog, &res);
+			close(fd);
+			unlink(tmp);
+		} else {
+			r = fetch_hash_source(src, n, NULL, 8 << 20, &prog, &res);
+		}
+		pthread_join(t, NULL);
+		CHECK(c, r == -ESTALE && strstr(res.reason, "written in place"),
+		      "%s of a source rewritten in place: %d (%s)", call == 0 ? "copy" :
+		      call == 1 ? "range copy" : "hash", r, res.reason);
+		unlink(src);
+	}
 	free(buf);
 }
 
@@ -393,6 +452,7 @@ static void test_failures(struct check_count *c)
 	meddled(c, 0, 4 << 20, 1, -ECANCELED, "cancelled mid-copy, named");
 	meddled(c, 1, 8 << 20, 0, -ESTALE, "source grew");
 	meddled(c, 2, 8 << 20, 1, -ESTALE, "source shrank, named");
+	rewritten_in_place(c);
 
 	/* 2 chunks at 16 MiB/s: the first starts at once, the second 1/16 s later */
 	path_of(tmp, "throttled");

@@ -152,6 +152,43 @@ static int read_from_record(fuse_req_t req, struct wfs *w, struct wfs_fh *fh, si
 	return r;
 }
 
+/* A NAS read (@n bytes from @off, at *@buf + *@skip) that came back short
+ * inside the file as opened (@end): an NFS read of several RPCs whose later
+ * one failed, a NAS client that splits reads.  Replied so, it would tell
+ * the kernel the file ends there -- it shrinks the inode's size, and a
+ * reader's copy ends early with no error.  The rest is asked for until
+ * @size or @end; its error fails the read; a read of no bytes means the
+ * file does end there now (shrunk on the NAS since the open).  Returns the
+ * bytes now in *@buf (from *@skip 0), or -errno with *@buf freed. */
+static ssize_t nas_rest(struct wfs *w, int fd, int direct, char **buf, size_t *skip, ssize_t n,
+			size_t size, off_t off, uint64_t end)
+{
+	char *all = malloc(size), *more;
+	size_t have = (size_t)n, at;
+	ssize_t m = 0;
+
+	if (all)
+		memcpy(all, *buf + *skip, have);
+	free(*buf);
+	*buf = all;
+	*skip = 0;
+	if (!all)
+		return -ENOMEM;
+	while (have < size && (uint64_t)off + have < end) {
+		m = span_nas(w, fd, (uint64_t)off + have, size - have, !direct, &more, &at);
+		if (m <= 0)
+			break;
+		memcpy(all + have, more + at, (size_t)m);
+		free(more);
+		have += (size_t)m;
+	}
+	if (m < 0) {
+		free(all);
+		return m;
+	}
+	return (ssize_t)have;
+}
+
 static void read_nas(fuse_req_t req, struct wfs *w, struct wfs_fh *fh, size_t size, off_t off)
 {
 	char *buf;
@@ -167,6 +204,9 @@ static void read_nas(fuse_req_t req, struct wfs *w, struct wfs_fh *fh, size_t si
 	n = span_nas(w, fd, (uint64_t)off, size, !direct, &buf, &skip);
 	if (nas_fd_died(n) && (fd = fh_nas_reopen(w, fh, fd, &direct)) >= 0)
 		n = span_nas(w, fd, (uint64_t)off, size, !direct, &buf, &skip);
+	if (n >= 0 && (size_t)n < size && (uint64_t)off + (uint64_t)n < (uint64_t)fh->nas_st.st_size)
+		n = nas_rest(w, fd, direct, &buf, &skip, n, size, off,
+			     (uint64_t)fh->nas_st.st_size);
 	if (n < 0 && NAS_CANNOT_ANSWER(n) && read_from_record(req, w, fh, size, off) == 0)
 		return;
 	if (n < 0) {

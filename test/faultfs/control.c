@@ -65,8 +65,8 @@ static void set_mode(enum mode m, int err)
 static void command(char *line, char *out, size_t sz)
 {
 	static const char *const cmds[] = { "ok", "hang", "clear", "state", "fail", "latency",
-					    "eio", "faildir", "notype", "closes" };
-	static const int nargs[] = { 0, 0, 0, 0, 1, 1, 3, 2, 1, 1 };
+					    "eio", "faildir", "notype", "closes", "cut" };
+	static const int nargs[] = { 0, 0, 0, 0, 1, 1, 3, 2, 1, 1, 2 };
 	char *save = NULL, *cmd = strtok_r(line, " \t", &save), *a[4] = {0};
 	char *a1, *a2, *a3;
 	uint64_t v1, v2;
@@ -91,9 +91,12 @@ static void command(char *line, char *out, size_t sz)
 			snprintf(out, sz, "error fail needs an errno name or number");
 		else
 			set_mode(MODE_FAIL, e);
-	} else if (!strcmp(cmd, "eio")) {
-		if (parse_u64(a2, &v1) || parse_u64(a3, &v2) || v2 == 0) {
-			snprintf(out, sz, "error usage: eio REL OFF LEN (LEN > 0)");
+	} else if (!strcmp(cmd, "eio") || !strcmp(cmd, "cut")) {
+		int cut = cmd[0] == 'c';
+
+		if (parse_u64(a2, &v1) || (!cut && (parse_u64(a3, &v2) || v2 == 0))) {
+			snprintf(out, sz, cut ? "error usage: cut REL OFF" :
+				 "error usage: eio REL OFF LEN (LEN > 0)");
 			return;
 		}
 		while (*a1 == '/')
@@ -107,9 +110,10 @@ static void command(char *line, char *out, size_t sz)
 		}
 		pthread_mutex_lock(&g.lock);
 		if (g.n_eio < MAX_EIO)
-			g.eio[g.n_eio++] = (struct eio_range){ st.st_dev, st.st_ino, v1, v2 };
+			g.eio[g.n_eio++] = (struct eio_range){ st.st_dev, st.st_ino, v1,
+							       cut ? 0 : v2, cut };
 		else
-			snprintf(out, sz, "error at most %d eio ranges", MAX_EIO);
+			snprintf(out, sz, "error at most %d eio ranges and cuts", MAX_EIO);
 		pthread_mutex_unlock(&g.lock);
 	} else if (!strcmp(cmd, "faildir")) {
 		while (*a1 == '/')

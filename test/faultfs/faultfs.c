@@ -60,10 +60,13 @@ static void usage(FILE *f)
 "  fail ERRNAME|N     every call fails with that errno (hung ones too)\n"
 "  eio REL OFF LEN    reads of SRC/REL overlapping [OFF, OFF+LEN) fail with EIO\n"
 "                     (writes there succeed, as a disk remaps a sector written)\n"
+"  cut REL OFF        the next read of SRC/REL from before OFF to past it returns\n"
+"                     only the bytes before OFF, once: short inside the file (an\n"
+"                     NFS read whose later RPC failed, a client that splits reads)\n"
 "  faildir REL ERR    lookups in the directory SRC/REL, and listings of it,\n"
 "                     fail with ERR (a name or number), or with ERR `hang`\n"
 "                     block until `clear`; other calls work\n"
-"  clear              drop every eio range and the faildir\n"
+"  clear              drop every eio range, cut and the faildir\n"
 "  latency MS         every call waits MS milliseconds first (0: off)\n"
 "  notype 1|0         listings give no entry types (DT_UNKNOWN, as NFS\n"
 "                     without READDIRPLUS does), or give them again\n"
@@ -72,7 +75,7 @@ static void usage(FILE *f)
 "                     answered at once again (the default)\n"
 "  state              one JSON line: mode, errno, hung (of them hung_reads),\n"
 "                     calls, reads, read_bytes, writes, write_bytes, latency_ms,\n"
-"                     eio_ranges, faildir, rw\n");
+"                     eio_ranges (cuts included), faildir, rw\n");
 }
 
 int rw; /* --rw; set before any thread starts */
@@ -274,11 +277,29 @@ static int eio_hit(const struct node *n, uint64_t off, uint64_t size)
 	for (unsigned i = 0; i < g.n_eio && !hit; i++) {
 		const struct eio_range *e = &g.eio[i];
 
-		hit = e->dev == n->dev && e->ino == n->ino && off < e->off + e->len &&
+		hit = !e->cut && e->dev == n->dev && e->ino == n->ino && off < e->off + e->len &&
 		      e->off < off + size;
 	}
 	pthread_mutex_unlock(&g.lock);
 	return hit;
+}
+
+/* @size, or less when a cut of (dev, ino) lies inside [off, off+size):
+ * the cut is then used up (the read after it, from anywhere, is whole). */
+static size_t cut_size(const struct node *n, uint64_t off, size_t size)
+{
+	pthread_mutex_lock(&g.lock);
+	for (unsigned i = 0; i < g.n_eio; i++) {
+		const struct eio_range *e = &g.eio[i];
+
+		if (e->cut && e->dev == n->dev && e->ino == n->ino && off < e->off &&
+		    e->off < off + size) {
+			size = (size_t)(e->off - off);
+			g.eio[i--] = g.eio[--g.n_eio];
+		}
+	}
+	pthread_mutex_unlock(&g.lock);
+	return size;
 }
 
 /* ---- FUSE operations (no kernel caching: every timeout is 0) */
@@ -513,6 +534,7 @@ static void ff_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_err(req, EIO);
 		return;
 	}
+	size = cut_size(N(ino), (uint64_t)off, size);
 	if (!(buf = malloc(size ? size : 1))) {
 		fuse_reply_err(req, ENOMEM);
 		return;

@@ -18,11 +18,14 @@
 
 enum mode { MODE_OK, MODE_HANG, MODE_FAIL };
 
-/* Reads of [off, off+len) of the source file (dev, ino) fail with EIO. */
+/* Reads of [off, off+len) of the source file (dev, ino) fail with EIO; or,
+ * a cut, the next read that starts before off and reaches past it returns
+ * only the bytes before off (a short read inside the file), once. */
 struct eio_range {
 	dev_t dev;
 	ino_t ino;
 	uint64_t off, len;
+	int cut;
 };
 
 struct faults {

@@ -101,6 +101,24 @@ class FaultFS(unittest.TestCase):
         other = self.FIX.by_path[self.revision_entries()[1][0]["path"]]
         self.assertEqual(wfstest.sha256_file(self.p(other["path"])), (other["sha256"], other["size"]))
 
+    def test_cut(self):
+        e = self.big()
+        off = (1 << 20) + 1000
+        self.assertEqual(self.nas.cmd("cut %s %d" % (e["nas_real"], off)), "ok")
+        self.assertEqual(self.nas.state()["eio_ranges"], 1)
+        with open(self.FIX.n(e["nas_real"]), "rb") as f:
+            want = f.read()
+        fd = os.open(self.p(e["path"]), os.O_RDONLY)
+        try:
+            self.assertEqual(os.pread(fd, 4096, 0), want[:4096], "a read before the cut: whole")
+            self.assertEqual(os.pread(fd, 65536, off - 100), want[off - 100:off],
+                             "the read across the cut: short, its bytes right")
+            self.assertEqual(self.nas.state()["eio_ranges"], 0, "the cut used up")
+            self.assertEqual(os.pread(fd, 65536, off - 100), want[off - 100:off - 100 + 65536],
+                             "the next read across it: whole")
+        finally:
+            os.close(fd)
+
     def test_hang_blocks_until_ok(self):
         e = self.big()
         self.assertEqual(self.nas.cmd("hang"), "ok")
@@ -170,6 +188,7 @@ class FaultFS(unittest.TestCase):
         self.assertEqual(self.nas.state()["latency_ms"], 100)
         self.assertEqual(self.nas.cmd("latency 0"), "ok")
         for bad in ("bogus", "fail ENOSUCH", "fail", "eio no/such/file 0 1",
-                    "eio %s 0 0" % e["nas_real"], "latency -1", "ok extra"):
+                    "eio %s 0 0" % e["nas_real"], "latency -1", "ok extra",
+                    "cut %s" % e["nas_real"], "cut %s x" % e["nas_real"], "cut no/such/file 5"):
             self.assertTrue(self.nas.cmd(bad).startswith("error "), bad)
         self.assertEqual(self.nas.state()["mode"], "ok")

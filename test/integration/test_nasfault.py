@@ -581,6 +581,33 @@ class EioMidCopy(WfsOnFaultNAS):
         self.assertEqual(self.nas()["state"], "up")
 
 
+class ShortNasRead(WfsOnFaultNAS):
+    """A NAS read that comes back short inside the file (faultfs `cut`: an
+    NFS read whose later RPC failed, a client that splits reads): the daemon
+    asks for the rest, so a reader gets every byte, or the rest's error --
+    never a file that ends early with no error."""
+
+    OPTIONS = NO_CACHE + ("auto_promote=off",)
+    PROMOTE = False
+
+    def test_short_read_inside_the_file(self):
+        snap, _ = revision_entries()
+        e = max(snap, key=lambda x: x["size"])
+        off = e["size"] // 2 + 1000
+        NAS.check("cut %s %d" % (e["nas_real"], off))
+        path = self.m(e["path"])
+        self.assertEqual(sha_size_uncached(path), (e["sha256"], e["size"]),
+                         "read through a NAS read cut short at %d" % off)
+        # the read of the rest fails: so does the reader's (it got a
+        # file that ended there, with no error)
+        NAS.check("eio %s %d %d" % (e["nas_real"], off, 4096))
+        wfstest.drop_pages(path)
+        self.assert_eio(e["path"])
+        NAS.check("clear")
+        self.assertEqual(sha_size_uncached(path), (e["sha256"], e["size"]))
+        self.assertNotEqual(state_of(path), "local")
+
+
 class FrozenMidCopy(WfsOnFaultNAS):
     """promote --wait of two shards while the NAS freezes under the first
     one's copy, the second queued: it says the NAS is down (and why), the

@@ -300,16 +300,24 @@ static int choose_mode(struct wfs *w, struct node *n, struct wfs_fh *fh, int loc
 			snprintf(path, sizeof(path), "%s", fh->nas_path);
 			fd = dup(nas_fd);
 		}
+		/* (a NAS descriptor's close is a NAS call -- a FUSE client's
+		 * FLUSH may hang -- and the table's lock is held: the closer's) */
 		if (fd >= 0 && blob_bytes_gen(fh->blob) != fh->bytes_gen) {
-			close(fd); /* its bytes changed while this open was made: daemon-served */
+			/* its bytes changed while this open was made: daemon-served */
+			if (local)
+				close(fd);
+			else
+				nas_close_later(&w->closer, fd);
 			fd = -1;
 		}
 		if (fd >= 0) {
 			id = passthrough_open_backing(&w->pt, fd);
 			/* the kernel holds its own reference; a NAS file's
 			 * last one is ours (pt_nas_keep_locked) */
-			if (id <= 0 || local || pt_nas_keep_locked(w, id, fd) < 0)
+			if (local)
 				close(fd);
+			else if (id <= 0 || pt_nas_keep_locked(w, id, fd) < 0)
+				nas_close_later(&w->closer, fd);
 			if (id < 0) {
 				refused_now = !w->pt_warned;
 				w->pt_warned = 1;

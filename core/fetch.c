@@ -136,7 +136,12 @@ static void job_free(struct job *j, void *mem)
 		close(j->src.fd);
 	if (j->ver.fd >= 0)
 		close(j->ver.fd);
-	free(mem);
+	/* Reads and writes the broken ring still had in flight are not
+	 * stopped by its close: a read the kernel finishes later (an io-wq
+	 * worker on a slow NFS file) would land in memory given out again.
+	 * Their buffers are left allocated (a rare, bounded leak). */
+	if (!j->ring_broken)
+		free(mem);
 	free(j);
 }
 

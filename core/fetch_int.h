@@ -150,6 +150,7 @@ struct job {
 	struct fetch_result *res;
 	char dir[PATH_MAX];
 	int err;
+	int ring_broken;          /* the ring failed with reads or writes in flight */
 	struct prof *prof;        /* WFS_FETCH_PROFILE: where the time goes */
 };
 

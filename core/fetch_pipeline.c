@@ -510,6 +510,7 @@ void job_run(struct job *j)
 		}
 		if (r < 0) {
 			/* the ring is broken: nothing in flight can be waited for */
+			j->ring_broken = j->eng.inflight > 0;
 			job_fail(j, r, "io_uring failed: %s", strerror(-r));
 			return;
 		}

@@ -315,9 +315,12 @@ static void read_more(struct job *j, struct stream *s)
 		if (sl->state != SLOT_FREE || (s->is_src && !throttle_take(j, want)))
 			break;
 		/* a buffered re-read must come from the disk: drop the (clean,
-		 * synced) cached pages first */
+		 * synced) cached pages first -- whole pages: a range ending
+		 * inside one keeps it, and the file's last page would be
+		 * compared from the cache */
 		if (!s->is_src && !s->direct)
-			posix_fadvise(s->fd, (off_t)s->sub, (off_t)want, POSIX_FADV_DONTNEED);
+			posix_fadvise(s->fd, (off_t)s->sub, (off_t)round_up(want, 4096),
+				      POSIX_FADV_DONTNEED);
 		sl->off = s->sub;
 		sl->want = want;
 		sl->got = 0;

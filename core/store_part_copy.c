@@ -323,9 +323,16 @@ static void rehash(struct store *s, struct blob *b)
 	free(v), free(set), free(ok), free(gaps);
 }
 
-/* The adoption failed (@r, @why): the ranges keep serving.  Lock held. */
+/* The adoption failed (@r, @why): the ranges keep serving -- unless it
+ * found them not vouched for (-ESTALE: the partial file changed since they
+ * were verified, or their bytes' sample is not the one they were copied
+ * under): dropped then, the NAS serves.  Lock held. */
 static void adopt_failed_locked(struct store *s, struct blob *b, int r, const char *why)
 {
+	if (r == -ESTALE) {
+		part_drop_locked(s, b, why);
+		return;
+	}
 	if (r == -EBADMSG) {
 		/* the NAS holds other bytes than its name says: as a copy would */
 		blob_state_set_locked(s, b, BLOB_MISMATCH);
@@ -372,13 +379,16 @@ static int adopt(struct store *s, struct blob *b)
 	pthread_mutex_unlock(&s->lock);
 	store_write_index_if_dirty(s); /* a failure is logged; the ranges then are as before */
 	r = lstat(path, &st0) < 0 ? -errno : fetch_verify_file(path, size, id, &res);
-	if (r == 0 && lstat(path, &st1) < 0)
+	/* (a name its bytes do not match: the NAS's fault only if the file
+	 * hashed is the one the ranges were verified in) */
+	if ((r == 0 || r == -EBADMSG) && lstat(path, &st1) < 0)
 		r = -errno;
 	pthread_mutex_lock(&s->lock);
 	p->copying = 0;
 	if (gen != p->gen || (b->state != BLOB_NAS && b->state != BLOB_FAILED))
 		return 0; /* dropped, or copied whole, meanwhile */
-	if (r == 0 && (!file_proof_holds(&p->proof, &st0) || !file_proof_holds(&p->proof, &st1)))
+	if ((r == 0 || r == -EBADMSG) &&
+	    (!file_proof_holds(&p->proof, &st0) || !file_proof_holds(&p->proof, &st1)))
 		r = -ESTALE, snprintf(why, sizeof(why), "partial file %s changed since its ranges "
 				      "were verified", path);
 	else if (r == 0 && strcmp(res.sample, b->sample))

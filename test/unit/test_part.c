@@ -40,6 +40,26 @@ void *__wrap_calloc(size_t n, size_t sz)
 	return __real_calloc(n, sz);
 }
 
+/* Linked with --wrap=fetch_verify_file: while armed, the next whole-file
+ * hash (a partial file adopted as the copy) first flips a byte of the file
+ * in place, as a tool writing in LOCAL_STORE would. */
+static atomic_int flip_armed;
+int __real_fetch_verify_file(const char *path, uint64_t size, const char *expected_id,
+			     struct fetch_result *res);
+int __wrap_fetch_verify_file(const char *path, uint64_t size, const char *expected_id,
+			     struct fetch_result *res)
+{
+	if (atomic_exchange(&flip_armed, 0)) {
+		int fd = open(path, O_RDWR | O_CLOEXEC);
+		char x;
+
+		if (fd < 0 || pread(fd, &x, 1, 100) != 1 || (x ^= 1, pwrite(fd, &x, 1, 100)) != 1)
+			exit(2);
+		close(fd);
+	}
+	return __real_fetch_verify_file(path, size, expected_id, res);
+}
+
 static char top[PATH_MAX], nas[PATH_MAX + 8], local[PATH_MAX + 8], key[PATH_MAX + 16];
 
 static char *pattern(unsigned seed)
@@ -623,6 +643,49 @@ static void test_many(struct check_count *c, struct store *s, const char *want)
 
 /* The index: a version 2 index still loads; a version 3 "partial" record
  * with overlapping ranges is dropped, never served. */
+/* Its ranges cover the blob, and as the partial file is hashed whole to
+ * become the copy, a byte of it is changed in place: the ranges are not
+ * vouched for any more -- dropped, the NAS serves.  (The whole no longer
+ * matching its content address, the NAS was flagged MISMATCH and the
+ * ranges kept serving the changed byte.) */
+/* Until the worker has tried to make @b's ranges its whole copy (10 s). */
+static int wait_adopted(struct store *s, struct blob *b)
+{
+	int64_t end = store_now_ms() + 10000;
+	int done;
+
+	do {
+		pthread_mutex_lock(&s->lock);
+		done = !b->part || (!b->part->adopt && !b->part->copying && !b->part->nwant);
+		pthread_mutex_unlock(&s->lock);
+		if (done)
+			return 1;
+		usleep(2000);
+	} while (store_now_ms() < end);
+	return 0;
+}
+
+static void test_adopt_changed(struct check_count *c, struct store *s)
+{
+	struct brange half[] = { { 0, HALF } }, all[] = { { 0, 2 * HALF } };
+	char *buf = malloc(SIZE), path[PATH_MAX + 80];
+	struct blob_info in;
+	struct blob *b = sha_blob(s, 13, buf, path, sizeof(path));
+
+	CHECK(c, b && store_part_request(s, b, half, 1, 0) == (int64_t)HALF && wait_parts(s, b),
+	      "half of it local");
+	atomic_store(&flip_armed, 1);
+	CHECK(c, store_part_request(s, b, all, 1, 0) == (int64_t)HALF && wait_adopted(s, b),
+	      "the rest asked");
+	blob_info(s, b, &in);
+	CHECK(c, !atomic_load(&flip_armed) && blob_state(b) == BLOB_NAS && in.part_n == 0 &&
+	      !part_file(s, b), "changed as it was adopted: not the copy, its ranges dropped, "
+	      "the NAS not flagged (%s; %zu ranges, bytes right: %d; %s)",
+	      blob_state_name(blob_state(b)), in.part_n, bytes_match(s, b, buf), in.part_reason);
+	store_evict(s, b, 0);
+	free(buf);
+}
+
 static void test_index(struct check_count *c, struct store *s)
 {
 	char path[PATH_MAX + 32];
@@ -681,6 +744,7 @@ int main(void)
 	test_inflight_again(&c, &s);
 	test_inflight_fails(&c, &s);
 	test_many(&c, &s, want);
+	test_adopt_changed(&c, &s);
 	test_index(&c, &s);
 	store_close(&s);
 	free(want);

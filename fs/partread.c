@@ -79,7 +79,10 @@ static int read_local(const struct part_src *src, char *dst, uint64_t off, size_
 }
 
 /* Bytes [@off, @off + @len) of the NAS file into @dst (the caller cut
- * @len at the size the file had). */
+ * @len at the size the file had).  A read that comes back short is read
+ * on (an NFS read whose later RPC failed: its error is the caller's); one
+ * of no bytes means the file is shorter than when it was copied: changed,
+ * -EIO. */
 static int read_nas(struct wfs *w, const struct part_src *src, char *dst, uint64_t off, size_t len)
 {
 	char *buf;
@@ -88,13 +91,19 @@ static int read_nas(struct wfs *w, const struct part_src *src, char *dst, uint64
 
 	if (src->nas_fd < 0)
 		return -EIO;
-	n = span_nas(w, src->nas_fd, off, len, !src->nas_direct, &buf, &skip);
-	if (n < 0)
-		return (int)n;
-	if ((size_t)n == len)
-		memcpy(dst, buf + skip, len);
-	free(buf);
-	return (size_t)n == len ? 0 : -EIO; /* shorter than when it was copied: changed */
+	while (len) {
+		n = span_nas(w, src->nas_fd, off, len, !src->nas_direct, &buf, &skip);
+		if (n < 0)
+			return (int)n;
+		memcpy(dst, buf + skip, (size_t)n);
+		free(buf);
+		if (n == 0)
+			return -EIO;
+		dst += n;
+		off += (uint64_t)n;
+		len -= (size_t)n;
+	}
+	return 0;
 }
 
 int part_read(struct wfs *w, const struct part_src *src, const struct brange *segs,

@@ -479,6 +479,22 @@ class NasOpenHung(PartOnFaultNAS):
             os.close(fd)
 
 
+class ShortNasReadBesideRange(PartOnFaultNAS):
+    """A read of a partial file whose NAS part comes back short inside the
+    file (faultfs `cut`): read on, every byte right (it failed EIO)."""
+
+    def test_short_nas_read_beside_a_range(self):
+        snap = snapshot_of(self.blob["nas_real"])
+        path = self.m(snap["path"])
+        ra = (512 * KiB, 256 * KiB)
+        self.promote_ok(path, [ra])
+        NAS.check("cut %s %d" % (self.blob["nas_real"], ra[0] + ra[1] + 300 * KiB + 5))
+        # O_DIRECT: the kernel's page cache would read a failed page again
+        self.assert_reads(direct_pread, path, ra[0], ra[1] + MiB, "O_DIRECT pread of ra and "
+                          "the NAS bytes after it, cut short at the NAS")
+        self.assertEqual(NAS.state()["eio_ranges"], 0, "the cut was met")
+
+
 class EioInRange(PartOnFaultNAS):
     """A NAS read error inside a range being copied."""
 

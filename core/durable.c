@@ -166,7 +166,9 @@ ssize_t durable_pread_fd(int fd, void *buf, size_t cap, off_t off)
 
 int durable_read(const char *path, size_t max, char **out, size_t *len)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW), r = 0;
+	/* O_NONBLOCK: a FIFO in the file's place must not hang the open
+	 * (refused below as not a regular file) */
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK), r = 0;
 	struct stat st;
 	ssize_t got = 0;
 	char *buf = NULL;

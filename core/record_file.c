@@ -270,7 +270,10 @@ static int get_stat(const struct jflat *o, struct stat *st)
 		"blocks", "atime_s", "atime_ns", "mtime_s", "mtime_ns", "ctime_s", "ctime_ns",
 		"dev" };
 	const int64_t big = INT64_MAX, ns = 999999999, id = UINT32_MAX;
-	const int64_t lo[] = { 0, 0, 0, 0, 0, 0, 0, 0, -big, 0, -big, 0, -big, 0, 0 };
+	/* (ino and dev are written as the int64 of their 64 bits: a NAS
+	 * file id with the top bit set is negative there) */
+	const int64_t lo[] = { 0, 0, 0, 0, 0, -big - 1, 0, 0, -big, 0, -big, 0, -big, 0,
+			       -big - 1 };
 	const int64_t hi[] = { 0177777, id, id, big, id, big, id, big, big, ns, big, ns,
 				  big, ns, big };
 	int64_t v[15];
@@ -451,10 +454,15 @@ int record_load(struct record *r, struct record_table **t, char *nas, size_t nsz
 	if (e == -ENOMEM)
 		return e;
 	if (e) {
-		if (e < 0) {
+		/* set aside for what it is (too large, not a file); an error of
+		 * the read (EIO, EACCES) says nothing of it: left in place */
+		if (e == -EFBIG || e == -EINVAL || e == -ELOOP) {
 			snprintf(why, sizeof(why), "%s", e == -EFBIG ? "larger than the cap" :
-				 e == -EINVAL ? "not a regular file" : strerror(-e));
+				 "not a regular file");
 			set_aside(r, why);
+		} else if (e < 0) {
+			record_log(r, LOG_WARNING, "record %s cannot be read: %s; left as it is, "
+				   "the record starts empty", r->path, strerror(-e));
 		}
 		*t = record_table_make(&(struct rnodes){ 0 }, &len);
 		return *t ? 0 : -ENOMEM;

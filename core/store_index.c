@@ -47,13 +47,15 @@ static void tighten(struct store *s, const char *path, mode_t drop, int known)
 	struct stat st;
 	mode_t now, want;
 
-	if (stat(path, &st) < 0)
+	/* a link is never followed: its target is not ours (a link as the
+	 * index is damage, set aside by index_load) */
+	if (lstat(path, &st) < 0 || S_ISLNK(st.st_mode))
 		return;
 	now = st.st_mode & 07777;
 	want = now & ~drop;
 	if (want == now)
 		return;
-	if (chmod(path, want) < 0)
+	if (fchmodat(AT_FDCWD, path, want, AT_SYMLINK_NOFOLLOW) < 0)
 		store_log_msg(s, LOG_WARNING, "start-up: cannot tighten the mode of %s from %04o to "
 			      "%04o: %s", path, (unsigned)now, (unsigned)want, strerror(errno));
 	else if (known)
@@ -223,6 +225,20 @@ static int cmp_str(const void *a, const void *b)
 	return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
+/* @path, a directory of the store's, for a walk that removes what it
+ * finds: opened without following a link, in its last component (one
+ * there is not ours: a data/<xx> linked elsewhere would have the files of
+ * that directory removed).  NULL with errno set. */
+static DIR *opendir_own(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	DIR *d = fd < 0 ? NULL : fdopendir(fd);
+
+	if (fd >= 0 && !d)
+		close(fd);
+	return d;
+}
+
 /* Remove the files of @dir that no name of @used (sorted) is: leftovers,
  * logged as "unreferenced @what".  A partial file the index no longer
  * names may be a second name of the copy its ranges became (a crash came
@@ -231,11 +247,15 @@ static int cmp_str(const void *a, const void *b)
 static void drop_unnamed(struct store *s, const char *dir, const char **used, size_t n,
 			 const char *what)
 {
-	DIR *d = opendir(dir);
+	DIR *d = opendir_own(dir);
 	struct dirent *fe;
 
-	if (!d)
+	if (!d) {
+		if (errno == ELOOP || errno == ENOTDIR)
+			store_log_msg(s, LOG_WARNING, "start-up: %s is not a directory of the "
+				      "store (a link?): nothing in it removed", dir);
 		return;
+	}
 	while ((fe = readdir(d))) {
 		const char *name = fe->d_name;
 		struct stat st;
@@ -255,6 +275,30 @@ static void drop_unnamed(struct store *s, const char *dir, const char **used, si
 	closedir(d);
 }
 
+/* Is a damaged index set aside (index.json.damaged, .damaged.1 ...) still
+ * there?  The copies it names are no LOCAL blob's now, and would be
+ * removed as leftovers at this start or the next -- before the operator
+ * could put it back: kept until it is gone (said). */
+static int index_set_aside(struct store *s)
+{
+	char aside[PATH_MAX + 32];
+
+	for (int i = 0; i < 100; i++) {
+		if (i)
+			snprintf(aside, sizeof(aside), "%s.damaged.%d", s->index_path, i);
+		else
+			snprintf(aside, sizeof(aside), "%s.damaged", s->index_path);
+		if (access(aside, F_OK) == 0) {
+			store_log_msg(s, LOG_WARNING, "start-up: %s is there: files in data/ and "
+				      "parts/ that the index does not name are kept (it may name "
+				      "them); put it back as %s, or remove it", aside,
+				      s->index_path);
+			return 1;
+		}
+	}
+	return 0;
+}
+
 /* Local files no LOCAL blob names are leftovers: remove them, and partial
  * files no blob's ranges are in.  The names in use are sorted once, each
  * file looked up by bisection: O((blobs + files) log blobs), not one table
@@ -272,8 +316,10 @@ static void drop_orphans(struct store *s)
 	used = malloc(cap * sizeof(*used));
 	pused = malloc(nparts * sizeof(*pused));
 	pnames = malloc(nparts * sizeof(*pnames));
+	if (index_set_aside(s))
+		goto out;
 	if (used && pused && pnames)
-		top = opendir(s->data_dir);
+		top = opendir_own(s->data_dir);
 	if (!top)
 		goto out; /* nothing removed: leftovers only cost space */
 	STORE_EACH(s, b) {
@@ -306,7 +352,7 @@ out:
 /* Regular files under data/<xx>/ (for the log). */
 static size_t count_copies(const char *data_dir)
 {
-	DIR *top = opendir(data_dir);
+	DIR *top = opendir_own(data_dir);
 	struct dirent *de;
 	size_t n = 0;
 
@@ -318,7 +364,7 @@ static size_t count_copies(const char *data_dir)
 		if (de->d_name[0] == '.')
 			continue;
 		snprintf(sub, sizeof(sub), "%s/%s", data_dir, de->d_name);
-		d = opendir(sub);
+		d = opendir_own(sub);
 		while (d && (fe = readdir(d)))
 			n += fe->d_type == DT_REG;
 		if (d)
@@ -539,7 +585,7 @@ static int stale_replace_tmp(const char *name)
 /* Unlink every entry of @dir that @pick(name) picks; how many went. */
 static int unlink_picked(const char *dir, int (*pick)(const char *name))
 {
-	DIR *d = opendir(dir);
+	DIR *d = opendir_own(dir);
 	struct dirent *de;
 	int n = 0;
 

@@ -9,6 +9,9 @@
  * mounted at start-up (its empty mount point seen): the copy is kept,
  * never dropped as "source vanished"; a source deleted from a root that
  * is mounted still drops its copy.
+ *
+ * What start-up removes or changes stays inside LOCAL_STORE, and copies a
+ * damaged index names survive until the operator has dealt with it.
  */
 #include "check.h"
 #include "nasgate.h"
@@ -22,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 static char top[PATH_MAX];
@@ -222,6 +226,97 @@ static void test_root_not_mounted(struct check_count *c)
 	store_close(&s);
 }
 
+/* The first copy file found under @local/data (its path into @out), or 0. */
+static int first_copy(const char *local, char *out, size_t sz)
+{
+	char cmd[PATH_MAX * 3];
+	FILE *f;
+	int ok;
+
+	snprintf(cmd, sizeof(cmd), "find %s/data -type f | head -1", local);
+	if (!(f = popen(cmd, "r")))
+		return 0;
+	ok = fgets(out, (int)sz, f) != NULL;
+	pclose(f);
+	if (ok)
+		out[strcspn(out, "\n")] = '\0';
+	return ok && *out;
+}
+
+/* What start-up removes or changes stays inside LOCAL_STORE: a data/<xx>
+ * or a tmp/ that is a link elsewhere has nothing removed through it, and
+ * an index.json that is a link does not have its target's mode changed.
+ * A damaged index set aside keeps the copies it names in data/ until the
+ * operator puts it back (at the next start they were removed as
+ * leftovers, for good).  A FIFO as the index does not hang the start. */
+static void test_store_stays_inside(struct check_count *c)
+{
+	char local[PATH_MAX * 2], p[PATH_MAX * 2], q[PATH_MAX * 2], copy[PATH_MAX * 2];
+	struct stat st;
+	struct store s;
+
+	snprintf(local, sizeof(local), "%s/local-inside", top);
+	mkdir(local, 0700);
+	put("hub/inside", "a blob kept across a damaged index");
+	check_mkdirs(top, "victim");
+	check_mkdirs(top, "victim2");
+	put("victim/precious", "not the store's");
+	put("victim2/precious", "not the store's either");
+	CHECK(c, open_promote(&s, local, NULL, "hub/inside") == BLOB_LOCAL, "local");
+	store_close(&s);
+	CHECK(c, first_copy(local, copy, sizeof(copy)), "its copy: %s", copy);
+	snprintf(p, sizeof(p), "%s/victim", top);
+	snprintf(q, sizeof(q), "%s/data/zz", local);
+	CHECK(c, symlink(p, q) == 0, "data/zz a link to a directory outside");
+	snprintf(p, sizeof(p), "%s/tmp", local);
+	snprintf(q, sizeof(q), "%s/victim2", top);
+	CHECK(c, rmdir(p) == 0 && symlink(q, p) == 0, "tmp/ a link to a directory outside");
+	logged[0] = '\0';
+	open_promote(&s, local, NULL, NULL);
+	store_close(&s);
+	snprintf(p, sizeof(p), "%s/victim/precious", top);
+	snprintf(q, sizeof(q), "%s/victim2/precious", top);
+	CHECK(c, access(p, F_OK) == 0 && access(q, F_OK) == 0 && access(copy, F_OK) == 0,
+	      "nothing removed through the links; log: %s", logged);
+
+	/* the index damaged: set aside; its copy stays through two starts */
+	snprintf(p, sizeof(p), "%s/index.json", local);
+	check_write_file(p, "{\"version\": 4, \"blobs\": [", 26);
+	open_promote(&s, local, NULL, NULL);
+	CHECK(c, state_of(&s, "hub/inside") != BLOB_LOCAL, "damaged index: not local");
+	store_close(&s);
+	logged[0] = '\0';
+	open_promote(&s, local, NULL, NULL);
+	store_close(&s);
+	CHECK(c, access(copy, F_OK) == 0 && strstr(logged, "index.json.damaged is there"),
+	      "a start after: the copy kept beside the damaged index; log: %s", logged);
+	snprintf(q, sizeof(q), "%s/index.json.damaged", local);
+	CHECK(c, rename(q, p) == 0, "the damaged index put back (here: an older good one)");
+
+	/* index.json a link to a file outside: its mode left alone */
+	put("outside.txt", "mode 0644");
+	snprintf(q, sizeof(q), "%s/outside.txt", top);
+	chmod(q, 0644);
+	unlink(p);
+	CHECK(c, symlink(q, p) == 0, "index.json a link");
+	open_promote(&s, local, NULL, NULL);
+	store_close(&s);
+	CHECK(c, stat(q, &st) == 0 && (st.st_mode & 07777) == 0644, "its target's mode kept: %04o",
+	      (unsigned)(st.st_mode & 07777));
+
+	/* a FIFO in the index's place */
+	unlink(p);
+	snprintf(q, sizeof(q), "%s/index.json.damaged", local);
+	unlink(q);
+	CHECK(c, mkfifo(p, 0600) == 0, "index.json a FIFO");
+	alarm(20); /* (a start that hangs ends the test here) */
+	open_promote(&s, local, NULL, NULL);
+	store_close(&s);
+	alarm(0);
+	CHECK(c, lstat(p, &st) < 0 || !S_ISFIFO(st.st_mode), "a FIFO as the index: the start "
+	      "went on, it set aside");
+}
+
 int main(void)
 {
 	struct check_count c = { 0 };
@@ -231,6 +326,7 @@ int main(void)
 	check_mkdirs(top, "hub");
 	test_ref_names(&c);
 	test_root_not_mounted(&c);
+	test_store_stays_inside(&c);
 	check_rmtree(top);
 	printf("startkeep: %d passed, %d failed\n", c.passed, c.failed);
 	return c.failed ? 1 : 0;

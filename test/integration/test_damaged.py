@@ -8,7 +8,8 @@ bytes (compared through the mount), never an unverified copy, and logs what
 it did:
 
   index.json truncated, garbage, over the size cap
-      -> moved aside to index.json.damaged, no records, data/ kept; a
+      -> moved aside to index.json.damaged, no records, data/ kept (also
+         at the starts after, until it is removed); a
          second one beside it (index.json.damaged.1), never over it
   index.json of a newer version (a downgrade)
       -> left as it is, never replaced, no records, data/ kept
@@ -205,7 +206,16 @@ class Damage(unittest.TestCase):
         self.assert_bytes(SMALL)
         self.assertEqual(self.st.files(), before, "data/ after an unreadable index")
         self.st.stop(self)
-        # the index written since is read whole: what it does not name goes
+        # the index written since names nothing, but the damaged one is
+        # there: data/ kept (the next start removed every copy for good,
+        # before the operator could put the index back)
+        self.st.start()
+        self.wait_log(r"start-up: %s\.damaged is there: files in data/ and parts/ that the "
+                      r"index does not name are kept" % re.escape(path), 0)
+        self.assertEqual(self.st.files(), before, "data/ at the next start")
+        self.st.stop(self)
+        # the operator removes it: what the index does not name goes
+        os.unlink(path + ".damaged")
         self.st.start()
         for name in (BIG, SMALL):
             self.wait_log(r"start-up: removed unreferenced copy .*/%s"

@@ -91,11 +91,15 @@ static void fill_entry(struct wfs *w, struct node *n, struct fuse_entry_param *e
 }
 
 /* A name inside a snapshot ("<repo>/snapshots/<commit>/<path>") never
- * changes what it is: the commit fixes every file and link text.  The
- * kernel may keep it as long as a blob's; a directory's attributes stay
- * short, since its listing is cached until its mtime is seen to change and
- * a download adds files to it.  Saves a walk the revalidation of every
- * entry once entry_timeout has passed. */
+ * changes what it is: the commit fixes its link text, so the kernel may
+ * keep the name, and a link's attributes, as long as a blob's.  Saves a
+ * walk the revalidation of every entry once entry_timeout has passed.  A
+ * directory's attributes stay short (its listing is cached until its
+ * mtime is seen to change, and a download adds files to it), and so do a
+ * plain file's: huggingface_hub without links writes the file itself
+ * there, and its size seen while it was written would be kept a minute
+ * (a reader's mmap cut short).  A file named by its content address has
+ * the long time anyway (timeout_for). */
 static void stable_entry(struct wfs *w, const char *rel, enum ns_kind kind,
 			 struct fuse_entry_param *e)
 {
@@ -103,7 +107,7 @@ static void stable_entry(struct wfs *w, const char *rel, enum ns_kind kind,
 		return;
 	if (e->entry_timeout < w->opt.blob_timeout)
 		e->entry_timeout = w->opt.blob_timeout;
-	if (kind != NS_DIR && e->attr_timeout < w->opt.blob_timeout)
+	if (kind == NS_LINK && e->attr_timeout < w->opt.blob_timeout)
 		e->attr_timeout = w->opt.blob_timeout;
 }
 

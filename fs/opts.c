@@ -87,7 +87,8 @@ static const struct opt_row daemon_rows[] = {
 	  .max = 86400, .help = "kernel cache time of missing names" },
 	{ .name = "blob_timeout", .kind = OPT_SECONDS, .off = OFF(blob_timeout), .max = 86400,
 	  .help = "name and attribute cache time of content-addressed\n"
-		  "blobs, whose content never changes" },
+		  "blobs, whose content never changes, and of names\n"
+		  "and links inside a snapshot" },
 	{ .name = "nas_timeout", .kind = OPT_UINT, .off = OFF(nas_timeout_ms), .min = 50,
 	  .max = NAS_GATE_TIMEOUT_MAX_MS, .unit = "ms", .arg = "MS",
 	  .help = "the longest a request waits on the NAS without\n"

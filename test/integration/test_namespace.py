@@ -10,6 +10,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import wfstest  # noqa: E402
@@ -389,6 +390,34 @@ class Inodes(Base):
         for sha in os.listdir(os.path.join(mnt, "models--two--fs", "blobs")):
             self.assertIn(os.stat(os.path.join(mnt, "models--two--fs", "blobs", sha)).st_ino,
                           inos, "blobs/%s: st_ino not the one its snapshot name shows" % sha)
+
+
+class SnapshotFile(Base):
+    def test_plain_file_size_follows_the_nas(self):
+        """A plain file in a snapshot (huggingface_hub without links writes
+        the file itself there) seen while it was written: its new size
+        shows within a few attr_timeouts, not after blob_timeout (60 s: a
+        reader's mmap was cut to the old size for a minute)."""
+        snap = sorted({os.path.dirname(e["path"]) for e in FIX.readable()
+                       if snapshot_parts(e["path"]) and snapshot_parts(e["path"])[1] == 0})[0]
+        rel = snap + "/written-in-place.bin"
+        with open(FIX.n(rel), "wb") as f:
+            f.write(b"a" * 1000)
+        try:
+            self.assertEqual(os.stat(FIX.m(rel)).st_size, 1000)
+            with open(FIX.n(rel), "ab") as f:
+                f.write(b"b" * 9000)
+            deadline, size = time.monotonic() + 10, None
+            while time.monotonic() < deadline:
+                with open(FIX.m(rel), "rb") as f:
+                    size = os.fstat(f.fileno()).st_size
+                if size == 10000:
+                    break
+                time.sleep(0.1)
+            self.assertEqual(size, 10000, "the size seen through the mount 10 s after the file "
+                             "grew on the NAS")
+        finally:
+            os.unlink(FIX.n(rel))
 
 
 class Modes(Base):

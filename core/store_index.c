@@ -121,6 +121,7 @@ void store_layout(struct store *s)
 struct load {
 	struct store *s;
 	size_t local, rehash, dropped, bad, partial;
+	size_t named, missing; /* local copies the index names; of them, not there */
 	size_t pinned; /* records with "pinned" */
 };
 
@@ -143,6 +144,7 @@ static int load_rec(void *arg, const struct index_rec *r)
 	struct load *ld = arg;
 	struct store *s = ld->s;
 	struct blob *b;
+	int v;
 
 	if (r->key[0] != '/') {
 		ld->bad++; /* a key is a physical path: a damaged record */
@@ -188,7 +190,10 @@ static int load_rec(void *arg, const struct index_rec *r)
 	blob_xxh_set_locked(s, b, r->xxh);
 	snprintf(b->sample, sizeof(b->sample), "%s", r->sample);
 	b->copy = (struct file_proof){ r->copy_ino, r->copy_mtime, r->copy_ctime };
-	count_loaded(s, ld, verify_loaded_locked(s, b), &ld->local);
+	v = verify_loaded_locked(s, b);
+	ld->named++;
+	ld->missing += v == -ENOENT;
+	count_loaded(s, ld, v, &ld->local);
 	return 0;
 }
 
@@ -427,6 +432,22 @@ static void index_left(struct store *s, int r)
 		      "run the wfs that wrote the index" : "restart once the index reads");
 }
 
+/* Not one of the @n local copies the index names is there, nor any other
+ * file in data/: data/ is most likely out of reach (a disk not mounted
+ * yet, a link that dangles), not emptied.  Written as it is now, the index would name none of them, and
+ * the start after the disk is back would remove them all: it is left as it
+ * is, never replaced, and nothing is removed by this run (as index_left). */
+static void copies_out_of_reach(struct store *s, size_t n)
+{
+	s->index_kept = 1;
+	store_log_msg(s, LOG_ERR, "start-up: not one of the %zu local copies index %s names is in "
+		      "%s (not mounted, or moved?): the index is left as it is, never replaced, "
+		      "and nothing in it or in %s removed by this run; what was local is served "
+		      "from the NAS, copies made meanwhile are not recorded.  Restart once the "
+		      "copies are there (or remove the index to start afresh)", n, s->index_path,
+		      s->data_dir, s->data_dir);
+}
+
 int index_load(struct store *s)
 {
 	struct load ld = { .s = s };
@@ -480,7 +501,12 @@ int index_load(struct store *s)
 		store_log_msg(s, LOG_INFO, "start-up: index %s (version %d): %zu local copies "
 			      "and %zu partial copies served, %zu re-hashed before they serve, %zu "
 			      "dropped", s->index_path, r, ld.local, ld.partial, ld.rehash, ld.dropped);
-	drop_orphans(s);
+	/* (one copy missing is one removed; all of several, with nothing
+	 * in data/ at all, is data/ not there) */
+	if (ld.named >= 2 && ld.missing == ld.named && count_copies(s->data_dir) == 0)
+		copies_out_of_reach(s, ld.named);
+	else
+		drop_orphans(s);
 	pthread_mutex_unlock(&s->lock);
 	return 0;
 }

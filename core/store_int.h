@@ -137,8 +137,9 @@ void space_closed_locked(struct store *s, struct blob *b);
 /* ---- store_verify.c: the checks before a copy serves ---- */
 
 /* At load: may the index's record @b (state LOCAL as recorded) serve?
- * The copy must still have its size, else the record is dropped: 0,
- * state NAS, the reason logged.  A copy that is the file verified (its
+ * The copy must still have its size, else the record is dropped: 0
+ * (-ENOENT when the copy is not there at all), state NAS, the reason
+ * logged.  A copy that is the file verified (its
  * identity, store.h) is LOCAL at once: 1.  Otherwise it is re-hashed in
  * the background before it may serve: 2, state COPYING, its room reserved,
  * logged.  Its source is verify_sources_loaded's. */

@@ -152,7 +152,7 @@ int verify_loaded_locked(struct store *s, struct blob *b)
 		store_log_msg(s, LOG_NOTICE, "start-up: dropped local copy of %s (%s)", b->key, why);
 		blob_xxh_set_locked(s, b, "");
 		b->copy.ino = 0;
-		return 0;
+		return r == -ENOENT ? -ENOENT : 0;
 	}
 	if (proven_locked(b, &lst)) {
 		blob_state_set_locked(s, b, BLOB_LOCAL);

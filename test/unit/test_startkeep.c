@@ -317,6 +317,39 @@ static void test_store_stays_inside(struct check_count *c)
 	      "went on, it set aside");
 }
 
+/* data/ out of reach at a start (a disk not mounted yet: an empty mount
+ * point): the index is left as it is, so once data/ is back its copies
+ * serve again.  (The index written at that start named none of them, and
+ * the start after removed them all as leftovers.) */
+static void test_data_out_of_reach(struct check_count *c)
+{
+	char local[PATH_MAX * 2], data[PATH_MAX * 2], away[PATH_MAX * 2];
+	struct store s;
+
+	snprintf(local, sizeof(local), "%s/local-reach", top);
+	snprintf(data, sizeof(data), "%s/data", local);
+	snprintf(away, sizeof(away), "%s/data.disk", local);
+	mkdir(local, 0700);
+	put("hub/reach1", "the first blob of a store whose data/ goes away");
+	put("hub/reach2", "the second blob of a store whose data/ goes away");
+	CHECK(c, open_promote(&s, local, NULL, "hub/reach1") == BLOB_LOCAL, "reach1 local");
+	store_promote(&s, blob_of(&s, "hub/reach2"), 0, 1);
+	CHECK(c, store_wait_settled(&s, blob_of(&s, "hub/reach2"), 30000) == BLOB_LOCAL,
+	      "reach2 local");
+	store_close(&s);
+	CHECK(c, rename(data, away) == 0 && mkdir(data, 0700) == 0, "data/ an empty mount point");
+	logged[0] = '\0';
+	open_promote(&s, local, NULL, NULL);
+	CHECK(c, state_of(&s, "hub/reach1") != BLOB_LOCAL && strstr(logged, "not one of the 2 "
+	      "local copies"), "the copies not there: not served, said; log: %s", logged);
+	store_close(&s);
+	CHECK(c, rmdir(data) == 0 && rename(away, data) == 0, "data/ back");
+	open_promote(&s, local, NULL, NULL);
+	CHECK(c, state_of(&s, "hub/reach1") == BLOB_LOCAL && state_of(&s, "hub/reach2") ==
+	      BLOB_LOCAL, "data/ back: both copies serve again");
+	store_close(&s);
+}
+
 int main(void)
 {
 	struct check_count c = { 0 };
@@ -327,6 +360,7 @@ int main(void)
 	test_ref_names(&c);
 	test_root_not_mounted(&c);
 	test_store_stays_inside(&c);
+	test_data_out_of_reach(&c);
 	check_rmtree(top);
 	printf("startkeep: %d passed, %d failed\n", c.passed, c.failed);
 	return c.failed ? 1 : 0;

@@ -293,13 +293,22 @@ void node_table_destroy(struct node_table *t)
  * for: the NAS renamed the file, keeping its inode (a client's download
  * ends so: blobs/<id>.incomplete becomes blobs/<id>).  Its blob id and
  * blob are the old name's, and the new name's content address would go
- * unchecked; so the name gets a node of its own.  (A name with no blob
- * id, a hub-level store's, shares the repo blob's node.) */
+ * unchecked; so the name gets a node of its own.  A name with no blob id,
+ * a hub-level store's, shares the repo blob's node -- when it is the file
+ * last seen (its ctime): else it is a file the NAS made since with the
+ * inode number of the deleted blob (ext4 and XFS reuse them) while the
+ * kernel still holds the blob's node, and it took the blob's id, blob and
+ * long cache times with it. */
 static int renamed_blob_locked(const struct node *n, const struct ns_entry *e)
 {
 	const char *id = __atomic_load_n(&n->blob_id, __ATOMIC_ACQUIRE);
 
-	return id && e->blob_id[0] && strcmp(id, e->blob_id);
+	if (!id)
+		return 0;
+	if (e->blob_id[0])
+		return strcmp(id, e->blob_id) != 0;
+	return n->st.ctime != e->st.st_ctim.tv_sec ||
+	       n->st.ctime_ns != (uint32_t)e->st.st_ctim.tv_nsec;
 }
 
 static int node_matches(const struct node_table *t, const struct node *n,

@@ -420,6 +420,58 @@ class SnapshotFile(Base):
             os.unlink(FIX.n(rel))
 
 
+class ReusedInode(Base):
+    def test_new_file_on_a_deleted_blobs_inode_number(self):
+        """A file the NAS makes with the inode number of a blob deleted
+        while the kernel still holds its node (ext4 gives the lowest free
+        one in the directory's group): it is its own file -- no blob id,
+        and its size follows the NAS (it took the blob's id and its 60 s
+        attribute time)."""
+        repo = sorted({e["path"].split("/")[0] for e in FIX.readable()
+                       if "/blobs/" in e["path"]})[0]
+        blob = repo + "/blobs/" + "ab" * 32
+        with open(FIX.n(blob), "wb") as f:
+            f.write(b"x" * 40)
+        made, made_dir = [], False
+        try:
+            # looked up, never opened: the kernel keeps its node (its
+            # dentry, blob_timeout), and nothing holds the NAS inode
+            self.assertEqual(os.stat(FIX.m(blob)).st_size, 40)
+            self.assertEqual(os.getxattr(FIX.m(blob), "user.wfs.id").decode(), "ab" * 32)
+            ino = os.stat(FIX.n(blob)).st_ino
+            os.unlink(FIX.n(blob))
+            new = None
+            if not os.path.isdir(FIX.n(repo + "/trees")):
+                os.mkdir(FIX.n(repo + "/trees"))
+                made_dir = True
+            for i in range(2000):
+                rel = repo + "/trees/reused-%d.json" % i
+                with open(FIX.n(rel), "wb") as f:
+                    f.write(b"y" * 5)
+                made.append(rel)
+                if os.stat(FIX.n(rel)).st_ino == ino:
+                    new = rel
+                    break
+            self.assertIsNotNone(new, "no new file took inode %d in 2000 tries" % ino)
+            self.assertEqual(os.stat(FIX.m(new)).st_size, 5)
+            self.assertEqual(wfstest.errno_of(os.getxattr, FIX.m(new), "user.wfs.id"),
+                             errno.ENODATA, "the new file took the deleted blob's id")
+            with open(FIX.n(new), "ab") as f:
+                f.write(b"z" * 95)
+            deadline, size = time.monotonic() + 10, None
+            while time.monotonic() < deadline:
+                size = os.stat(FIX.m(new)).st_size
+                if size == 100:
+                    break
+                time.sleep(0.1)
+            self.assertEqual(size, 100, "its size 10 s after it grew on the NAS")
+        finally:
+            for rel in made:
+                os.unlink(FIX.n(rel))
+            if made_dir:
+                os.rmdir(FIX.n(repo + "/trees"))
+
+
 class Modes(Base):
     def test_no_write_bits(self):
         bad = []

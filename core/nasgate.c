@@ -74,7 +74,11 @@ static void gate_log(struct nas_gate *g, int prio, const char *fmt, ...)
 
 int nas_gate_unavailable(int err)
 {
-	switch (err < 0 ? -err : err) {
+	/* (a positive value is a result -- 100 bytes read, descriptor 107 --
+	 * never ENETDOWN or ENOTCONN) */
+	if (err >= 0)
+		return 0;
+	switch (-err) {
 	case ENOTCONN: case ETIMEDOUT: case EHOSTDOWN: case EHOSTUNREACH:
 	case ENETDOWN: case ENETUNREACH: case ECONNREFUSED: case ECONNRESET:
 	case ECONNABORTED: case ENODEV: case ESHUTDOWN: case ENOMEDIUM:

@@ -179,7 +179,8 @@ int nas_gate_up(struct nas_gate *g);
 void nas_gate_note(struct nas_gate *g, int err);
 /* Mark it down now, with a reason (start-up found NAS_HUB unreachable). */
 void nas_gate_set_down(struct nas_gate *g, const char *reason);
-/* 1 if -@err says the NAS is unreachable rather than that one file is bad:
+/* 1 if -@err (@err < 0; 0 for any @err >= 0, a call's result) says the
+ * NAS is unreachable rather than that one file is bad:
  * ENOTCONN, ETIMEDOUT, EHOSTDOWN, EHOSTUNREACH, ENETDOWN, ENETUNREACH,
  * ECONNREFUSED, ECONNRESET, ECONNABORTED, ENODEV, ESHUTDOWN; and
  * ENOMEDIUM, this program's own: NAS_HUB is empty or missing while what

@@ -434,9 +434,10 @@ static void index_left(struct store *s, int r)
 
 /* Not one of the @n local copies the index names is there, nor any other
  * file in data/: data/ is most likely out of reach (a disk not mounted
- * yet, a link that dangles), not emptied.  Written as it is now, the index would name none of them, and
- * the start after the disk is back would remove them all: it is left as it
- * is, never replaced, and nothing is removed by this run (as index_left). */
+ * yet, a link that dangles), not emptied.  Written as it is now, the index
+ * would name none of them, and the start after the disk is back would
+ * remove them all: it is left as it is, never replaced, and nothing is
+ * removed by this run (as index_left). */
 static void copies_out_of_reach(struct store *s, size_t n)
 {
 	s->index_kept = 1;

@@ -176,10 +176,12 @@ static ssize_t nas_rest(struct wfs *w, int fd, int direct, char **buf, size_t *s
 		return -ENOMEM;
 	while (have < size && (uint64_t)off + have < end) {
 		m = span_nas(w, fd, (uint64_t)off + have, size - have, !direct, &more, &at);
-		if (m <= 0)
+			if (m < 0)
 			break;
 		memcpy(all + have, more + at, (size_t)m);
-		free(more);
+		free(more); /* (a read of no bytes has its buffer too) */
+		if (m == 0)
+			break;
 		have += (size_t)m;
 	}
 	if (m < 0) {

@@ -607,6 +607,36 @@ class ShortNasRead(WfsOnFaultNAS):
         self.assertEqual(sha_size_uncached(path), (e["sha256"], e["size"]))
         self.assertNotEqual(state_of(path), "local")
 
+    def test_file_shrunk_under_an_open(self):
+        """A file cut shorter on the NAS under an open: a read across its
+        new end gives the bytes up to there (the rest asked for, none
+        came: the file does end there now).  Its 100 bytes were taken for
+        ENETDOWN, a descriptor that died: the rest was asked of -ESTALE,
+        and the reader got EBADF."""
+        snap, _ = revision_entries()
+        rel = os.path.dirname(snap[0]["path"]) + "/shrinks.bin"
+        data = wfstest.det_bytes("shrinks", 3 << 20)
+        with open(FIX.n(rel), "wb") as f:
+            f.write(data)
+        try:
+            fd = os.open(self.m(rel), os.O_RDONLY)
+            try:
+                self.assertEqual(os.pread(fd, 4096, 0), data[:4096])
+                os.truncate(FIX.n(rel), (1 << 20) + 100)
+                got = os.pread(fd, 1 << 20, 1 << 20)
+                self.assertEqual(got, data[1 << 20:(1 << 20) + 100],
+                                 "a read across the new end: %d bytes" % len(got))
+            finally:
+                os.close(fd)
+        finally:
+            os.unlink(FIX.n(rel))
+
+
+class ShortNasReadOffRing(ShortNasRead):
+    """The same, the NAS reads handed to the NAS threads."""
+
+    OPTIONS = NO_CACHE + ("auto_promote=off", "nas_read_ring=off")
+
 
 class FrozenMidCopy(WfsOnFaultNAS):
     """promote --wait of two shards while the NAS freezes under the first

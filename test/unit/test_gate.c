@@ -447,6 +447,15 @@ int main(void)
 	CHECK(&cnt, nas_gate_init(&g, root, 50, NULL, NULL) == 0, "init");
 	CHECK(&cnt, nas_gate_start(&g) == 0, "start");
 
+	/* an errno says unreachable only as one: a call's result (100 bytes
+	 * read, descriptor 107) is never ENETDOWN or ENOTCONN (a read of 100
+	 * bytes was taken for a NAS descriptor that died: reopened, and the
+	 * rest of a short read asked on a descriptor of -ESTALE) */
+	CHECK(&cnt, nas_gate_unavailable(-ENETDOWN) && nas_gate_unavailable(-ENOTCONN) &&
+	      !nas_gate_unavailable(ENETDOWN) && !nas_gate_unavailable(ENOTCONN) &&
+	      !nas_gate_unavailable(0) && !nas_cannot_answer(ENETDOWN),
+	      "unavailable: negative errnos only");
+
 	/* a call that answers: its result, up stays up */
 	CHECK(&cnt, nas_call(&g, ok_fn, &n, NULL) == 0 && n == 1, "n=%d", n);
 	e = ENOENT;

@@ -60,6 +60,26 @@ ssize_t span_nas(struct wfs *w, int fd, uint64_t off, size_t len, int drop, char
 	return from_off(got, *skip, len);
 }
 
+ssize_t span_nas_into(struct wfs *w, int fd, uint64_t off, size_t len, int drop, char *dst)
+{
+	size_t have = 0;
+
+	while (have < len) {
+		char *buf;
+		size_t skip;
+		ssize_t n = span_nas(w, fd, off + have, len - have, drop, &buf, &skip);
+
+		if (n < 0)
+			return n;
+		memcpy(dst + have, buf + skip, (size_t)n);
+		free(buf); /* (a read of no bytes has its buffer too) */
+		if (n == 0)
+			break;
+		have += (size_t)n;
+	}
+	return (ssize_t)have;
+}
+
 /* Bytes [@off, @off + @len) of the partial copy into @dst. */
 static int read_local(const struct part_src *src, char *dst, uint64_t off, size_t len)
 {
@@ -79,31 +99,19 @@ static int read_local(const struct part_src *src, char *dst, uint64_t off, size_
 }
 
 /* Bytes [@off, @off + @len) of the NAS file into @dst (the caller cut
- * @len at the size the file had).  A read that comes back short is read
- * on (an NFS read whose later RPC failed: its error is the caller's); one
- * of no bytes means the file is shorter than when it was copied: changed,
- * -EIO. */
+ * @len at the size the file had): read on where a read comes back short
+ * (span_nas_into), and fewer of them than that means the file is shorter
+ * than when it was copied: changed, -EIO. */
 static int read_nas(struct wfs *w, const struct part_src *src, char *dst, uint64_t off, size_t len)
 {
-	char *buf;
-	size_t skip;
 	ssize_t n;
 
 	if (src->nas_fd < 0)
 		return -EIO;
-	while (len) {
-		n = span_nas(w, src->nas_fd, off, len, !src->nas_direct, &buf, &skip);
-		if (n < 0)
-			return (int)n;
-		memcpy(dst, buf + skip, (size_t)n);
-		free(buf);
-		if (n == 0)
-			return -EIO;
-		dst += n;
-		off += (uint64_t)n;
-		len -= (size_t)n;
-	}
-	return 0;
+	n = span_nas_into(w, src->nas_fd, off, len, !src->nas_direct, dst);
+	if (n < 0)
+		return (int)n;
+	return (size_t)n == len ? 0 : -EIO;
 }
 
 int part_read(struct wfs *w, const struct part_src *src, const struct brange *segs,

@@ -35,6 +35,13 @@ struct part_src {
 ssize_t span_local(int fd, uint64_t off, size_t len, int drop, char **buf, size_t *skip);
 ssize_t span_nas(struct wfs *w, int fd, uint64_t off, size_t len, int drop, char **buf,
 		 size_t *skip);
+/* Bytes [@off, @off + @len) of the NAS file @fd into @dst, read on where a
+ * read comes back short inside the file (an NFS read of several RPCs whose
+ * later one failed, a NAS client that splits reads: replied short, the
+ * kernel would take it for the file's end).  Returns the bytes got, fewer
+ * than @len only where a read got none (the file ends there), or -errno
+ * of the read that failed. */
+ssize_t span_nas_into(struct wfs *w, int fd, uint64_t off, size_t len, int drop, char *dst);
 
 /* Fill @out with bytes [@off, @off + @len) of the file (@len already cut
  * at its end): the parts @segs (sorted, inside the read: store_part_plan)

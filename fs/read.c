@@ -153,42 +153,32 @@ static int read_from_record(fuse_req_t req, struct wfs *w, struct wfs_fh *fh, si
 }
 
 /* A NAS read (@n bytes from @off, at *@buf + *@skip) that came back short
- * inside the file as opened (@end): an NFS read of several RPCs whose later
- * one failed, a NAS client that splits reads.  Replied so, it would tell
- * the kernel the file ends there -- it shrinks the inode's size, and a
- * reader's copy ends early with no error.  The rest is asked for until
- * @size or @end; its error fails the read; a read of no bytes means the
- * file does end there now (shrunk on the NAS since the open).  Returns the
- * bytes now in *@buf (from *@skip 0), or -errno with *@buf freed. */
+ * inside the file as opened (@end): the rest up to @size or @end is read
+ * on (span_nas_into); its error fails the read, and a read of no bytes
+ * means the file does end there now (shrunk on the NAS since the open).
+ * Returns the bytes now in *@buf (from *@skip 0), or -errno with *@buf
+ * freed. */
 static ssize_t nas_rest(struct wfs *w, int fd, int direct, char **buf, size_t *skip, ssize_t n,
 			size_t size, off_t off, uint64_t end)
 {
-	char *all = malloc(size), *more;
-	size_t have = (size_t)n, at;
-	ssize_t m = 0;
+	size_t want = end - (uint64_t)off < size ? (size_t)(end - (uint64_t)off) : size;
+	char *all = malloc(size);
+	ssize_t m;
 
 	if (all)
-		memcpy(all, *buf + *skip, have);
+		memcpy(all, *buf + *skip, (size_t)n);
 	free(*buf);
 	*buf = all;
 	*skip = 0;
 	if (!all)
 		return -ENOMEM;
-	while (have < size && (uint64_t)off + have < end) {
-		m = span_nas(w, fd, (uint64_t)off + have, size - have, !direct, &more, &at);
-			if (m < 0)
-			break;
-		memcpy(all + have, more + at, (size_t)m);
-		free(more); /* (a read of no bytes has its buffer too) */
-		if (m == 0)
-			break;
-		have += (size_t)m;
-	}
+	m = span_nas_into(w, fd, (uint64_t)off + (uint64_t)n, want - (size_t)n, !direct,
+			  all + n);
 	if (m < 0) {
 		free(all);
 		return m;
 	}
-	return (ssize_t)have;
+	return n + m;
 }
 
 static void read_nas(fuse_req_t req, struct wfs *w, struct wfs_fh *fh, size_t size, off_t off)

@@ -36,18 +36,35 @@ static int rename_noreplace(const char *from, const char *to)
 	return unlink(from) < 0 ? -errno : 0;
 }
 
+/* The @n-th name a file @path is set aside as: @path.damaged, then
+ * @path.damaged.1 ... */
+static void aside_name(const char *path, int n, char *aside, size_t sz)
+{
+	if (n)
+		snprintf(aside, sz, "%s.damaged.%d", path, n);
+	else
+		snprintf(aside, sz, "%s.damaged", path);
+}
+
 int durable_set_aside(const char *path, char *aside, size_t sz)
 {
 	int r = -EEXIST;
 
-	for (int n = 0; n < 100 && r == -EEXIST; n++) {
-		if (n)
-			snprintf(aside, sz, "%s.damaged.%d", path, n);
-		else
-			snprintf(aside, sz, "%s.damaged", path);
+	for (int n = 0; n < DURABLE_ASIDE_NAMES && r == -EEXIST; n++) {
+		aside_name(path, n, aside, sz);
 		r = rename_noreplace(path, aside);
 	}
 	return r;
+}
+
+int durable_aside_found(const char *path, char *aside, size_t sz)
+{
+	for (int n = 0; n < DURABLE_ASIDE_NAMES; n++) {
+		aside_name(path, n, aside, sz);
+		if (access(aside, F_OK) == 0)
+			return 1;
+	}
+	return 0;
 }
 
 /* Write all @len bytes: write(2) when @off < 0, else pwrite from @off on.

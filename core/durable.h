@@ -54,5 +54,9 @@ int durable_fsync_dir(const char *dir);
  * the start that set it aside).  Returns 0 or -errno (-EEXIST: every name
  * taken). */
 int durable_set_aside(const char *path, char *aside, size_t sz);
+#define DURABLE_ASIDE_NAMES 100 /* @path.damaged and .1 to .99 */
+/* Is a file that durable_set_aside moved from @path still there?  1 with
+ * the first such name in @aside, else 0. */
+int durable_aside_found(const char *path, char *aside, size_t sz);
 
 #endif

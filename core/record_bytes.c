@@ -43,10 +43,7 @@ static int read_once(const struct hub_roots *roots, struct rnode *n, size_t max,
 		return *k < 0 ? (int)*k : e;
 	}
 	close(fd);
-	changed = before.st_ino != st->st_ino || before.st_size != st->st_size ||
-		  !same_ts(&before.st_mtim, &st->st_mtim) ||
-		  !same_ts(&before.st_ctim, &st->st_ctim) ||
-		  ((size_t)*k <= max && *k != st->st_size);
+	changed = !same_file_state(&before, st) || ((size_t)*k <= max && *k != st->st_size);
 	return changed ? 1 : *k == 0 && record_is_ref(n->path) ? 3 : 0;
 }
 

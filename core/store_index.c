@@ -288,20 +288,12 @@ static int index_set_aside(struct store *s)
 {
 	char aside[PATH_MAX + 32];
 
-	for (int i = 0; i < 100; i++) {
-		if (i)
-			snprintf(aside, sizeof(aside), "%s.damaged.%d", s->index_path, i);
-		else
-			snprintf(aside, sizeof(aside), "%s.damaged", s->index_path);
-		if (access(aside, F_OK) == 0) {
-			store_log_msg(s, LOG_WARNING, "start-up: %s is there: files in data/ and "
-				      "parts/ that the index does not name are kept (it may name "
-				      "them); put it back as %s, or remove it", aside,
-				      s->index_path);
-			return 1;
-		}
-	}
-	return 0;
+	if (!durable_aside_found(s->index_path, aside, sizeof(aside)))
+		return 0;
+	store_log_msg(s, LOG_WARNING, "start-up: %s is there: files in data/ and parts/ that the "
+		      "index does not name are kept (it may name them); put it back as %s, or "
+		      "remove it", aside, s->index_path);
+	return 1;
 }
 
 /* Local files no LOCAL blob names are leftovers: remove them, and partial

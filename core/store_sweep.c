@@ -7,6 +7,7 @@
  */
 #include "store.h"
 #include "store_int.h"
+#include "clock.h"
 #include "nasgate.h"
 
 #include <pthread.h>
@@ -81,7 +82,7 @@ static int recheck_wait(struct store *s, uint64_t *gen, int64_t *last)
 	while (!s->stop) {
 		int64_t now = store_now_ms();
 		uint64_t g = gate_gen(s);
-		struct timespec ts;
+		struct timespec ts = mono_timespec(now + 1000);
 
 		if (s->recheck_wanted && nas_gate_up(s->opt.gate) &&
 		    (g != *gen || now - *last >= RECHECK_MS)) {
@@ -91,9 +92,6 @@ static int recheck_wait(struct store *s, uint64_t *gen, int64_t *last)
 			pthread_mutex_unlock(&s->lock);
 			return 1;
 		}
-		now += 1000;
-		ts.tv_sec = (time_t)(now / 1000);
-		ts.tv_nsec = (long)(now % 1000) * 1000000L;
 		pthread_cond_timedwait(&s->cond, &s->lock, &ts); /* CLOCK_MONOTONIC */
 	}
 	pthread_mutex_unlock(&s->lock);

@@ -64,10 +64,7 @@ int nas_open_buffered(struct wfs *w, const char *path, struct stat *st);
  * refusal: the NAS is down then)?  The caller may open it again. */
 static inline int nas_fd_died(ssize_t r)
 {
-	/* (r < 0: a read's byte count is no errno -- 100 bytes read are not
-	 * ENETDOWN, which nas_gate_unavailable takes either sign of) */
-	return r < 0 && (r == -ESTALE || (nas_gate_unavailable((int)r) && r != -ETIMEDOUT &&
-					   r != -EHOSTDOWN));
+	return r == -ESTALE || (nas_gate_unavailable((int)r) && r != -ETIMEDOUT && r != -EHOSTDOWN);
 }
 
 /* Open @path again for a reader whose descriptor of it died with its

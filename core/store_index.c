@@ -89,7 +89,10 @@ void store_layout(struct store *s)
 
 	make_dir(s, s->data_dir, known);
 	make_dir(s, s->tmp_dir, known);
-	make_dir(s, s->part_dir, known);
+	/* not "missing" when the store is older than partial copies (an
+	 * index of version 1 or 2); a partial file the index names that is
+	 * gone is logged as such (store_part.c) */
+	make_dir(s, s->part_dir, 0);
 	snprintf(aside, sizeof(aside), "%s.damaged", s->index_path);
 	tighten(s, s->dir, S_IRGRP | S_IWGRP | S_IROTH | S_IWOTH, known);
 	tighten(s, s->data_dir, S_IRWXG | S_IRWXO, known);

@@ -543,6 +543,8 @@ class Damage(unittest.TestCase):
         for name in (BIG, SMALL):
             os.chmod(os.path.dirname(self.st.copy(name, idx)), 0o755)
             os.chmod(self.st.copy(name, idx), 0o444)
+        # version 1 had no partial copies, nor parts/: made, and not as damage
+        os.rmdir(os.path.join(self.st.local, "parts"))
         self.st.start()
         for d, old, new in (("", "0755", "0711"), ("/data", "0755", "0700"),
                             ("/tmp", "0755", "0700"), ("/index.json", "0644", "0600")):
@@ -550,6 +552,8 @@ class Damage(unittest.TestCase):
                           % (re.escape(self.st.local), d, old, new), 0)
         self.wait_log(r"index %s was written by an earlier version \(1, no proof of the copies\): "
                       r"its 2 local copies are re-hashed" % re.escape(ipath), 0)
+        self.assertNotIn("was missing", self.st.log())
+        self.assertTrue(os.path.isdir(os.path.join(self.st.local, "parts")))
         for name in (BIG, SMALL):
             self.wait_log(r"re-verified local copy of %s " % re.escape(self.st.key(name)))
         self.assert_states({BIG: "local", SMALL: "local"})

@@ -175,15 +175,16 @@ static void put_part(struct jline *l, const struct index_rec *e)
 	json_decref(list);
 }
 
-/* One blob's record @o to @cb: what cb->blob returns, -ENOMEM, or 0 for a
- * record without a key (skipped). */
+/* One blob's record @o to @cb: what cb->blob returns, or -ENOMEM.  A
+ * record without a key (or one that is not a string) goes with key "":
+ * the caller counts it as damage, not as nothing. */
 static int read_blob(const struct jflat *o, int64_t version, const struct index_cb *cb)
 {
 	char *key_buf, *id_buf, *name_buf;
 	struct part_range *ranges = NULL;
 	int oom = 0, r;
 	struct index_rec rec = {
-		.key = get_name(o, "key", NULL, &key_buf, &oom),
+		.key = get_name(o, "key", "", &key_buf, &oom),
 		.id = get_name(o, "id", "", &id_buf, &oom),
 		.state = str_or(o, "state", "nas"),
 		.xxh = str_or(o, "xxh", ""),
@@ -198,11 +199,11 @@ static int read_blob(const struct jflat *o, int64_t version, const struct index_
 		.pinned = jflat_true(o, "pinned"),
 	};
 
-	if (oom || !rec.key) {
+	if (oom) {
 		free(key_buf);
 		free(id_buf);
 		free(name_buf);
-		return oom ? -ENOMEM : 0;
+		return -ENOMEM;
 	}
 	/* Version 1 wrote no proof of the copy: none is read from it even if
 	 * a hand-edited file has the fields. */

@@ -36,7 +36,7 @@
 #define INDEX_MAX_BYTES ((long long)256 << 20)
 
 struct index_rec {
-	const char *key;    /* physical NAS path */
+	const char *key;    /* physical NAS path; "" when the record has none (damage) */
 	const char *id;
 	const char *state;  /* "local", "mismatch", "partial" or "nas" (pinned only) */
 	const char *xxh;    /* content hash of the local copy */

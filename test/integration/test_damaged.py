@@ -123,7 +123,7 @@ class Store:
 
     def record(self, name, index=None):
         for r in (index or self.index())["blobs"]:
-            if r["key"] == self.key(name):
+            if r.get("key") == self.key(name):
                 return r
         raise AssertionError("index.json has no record of %s" % self.key(name))
 
@@ -497,6 +497,25 @@ class Damage(unittest.TestCase):
         self.assert_states({BIG: "local", SMALL: "nas"})
         self.assert_bytes(SMALL)
         self.assertTrue(os.path.exists(victim), "a file outside data/ was removed")
+
+    def test_records_without_a_key(self):
+        """Records with no key, or a key that is not a NAS path, are
+        damage: counted in the start-up's warning, not passed over as
+        nothing; the others still serve."""
+        self.local_both()
+        ipath = os.path.join(self.st.local, "index.json")
+        idx = self.st.index()
+        big = self.st.record(BIG, idx)
+        del self.st.record(SMALL, idx)["key"]
+        idx["blobs"].append(dict(big, key=17))
+        idx["blobs"].append(dict(big, key="models--x/blobs/y"))
+        with open(ipath, "w") as f:
+            json.dump(idx, f)
+        self.st.start()
+        self.wait_log(r"start-up: index %s: 3 damaged records skipped" % re.escape(ipath), 0)
+        self.assert_states({BIG: "local", SMALL: "nas"})
+        self.assert_bytes(SMALL)
+        self.assert_bytes(BIG)
 
     def test_touched_copy_same_bytes(self):
         """A copy whose times changed but whose bytes did not: re-hashed,

@@ -506,6 +506,7 @@ class Damage(unittest.TestCase):
         ipath = os.path.join(self.st.local, "index.json")
         idx = self.st.index()
         big = self.st.record(BIG, idx)
+        small_copy = self.st.copy(SMALL, idx)
         del self.st.record(SMALL, idx)["key"]
         idx["blobs"].append(dict(big, key=17))
         idx["blobs"].append(dict(big, key="models--x/blobs/y"))
@@ -513,6 +514,7 @@ class Damage(unittest.TestCase):
             json.dump(idx, f)
         self.st.start()
         self.wait_log(r"start-up: index %s: 3 damaged records skipped" % re.escape(ipath), 0)
+        self.assertFalse(os.path.exists(small_copy), "a copy no record names is kept")
         self.assert_states({BIG: "local", SMALL: "nas"})
         self.assert_bytes(SMALL)
         self.assert_bytes(BIG)

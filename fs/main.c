@@ -1,11 +1,13 @@
 /* main.c - wfs: mount a NAS hub tree read-only, served through FUSE.
  *
  * Checks everything that can be checked before mounting (so a refusal never
- * leaves a stray mount), takes the LOCAL_STORE lock, mounts, and only then
- * detaches, so a script can use the mount on its next line.
+ * leaves a stray mount), takes the LOCAL_STORE lock, mounts, detaches, and
+ * lets the caller go only once every thread runs (fs/detach.h), so a
+ * script can use the mount on its next line, and a status of 0 means it.
  */
 #include "clock.h"
 #include "connready.h"
+#include "detach.h"
 #include "doctor.h"
 #include "ops.h"
 #include "opts.h"
@@ -379,13 +381,14 @@ static int start_session(struct wfs *w, struct fuse_args *args, int *ctl_bound,
 			 enum session_stage *stage)
 {
 	char fsname[PATH_MAX + 16];
-	int r, keep;
+	int r;
 
+	/* Ours first: libfuse takes an option's last value, and a user's -o
+	 * fsname= or subtype= comes after. */
 	fsname_opt(w->roots.path[0], fsname, sizeof(fsname));
-	if (fuse_opt_add_arg(args, "-o") || fuse_opt_add_arg(args, fsname) ||
-	    fuse_opt_add_arg(args, "-osubtype=wfs,default_permissions"))
+	if (fuse_opt_insert_arg(args, 1, "-o") || fuse_opt_insert_arg(args, 2, fsname) ||
+	    fuse_opt_insert_arg(args, 3, "-osubtype=wfs,default_permissions"))
 		return -1;
-	wfs_log_open(w);
 	w->se = fuse_session_new(args, &wfs_ops, sizeof(wfs_ops), w);
 	if (!w->se) {
 		fprintf(stderr, "wfs: cannot start a FUSE session (bad -o option?)\n");
@@ -427,18 +430,14 @@ static int start_session(struct wfs *w, struct fuse_args *args, int *ctl_bound,
 		fprintf(stderr, "wfs: cannot install the passthrough hooks: %s\n", strerror(-r));
 		return -1;
 	}
-	/* fuse_daemonize points 0-2 at /dev/null: -o log=stderr in the
-	 * background keeps the stderr wfs was started with (2>>FILE). */
-	keep = !w->opt.foreground && w->opt.log == WFS_LOG_STDERR ?
-	       fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3) : -1;
-	r = fuse_daemonize(w->opt.foreground);
-	if (keep >= 0) {
-		if (r == 0)
-			dup2(keep, STDERR_FILENO);
-		close(keep);
-	}
-	if (r != 0)
+	/* -o log=stderr in the background keeps the stderr wfs was started
+	 * with (2>>FILE) */
+	if (!w->opt.foreground &&
+	    (r = detach_fork(w->opt.log == WFS_LOG_STDERR, &w->word_fd)) < 0) {
+		fprintf(stderr, "wfs: cannot start the daemon in the background: %s\n",
+			strerror(-r));
 		return -1;
+	}
 	/* in the child of the fork, the start-up's thread is not */
 	if (!w->opt.foreground && w->check_left) {
 		free(w->check_left);
@@ -448,12 +447,14 @@ static int start_session(struct wfs *w, struct fuse_args *args, int *ctl_bound,
 	return 0;
 }
 
-/* The threads, only now: fuse_daemonize() forks.  Those that only make the
+/* The threads, only now: detach_fork() forks.  Those that only make the
  * mount better (the invalidator, the metrics writer, the link scan) are
- * logged when they cannot start; promotion and the control socket must. */
+ * logged when they cannot start; the NAS gate, promotion, the record and
+ * the control socket must, and the caller of wfs is told which did not. */
 static int start_threads(struct wfs *w, int ctl_bound, const struct metrics_src *msrc,
 			 struct doctor_scan *links)
 {
+	const char *what = NULL;
 	int r;
 
 	r = ringread_probe();
@@ -474,13 +475,24 @@ static int start_threads(struct wfs *w, int ctl_bound, const struct metrics_src 
 	if ((r = nas_closer_init(&w->closer)) < 0)
 		wfs_log(w, LOG_WARNING, "cannot start the NAS closer thread: %s; NAS files are "
 			"closed on the workers, where a hung NAS can hold them", strerror(-r));
-	if ((r = nas_gate_start(&w->gate)) < 0 ||
-	    (r = store_start(&w->store)) < 0 ||
-	    (r = record_start(&w->record, &w->roots, &w->store, &w->gate)) < 0 ||
-	    (r = auto_start(&w->autop, &w->store, &w->roots, &w->opt.policy, &w->pins)) < 0 ||
-	    (ctl_bound && (r = control_start(&w->ctl)) < 0)) {
-		wfs_log(w, LOG_ERR, "cannot start promotion or control socket in %s: %s",
-			w->opt.local, strerror(-r));
+	if ((r = nas_gate_start(&w->gate)) < 0)
+		what = "the NAS gate's thread";
+	else if ((r = store_start(&w->store)) < 0)
+		what = "the copy workers";
+	else if ((r = record_start(&w->record, &w->roots, &w->store, &w->gate)) < 0)
+		what = "the record's thread";
+	else if ((r = auto_start(&w->autop, &w->store, &w->roots, &w->opt.policy,
+				 &w->pins)) < 0)
+		what = "the automatic promotion thread";
+	else if (ctl_bound && (r = control_start(&w->ctl)) < 0)
+		what = "the control socket's thread";
+	if (what) {
+		char why[PATH_MAX + 128];
+
+		snprintf(why, sizeof(why), "cannot start %s of LOCAL_STORE %s: %s; not mounted",
+			 what, w->opt.local, strerror(-r));
+		wfs_log(w, LOG_ERR, "%s", why);
+		detach_failed(w->word_fd, why);
 		return -1;
 	}
 	if (!ctl_bound)
@@ -532,21 +544,30 @@ static void end_device(struct wfs *w)
 {
 	struct pollfd dev = { .fd = fuse_session_fd(w->se) };
 	char how[256];
-	int gone, r = 0;
+	int ended, gone, r = 0;
 
 	if (dev.fd < 0)
 		return; /* unmounted already (stop_serving) */
-	gone = poll(&dev, 1, 0) == 1 && (dev.revents & POLLERR);
-	if (!gone && (r = conn_abort(&w->conn, w->mnt_abs, dev.fd, how, sizeof(how))) < 0)
+	ended = poll(&dev, 1, 0) == 1 && (dev.revents & POLLERR);
+	if (!ended && (r = conn_abort(&w->conn, w->mnt_abs, dev.fd, how, sizeof(how))) < 0)
 		wfs_log(w, LOG_INFO, "unmounting %s: cannot abort the FUSE connection (%s): a "
 			"cache invalidation waiting for a read may keep the daemon from exiting",
 			w->opt.mnt, how);
-	else if (!gone)
+	else if (!ended)
 		wfs_log(w, LOG_DEBUG, "unmounting %s: connection aborted (%s)", w->opt.mnt, how);
-	gone = gone || r == 1;
+	gone = r == 1;
+	/* Ended before the stop: unmounted, or aborted from outside (fusectl's
+	 * abort), which leaves a mount that answers ENOTCONN -- and refuses
+	 * the next wfs there -- unless it is unmounted here. */
+	if (ended) {
+		gone = !w->conn.known || conn_gone_from(&w->conn, w->mnt_abs);
+		if (!gone)
+			wfs_log(w, LOG_NOTICE, "unmounting %s: its FUSE connection was aborted from "
+				"outside", w->opt.mnt);
+	}
 	/* libfuse unmounts the path (MNT_DETACH) unless the stand-in says the
 	 * connection is gone: never a mount made there since, or on top */
-	if (!gone && conn_gone_from(&w->conn, w->mnt_abs)) {
+	if (!gone && !ended && conn_gone_from(&w->conn, w->mnt_abs)) {
 		wfs_log(w, LOG_INFO, "unmounting %s: another mount is there now (or none): "
 			"left as it is", w->opt.mnt);
 		gone = 1;
@@ -665,17 +686,24 @@ int main(int argc, char **argv)
 	struct nas_start ns;
 	int ret, ctl_bound = 0;
 
+	/* before any file is opened: else the lock or the control socket
+	 * could take 0-2, which the daemon points at /dev/null (detach.h) */
+	if (std_fds_open() < 0)
+		return 1;
 	tune_malloc();
 	raise_fd_limit();
 	opts_init(&w.opt);
 	w.lock_fd = -1;
+	w.word_fd = -1;
 	ret = parse_args(&w, &args);
 	if (ret < 0) {
 		ret = 1;
+		wfs_log_open(&w); /* the store's start-up lines come first */
 		if (check_start(&w, &ns) == 0) {
 			if (open_nas(&w, &ns) == 0 && open_store(&w, &msrc) == 0 &&
 			    start_session(&w, &args, &ctl_bound, &stage) == 0 &&
 			    start_threads(&w, ctl_bound, &msrc, &links) == 0) {
+				detach_ready(&w.word_fd);
 				ret = serve(&w);
 				if (stop_serving(&w, &links) < 0) {
 					end_session(&w, stage); /* nothing else is freed */

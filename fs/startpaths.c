@@ -73,6 +73,13 @@ static int check_overlap(struct wfs *w)
 			"from wfs\n", local, strcmp(mnt, local) ? "inside" : "is", mnt);
 		return -1;
 	}
+	/* (a mount on LOCAL_STORE/data hid every copy from the daemon, and
+	 * every promotion failed EROFS) */
+	if (path_under(local, mnt)) {
+		fprintf(stderr, "wfs: MOUNTPOINT %s: inside LOCAL_STORE %s, whose files it would "
+			"hide from wfs (mount it elsewhere)\n", mnt, local);
+		return -1;
+	}
 	return 0;
 }
 
@@ -113,8 +120,12 @@ int startpaths_check(struct wfs *w)
 	}
 	/* The daemon leaves its working directory ("/") when it detaches:
 	 * relative paths must be made absolute now. */
-	if (!realpath(o->local, w->local_abs) || !realpath(o->mnt, w->mnt_abs)) {
-		fprintf(stderr, "wfs: %s: %s\n", o->local, strerror(errno));
+	if (!realpath(o->local, w->local_abs)) {
+		fprintf(stderr, "wfs: LOCAL_STORE %s: %s\n", o->local, strerror(errno));
+		return -1;
+	}
+	if (!realpath(o->mnt, w->mnt_abs)) {
+		fprintf(stderr, "wfs: MOUNTPOINT %s: %s\n", o->mnt, strerror(errno));
 		return -1;
 	}
 	o->local = w->local_abs;

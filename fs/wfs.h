@@ -72,6 +72,7 @@ struct wfs {
 	struct node_table nodes;
 	struct fuse_session *se;
 	int lock_fd;
+	int word_fd;                /* the caller's pipe until the daemon serves (fs/detach.h) */
 	int store_readonly;        /* LOCAL_STORE's filesystem is read-only (set at start) */
 	struct nas_gate gate;      /* NAS calls with deadlines; up or down (core/nasgate.h) */
 	struct nas_closer closer;  /* NAS descriptors closed off the workers (core/nasclose.h) */

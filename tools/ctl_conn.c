@@ -286,11 +286,13 @@ static int send_all(int fd, const char *buf, size_t len, int64_t deadline)
 	return 0;
 }
 
-/* Read up to the first newline (or EOF), by @deadline, into a
- * NUL-terminated malloc'd string. */
+/* Read up to the first newline, by @deadline, into a NUL-terminated
+ * malloc'd string.  EOF first: -ECONNRESET with nothing read, -EPROTO in
+ * the middle of a line. */
 static int recv_line(int fd, char **out, int64_t deadline)
 {
 	size_t len = 0, cap = 4096;
+	int whole = 0;
 	char *buf = malloc(cap);
 
 	if (!buf)
@@ -332,6 +334,7 @@ static int recv_line(int fd, char **out, int64_t deadline)
 		len += (size_t)n;
 		if (nl) {
 			len = (size_t)(nl - buf);
+			whole = 1;
 			break;
 		}
 	}
@@ -339,9 +342,11 @@ static int recv_line(int fd, char **out, int64_t deadline)
 		free(buf);
 		return -EMSGSIZE;
 	}
-	if (len == 0) {
+	/* EOF with no newline: nothing said, or a reply cut off (a daemon
+	 * that died while it wrote) */
+	if (!whole) {
 		free(buf);
-		return -ECONNRESET;
+		return len ? -EPROTO : -ECONNRESET;
 	}
 	buf[len] = '\0';
 	*out = buf;
@@ -378,8 +383,14 @@ int ctl_exchange(struct ctl_conn *c, const char *sock, const json_t *req, struct
 	if (!r)
 		r = send_all(fd, line, len + 1, deadline);
 	free(line);
-	if (!r)
-		r = recv_line(fd, &rep->raw, deadline);
+	/* A daemon at its connection caps answers at once, unread, and
+	 * closes: our send may then fail, its refusal (EAGAIN: ask again) is
+	 * still there to read. */
+	if (!r || r == -EPIPE || r == -ECONNRESET) {
+		int rr = recv_line(fd, &rep->raw, deadline);
+
+		r = !r || !rr ? rr : r;
+	}
 	close(fd);
 	if (r)
 		return r;
@@ -457,6 +468,10 @@ int ctl_report(struct ctl_conn *c, const char *sock, const char *cmd, bool json_
 	case -EPIPE:
 		fprintf(stderr, "wfsctl: %s: the wfs daemon at %s closed the "
 			"connection without replying\n", cmd, sock);
+		return r;
+	case -EPROTO:
+		fprintf(stderr, "wfsctl: %s: the wfs daemon at %s closed the connection in "
+			"the middle of its reply (has it stopped?)\n", cmd, sock);
 		return r;
 	default: {
 		/* connect() says ECONNREFUSED for a directory or a file too:

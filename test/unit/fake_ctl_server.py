@@ -386,7 +386,14 @@ def check(req):
 class Handler(socketserver.StreamRequestHandler):
     def handle(self):
         srv = self.server
+        if srv.mode == "turn_away":  # the daemon at its caps: refused unread, closed
+            self.wfile.write(b'{"ok":false,"errno":"EAGAIN","error":"too many connections '
+                             b'(at most 16 of other users at once): try again later"}\n')
+            return
         line = self.rfile.readline(REQ_MAX + 1)
+        if srv.mode == "cut":  # a daemon that died while it wrote its reply
+            self.wfile.write(b'{"ok":true,"metrics":{"served":{"local_bytes":1,')
+            return
         if srv.mode == "garbage":
             self.wfile.write(b"this is not json\n")
             return

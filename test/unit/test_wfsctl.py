@@ -589,12 +589,27 @@ def body(t, work):
 
     # --- broken peers
     for mode, want in (("garbage", "not a wfs reply"), ("huge", "over 256 MiB"),
-                       ("silent", "closed the connection without replying")):
+                       ("silent", "closed the connection without replying"),
+                       ("cut", "closed the connection in the middle of its reply")):
         s = f"{store}/{mode}.sock"
         bad = Server(s, Hub(1), mode=mode)
         r = run("--socket", s, "status")
         ok(f"peer sends {mode}", r[0] == 1 and want in r[2], show(r))
         bad.close()
+    # A daemon at its caps answers EAGAIN without reading and closes: the
+    # request sent after that fails (EPIPE; strace holds wfsctl's send back
+    # until then), and the refusal waiting to be read is what wfsctl says
+    # -- it said "closed the connection without replying", and promote
+    # --wait gave up instead of asking again.
+    s = f"{store}/away.sock"
+    away = Server(s, Hub(1), mode="turn_away")
+    p = subprocess.run(["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=sendto",
+                        "-e", "inject=sendto:delay_enter=300000", t.wfsctl, "--socket", s,
+                        "status"], capture_output=True, timeout=60)
+    err = p.stderr.decode(errors="replace")
+    ok("a refusal sent before the request is read", p.returncode == 1 and
+       "try again later [EAGAIN]" in err and "without replying" not in err, err)
+    away.close()
     # a daemon that never answers (stopped): the timeout, exit 3, the socket named
     s = f"{store}/hang.sock"
     hang = Server(s, Hub(1), mode="hang")

@@ -30,9 +30,49 @@ static json_t *req_path_add(struct control *c, json_t *p, json_t *out)
 	return NULL;
 }
 
+struct named { const char *rel; size_t at; };
+
+static int by_name(const void *a, const void *b)
+{
+	const struct named *x = a, *y = b;
+	int d = strcmp(x->rel, y->rel);
+
+	return d ? d : (x->at > y->at) - (x->at < y->at);
+}
+
+/* @paths with each name kept once, at its first place, or NULL (no
+ * memory).  A dry run is open to every local user: 16,000 copies of ""
+ * in one 64 KiB request walked the whole hub 16,000 times and held every
+ * result until the end (the daemon grew by GiBs on a large hub).  Distinct
+ * names reach a file at most once per directory above it. */
+static json_t *unique_paths(json_t *paths)
+{
+	size_t n = json_array_size(paths), i;
+	struct named *v = malloc((n ? n : 1) * sizeof(*v));
+	char *again = calloc(n ? n : 1, 1);
+	json_t *out = json_array();
+
+	for (i = 0; v && again && i < n; i++)
+		v[i] = (struct named){ json_string_value(json_array_get(paths, i)), i };
+	if (v && again)
+		qsort(v, n, sizeof(*v), by_name);
+	for (i = 1; v && again && i < n; i++)
+		again[v[i].at] = !strcmp(v[i].rel, v[i - 1].rel);
+	for (i = 0; out && v && again && i < n; i++)
+		if (!again[i] && json_array_append(out, json_array_get(paths, i)) < 0)
+			break;
+	if (!v || !again || i < n) {
+		json_decref(out);
+		out = NULL;
+	}
+	free(v);
+	free(again);
+	return out;
+}
+
 /* The request's "paths" (or "path"; none: the mount root; one string is a
- * list of one), each checked and normalised: a new array of strings, or
- * NULL with *@err set. */
+ * list of one), each checked and normalised, each name once: a new array
+ * of strings, or NULL with *@err set. */
 json_t *control_req_paths(struct control *c, json_t *req, json_t **err)
 {
 	json_t *paths = json_object_get(req, "paths"), *p, *out;
@@ -62,7 +102,11 @@ json_t *control_req_paths(struct control *c, json_t *req, json_t **err)
 		json_decref(out);
 		return NULL;
 	}
-	return out;
+	p = unique_paths(out);
+	json_decref(out);
+	if (!p)
+		*err = reply_error(ENOMEM, "out of memory");
+	return p;
 }
 
 json_t *control_collect_error(const char *rel, int r)

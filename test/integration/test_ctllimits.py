@@ -97,6 +97,15 @@ def daemon_threads(tc):
     tc.fail("no Threads: line in /proc/%d/status" % FIX.mount.pids[0])
 
 
+def proc_kib(pid, field):
+    """A "kB" field of /proc/PID/status (VmHWM, VmRSS), in KiB."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise KeyError(field)
+
+
 def pending_line(s):
     """What the daemon sent on `s` so far, without waiting: None if nothing,
     else the first line parsed (or the raw bytes if it does not parse)."""
@@ -224,6 +233,30 @@ class Limits(unittest.TestCase):
                 for s in socks:
                     s.close()
         self.wait_no_other_conns()
+
+    def test_one_path_many_times(self):
+        """A dry run is open to every user: one 64 KiB request naming the
+        mount root 15,000 times walked the hub 15,000 times and kept every
+        result (the daemon grew by hundreds of MiB on a 60-file hub, GiBs
+        on a real one).  A name is walked once: the reply is the one a
+        single "" gets, and the daemon's peak memory barely moves."""
+        one = wfstest.ctl_request(SOCK, {"op": "promote", "dry_run": True, "paths": [""]})
+        self.assertTrue(one and one.get("ok"), one)
+        pid = FIX.mount.pids[0]
+        hwm0 = proc_kib(pid, "VmHWM")
+        s = connect_as(NOBODY, 1)[0]
+        try:
+            req = {"op": "promote", "dry_run": True, "paths": [""] * 15000}
+            s.sendall((json.dumps(req) + "\n").encode())
+            got = read_to_eof(s)
+        finally:
+            s.close()
+        rep = json.loads(got.split(b"\n", 1)[0])
+        self.assertTrue(rep.get("ok"), rep)
+        self.assertEqual(sorted(b["key"] for b in rep["blobs"]),
+                         sorted(b["key"] for b in one["blobs"]))
+        grew = proc_kib(pid, "VmHWM") - hwm0
+        self.assertLess(grew, 64 * 1024, "the daemon's peak memory grew by %d KiB" % grew)
 
     def test_idle_half_line_and_unread_reply_closed(self):
         """A client that sends nothing, one that sends half a line and one

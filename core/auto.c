@@ -267,9 +267,14 @@ static void handle_hot(struct auto_promoter *a, struct blob *b, struct name_cach
 
 		if (rel)
 			snprintf(repo, sizeof(repo), "%.*s", (int)strcspn(rel, "/"), rel);
-		/* Opened as <repo>/blobs/<id> (a snapshot link followed by the
-		 * kernel): its snapshot names are what globs and shards speak of. */
-		if (*repo && (!names.n || !hub_is_snapshot_name(names.v[0]))) {
+		/* Every snapshot name of it, not only the one noted: the globs
+		 * exclude a blob any name of which they match, and the revision
+		 * a ref names is the one whose shards are loaded -- a name
+		 * noted once (a wfsctl walk of an older revision) is never
+		 * replaced, and its shards, not the loaded ones', were copied.
+		 * Opened as <repo>/blobs/<id> (a snapshot link followed by the
+		 * kernel), the noted name is not a snapshot name at all. */
+		if (*repo) {
 			int r = names_of(a, nc, repo, key, &names);
 
 			if (r < 0) {

@@ -129,6 +129,12 @@ void blob_state_set_locked(struct store *s, struct blob *b, enum blob_state st)
 	count_out(s, b);
 	atomic_store(&b->state, st);
 	count_in(s, b);
+	/* Back on the NAS (ranges dropped, a mismatch flag dropped, a copy
+	 * evicted or failed): its reads may make it hot again.  A flag left
+	 * set by reads made while it was partial or flagged -- which no
+	 * promotion followed -- kept it from ever turning hot. */
+	if (st == BLOB_NAS)
+		store_reset_hot_locked(s, b);
 }
 
 void blob_xxh_set_locked(struct store *s, struct blob *b, const char *xxh)

@@ -134,6 +134,10 @@ void part_drop_locked(struct store *s, struct blob *b, const char *why)
 		store_log_msg(s, LOG_NOTICE, "dropped the %zu local range%s of %s: %s", p->n,
 			      p->n == 1 ? "" : "s", b->key, why);
 	part_clear_locked(s, b, why);
+	/* a plain NAS blob again: its reads may make it hot (a flag they set
+	 * while it was staged in part, which the policy does not copy, kept it
+	 * from ever turning hot again) */
+	store_reset_hot_locked(s, b);
 }
 
 void part_retire_locked(struct store *s, struct blob *b, int linked)

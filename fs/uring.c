@@ -70,20 +70,28 @@ static void ulog(struct fuse_uring *u, int prio, const char *fmt, ...)
 	u->log(u->log_arg, prio, msg);
 }
 
-/* The number of queues the kernel makes: one a possible CPU ("0-N"). */
+/* The number of queues the kernel makes: one a possible CPU
+ * (num_possible_cpus(): every CPU of the list, "0-3,8-11" being 8; the
+ * first range alone left queues unregistered on such a machine). */
 static unsigned possible_cpus(void)
 {
 	FILE *f = fopen("/sys/devices/system/cpu/possible", "r");
-	unsigned lo = 0, hi = 0;
-	int n = f ? fscanf(f, "%u-%u", &lo, &hi) : 0;
+	char line[4096], *tok, *save = NULL;
+	unsigned n = 0;
 
+	if (f && fgets(line, sizeof(line), f))
+		for (tok = strtok_r(line, ",\n", &save); tok; tok = strtok_r(NULL, ",\n", &save)) {
+			unsigned lo, hi;
+			int k = sscanf(tok, "%u-%u", &lo, &hi);
+
+			if (k == 1)
+				n++;
+			else if (k == 2 && hi >= lo)
+				n += hi - lo + 1;
+		}
 	if (f)
 		fclose(f);
-	if (n == 2)
-		return hi + 1;
-	if (n == 1)
-		return lo + 1;
-	return (unsigned)sysconf(_SC_NPROCESSORS_CONF);
+	return n ? n : (unsigned)sysconf(_SC_NPROCESSORS_CONF);
 }
 
 static void queue_cmd(struct uring_ent *e, unsigned op, uint64_t commit_id)

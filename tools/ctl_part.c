@@ -125,23 +125,27 @@ static int wait_ranges(const struct ctl_opts *o, const char *sock, const json_t 
 	json_t *blob, *part;
 	char path[FMT_TEXT], text[FMT_TEXT];
 	bool done, nas_down = false;
+	uint64_t total = jget_u64(promoted, "bytes_to_copy"), copied = 0;
 	int ret = 1;
 
 	/* as for whole files (ctl_promote.c): with --json, for a person only */
 	bar.on = (!o->json || bar.tty) && jget_u64(promoted, "bytes_to_copy");
 	for (;;) {
 		const struct timespec ts = { 0, POLL_NS };
-		uint64_t copied;
 
 		ctl_reply_free(&rep);
 		if (!(blob = poll_blob(o, sock, jget_str(promoted, "key"), &bar, &rep)))
 			return 1;
 		part = json_object_get(blob, "part");
 		done = !jget_bool(part, "copying") && !jget_bool(part, "unproven");
-		copied = jget_u64(part, "done_bytes");
+		if (part) {
+			copied = jget_u64(part, "done_bytes");
+			total = jget_u64(part, "want_bytes");
+		} else if (!strcmp(jget_str(blob, "state"), "local")) {
+			copied = total; /* the ranges made the whole copy: no "part" now */
+		}
 		rate_add(&bar.rate, (double)mono_ns() / 1e9, copied);
-		bar_show(&bar, copied, jget_u64(part, "want_bytes"), done && covered(blob, want), 1,
-			 done);
+		bar_show(&bar, copied, total, done && covered(blob, want), 1, done);
 		if (done)
 			break;
 		note_nas(json_object_get(rep.obj, "nas"), &bar, &nas_down);

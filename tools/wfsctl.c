@@ -109,7 +109,9 @@ COMMON_OPTS
 "status is 1.\n"
 "\n"
 "options:\n"
-"  --force         evict pinned copies too (and unpin them)\n"
+"  --force         evict pinned copies too (and unpin them); not those a\n"
+"                  ref pin (pin --ref) holds, which it would copy back:\n"
+"                  they are skipped and listed, unpin --ref drops the pin\n"
 COMMON_OPTS },
 	{ "pin", cmd_pin, F_REF, 1, SIZE_MAX, "PATH... | --ref REF REPO",
 "Pin the blobs under each PATH: their local copies are never evicted to make\n"

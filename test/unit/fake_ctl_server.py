@@ -150,6 +150,10 @@ class Hub:
                     p["done"] = min(p["want"], p["done"] + int(self.speed * dt))
                     if p["done"] == p["want"]:
                         p["copying"], p["have"] = False, p["asked"]
+                    # ranges covering the whole file become its copy: no "part" then
+                    if not p["copying"] and sum(n for _, n in p["have"]) >= b.size:
+                        b.part, b.done = None, b.size
+                        b.set("local")
             if len([b for b in self.blobs if b.state == "copying"]) < 2:
                 for b in self.blobs:
                     if b.state == "queued":

@@ -354,6 +354,17 @@ def body(t, work):
     rep = json.loads(r[1]) if r[1].strip() else {}
     ok("promote --wait --range --json: the wait's outcome, 1 local, 0 failed",
        r[0] == 0 and (rep.get("local"), rep.get("failed")) == (1, 0), show(r))
+    # ranges that cover the file make its whole copy: the reply has no
+    # "part" then, and the last line said "0 B / 0 B"
+    shard2 = f"models--org--good/snapshots/{REV1}/model-00002-of-00002.safetensors"
+    r = run("promote", "--wait", "--range", "0:32M", shard2, cwd=root, tty=True)
+    frames = [l.rstrip() for l in screen(r[2]) if l.startswith("[")]
+    ok("promote --wait --range of the whole file: the bar ends with its bytes, local",
+       r[0] == 0 and f"promote: {shard2}: every range local (local)" in r[1] and
+       len(frames) == 1 and re.match(r"\[#{24}\] 100%  32\.0 MiB / 32\.0 MiB ", frames[0]),
+       show(r) + repr(frames))
+    r = run("evict", "--force", shard2, cwd=root)  # (pinned by a test above)
+    ok("evict of that file", r[0] == 0, show(r))
 
     # --- promote --wait, success, with the bar on a terminal
     r = run("promote", "--wait", "models--org--good", cwd=root, tty=True)

@@ -13,6 +13,25 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* "LINK/": @norm (normalised, its "/" gone) as the directory a link to one
+ * inside NAS_HUB leads to, as the kernel follows it.  wfsctl --socket with
+ * no mount in sight sends a PATH as given; through a mount, realpath has
+ * done this.  Anything else is left as it is (and answered as such). */
+static void follow_dir_link(struct control *c, char *norm, size_t sz)
+{
+	struct ns_entry *e = malloc(sizeof(*e));
+	char dir[PATH_MAX], joined[PATH_MAX * 2], to[PATH_MAX];
+
+	if (e && ns_classify(c->roots, norm, e) == 0 && e->kind == NS_LINK &&
+	    e->link_state == NS_LINK_RESOLVED && !e->backing[0]) {
+		path_dirname(norm, dir, sizeof(dir));
+		snprintf(joined, sizeof(joined), "%s%s%s", dir, *dir ? "/" : "", e->target);
+		if (path_normalize(joined, to, sizeof(to)) == 0)
+			snprintf(norm, sz, "%s", to);
+	}
+	free(e);
+}
+
 /* One PATH of a request, normalised into @out (a string added), or the
  * reply that refuses it: a name that leaves the mount ("..", "/") would
  * let any user who may ask a dry run learn what is outside NAS_HUB. */
@@ -20,10 +39,13 @@ static json_t *req_path_add(struct control *c, json_t *p, json_t *out)
 {
 	char norm[PATH_MAX];
 	const char *rel = json_string_value(p);
+	size_t len = rel ? strlen(rel) : 0;
 
 	if (!rel || rel[0] == '/' || path_normalize(rel, norm, sizeof(norm)) < 0)
 		return reply_error(EINVAL, "%s: not a path inside the mount %s",
 				   rel ? rel : "(not a string)", c->mount);
+	if (len && rel[len - 1] == '/' && *norm)
+		follow_dir_link(c, norm, sizeof(norm));
 	/* _nocheck: a NAS name need not be UTF-8 (req_hex_names) */
 	if (json_array_append_new(out, json_stringn_nocheck(norm, strlen(norm))))
 		return reply_error(ENOMEM, "out of memory");

@@ -259,10 +259,14 @@ static int set_str(char **dst, const char *src)
 
 /* A path given with --socket when no mount is visible: it must already be
  * relative to the mount root, and stay inside it.  Cleaned lexically, as
- * there is nothing on this machine to resolve it against. */
+ * there is nothing on this machine to resolve it against; a final "/" (or
+ * "/.") is kept: "LINK/" is the directory a link to one leads to, which
+ * the daemon resolves (through a mount, realpath does). */
 static int relative_as_given(const char *arg, char **rel)
 {
-	size_t len = 0, cap = strlen(arg) + 1;
+	size_t alen = strlen(arg), len = 0, cap = alen + 2;
+	int dir = alen && (arg[alen - 1] == '/' ||
+			   (arg[alen - 1] == '.' && (alen == 1 || arg[alen - 2] == '/')));
 	const char *p = arg;
 	char *out;
 
@@ -301,6 +305,8 @@ static int relative_as_given(const char *arg, char **rel)
 		len += n;
 		out[len] = '\0';
 	}
+	if (dir && len)
+		memcpy(out + len, "/", 2);
 	*rel = out;
 	return 0;
 }

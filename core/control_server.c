@@ -12,6 +12,7 @@
  */
 #include "control_int.h"
 #include "clock.h"
+#include "peeras.h"
 #include "reply.h"
 #include "stopby.h"
 #include "thread.h"
@@ -38,6 +39,7 @@ enum conn_state {
 struct control_conn {
 	int fd, slot;
 	uid_t uid;
+	struct peer_id peer;        /* who connected: another user's walks run as it (peeras.h) */
 	int privileged;             /* root or the mount's owner */
 	enum conn_state state;      /* written by the poll thread only */
 	int64_t deadline;           /* CLOCK_MONOTONIC ms: the request or the reply by then */
@@ -80,6 +82,22 @@ static struct control_conn *take_request(struct control *c)
 	return NULL;
 }
 
+/* @k's request, run with its peer's file identity when it is neither root
+ * nor the mount's owner (peeras.h): what it walks, it sees as that user. */
+static json_t *run_as_peer(struct control *c, struct control_conn *k)
+{
+	struct peer_saved saved = { 0 };
+	json_t *rep;
+	int r;
+
+	if (!k->privileged && (r = peer_as_begin(&k->peer, &saved)) < 0)
+		return reply_error(-r, "%s: cannot take the identity of uid %u to answer it: %s",
+				   k->o->name, (unsigned)k->peer.uid, strerror(-r));
+	rep = control_run(c, k->o, k->req);
+	peer_as_end(&saved);
+	return rep;
+}
+
 static void *worker(void *arg)
 {
 	struct control *c = arg;
@@ -107,7 +125,7 @@ static void *worker(void *arg)
 		c->running_slow += control_op_long(k->o);
 		pthread_mutex_unlock(&c->lock);
 
-		rep = control_run(c, k->o, k->req);
+		rep = run_as_peer(c, k);
 		json_decref(k->req);
 		k->req = NULL;
 		/* NULL (out of memory): the poll thread just closes */
@@ -318,8 +336,7 @@ static void accept_some(struct server *sv, int64_t *pause_until)
 	struct control *c = sv->c;
 
 	for (int n = 0; n < ACCEPT_BURST; n++) {
-		struct ucred cred;
-		socklen_t clen = sizeof(cred);
+		struct peer_id peer;
 		struct control_conn *k;
 		char msg[256], *line;
 		size_t len = 0;
@@ -333,11 +350,11 @@ static void accept_some(struct server *sv, int64_t *pause_until)
 			return;
 		}
 		atomic_fetch_add_explicit(&c->accepted, 1, memory_order_relaxed);
-		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &clen) < 0) {
+		if (peer_id_read(fd, &peer) < 0) {
 			close(fd);
 			continue;
 		}
-		k = admit(sv, cred.uid, &i, msg, sizeof(msg)) < 0 ? NULL : calloc(1, sizeof(*k));
+		k = admit(sv, peer.uid, &i, msg, sizeof(msg)) < 0 ? NULL : calloc(1, sizeof(*k));
 		if (!k) {
 			/* a fresh socket's buffer takes the line: never waited for */
 			line = control_reply_line(reply_error(EAGAIN, "%s", msg), 1, &len);
@@ -350,8 +367,9 @@ static void accept_some(struct server *sv, int64_t *pause_until)
 		}
 		k->fd = fd;
 		k->slot = i;
-		k->uid = cred.uid;
-		k->privileged = control_privileged(c, cred.uid);
+		k->uid = peer.uid;
+		k->peer = peer;
+		k->privileged = control_privileged(c, peer.uid);
 		k->state = CONN_READING;
 		k->deadline = store_now_ms() + CONTROL_REQUEST_TIMEOUT_MS;
 		sv->slot[i] = k;

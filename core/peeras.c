@@ -47,8 +47,12 @@ int peer_as_begin(const struct peer_id *p, struct peer_saved *s)
 	if (s->ngroups < 0)
 		return -errno;
 	r = thread_setgroups(p->ngroups > 0 ? p->ngroups : 0, p->groups);
-	if (r < 0)
+	/* (a user namespace whose setgroups is denied: the daemon's own
+	 * groups stay -- root's, group 0 as a rule -- and what that group
+	 * may read stays readable to the request; the rest is the peer's) */
+	if (r < 0 && r != -EPERM)
 		return r;
+	s->groups_set = r == 0;
 	/* setfsgid/setfsuid answer the previous value, not an error: read back */
 	setfsgid(p->gid);
 	setfsuid(p->uid);
@@ -66,6 +70,7 @@ void peer_as_end(struct peer_saved *s)
 		return;
 	setfsuid(s->fsuid);
 	setfsgid(s->fsgid);
-	(void)thread_setgroups(s->ngroups, s->groups);
+	if (s->groups_set)
+		(void)thread_setgroups(s->ngroups, s->groups);
 	s->active = 0;
 }

@@ -40,7 +40,7 @@ struct peer_id {
 int peer_id_read(int fd, struct peer_id *p);
 
 struct peer_saved {
-	int active;
+	int active, groups_set;
 	uid_t fsuid;
 	gid_t fsgid;
 	int ngroups;

@@ -333,9 +333,22 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 
 /* ---- extended attributes: where a file is served from ---- */
 
+/* The blob of @n if the store has one; never a new one: ls -l asks every
+ * entry for security.selinux and the ACLs, and a blob made for each stayed
+ * in the store's table for the mount's life. */
+static struct blob *node_blob_known(struct wfs *w, struct node *n)
+{
+	struct blob *b = __atomic_load_n(&n->blob, __ATOMIC_ACQUIRE);
+	char backing[PATH_MAX];
+
+	if (b)
+		return b;
+	node_backing(&w->nodes, n, backing, sizeof(backing));
+	return *backing ? store_find(&w->store, backing) : NULL;
+}
+
 static int xattr_value(struct wfs *w, struct node *n, const char *name, char *buf, size_t sz)
 {
-	struct blob *b = node_blob(w, n);
 	const char *id = __atomic_load_n(&n->blob_id, __ATOMIC_ACQUIRE);
 
 	if (n == w->nodes.root && !strcmp(name, XATTR_SOCKET))
@@ -343,6 +356,7 @@ static int xattr_value(struct wfs *w, struct node *n, const char *name, char *bu
 	if (n->kind != NS_FILE)
 		return -ENODATA;
 	if (!strcmp(name, XATTR_STATE)) {
+		struct blob *b = node_blob_known(w, n);
 		struct blob_info in;
 
 		if (!b)

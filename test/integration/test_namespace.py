@@ -561,6 +561,32 @@ class Xattrs(Base):
         self.assertGreater(n, 0)
         self.assertNone(bad, "user.wfs.id")
 
+    def test_xattr_questions_make_no_blob(self):
+        """ls -l asks every entry for security.selinux and its ACLs: each
+        such question made a blob in the store's table (kept for the
+        mount's life), so a listing of a large hub grew the daemon.  No
+        xattr question makes one; user.wfs.state still answers."""
+        def blobs():
+            rc, out, err = wfstest.run_wfsctl(["--json", "stats", FIX.mnt])
+            self.assertEqual(rc, 0, err)
+            return sum(json.loads(out)["metrics"]["blobs"].values())
+        # files no other test has opened (which makes their blobs)
+        d = "models--acme--xattrq/blobs"
+        os.makedirs(FIX.n(d))
+        self.addCleanup(shutil.rmtree, FIX.n("models--acme--xattrq"))
+        files = []
+        for k in range(20):
+            files.append("%s/%064x" % (d, k))
+            with open(FIX.n(files[-1]), "wb") as f:
+                f.write(b"x" * (k + 1))
+        before = blobs()
+        for p in files:
+            for name in ("security.selinux", "system.posix_acl_access", "user.other"):
+                self.assertIn(wfstest.errno_of(os.getxattr, FIX.m(p), name),
+                              (errno.ENODATA, errno.EOPNOTSUPP), p)
+            self.assertEqual(os.getxattr(FIX.m(p), "user.wfs.state"), b"nas")
+        self.assertEqual(blobs(), before, "blobs made by %d files' xattr questions" % len(files))
+
     def test_listxattr_names_them(self):
         e = next(e for e in FIX.of("file") if "blob_id" in e)
         names = os.listxattr(FIX.m(e["path"]))

@@ -252,6 +252,30 @@ static int pt_nas_take_locked(struct wfs *w, int id)
 	return -1;
 }
 
+/* The kernel refused @path (a local copy if @local, else a NAS file) as a
+ * backing, with @err.  For good, not this once: the whole route (EPERM, no
+ * passthrough), or every file of that filesystem (ELOOP: stacked too deep,
+ * overlayfs; the kernel takes backings of stack depth 0 under our
+ * max_stack_depth of 1, so that the mount may itself be stacked on) -- each
+ * open asked again, and the route was reported on. */
+static void pt_refused_locked(struct wfs *w, int local, int err, const char *path, int first)
+{
+	int deep = err == -ELOOP;
+
+	if (deep && local)
+		w->pt_deep_local = 1;
+	else if (deep)
+		w->pt_deep_nas = 1;
+	if (!passthrough_usable(&w->pt) || (deep && local))
+		store_note_route(&w->store, STORE_ROUTE_PASSTHROUGH, STORE_ROUTE_REFUSED, err);
+	wfs_log(w, first || deep ? LOG_WARNING : LOG_DEBUG,
+		"passthrough refused for %s (%s): reads are daemon-served%s", path, strerror(-err),
+		!deep ? "" : local ? "; LOCAL_STORE is on a stacked filesystem (overlayfs?): no "
+				     "local copy is passed through, put it on a plain one" :
+				     "; NAS_HUB is on a stacked filesystem: no NAS file is passed "
+				     "through (-o nas_passthrough)");
+}
+
 /* Choose how this open is served.  The kernel wants every open of an inode
  * at one time alike, so: an inode already open daemon-served stays so (it
  * reads the local copy through us) until its last open closes; otherwise a
@@ -281,7 +305,8 @@ static int choose_mode(struct wfs *w, struct node *n, struct wfs_fh *fh, int loc
 	if (n->pt_opens > 0) {
 		id = n->backing_id; /* join the opens already passed through */
 		fh->backing_nas = n->backing_nas;
-	} else if ((local || nas_fd >= 0) && n->daemon_opens == 0 && passthrough_usable(&w->pt)) {
+	} else if ((local || nas_fd >= 0) && n->daemon_opens == 0 && passthrough_usable(&w->pt) &&
+		   !(local ? w->pt_deep_local : w->pt_deep_nas)) {
 		/* Buffered: the kernel serves reads from this file's page cache,
 		 * the only copy of the bytes. */
 		if (local) {
@@ -321,12 +346,7 @@ static int choose_mode(struct wfs *w, struct node *n, struct wfs_fh *fh, int loc
 			if (id < 0) {
 				refused_now = !w->pt_warned;
 				w->pt_warned = 1;
-				if (!passthrough_usable(&w->pt)) /* for good, not this once */
-					store_note_route(&w->store, STORE_ROUTE_PASSTHROUGH,
-							 STORE_ROUTE_REFUSED, id);
-				wfs_log(w, refused_now ? LOG_WARNING : LOG_DEBUG,
-					"passthrough refused for %s (%s): reads are daemon-served",
-					path, strerror(-id));
+				pt_refused_locked(w, local, id, path, refused_now);
 				id = 0;
 			}
 			n->backing_id = id;

@@ -87,6 +87,10 @@ struct wfs {
 	char local_abs[PATH_MAX], mnt_abs[PATH_MAX];
 	struct metrics_writer metrics;
 	int pt_warned;
+	/* nodes.lock: the kernel refused a backing of this kind for its
+	 * filesystem's stack depth (ELOOP: LOCAL_STORE, or the NAS, on
+	 * overlayfs or another stacked one): every file there would be */
+	uint8_t pt_deep_local, pt_deep_nas;
 	/* -o nas_passthrough: the daemon's descriptor of each NAS file it
 	 * registered as a backing, by backing id, under nodes.lock (fs/file.c
 	 * pt_nas_keep_locked) */

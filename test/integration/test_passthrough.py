@@ -37,6 +37,7 @@ import multiprocessing
 import os
 import random
 import sys
+import subprocess
 import threading
 import unittest
 
@@ -560,6 +561,48 @@ class Fallback(OwnMount, unittest.TestCase):
         self.assertGreaterEqual(l1 - l0, len(want), "served.local_bytes grew by %d for a %d-byte "
                                 "local file read whole" % (l1 - l0, len(want)))
         self.assertEqual(n1 - n0, 0, "served.nas_bytes grew while reading a local blob")
+
+
+class StackedStore(unittest.TestCase):
+    """LOCAL_STORE on overlayfs: the kernel takes no backing of a stacked
+    filesystem (ELOOP, for the stack depth).  Every open asked again and
+    the route stayed "on" in stats while every local read was
+    daemon-served; now the first refusal says why, the route is
+    "refused", and the reads are right."""
+
+    def test_local_store_on_overlayfs(self):
+        base = os.path.join(FIX.gen, "ovl")
+        dirs = {k: os.path.join(base, k) for k in ("lower", "upper", "work", "merged")}
+        for d in dirs.values():
+            os.makedirs(d)
+        r = subprocess.run(["mount", "-t", "overlay", "overlay", "-o",
+                            "lowerdir=%(lower)s,upperdir=%(upper)s,workdir=%(work)s" % dirs,
+                            dirs["merged"]], capture_output=True, text=True)
+        if r.returncode != 0:
+            wfstest.skip_or_fail("cannot mount an overlayfs: " + r.stderr.strip())
+        self.addCleanup(subprocess.run, ["umount", dirs["merged"]], capture_output=True)
+        mnt = os.path.join(base, "mnt")
+        os.mkdir(mnt)
+        m = wfstest.ForegroundMount(FIX.hub, os.path.join(dirs["merged"], "local"), mnt,
+                                    ["auto_promote=off"]).start()
+        self.addCleanup(m.cleanup)
+        self.addCleanup(m.stop)
+        wfstest.wait_ctl(mnt)
+        p, want = os.path.join(mnt, BLOB["engaged"]["entry"]["path"]), BLOB["engaged"]["want"]
+        ctl_check(self, ["promote", "--wait", p])
+        self.assertEqual(state_of(p), "local")
+        for k in range(3):
+            fd = os.open(p, os.O_RDONLY)
+            try:
+                self.assertEqual(passthrough_opens(p), 0, "open %d passed through" % k)
+                probs = read_problems(fd, want, random.Random(k), "stacked store")
+            finally:
+                os.close(fd)
+            self.assertEqual(probs, [], "open %d" % k)
+        self.assertEqual(wfstest.route_of(self, mnt, "passthrough")[0], "refused", m.log()[-2000:])
+        said = [l for l in m.log().splitlines() if "stacked filesystem" in l]
+        self.assertEqual(len(said), 1, m.log()[-3000:])
+        self.assertIn("[warning]", said[0])
 
 
 # ------------------------------------------------------------------ 4

@@ -688,10 +688,18 @@ static json_t *unrecorded(struct control *c, json_t *rep, const char *op, int er
 	return rep;
 }
 
-json_t *control_run(struct control *c, const struct control_op *o, json_t *req)
+json_t *control_run(struct control *c, const struct control_op *o, json_t *req,
+		    const struct peer_id *as)
 {
 	int dry = open_to_all(o, req), r; /* a dry run: nothing of it to record */
-	json_t *rep = o->fn(c, req, o->name);
+	struct peer_self self = { 0 };
+	json_t *rep;
+
+	if (as && (r = peer_as_begin(as, &self)) < 0)
+		return reply_error(-r, "%s: cannot take the identity of uid %u to answer it: %s",
+				   o->name, (unsigned)as->uid, strerror(-r));
+	rep = o->fn(c, req, o->name);
+	peer_as_end(&self);
 
 	/* One index write for the whole request, however many blobs it
 	 * touched; durable before the reply. */
@@ -734,7 +742,7 @@ char *control_handle(struct control *c, const char *line, size_t len, uid_t peer
 	const struct control_op *o = control_check(c, line, len, peer, &req, &rep);
 
 	if (o) {
-		rep = control_run(c, o, req);
+		rep = control_run(c, o, req, NULL);
 		json_decref(req);
 	}
 	return control_reply_line(rep, 0, NULL);

@@ -6,6 +6,7 @@
 #define WFS_CONTROL_INT_H
 
 #include "control.h"
+#include "peeras.h"
 
 #include <jansson.h>
 
@@ -43,8 +44,11 @@ const struct control_op *control_check(struct control *c, const char *line, size
  * server's lock. */
 const struct control_op *control_recheck(struct control *c, const struct control_op *o);
 
-/* Run a checked request: its reply (NULL when out of memory). */
-json_t *control_run(struct control *c, const struct control_op *o, json_t *req);
+/* Run a checked request: its reply (NULL when out of memory).  @as: the
+ * peer whose file identity its op takes (another user's; peeras.h), or
+ * NULL for the daemon's own. */
+json_t *control_run(struct control *c, const struct control_op *o, json_t *req,
+		    const struct peer_id *as);
 
 /* The line of @rep (consumed; NULL: out of memory), with a newline if @nl,
  * malloc'ed, its length in *@lenp (may be NULL); NULL only when out of

@@ -82,22 +82,6 @@ static struct control_conn *take_request(struct control *c)
 	return NULL;
 }
 
-/* @k's request, run with its peer's file identity when it is neither root
- * nor the mount's owner (peeras.h): what it walks, it sees as that user. */
-static json_t *run_as_peer(struct control *c, struct control_conn *k)
-{
-	struct peer_saved saved = { 0 };
-	json_t *rep;
-	int r;
-
-	if (!k->privileged && (r = peer_as_begin(&k->peer, &saved)) < 0)
-		return reply_error(-r, "%s: cannot take the identity of uid %u to answer it: %s",
-				   k->o->name, (unsigned)k->peer.uid, strerror(-r));
-	rep = control_run(c, k->o, k->req);
-	peer_as_end(&saved);
-	return rep;
-}
-
 static void *worker(void *arg)
 {
 	struct control *c = arg;
@@ -125,7 +109,8 @@ static void *worker(void *arg)
 		c->running_slow += control_op_long(k->o);
 		pthread_mutex_unlock(&c->lock);
 
-		rep = run_as_peer(c, k);
+		/* another user's op walks the NAS as that user (peeras.h) */
+		rep = control_run(c, k->o, k->req, k->privileged ? NULL : &k->peer);
 		json_decref(k->req);
 		k->req = NULL;
 		/* NULL (out of memory): the poll thread just closes */
@@ -336,7 +321,7 @@ static void accept_some(struct server *sv, int64_t *pause_until)
 	struct control *c = sv->c;
 
 	for (int n = 0; n < ACCEPT_BURST; n++) {
-		struct peer_id peer;
+		struct peer_id peer = { 0 };
 		struct control_conn *k;
 		char msg[256], *line;
 		size_t len = 0;

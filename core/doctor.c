@@ -1,5 +1,6 @@
 /* doctor.c - see doctor.h. */
 #include "doctor.h"
+#include "peeras.h"
 #include "nasopen.h"
 #include "ns.h"
 #include "path.h"
@@ -95,7 +96,8 @@ json_t *doctor_reply(const struct hub_roots *roots, struct store *s, const char 
 		rep = reply_error(-r, "%s: %s", *rel ? rel : "/", strerror(-r));
 		goto out;
 	}
-	if (!*rel)
+	/* (another user: only those its own walk met, peeras.h) */
+	if (!*rel && !peer_as_other())
 		store_each(s, flagged, &f.flagged);
 	rep = json_pack("{s:b, s:I, s:I, s:O, s:O, s:I}", "ok", 1, "entries", f.entries,
 			"link_problems", f.problems, "links", f.links, "flagged", f.flagged.list,

@@ -22,6 +22,7 @@
 #include "collect.h"
 #include "metrics.h"
 #include "nasgate.h"
+#include "peeras.h"
 #include "nasopen.h"
 #include "ns.h"
 #include "path.h"
@@ -455,6 +456,7 @@ static json_t *path_check(struct view *v, const char *norm)
 #define HELD_LIST_MAX 200 /* status lists at most this many blobs kept on the NAS */
 
 struct sums {
+	int others;    /* another user asks (peeras.h): counts, no lists */
 	json_int_t local_bytes, nas_bytes, opens, held, flagged_total;
 	json_t *copies, *flagged, *held_list, *partial;
 	/* the NAS key of each entry of @partial, as it is: the reply's "key"
@@ -469,6 +471,12 @@ static void sum_blob(void *arg, const struct blob_info *b)
 	s->local_bytes += (json_int_t)b->local_bytes;
 	s->nas_bytes += (json_int_t)b->nas_bytes;
 	s->opens += (json_int_t)b->opens;
+	if (s->others) {
+		s->flagged_total += b->state == BLOB_MISMATCH || b->state == BLOB_FAILED ||
+				    b->local_error;
+		s->held += b->hold != HOLD_NONE && b->state == BLOB_NAS;
+		return;
+	}
 	/* files with local ranges (their ranges are added after: no store
 	 * call under its lock) */
 	if ((b->part_bytes || b->part_copying || b->part_reason[0]) &&
@@ -688,7 +696,7 @@ json_t *status_reply(struct control *c, json_t *req, int walk)
 {
 	const char *path = json_string_value(json_object_get(req, "path"));
 	char norm[PATH_MAX];
-	struct sums sums = {0};
+	struct sums sums = { .others = peer_as_other() };
 	struct view v = { .c = c };
 	json_t *repos, *refs, *rep;
 
@@ -699,8 +707,10 @@ json_t *status_reply(struct control *c, json_t *req, int walk)
 		view_free(&v);
 		return rep;
 	}
-	repos = repos_json(&v, path ? norm : NULL);
-	refs = refs_json(&v);
+	/* Another user: what its walk of the NAS shows it; the record's local
+	 * revisions (the NAS down) and the ref pins are not checked as it. */
+	repos = sums.others && !v.online ? json_array() : repos_json(&v, path ? norm : NULL);
+	refs = sums.others ? json_array() : refs_json(&v);
 	view_free(&v);
 	sums.copies = json_array();
 	sums.flagged = json_array();

@@ -15,7 +15,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import wfstest  # noqa: E402
-from wfstest import ctl_json, run_wfsctl, NOBODY  # noqa: E402
+from wfstest import ctl_check, ctl_json, run_wfsctl, NOBODY  # noqa: E402
 
 FIX = wfstest.HubFixture(options=("allow_other", "auto_promote=off"), scale_mib=4, many=0, mount=False)
 SOCK = None
@@ -77,12 +77,87 @@ class OtherUsers(unittest.TestCase):
         # and the rest of the mount is still listed to it
         rc, rep = as_nobody(self, ["promote", "--dry-run", "."])
         self.assertTrue(mentions(rep, "models--acme--standard"), rep)
+        # what the store knows of it (a partial file, a ref pin) is not
+        # told either: those lists are root's and the owner's
+        e = next(e for e in FIX.of("file") if e["path"].startswith(HIDDEN + "/blobs/")
+                 and e["size"] > 4096)
+        ctl_check(self, ["promote", "--wait", "--range", "0:4096", FIX.m(e["path"])])
+        self.addCleanup(run_wfsctl, ["evict", FIX.m(e["path"])])
+        self.assertTrue(mentions(ctl_json(self, ["status", FIX.mnt])["partial"], HIDDEN))
+        rc, rep = as_nobody(self, ["status"])
+        for k in ("partial", "copies", "flagged", "held"):
+            self.assertFalse(mentions(rep.get(k), HIDDEN), "%s: %s" % (k, rep.get(k)))
+        # (a ref pin copies the revision whole: the partial file goes)
+        ctl_check(self, ["pin", "--ref", "main", FIX.m(HIDDEN)])
+        self.addCleanup(run_wfsctl, ["unpin", "--ref", "main", FIX.m(HIDDEN)])
+        self.assertTrue(mentions(ctl_json(self, ["status", FIX.mnt])["ref_pins"], HIDDEN))
+        rc, rep = as_nobody(self, ["status"])
+        self.assertFalse(mentions(rep.get("ref_pins"), HIDDEN), rep.get("ref_pins"))
         # root, on the same workers afterwards, still sees it all
         for _ in range(6):
             rep = ctl_json(self, ["promote", "--dry-run", FIX.m(HIDDEN)])
             self.assertTrue(rep.get("blobs"), rep)
             st = ctl_json(self, ["status", FIX.mnt])
             self.assertIn(HIDDEN, [r.get("repo") for r in st.get("repos", [])])
+
+
+class ManyGroups(unittest.TestCase):
+    def test_a_peer_in_more_groups_than_kept(self):
+        """A peer in more supplementary groups than the daemon keeps (64):
+        SO_PEERGROUPS copies none of them, and the buffer -- what an
+        earlier connection left on the stack, root's group 0 among it --
+        was taken for its groups.  It gets its uid and gid alone: a repo
+        of mode 0750, group root, stays closed to it."""
+        repo = os.path.join(FIX.hub, HIDDEN)
+        st = os.stat(repo)
+        os.chown(repo, 0, 0)
+        os.chmod(repo, 0o750)
+        self.addCleanup(os.chown, repo, st.st_uid, st.st_gid)
+        self.addCleanup(os.chmod, repo, st.st_mode & 0o7777)
+        for _ in range(3):  # root asks first: its groups are what was left
+            ctl_json(self, ["status", FIX.mnt])
+            rc, out, err = wfstest.run_captured(
+                [wfstest.reachable(wfstest.wfsctl_bin()), "--json", "--socket", SOCK, "promote",
+                 "--dry-run", HIDDEN], 60, cwd="/", user=NOBODY, group=NOBODY,
+                extra_groups=list(range(3000, 3070)),
+                env=wfstest.without_leak_check(os.environ))
+            rep = json.loads(out) if out.strip() else {}
+            self.assertEqual((rc, rep.get("errno")), (1, "EACCES"), out + err)
+
+
+class NasThreads(unittest.TestCase):
+    def test_a_thread_started_for_another_user_is_the_daemons(self):
+        """The NAS gate starts its threads on demand, from the caller's
+        thread: the first status of a fresh daemon, asked by uid 65534,
+        started one running as that uid for good -- every NAS call after
+        it (the mount's lookups, root's) got that uid's EACCES."""
+        base = os.path.join(FIX.base, "nasthreads")
+        os.mkdir(base)
+        mnt = os.path.join(base, "mnt")
+        os.mkdir(mnt)
+        local = os.path.join(base, "local")
+        m = wfstest.ForegroundMount(FIX.hub, local, mnt, ["allow_other", "auto_promote=off"]).start()
+        self.addCleanup(m.cleanup)
+        self.addCleanup(m.stop)
+        sock = os.path.join(local, "wfs.sock")
+        self.assertTrue(wfstest.wait_until(lambda: os.path.exists(sock), 10))
+        repo = os.path.join(FIX.hub, HIDDEN)
+        mode = os.stat(repo).st_mode & 0o7777
+        os.chmod(repo, 0o700)
+        self.addCleanup(os.chmod, repo, mode)
+        rc, out, err = run_wfsctl(["--json", "--socket", sock, "status"], uid=NOBODY, timeout=60)
+        self.assertEqual(rc, 0, out + err)
+        ids = {}
+        for tid in os.listdir("/proc/%d/task" % m.proc.pid):
+            try:
+                with open("/proc/%d/task/%s/status" % (m.proc.pid, tid)) as f:
+                    st = dict(l.split(":", 1) for l in f if ":" in l)
+            except OSError:
+                continue  # ended meanwhile
+            ids[st["Name"].strip() + "/" + tid] = (st["Uid"].split()[3], st["Gid"].split()[3])
+        self.assertEqual({k: v for k, v in ids.items() if v != ("0", "0")}, {},
+                         "threads whose file identity is not root's")
+        self.assertTrue(os.listdir(os.path.join(mnt, HIDDEN)), "root's listing of " + HIDDEN)
 
 
 if __name__ == "__main__":

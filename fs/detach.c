@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +32,12 @@ static _Noreturn void wait_for_word(int fd)
 {
 	char buf[1024], *end = buf, c;
 	ssize_t r;
+
+	/* the session's handlers (set before the fork) only flag the loop
+	 * this process never runs: Ctrl-C must end the command */
+	signal(SIGINT, SIG_DFL);
+	signal(SIGTERM, SIG_DFL);
+	signal(SIGHUP, SIG_DFL);
 
 	while ((r = read(fd, &c, 1)) != 0) {
 		if (r < 0 && errno == EINTR)

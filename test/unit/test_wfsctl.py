@@ -613,6 +613,7 @@ def body(t, work):
     # -- it said "closed the connection without replying", and promote
     # --wait gave up instead of asking again.
     s = f"{store}/away.sock"
+    ok("strace is installed (tools/install-deps)", shutil.which("strace") is not None)
     away = Server(s, Hub(1), mode="turn_away")
     p = subprocess.run(["strace", "-f", "-qq", "-o", "/dev/null", "-e", "trace=sendto",
                         "-e", "inject=sendto:delay_enter=300000", t.wfsctl, "--socket", s,

@@ -179,7 +179,8 @@ static const struct figure figures[] = {
 	{ "wfs_opens_total", "counter", NULL, NULL, "Opens of files in the mount.",
 	  "opens", AT(opens) },
 	{ "wfs_passthrough_opens_total", "counter", NULL, NULL,
-	  "Opens served by FUSE passthrough (reads go to the local copy in the kernel).",
+	  "Opens served by FUSE passthrough (the kernel reads the local copy, or the NAS "
+	  "file with nas_passthrough).",
 	  "passthrough_opens", AT(passthrough_opens) },
 	{ "wfs_listings_ahead_total", "counter", NULL, NULL,
 	  "Directories listed from the NAS ahead of a tree walk, before it asked.",

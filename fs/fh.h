@@ -63,7 +63,6 @@ struct wfs_fh {
 	int backing_nas; /* OPEN: ... or the NAS file (nas_passthrough) */
 	int pt_nas_fd;  /* OPEN: the NAS file passed through, for its cache
 			 * figures at release (-1 if none) */
-	uint64_t pt_cached; /* OPEN: bytes of it in the page cache at open */
 	int counted;    /* TABLE: counted in the node's open tallies */
 	int noted;      /* OPEN: store_note_open() was called: store_note_close() is due */
 };

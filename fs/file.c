@@ -217,6 +217,26 @@ int fh_local_fd(struct wfs *w, struct wfs_fh *fh, int *direct, unsigned *gen)
 	return fd;
 }
 
+/* cachestat(2) (Linux 6.5; not in Debian 12's headers): the page-cache
+ * pages of a file.  What a passthrough reader read never reaches us, so
+ * what it brought into the NAS file's cache stands for its NAS bytes (for
+ * hotness and the figures).  0 when the kernel cannot say. */
+#ifndef __NR_cachestat
+#define __NR_cachestat 451
+#endif
+struct cachestat_range_abi { uint64_t off, len; };
+struct cachestat_abi { uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted; };
+
+static uint64_t cached_bytes(int fd)
+{
+	struct cachestat_range_abi range = { 0, 0 }; /* the whole file */
+	struct cachestat_abi cs;
+
+	if (fd < 0 || syscall(__NR_cachestat, fd, &range, &cs, 0) < 0)
+		return 0;
+	return cs.nr_cache * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
 /* A NAS file registered as a backing (nas_passthrough): the daemon keeps
  * its descriptor @fd of it until the backing @id is closed, and then the
  * closer closes it.  The kernel's reference alone was the last one: the
@@ -235,7 +255,24 @@ static int pt_nas_keep_locked(struct wfs *w, int id, int fd)
 		w->pt_nas_fds = a;
 		w->pt_nas_cap = cap;
 	}
-	w->pt_nas_fds[w->pt_nas_n++] = (struct pt_nas_fd){ id, fd };
+	/* (cachestat reads the page cache only: no NAS call under the lock) */
+	w->pt_nas_fds[w->pt_nas_n++] = (struct pt_nas_fd){ id, fd, cached_bytes(fd) };
+	return 0;
+}
+
+/* The bytes the NAS file of backing @id has in the page cache now past
+ * what was counted (then counted): what the kernel's reads brought in,
+ * once for the file however many opens share it.  Table lock held. */
+static uint64_t pt_nas_read_locked(struct wfs *w, int id, uint64_t now)
+{
+	for (size_t i = 0; i < w->pt_nas_n; i++)
+		if (w->pt_nas_fds[i].id == id) {
+			uint64_t add = now > w->pt_nas_fds[i].counted ?
+				       now - w->pt_nas_fds[i].counted : 0;
+
+			w->pt_nas_fds[i].counted += add;
+			return add;
+		}
 	return 0;
 }
 
@@ -424,26 +461,6 @@ static void fh_free(struct wfs *w, struct wfs_fh *fh)
 	 * open comes back now. */
 	if (noted)
 		store_note_close(&w->store, noted);
-}
-
-/* cachestat(2) (Linux 6.5; not in Debian 12's headers): the page-cache
- * pages of a file.  What a passthrough reader read never reaches us, so
- * what it brought into the NAS file's cache stands for its NAS bytes (for
- * hotness and the figures).  0 when the kernel cannot say. */
-#ifndef __NR_cachestat
-#define __NR_cachestat 451
-#endif
-struct cachestat_range_abi { uint64_t off, len; };
-struct cachestat_abi { uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted; };
-
-static uint64_t cached_bytes(int fd)
-{
-	struct cachestat_range_abi range = { 0, 0 }; /* the whole file */
-	struct cachestat_abi cs;
-
-	if (fd < 0 || syscall(__NR_cachestat, fd, &range, &cs, 0) < 0)
-		return 0;
-	return cs.nr_cache * (uint64_t)sysconf(_SC_PAGESIZE);
 }
 
 /* The open counted on its blob (once): from then on an eviction of its
@@ -674,8 +691,6 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fh_free(w, fh);
 		return;
 	}
-	if (fh->backing_nas)
-		fh->pt_cached = cached_bytes(fh->pt_nas_fd);
 	set_keep_cache(w, n, fh, from_nas, &st, fi);
 	fi->fh = (uint64_t)(uintptr_t)fh;
 	fi->noflush = 1;
@@ -691,10 +706,13 @@ void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	(void)ino;
 
 	if (fh->backing_nas && fh->blob) {
-		uint64_t now = cached_bytes(fh->pt_nas_fd);
+		uint64_t now = cached_bytes(fh->pt_nas_fd), add;
 
-		if (now > fh->pt_cached)
-			store_note_read(&W(req)->store, fh->blob, now - fh->pt_cached, 0);
+		pthread_mutex_lock(&W(req)->nodes.lock);
+		add = pt_nas_read_locked(W(req), fh->backing_id, now);
+		pthread_mutex_unlock(&W(req)->nodes.lock);
+		if (add)
+			store_note_read(&W(req)->store, fh->blob, add, 0);
 	}
 	fh_uncount(W(req), fh);
 	fh_free(W(req), fh);

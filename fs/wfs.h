@@ -94,7 +94,10 @@ struct wfs {
 	/* -o nas_passthrough: the daemon's descriptor of each NAS file it
 	 * registered as a backing, by backing id, under nodes.lock (fs/file.c
 	 * pt_nas_keep_locked) */
-	struct pt_nas_fd { int id, fd; } *pt_nas_fds;
+	struct pt_nas_fd {
+		int id, fd;
+		uint64_t counted; /* its page-cache bytes counted as NAS reads (file.c) */
+	} *pt_nas_fds;
 	size_t pt_nas_n, pt_nas_cap;
 	/* Blobs whose bytes changed, for the kernel to forget (fs/inval.h):
 	 * pushed by the store's changed hook, drained by its own thread. */

@@ -747,6 +747,30 @@ class NasPassthrough(OwnMount, unittest.TestCase):
         self.assertEqual(n2, n1, "the reopened local blob counted NAS bytes")
         self.assertEqual(daemon_reads(p), d0, "READ requests reached the daemon")
 
+    def test_overlapping_opens_count_the_file_once(self):
+        """Two opens of a NAS blob passed through, read whole through one:
+        its page cache grew once, and is counted once (each open's release
+        counted it: twice the file)."""
+        b = BLOB["evict"]
+        p, want = os.path.join(self.mnt, b["entry"]["path"]), b["want"]
+        self.assertEqual(state_of(p), "nas")
+        wfstest.drop_caches()
+        l0, n0 = wfstest.served_bytes(self, self.mnt)
+        fds = [os.open(p, os.O_RDONLY) for _ in range(2)]
+        try:
+            self.assertEqual(passthrough_opens(p), 2)
+            got = os.pread(fds[0], len(want) + 1, 0)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        self.assertEqual(got, want)
+        self.assertEqual(wait_passthrough(p, 0), 0)
+        l1, n1 = wfstest.served_bytes(self, self.mnt)
+        page = os.sysconf("SC_PAGE_SIZE")
+        self.assertTrue(len(want) <= n1 - n0 <= len(want) + page,
+                        "served.nas_bytes grew by %d for one read of a %d-byte file"
+                        % (n1 - n0, len(want)))
+
 
 if __name__ == "__main__":
     wfstest.main()

@@ -19,6 +19,7 @@
 #include "metrics.h"
 #include "collect.h"
 #include "nasgate.h"
+#include "peeras.h"
 #include "pins.h"
 #include "path.h"
 #include "record.h"
@@ -227,6 +228,13 @@ static json_t *op_progress(struct control *c, json_t *req)
 	struct metrics_nas mn;
 	size_t i;
 
+	/* (the store's word on any key, whatever the NAS lets the asker see:
+	 * the promote --wait of those who may promote polls it) */
+	if (peer_as_other()) {
+		json_decref(list);
+		return reply_error(EPERM, "progress: only root or the mount's owner (uid %u), who "
+				   "may promote, may ask it", (unsigned)c->owner);
+	}
 	if (!json_is_array(keys)) {
 		json_decref(list);
 		return reply_error(EINVAL, "\"keys\" must be a list");

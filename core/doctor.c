@@ -82,12 +82,13 @@ json_t *doctor_reply(const struct hub_roots *roots, struct store *s, const char 
 	/* The whole mount: every flagged blob the store knows, named in the
 	 * tree or not; a PATH: those its files name, so that a clean part of
 	 * the hub exits 0 whatever another repo holds. */
+	int others = peer_as_other(); /* (another user: only what its walk met, peeras.h) */
 	struct findings f = { .s = s, .links = json_array(), .flagged.list = json_array(),
-			      .seen = *rel ? json_object() : NULL };
+			      .seen = *rel || others ? json_object() : NULL };
 	json_t *rep = NULL;
 	int r;
 
-	if (!f.links || !f.flagged.list || (*rel && !f.seen))
+	if (!f.links || !f.flagged.list || ((*rel || others) && !f.seen))
 		goto out;
 	/* A PATH that is not there (a typo), or a listing that broke off, is
 	 * an error: "checked 0 entries", exit 0, would say all is well. */
@@ -96,8 +97,7 @@ json_t *doctor_reply(const struct hub_roots *roots, struct store *s, const char 
 		rep = reply_error(-r, "%s: %s", *rel ? rel : "/", strerror(-r));
 		goto out;
 	}
-	/* (another user: only those its own walk met, peeras.h) */
-	if (!*rel && !peer_as_other())
+	if (!*rel && !others)
 		store_each(s, flagged, &f.flagged);
 	rep = json_pack("{s:b, s:I, s:I, s:O, s:O, s:I}", "ok", 1, "entries", f.entries,
 			"link_problems", f.problems, "links", f.links, "flagged", f.flagged.list,

@@ -686,8 +686,10 @@ static void add_state(struct control *c, json_t *rep)
 		json_object_set_new(nas, "path", reply_path(c->roots->path[0]));
 	json_object_set_new(rep, "nas", nas);
 	rec = metrics_record_json(&mn);
+	/* (the refs it holds name repos and commits: not for another user) */
 	if (rec)
-		json_object_set_new(rec, "refs_held", metrics_refs_held_json(c->record));
+		json_object_set_new(rec, "refs_held", peer_as_other() ? json_array() :
+				    metrics_refs_held_json(c->record));
 	json_object_set_new(rep, "record", rec);
 	json_object_set_new(rep, "control", control_json(c));
 }
@@ -697,19 +699,24 @@ json_t *status_reply(struct control *c, json_t *req, int walk)
 	const char *path = json_string_value(json_object_get(req, "path"));
 	char norm[PATH_MAX];
 	struct sums sums = { .others = peer_as_other() };
-	struct view v = { .c = c };
+	struct view v = { .c = c, .others = sums.others };
 	json_t *repos, *refs, *rep;
 
 	if (path && (path[0] == '/' || path_normalize(path, norm, sizeof(norm)) < 0))
 		return reply_error(EINVAL, "%s: not a path inside the mount %s", path, c->mount);
 	v.online = walk && nas_answers(c);
+	if (v.others && !v.online)
+		return reply_error(EHOSTDOWN, "the NAS does not answer, and another user's status "
+				   "is what the NAS shows that user (the local record is not "
+				   "checked as you): ask again once it answers, or as root or the "
+				   "mount's owner");
 	if (path && *norm && (rep = path_check(&v, norm))) {
 		view_free(&v);
 		return rep;
 	}
 	/* Another user: what its walk of the NAS shows it; the record's local
 	 * revisions (the NAS down) and the ref pins are not checked as it. */
-	repos = sums.others && !v.online ? json_array() : repos_json(&v, path ? norm : NULL);
+	repos = repos_json(&v, path ? norm : NULL);
 	refs = sums.others ? json_array() : refs_json(&v);
 	view_free(&v);
 	sums.copies = json_array();

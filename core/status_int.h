@@ -66,6 +66,8 @@ struct rev_tally {
 struct view {
 	struct control *c;
 	int online;
+	int others;               /* another user asks (peeras.h): what the record
+				   * and the store know is not for it */
 	struct blob_set set;      /* scratch: blobs the store knows */
 	struct nas_set nas;       /* scratch: files it does not (online) */
 	struct keys keys;         /* scratch: files found without the NAS */

@@ -44,6 +44,8 @@ void status_keys_free(struct keys *k)
 
 struct record_entry *status_view_entry(struct view *v)
 {
+	if (v->others)
+		return NULL; /* (no look in the record for another user) */
 	if (v->c->record && !v->e)
 		v->e = malloc(sizeof(*v->e));
 	return v->e;
@@ -120,6 +122,8 @@ void status_known_under(struct view *v, const char *rel, struct tally *t)
 	struct under u = { root, &v->keys, 0 };
 
 	status_keys_clear(&v->keys);
+	if (v->others)
+		return; /* the NAS went down in its walk: nothing more for it */
 	if (path_join(v->c->roots->path[0], rel, root, sizeof(root)) == 0)
 		store_each(v->c->store, key_under, &u);
 	/* an error leaves what was found before it: status is a best effort */

@@ -3,10 +3,13 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/signalfd.h>
 #include <unistd.h>
 
 #define WORD_READY 'R'
@@ -27,30 +30,55 @@ int std_fds_open(void)
 
 /* The caller's side: the daemon's word, then its exit status.  A failure's
  * reason follows its byte; the read goes on to EOF, which comes when the
- * daemon has exited (its cleanup, the unmount, done). */
-static _Noreturn void wait_for_word(int fd)
+ * daemon has exited (its cleanup, the unmount, done).  Ctrl-C or a SIGTERM
+ * meanwhile (the daemon, in a session of its own, gets neither) stops the
+ * daemon as systemctl stop would, and the command fails once it is gone:
+ * no mount appears after the command said it failed. */
+static _Noreturn void wait_for_word(int fd, pid_t child)
 {
 	char buf[1024], *end = buf, c;
+	struct pollfd p[2] = { { .fd = fd, .events = POLLIN }, { .fd = -1, .events = POLLIN } };
+	int stopped = 0;
+	sigset_t stop;
 	ssize_t r;
 
-	/* the session's handlers (set before the fork) only flag the loop
-	 * this process never runs: Ctrl-C must end the command */
-	signal(SIGINT, SIG_DFL);
-	signal(SIGTERM, SIG_DFL);
-	signal(SIGHUP, SIG_DFL);
+	sigemptyset(&stop);
+	sigaddset(&stop, SIGINT);
+	sigaddset(&stop, SIGTERM);
+	sigaddset(&stop, SIGHUP);
+	if (pthread_sigmask(SIG_BLOCK, &stop, NULL) == 0)
+		p[1].fd = signalfd(-1, &stop, SFD_CLOEXEC);
+	for (;;) {
+		if (poll(p, 2, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			break;
+		}
+		if (p[1].revents & POLLIN) {
+			struct signalfd_siginfo si;
 
-	while ((r = read(fd, &c, 1)) != 0) {
+			if (read(p[1].fd, &si, sizeof(si)) == (ssize_t)sizeof(si) && !stopped) {
+				kill(child, SIGTERM);
+				stopped = 1;
+			}
+		}
+		if (!(p[0].revents & (POLLIN | POLLHUP | POLLERR)))
+			continue;
+		r = read(fd, &c, 1);
 		if (r < 0 && errno == EINTR)
 			continue;
-		if (r < 0)
+		if (r <= 0)
 			break;
-		if (end == buf && c == WORD_READY)
+		if (end == buf && c == WORD_READY && !stopped)
 			_exit(0);
 		if (end < buf + sizeof(buf) - 1)
 			*end++ = c; /* (a longer reason is cut; the EOF is waited for all the same) */
 	}
 	*end = '\0';
-	if (end - buf > 1 && buf[0] == WORD_FAILED)
+	if (stopped)
+		fprintf(stderr, "wfs: interrupted: the daemon was stopped before the mount was "
+			"ready\n");
+	else if (end - buf > 1 && buf[0] == WORD_FAILED)
 		fprintf(stderr, "wfs: %s\n", buf + 1);
 	else
 		fprintf(stderr, "wfs: the daemon ended before the mount was ready (see its "
@@ -75,7 +103,7 @@ int detach_fork(int keep_stderr, int *word_fd)
 	}
 	if (pid > 0) {
 		close(p[1]);
-		wait_for_word(p[0]);
+		wait_for_word(p[0], pid);
 	}
 	close(p[0]);
 	*word_fd = p[1];

@@ -260,13 +260,31 @@ static int pt_nas_keep_locked(struct wfs *w, int id, int fd)
 	return 0;
 }
 
-/* The bytes the NAS file of backing @id has in the page cache now past
- * what was counted (then counted): what the kernel's reads brought in,
- * once for the file however many opens share it.  Table lock held. */
-static uint64_t pt_nas_read_locked(struct wfs *w, int id, uint64_t now)
+/* An open joins backing @id: pages of its NAS file dropped since the last
+ * count (the kernel reclaims them any time) are brought in again by this
+ * open's reads, and count from here.  Table lock held. */
+static void pt_nas_rebase_locked(struct wfs *w, int id)
 {
 	for (size_t i = 0; i < w->pt_nas_n; i++)
 		if (w->pt_nas_fds[i].id == id) {
+			uint64_t now = cached_bytes(w->pt_nas_fds[i].fd);
+
+			if (now < w->pt_nas_fds[i].counted)
+				w->pt_nas_fds[i].counted = now;
+			return;
+		}
+}
+
+/* The bytes the NAS file of backing @id has in the page cache now past
+ * what was counted (then counted): what the kernel's reads brought in,
+ * once for the file however many opens share it -- an open made after its
+ * promotion that joined it included, which has no NAS descriptor of its
+ * own (the one kept with the backing is asked).  Table lock held. */
+static uint64_t pt_nas_read_locked(struct wfs *w, int id)
+{
+	for (size_t i = 0; i < w->pt_nas_n; i++)
+		if (w->pt_nas_fds[i].id == id) {
+			uint64_t now = cached_bytes(w->pt_nas_fds[i].fd);
 			uint64_t add = now > w->pt_nas_fds[i].counted ?
 				       now - w->pt_nas_fds[i].counted : 0;
 
@@ -342,6 +360,8 @@ static int choose_mode(struct wfs *w, struct node *n, struct wfs_fh *fh, int loc
 	if (n->pt_opens > 0) {
 		id = n->backing_id; /* join the opens already passed through */
 		fh->backing_nas = n->backing_nas;
+		if (fh->backing_nas)
+			pt_nas_rebase_locked(w, id);
 	} else if ((local || nas_fd >= 0) && n->daemon_opens == 0 && passthrough_usable(&w->pt) &&
 		   !(local ? w->pt_deep_local : w->pt_deep_nas)) {
 		/* Buffered: the kernel serves reads from this file's page cache,
@@ -706,10 +726,10 @@ void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	(void)ino;
 
 	if (fh->backing_nas && fh->blob) {
-		uint64_t now = cached_bytes(fh->pt_nas_fd), add;
+		uint64_t add;
 
 		pthread_mutex_lock(&W(req)->nodes.lock);
-		add = pt_nas_read_locked(W(req), fh->backing_id, now);
+		add = pt_nas_read_locked(W(req), fh->backing_id);
 		pthread_mutex_unlock(&W(req)->nodes.lock);
 		if (add)
 			store_note_read(&W(req)->store, fh->blob, add, 0);

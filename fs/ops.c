@@ -341,8 +341,8 @@ static struct blob *node_blob_known(struct wfs *w, struct node *n)
 	struct blob *b = __atomic_load_n(&n->blob, __ATOMIC_ACQUIRE);
 	char backing[PATH_MAX];
 
-	if (b)
-		return b;
+	if (b || !__atomic_load_n(&n->weights, __ATOMIC_ACQUIRE))
+		return b; /* (a name never copied has no blob: node_blob) */
 	node_backing(&w->nodes, n, backing, sizeof(backing));
 	return *backing ? store_find(&w->store, backing) : NULL;
 }

@@ -8,8 +8,10 @@ named, the repo answers EACCES; inside the whole mount, it is not listed.
 Root (and the mount's owner) still see it all, on the same workers."""
 
 import errno
+import hashlib
 import json
 import os
+import shutil
 import sys
 import unittest
 
@@ -99,6 +101,50 @@ class OtherUsers(unittest.TestCase):
             self.assertTrue(rep.get("blobs"), rep)
             st = ctl_json(self, ["status", FIX.mnt])
             self.assertIn(HIDDEN, [r.get("repo") for r in st.get("repos", [])])
+
+
+class StoreAndRecord(unittest.TestCase):
+    """What the store and the record know is not told to another user: the
+    refs the record holds (they name repos and commits), the state of a
+    blob by its key (progress); a flagged blob its own walk meets is."""
+
+    def test_held_ref_of_a_hidden_repo(self):
+        repo = "models--acme--secret"
+        self.addCleanup(shutil.rmtree, os.path.join(FIX.hub, repo), True)
+        old = wfstest.make_hf_repo(FIX.hub, repo, {"a.bin": b"a" * 5000})
+        ctl_check(self, ["promote", "--wait", FIX.m("%s/snapshots/%s" % (repo, old))])
+        self.assertTrue(wfstest.ctl_request(SOCK, {"op": "sync"}, timeout=60).get("ok"))
+        wfstest.make_hf_repo(FIX.hub, repo, {"b.bin": b"b" * 5000})  # refs/main moves on
+        self.assertTrue(wfstest.ctl_request(SOCK, {"op": "sync"}, timeout=60).get("ok"))
+        held = ctl_json(self, ["status", FIX.mnt])["record"]["refs_held"]
+        self.assertTrue(mentions(held, repo), held)
+        os.chmod(os.path.join(FIX.hub, repo), 0o700)
+        rc, rep = as_nobody(self, ["status"])
+        self.assertEqual(rep["record"]["refs_held"], [], rep["record"])
+
+    def test_progress_is_for_who_may_promote(self):
+        e = next(e for e in FIX.of("file") if e["path"].startswith(HIDDEN + "/blobs/"))
+        rep = wfstest.ctl_request(SOCK, {"op": "progress", "keys": [FIX.n(e["nas_real"])]})
+        self.assertTrue(rep.get("ok"), rep)
+        rc, out, err = wfstest.run_as_uid(
+            [sys.executable, "-c", "import json, socket, sys; s = socket.socket(socket.AF_UNIX); "
+             "s.connect(sys.argv[1]); s.sendall(sys.argv[2].encode() + b'\\n'); "
+             "print(s.makefile().readline())", SOCK,
+             json.dumps({"op": "progress", "keys": [FIX.n(e["nas_real"])]})], NOBODY, 30)
+        rep = json.loads(out)
+        self.assertEqual((rep.get("ok"), rep.get("errno")), (False, "EPERM"), rep)
+
+    def test_doctor_names_a_flagged_blob_it_can_read(self):
+        repo = "models--acme--flagq"
+        self.addCleanup(shutil.rmtree, os.path.join(FIX.hub, repo), True)
+        wrong = hashlib.sha256(b"what the name says").hexdigest()
+        os.makedirs(os.path.join(FIX.hub, repo, "blobs"))
+        with open(os.path.join(FIX.hub, repo, "blobs", wrong), "wb") as f:
+            f.write(b"other bytes")
+        rc, out, err = run_wfsctl(["promote", "--wait", FIX.m("%s/blobs/%s" % (repo, wrong))])
+        self.assertEqual(rc, 1, out + err)  # a mismatch: flagged
+        rc, rep = as_nobody(self, ["doctor"])
+        self.assertTrue(mentions(rep.get("flagged"), wrong), rep)
 
 
 class ManyGroups(unittest.TestCase):

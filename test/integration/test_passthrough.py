@@ -770,6 +770,24 @@ class NasPassthrough(OwnMount, unittest.TestCase):
         self.assertTrue(len(want) <= n1 - n0 <= len(want) + page,
                         "served.nas_bytes grew by %d for one read of a %d-byte file"
                         % (n1 - n0, len(want)))
+        # an open made after the promotion joins the NAS backing, with no
+        # NAS descriptor of its own: what it reads counts all the same
+        a = os.open(p, os.O_RDONLY)
+        try:
+            ctl_check(self, ["promote", "--wait", p])
+            wfstest.drop_caches()
+            b = os.open(p, os.O_RDONLY)
+        finally:
+            os.close(a)
+        try:
+            self.assertEqual(passthrough_opens(p), 1)
+            got = os.pread(b, len(want) + 1, 0)
+        finally:
+            os.close(b)
+        self.assertEqual(got, want)
+        self.assertEqual(wait_passthrough(p, 0), 0)
+        l2, n2 = wfstest.served_bytes(self, self.mnt)
+        self.assertGreaterEqual(n2 - n1, len(want), "an open joined after the promotion")
 
 
 if __name__ == "__main__":

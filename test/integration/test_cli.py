@@ -99,26 +99,8 @@ class HeldThread:
         self.call(self.DETACH)
 
 
-class Cli(unittest.TestCase):
-    def setUp(self):
-        # a fresh scratch dir per test, inside the fixture base (removed with it)
-        self.dir = os.path.join(FIX.base, self.id().rsplit(".", 1)[-1])
-        os.mkdir(self.dir)
-
-    def path(self, *names):
-        return os.path.join(self.dir, *names)
-
-    def new_mnt(self, name="mnt"):
-        p = self.path(name)
-        os.mkdir(p)
-        return p
-
-    def cleanup_mount(self, mnt):
-        """Undo a mount a refusing wfs should not have made (or a test made)."""
-        if wfstest.is_mounted(mnt):
-            pids = wfstest.pids_with_arg(mnt)
-            wfstest.unmount(mnt)
-            wfstest.stop_daemon(pids, mnt)
+class Cli(wfstest.ScratchMounts, unittest.TestCase):
+    FIXTURE = FIX
 
     def start(self, local, mnt, options=()):
         m = wfstest.Mount(FIX.hub, local, mnt, options)

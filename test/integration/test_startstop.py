@@ -40,25 +40,8 @@ def pids_cgroup_parent():
     return None
 
 
-class StartStop(unittest.TestCase):
-    def setUp(self):
-        self.dir = os.path.join(FIX.base, self.id().rsplit(".", 1)[-1])
-        os.mkdir(self.dir)
-
-    def path(self, *names):
-        return os.path.join(self.dir, *names)
-
-    def new_mnt(self, name="mnt"):
-        p = self.path(name)
-        os.mkdir(p)
-        self.addCleanup(lambda: self.cleanup_mount(p))
-        return p
-
-    def cleanup_mount(self, mnt):
-        if wfstest.is_mounted(mnt):
-            pids = wfstest.pids_with_arg(mnt)
-            wfstest.unmount(mnt)
-            wfstest.stop_daemon(pids, mnt)
+class StartStop(wfstest.ScratchMounts, unittest.TestCase):
+    FIXTURE = FIX
 
     def stop(self, mnt):
         pids = wfstest.pids_with_arg(mnt)

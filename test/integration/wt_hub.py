@@ -10,7 +10,8 @@ import sys
 import tempfile
 
 from wt_base import (child_report, daemon_pids, fork_reporting, is_mounted, mkhub_bin, NOBODY,
-                     require_mount_capability, run_wfs, stop_daemon, unmount, wait_until)
+                     pids_with_arg, require_mount_capability, run_wfs, stop_daemon, unmount,
+                     wait_until)
 
 
 # ---------------------------------------------------------------- hub + mount
@@ -171,6 +172,35 @@ class HubFixture:
 
 
 # ---------------------------------------------------------------- other uid
+
+class ScratchMounts:
+    """A mixin for tests that start their own daemons over a module's
+    HubFixture (the class's FIXTURE): a fresh scratch dir per test inside
+    the fixture's base (removed with it), mount points made there, and
+    a mount a test left (or a refusing wfs made) taken off at cleanup."""
+
+    FIXTURE = None
+
+    def setUp(self):
+        self.dir = os.path.join(self.FIXTURE.base, self.id().rsplit(".", 1)[-1])
+        os.mkdir(self.dir)
+
+    def path(self, *names):
+        return os.path.join(self.dir, *names)
+
+    def new_mnt(self, name="mnt"):
+        p = self.path(name)
+        os.mkdir(p)
+        self.addCleanup(lambda: self.cleanup_mount(p))
+        return p
+
+    def cleanup_mount(self, mnt):
+        """Undo a mount a refusing wfs should not have made (or a test made)."""
+        if is_mounted(mnt):
+            pids = pids_with_arg(mnt)
+            unmount(mnt)
+            stop_daemon(pids, mnt)
+
 
 def in_child(fn, *args, uid=None, gid=None):
     """Run fn(*args) in a forked child (with uid/gid, and no supplementary

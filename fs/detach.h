@@ -12,7 +12,10 @@
  *   detach_failed()  the daemon cannot: the parent prints the reason and
  *                    exits 1 once the daemon has exited (the pipe's end
  *                    closes with it), so its mount is gone by then.
- * A daemon that dies without a word is a failure too (EOF, no byte).
+ * A daemon that dies without a word is a failure too (EOF, no byte).  A
+ * Ctrl-C or SIGTERM to the caller meanwhile is passed to the daemon as a
+ * SIGTERM (it is in a session of its own), and the caller fails once the
+ * daemon is gone.
  *
  * Rules: the standard descriptors 0-2 are open before anything else is
  * (std_fds_open: else the store's lock or the control socket would get

@@ -682,6 +682,22 @@ class SystemdUnit(unittest.TestCase):
     ExecStartPre/ExecStart/ExecStartPost with the unit's environment and a
     conf file, SIGTERM to stop, and a restart over a dead mount."""
 
+    def test_mount_unit_example_orders_without_a_cycle(self):
+        """_netdev makes systemd order a mount before remote-fs.target: the
+        example's After=remote-fs.target was a cycle (systemd dropped the
+        hub mount or remote-fs.target at boot), and nothing ordered it after
+        the NAS's mount or the store's disk."""
+        with open(os.path.join(wfstest.REPO, "systemd", "wfs-hub.mount.example")) as f:
+            keys = {}
+            for line in f:
+                if "=" in line and not line.startswith("#"):
+                    k, v = line.strip().split("=", 1)
+                    keys.setdefault(k, []).extend(v.split())
+        self.assertIn("_netdev", keys["Options"][0].split(","))
+        self.assertNotIn("remote-fs.target", keys.get("After", []))
+        local = [o.split("=", 1)[1] for o in keys["Options"][0].split(",") if o.startswith("local=")]
+        self.assertEqual(set(keys.get("RequiresMountsFor", [])), set(keys["What"] + local))
+
     def test_template_unit(self):
         import subprocess
         with open(os.path.join(wfstest.REPO, "systemd", "wfs@.service.in")) as f:
@@ -692,6 +708,13 @@ class SystemdUnit(unittest.TestCase):
         os.symlink(os.path.abspath(wfstest.wfs_bin()), os.path.join(bindir, "wfs"))
         os.symlink(os.path.abspath(wfstest.wfsctl_bin()), os.path.join(bindir, "wfsctl"))
         env, execs = _unit_exec_lines(text.replace("%i", "test"), bindir)
+        # the options wfs.conf.example sets, as an operator copies them (its
+        # metrics_file= once named a directory only node-exporter makes:
+        # wfs refused to start, and the unit restarted every 5 s)
+        with open(os.path.join(wfstest.REPO, "systemd", "wfs.conf.example")) as f:
+            opts = [l.split("=", 1)[1].strip() for l in f if l.startswith("WFS_OPTIONS=")]
+        self.assertEqual(len(opts), 1, opts)
+        env["WFS_OPTIONS"] = opts[0]
         self.assertEqual([k for k, _, _ in execs], ["ExecStartPre", "ExecStart", "ExecStartPost"])
         self.assertIn("WFS_LOCAL_STORE", env)
         self.assertIn("Type=forking", text)

@@ -427,6 +427,12 @@ struct store {
 				     * damaged (a later wfs's version, a read error), or
 				     * store_open failed (the table read in part): never
 				     * replaced, nothing cleaned up after it (index_left) */
+	/* IMMUTABLE: with index_kept, the copies data/ held at the start
+	 * (their names, sorted): the kept index's, never removed by this run
+	 * -- an eviction or a failed publish of the same bytes unlinked them,
+	 * and the wfs that wrote that index lost them */
+	char (*kept)[33];
+	size_t nkept;
 	uint64_t tmp_serial;        /* LOCK */
 	uint64_t reserved;          /* LOCK: room reserved by copies in flight */
 	uint64_t held;              /* LOCK: by evicted copies still open */

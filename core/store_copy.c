@@ -252,6 +252,8 @@ static void unpublish_locked(struct store *s, struct blob *b, const char *xxh)
 		return; /* another copy of these bytes, renamed in since: its file */
 	else if (rehash_pending_locked(s, b, xxh))
 		return;
+	else if (store_kept_copy(s, xxh))
+		return; /* the kept index's (store.h: kept): the same bytes */
 	else if (unlink(path) < 0)
 		store_log_msg(s, LOG_WARNING, "cannot remove %s: %s", path, strerror(errno));
 }

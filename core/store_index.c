@@ -403,6 +403,58 @@ static void index_damaged(struct store *s, int err)
 		      s->index_path, why, moved, copies, s->data_dir);
 }
 
+static int by_name(const void *a, const void *b)
+{
+	return strcmp(a, b);
+}
+
+/* The copies in data/ now, into s->kept (sorted): the index left as it is
+ * names them, and this run removes none of them (store_kept_copy).  No
+ * memory for the list: logged, and none is kept from removal. */
+static void kept_copies_read(struct store *s)
+{
+	DIR *top = opendir_own(s->data_dir);
+	struct dirent *de;
+	size_t cap = 0;
+
+	while (top && (de = readdir(top))) {
+		char sub[PATH_MAX + 300];
+		struct dirent *fe;
+		DIR *d;
+
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(sub, sizeof(sub), "%s/%s", s->data_dir, de->d_name);
+		d = opendir_own(sub);
+		while (d && (fe = readdir(d))) {
+			if (fe->d_type != DT_REG || strlen(fe->d_name) != 32)
+				continue;
+			if (s->nkept == cap) {
+				char (*v)[33] = realloc(s->kept, (cap = cap ? 2 * cap : 256) * 33);
+
+				if (!v) {
+					store_log_msg(s, LOG_ERR, "start-up: no memory to list the copies "
+						      "in %s: this run may remove some", s->data_dir);
+					break;
+				}
+				s->kept = v;
+			}
+			memcpy(s->kept[s->nkept++], fe->d_name, 33);
+		}
+		if (d)
+			closedir(d);
+	}
+	if (top)
+		closedir(top);
+	if (s->nkept > 1)
+		qsort(s->kept, s->nkept, 33, by_name);
+}
+
+int store_kept_copy(const struct store *s, const char *xxh)
+{
+	return s->nkept && bsearch(xxh, s->kept, s->nkept, 33, by_name) != NULL;
+}
+
 /* The index could not be read (@r: a version newer than this wfs's, or a
  * read error), yet nothing says it is damaged: a later wfs wrote it (a
  * downgrade), or the disk failed a read it may not fail again.  Moved
@@ -414,6 +466,7 @@ static void index_left(struct store *s, int r)
 	char why[128];
 
 	s->index_kept = 1;
+	kept_copies_read(s);
 	if (r > INDEX_VERSION)
 		snprintf(why, sizeof(why), "is of version %d, newer than this wfs (%d)", r,
 			 INDEX_VERSION);

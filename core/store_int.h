@@ -79,6 +79,9 @@ struct blob *store_insert_locked(struct store *s, const char *key);
 void store_dirty_locked(struct store *s);
 /* @b may turn hot again after as many NAS bytes and opens again. */
 void store_reset_hot_locked(struct store *s, struct blob *b);
+
+/* Is data/<xx>/@xxh a copy the kept index names (store.h: kept)? */
+int store_kept_copy(const struct store *s, const char *xxh);
 /* Would the store queue @b again by itself once its backoff passes?  (A
  * failed copy, or a copy found unreadable, asked for by the policy.) */
 int store_retry_wanted_locked(const struct store *s, const struct blob *b);

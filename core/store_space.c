@@ -630,12 +630,21 @@ static int copy_shared_locked(struct store *s, const struct blob *b)
 			     rehash_pending_locked(s, b, b->xxh) || store_publishing_locked(s, b, b->xxh));
 }
 
-/* Remove @b's local copy.  Returns 1 when the file was unlinked. */
+/* Remove @b's local copy.  Returns 1 when the file was unlinked -- or is
+ * the kept index's (store.h: kept), left for it and gone from this run's
+ * room all the same. */
 static int drop_copy_locked(struct store *s, struct blob *b)
 {
 	char path[PATH_MAX + 64];
 
-	return b->xxh[0] && store_local_path_locked(s, b, path, sizeof(path)) == 0 && unlink(path) == 0;
+	if (!b->xxh[0] || store_local_path_locked(s, b, path, sizeof(path)) < 0)
+		return 0;
+	if (store_kept_copy(s, b->xxh)) {
+		store_log_msg(s, LOG_INFO, "%s: left in place: the index this run does not read "
+			      "(%s) names it", path, s->index_path);
+		return 1;
+	}
+	return unlink(path) == 0;
 }
 
 void store_demote_locked(struct store *s, struct blob *b, const char *why, int invalidate)

@@ -281,6 +281,11 @@ class Damage(unittest.TestCase):
             if run == 1:  # a copy made meanwhile serves, and is not recorded
                 self.st.promote(self, SMALL)
                 self.assert_bytes(SMALL)
+                # evicted: its file is the newer index's copy (the same
+                # bytes), which this run leaves in place (it removed it)
+                ctl_check(self, ["evict", self.st.path(SMALL)])
+                self.assert_states({BIG: "nas", SMALL: "nas"})
+                self.wait_log(r"left in place: the index this run does not read", 0)
             self.st.stop(self)
             with open(path, "rb") as f:
                 self.assertEqual(f.read(), newer, "index.json of version 99 after run %d" % run)

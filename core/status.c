@@ -411,8 +411,8 @@ static void repo_names(struct view *v, struct repo_names *rn)
 	size_t k = 0;
 
 	each_name(v, "", 1, name_cb, rn);
-	if (view_online(v))
-		return;
+	if (view_online(v) || v->others)
+		return; /* (another user: not the store's word, peeras.h) */
 	store_each(v->c->store, store_repo, &sr);
 	if (rn->n > 1)
 		qsort(rn->v, rn->n, sizeof(*rn->v), status_cmp_str);
@@ -694,6 +694,14 @@ static void add_state(struct control *c, json_t *rep)
 	json_object_set_new(rep, "control", control_json(c));
 }
 
+/* Another user's status with the NAS down (peeras.h). */
+static json_t *others_offline(void)
+{
+	return reply_error(EHOSTDOWN, "the NAS does not answer, and another user's status is "
+			   "what the NAS shows that user (the local record is not checked as "
+			   "you): ask again once it answers, or as root or the mount's owner");
+}
+
 json_t *status_reply(struct control *c, json_t *req, int walk)
 {
 	const char *path = json_string_value(json_object_get(req, "path"));
@@ -706,10 +714,7 @@ json_t *status_reply(struct control *c, json_t *req, int walk)
 		return reply_error(EINVAL, "%s: not a path inside the mount %s", path, c->mount);
 	v.online = walk && nas_answers(c);
 	if (v.others && !v.online)
-		return reply_error(EHOSTDOWN, "the NAS does not answer, and another user's status "
-				   "is what the NAS shows that user (the local record is not "
-				   "checked as you): ask again once it answers, or as root or the "
-				   "mount's owner");
+		return others_offline();
 	if (path && *norm && (rep = path_check(&v, norm))) {
 		view_free(&v);
 		return rep;
@@ -718,6 +723,12 @@ json_t *status_reply(struct control *c, json_t *req, int walk)
 	 * revisions (the NAS down) and the ref pins are not checked as it. */
 	repos = repos_json(&v, path ? norm : NULL);
 	refs = sums.others ? json_array() : refs_json(&v);
+	if (v.others && !view_online(&v)) { /* down in the middle of its walk */
+		json_decref(repos);
+		json_decref(refs);
+		view_free(&v);
+		return others_offline();
+	}
 	view_free(&v);
 	sums.copies = json_array();
 	sums.flagged = json_array();

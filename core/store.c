@@ -748,6 +748,8 @@ void store_close(struct store *s)
 	store_stop_by(s, -1);
 	free(s->threads);
 	free(s->kept);
+	s->kept = NULL;
+	s->nkept = 0;
 	s->threads = NULL;
 	s->nthreads = 0;
 	/* Whatever was queued or cancelled is simply on the NAS next time. */

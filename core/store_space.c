@@ -423,7 +423,8 @@ static int evict_lru_locked(struct store *s, struct room *m, const struct blob *
 		uint64_t last = 0;
 
 		j = copy_end(&cs, i);
-		if (!copy_freeable(&cs, cs.v + i, j - i, b))
+		/* (nor does one the kept index names: its file stays, store.h) */
+		if (!copy_freeable(&cs, cs.v + i, j - i, b) || store_kept_copy(s, cs.v[i]->xxh))
 			continue;
 		for (size_t k = i; k < j; k++)
 			last = cs.v[k]->use_ns > last ? cs.v[k]->use_ns : last;

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/signalfd.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define WORD_READY 'R'
@@ -28,17 +29,39 @@ int std_fds_open(void)
 	return 0;
 }
 
+/* After a signal: wait for the daemon itself (the pipe's EOF comes as soon
+ * as it says "ready", before its stop); a second signal kills it. */
+static _Noreturn void wait_for_stop(pid_t child, struct pollfd *sig)
+{
+	int status = 0;
+
+	for (;;) {
+		pid_t r = waitpid(child, &status, WNOHANG);
+
+		if (r == child || (r < 0 && errno != EINTR))
+			break;
+		if (poll(sig, 1, 100) == 1) {
+			struct signalfd_siginfo si;
+
+			if (read(sig->fd, &si, sizeof(si)) == (ssize_t)sizeof(si))
+				kill(child, SIGKILL);
+		}
+	}
+	fprintf(stderr, "wfs: interrupted: the daemon was stopped before the mount was ready%s\n",
+		WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL ? " (killed)" : "");
+	_exit(1);
+}
+
 /* The caller's side: the daemon's word, then its exit status.  A failure's
  * reason follows its byte; the read goes on to EOF, which comes when the
  * daemon has exited (its cleanup, the unmount, done).  Ctrl-C or a SIGTERM
  * meanwhile (the daemon, in a session of its own, gets neither) stops the
- * daemon as systemctl stop would, and the command fails once it is gone:
+ * daemon as systemctl stop would, and the command fails once it has exited:
  * no mount appears after the command said it failed. */
 static _Noreturn void wait_for_word(int fd, pid_t child)
 {
 	char buf[1024], *end = buf, c;
 	struct pollfd p[2] = { { .fd = fd, .events = POLLIN }, { .fd = -1, .events = POLLIN } };
-	int stopped = 0;
 	sigset_t stop;
 	ssize_t r;
 
@@ -46,8 +69,9 @@ static _Noreturn void wait_for_word(int fd, pid_t child)
 	sigaddset(&stop, SIGINT);
 	sigaddset(&stop, SIGTERM);
 	sigaddset(&stop, SIGHUP);
-	if (pthread_sigmask(SIG_BLOCK, &stop, NULL) == 0)
-		p[1].fd = signalfd(-1, &stop, SFD_CLOEXEC);
+	if (pthread_sigmask(SIG_BLOCK, &stop, NULL) == 0 &&
+	    (p[1].fd = signalfd(-1, &stop, SFD_CLOEXEC)) < 0)
+		pthread_sigmask(SIG_UNBLOCK, &stop, NULL); /* the default: Ctrl-C ends it */
 	for (;;) {
 		if (poll(p, 2, -1) < 0) {
 			if (errno == EINTR)
@@ -57,9 +81,9 @@ static _Noreturn void wait_for_word(int fd, pid_t child)
 		if (p[1].revents & POLLIN) {
 			struct signalfd_siginfo si;
 
-			if (read(p[1].fd, &si, sizeof(si)) == (ssize_t)sizeof(si) && !stopped) {
+			if (read(p[1].fd, &si, sizeof(si)) == (ssize_t)sizeof(si)) {
 				kill(child, SIGTERM);
-				stopped = 1;
+				wait_for_stop(child, &p[1]);
 			}
 		}
 		if (!(p[0].revents & (POLLIN | POLLHUP | POLLERR)))
@@ -69,16 +93,13 @@ static _Noreturn void wait_for_word(int fd, pid_t child)
 			continue;
 		if (r <= 0)
 			break;
-		if (end == buf && c == WORD_READY && !stopped)
+		if (end == buf && c == WORD_READY)
 			_exit(0);
 		if (end < buf + sizeof(buf) - 1)
 			*end++ = c; /* (a longer reason is cut; the EOF is waited for all the same) */
 	}
 	*end = '\0';
-	if (stopped)
-		fprintf(stderr, "wfs: interrupted: the daemon was stopped before the mount was "
-			"ready\n");
-	else if (end - buf > 1 && buf[0] == WORD_FAILED)
+	if (end - buf > 1 && buf[0] == WORD_FAILED)
 		fprintf(stderr, "wfs: %s\n", buf + 1);
 	else
 		fprintf(stderr, "wfs: the daemon ended before the mount was ready (see its "

@@ -749,7 +749,7 @@ void store_close(struct store *s)
 	free(s->threads);
 	free(s->kept);
 	s->kept = NULL;
-	s->nkept = 0;
+	s->nkept = s->kept_cap = 0;
 	s->threads = NULL;
 	s->nthreads = 0;
 	/* Whatever was queued or cancelled is simply on the NAS next time. */

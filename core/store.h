@@ -432,7 +432,7 @@ struct store {
 	 * -- an eviction or a failed publish of the same bytes unlinked them,
 	 * and the wfs that wrote that index lost them */
 	char (*kept)[33];
-	size_t nkept;
+	size_t nkept, kept_cap;
 	uint64_t tmp_serial;        /* LOCK */
 	uint64_t reserved;          /* LOCK: room reserved by copies in flight */
 	uint64_t held;              /* LOCK: by evicted copies still open */

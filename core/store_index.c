@@ -349,14 +349,15 @@ out:
 	free(pnames);
 }
 
-/* Regular files under data/<xx>/ (for the log). */
-static size_t count_copies(const char *data_dir)
+/* @fn(@arg, name) for each regular file under data/<xx>/, until it
+ * returns non-zero (returned). */
+static int each_copy(const char *data_dir, int (*fn)(void *arg, const char *name), void *arg)
 {
 	DIR *top = opendir_own(data_dir);
 	struct dirent *de;
-	size_t n = 0;
+	int r = 0;
 
-	while (top && (de = readdir(top))) {
+	while (!r && top && (de = readdir(top))) {
 		char sub[PATH_MAX + 300];
 		struct dirent *fe;
 		DIR *d;
@@ -365,13 +366,30 @@ static size_t count_copies(const char *data_dir)
 			continue;
 		snprintf(sub, sizeof(sub), "%s/%s", data_dir, de->d_name);
 		d = opendir_own(sub);
-		while (d && (fe = readdir(d)))
-			n += fe->d_type == DT_REG;
+		while (!r && d && (fe = readdir(d)))
+			if (fe->d_type == DT_REG)
+				r = fn(arg, fe->d_name);
 		if (d)
 			closedir(d);
 	}
 	if (top)
 		closedir(top);
+	return r;
+}
+
+static int count_one(void *arg, const char *name)
+{
+	(void)name;
+	++*(size_t *)arg;
+	return 0;
+}
+
+/* Regular files under data/<xx>/ (for the log). */
+static size_t count_copies(const char *data_dir)
+{
+	size_t n = 0;
+
+	each_copy(data_dir, count_one, &n);
 	return n;
 }
 
@@ -408,44 +426,33 @@ static int by_name(const void *a, const void *b)
 	return strcmp(a, b);
 }
 
+static int keep_one(void *arg, const char *name)
+{
+	struct store *s = arg;
+
+	if (strlen(name) != 32)
+		return 0; /* (not a copy's name: nothing it could be asked to remove) */
+	if (s->nkept == s->kept_cap) {
+		size_t cap = s->kept_cap ? 2 * s->kept_cap : 256;
+		char (*v)[33] = realloc(s->kept, cap * 33);
+
+		if (!v)
+			return -ENOMEM;
+		s->kept = v;
+		s->kept_cap = cap;
+	}
+	memcpy(s->kept[s->nkept++], name, 33);
+	return 0;
+}
+
 /* The copies in data/ now, into s->kept (sorted): the index left as it is
  * names them, and this run removes none of them (store_kept_copy).  No
- * memory for the list: logged, and none is kept from removal. */
+ * memory for the whole list: logged, and those listed before are kept. */
 static void kept_copies_read(struct store *s)
 {
-	DIR *top = opendir_own(s->data_dir);
-	struct dirent *de;
-	size_t cap = 0;
-
-	while (top && (de = readdir(top))) {
-		char sub[PATH_MAX + 300];
-		struct dirent *fe;
-		DIR *d;
-
-		if (de->d_name[0] == '.')
-			continue;
-		snprintf(sub, sizeof(sub), "%s/%s", s->data_dir, de->d_name);
-		d = opendir_own(sub);
-		while (d && (fe = readdir(d))) {
-			if (fe->d_type != DT_REG || strlen(fe->d_name) != 32)
-				continue;
-			if (s->nkept == cap) {
-				char (*v)[33] = realloc(s->kept, (cap = cap ? 2 * cap : 256) * 33);
-
-				if (!v) {
-					store_log_msg(s, LOG_ERR, "start-up: no memory to list the copies "
-						      "in %s: this run may remove some", s->data_dir);
-					break;
-				}
-				s->kept = v;
-			}
-			memcpy(s->kept[s->nkept++], fe->d_name, 33);
-		}
-		if (d)
-			closedir(d);
-	}
-	if (top)
-		closedir(top);
+	if (each_copy(s->data_dir, keep_one, s) < 0)
+		store_log_msg(s, LOG_ERR, "start-up: no memory to list the copies in %s: this run "
+			      "may remove some", s->data_dir);
 	if (s->nkept > 1)
 		qsort(s->kept, s->nkept, 33, by_name);
 }

@@ -75,7 +75,6 @@ int peer_as_begin(const struct peer_id *p, struct peer_self *s)
 		s->valid = 0;
 		return r;
 	}
-	s->groups_set = r == 0;
 	/* setfsgid/setfsuid answer the previous value, not an error: read back */
 	setfsgid(p->gid);
 	setfsuid(p->uid);
@@ -88,12 +87,8 @@ int peer_as_begin(const struct peer_id *p, struct peer_self *s)
 
 void peer_as_end(struct peer_self *s)
 {
-	if (!s->valid)
-		return;
-	setfsuid(s->fsuid);
-	setfsgid(s->fsgid);
-	if (s->groups_set)
-		(void)thread_setgroups(s->ngroups, s->groups);
+	/* (groups it could not set at the start, it cannot now: as they were) */
+	peer_self_take(s);
 	s->valid = 0;
 }
 

@@ -48,7 +48,6 @@ int peer_id_read(int fd, struct peer_id *p);
 /* A thread's file identity. */
 struct peer_self {
 	int valid;      /* read (a root daemon), and to be put back */
-	int groups_set; /* the groups were changed, and are put back */
 	uid_t fsuid;
 	gid_t fsgid;
 	int ngroups;

@@ -260,19 +260,25 @@ static int pt_nas_keep_locked(struct wfs *w, int id, int fd)
 	return 0;
 }
 
+/* The NAS file kept for backing @id, or NULL.  Table lock held. */
+static struct pt_nas_fd *pt_nas_find_locked(struct wfs *w, int id)
+{
+	for (size_t i = 0; i < w->pt_nas_n; i++)
+		if (w->pt_nas_fds[i].id == id)
+			return &w->pt_nas_fds[i];
+	return NULL;
+}
+
 /* An open joins backing @id: pages of its NAS file dropped since the last
  * count (the kernel reclaims them any time) are brought in again by this
  * open's reads, and count from here.  Table lock held. */
 static void pt_nas_rebase_locked(struct wfs *w, int id)
 {
-	for (size_t i = 0; i < w->pt_nas_n; i++)
-		if (w->pt_nas_fds[i].id == id) {
-			uint64_t now = cached_bytes(w->pt_nas_fds[i].fd);
+	struct pt_nas_fd *k = pt_nas_find_locked(w, id);
+	uint64_t now = k ? cached_bytes(k->fd) : 0;
 
-			if (now < w->pt_nas_fds[i].counted)
-				w->pt_nas_fds[i].counted = now;
-			return;
-		}
+	if (k && now < k->counted)
+		k->counted = now;
 }
 
 /* The bytes the NAS file of backing @id has in the page cache now past
@@ -282,29 +288,25 @@ static void pt_nas_rebase_locked(struct wfs *w, int id)
  * own (the one kept with the backing is asked).  Table lock held. */
 static uint64_t pt_nas_read_locked(struct wfs *w, int id)
 {
-	for (size_t i = 0; i < w->pt_nas_n; i++)
-		if (w->pt_nas_fds[i].id == id) {
-			uint64_t now = cached_bytes(w->pt_nas_fds[i].fd);
-			uint64_t add = now > w->pt_nas_fds[i].counted ?
-				       now - w->pt_nas_fds[i].counted : 0;
+	struct pt_nas_fd *k = pt_nas_find_locked(w, id);
+	uint64_t now = k ? cached_bytes(k->fd) : 0, add = 0;
 
-			w->pt_nas_fds[i].counted += add;
-			return add;
-		}
-	return 0;
+	if (k && now > k->counted) {
+		add = now - k->counted;
+		k->counted = now;
+	}
+	return add;
 }
 
 /* The descriptor kept for backing @id (-1: none).  Table lock held. */
 static int pt_nas_take_locked(struct wfs *w, int id)
 {
-	for (size_t i = 0; i < w->pt_nas_n; i++)
-		if (w->pt_nas_fds[i].id == id) {
-			int fd = w->pt_nas_fds[i].fd;
+	struct pt_nas_fd *k = pt_nas_find_locked(w, id);
+	int fd = k ? k->fd : -1;
 
-			w->pt_nas_fds[i] = w->pt_nas_fds[--w->pt_nas_n];
-			return fd;
-		}
-	return -1;
+	if (k)
+		*k = w->pt_nas_fds[--w->pt_nas_n];
+	return fd;
 }
 
 /* The kernel refused @path (a local copy if @local, else a NAS file) as a

@@ -187,6 +187,12 @@ json_t *control_promote_part(struct control *c, json_t *req, json_t *paths)
 	if (go && !dry && (queued = store_part_request(c->store, f.b, v, n, pin)) < 0) {
 		free(v);
 		json_decref(refused);
+		if (queued == -EBUSY)
+			return reply_error(EBUSY, "%s: its partial copy in %s is one index %s names, "
+					   "which this run leaves as it is (not read): no range of "
+					   "it is copied by this run (a whole promote still copies "
+					   "the file)", rel, c->store->part_dir,
+					   c->store->index_path);
 		return reply_error((int)-queued, "%s: %s", rel, strerror((int)-queued));
 	}
 	list = json_array();

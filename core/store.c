@@ -747,9 +747,9 @@ void store_close(struct store *s)
 {
 	store_stop_by(s, -1);
 	free(s->threads);
-	free(s->kept);
-	s->kept = NULL;
-	s->nkept = s->kept_cap = 0;
+	free(s->kept.v);
+	free(s->kept_parts.v);
+	s->kept = s->kept_parts = (struct kept_names){ 0 };
 	s->threads = NULL;
 	s->nthreads = 0;
 	/* Whatever was queued or cancelled is simply on the NAS next time. */

@@ -427,12 +427,15 @@ struct store {
 				     * damaged (a later wfs's version, a read error), or
 				     * store_open failed (the table read in part): never
 				     * replaced, nothing cleaned up after it (index_left) */
-	/* IMMUTABLE: with index_kept, the copies data/ held at the start
-	 * (their names, sorted): the kept index's, never removed by this run
-	 * -- an eviction or a failed publish of the same bytes unlinked them,
-	 * and the wfs that wrote that index lost them */
-	char (*kept)[33];
-	size_t nkept, kept_cap;
+	/* IMMUTABLE: with index_kept, the files data/ and parts/ held at the
+	 * start (their names, sorted): the kept index's, never removed or
+	 * written by this run -- an eviction or a failed publish of the same
+	 * bytes unlinked a copy, a range copy wrote into (and a drop removed)
+	 * a partial file, and the wfs that wrote that index lost them */
+	struct kept_names {
+		char (*v)[33];
+		size_t n, cap;
+	} kept, kept_parts;
 	uint64_t tmp_serial;        /* LOCK */
 	uint64_t reserved;          /* LOCK: room reserved by copies in flight */
 	uint64_t held;              /* LOCK: by evicted copies still open */
@@ -708,8 +711,10 @@ uint64_t store_now_ns(void); /* CLOCK_REALTIME_COARSE: the LRU order, last_used 
  * each to be copied and verified alone (fetch_range.h).
  * Every range must lie inside the blob (-EINVAL otherwise, nothing asked).
  * @pin pins the blob (its ranges are not dropped for room; evict --force).
- * A blob that is LOCAL has nothing to copy: 0.  Returns the bytes queued
- * now, or -errno.  Marks the index dirty. */
+ * A blob that is LOCAL has nothing to copy: 0.  -EBUSY: the blob's
+ * partial file is one the index this run leaves as it is names
+ * (index_kept), which this run neither writes nor removes.  Returns the
+ * bytes queued now, or -errno.  Marks the index dirty. */
 int64_t store_part_request(struct store *s, struct blob *b, const struct brange *v, size_t n,
 			   int pin);
 /* For a read of [@off, @off + @len) of @b: the parts of it that its

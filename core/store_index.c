@@ -349,8 +349,24 @@ out:
 	free(pnames);
 }
 
-/* @fn(@arg, name) for each regular file under data/<xx>/, until it
- * returns non-zero (returned). */
+/* @fn(@arg, name) for each regular file directly in @dir, until it
+ * returns non-zero (returned).  A directory that cannot be opened has
+ * none. */
+static int each_file_in(const char *dir, int (*fn)(void *arg, const char *name), void *arg)
+{
+	DIR *d = opendir_own(dir);
+	struct dirent *de;
+	int r = 0;
+
+	while (!r && d && (de = readdir(d)))
+		if (de->d_type == DT_REG)
+			r = fn(arg, de->d_name);
+	if (d)
+		closedir(d);
+	return r;
+}
+
+/* The same for each file under data/<xx>/. */
 static int each_copy(const char *data_dir, int (*fn)(void *arg, const char *name), void *arg)
 {
 	DIR *top = opendir_own(data_dir);
@@ -359,18 +375,11 @@ static int each_copy(const char *data_dir, int (*fn)(void *arg, const char *name
 
 	while (!r && top && (de = readdir(top))) {
 		char sub[PATH_MAX + 300];
-		struct dirent *fe;
-		DIR *d;
 
 		if (de->d_name[0] == '.')
 			continue;
 		snprintf(sub, sizeof(sub), "%s/%s", data_dir, de->d_name);
-		d = opendir_own(sub);
-		while (!r && d && (fe = readdir(d)))
-			if (fe->d_type == DT_REG)
-				r = fn(arg, fe->d_name);
-		if (d)
-			closedir(d);
+		r = each_file_in(sub, fn, arg);
 	}
 	if (top)
 		closedir(top);
@@ -428,38 +437,57 @@ static int by_name(const void *a, const void *b)
 
 static int keep_one(void *arg, const char *name)
 {
-	struct store *s = arg;
+	struct kept_names *k = arg;
 
 	if (strlen(name) != 32)
 		return 0; /* (not a copy's name: nothing it could be asked to remove) */
-	if (s->nkept == s->kept_cap) {
-		size_t cap = s->kept_cap ? 2 * s->kept_cap : 256;
-		char (*v)[33] = realloc(s->kept, cap * 33);
+	if (k->n == k->cap) {
+		size_t cap = k->cap ? 2 * k->cap : 256;
+		char (*v)[33] = realloc(k->v, cap * 33);
 
 		if (!v)
 			return -ENOMEM;
-		s->kept = v;
-		s->kept_cap = cap;
+		k->v = v;
+		k->cap = cap;
 	}
-	memcpy(s->kept[s->nkept++], name, 33);
+	memcpy(k->v[k->n++], name, 33);
 	return 0;
 }
 
-/* The copies in data/ now, into s->kept (sorted): the index left as it is
- * names them, and this run removes none of them (store_kept_copy).  No
- * memory for the whole list: logged, and those listed before are kept. */
-static void kept_copies_read(struct store *s)
+static void kept_sort(struct kept_names *k)
 {
-	if (each_copy(s->data_dir, keep_one, s) < 0)
-		store_log_msg(s, LOG_ERR, "start-up: no memory to list the copies in %s: this run "
-			      "may remove some", s->data_dir);
-	if (s->nkept > 1)
-		qsort(s->kept, s->nkept, 33, by_name);
+	if (k->n > 1)
+		qsort(k->v, k->n, 33, by_name);
+}
+
+/* The copies in data/ and the partial files in parts/ now, into s->kept
+ * and s->kept_parts (sorted): the index left as it is names them, and
+ * this run removes and writes none of them (store_kept_copy,
+ * store_kept_part).  No memory for a whole list: logged, and those listed
+ * before are kept. */
+static void kept_files_read(struct store *s)
+{
+	if (each_copy(s->data_dir, keep_one, &s->kept) < 0 ||
+	    each_file_in(s->part_dir, keep_one, &s->kept_parts) < 0)
+		store_log_msg(s, LOG_ERR, "start-up: no memory to list the files in %s and %s: "
+			      "this run may remove some", s->data_dir, s->part_dir);
+	kept_sort(&s->kept);
+	kept_sort(&s->kept_parts);
+}
+
+static int kept_has(const struct kept_names *k, const char *name)
+{
+	return k->n && bsearch(name, k->v, k->n, 33, by_name) != NULL;
 }
 
 int store_kept_copy(const struct store *s, const char *xxh)
 {
-	return s->nkept && bsearch(xxh, s->kept, s->nkept, 33, by_name) != NULL;
+	return kept_has(&s->kept, xxh);
+}
+
+int store_kept_part(const struct store *s, const char *name)
+{
+	return kept_has(&s->kept_parts, name);
 }
 
 /* The index could not be read (@r: a version newer than this wfs's, or a
@@ -473,7 +501,7 @@ static void index_left(struct store *s, int r)
 	char why[128];
 
 	s->index_kept = 1;
-	kept_copies_read(s);
+	kept_files_read(s);
 	if (r > INDEX_VERSION)
 		snprintf(why, sizeof(why), "is of version %d, newer than this wfs (%d)", r,
 			 INDEX_VERSION);

@@ -82,6 +82,8 @@ void store_reset_hot_locked(struct store *s, struct blob *b);
 
 /* Is data/<xx>/@xxh a copy the kept index names (store.h: kept)? */
 int store_kept_copy(const struct store *s, const char *xxh);
+/* Is parts/@name a partial file the kept index names (store.h: kept)? */
+int store_kept_part(const struct store *s, const char *name);
 /* Would the store queue @b again by itself once its backoff passes?  (A
  * failed copy, or a copy found unreadable, asked for by the policy.) */
 int store_retry_wanted_locked(const struct store *s, const struct blob *b);

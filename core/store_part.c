@@ -332,6 +332,15 @@ int64_t store_part_request(struct store *s, struct blob *b, const struct brange 
 		store_pin_locked(s, b, PIN_HAND, 1);
 	if (b->state == BLOB_LOCAL)
 		goto out;
+	if (s->index_kept && !b->part) {
+		char name[33];
+
+		part_name(b, name);
+		if (store_kept_part(s, name)) { /* the kept index's ranges (store.h: kept) */
+			total = -EBUSY;
+			goto out;
+		}
+	}
 	if (!(p = part_get_locked(s, b)) || !(h = held_set(p, &nh))) {
 		total = -ENOMEM;
 		goto out;

@@ -12,7 +12,8 @@ it did:
          at the starts after, until it is removed); a
          second one beside it (index.json.damaged.1), never over it
   index.json of a newer version (a downgrade)
-      -> left as it is, never replaced, no records, data/ kept
+      -> left as it is, never replaced, no records, data/ and parts/ kept
+         (no range copied into a partial file it names)
   a record naming a missing copy, a copy of the wrong size, a copy name
   leading out of data/
       -> the record dropped (the blob on the NAS), nothing outside touched
@@ -291,6 +292,43 @@ class Damage(unittest.TestCase):
                 self.assertEqual(f.read(), newer, "index.json of version 99 after run %d" % run)
             self.assertFalse(os.path.exists(path + ".damaged"), "index.json.damaged")
             self.assertEqual(self.st.files(), before, "data/ after run %d" % run)
+
+    def test_newer_version_index_partial_copy(self):
+        """The partial file of a newer index's ranges: a run that leaves
+        the index as it is neither writes it (a range copy went into the
+        same file) nor removes it (its drop, at an evict, unlinked it), and
+        says why it copies no range of that file."""
+        self.st.start()
+        ctl_check(self, ["promote", "--wait", "--range", "0:1M", self.st.path(BIG)])
+        self.assertEqual(state_of(self.st.path(BIG)), "partial")
+        self.st.stop(self)
+        parts = os.path.join(self.st.local, "parts")
+        names = os.listdir(parts)
+        self.assertEqual(len(names), 1, "parts/: %s" % names)
+        pfile = os.path.join(parts, names[0])
+
+        def look():
+            st = os.stat(pfile)
+            with open(pfile, "rb") as f:
+                return (st.st_ino, st.st_mtime_ns, st.st_ctime_ns, f.read())
+        before = look()
+        path = os.path.join(self.st.local, "index.json")
+        idx = self.st.index()
+        idx["version"] = 99
+        with open(path, "w") as f:
+            json.dump(idx, f)
+        self.st.start()
+        self.wait_log(r"index %s is of version 99" % re.escape(path), 0)
+        rc, out, err = wfstest.run_wfsctl(["promote", "--wait", "--range", "1M:1M",
+                                           self.st.path(BIG)])
+        self.assertEqual(rc, 1, "promote --range: %s %s" % (out, err))
+        self.assertRegex(err, r"its partial copy in %s is one index %s names, which this run "
+                         r"leaves as it is" % (re.escape(parts), re.escape(path)))
+        ctl_check(self, ["evict", "--force", self.st.path(BIG)])
+        self.assert_bytes(BIG)
+        self.st.stop(self)
+        self.assertEqual(os.listdir(parts), names, "parts/ after the run")
+        self.assertTrue(look() == before, "the partial file was written by the run")
 
     def test_huge_index(self):
         def huge(path):

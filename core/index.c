@@ -239,6 +239,8 @@ int index_read(const char *path, const struct index_cb *cb)
 	int r;
 
 	r = durable_read(path, INDEX_MAX_BYTES, &text, &len);
+	if (r == -EFBIG && (version = jtext_head_version(path, "blobs")) > INDEX_VERSION)
+		return version > INT_MAX ? INT_MAX : (int)version; /* a later wfs's cap */
 	if (r)
 		return r > 0 ? 0 : r;
 	/* (every line is read once here: a damaged file is refused before

@@ -3,9 +3,11 @@
 #include "durable.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* What is in the buffer out to the file. */
 static void flush_out(struct jtext *t)
@@ -244,4 +246,38 @@ void jtext_read_close(struct jtext_reader *r)
 {
 	jflat_free(&r->head);
 	memset(r, 0, sizeof(*r));
+}
+
+long long jtext_head_version(const char *path, const char *key)
+{
+	char mark[64], *buf, *end;
+	long long v = -EINVAL;
+	json_t *head, *ver;
+	ssize_t n;
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+
+	if (fd < 0)
+		return -errno;
+	if (!(buf = malloc(JTEXT_HEAD_MAX + 1))) {
+		close(fd);
+		return -ENOMEM;
+	}
+	n = pread(fd, buf, JTEXT_HEAD_MAX, 0);
+	v = n < 0 ? -errno : -EINVAL;
+	close(fd);
+	buf[n < 0 ? 0 : n] = '\0';
+	snprintf(mark, sizeof(mark), ",\"%s\":[", key);
+	/* the head's members end where the array's begin: "{<members>,"
+	 * closed there is an object of its own */
+	if (n >= 0 && (end = strstr(buf, mark))) {
+		end[0] = '}';
+		head = json_loadb(buf, (size_t)(end - buf) + 1, JSON_REJECT_DUPLICATES, NULL);
+		ver = json_object_get(head, "version");
+		if (json_is_object(head))
+			v = json_is_integer(ver) && json_integer_value(ver) > 0 ?
+			    json_integer_value(ver) : 0;
+		json_decref(head);
+	}
+	free(buf);
+	return v;
 }

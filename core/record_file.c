@@ -415,6 +415,16 @@ static int load_entries(struct record *r, struct jtext_reader *rd, struct record
 	return 0;
 }
 
+/* record.json is of @version, which a later wfs wrote: it is that wfs's
+ * to read, and never replaced by this run (record.c: newer). */
+static void record_newer(struct record *r, long long version)
+{
+	r->newer = 1;
+	record_log(r, LOG_WARNING, "record %s is of version %lld, newer than this wfs (%d): left "
+		   "as it is, not read and never replaced; the record starts empty", r->path,
+		   version, RECORD_VERSION);
+}
+
 /* The record @rd reads: its head (version, nas, built) and its entries
  * into *@t.  0 (*@t NULL: nothing usable, said) or -ENOMEM. */
 static int load_read(struct record *r, struct jtext_reader *rd, struct record_table **t,
@@ -425,10 +435,7 @@ static int load_read(struct record *r, struct jtext_reader *rd, struct record_ta
 	int e = 0;
 
 	if (version > RECORD_VERSION) {
-		r->newer = 1;
-		record_log(r, LOG_WARNING, "record %s is of version %lld, newer than this wfs (%d): "
-			   "left as it is, not read and never replaced; the record starts empty",
-			   r->path, (long long)version, RECORD_VERSION);
+		record_newer(r, version);
 	} else if (version < 1 || !rd->list ||
 		   get_name(&rd->head, "nas", nsz - 1, 0, &nas_buf) < 0) {
 		set_aside(r, "not a record of a known version");
@@ -454,9 +461,14 @@ int record_load(struct record *r, struct record_table **t, char *nas, size_t nsz
 	if (e == -ENOMEM)
 		return e;
 	if (e) {
-		/* set aside for what it is (too large, not a file); an error of
-		 * the read (EIO, EACCES) says nothing of it: left in place */
-		if (e == -EFBIG || e == -EINVAL || e == -ELOOP) {
+		/* set aside for what it is (too large, and no later wfs's, whose
+		 * cap may be larger; not a file); an error of the read (EIO,
+		 * EACCES) says nothing of it: left in place */
+		long long v = e == -EFBIG ? jtext_head_version(r->path, "entries") : 0;
+
+		if (v > RECORD_VERSION) {
+			record_newer(r, v);
+		} else if (e == -EFBIG || e == -EINVAL || e == -ELOOP) {
 			snprintf(why, sizeof(why), "%s", e == -EFBIG ? "larger than the cap" :
 				 "not a regular file");
 			set_aside(r, why);

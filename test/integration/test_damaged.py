@@ -330,6 +330,29 @@ class Damage(unittest.TestCase):
         self.assertEqual(os.listdir(parts), names, "parts/ after the run")
         self.assertTrue(look() == before, "the partial file was written by the run")
 
+    def test_newer_version_index_over_the_cap(self):
+        """An index over this wfs's size cap whose head says a later
+        version (whose cap may be larger): left as it is, as any newer
+        index -- set aside, it was lost to the wfs that wrote it."""
+        idx = self.local_both()
+        before = self.st.files()
+        path = os.path.join(self.st.local, "index.json")
+        idx["version"] = 99
+        blobs = idx.pop("blobs")
+        idx["blobs"] = blobs  # the head's members first, as wfs lays it out
+        with open(path, "w") as f:
+            f.write(json.dumps(idx, separators=(",", ":")))
+            f.truncate(INDEX_MAX + 1)
+        self.st.start()
+        self.wait_log(r"index %s is of version 99, newer than this wfs \(4\): left as it is"
+                      % re.escape(path), 0)
+        self.assert_states({BIG: "nas", SMALL: "nas"})
+        self.assert_bytes(BIG)
+        self.st.stop(self)
+        self.assertEqual(os.path.getsize(path), INDEX_MAX + 1, "index.json after the run")
+        self.assertFalse(os.path.exists(path + ".damaged"), "index.json.damaged")
+        self.assertEqual(self.st.files(), before, "data/ after the run")
+
     def test_huge_index(self):
         def huge(path):
             # sparse: no disk space, and refused by its size before parsing

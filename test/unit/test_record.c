@@ -453,6 +453,38 @@ static void held(struct check_count *c, struct logs *lg, struct store *s,
 	record_close(&r);
 }
 
+/* A record over the size cap (sparse): a later wfs's (whose cap may be
+ * larger) is left as it is, any other set aside. */
+static void over_cap(struct check_count *c, struct logs *lg)
+{
+	static const char *const heads[] = { "{\"built\":1,\"nas\":\"/n\",\"version\":98,"
+					     "\"entries\":[\n",
+					     "{\"built\":1,\"nas\":\"/n\",\"version\":1,"
+					     "\"entries\":[\n" };
+	char dir[PATH_MAX * 2], p[PATH_MAX * 2];
+	struct record r;
+	struct stat st;
+
+	for (int i = 0; i < 2; i++) {
+		snprintf(dir, sizeof(dir), "%s/overcap%d", top, i);
+		mkdir(dir, 0700);
+		write_record(dir, heads[i]);
+		snprintf(p, sizeof(p), "%s/" RECORD_FILE, dir);
+		CHECK(c, truncate(p, RECORD_MAX_BYTES + 1) == 0, "over the cap: %s", strerror(errno));
+		CHECK(c, record_open(&r, dir, 0, log_line, lg) == 0 && !record_has_any(&r),
+		      "over the cap, version %s: opens empty", i ? "1" : "98");
+		if (!i)
+			CHECK(c, logged(lg, "is of version 98, newer than this wfs") &&
+			      stat(p, &st) == 0 && st.st_size == RECORD_MAX_BYTES + 1 &&
+			      !exists(dir, RECORD_FILE ".damaged"),
+			      "over the cap, a later version: left as it is");
+		else
+			CHECK(c, !exists(dir, RECORD_FILE) && exists(dir, RECORD_FILE ".damaged"),
+			      "over the cap, this version: set aside");
+		record_close(&r);
+	}
+}
+
 /* A damaged file, a newer version, a read-only store, hostile entries. */
 static void damage(struct check_count *c, struct logs *lg, struct store *s,
 		   const struct hub_roots *roots)
@@ -827,6 +859,7 @@ int main(void)
 
 	held(&c, &lg, &s, &roots);
 	damage(&c, &lg, &s, &roots);
+	over_cap(&c, &lg);
 	hub_store_promoted(&c, &lg, &s, local, &opt, &roots);
 	ref_rewritten(&c, &lg, &s, &roots);
 	nas_vanishes(&c, &lg, &s, &roots);

@@ -192,7 +192,6 @@ static void *nas_thread(void *arg)
 	struct nas_slot slot = { 0 };
 
 	pthread_setname_np(pthread_self(), "wfs-nas");
-	peer_self_take(&g->self);
 	pthread_mutex_lock(&g->lock);
 	g->starting--;
 	for (;;) {
@@ -636,9 +635,6 @@ int nas_gate_init(struct nas_gate *g, const char *root, unsigned timeout_ms,
 	memset(g, 0, sizeof(*g));
 	if (snprintf(g->root, sizeof(g->root), "%s", root) >= (int)sizeof(g->root))
 		return -ENAMETOOLONG;
-	/* (a daemon in more groups than it keeps: not valid, and no request
-	 * takes another identity either -- peer_as_begin fails the same way) */
-	(void)peer_self_read(&g->self);
 	g->timeout_ms = timeout_ms ? timeout_ms : NAS_GATE_TIMEOUT_MS;
 	g->log = log;
 	g->log_arg = log_arg;

@@ -108,11 +108,6 @@ struct nas_gate {
 	pthread_t prober;
 	_Atomic uint64_t outages, timeouts, failed_down, from_record, busy;
 	_Atomic uint64_t generation; /* ATOMIC: +1 at every change of state */
-	/* IMMUTABLE: the daemon's file identity, read by nas_gate_init,
-	 * which each NAS thread takes as it starts: one started by a call of
-	 * a request run as another user (core/peeras.h) would keep that
-	 * user's for good, and every NAS call after it with it */
-	struct peer_self self;
 };
 
 /* @root: NAS_HUB (may be given before it can be reached).  @timeout_ms 0:

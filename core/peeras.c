@@ -9,6 +9,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+/* The identity this thread left for a peer's (peer_as_begin), while it
+ * runs as that peer; NULL otherwise.  Per thread by nature, as the
+ * identity itself is: what a thread it starts takes back (thread.c). */
+static __thread const struct peer_self *as_left;
+
 int peer_id_read(int fd, struct peer_id *p)
 {
 	struct ucred cred;
@@ -82,6 +87,7 @@ int peer_as_begin(const struct peer_id *p, struct peer_self *s)
 		peer_as_end(s);
 		return -EPERM;
 	}
+	as_left = s;
 	return 0;
 }
 
@@ -90,6 +96,12 @@ void peer_as_end(struct peer_self *s)
 	/* (groups it could not set at the start, it cannot now: as they were) */
 	peer_self_take(s);
 	s->valid = 0;
+	as_left = NULL;
+}
+
+const struct peer_self *peer_as_left(void)
+{
+	return as_left;
 }
 
 int peer_as_other(void)

@@ -16,10 +16,11 @@
  *  - Around the op alone, not what follows it: the index write a request
  *    may be followed by is the daemon's (control_run).
  *  - A thread started by a thread under another identity inherits it, for
- *    good.  The only threads an op may start are the NAS gate's, on demand
- *    (nas_call): each takes the daemon's identity as it starts
- *    (peer_self_take, from what nas_gate_init read on the main thread).
- *    Any other thread an op comes to start must do the same.
+ *    good: the NAS gate's threads, started on demand by a call (nas_call),
+ *    ran as the first peer whose request started them, and every NAS call
+ *    after with them.  So thread_start (thread.h) starts every thread
+ *    with the identity its creator left for the peer's (peer_as_left):
+ *    no thread outlives a request with the peer's identity.
  *  - peer_as_end() puts the daemon's fsuid back first (a fsuid of 0 brings
  *    the file capabilities back), the groups last.
  *  - A daemon that is not root cannot take another identity: its requests
@@ -68,6 +69,10 @@ int peer_as_begin(const struct peer_id *p, struct peer_self *s);
 
 /* Back to the identity peer_as_begin saved. */
 void peer_as_end(struct peer_self *s);
+
+/* The identity this thread left for the peer's (peer_as_begin's @s),
+ * while it runs as the peer; NULL otherwise. */
+const struct peer_self *peer_as_left(void);
 
 /* Does this thread run as another user now (between peer_as_begin and
  * peer_as_end)?  What the store and the record know -- their copies,

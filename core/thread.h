@@ -19,8 +19,11 @@
 
 /* pthread_create(3), the new thread blocking SIGTERM, SIGINT, SIGHUP and
  * SIGQUIT from its first instruction (it inherits the mask; the caller's
- * own mask is as it was on return).  Returns 0, or -errno: -EAGAIN (no
- * resources for a thread, or the thread limit), -EINVAL (bad attr). */
+ * own mask is as it was on return).  A caller that runs a request as
+ * another user (peeras.h) starts it with the identity it left for that
+ * user's, taken before @fn runs.  Returns 0, or -errno: -EAGAIN (no
+ * resources for a thread, or the thread limit), -EINVAL (bad attr),
+ * -ENOMEM. */
 int thread_start(pthread_t *thread, const pthread_attr_t *attr, void *(*fn)(void *),
 		 void *arg);
 

@@ -80,6 +80,21 @@ static int check_overlap(struct wfs *w)
 			"hide from wfs (mount it elsewhere)\n", mnt, local);
 		return -1;
 	}
+	/* A store on the NAS is no local copy: every "local" read would
+	 * still be the NAS's, and the store showed in the mount's listing (and
+	 * in every other mount of that NAS); a NAS inside the store would
+	 * serve the store's own files. */
+	for (int i = 0; i < (w->roots.n ? w->roots.n : 1); i++) {
+		const char *root = w->roots.n ? w->roots.path[i] : nas;
+
+		if (path_under(root, local) || path_under(local, root)) {
+			fprintf(stderr, "wfs: LOCAL_STORE %s: %s NAS_HUB %s: the store must be a "
+				"directory of its own on local disk\n", local,
+				!strcmp(local, root) ? "is" : path_under(root, local) ? "inside" :
+				"holds", root);
+			return -1;
+		}
+	}
 	return 0;
 }
 

@@ -188,6 +188,23 @@ class StartStop(wfstest.ScratchMounts, unittest.TestCase):
             self.assertFalse(wfstest.is_mounted(mnt))
             self.assertIn("MOUNTPOINT %s: inside LOCAL_STORE %s" % (mnt, local), err)
 
+    def test_local_store_and_nas_hub_apart(self):
+        """A LOCAL_STORE on the NAS was made there, showed in the mount's
+        listing, and its "local" copies were the NAS's; a NAS_HUB inside
+        LOCAL_STORE would serve the store's own files: both refused, naming
+        both, nothing made."""
+        outer = self.path("outer")
+        nas = os.path.join(outer, "nas")
+        os.makedirs(nas)
+        for i, (local, how) in enumerate(((os.path.join(nas, "store"), "inside"), (nas, "is"),
+                                          (outer, "holds"))):
+            mnt = self.new_mnt("mnt%d" % i)
+            rc, out, err = wfstest.run_wfs([nas, local, mnt], timeout=20)
+            self.assertEqual(rc, 1, err)
+            self.assertFalse(wfstest.is_mounted(mnt))
+            self.assertIn("LOCAL_STORE %s: %s NAS_HUB %s" % (local, how, nas), err)
+            self.assertEqual(os.listdir(nas), [], "NAS_HUB after the refusal")
+
 
 if __name__ == "__main__":
     wfstest.main()

@@ -65,8 +65,12 @@ static void init(void *data, struct fuse_conn_info *conn)
 		conn->want |= FUSE_CAP_READDIRPLUS;
 		conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
 	}
-	wfs_log(w, LOG_INFO, "mounted %s on %s (max_write %u, readahead %u)", w->opt.nas,
-		w->opt.mnt, conn->max_write, conn->max_readahead);
+	/* (canonical paths: the daemon has left the directory they were
+	 * given relative to; max_readahead is INIT's cap in bytes, the
+	 * read-ahead itself is readahead_kb's, set once mounted) */
+	wfs_log(w, LOG_INFO, "mounted %s on %s (FUSE INIT: max_write %u, max_readahead %u bytes)",
+		w->roots.n ? w->roots.path[0] : w->opt.nas, w->opt.mnt, conn->max_write,
+		conn->max_readahead);
 }
 
 /* A content-addressed blob never changes, so the kernel may cache it long;

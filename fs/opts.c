@@ -213,7 +213,7 @@ void opts_usage(FILE *f)
 "nofail, noauto, auto, user, users, _netdev, x-*) are ignored.\n"
 "\n"
 "A revision added to the NAS shows up within max(negative_timeout,\n"
-"entry_timeout) seconds.  Every write gets EROFS.\n");
+"entry_timeout, attr_timeout) seconds.  Every write gets EROFS.\n");
 }
 
 /* ---- libfuse's parser: a template per option, this file's callback ---- */
@@ -346,7 +346,8 @@ static int take_positionals(struct parse_ctx *c)
 		o->local = o->local_owned;
 		o->mnt = c->pos[1];
 	} else {
-		fprintf(stderr, "wfs: expected NAS_HUB LOCAL_STORE MOUNTPOINT (see wfs --help)\n");
+		fprintf(stderr, "wfs: expected NAS_HUB LOCAL_STORE MOUNTPOINT, or NAS_HUB MOUNTPOINT "
+			"with -o local=LOCAL_STORE (see wfs --help)\n");
 		return -EINVAL;
 	}
 	return 0;

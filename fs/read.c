@@ -298,6 +298,15 @@ static int read_planned(struct wfs *w, struct wfs_fh *fh, struct part_src *src,
 	}
 }
 
+/* What a read of @size at @off gets of a file of @fsize: counted as
+ * served (the kernel asks for whole pages past the end of a small file). */
+static size_t read_len(size_t size, off_t off, uint64_t fsize)
+{
+	if ((uint64_t)off >= fsize)
+		return 0;
+	return (uint64_t)off + size > fsize ? (size_t)(fsize - (uint64_t)off) : size;
+}
+
 /* A read of a file with local ranges: 0 once answered, 1 when the NAS is
  * to serve it all. */
 static int read_partial(fuse_req_t req, struct wfs *w, struct wfs_fh *fh, size_t size, off_t off)
@@ -310,9 +319,8 @@ static int read_partial(fuse_req_t req, struct wfs *w, struct wfs_fh *fh, size_t
 	char *out;
 	int r = 0;
 
-	if ((uint64_t)off >= fsize)
+	if (!(len = read_len(size, off, fsize)))
 		return 1;
-	len = (uint64_t)off + size > fsize ? (size_t)(fsize - (uint64_t)off) : size;
 	n = store_part_plan(&w->store, fh->blob, (uint64_t)off, len, segs, PART_SEGS, &gen);
 	if (!n || (src.local_fd = fh_part_fd(w, fh, gen, &src.local_direct)) < 0)
 		return 1;
@@ -369,8 +377,10 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	/* Nothing of fh may be touched after the reply: the file can be
 	 * released as soon as the kernel has the bytes. */
 	if (b && blob_state(b) == BLOB_LOCAL && (fd = fh_local_fd(w, fh, &direct, &gen)) >= 0) {
-		store_note_read(&w->store, b, size, 1);
-		r = read_local(req, fd, size, off, !direct, atomic_load(&b->size));
+		uint64_t fsize = atomic_load(&b->size);
+
+		store_note_read(&w->store, b, read_len(size, off, fsize), 1);
+		r = read_local(req, fd, size, off, !direct, fsize);
 		if (r == 0)
 			return;
 		/* A media error: the copy cannot be trusted any more (the store
@@ -382,6 +392,6 @@ void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	if (b && atomic_load(&b->part_bytes) && read_partial(req, w, fh, size, off) == 0)
 		return;
 	if (b)
-		store_note_read(&w->store, b, size, 0);
+		store_note_read(&w->store, b, read_len(size, off, atomic_load(&b->size)), 0);
 	read_nas(req, w, fh, size, off);
 }

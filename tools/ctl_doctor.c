@@ -51,9 +51,10 @@ int cmd_doctor(const struct ctl_opts *o)
 	if (o->json) {
 		ctl_print_raw(&rep);
 	} else {
-		printf("checked %llu entries: %llu link%s shown as links and never followed, "
+		printf("checked %llu entries: %llu link%s shown as link%s and never followed, "
 		       "%llu flagged blob%s\n", (unsigned long long)jget_u64(rep.obj, "entries"),
 		       (unsigned long long)problems, problems == 1 ? "" : "s",
+		       problems == 1 ? "" : "s",
 		       (unsigned long long)nflagged, nflagged == 1 ? "" : "s");
 		json_array_foreach(links, i, e) {
 			char path[FMT_TEXT], target[FMT_TEXT];

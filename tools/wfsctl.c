@@ -177,7 +177,7 @@ COMMON_OPTS },
 "\n"
 "options:\n"
 "  --prometheus    print Prometheus text exposition format instead (metric\n"
-"                  names wfs_*; see wfsctl(1)); for periodic files, prefer\n"
+"                  names wfs_*; see wfs(1) METRICS); for periodic files, prefer\n"
 "                  wfs -o metrics_file=PATH\n"
 COMMON_OPTS },
 };
@@ -302,7 +302,8 @@ static int conn_opt(const struct cmd *c, int argc, char **argv, int i, struct ct
 	o->timeout = strtol(v, &end, 10);
 	/* a year at most: the deadline is counted in milliseconds */
 	if (*end || v[0] < '0' || v[0] > '9' || errno || o->timeout > 366L * 86400)
-		return usage_error(c, "--timeout takes whole seconds (0: no limit), not '%s'", v), -3;
+		return usage_error(c, "--timeout takes whole seconds, at most 31622400 (366 days; 0: no "
+				   "limit), not '%s'", v), -3;
 	return n;
 }
 

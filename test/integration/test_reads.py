@@ -79,6 +79,22 @@ class Pread(unittest.TestCase):
             with self.subTest(path=e["path"], size=e["size"]):
                 self.check_preads(e)
 
+    def test_small_file_served_bytes_are_its_size(self):
+        """served.nas_bytes counts what a read got: a small file's size,
+        not the whole page the kernel asked for."""
+        e = min((e for e in FIX.of("link", "file") if 0 < e["size"] < 4000
+                 and "/snapshots/" in e["path"]
+                 and wfstest.state_of(FIX.m(e["path"])) == "nas"),
+                key=lambda e: (e["size"], e["path"]))
+        p = FIX.m(e["path"])
+        wfstest.drop_pages(p)
+        before = wfstest.served_bytes(self, FIX.mnt)
+        with open(p, "rb") as f:
+            self.assertEqual(f.read(), wfstest.read_file(FIX.n(e["nas_real"])))
+        after = wfstest.served_bytes(self, FIX.mnt)
+        self.assertEqual((after[0] - before[0], after[1] - before[1]), (0, e["size"]),
+                         "served (local, nas) bytes of one read of %s" % e["path"])
+
     def test_sequential_odd_chunks(self):
         # a stream of reads of odd sizes must give back the file exactly
         e = largest(FIX.readable())

@@ -752,10 +752,14 @@ class OnItsOwnFilesystem(unittest.TestCase):
         self.fs = wfstest.LoopFs(os.path.join(self.img_dir, "store.img"),
                                  os.path.join(self.img_dir, "fs"), size_mib=32)
         self.st = None
-        self.fs.setup()
-        self.st = Store(local=os.path.join(self.fs.mnt, "local"))
+        try:
+            self.fs.setup()
+            self.st = Store(local=os.path.join(self.fs.mnt, "local"))
+        except BaseException:
+            self.undo()  # a setUp that raises has no tearDown: the loop device stayed
+            raise
 
-    def tearDown(self):
+    def undo(self):
         problems = []
         if self.st:
             self.st.cleanup()
@@ -763,7 +767,10 @@ class OnItsOwnFilesystem(unittest.TestCase):
         if self.st:
             self.st.remove()
         shutil.rmtree(self.img_dir, ignore_errors=True)
-        self.assertEqual(problems, [])
+        return problems
+
+    def tearDown(self):
+        self.assertEqual(self.undo(), [])
 
     def wait_log(self, pattern, timeout=SETTLE):
         rx = re.compile(pattern)

@@ -309,7 +309,7 @@ class PassthroughReads(LocalFault):
 
     def test_reader_gets_eio_then_verify_full_demotes(self):
         if not wfstest.kernel_has_fuse_passthrough():
-            self.skipTest("kernel %s has no FUSE passthrough (Linux >= 6.9 needed)"
+            wfstest.skip_or_fail("kernel %s has no FUSE passthrough (Linux >= 6.9 needed)"
                           % os.uname().release)
         copy = self.promote()
         fd = os.open(self.path, os.O_RDONLY)
@@ -318,7 +318,7 @@ class PassthroughReads(LocalFault):
         finally:
             os.close(fd)
         if pt < 1:
-            self.skipTest("the kernel refused FUSE passthrough of a copy on ext4 on a loop device "
+            wfstest.skip_or_fail("the kernel refused FUSE passthrough of a copy on ext4 on a loop device "
                           "over faultfs (user.wfs.passthrough %d while open); log:\n%s"
                           % (pt, self.log_tail()))
         self.assert_reads_right("local, healthy disk")
@@ -332,19 +332,19 @@ class PassthroughReads(LocalFault):
                          "failing: %s" % (self.path, ranges, got if err is None else errname(err)))
         self.assertEqual(wfstest.daemon_reads(self.path), d0, "the daemon served READs of a "
                          "passthrough open")
-        self.assertEqual(state_of(self.path), "local", "the daemon cannot know of the EIO")
-        self.assertEqual(self.local_read_errors(), 0, "wfsctl stats --json "
-                         "metrics.local_read_errors: the daemon saw no error")
-
-        # verify --full re-reads the copy, fails, demotes
-        drop_file_pages(copy)
-        rc, out, err = run_wfsctl(["verify", "--full", self.path], timeout=60)
-        self.assertEqual(rc, 1, "wfsctl verify --full of an unreadable copy: exit %s\nstdout: %s\n"
-                         "stderr: %s" % (rc, out, err))
-        self.assertIn("1 demoted", out, "wfsctl verify --full stdout")
-        self.assertIn("demoted, served from the NAS again: local copy unreadable: "
-                      "Input/output error", err, "wfsctl verify --full stderr")
-        self.assert_demoted(copy, "after verify --full")
+        # The daemon sees no error of the kernel's reads today, so the copy
+        # stays "local" until verify --full re-reads it, fails and demotes
+        # it.  A wfs that learnt of them would demote it at once, as DESIGN
+        # asks: this test passes either way.
+        if state_of(self.path) == "local":
+            drop_file_pages(copy)
+            rc, out, err = run_wfsctl(["verify", "--full", self.path], timeout=60)
+            self.assertEqual(rc, 1, "wfsctl verify --full of an unreadable copy: exit %s\n"
+                             "stdout: %s\nstderr: %s" % (rc, out, err))
+            self.assertIn("1 demoted", out, "wfsctl verify --full stdout")
+            self.assertIn("demoted, served from the NAS again: local copy unreadable: "
+                          "Input/output error", err, "wfsctl verify --full stderr")
+        self.assert_demoted(copy, "after the EIO")
 
         # the next read: NAS bytes, no error, with the disk still failing
         self.assert_reads_right("after verify --full, the disk still failing")

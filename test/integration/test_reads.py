@@ -221,7 +221,7 @@ class ManyOpens(unittest.TestCase):
         wfstest.require_wfsctl()
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         if hard != resource.RLIM_INFINITY and hard < 4 * self.OPENS:
-            self.skipTest("hard RLIMIT_NOFILE %d is too low to tell" % hard)
+            wfstest.skip_or_fail("hard RLIMIT_NOFILE %d is too low to tell" % hard)
         local = os.path.join(FIX.gen, "local-manyopens")
         mnt = os.path.join(FIX.gen, "mnt-manyopens")
         os.mkdir(mnt)

@@ -23,7 +23,16 @@ SAVED = {}
 
 def setUpModule():
     SAVED["enable"] = tu.enable_uring()
-    nf.setUpModule()
+    try:
+        nf.setUpModule()
+    except BaseException:
+        # (tearDownModule is not run when setUpModule raises: the machine's
+        # switch stayed on, and the mount too)
+        try:
+            tearDownModule()
+        except Exception:
+            pass  # the failure to report is setUp's
+        raise
 
 
 def tearDownModule():

@@ -18,6 +18,7 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 NOBODY = 65534
 WFS_TIMEOUT = 30          # seconds a foreground-returning `wfs` may take
 EXIT_TIMEOUT = 10         # seconds the daemon may take to exit after umount
+UMOUNT_TIMEOUT = 20       # seconds an umount may take
 KILL_TIMEOUT = 30         # seconds a SIGKILLed child may take to go
 
 
@@ -281,19 +282,32 @@ def drop_dead_mount(tc, mnt):
     tc.assertTrue(wait_until(lambda: not is_mounted(mnt), 5), "dead mount still there")
 
 
+def umount_quick(mnt, *flags):
+    """umount [flags] MNT without a look at MNT (-c, its name as the mount
+    table has it): util-linux's umount stats the path first, and a stat of
+    a mount whose daemon hangs waits for good -- a hang regression then
+    showed as meson's timeout in teardown, the mount left behind.  Returns
+    (returncode or None when it did not end within UMOUNT_TIMEOUT, stderr)."""
+    try:
+        r = subprocess.run(["umount", "-c"] + list(flags) + [_mount_path(mnt)],
+                           capture_output=True, text=True, timeout=UMOUNT_TIMEOUT)
+        return r.returncode, r.stderr.strip()
+    except subprocess.TimeoutExpired:
+        return None, "no answer within %d s" % UMOUNT_TIMEOUT
+
+
 def unmount(mnt):
     """umount, falling back to umount -l.  Returns a list of problems."""
     problems = []
     if not is_mounted(mnt):
         return problems
-    r = subprocess.run(["umount", mnt], capture_output=True, text=True)
-    if r.returncode != 0:
+    rc, err = umount_quick(mnt)
+    if rc != 0:
         # a reader may still be finishing; retry briefly before going lazy
-        ok = wait_until(lambda: subprocess.run(["umount", mnt], capture_output=True).returncode == 0
-                        or not is_mounted(mnt), 3, step=0.2)
+        ok = wait_until(lambda: umount_quick(mnt)[0] == 0 or not is_mounted(mnt), 3, step=0.2)
         if not ok:
-            problems.append("umount %s failed (%s); used umount -l" % (mnt, r.stderr.strip()))
-            subprocess.run(["umount", "-l", mnt], capture_output=True)
+            problems.append("umount %s failed (%s); used umount -l" % (mnt, err))
+            umount_quick(mnt, "-l")
     if not wait_until(lambda: not is_mounted(mnt), 5):
         problems.append("%s still in /proc/self/mounts after umount" % mnt)
     return problems

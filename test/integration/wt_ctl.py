@@ -377,6 +377,7 @@ class LoopFs:
         os.makedirs(self.mnt, exist_ok=True)
         r = subprocess.run(["mount", "-t", "ext4", self.dev, self.mnt], capture_output=True, text=True)
         if r.returncode != 0:
+            self.teardown()  # (its caller may not: a setUp that raises has no tearDown)
             skip_or_fail("mount %s failed: %s" % (self.dev, r.stderr.strip()))
         os.chmod(self.mnt, 0o755)
         return self

@@ -342,8 +342,15 @@ class ForegroundMount(Mount):
         with open(self.logf.name, errors="replace") as f:
             return f.read()
 
-    def stop(self):
+    def stop(self, expect_rc=0):
+        """Unmount, wait for the daemon, and return the problems: among
+        them an exit status other than @expect_rc (a crash or an abort at
+        shutdown passed in the plain build)."""
         problems = unmount(self.mnt) + reap_child(self.proc, "wfs -f")
+        rc = self.proc.returncode
+        if not problems and expect_rc is not None and rc != expect_rc:
+            problems.append("wfs -f exited %s after its unmount, not %s%s"
+                            % (rc, expect_rc, " (killed by signal %d)" % -rc if rc < 0 else ""))
         # unmounted from outside, the daemon must not unmount again (libfuse
         # would say "failed to unmount ...: Invalid argument", or detach
         # whatever was mounted there since)

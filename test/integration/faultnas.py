@@ -102,6 +102,8 @@ class FaultNAS:
         if not (ok and self._mounted_live()):
             self.proc.kill()
             self.proc.wait()
+            if wfstest.is_mounted(self.mnt):  # mounted, not answering yet: dead now
+                wfstest.umount_quick(self.mnt, "-l")
             raise AssertionError("faultfs %s %s: no mount within %d s (rc %s); log:\n%s"
                                  % (self.src, self.mnt, START_TIMEOUT, self.proc.returncode,
                                     self.log()))

@@ -332,8 +332,11 @@ class ForegroundMount(Mount):
             self.proc.kill()
         if not is_mounted(self.mnt):
             self.proc.wait()
+            said = self.log()
+            self.logf.close()
+            self.cleanup()  # (its text is in the failure)
             raise AssertionError("wfs -f %s: no mount (rc %s); log:\n%s"
-                                 % (" ".join(args), self.proc.returncode, self.log()))
+                                 % (" ".join(args), self.proc.returncode, said))
         self.logf.close()  # the daemon has its own descriptor
         self.pids = [self.proc.pid]
         return self

@@ -148,6 +148,7 @@ static void command(char *line, char *out, size_t sz)
 		}
 		pthread_mutex_lock(&g.lock);
 		g.latency_ms = (unsigned)v1;
+		pthread_cond_broadcast(&g.cond); /* calls waiting it out look again */
 		pthread_mutex_unlock(&g.lock);
 	} else if (!strcmp(cmd, "notype") || !strcmp(cmd, "closes")) {
 		if (strcmp(a1, "0") && strcmp(a1, "1")) {

@@ -59,15 +59,20 @@ static void usage(FILE *f)
 "  hang               every call blocks until `ok` or `fail` (a frozen NAS)\n"
 "  fail ERRNAME|N     every call fails with that errno (hung ones too)\n"
 "  eio REL OFF LEN    reads of SRC/REL overlapping [OFF, OFF+LEN) fail with EIO\n"
-"                     (writes there succeed, as a disk remaps a sector written)\n"
+"                     (--rw: writes there succeed, and the bytes written read\n"
+"                     again, as a disk remaps a sector written; the rest of\n"
+"                     the range still fails)\n"
 "  cut REL OFF        the next read of SRC/REL from before OFF to past it returns\n"
 "                     only the bytes before OFF, once: short inside the file (an\n"
 "                     NFS read whose later RPC failed, a client that splits reads)\n"
-"  faildir REL ERR    lookups in the directory SRC/REL, and listings of it,\n"
-"                     fail with ERR (a name or number), or with ERR `hang`\n"
-"                     block until `clear`; other calls work\n"
+"  faildir REL ERR    lookups in the directory SRC/REL, and listings of it\n"
+"                     (those open already too), fail with ERR (a name or\n"
+"                     number), or with ERR `hang` block until `clear`; other\n"
+"                     calls work\n"
 "  clear              drop every eio range, cut and the faildir\n"
-"  latency MS         every call waits MS milliseconds first (0: off)\n"
+"  latency MS         every call waits MS milliseconds first (0: off); calls\n"
+"                     waiting now follow the new MS from their arrival, so a\n"
+"                     lower one releases them\n"
 "  notype 1|0         listings give no entry types (DT_UNKNOWN, as NFS\n"
 "                     without READDIRPLUS does), or give them again\n"
 "  closes 1|0         a file's close (FLUSH) is a call like any other, hung\n"
@@ -75,7 +80,8 @@ static void usage(FILE *f)
 "                     answered at once again (the default)\n"
 "  state              one JSON line: mode, errno, hung (of them hung_reads),\n"
 "                     calls, reads, read_bytes, writes, write_bytes, latency_ms,\n"
-"                     eio_ranges (cuts included), faildir, rw\n");
+"                     eio_ranges (cuts included; a write may split or drop\n"
+"                     one), faildir, rw\n");
 }
 
 int rw; /* --rw; set before any thread starts */
@@ -174,6 +180,24 @@ static void on_interrupt(fuse_req_t req, void *data)
 	pthread_mutex_unlock(&g.lock);
 }
 
+/* Session end is not signalled to us: a waiter looks every TICK_NS. */
+#define TICK_NS 100000000L
+
+/* g.lock held: wait on g.cond (a change, an interrupt) for at most @ns
+ * nanoseconds (< 1 s). */
+static void cond_wait_ns(long ns)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts); /* g.cond's clock */
+	ts.tv_nsec += ns;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	pthread_cond_timedwait(&g.cond, &g.lock, &ts);
+}
+
 /* g.lock held: wait while @still(@arg) holds.  A hung call also ends when
  * the kernel interrupts it (its caller got a signal: EINTR, so a killed
  * client can exit) or the session ends (libfuse joins its workers at
@@ -184,18 +208,8 @@ static int hang_while(fuse_req_t req, int (*still)(const void *arg), const void 
 	int r = 0;
 
 	g.hung++;
-	while (still(arg) && !fuse_req_interrupted(req) && !fuse_session_exited(se)) {
-		struct timespec ts;
-
-		/* Session end is not signalled to us: look every 100 ms. */
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 100000000L;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
-		pthread_cond_timedwait(&g.cond, &g.lock, &ts);
-	}
+	while (still(arg) && !fuse_req_interrupted(req) && !fuse_session_exited(se))
+		cond_wait_ns(TICK_NS);
 	g.hung--;
 	if (still(arg))
 		r = fuse_req_interrupted(req) ? -EINTR : -ENOTCONN;
@@ -208,31 +222,57 @@ static int mode_hang(const void *arg)
 	return g.mode == MODE_HANG;
 }
 
+/* Nanoseconds from @t0 (CLOCK_MONOTONIC) until @ms milliseconds after it;
+ * 0 once they have passed. */
+static int64_t ns_left(const struct timespec *t0, unsigned ms)
+{
+	struct timespec now;
+	int64_t left;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	left = (int64_t)ms * 1000000 - ((int64_t)(now.tv_sec - t0->tv_sec) * 1000000000 +
+					(now.tv_nsec - t0->tv_nsec));
+	return left > 0 ? left : 0;
+}
+
+/* g.lock held: wait out `latency` for a call that arrived at @t0.  The
+ * setting is read again at each wake-up (`latency` broadcasts g.cond): a
+ * test that lowers it, or turns it off, releases the calls waiting now --
+ * each waits what the setting says, counted from its arrival.  Like a hang,
+ * the wait ends too when the call is interrupted (a killed client exits)
+ * or the session ends (libfuse joins its workers).  0, -EINTR, -ENOTCONN. */
+static int latency_wait(fuse_req_t req, const struct timespec *t0)
+{
+	int64_t left;
+
+	while ((left = ns_left(t0, g.latency_ms)) > 0) {
+		if (fuse_req_interrupted(req))
+			return -EINTR;
+		if (fuse_session_exited(se))
+			return -ENOTCONN;
+		cond_wait_ns(left < TICK_NS ? (long)left : TICK_NS);
+	}
+	return 0;
+}
+
 /* 0, or the -errno the call must fail with. */
 int gate(fuse_req_t req, int is_read)
 {
-	unsigned lat;
-	int r = 0;
+	struct timespec t0;
+	int r;
 
+	clock_gettime(CLOCK_MONOTONIC, &t0); /* immune to clock changes */
 	/* Before g.lock: registering may call on_interrupt at once. */
 	fuse_req_interrupt_func(req, on_interrupt, NULL);
 	pthread_mutex_lock(&g.lock);
 	g.calls++;
-	lat = g.latency_ms;
-	pthread_mutex_unlock(&g.lock);
-	if (lat) {
-		struct timespec ts = { lat / 1000, (long)(lat % 1000) * 1000000L };
-
-		while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-			;
-	}
-	pthread_mutex_lock(&g.lock);
-	if (g.mode == MODE_HANG) {
+	r = latency_wait(req, &t0);
+	if (r == 0 && g.mode == MODE_HANG) {
 		g.hung_reads += is_read != 0;
 		r = hang_while(req, mode_hang, NULL);
 		g.hung_reads -= is_read != 0;
 	}
-	if (g.mode == MODE_FAIL)
+	if (r == 0 && g.mode == MODE_FAIL)
 		r = -g.err;
 	pthread_mutex_unlock(&g.lock);
 	return r;
@@ -282,6 +322,49 @@ static int eio_hit(const struct node *n, uint64_t off, uint64_t size)
 	}
 	pthread_mutex_unlock(&g.lock);
 	return hit;
+}
+
+/* g.lock held: the part of eio range @e that [off, end) did not write is
+ * what stays bad.  0; 1 when none is left (the caller drops @e); -1 when
+ * the write fell inside it and there is no slot for its second piece (it
+ * stays whole, as a disk out of spare sectors keeps its bad one). */
+static int eio_trim(struct eio_range *e, uint64_t off, uint64_t end)
+{
+	uint64_t e_end = e->off + e->len;
+
+	if (off > e->off && end < e_end) {
+		if (g.n_eio == MAX_EIO)
+			return -1;
+		g.eio[g.n_eio++] = (struct eio_range){ e->dev, e->ino, end, e_end - end, 0 };
+		e->len = off - e->off;
+	} else if (off > e->off) {
+		e->len = off - e->off;
+	} else if (end < e_end) {
+		e->off = end;
+		e->len = e_end - end;
+	} else {
+		return 1;
+	}
+	return 0;
+}
+
+void eio_written(fuse_ino_t ino, uint64_t off, uint64_t len)
+{
+	const struct node *n = N(ino);
+	uint64_t end = off + len;
+
+	pthread_mutex_lock(&g.lock);
+	for (unsigned i = 0; i < g.n_eio; i++) {
+		struct eio_range *e = &g.eio[i];
+
+		if (e->cut || e->dev != n->dev || e->ino != n->ino || end <= e->off ||
+		    e->off + e->len <= off)
+			continue;
+		/* (a second piece goes last: it starts at end, never hit again) */
+		if (eio_trim(e, off, end) == 1)
+			g.eio[i--] = g.eio[--g.n_eio];
+	}
+	pthread_mutex_unlock(&g.lock);
 }
 
 /* @size, or less when a cut of (dev, ino) lies inside [off, off+size):
@@ -436,16 +519,22 @@ static void ff_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	}
 }
 
-/* The kernel serialises READDIR on one open directory. */
+/* The kernel serialises READDIR on one open directory.  `faildir` holds
+ * here too, not only at opendir: a listing open when it is set fails (or
+ * blocks) from its next batch, as a NAS's directory gone bad mid-listing. */
 static void ff_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		       struct fuse_file_info *fi)
 {
 	struct dirh *d = (struct dirh *)(uintptr_t)fi->fh;
 	size_t used = 0;
 	char *buf;
+	int r;
 
-	(void)ino;
 	GATE(req);
+	if ((r = dir_fault(req, ino)) < 0) {
+		fuse_reply_err(req, -r);
+		return;
+	}
 	if (!(buf = malloc(size))) {
 		fuse_reply_err(req, ENOMEM);
 		return;

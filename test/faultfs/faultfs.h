@@ -30,7 +30,7 @@ struct eio_range {
 
 struct faults {
 	pthread_mutex_t lock;
-	pthread_cond_t cond;     /* mode changed, an interrupt, a tick */
+	pthread_cond_t cond;     /* mode, faildir or latency changed, an interrupt */
 	enum mode mode;          /* LOCK (all below too) */
 	int err;                 /* errno of MODE_FAIL */
 	unsigned latency_ms;
@@ -62,6 +62,11 @@ int gate(fuse_req_t req, int is_read);
 /* faultfs.c: 0, or the -errno of `faildir` for a lookup in, or a listing
  * of, the directory @ino (after blocking, for `faildir REL hang`). */
 int dir_fault(fuse_req_t req, fuse_ino_t ino);
+
+/* faultfs.c: @len bytes at @off of @ino were written: the eio ranges of
+ * its source they cover go, those they overlap shrink to the bytes not
+ * written (a disk remaps a sector written; reads of it succeed again). */
+void eio_written(fuse_ino_t ino, uint64_t off, uint64_t len);
 
 /* Fail the request with the gate's errno, if any, and return. */
 #define GATE(req) GATE_CALL(req, 0)

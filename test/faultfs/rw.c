@@ -4,7 +4,8 @@
  * nothing else changes: a create, mknod, mkdir, link, symlink, unlink,
  * rmdir, rename, chmod, chown, utimes or xattr change fails with EROFS.
  * Every operation passes the gate first, as reads do; eio ranges fail
- * reads only (a disk remaps a bad sector when it is written). */
+ * reads only, and a write remaps the bytes it covers: reads of them
+ * succeed after it (a disk remaps a bad sector when it is written). */
 
 #include "faultfs.h"
 
@@ -19,7 +20,6 @@ static void rw_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 {
 	size_t done = 0;
 
-	(void)ino;
 	GATE(req);
 	while (done < size) {
 		ssize_t n = pwrite((int)fi->fh, buf + done, size - done, off + (off_t)done);
@@ -37,6 +37,8 @@ static void rw_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 			break;
 		done += (size_t)n;
 	}
+	if (done)
+		eio_written(ino, (uint64_t)off, done);
 	pthread_mutex_lock(&g.lock);
 	g.writes++;
 	g.write_bytes += done;

@@ -14,7 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <libgen.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/time.h>
 #include <sys/un.h>
 #include <time.h>
@@ -477,9 +479,20 @@ int ctl_report(struct ctl_conn *c, const char *sock, const char *cmd, bool json_
 		/* connect() says ECONNREFUSED for a directory or a file too:
 		 * --socket LOCAL_STORE is an easy slip */
 		const char *hint = "";
+		struct statvfs vfs;
 		struct stat st;
+		char dir[PATH_MAX];
 
-		if (r == -ECONNREFUSED && stat(sock, &st) == 0)
+		snprintf(dir, sizeof(dir), "%s", sock);
+		/* a daemon whose LOCAL_STORE is read-only serves its copies
+		 * but could make no socket there (README): none, or one a
+		 * daemon before it left */
+		if ((r == -ENOENT || (r == -ECONNREFUSED && stat(sock, &st) == 0 &&
+				      S_ISSOCK(st.st_mode))) &&
+		    statvfs(dirname(dir), &vfs) == 0 && (vfs.f_flag & ST_RDONLY))
+			hint = " (its directory is on a read-only filesystem: a daemon whose "
+			       "LOCAL_STORE is read-only has no control socket)";
+		else if (r == -ECONNREFUSED && stat(sock, &st) == 0)
 			hint = S_ISDIR(st.st_mode) ? " (a directory: the socket is "
 						     "LOCAL_STORE/wfs.sock)" :
 			       !S_ISSOCK(st.st_mode) ? " (not a socket: the socket is "

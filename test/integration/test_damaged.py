@@ -860,6 +860,15 @@ class OnItsOwnFilesystem(unittest.TestCase):
                       % re.escape(self.st.local))
         self.assertEqual(state_of(self.st.path(SMALL)), "local")
         self.assertEqual(wfstest.read_file(self.st.path(BIG)), self.st.data[BIG])
+        self.assert_no_socket_said()
+
+    def assert_no_socket_said(self):
+        """wfsctl says why it finds no daemon: it said "No such file or
+        directory" (or "Connection refused") and nothing more."""
+        rc, out, err = wfstest.run_wfsctl(["status", self.st.mnt])
+        self.assertEqual(rc, 1, err)
+        self.assertIn("its directory is on a read-only filesystem: a daemon whose "
+                      "LOCAL_STORE is read-only has no control socket", err)
 
     def test_read_only_store_with_a_socket_left(self):
         """A daemon that could not remove its control socket (killed, or
@@ -880,6 +889,7 @@ class OnItsOwnFilesystem(unittest.TestCase):
         self.assertEqual(state_of(self.st.path(SMALL)), "local")
         self.assertEqual(wfstest.read_file(self.st.path(SMALL)), self.st.data[SMALL])
         self.assertEqual(wfstest.read_file(self.st.path(BIG)), self.st.data[BIG])
+        self.assert_no_socket_said()
 
 
 class NeverWidensAccess(unittest.TestCase):

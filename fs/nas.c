@@ -40,10 +40,12 @@ static int gone_fn(void *arg)
 	return r == 1 ? -ENOMEDIUM : r;
 }
 
-/* The NAS says a name of the local record is not there: deleted, or the
- * NAS not mounted (an empty mount point seen in its place: every name is
- * "not there")?  -ENOMEDIUM for the second (the gate marks the NAS down,
- * and the record answers), else @r. */
+/* The NAS says a name of the local record is not there, or a repo while
+ * the record holds some (so NAS_HUB is not empty): deleted, or the NAS
+ * not mounted (an empty mount point seen in its place: every name is "not
+ * there")?  -ENOMEDIUM for the second (the gate marks the NAS down, and
+ * the record answers), else @r.  (A repo the record does not hold got
+ * ENOENT, cached by the kernel, until the prober saw the NAS gone.) */
 static int gone_or(struct wfs *w, const char *rel, int r)
 {
 	struct record_entry *re;
@@ -52,7 +54,8 @@ static int gone_or(struct wfs *w, const char *rel, int r)
 
 	if ((r != -ENOENT && r != -ENOTDIR) || !(re = malloc(sizeof(*re))))
 		return r;
-	has = record_lookup(&w->record, rel, re) == 0;
+	has = record_lookup(&w->record, rel, re) == 0 ||
+	      (!strchr(rel, '/') && record_has_any(&w->record));
 	free(re);
 	if (!has || !(j = malloc(sizeof(*j))))
 		return r;

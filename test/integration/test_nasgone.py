@@ -14,6 +14,9 @@ source then looks "gone"; that is no proof the files were deleted.
                     opens of the local files read their bytes (the NAS is
                     marked down, not every file taken as deleted), the
                     copies are kept; the NAS back: up, the copies local
+  other_repo_unmounted_under_the_daemon  a repo the record does not
+                    hold, looked up then: EIO (the NAS marked down), not
+                    ENOENT; the NAS back: ENOENT again
   listing_unmounted_under_the_daemon  the hub listed then shows the
                     record's repos (the NAS marked down), not an empty hub
   start_with_root_unmounted  a further root (-o root=DIR) holding the
@@ -171,6 +174,22 @@ class NasGone(Mounted):
         self.assertIn("empty", nas["reason"])
         self.assert_copies_kept(copies, "the NAS unmounted under the daemon")
         self.nas_back(copies)
+
+    def test_other_repo_unmounted_under_the_daemon(self):
+        """A repo the record does not hold, looked up as the NAS is
+        unmounted: EIO (the NAS is down), not ENOENT -- which the kernel
+        caches, and which tells a client the repo was deleted."""
+        self.promote()
+        other = os.path.join(self.mnt, "models--acme--other")
+        self.assertEqual(wfstest.errno_of(os.stat, other), errno.ENOENT, "the NAS up")
+        self.unmount_nas()
+        self.assertEqual(wfstest.errno_of(os.stat, other + "2"), errno.EIO,
+                         "a repo not in the record, the NAS not mounted")
+        nas = faultnas.nas_of_stats(self, self.sock)
+        self.assertEqual(nas["state"], "down", nas)
+        self.nas.start()
+        faultnas.wait_nas_state(self, self.sock, "up", UP_WAIT)
+        self.assertEqual(wfstest.errno_of(os.stat, other + "3"), errno.ENOENT, "the NAS back")
 
     def test_listing_unmounted_under_the_daemon(self):
         self.promote()

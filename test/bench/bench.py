@@ -25,7 +25,13 @@ geometric mean of the two rounds' ratios: an advantage of reading second
 (the disk's host cache gives the second reader up to 2.5x here) cancels in
 it.  Reported: the median of each side's values, the median of the N/2
 block ratios and their range (lo-hi), which shows the noise; the JSON also
-has each round's ratio.  Throughput: ratio = wfs/direct, higher is better.
+has each round's ratio.  The direct and wfs columns are each side's own
+median, not the pair the ratio was taken from: the ratio need not be their
+quotient.  A goal's verdict needs 5 blocks (--pairs 10): on fewer it reads
+"met?" / "not met?" (with the blocks it had), and "(within spread)" when
+the goal's value lies inside the row's lo-hi; a row whose ratio came from
+single rounds (no complete block) says so in its note.  Throughput: ratio
+= wfs/direct, higher is better.
 Time figures (walk): ratio = time wfs/direct, lower is better.  Must run as
 root.
 
@@ -66,7 +72,8 @@ Figures (measures.py; --only NAME,... picks some):
             yardstick for a cold figure's lo-hi
   startup   (once a run, not per rig) a fixture of its own with --many
             --startup-many, that repo promoted, then `wfs` until `wfsctl
-            status` answers and a promoted file reads back local, cold/warm
+            status` answers and a promoted file reads back local, cold/warm,
+            --startup-runs times each (default 5): the median run, min-max
   memory    (once a run) a fixture with --many --memory-many, every entry
             walked through a fresh mount, the daemon's VmRSS, then its CPU
             over --idle-seconds of idleness
@@ -98,7 +105,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from common import (ENABLE_URING, GiB, MiB, fmt, fs_of, is_mounted, loadavg, log,  # noqa: E402
                     meminfo, mountinfo, no_interrupts, pid_alive, set_enable_uring)
-from measures import (MEASUREMENTS, Ctx, GOALS, Skip, mount_main, unmount_all)  # noqa: E402
+from measures import (MEASUREMENTS, MIN_BLOCKS, Ctx, GOALS, Skip, mount_main,  # noqa: E402
+                      unmount_all, verdict)
 from rigs import RIGS, disk_check, generate, mem_check, plan, \
     add_shards_repo, remove_tree  # noqa: E402
 
@@ -235,9 +243,7 @@ def ratio_cell(x, kind):
 
 
 def met_cell(r):
-    if r.get("met") is None:
-        return ""
-    return "met" if r["met"] else "**not met**"
+    return verdict(r)
 
 
 def table(rows, alts, out, with_direct=True):
@@ -282,8 +288,10 @@ def print_rig(ctx, out):
         mra += (f" (wfs asked for {ra.get('wfs_wanted_kb')}; "
                 f"{ra.get('wfs_kb_at_end')} at the end)")
     if ctx.big:
+        few = (f", fewer than {MIN_BLOCKS}: verdicts marked ?" if a.pairs // 2 < MIN_BLOCKS
+               else "")
         print(f"big file {ctx.big['path']} ({ctx.big['size'] / MiB:.0f} MiB); {a.pairs} rounds "
-              f"a figure (median and lo-hi of its {a.pairs // 2} ABBA blocks' ratios); "
+              f"a figure (median and lo-hi of its {a.pairs // 2} ABBA blocks' ratios{few}); "
               f"bdi read_ahead_kb NAS "
               f"{ra.get('direct_kb')}, mount {mra}, LOCAL_STORE "
               f"{ra.get('local_kb')}; {getattr(ctx, 'elapsed', 0):.0f} s", file=out)
@@ -326,7 +334,7 @@ def print_summary(ctxs, out):
                 cells.append("-")
                 continue
             v = r["ratio"] if GOALS[k][2] == "ratio" else r["wfs"]
-            cells.append(f"{fmt(v, 2)} {'met' if r['met'] else 'not met'}"
+            cells.append(f"{fmt(v, 2)} {verdict(r, bold=False)}"
                          if r.get("met") is not None else fmt(v, 2))
         print(f"| {r0['metric']} | {r0['goal']} | " + " | ".join(cells) + " |", file=out)
 
@@ -349,6 +357,30 @@ def print_report(run, out):
           "of their own.  promote rows: direct = the named baseline.  local: rows: direct = "
           "the verified copy in LOCAL_STORE read directly.  part: rows: direct = the named "
           "baseline read in the same rounds.", file=out)
+    print("direct and wfs are each the median of that side's own rounds; the ratio is the "
+          "median of the ABBA blocks' ratios (each block's from its own two rounds), so it "
+          "need not equal wfs/direct of those two columns.", file=out)
+    print_verdict_notes(run, out)
+
+
+def print_verdict_notes(run, out):
+    """The footer's words on flagged verdicts, for the flags the tables show."""
+    rows = [r for c in run["ctxs"] for r in c.rows]
+    if run["once"]:
+        rows += run["once"].rows
+    flags = {f for r in rows for f in r.get("met_flags") or []}
+    if any(f != "within spread" for f in flags):
+        print(f"met? / not met?: the verdict stands on fewer than {MIN_BLOCKS} ABBA blocks "
+              f"(startup: runs), the number in brackets; the project's rule needs the median "
+              f"of {MIN_BLOCKS} or more (--pairs {2 * MIN_BLOCKS}, --startup-runs "
+              f"{MIN_BLOCKS}): not a result.", file=out)
+    if "single rounds" in flags or any("single rounds" in (r.get("note") or "") for r in rows):
+        print("single rounds: no ABBA block was complete, so the ratio and lo-hi are over "
+              "single rounds, where an advantage of going second is not cancelled.", file=out)
+    if "within spread" in flags:
+        print("(within spread): the goal's value lies inside the row's lo-hi (blocks, or "
+              "startup runs, on both sides of it): the median's verdict, not a clear one.",
+              file=out)
 
 
 def as_json(run):
@@ -365,7 +397,8 @@ def as_json(run):
             "config": {k: getattr(a, k) for k in (
                 "rig", "pairs", "redo", "scale_mib", "many", "shards", "shard_mib", "seed",
                 "random_count", "wfs", "wfs_opt", "wfsctl", "mkhub", "startup_many",
-                "memory_many", "fuse_read_ahead_kb", "loop_read_ahead_kb", "quick")},
+                "startup_runs", "memory_many", "fuse_read_ahead_kb", "loop_read_ahead_kb",
+                "quick")},
             "measurements": [m.name for m in a.selected],
             "plan": plan(a),
             "rigs": [ctx_json(c) for c in run["ctxs"] if c.rig],
@@ -412,7 +445,8 @@ def parse_args(argv):
                    help="4 KiB random reads a pass (default 20000; 5000 with --quick)")
     p.add_argument("--quick", action="store_true",
                    help="smoke test: --scale-mib 256 --many 2000 --random-count 5000 --pairs 2 "
-                        "--startup-many 200 --memory-many 5000 --idle-seconds 2")
+                        "--startup-many 200 --memory-many 5000 --idle-seconds 2 (1 ABBA "
+                        "block a figure: its verdicts read met? / not met?, not results)")
     p.add_argument("--only", default=None,
                    help="comma-separated measurements to run (" + ",".join(names) + ")")
     p.add_argument("--fixture", default=None,
@@ -433,6 +467,10 @@ def parse_args(argv):
                         "its previous user set)")
     p.add_argument("--startup-many", type=int, default=None,
                    help="verified blobs for the startup figure (default 1000)")
+    p.add_argument("--startup-runs", type=int, default=5,
+                   help="startup figure: cold and warm starts each (default 5, also with "
+                        "--quick); reported: the median run and the runs' min-max; fewer "
+                        "than 5 mark its verdict 'met?'")
     p.add_argument("--memory-many", type=int, default=None,
                    help="files in the hub of the memory figure (default 100000)")
     p.add_argument("--idle-seconds", type=float, default=None,
@@ -460,6 +498,8 @@ def parse_args(argv):
     dflt("idle_seconds", 10.0, 2.0)
     if a.shard_mib is None:
         a.shard_mib = max(1, min(256, a.scale_mib // 16))
+    if a.startup_runs < 1:
+        p.error(f"--startup-runs {a.startup_runs}: must be >= 1")
     if a.pairs < 2 or a.pairs % 2:
         p.error(f"--pairs {a.pairs}: must be even and >= 2 (each ABBA block is two rounds, "
                 "one with each side first)")

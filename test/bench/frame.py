@@ -8,7 +8,10 @@ sides every other round runs in reverse), each visit starting from the same
 state (caches dropped for cold figures, the same file).  Two rounds in a row
 make an ABBA block; the ratio of a figure is the median over its blocks of
 each block's ratio, the geometric mean of its two rounds' ratios (see
-block_ratios() for why); lo-hi is the blocks' range.
+block_ratios() for why); lo-hi is the blocks' range.  A goal's verdict
+stands on at least MIN_BLOCKS (5) blocks: on fewer it reads "met?" / "not
+met?", and "(within spread)" when the goal's value lies inside lo-hi
+(goal_flags(), verdict()).
 """
 
 import hashlib
@@ -72,6 +75,47 @@ def goal_met(row):
     if x is None:
         return None
     return x >= v if op == ">=" else x <= v
+
+
+# a verdict stands on the median of at least this many ABBA blocks (ratio
+# figures) or runs (startup); on fewer it is printed as "met?" / "not met?"
+MIN_BLOCKS = 5
+
+
+def goal_flags(row):
+    """Why a row's verdict is not firm, as words for its cell: "few" (fewer
+    than MIN_BLOCKS ABBA blocks, or startup runs: "1 block", "3 runs",
+    "single rounds" where no block was complete) and "within spread" (the
+    goal's value lies inside the row's lo-hi: blocks, or runs, fell on both
+    sides of it).  [] for a firm verdict or a row without one."""
+    g = GOALS.get(row.get("key"))
+    if not g or row.get("met") is None:
+        return []
+    out = []
+    if "blocks" in row:
+        n, what = row["blocks"], "block"
+    else:
+        n, what = row.get("samples"), row.get("sample_kind", "run")
+    if n is not None and n < MIN_BLOCKS:
+        out.append(f"{n} {what}{'' if n == 1 else 's'}" if n else "single rounds")
+    lo, hi = row.get("lo"), row.get("hi")
+    if lo is not None and hi is not None and lo != hi and lo <= g[1] <= hi:
+        out.append("within spread")
+    return out
+
+
+def verdict(row, bold=True):
+    """The goal cell: "met" / "not met", "?" appended when it stands on
+    fewer than MIN_BLOCKS blocks (or runs), then goal_flags() in brackets:
+    "met? (2 blocks)", "not met (within spread)".  "" without a goal."""
+    if row.get("met") is None:
+        return ""
+    flags = row.get("met_flags") or []
+    few = any(f != "within spread" for f in flags)
+    s = ("met" if row["met"] else "not met") + ("?" if few else "")
+    if bold and not row["met"]:
+        s = f"**{s}**"
+    return s + (f" ({', '.join(flags)})" if flags else "")
 
 
 # --------------------------------------------------------------------------
@@ -232,13 +276,28 @@ def block_ratios(per_round):
 
 def ratio_fields(per_round):
     """ratio / lo / hi (over ABBA blocks) and round_median of a figure; with
-    no complete block (a single round), the rounds' own figures."""
+    no complete block (a single round, or a round of every block missing),
+    the rounds' own figures, and single_rounds True (the row says so)."""
     ratios = [x for x in per_round if x is not None]
     blocks = block_ratios(per_round)
     use = blocks or ratios
     return {"ratio": median(use), "lo": min(use) if use else None,
             "hi": max(use) if use else None, "blocks": len(blocks),
+            "single_rounds": not blocks and bool(ratios),
             "round_median": median(ratios)}
+
+
+def blocks_note(ctx, f):
+    """What a row must say when its ratio is not the median of the header's
+    --pairs/2 ABBA blocks: taken from single rounds (no block complete), or
+    from fewer blocks (a round missing).  "" otherwise."""
+    want = ctx.args.pairs // 2
+    if f["single_rounds"]:
+        return ("no complete ABBA block: ratio and lo-hi over single rounds, not blocks "
+                "(the order a round took is not cancelled)")
+    if f["blocks"] < want:
+        return f"{f['blocks']} of {want} ABBA blocks complete (rounds missing)"
+    return ""
 
 
 class Ctx:
@@ -295,6 +354,7 @@ class Ctx:
         if extra:
             r.update(extra)
         r["met"] = goal_met(r)
+        r["met_flags"] = goal_flags(r)
         self.rows.append(r)
         log(f"  {metric}: direct={fmt(direct)} wfs={fmt(wfs)} ratio={fmt(ratio, 3)} {note}")
         return r
@@ -310,14 +370,19 @@ class Ctx:
             note = (note + "; " if note else "") + res.note()
         per_round = round_ratios(base, vals)
         ratios = [x for x in per_round if x is not None]
+        f = ratio_fields(per_round)
+        bnote = blocks_note(self, f)
+        if bnote:
+            note = (note + "; " if note else "") + bnote
         r = {"key": key, "metric": metric, "unit": unit, "kind": kind,
-             "direct": median(base), "wfs": median(vals), **ratio_fields(per_round),
+             "direct": median(base), "wfs": median(vals), **f,
              "pairs": len(ratios), "ratios": ratios, "values": {"direct": base, "wfs": vals},
              "daemon_cpu_s": median(cpu) if cpu else None, "note": note,
              "goal": goal_text(key)}
         if extra:
             r.update(extra)
         r["met"] = goal_met(r)
+        r["met_flags"] = goal_flags(r)
         self.rows.append(r)
         log(f"  {metric}: direct={fmt(r['direct'])} wfs={fmt(r['wfs'])} "
             f"ratio={fmt(r['ratio'], 3)} ({fmt(r['lo'], 3)}-{fmt(r['hi'], 3)}, "
@@ -337,8 +402,13 @@ class Ctx:
         per_round = round_ratios(base, vals)
         if name not in self.alt_names:
             self.alt_names.append(name)
+        f = ratio_fields(per_round)
+        # a figure of one visit (pagecache) has no blocks by design
+        bnote = blocks_note(self, f) if len(per_round) > 1 else ""
+        if bnote and f"{name}: {bnote}" not in r["note"]:
+            r["note"] = (r["note"] + "; " if r["note"] else "") + f"{name}: {bnote}"
         x = r.setdefault("alt", {})[name] = {
-            "value": median(vals), "direct": median(base), **ratio_fields(per_round),
+            "value": median(vals), "direct": median(base), **f,
             "ratios": [v for v in per_round if v is not None]}
         log(f"  {metric}: {name}={fmt(median(vals))} ratio={fmt(x['ratio'], 3)}")
 

@@ -13,7 +13,7 @@ Python standard library only.
 """
 
 from common import Skip
-from frame import GOALS, Ctx, mount_main, unmount_all
+from frame import GOALS, MIN_BLOCKS, Ctx, mount_main, unmount_all, verdict
 from once import m_memory, m_startup
 from promotion import m_local, m_many, m_part, m_promote, m_revision
 from reads import m_compare, m_mmap, m_noise, m_pagecache, m_rand, m_seq, m_walk
@@ -44,4 +44,5 @@ MEASUREMENTS = [
 ]
 
 # what bench.py takes from here
-__all__ = ["GOALS", "MEASUREMENTS", "Ctx", "Skip", "mount_main", "unmount_all"]
+__all__ = ["GOALS", "MEASUREMENTS", "MIN_BLOCKS", "Ctx", "Skip", "mount_main", "unmount_all",
+           "verdict"]

@@ -316,13 +316,16 @@ def mount_wfs_uring(ctx, hub, mnt):
     was = set_enable_uring("1")
     if was is None:
         return "this kernel has no FUSE over io_uring", None
+    # registered before wfs starts: a mount that comes up late, or after a
+    # timeout, is still unmounted by the caller's cleanup (m_compare's
+    # finally, unmount_all; unmount_extra looks whether it is mounted)
+    ctx.extra_mounts.append({"mnt": mnt, "local": local})
     try:
         r = subprocess.run(wfs_argv(ctx.args, hub, local, mnt,
                                     ["auto_promote=off", "fuse_uring=on"]),
                            timeout=120, capture_output=True, text=True)
         if r.returncode != 0 or not wait_mounted(mnt, timeout=10):
             return f"wfs -o fuse_uring=on did not mount: {r.stderr.strip()}", None
-        ctx.extra_mounts.append({"mnt": mnt, "local": local})
         find_daemon(mnt, local)
         deadline, n = time.perf_counter() + 5, 0
         while not n and time.perf_counter() < deadline:

@@ -168,9 +168,12 @@ class MemRig(Rig):
         self.tmpfs = os.path.join(self.dir, "tmpfs")
         os.makedirs(self.tmpfs, exist_ok=True)
         self._undo.append((f"rm -r {self.dir}", lambda: remove_tree(self.dir)))
+        # each undo is registered as soon as there is something to undo: an
+        # unmount before its mount (umount_retry passes over what is not
+        # mounted, and a mount that failed late is still undone)
+        self._undo.append((f"umount {self.tmpfs}", lambda: umount_retry(self.tmpfs)))
         run_checked(["mount", "-t", "tmpfs", "-o", f"size={p['tmpfs'] // MiB}m,mode=0700",
                      "wfs-bench", self.tmpfs])
-        self._undo.append((f"umount {self.tmpfs}", lambda: umount_retry(self.tmpfs)))
         devs = {}
         for what, root, size in (("nas", self.nas_root, p["nas_fs"]),
                                  ("store", self.store_root, p["local_fs"])):
@@ -178,19 +181,27 @@ class MemRig(Rig):
             with open(img, "wb") as f:
                 f.truncate(size)
             dev = run_checked(["losetup", "--find", "--show", "--direct-io=on", img]).strip()
-            self._undo.append((f"losetup -d {dev}", lambda d=dev: detach(d)))
-            # a loop device keeps the read-ahead its previous user set: set it
             ra = f"/sys/block/{os.path.basename(dev)}/queue/read_ahead_kb"
+            ra_was = {}
+            self._undo.append((f"losetup -d {dev}",
+                               lambda d=dev, r=ra, w=ra_was: detach(d, r, w.get("kb"))))
+            # a loop device keeps the read-ahead its previous user set: set
+            # it, and put the old value back at teardown, before the detach
+            # (a detach does not always reset it: over a tmpfs file, 6.18
+            # kept the 4096 set here)
+            was = sysfs(ra)
             with open(ra, "w") as f:
                 f.write(f"{a.loop_read_ahead_kb}\n")
+            if was.isdigit() and int(was) != a.loop_read_ahead_kb:
+                ra_was["kb"] = was
             dio = sysfs(f"/sys/block/{os.path.basename(dev)}/loop/dio")
             if dio != "1":
                 log(f"WARNING: {dev} did not take --direct-io=on (loop/dio = {dio})")
             run_checked(["mkfs.ext4", "-q", "-F", "-m", "0", "-L", f"wfs-bench-{what}",
                          "-E", "lazy_itable_init=0,lazy_journal_init=0", dev])
             os.makedirs(root, exist_ok=True)
-            run_checked(["mount", "-t", "ext4", dev, root])
             self._undo.append((f"umount {root}", lambda r=root: umount_retry(r)))
+            run_checked(["mount", "-t", "ext4", dev, root])
             devs[what] = {"dev": dev, "size": size, "dio": dio, "read_ahead_kb": sysfs(ra)}
         self.info.update({
             "desc": (f"NAS hub on ext4 on {devs['nas']['dev']} ({p['nas_fs'] / GiB:.1f} GiB), "
@@ -236,10 +247,22 @@ def umount_retry(path, tries=5):
     raise RuntimeError(f"{path} was busy: unmounted lazily (still in use by someone)")
 
 
-def detach(dev):
+def detach(dev, ra_path=None, ra_kb=None):
+    """losetup -d dev; first, if ra_kb, write it to ra_path (the device's
+    read_ahead_kb as its previous user left it; a failure to is reported
+    after the detach)."""
+    err = None
+    if ra_kb is not None:
+        try:
+            with open(ra_path, "w") as f:
+                f.write(f"{ra_kb}\n")
+        except OSError as e:
+            err = f"putting back {ra_path} = {ra_kb}: {e}"
     r = subprocess.run(["losetup", "-d", dev], capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"losetup -d {dev}: {r.stderr.strip()}")
+    if err:
+        raise RuntimeError(err)
 
 
 def remove_tree(d):

@@ -58,24 +58,18 @@ def restore_uring(saved):
         set_enable(saved)
 
 
+def set_up():
+    FIX.setup()
+    # The mount's first answer comes once the kernel has applied its INIT
+    # reply, which reads enable_uring again: only then may Declined turn it
+    # off.  (The reply waits for the daemon's rings to be made: under load
+    # Declined's switch came first, and the kernel ignored the reply's ask.)
+    os.stat(FIX.mnt)
+
+
 def setUpModule():
     SAVED["enable"] = enable_uring()
-    try:
-        FIX.setup()
-        # The mount's first answer comes once the kernel has applied its
-        # INIT reply, which reads enable_uring again: only then may Declined
-        # turn it off.  (The reply waits for the daemon's rings to be made:
-        # under load Declined's switch came first, and the kernel ignored
-        # the reply's ask.)
-        os.stat(FIX.mnt)
-    except BaseException:
-        # (tearDownModule is not run when setUpModule raises: the machine's
-        # switch stayed on, and the mount too)
-        try:
-            tearDownModule()
-        except Exception:
-            pass  # the failure to report is setUp's
-        raise
+    wfstest.set_up_or_undo(set_up, tearDownModule)  # (the machine's switch, the mount)
 
 
 def tearDownModule():

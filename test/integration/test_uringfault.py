@@ -23,16 +23,7 @@ SAVED = {}
 
 def setUpModule():
     SAVED["enable"] = tu.enable_uring()
-    try:
-        nf.setUpModule()
-    except BaseException:
-        # (tearDownModule is not run when setUpModule raises: the machine's
-        # switch stayed on, and the mount too)
-        try:
-            tearDownModule()
-        except Exception:
-            pass  # the failure to report is setUp's
-        raise
+    wfstest.set_up_or_undo(nf.setUpModule, tearDownModule)  # (the machine's switch, the mount)
 
 
 def tearDownModule():

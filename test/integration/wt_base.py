@@ -93,6 +93,21 @@ def _mount_path(path):
     return os.path.join(os.path.realpath(os.path.dirname(path)), os.path.basename(path))
 
 
+def set_up_or_undo(set_up, undo):
+    """set_up(); if it raises, undo() before the error goes on: unittest
+    runs no tearDown(Module) after a setUp(Module) that raised, and what it
+    had done (a mount, a machine-wide switch) stayed.  An error of undo()
+    is dropped: the one to report is set_up's."""
+    try:
+        set_up()
+    except BaseException:
+        try:
+            undo()
+        except Exception:
+            pass
+        raise
+
+
 def is_mounted(path):
     return _mount_path(path) in mount_points()
 

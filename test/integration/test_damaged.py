@@ -85,9 +85,10 @@ class Store:
         """The blob's NAS path as the index records it (links resolved)."""
         return os.path.realpath(os.path.join(self.hub, REPO, "snapshots", self.rev, name))
 
-    def start(self, ctl=True):
+    def start(self, ctl=True, options=()):
         self.mount = wfstest.ForegroundMount(self.hub, self.local, self.mnt,
-                                             ["allow_other", "auto_promote=off"]).start()
+                                             ["allow_other", "auto_promote=off"]
+                                             + list(options)).start()
         if ctl:  # a read-only store has no control socket
             wfstest.wait_ctl(self.mnt)
         return self
@@ -292,6 +293,30 @@ class Damage(unittest.TestCase):
                 self.assertEqual(f.read(), newer, "index.json of version 99 after run %d" % run)
             self.assertFalse(os.path.exists(path + ".damaged"), "index.json.damaged")
             self.assertEqual(self.st.files(), before, "data/ after run %d" % run)
+
+    def test_newer_version_index_copy_not_evicted_for_room(self):
+        """A copy of this run whose file is one the newer index names (the
+        same bytes) is no candidate for eviction for room: its file stays,
+        so evicting it freed nothing, and the copy it made room for went
+        past store_max.  The promote that needs the room says "no room"."""
+        self.st.start()
+        self.st.promote(self, SMALL)
+        self.st.stop(self)
+        path = os.path.join(self.st.local, "index.json")
+        idx = self.st.index()
+        idx["version"] = 99
+        with open(path, "w") as f:
+            json.dump(idx, f)
+        # room for BIG's copy alone (4 KiB blocks), not for SMALL's beside it
+        big = -(-BIG_SIZE // 4096) * 4096
+        self.st.start(options=["store_max=%d" % (big + 4096)])
+        self.st.promote(self, SMALL)  # its file: the newer index's
+        rc, out, err = wfstest.run_wfsctl(["promote", "--wait", self.st.path(BIG)])
+        self.assertEqual(rc, 1, "promote --wait with no room: %s %s" % (out, err))
+        self.assertIn("no room", err)
+        self.assert_states({BIG: "nas", SMALL: "local"})
+        self.assert_bytes(BIG)
+        self.st.stop(self)
 
     def test_newer_version_index_partial_copy(self):
         """The partial file of a newer index's ranges: a run that leaves

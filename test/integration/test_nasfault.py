@@ -47,6 +47,10 @@ ranges (`eio`) or slow (`latency`).
   FreshAttrs          a GETATTR within attr_timeout of the attributes' NAS
                       stat (after a listing) asks the NAS nothing
   SlowNAS             20 ms a NAS call: right bytes, no errors, nas stays up
+  OthersMidWalk       another user's status whose walk meets the NAS going
+                      down halfway: refused (EHOSTDOWN), never answered
+                      from the store's list of repos (which told that user
+                      which repos have local copies)
 
 Every call that could hang runs in a thread with a bounded join (a hang
 fails the test instead of hanging it); waits are on events (status, the
@@ -812,6 +816,35 @@ class SlowNAS(WfsOnFaultNAS):
         self.assertEqual(st["state"], "up", st)
         self.assertEqual((st["outages"], st["timeouts"]), (before["outages"], before["timeouts"]), st)
 
+
+
+class OthersMidWalk(WfsOnFaultNAS):
+    def test_status_of_another_user_nas_down_mid_walk(self):
+        NAS.check("faildir %s/snapshots hang" % OTHER_REPO)
+        res = {}
+
+        def status():
+            res["r"] = run_wfsctl(["--json", "--socket", self.sock, "status"],
+                                  uid=wfstest.NOBODY, timeout=60)
+        t = threading.Thread(target=status)
+        t.start()
+        try:
+            self.assertTrue(wfstest.wait_until(lambda: NAS.state()["hung"] >= 1, 10),
+                            "the walk never reached %s/snapshots" % OTHER_REPO)
+            # the NAS gone, and the daemon told so by a call of the mount's
+            NAS.check("fail ENOTCONN")
+            wfstest.errno_of(os.stat, self.m(OTHER_REPO + "/refs/main"))
+            self.wait_nas("down", DOWN_WAIT)
+            # then the walk's frozen listing fails as every call does now
+            NAS.check("faildir %s/snapshots ENOTCONN" % OTHER_REPO)
+        finally:
+            t.join(70)
+        self.assertFalse(t.is_alive(), "wfsctl status did not end")
+        rc, out, err = res["r"]
+        self.assertEqual(rc, 1, "status of another user, the NAS gone mid-walk: %s %s; log: %s"
+                         % (out, err, self.mount.log()[-3000:]))
+        self.assertIn("the NAS does not answer, and another user's status", out + err)
+        self.assertNotIn(REPO, out, "the store's list of repos told another user")
 
 if __name__ == "__main__":
     wfstest.main()

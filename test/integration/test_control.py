@@ -4,7 +4,9 @@ owner; the socket itself is mode 0666), and robustness against bad requests
 (malformed JSON, non-objects, unknown ops, oversized and empty lines, paths
 leaving the mount, absolute paths): every one gets {"ok": false, ...} and the
 daemon keeps answering.  status and dry runs by anyone create no blob
-records; status of a path outside every repo lists none.  The socket's
+records; status of a path outside every repo lists none.  wfsctl(1)'s JSON OUTPUT
+names every top-level field of each --json reply, and the members of
+stats' "metrics", and the replies carry those and no others.  The socket's
 limits (connections, idle and slow clients) are test_ctllimits.py's."""
 
 import hashlib
@@ -334,6 +336,136 @@ class Stopped(unittest.TestCase):
                           "it is stopped (pid " % SOCK, err)
             self.assertIn(int(err.split("stopped (pid ")[1].split(":")[0]), pids, err)
         ctl_json(self, ["status", FIX.mnt])
+
+
+
+def _expand_braces(name):
+    """"a.{b,c}.d" -> {"a.b.d", "a.c.d"} (several groups: every pairing)."""
+    m = re.search(r"\{([^{}]*)\}", name)
+    if not m:
+        return {name}
+    out = set()
+    for alt in m.group(1).split(","):
+        out |= _expand_braces(name[:m.start()] + alt + name[m.end():])
+    return out
+
+
+def json_output_doc():
+    """doc/wfsctl.1's JSON OUTPUT: ({subsection: {field: (type, stable,
+    optional)}} of each reply's top-level fields, the names of stats'
+    "metrics" members as dotted paths)."""
+    def unroff(t):
+        return t.replace("\\-", "-")
+    lines = wfstest.text_section(wfstest.man_page("wfsctl.1"), ".SH JSON OUTPUT", (".SH EXIT",))
+    fields, metrics, cur, prev = {}, set(), None, ""
+    for ln in lines:
+        m = re.match(r'^\.SS "(.*)"$', ln)
+        f = re.match(r'^\.BR (\w+) " \((.+), (stable|informational)(, optional)?\)"$', ln)
+        k = re.match(r"^\.B ([a-z_.{},]+)$", ln)
+        if m:
+            cur = unroff(m.group(1))
+        elif f and prev.startswith(".TP"):
+            fields.setdefault(cur, {})[f.group(1)] = (f.group(2), f.group(3) == "stable",
+                                                      bool(f.group(4)))
+        elif k and prev.startswith(".TP") and cur == "stats":
+            metrics |= _expand_braces(k.group(1))
+        prev = ln
+    return fields, metrics
+
+
+def _leaves(obj, prefix=""):
+    """The dotted paths of every member of `obj` that is not an object."""
+    out = set()
+    for key, val in obj.items():
+        path = prefix + key
+        out |= _leaves(val, path + ".") if isinstance(val, dict) else {path}
+    return out
+
+
+_TYPES = {"boolean": bool, "integer": int, "number": (int, float), "string": str,
+          "object": dict, "array": list}
+
+
+class JsonOutputDocumented(unittest.TestCase):
+    """Scripts read `wfsctl --json` by wfsctl(1)'s JSON OUTPUT: each reply
+    documented there carries every field the page names for it (of the
+    type it says), and no top-level field the page does not name; stats'
+    "metrics" has exactly the members the page lists.  A field dropped
+    from a reply, or added to one without a word in the page, fails."""
+
+    def test_replies_have_the_documented_fields(self):
+        doc, metrics = json_output_doc()
+        for title in ("status", "doctor", "evict", "verify", "promote, promote --dry-run"):
+            self.assertTrue([f for f, (_, stable, _) in doc.get(title, {}).items() if stable],
+                            "wfsctl.1 JSON OUTPUT: no stable field under %r" % title)
+        repo = "models--json--doc"
+        big = wfstest.det_bytes(81, 200000)
+        wfstest.make_hf_repo(FIX.hub, repo, {"config.json": b'{"json": 1}', "model.bin": big})
+        self.addCleanup(shutil.rmtree, FIX.n(repo), True)
+        self.addCleanup(run_wfsctl, ["evict", "--force", FIX.m(repo)])
+        self.addCleanup(run_wfsctl, ["unpin", "--ref", "main", FIX.m(repo)])
+        self.assertTrue(wfstest.wait_until(lambda: os.path.isdir(FIX.m(repo)), 10))
+        rev = FIX.ref_commit(repo)
+        cfg = FIX.m("%s/snapshots/%s/config.json" % (repo, rev))
+        model = FIX.m("%s/snapshots/%s/model.bin" % (repo, rev))
+        shard = FIX.m(a_shard()["path"])
+
+        def reply(args, rc=0):
+            got_rc, out, err = run_wfsctl(["--json"] + args)
+            self.assertEqual(got_rc, rc, "wfsctl --json %s: %s%s" % (" ".join(args), out, err))
+            rep = wfstest.parse_json_out(out)
+            self.assertIsNotNone(rep, "wfsctl --json %s printed no JSON: %s%s"
+                                 % (" ".join(args), out, err))
+            return rep
+        # (subsection of JSON OUTPUT, the replies it documents); order
+        # matters: promote --wait makes something local to verify
+        runs = [
+            ("promote, promote --dry-run", [["promote", "--dry-run", FIX.m(repo)]]),
+            ("promote --wait", [["promote", "--wait", cfg]]),
+            ("promote --range, promote --part",
+             [["promote", "--dry-run", "--range", "0:100", model],
+              ["promote", "--dry-run", "--range", "0:5", cfg],
+              ["promote", "--dry-run", "--part", "1/2", shard]]),
+            ("verify", [["verify", FIX.m(repo)]]),
+            ("pin, unpin", [["pin", cfg], ["unpin", cfg]]),
+            ("pin --ref, unpin --ref", [["pin", "--ref", "main", FIX.m(repo)],
+                                        ["unpin", "--ref", "main", FIX.m(repo)]]),
+            ("evict", [["evict", FIX.m(repo)]]),
+            ("doctor", [["doctor", FIX.m(repo)]]),
+            ("status", [["status", FIX.mnt]]),
+            ("stats", [["stats", FIX.mnt]]),
+        ]
+        replies = {title: [reply(args) for args in argss] for title, argss in runs}
+        replies["Errors"] = [reply(["evict", FIX.m(repo + "/no-such-file")], rc=1)]
+        self.assertEqual(sorted(replies), sorted(doc),
+                         "the subsections of wfsctl.1 JSON OUTPUT that list fields vs those "
+                         "this test checks")
+        for title, reps in replies.items():
+            want = doc[title]
+            seen = set()
+            for rep in reps:
+                seen |= set(rep)
+                self.assertEqual(sorted(set(rep) - set(want)), [],
+                                 "%s: fields in the reply that wfsctl.1 JSON OUTPUT does not "
+                                 "document: %s" % (title, rep))
+                for field, (typ, _, optional) in want.items():
+                    if field not in rep:
+                        self.assertTrue(optional, "%s: wfsctl.1 documents %r, the reply has "
+                                        "none: %s" % (title, field, rep))
+                        continue
+                    kind = list if typ.startswith("array") else _TYPES[typ]
+                    self.assertIsInstance(rep[field], kind, "%s: %r is not %s: %s"
+                                          % (title, field, typ, rep))
+                    if kind is int:
+                        self.assertNotIsInstance(rep[field], bool, (title, field))
+            self.assertEqual(sorted(set(want) - seen), [],
+                             "%s: fields wfsctl.1 documents that no reply carried" % title)
+        self.assertEqual(replies["Errors"][0]["ok"], False)
+        got = _leaves(replies["stats"][0]["metrics"])
+        self.assertEqual(sorted(got - metrics), [],
+                         "stats: metrics members wfsctl.1 JSON OUTPUT does not list")
+        self.assertEqual(sorted(metrics - got), [],
+                         "stats: metrics members wfsctl.1 JSON OUTPUT lists, the reply has not")
 
 
 class LinkPaths(unittest.TestCase):

@@ -74,13 +74,13 @@ class ManPages(unittest.TestCase):
         self.assertGreaterEqual(len(cmds), 7, hlp)
         sections = {}
         cur = None
-        for ln in man.splitlines():
+        # the commands' subsections: those of COMMANDS (JSON OUTPUT has its
+        # own, one per reply, named by command too)
+        for ln in wfstest.text_section(man, ".SH COMMANDS", (".SH ",))[1:]:
             m = re.match(r'^\.SS "(.*)"$', ln)
             if m:
                 cur = _unroff(m.group(1))
                 sections[cur] = []
-            elif ln.startswith(".SH"):
-                cur = None
             elif cur:
                 sections[cur].append(ln)
         man_cmds = {k.split()[0]: k for k in sections}

@@ -379,6 +379,27 @@ class Cli(wfstest.ScratchMounts, unittest.TestCase):
             self.fail("wfs with piped stdout/stderr: no EOF within 20 s (daemon holds the caller's pipes)")
         self.assertEqual(r.returncode, 0, r.stderr)
 
+    def test_a_name_looked_up_before_it_existed_appears(self):
+        """An engine that looked for a ref before its download ended: the
+        kernel holds "no such name" for negative_timeout (1 s), no longer,
+        though nothing lists the directory (a listing would refresh it)."""
+        repo = next(e["path"].split("/refs/")[0] for e in FIX.entries
+                    if e["type"] == "file" and e["path"].endswith("/refs/main"))
+        mnt = self.new_mnt()
+        self.start(self.path("local"), mnt)
+        name = "refs/late-%d" % random.randrange(1 << 30)
+        rel, nas = os.path.join(mnt, repo, name), os.path.join(FIX.hub, repo, name)
+        self.assertEqual(wfstest.errno_of(os.stat, rel), errno.ENOENT)
+        with open(nas, "w") as f:
+            f.write("0" * 40)
+        self.addCleanup(os.unlink, nas)
+        t0 = time.monotonic()
+        # The promise is a bound, not a speed: 15 s is negative_timeout
+        # with room for a loaded machine.
+        seen = wfstest.wait_until(lambda: wfstest.errno_of(os.stat, rel) is None, 15)
+        self.assertTrue(seen, "%s still ENOENT 15 s after the NAS made it" % rel)
+        print("\n  visible %.2f s after the NAS made it" % (time.monotonic() - t0), file=sys.stderr)
+
     def test_new_revision_appears(self):
         refs = [e for e in FIX.entries if e["type"] == "file" and e["path"].endswith("/refs/main")]
         self.assertTrue(refs, "no <repo>/refs/main in the manifest")

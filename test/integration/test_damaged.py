@@ -31,8 +31,9 @@ it did:
       serve, no control socket; so too with a socket left by a daemon
       that could not remove it (killed, or its store turned read-only)
 
-and: a NAS file only root may read, once promoted, is readable by another
-user neither through the mount nor in LOCAL_STORE.
+and: a NAS file only root may read, once promoted (whole, or a range of
+it), is readable by another user neither through the mount nor in
+LOCAL_STORE.
 """
 
 import json
@@ -957,6 +958,26 @@ class NeverWidensAccess(unittest.TestCase):
         # the control socket inside LOCAL_STORE stays reachable for status
         rc, out, err = wfstest.run_wfsctl(["status", self.st.mnt], uid=wfstest.NOBODY)
         self.assertEqual(rc, 0, "wfsctl status as uid %d: %s%s" % (wfstest.NOBODY, out, err))
+
+    def test_root_only_file_partial_copy_stays_root_only(self):
+        """The same for a partial copy (promote --range): parts/ 0700, its
+        file 0600, neither listed nor read by another user."""
+        self.st.start()
+        ctl_check(self, ["promote", "--wait", "--range", "0:1M", self.st.path(BIG)])
+        self.assertEqual(state_of(self.st.path(BIG)), "partial")
+        parts = os.path.join(self.st.local, "parts")
+        names = os.listdir(parts)
+        self.assertEqual(len(names), 1, "parts/: %s" % names)
+        pfile = os.path.join(parts, names[0])
+        self.assertEqual({p: os.stat(p).st_mode & 0o777 for p in (parts, pfile)},
+                         {parts: 0o700, pfile: 0o600})
+        self.assertEqual(wfstest.read_file(self.st.path(BIG)), self.st.data[BIG])
+        for what, fn, arg in (("the mount", wfstest.read_file, self.st.path(BIG)),
+                              ("the partial file", wfstest.read_file, pfile),
+                              ("parts/", os.listdir, parts)):
+            res, err = wfstest.as_uid(fn, arg)
+            self.assertEqual(err, 13, "uid %d reading %s (%s): %r" % (wfstest.NOBODY, what, arg,
+                                                                      res and res[:32]))
 
 
 if __name__ == "__main__":

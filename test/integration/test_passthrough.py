@@ -561,6 +561,14 @@ class Fallback(OwnMount, unittest.TestCase):
         self.assertGreaterEqual(l1 - l0, len(want), "served.local_bytes grew by %d for a %d-byte "
                                 "local file read whole" % (l1 - l0, len(want)))
         self.assertEqual(n1 - n0, 0, "served.nas_bytes grew while reading a local blob")
+        # one page-cache copy: the mount's; the daemon reads its copy
+        # around the cache (O_DIRECT, or its pages dropped)
+        copies = [os.path.join(self.local, "data", rel) for rel, st in
+                  wfstest.store_files(self.local).items() if st.st_size == len(want)]
+        self.assertTrue(copies, "no copy of %d bytes in LOCAL_STORE/data" % len(want))
+        res = max(wfstest.resident_bytes(c) for c in copies)
+        self.assertLessEqual(res, len(want) // 50, "the local copy in the page cache too: %d of "
+                             "%d bytes (two copies of the file)" % (res, len(want)))
 
 
 class StackedStore(unittest.TestCase):

@@ -2,14 +2,11 @@
 """Reading through the mount: pread at odd offsets, mmap, concurrent readers,
 and the page cache holding one copy (not the NAS file's pages as well)."""
 
-import ctypes
 import hashlib
 import mmap
 import os
 import random
 import resource
-import shutil
-import subprocess
 import sys
 import threading
 import unittest
@@ -177,38 +174,6 @@ class Concurrent(unittest.TestCase):
         self.assertEqual(counts, [len(files)] * 8)
 
 
-def resident_bytes(path):
-    """Bytes of `path` in the page cache: fincore, else mincore via ctypes."""
-    if shutil.which("fincore"):
-        r = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES", path],
-                           capture_output=True, text=True)
-        if r.returncode == 0 and r.stdout.strip().isdigit():
-            return int(r.stdout.strip())
-    size = os.path.getsize(path)
-    if size == 0:
-        return 0
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.mmap.restype = ctypes.c_void_p
-    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
-                          ctypes.c_int, ctypes.c_long]
-    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
-    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    page = os.sysconf("SC_PAGE_SIZE")
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
-        if addr in (None, ctypes.c_void_p(-1).value):
-            raise OSError(ctypes.get_errno(), "mmap")
-        npages = (size + page - 1) // page
-        vec = ctypes.create_string_buffer(npages)
-        if libc.mincore(addr, size, vec) != 0:
-            raise OSError(ctypes.get_errno(), "mincore")
-        libc.munmap(addr, size)
-    finally:
-        os.close(fd)
-    return sum(1 for b in vec.raw if b & 1) * page
-
-
 class ManyOpens(unittest.TestCase):
     """Opens held at once past the soft descriptor limit the daemon was
     started with (a service's is 1024 under systemd; the daemon holds one
@@ -266,7 +231,7 @@ class PageCache(unittest.TestCase):
         nas = FIX.n(e["nas_real"])
         size = e["size"]
         drop_caches()
-        before = resident_bytes(nas)
+        before = wfstest.resident_bytes(nas)
         h = hashlib.sha256()
         with open(FIX.m(e["path"]), "rb", buffering=0) as f:
             while True:
@@ -275,7 +240,7 @@ class PageCache(unittest.TestCase):
                     break
                 h.update(b)
         self.assertEqual(h.hexdigest(), e["sha256"], "cold read through the mount gave wrong bytes")
-        after = resident_bytes(nas)
+        after = wfstest.resident_bytes(nas)
         tolerance = size * 2 // 100
         self.assertLessEqual(
             after, tolerance,
@@ -285,7 +250,7 @@ class PageCache(unittest.TestCase):
             % (before, e["path"], size, after, 100.0 * after / size, e["nas_real"], tolerance))
         # control: the measurement does see pages when the NAS file is read directly
         wfstest.read_file(nas)
-        direct = resident_bytes(nas)
+        direct = wfstest.resident_bytes(nas)
         self.assertGreaterEqual(direct, size * 9 // 10,
                                 "control failed: reading the NAS file directly shows only %d of %d "
                                 "bytes resident; the measurement is not trustworthy" % (direct, size))

@@ -2,6 +2,8 @@
 samplers for auto-promotion and capacity, and the operations tests' tools
 (promtool, mount namespaces, a foreground mount)."""
 
+import ctypes
+import mmap
 import os
 import shutil
 import signal
@@ -467,3 +469,35 @@ def text_section(text, start, end):
         if on:
             out.append(ln)
     return out
+
+
+def resident_bytes(path):
+    """Bytes of `path` in the page cache: fincore, else mincore via ctypes."""
+    if shutil.which("fincore"):
+        r = subprocess.run(["fincore", "--bytes", "--noheadings", "--output", "RES", path],
+                           capture_output=True, text=True)
+        if r.returncode == 0 and r.stdout.strip().isdigit():
+            return int(r.stdout.strip())
+    size = os.path.getsize(path)
+    if size == 0:
+        return 0
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_long]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    page = os.sysconf("SC_PAGE_SIZE")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        if addr in (None, ctypes.c_void_p(-1).value):
+            raise OSError(ctypes.get_errno(), "mmap")
+        npages = (size + page - 1) // page
+        vec = ctypes.create_string_buffer(npages)
+        if libc.mincore(addr, size, vec) != 0:
+            raise OSError(ctypes.get_errno(), "mincore")
+        libc.munmap(addr, size)
+    finally:
+        os.close(fd)
+    return sum(1 for b in vec.raw if b & 1) * page

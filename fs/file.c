@@ -672,6 +672,14 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	/* The NAS side is opened even for a local blob: it proves the name still
 	 * resolves, gives the attributes, and is the fallback. */
 	r = open_nas_side(w, fh, &st);
+	if (r == 0 && node_open_replaced(&w->nodes, n, &st) < 0) {
+		wfs_log(w, LOG_NOTICE, "open of %s refused (%s): replaced on the NAS since earlier "
+			"opens of it, still open, were made; the name is looked up again to a new "
+			"inode", fh->nas_path, strerror(ESTALE));
+		fuse_reply_err(req, ESTALE); /* (not open_error's: a NAS's own ESTALE is EIO) */
+		fh_free(w, fh);
+		return;
+	}
 	/* (ENOLINK: its further root is not mounted, the rest of the NAS is) */
 	if (NAS_CANNOT_ANSWER(r) || r == -ENOLINK) {
 		from_nas = 0;

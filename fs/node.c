@@ -151,14 +151,30 @@ int node_attr_fresh(struct node_table *t, struct node *n, double ttl, struct sta
 
 int node_set_stat_locked(struct node *n, const struct stat *st)
 {
+	/* (the ctime too: a file replaced in place keeping its mtime -- cp -p,
+	 * a tool restoring times -- shows only that) */
 	int changed = n->st.size != (uint64_t)st->st_size || n->st.mtime != st->st_mtim.tv_sec ||
-		      n->st.mtime_ns != (uint32_t)st->st_mtim.tv_nsec;
+		      n->st.mtime_ns != (uint32_t)st->st_mtim.tv_nsec ||
+		      n->st.ctime != st->st_ctim.tv_sec || n->st.ctime_ns != (uint32_t)st->st_ctim.tv_nsec;
 
 	if (changed)
 		n->cache_ok = 0;
 	put_stat(&n->st, st);
 	n->st_read = now_ticks();
 	return changed;
+}
+
+int node_open_replaced(struct node_table *t, struct node *n, const struct stat *st)
+{
+	int r = 0;
+
+	pthread_mutex_lock(&t->lock);
+	if (n->dev != (uint64_t)st->st_dev || n->serial != node_shown_ino(t, st)) {
+		n->cache_ok = 0; /* what the kernel holds is the other file's */
+		r = n->daemon_opens > 0 || n->pt_opens > 0 ? -ESTALE : 0;
+	}
+	pthread_mutex_unlock(&t->lock);
+	return r;
 }
 
 uint64_t node_serial(struct node_table *t, const struct node *n)

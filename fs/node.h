@@ -54,7 +54,7 @@ struct node {
 				* (fs/dir.c): an overflowed invalidation queue
 				* must not forget it (main.c) */
 	/* TABLE, bit-fields of one byte (every writer holds the lock): */
-	uint8_t cache_ok : 1;    /* FILE: size and mtime unchanged since the last open */
+	uint8_t cache_ok : 1;    /* FILE: size, mtime and ctime unchanged since the last open */
 	uint8_t own_id : 1;      /* blob_id is malloc'ed, not inside name */
 	uint8_t backing_nas : 1; /* the backing id is the NAS file's (nas_passthrough) */
 	uint64_t dev;         /* IMMUTABLE: FILE: the key object's device */
@@ -131,6 +131,15 @@ void node_target(struct node_table *t, const struct node *n, char *buf, size_t s
  * below NAS_HUB) one mixed with its device, since the mount shows one
  * st_dev for all and two files must not share an st_ino. */
 uint64_t node_shown_ino(const struct node_table *t, const struct stat *st);
+
+/* An open of FILE @n found @st (the NAS file it opened) another file than
+ * the one @n was made for: the name was replaced on the NAS (renamed
+ * over) since the kernel looked it up.  Its cache is no longer kept
+ * (cache_ok).  -ESTALE when other opens of @n are open: they read the old
+ * file, and the page cache they fill is @n's, which a new open would read
+ * (old bytes, or a mix); the ESTALE makes the kernel look the name up
+ * again, to a new inode for the new file.  Else 0: the open goes on. */
+int node_open_replaced(struct node_table *t, struct node *n, const struct stat *st);
 
 /* The st_ino shown for @n (under the table lock). */
 uint64_t node_serial(struct node_table *t, const struct node *n);

@@ -223,6 +223,77 @@ def drop_caches():
         f.write("3\n")
 
 
+class ReplacedOnTheNas(unittest.TestCase):
+    """A plain file in a snapshot (no content address: its bytes may
+    change) replaced on the NAS.  The kernel's page cache is the inode's,
+    shared by every open of it: an open made after the change read the old
+    bytes, or a mix, which an open held across it (reading its own, old
+    file) or the cache kept from before brought in."""
+
+    SIZE = 3 * MiB
+
+    def setUp(self):
+        snap = next(e["path"] for e in FIX.of("dir") if e["path"].count("/") == 2
+                    and "/snapshots/" in e["path"])
+        self.rel = "%s/replaced-%d.bin" % (snap, random.randrange(1 << 30))
+        self.a = wfstest.det_bytes("replaced-a", self.SIZE)
+        self.b = bytes(x ^ 0x5A for x in self.a)
+        self.put(self.a)
+        self.addCleanup(os.unlink, FIX.n(self.rel))
+
+    def put(self, data, keep_mtime=None, in_place=False):
+        """The NAS file holds @data: renamed over (a new inode), or written
+        in place; its mtime set back to @keep_mtime (cp -p, rsync -a)."""
+        path = FIX.n(self.rel)
+        if in_place:
+            with open(path, "r+b") as f:
+                f.write(data)
+        else:
+            with open(path + ".tmp", "wb") as f:
+                f.write(data)
+            os.rename(path + ".tmp", path)
+        if keep_mtime is not None:
+            os.utime(path, ns=(keep_mtime, keep_mtime))
+
+    def which(self, fd, off, n=4096):
+        got = os.pread(fd, n, off)
+        return "A" if got == self.a[off:off + n] else "B" if got == self.b[off:off + n] else "mix"
+
+    def test_open_after_the_change_while_another_is_held(self):
+        fd1 = os.open(FIX.m(self.rel), os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd1, 0, 0, os.POSIX_FADV_RANDOM)
+            self.assertEqual(self.which(fd1, 0), "A")
+            self.put(self.b)
+            fd2 = os.open(FIX.m(self.rel), os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd2, 0, 0, os.POSIX_FADV_RANDOM)
+                self.assertEqual(self.which(fd2, 0), "B", "an open made after the change")
+                # the held open reads the file it opened, into its own pages
+                self.assertEqual(self.which(fd1, MiB), "A", "the open held across it")
+                self.assertEqual(self.which(fd2, MiB), "B", "the new open, after the held "
+                                 "one read the same offset")
+            finally:
+                os.close(fd2)
+        finally:
+            os.close(fd1)
+        with open(FIX.m(self.rel), "rb") as f:
+            self.assertTrue(f.read() == self.b, "an open after both closed")
+
+    def test_replaced_keeping_its_mtime(self):
+        for in_place in (False, True):
+            with self.subTest(in_place=in_place):
+                self.put(self.a)
+                for _ in range(2):  # the second open may keep the cache the first filled
+                    self.assertTrue(wfstest.read_file(FIX.m(self.rel)) == self.a)
+                mtime = os.stat(FIX.n(self.rel)).st_mtime_ns
+                self.put(self.b, keep_mtime=mtime, in_place=in_place)
+                got = wfstest.read_file(FIX.m(self.rel))
+                self.assertTrue(got == self.b, "read after a replace that kept the mtime "
+                                "(in place: %s): %s" % (in_place, "old bytes" if got == self.a
+                                                        else "a mix"))
+
+
 class PageCache(unittest.TestCase):
     def test_nas_pages_not_cached_after_read_through_mount(self):
         if not os.access("/proc/sys/vm/drop_caches", os.W_OK):

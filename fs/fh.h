@@ -65,7 +65,14 @@ struct wfs_fh {
 			 * figures at release (-1 if none) */
 	int counted;    /* TABLE: counted in the node's open tallies */
 	int noted;      /* OPEN: store_note_open() was called: store_note_close() is due */
+	struct wfs_fh *open_prev, *open_next; /* TABLE: on w->open_fhs until freed */
 };
+
+/* Free the opens the kernel never released: a stop with files open (a
+ * SIGTERM, an unmount the kernel made lazy) sends no RELEASE.  Once no
+ * request can come (the session's workers and rings ended), before the
+ * store stops: their descriptors closed, their copies' held room back. */
+void fh_free_left(struct wfs *w);
 
 /* Open a local copy with O_DIRECT where its filesystem allows it
  * (*@direct says): the descriptor, or -errno. */

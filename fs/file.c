@@ -461,6 +461,15 @@ static void fh_free(struct wfs *w, struct wfs_fh *fh)
 	struct blob *noted = fh->noted ? fh->blob : NULL;
 	int nas_fd, local_fd;
 
+	pthread_mutex_lock(&w->nodes.lock);
+	if (fh->open_prev)
+		fh->open_prev->open_next = fh->open_next;
+	else if (w->open_fhs == fh)
+		w->open_fhs = fh->open_next;
+	if (fh->open_next)
+		fh->open_next->open_prev = fh->open_prev;
+	pthread_mutex_unlock(&w->nodes.lock);
+
 	pthread_mutex_lock(&fh->lock);
 	nas_fd = fh->nas_fd;
 	local_fd = fh->local_fd;
@@ -578,6 +587,12 @@ static struct wfs_fh *fh_new(struct wfs *w, struct node *n)
 	for (int i = 0; i < FH_OLD_FDS; i++)
 		fh->part_old[i] = fh->local_old[i] = fh->nas_old[i] = -1;
 	fh->node = n;
+	pthread_mutex_lock(&w->nodes.lock);
+	fh->open_next = w->open_fhs;
+	if (w->open_fhs)
+		w->open_fhs->open_prev = fh;
+	w->open_fhs = fh;
+	pthread_mutex_unlock(&w->nodes.lock);
 	fh->blob = node_blob(w, n);
 	node_backing(&w->nodes, n, path, sizeof(path));
 	fh->nas_path = strdup(path);
@@ -749,3 +764,21 @@ void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	fuse_reply_err(req, 0);
 }
 
+void fh_free_left(struct wfs *w)
+{
+	struct wfs_fh *fh;
+	size_t n = 0;
+
+	for (;;) {
+		pthread_mutex_lock(&w->nodes.lock);
+		fh = w->open_fhs;
+		pthread_mutex_unlock(&w->nodes.lock);
+		if (!fh)
+			break;
+		fh_free(w, fh); /* (the node's tallies go with the process) */
+		n++;
+	}
+	if (n)
+		wfs_log(w, LOG_DEBUG, "freed %zu open%s the kernel never released", n,
+			n == 1 ? "" : "s");
+}

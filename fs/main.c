@@ -9,6 +9,7 @@
 #include "connready.h"
 #include "detach.h"
 #include "doctor.h"
+#include "fh.h"
 #include "ops.h"
 #include "opts.h"
 #include "path.h"
@@ -607,6 +608,7 @@ static int stop_serving(struct wfs *w, struct doctor_scan *links)
 	uring_stop(&w->uring);
 	dir_tails_wait(&w->lists); /* they note directories, read the store */
 	dir_attrs_stop(&w->dirattr); /* its stat in flight, if any, fails now */
+	fh_free_left(w); /* no request comes now */
 	by = mono_ms() + w->opt.nas_timeout_ms;
 	control_stop_tell(&w->ctl);
 	auto_stop_tell(&w->autop);

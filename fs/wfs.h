@@ -70,6 +70,7 @@ struct wfs {
 	struct wfs_opts opt;
 	struct hub_roots roots;
 	struct node_table nodes;
+	struct wfs_fh *open_fhs;   /* nodes.lock: every open not freed (fs/fh.h) */
 	struct fuse_session *se;
 	int lock_fd;
 	int word_fd;                /* the caller's pipe until the daemon serves (fs/detach.h) */

@@ -307,89 +307,17 @@ int dir_fault(fuse_req_t req, fuse_ino_t ino)
 	return r;
 }
 
-/* Does a read of [off, off+size) of (dev, ino) overlap an eio range? */
-static int eio_hit(const struct node *n, uint64_t off, uint64_t size)
-{
-	int hit = 0;
-
-	pthread_mutex_lock(&g.lock);
-	g.reads++;
-	for (unsigned i = 0; i < g.n_eio && !hit; i++) {
-		const struct eio_range *e = &g.eio[i];
-
-		hit = !e->cut && e->dev == n->dev && e->ino == n->ino && off < e->off + e->len &&
-		      e->off < off + size;
-	}
-	pthread_mutex_unlock(&g.lock);
-	return hit;
-}
-
-/* g.lock held: the part of eio range @e that [off, end) did not write is
- * what stays bad.  0; 1 when none is left (the caller drops @e); -1 when
- * the write fell inside it and there is no slot for its second piece (it
- * stays whole, as a disk out of spare sectors keeps its bad one). */
-static int eio_trim(struct eio_range *e, uint64_t off, uint64_t end)
-{
-	uint64_t e_end = e->off + e->len;
-
-	if (off > e->off && end < e_end) {
-		if (g.n_eio == MAX_EIO)
-			return -1;
-		g.eio[g.n_eio++] = (struct eio_range){ e->dev, e->ino, end, e_end - end, 0 };
-		e->len = off - e->off;
-	} else if (off > e->off) {
-		e->len = off - e->off;
-	} else if (end < e_end) {
-		e->off = end;
-		e->len = e_end - end;
-	} else {
-		return 1;
-	}
-	return 0;
-}
-
-void eio_written(fuse_ino_t ino, uint64_t off, uint64_t len)
-{
-	const struct node *n = N(ino);
-	uint64_t end = off + len;
-
-	pthread_mutex_lock(&g.lock);
-	for (unsigned i = 0; i < g.n_eio; i++) {
-		struct eio_range *e = &g.eio[i];
-
-		if (e->cut || e->dev != n->dev || e->ino != n->ino || end <= e->off ||
-		    e->off + e->len <= off)
-			continue;
-		/* (a second piece goes last: it starts at end, never hit again) */
-		if (eio_trim(e, off, end) == 1)
-			g.eio[i--] = g.eio[--g.n_eio];
-	}
-	pthread_mutex_unlock(&g.lock);
-}
-
-/* @size, or less when a cut of (dev, ino) lies inside [off, off+size):
- * the cut is then used up (the read after it, from anywhere, is whole). */
-static size_t cut_size(const struct node *n, uint64_t off, size_t size)
-{
-	pthread_mutex_lock(&g.lock);
-	for (unsigned i = 0; i < g.n_eio; i++) {
-		const struct eio_range *e = &g.eio[i];
-
-		if (e->cut && e->dev == n->dev && e->ino == n->ino && off < e->off &&
-		    e->off < off + size) {
-			size = (size_t)(e->off - off);
-			g.eio[i--] = g.eio[--g.n_eio];
-		}
-	}
-	pthread_mutex_unlock(&g.lock);
-	return size;
-}
-
 /* ---- FUSE operations (no kernel caching: every timeout is 0) */
 
 int node_fd(fuse_ino_t ino)
 {
 	return N(ino)->fd;
+}
+
+void node_id(fuse_ino_t ino, dev_t *dev, ino_t *sino)
+{
+	*dev = N(ino)->dev;
+	*sino = N(ino)->ino;
 }
 
 int stat_fd(int fd, struct stat *st)
@@ -619,11 +547,11 @@ static void ff_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	ssize_t n;
 
 	GATE_CALL(req, 1);
-	if (eio_hit(N(ino), (uint64_t)off, size)) {
+	if (eio_hit(N(ino)->dev, N(ino)->ino, (uint64_t)off, size)) {
 		fuse_reply_err(req, EIO);
 		return;
 	}
-	size = cut_size(N(ino), (uint64_t)off, size);
+	size = cut_size(N(ino)->dev, N(ino)->ino, (uint64_t)off, size);
 	if (!(buf = malloc(size ? size : 1))) {
 		fuse_reply_err(req, ENOMEM);
 		return;

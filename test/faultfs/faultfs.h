@@ -63,10 +63,20 @@ int gate(fuse_req_t req, int is_read);
  * of, the directory @ino (after blocking, for `faildir REL hang`). */
 int dir_fault(fuse_req_t req, fuse_ino_t ino);
 
-/* faultfs.c: @len bytes at @off of @ino were written: the eio ranges of
- * its source they cover go, those they overlap shrink to the bytes not
- * written (a disk remaps a sector written; reads of it succeed again). */
-void eio_written(fuse_ino_t ino, uint64_t off, uint64_t len);
+/* ranges.c, on the source file (@dev, @ino), under g.lock each: */
+/* Does a read of [@off, @off + @size) overlap an eio range?  (Counts the
+ * read.) */
+int eio_hit(dev_t dev, ino_t ino, uint64_t off, uint64_t size);
+/* @len bytes at @off were written: the eio ranges they cover go, those
+ * they overlap shrink to the bytes not written (a disk remaps a sector
+ * written; reads of it succeed again). */
+void eio_written(dev_t dev, ino_t ino, uint64_t off, uint64_t len);
+/* @size, or less when a cut lies inside [@off, @off + @size): the cut is
+ * then used up (the read after it, from anywhere, is whole). */
+size_t cut_size(dev_t dev, ino_t ino, uint64_t off, size_t size);
+
+/* faultfs.c: the source file (its st_dev, st_ino) of @ino. */
+void node_id(fuse_ino_t ino, dev_t *dev, ino_t *sino);
 
 /* Fail the request with the gate's errno, if any, and return. */
 #define GATE(req) GATE_CALL(req, 0)

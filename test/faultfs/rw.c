@@ -37,8 +37,13 @@ static void rw_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t siz
 			break;
 		done += (size_t)n;
 	}
-	if (done)
-		eio_written(ino, (uint64_t)off, done);
+	if (done) {
+		dev_t dev;
+		ino_t sino;
+
+		node_id(ino, &dev, &sino);
+		eio_written(dev, sino, (uint64_t)off, done);
+	}
 	pthread_mutex_lock(&g.lock);
 	g.writes++;
 	g.write_bytes += done;

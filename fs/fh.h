@@ -70,8 +70,9 @@ struct wfs_fh {
 
 /* Free the opens the kernel never released: a stop with files open (a
  * SIGTERM, an unmount the kernel made lazy) sends no RELEASE.  Once no
- * request can come (the session's workers and rings ended), before the
- * store stops: their descriptors closed, their copies' held room back. */
+ * request can come (the session's workers and rings ended): their memory
+ * only, their descriptors left to the process's exit (a NAS thread may
+ * still be in a read of one, past its deadline). */
 void fh_free_left(struct wfs *w);
 
 /* Open a local copy with O_DIRECT where its filesystem allows it

@@ -456,11 +456,10 @@ static void fh_uncount(struct wfs *w, struct wfs_fh *fh)
 		nas_close_later(&w->closer, close_fd);
 }
 
-static void fh_free(struct wfs *w, struct wfs_fh *fh)
+/* @fh off w->open_fhs, and its memory freed (its descriptors are the
+ * caller's to close, or not). */
+static void fh_forget(struct wfs *w, struct wfs_fh *fh)
 {
-	struct blob *noted = fh->noted ? fh->blob : NULL;
-	int nas_fd, local_fd;
-
 	pthread_mutex_lock(&w->nodes.lock);
 	if (fh->open_prev)
 		fh->open_prev->open_next = fh->open_next;
@@ -469,6 +468,16 @@ static void fh_free(struct wfs *w, struct wfs_fh *fh)
 	if (fh->open_next)
 		fh->open_next->open_prev = fh->open_prev;
 	pthread_mutex_unlock(&w->nodes.lock);
+	pthread_mutex_destroy(&fh->lock);
+	free(fh->nas_path);
+	free(fh->mem);
+	free(fh);
+}
+
+static void fh_free(struct wfs *w, struct wfs_fh *fh)
+{
+	struct blob *noted = fh->noted ? fh->blob : NULL;
+	int nas_fd, local_fd;
 
 	pthread_mutex_lock(&fh->lock);
 	nas_fd = fh->nas_fd;
@@ -484,10 +493,7 @@ static void fh_free(struct wfs *w, struct wfs_fh *fh)
 	close_old_fds(fh->part_old, NULL);
 	close_old_fds(fh->nas_old, &w->closer);
 	nas_close_later(&w->closer, fh->pt_nas_fd);
-	pthread_mutex_destroy(&fh->lock);
-	free(fh->nas_path);
-	free(fh->mem);
-	free(fh);
+	fh_forget(w, fh);
 	/* After our descriptors are closed: the space of a copy evicted while
 	 * open comes back now. */
 	if (noted)
@@ -775,7 +781,11 @@ void fh_free_left(struct wfs *w)
 		pthread_mutex_unlock(&w->nodes.lock);
 		if (!fh)
 			break;
-		fh_free(w, fh); /* (the node's tallies go with the process) */
+		/* Memory only: a NAS thread left in a read past its deadline
+		 * may still read one of its descriptors, and one closed now
+		 * could be reused under it; they close with the process (and
+		 * the node's tallies and the store's held room go with it). */
+		fh_forget(w, fh);
 		n++;
 	}
 	if (n)

@@ -328,19 +328,19 @@ int64_t store_part_request(struct store *s, struct blob *b, const struct brange 
 			total = -EINVAL;
 			goto out;
 		}
-	if (pin)
-		store_pin_locked(s, b, PIN_HAND, 1);
-	if (b->state == BLOB_LOCAL)
-		goto out;
-	if (s->index_kept && !b->part) {
+	if (s->index_kept && !b->part && b->state != BLOB_LOCAL) {
 		char name[33];
 
 		part_name(b, name);
 		if (store_kept_part(s, name)) { /* the kept index's ranges (store.h: kept) */
-			total = -EBUSY;
+			total = -EBUSY; /* (refused whole: not pinned either) */
 			goto out;
 		}
 	}
+	if (pin)
+		store_pin_locked(s, b, PIN_HAND, 1);
+	if (b->state == BLOB_LOCAL)
+		goto out;
 	if (!(p = part_get_locked(s, b)) || !(h = held_set(p, &nh))) {
 		total = -ENOMEM;
 		goto out;

@@ -694,9 +694,9 @@ void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	 * resolves, gives the attributes, and is the fallback. */
 	r = open_nas_side(w, fh, &st);
 	if (r == 0 && node_open_replaced(&w->nodes, n, &st) < 0) {
-		wfs_log(w, LOG_NOTICE, "open of %s refused (%s): replaced on the NAS since earlier "
-			"opens of it, still open, were made; the name is looked up again to a new "
-			"inode", fh->nas_path, strerror(ESTALE));
+		wfs_log(w, LOG_NOTICE, "open of %s refused (%s): replaced on the NAS since the "
+			"name was looked up; it is looked up again to a new inode", fh->nas_path,
+			strerror(ESTALE));
 		fuse_reply_err(req, ESTALE); /* (not open_error's: a NAS's own ESTALE is EIO) */
 		fh_free(w, fh);
 		return;

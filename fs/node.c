@@ -171,7 +171,7 @@ int node_open_replaced(struct node_table *t, struct node *n, const struct stat *
 	pthread_mutex_lock(&t->lock);
 	if (n->dev != (uint64_t)st->st_dev || n->serial != node_shown_ino(t, st)) {
 		n->cache_ok = 0; /* what the kernel holds is the other file's */
-		r = n->daemon_opens > 0 || n->pt_opens > 0 ? -ESTALE : 0;
+		r = -ESTALE;
 	}
 	pthread_mutex_unlock(&t->lock);
 	return r;

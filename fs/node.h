@@ -134,11 +134,11 @@ uint64_t node_shown_ino(const struct node_table *t, const struct stat *st);
 
 /* An open of FILE @n found @st (the NAS file it opened) another file than
  * the one @n was made for: the name was replaced on the NAS (renamed
- * over) since the kernel looked it up.  Its cache is no longer kept
- * (cache_ok).  -ESTALE when other opens of @n are open: they read the old
- * file, and the page cache they fill is @n's, which a new open would read
- * (old bytes, or a mix); the ESTALE makes the kernel look the name up
- * again, to a new inode for the new file.  Else 0: the open goes on. */
+ * over) since the kernel looked it up.  -ESTALE then: the kernel looks the
+ * name up again, to a new node and inode for the new file.  Served on @n,
+ * it would share @n's page cache with opens of the old file (held ones,
+ * or one racing it past this check: old bytes, or a mix), and every later
+ * open of @n would differ again, its cache dropped each time.  Else 0. */
 int node_open_replaced(struct node_table *t, struct node *n, const struct stat *st);
 
 /* The st_ino shown for @n (under the table lock). */

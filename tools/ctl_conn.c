@@ -490,8 +490,9 @@ int ctl_report(struct ctl_conn *c, const char *sock, const char *cmd, bool json_
 		if ((r == -ENOENT || (r == -ECONNREFUSED && stat(sock, &st) == 0 &&
 				      S_ISSOCK(st.st_mode))) &&
 		    statvfs(dirname(dir), &vfs) == 0 && (vfs.f_flag & ST_RDONLY))
-			hint = " (its directory is on a read-only filesystem: a daemon whose "
-			       "LOCAL_STORE is read-only has no control socket)";
+			hint = " (its directory is on a read-only filesystem: no daemon runs "
+			       "there, or one whose LOCAL_STORE is read-only, which has no "
+			       "control socket)";
 		else if (r == -ECONNREFUSED && stat(sock, &st) == 0)
 			hint = S_ISDIR(st.st_mode) ? " (a directory: the socket is "
 						     "LOCAL_STORE/wfs.sock)" :

@@ -518,8 +518,8 @@ class OnItsOwnFilesystem(unittest.TestCase):
         directory" (or "Connection refused") and nothing more."""
         rc, out, err = wfstest.run_wfsctl(["status", self.st.mnt])
         self.assertEqual(rc, 1, err)
-        self.assertIn("its directory is on a read-only filesystem: a daemon whose "
-                      "LOCAL_STORE is read-only has no control socket", err)
+        self.assertIn("its directory is on a read-only filesystem: no daemon runs there, or "
+                      "one whose LOCAL_STORE is read-only, which has no control socket", err)
 
     def test_read_only_store_with_a_socket_left(self):
         """A daemon that could not remove its control socket (killed, or

@@ -280,6 +280,24 @@ class ReplacedOnTheNas(unittest.TestCase):
         with open(FIX.m(self.rel), "rb") as f:
             self.assertTrue(f.read() == self.b, "an open after both closed")
 
+    def test_cache_kept_again_after_the_replace(self):
+        """Once the new file is read, later opens keep its pages, as
+        before the replace: an open that went on under the old inode found
+        the file changed at every open, and dropped the cache each time
+        (the whole file from the NAS again, for as long as the kernel kept
+        the name)."""
+        with open(FIX.m(self.rel), "rb") as f:
+            self.assertTrue(f.read() == self.a)
+        self.put(self.b)
+        got = []
+        for _ in range(3):
+            n0 = wfstest.served_bytes(self, FIX.mnt)[1]
+            data = wfstest.read_file(FIX.m(self.rel))
+            got.append(wfstest.served_bytes(self, FIX.mnt)[1] - n0)
+            self.assertTrue(data == self.b, "the new bytes")
+        self.assertEqual(got[1:], [0, 0], "NAS bytes served by each read after the replace: "
+                         "%s" % got)
+
     def test_replaced_keeping_its_mtime(self):
         for in_place in (False, True):
             with self.subTest(in_place=in_place):

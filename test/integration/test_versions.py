@@ -121,11 +121,14 @@ class Versions(DamageCase):
             json.dump(idx, f)
         self.st.start()
         self.wait_log(r"index %s is of version 99" % re.escape(path), 0)
-        rc, out, err = wfstest.run_wfsctl(["promote", "--wait", "--range", "1M:1M",
+        rc, out, err = wfstest.run_wfsctl(["promote", "--wait", "--pin", "--range", "1M:1M",
                                            self.st.path(BIG)])
         self.assertEqual(rc, 1, "promote --range: %s %s" % (out, err))
         self.assertRegex(err, r"its partial copy in %s is one index %s names, which this run "
                          r"leaves as it is" % (re.escape(parts), re.escape(path)))
+        rep = ctl_json(self, ["promote", "--dry-run", self.st.path(BIG)])
+        self.assertEqual([b["pinned_by"] for b in rep["blobs"]], [[]],
+                         "a refused promote --pin pinned the blob")
         ctl_check(self, ["evict", "--force", self.st.path(BIG)])
         self.assert_bytes(BIG)
         self.st.stop(self)

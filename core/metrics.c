@@ -177,7 +177,8 @@ static const struct figure figures[] = {
 	  "served.local_bytes", AT(served_local_bytes) },
 	{ "wfs_served_bytes_total", NULL, "source", "nas", NULL,
 	  "served.nas_bytes", AT(served_nas_bytes) },
-	{ "wfs_opens_total", "counter", NULL, NULL, "Opens of weight data (files under a repo's blobs/ or snapshots/) in the mount.",
+	{ "wfs_opens_total", "counter", NULL, NULL,
+	  "Opens of weight data (files under a repo's blobs/ or snapshots/) in the mount.",
 	  "opens", AT(opens) },
 	{ "wfs_passthrough_opens_total", "counter", NULL, NULL,
 	  "Opens served by FUSE passthrough (the kernel reads the local copy, or the NAS "

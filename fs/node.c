@@ -164,17 +164,14 @@ int node_set_stat_locked(struct node *n, const struct stat *st)
 	return changed;
 }
 
-int node_open_replaced(struct node_table *t, struct node *n, const struct stat *st)
+int node_open_replaced(struct node_table *t, const struct node *n, const struct stat *st)
 {
-	int r = 0;
+	int other;
 
 	pthread_mutex_lock(&t->lock);
-	if (n->dev != (uint64_t)st->st_dev || n->serial != node_shown_ino(t, st)) {
-		n->cache_ok = 0; /* what the kernel holds is the other file's */
-		r = -ESTALE;
-	}
+	other = n->dev != (uint64_t)st->st_dev || n->serial != node_shown_ino(t, st);
 	pthread_mutex_unlock(&t->lock);
-	return r;
+	return other ? -ESTALE : 0;
 }
 
 uint64_t node_serial(struct node_table *t, const struct node *n)

@@ -139,7 +139,7 @@ uint64_t node_shown_ino(const struct node_table *t, const struct stat *st);
  * it would share @n's page cache with opens of the old file (held ones,
  * or one racing it past this check: old bytes, or a mix), and every later
  * open of @n would differ again, its cache dropped each time.  Else 0. */
-int node_open_replaced(struct node_table *t, struct node *n, const struct stat *st);
+int node_open_replaced(struct node_table *t, const struct node *n, const struct stat *st);
 
 /* The st_ino shown for @n (under the table lock). */
 uint64_t node_serial(struct node_table *t, const struct node *n);

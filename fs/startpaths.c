@@ -47,6 +47,34 @@ int abs_lexical(const char *p, char *out, size_t sz)
 	return r;
 }
 
+/* @p made absolute with its longest existing prefix resolved (symlinks,
+ * "..") and the rest appended as written: a LOCAL_STORE not made yet
+ * under a symlink into NAS_HUB is still inside it. */
+static int abs_resolved(const char *p, char *out, size_t sz)
+{
+	char lex[PATH_MAX], head[PATH_MAX], real[PATH_MAX];
+	size_t cut;
+	int r;
+
+	if ((r = abs_lexical(p, lex, sizeof(lex))) < 0)
+		return r;
+	snprintf(head, sizeof(head), "%s", lex);
+	for (cut = strlen(head); !realpath(head, real); ) {
+		char *slash = strrchr(head, '/');
+
+		if (!slash || slash == head)
+			return snprintf(out, sz, "%s", lex) >= (int)sz ? -ENAMETOOLONG : 0;
+		*slash = '\0';
+		cut = slash - head;
+	}
+	r = snprintf(out, sz, "%s%s", strcmp(real, "/") ? real : "", lex + cut);
+	if (r >= (int)sz)
+		return -ENAMETOOLONG;
+	if (!out[0])
+		snprintf(out, sz, "/");
+	return 0;
+}
+
 /* A mount on NAS_HUB, above it or inside it reads the NAS through itself
  * (every request waits on its own: EIO), and one above LOCAL_STORE hides
  * the store from the daemon.  Canonical paths where they exist. */
@@ -56,10 +84,9 @@ static int check_overlap(struct wfs *w)
 
 	if (w->roots.n)
 		snprintf(nas, sizeof(nas), "%s", w->roots.path[0]);
-	else if (abs_lexical(w->opt.nas, nas, sizeof(nas)) < 0)
+	else if (abs_resolved(w->opt.nas, nas, sizeof(nas)) < 0)
 		return 0;
-	if (!realpath(w->opt.mnt, mnt) || (!realpath(w->opt.local, local) &&
-	    abs_lexical(w->opt.local, local, sizeof(local)) < 0))
+	if (!realpath(w->opt.mnt, mnt) || abs_resolved(w->opt.local, local, sizeof(local)) < 0)
 		return 0; /* startpaths_check names what is wrong */
 	if (path_under(mnt, nas) || path_under(nas, mnt)) {
 		fprintf(stderr, "wfs: MOUNTPOINT %s: %s NAS_HUB %s: wfs would read the NAS "

@@ -192,18 +192,24 @@ class StartStop(wfstest.ScratchMounts, unittest.TestCase):
         """A LOCAL_STORE on the NAS was made there, showed in the mount's
         listing, and its "local" copies were the NAS's; a NAS_HUB inside
         LOCAL_STORE would serve the store's own files: both refused, naming
-        both, nothing made."""
+        both, nothing made.  A store not made yet is judged by where its
+        existing parent leads: through a symlink into NAS_HUB it is inside."""
         outer = self.path("outer")
         nas = os.path.join(outer, "nas")
         os.makedirs(nas)
-        for i, (local, how) in enumerate(((os.path.join(nas, "store"), "inside"), (nas, "is"),
-                                          (outer, "holds"))):
+        link = os.path.join(outer, "link")
+        os.symlink("nas", link)
+        store = os.path.join(nas, "store")
+        cases = ((store, store, "inside"), (nas, nas, "is"), (outer, outer, "holds"),
+                 (os.path.join(link, "store"), store, "inside"),
+                 (os.path.join(link, "a", "b"), os.path.join(nas, "a", "b"), "inside"))
+        for i, (local, named, how) in enumerate(cases):
             mnt = self.new_mnt("mnt%d" % i)
             rc, out, err = wfstest.run_wfs([nas, local, mnt], timeout=20)
             self.assertEqual(rc, 1, err)
             self.assertFalse(wfstest.is_mounted(mnt))
-            self.assertIn("LOCAL_STORE %s: %s NAS_HUB %s" % (local, how, nas), err)
-            self.assertEqual(os.listdir(nas), [], "NAS_HUB after the refusal")
+            self.assertIn("LOCAL_STORE %s: %s NAS_HUB %s" % (named, how, nas), err)
+            self.assertEqual(os.listdir(nas), [], "NAS_HUB after the refusal of %s" % local)
 
 
 if __name__ == "__main__":

@@ -248,28 +248,53 @@ void jtext_read_close(struct jtext_reader *r)
 	memset(r, 0, sizeof(*r));
 }
 
+/* The head read a step at a time, each step twice the last, until the
+ * array's key shows: a head is small, the file may be huge. */
+static char *read_head(int fd, const char *mark, char **end)
+{
+	size_t len = 0, cap = 0, mlen = strlen(mark);
+	char *buf = NULL, *more;
+	ssize_t n = 1;
+
+	for (*end = NULL; !*end && n > 0 && len < JTEXT_HEAD_MAX; ) {
+		size_t from = len > mlen ? len - mlen : 0;
+
+		cap = cap ? cap * 2 : (size_t)64 << 10;
+		if (!(more = realloc(buf, cap + 1))) {
+			free(buf);
+			errno = ENOMEM;
+			return NULL;
+		}
+		buf = more;
+		while (len < cap && (n = pread(fd, buf + len, cap - len, (off_t)len)) > 0)
+			len += (size_t)n;
+		if (n < 0) {
+			free(buf);
+			return NULL;
+		}
+		buf[len] = '\0';
+		*end = strstr(buf + from, mark);
+	}
+	return buf;
+}
+
 long long jtext_head_version(const char *path, const char *key)
 {
 	char mark[64], *buf, *end;
 	long long v = -EINVAL;
 	json_t *head, *ver;
-	ssize_t n;
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 
 	if (fd < 0)
 		return -errno;
-	if (!(buf = malloc(JTEXT_HEAD_MAX + 1))) {
-		close(fd);
-		return -ENOMEM;
-	}
-	n = pread(fd, buf, JTEXT_HEAD_MAX, 0);
-	v = n < 0 ? -errno : -EINVAL;
-	close(fd);
-	buf[n < 0 ? 0 : n] = '\0';
 	snprintf(mark, sizeof(mark), ",\"%s\":[", key);
+	buf = read_head(fd, mark, &end);
+	if (!buf)
+		v = -errno;
+	close(fd);
 	/* the head's members end where the array's begin: "{<members>,"
 	 * closed there is an object of its own */
-	if (n >= 0 && (end = strstr(buf, mark))) {
+	if (buf && end) {
 		end[0] = '}';
 		head = json_loadb(buf, (size_t)(end - buf) + 1, JSON_REJECT_DUPLICATES, NULL);
 		ver = json_object_get(head, "version");

@@ -84,12 +84,13 @@ int jtext_read_next(struct jtext_reader *r, struct jflat *f);
 void jtext_read_close(struct jtext_reader *r);
 
 /* The "version" of the file @path, laid out as above with the array @key,
- * read from its head alone (its first JTEXT_HEAD_MAX bytes): for a file
+ * read from its head alone (up to the array's key, at most JTEXT_HEAD_MAX
+ * bytes: the head holds the index's refs, which have no cap): for a file
  * over the reader's size cap, which a later wfs with a larger cap may have
  * written -- set aside as damage, such a file was lost to that wfs.  The
  * version (>= 0; 0 when the head names none), or -errno: -EINVAL for a
  * head that is not laid out so. */
-#define JTEXT_HEAD_MAX ((size_t)64 << 10)
+#define JTEXT_HEAD_MAX ((size_t)16 << 20)
 long long jtext_head_version(const char *path, const char *key);
 
 #endif

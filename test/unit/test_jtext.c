@@ -317,6 +317,44 @@ static void test_stream(struct check_count *c)
 	free(got);
 }
 
+/* A head of @pad bytes of refs before the array's key, the key cut at
+ * no read's edge in particular: the version is read from any head up to
+ * JTEXT_HEAD_MAX (the index's refs have no cap), none past it. */
+static long long head_version_of(const char *path, size_t pad)
+{
+	static const char pre[] = "{\"refs\":\"", post[] = "\",\"version\":7,\"blobs\":[\n]}";
+	size_t len = sizeof(pre) - 1 + pad + sizeof(post) - 1;
+	char *text = malloc(len + 1);
+	long long v;
+
+	if (!text)
+		return -ENOMEM;
+	memcpy(text, pre, sizeof(pre) - 1);
+	memset(text + sizeof(pre) - 1, 'x', pad);
+	memcpy(text + sizeof(pre) - 1 + pad, post, sizeof(post));
+	put(path, text, len);
+	free(text);
+	v = jtext_head_version(path, "blobs");
+	unlink(path);
+	return v;
+}
+
+static void test_head_version(struct check_count *c, const char *path)
+{
+	/* the key straddles the first read's end (64 KiB) at the third */
+	static const size_t pads[] = { 10, (64 << 10) - 12, (64 << 10) - 9, 200 << 10,
+				       (5 << 20) + 3 };
+	long long v;
+
+	for (size_t i = 0; i < sizeof(pads) / sizeof(pads[0]); i++) {
+		v = head_version_of(path, pads[i]);
+		CHECK(c, v == 7, "a head of %zu bytes: version 7 (%lld)", pads[i], v);
+	}
+	v = head_version_of(path, JTEXT_HEAD_MAX + 10);
+	CHECK(c, v == -EINVAL, "a head past JTEXT_HEAD_MAX: -EINVAL (%lld)", v);
+	CHECK(c, jtext_head_version(path, "blobs") == -ENOENT, "no file: -ENOENT");
+}
+
 int main(void)
 {
 	struct check_count c = { 0 };
@@ -330,6 +368,7 @@ int main(void)
 	test_stream(&c);
 	test_layouts(&c, path);
 	test_cuts(&c, path);
+	test_head_version(&c, path);
 	check_rmtree(top);
 	printf("jtext: %d passed, %d failed\n", c.passed, c.failed);
 	return c.failed ? 1 : 0;

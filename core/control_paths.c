@@ -146,6 +146,22 @@ json_t *control_collect_error(const char *rel, int r)
 	return reply_error(-r, "%s: %s", *rel ? rel : "/", strerror(-r));
 }
 
+/* A link into another root shown as on the NAS (ns.h): to a directory
+ * there, or to a file past a directory others cannot search. */
+static json_t *foreign_link_error(struct control *c, const char *rel, const char *target)
+{
+	char path[PATH_MAX];
+	struct stat st;
+
+	if (path_join(c->roots->path[0], rel, path, sizeof(path)) == 0 && stat(path, &st) == 0 &&
+	    !S_ISDIR(st.st_mode))
+		return reply_error(EACCES, "%s: a link into another root (-> %s) past a directory "
+				   "others cannot search, shown as on the NAS: not followed for a "
+				   "request", rel, target);
+	return reply_error(EISDIR, "%s: a link to a directory of another root (-> %s), "
+			   "shown as on the NAS: not walked", rel, target);
+}
+
 json_t *control_link_error(struct control *c, const char *rel)
 {
 	struct ns_entry *e = malloc(sizeof(*e));
@@ -164,8 +180,7 @@ json_t *control_link_error(struct control *c, const char *rel)
 				  "the PATH with '/')", rel, e->target);
 		break;
 	case NS_LINK_FOREIGN:
-		err = reply_error(EISDIR, "%s: a link to a directory of another root (-> %s), "
-				  "shown as on the NAS: not walked", rel, e->target);
+		err = foreign_link_error(c, rel, e->target);
 		break;
 	case NS_LINK_DANGLING:
 		err = reply_error(ENOENT, "%s: a dangling link (-> %s): nothing to act on",

@@ -77,6 +77,36 @@ static int present_lstat(struct ns_entry *out, const char *path, const char *rel
 	return 0;
 }
 
+/* A link to a file whose chain searched a directory others cannot search
+ * (hub_res.closed): shown as the file, the mount would hand it to readers
+ * the NAS keeps out.  Shown as a link, the kernel walks the way itself,
+ * checking each directory against the reader: into root 0 as a relative
+ * link inside the mount (its blob still the target's), into another root
+ * as on the NAS (the reader's own walk of that root). */
+static int present_closed(const struct hub_roots *roots, const char *rel,
+			  const struct hub_res *res, const struct stat *lst, const char *path,
+			  const char *name, struct ns_entry *out)
+{
+	char dir[PATH_MAX];
+	size_t rl = strlen(roots->path[0]);
+	int r;
+
+	if (res->root != 0) {
+		out->backing[0] = '\0';
+		out->has_backing_st = 0;
+		return show_verbatim(path, lst, NS_LINK_FOREIGN, out);
+	}
+	path_dirname(rel, dir, sizeof(dir));
+	r = path_relative(dir, res->real + rl + (res->real[rl] == '/'), out->target,
+			  sizeof(out->target));
+	if (r < 0)
+		return r;
+	if (name)
+		snprintf(out->blob_id, sizeof(out->blob_id), "%s", name);
+	present_link(out, lst);
+	return 0;
+}
+
 int ns_classify(const struct hub_roots *roots, const char *rel, struct ns_entry *out)
 {
 	char path[PATH_MAX], blob_dir[PATH_MAX], dir[PATH_MAX], to[PATH_MAX];
@@ -140,12 +170,14 @@ int ns_classify(const struct hub_roots *roots, const char *rel, struct ns_entry 
 		present_link(out, &lst);
 		return 0;
 	}
+	name = hub_repo_blob_name(rel);
+	if (res.closed)
+		return present_closed(roots, rel, &res, &lst, path, name, out);
 	/* Any other link to a file (a repo blob pointing into a hub-level store,
 	 * say) is shown as the file itself. */
 	out->kind = NS_FILE;
 	out->st = res.st;
 	out->st.st_mode &= ~(mode_t)0222;
-	name = hub_repo_blob_name(rel);
 	if (name)
 		snprintf(out->blob_id, sizeof(out->blob_id), "%s", name);
 	return 0;

@@ -206,6 +206,38 @@ static int note_big(struct build *b, const struct rnode *n, const char *why)
 	return note_line(b, line);
 }
 
+static int take(void *arg, const char *rel, const struct ns_entry *e);
+
+/* A link to a local blob whose file lies outside the repos walked: a repo
+ * blob shown as a link because its way crosses a directory others cannot
+ * search (ns.c present_closed), into a hub-level store.  The reader's
+ * kernel follows it through the mount, so the file and each directory
+ * above it are kept too, classified one by one. */
+static int take_link_target(struct build *b, const char *rel, const struct ns_entry *e)
+{
+	char dir[PATH_MAX], joined[PATH_MAX], norm[PATH_MAX];
+	struct ns_entry *t;
+	int r = 0;
+
+	path_dirname(rel, dir, sizeof(dir));
+	if (path_join(dir, e->target, joined, sizeof(joined)) < 0 ||
+	    path_normalize(joined, norm, sizeof(norm)) < 0 || hub_repo_len(norm) || !norm[0] ||
+	    (!strncmp(norm, "..", 2) && (norm[2] == '/' || !norm[2])) ||
+	    !(t = malloc(sizeof(*t))))
+		return 0; /* (in a repo: that repo's walk has it) */
+	for (char *p = norm; !r && p; ) {
+		p = strchr(p + 1, '/');
+		if (p)
+			*p = '\0';
+		if (!rnode_find(&b->h, norm) && (r = ns_classify(b->roots, norm, t)) == 0)
+			r = take(b, norm, t);
+		if (p)
+			*p = '/';
+	}
+	free(t);
+	return r == -ENOENT ? 0 : r;
+}
+
 /* ns_walk's callback: every directory, link and .no_exist marker (decided
  * after the walk), the FILE entries that are local blobs or refs. */
 static int take(void *arg, const char *rel, const struct ns_entry *e)
@@ -214,7 +246,7 @@ static int take(void *arg, const char *rel, const struct ns_entry *e)
 	struct rnode *n;
 	char rev[PATH_MAX];
 	int ref = e->kind == NS_FILE && record_is_ref(rel), r = 0;
-	int local = e->kind == NS_FILE ? is_local(b->s, e->backing) : 0;
+	int local = e->kind != NS_DIR ? is_local(b->s, e->backing) : 0;
 	enum side side = SIDE_NONE;
 
 	if (stopping(b->r))
@@ -237,46 +269,9 @@ static int take(void *arg, const char *rel, const struct ns_entry *e)
 	if (rnodes_push(&b->all, n) < 0)
 		return -ENOMEM;
 	htab_add(&b->h, &n->hl, path_hash(n->path));
+	if (e->kind == NS_LINK && e->link_state == NS_LINK_RESOLVED && local)
+		return take_link_target(b, rel, e);
 	return 0;
-}
-
-/* Does @p lie in the revision directory "<repo>/snapshots/<rev>" that
- * holds the link @link (the directory itself included)? */
-static int in_revision_of(const char *link, const char *p)
-{
-	const char *s = strchr(link, '/');
-	size_t len;
-
-	if (!s || s == link || strncmp(s, "/snapshots/", 11) != 0 || !(s = strchr(s + 11, '/')))
-		return 0;
-	len = (size_t)(s - link);
-	return strncmp(link, p, len) == 0 && (p[len] == '\0' || p[len] == '/');
-}
-
-/* A link is kept when its text, read from its directory, names a kept
- * file, or (@dirs) a kept directory of the link's own revision
- * (packs-latest -> packs): what a reader's resolution reaches without the
- * NAS, never leaving the revision.  Returns 1 when @dirs kept it. */
-static int keep_link(struct build *b, struct rnode *n, int dirs)
-{
-	char dir[PATH_MAX], joined[PATH_MAX], norm[PATH_MAX];
-	struct rnode *f;
-
-	if (n->kind != NS_LINK || n->target[0] == '/' || (dirs && n->keep))
-		return 0;
-	path_dirname(n->path, dir, sizeof(dir));
-	if (path_join(dir, n->target, joined, sizeof(joined)) < 0 ||
-	    path_normalize(joined, norm, sizeof(norm)) < 0)
-		return 0;
-	f = rnode_find(&b->h, norm);
-	if (!dirs) {
-		n->keep = f && f->kind == NS_FILE && f->keep;
-		n->full = n->keep && f->full;
-		return 0;
-	}
-	/* what the directory holds is judged entry by entry */
-	n->keep = n->full = f && f->kind == NS_DIR && f->keep && in_revision_of(n->path, norm);
-	return n->keep;
 }
 
 static void keep_parents(struct build *b, const struct rnode *n)
@@ -345,7 +340,7 @@ static int settle(struct build *b, struct record_table **out)
 	int e = 0, more = 1;
 
 	for (size_t i = 0; i < b->all.n; i++)
-		keep_link(b, b->all.v[i], 0);
+		record_keep_link(&b->h, b->all.v[i], 0);
 	for (size_t i = 0; i < b->all.n; i++)
 		if (b->all.v[i]->keep)
 			keep_parents(b, b->all.v[i]);
@@ -355,7 +350,7 @@ static int settle(struct build *b, struct record_table **out)
 	while (more) {
 		more = 0;
 		for (size_t i = 0; i < b->all.n; i++)
-			if (keep_link(b, b->all.v[i], 1)) {
+			if (record_keep_link(&b->h, b->all.v[i], 1)) {
 				keep_parents(b, b->all.v[i]);
 				more = 1;
 			}

@@ -71,6 +71,13 @@ struct rnode *rnode_find(const struct htab *h, const char *path);
 struct record_table *record_table_make(struct rnodes *l, size_t *dropped);
 void record_table_free(struct record_table *t);
 struct rnode *record_table_find(const struct record_table *t, const char *path);
+/* A link is kept when its text, read from its directory, names a kept
+ * file (itself or through further links), or (@dirs) a kept directory of
+ * the link's own revision
+ * (packs-latest -> packs): what a reader's resolution reaches without the
+ * NAS, never leaving the revision.  Returns 1 when @dirs kept it.
+ * (record.c, after the walks) */
+int record_keep_link(const struct htab *h, struct rnode *n, int dirs);
 
 /* ---- record_file.c ---- */
 

@@ -7,6 +7,7 @@
  */
 #include "record_int.h"
 #include "path.h"
+#include "resolve.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -286,4 +287,53 @@ int record_has_any(struct record *r)
 	any = r->table && r->table->n > 0;
 	pthread_mutex_unlock(&r->lock);
 	return any;
+}
+
+/* Does @p lie in the revision directory "<repo>/snapshots/<rev>" that
+ * holds the link @link (the directory itself included)? */
+static int in_revision_of(const char *link, const char *p)
+{
+	const char *s = strchr(link, '/');
+	size_t len;
+
+	if (!s || s == link || strncmp(s, "/snapshots/", 11) != 0 || !(s = strchr(s + 11, '/')))
+		return 0;
+	len = (size_t)(s - link);
+	return strncmp(link, p, len) == 0 && (p[len] == '\0' || p[len] == '/');
+}
+
+/* The node a relative link @n names, its path into @norm (PATH_MAX). */
+static struct rnode *link_next(const struct htab *h, const struct rnode *n, char *norm)
+{
+	char dir[PATH_MAX], joined[PATH_MAX];
+
+	if (n->kind != NS_LINK || n->target[0] == '/')
+		return NULL;
+	path_dirname(n->path, dir, sizeof(dir));
+	if (path_join(dir, n->target, joined, sizeof(joined)) < 0 ||
+	    path_normalize(joined, norm, PATH_MAX) < 0)
+		return NULL;
+	return rnode_find(h, norm);
+}
+
+int record_keep_link(const struct htab *h, struct rnode *n, int dirs)
+{
+	char norm[PATH_MAX];
+	struct rnode *f;
+
+	if (n->kind != NS_LINK || n->target[0] == '/' || (dirs && n->keep))
+		return 0;
+	f = link_next(h, n, norm);
+	/* (a snapshot entry may name a repo blob shown as a link itself:
+	 * ns.c present_closed) */
+	for (int hops = 0; !dirs && f && f->kind == NS_LINK && hops < HUB_MAX_HOPS; hops++)
+		f = link_next(h, f, norm);
+	if (!dirs) {
+		n->keep = f && f->kind == NS_FILE && f->keep;
+		n->full = n->keep && f->full;
+		return 0;
+	}
+	/* what the directory holds is judged entry by entry */
+	n->keep = n->full = f && f->kind == NS_DIR && f->keep && in_revision_of(n->path, norm);
+	return n->keep;
 }

@@ -148,6 +148,7 @@ struct walk {
 	char done[PATH_MAX], todo[PATH_MAX];
 	struct stat last;            /* lstat of @done, when @have_last */
 	int have_last;
+	char link_dir[PATH_MAX];     /* the directory of @rel, relative to root 0 */
 };
 
 /* What a step leaves (or < 0: -errno). */
@@ -264,6 +265,31 @@ static int walk_link(struct walk *wk, const char *cand, const char *rest)
 	return walk_relocate(wk, base, text);
 }
 
+/* The next lstat searches @done: note a directory that others cannot
+ * search, unless it is one above the link itself (see hub_res.closed).
+ * One that cannot be looked at counts as closed. */
+static void walk_note_search(struct walk *wk)
+{
+	char dir[PATH_MAX];
+	struct stat st;
+	size_t n = strlen(wk->done);
+
+	if (wk->out->closed || (wk->root == 0 && (!n || (!strncmp(wk->link_dir, wk->done, n) &&
+	    (wk->link_dir[n] == '/' || !wk->link_dir[n])))))
+		return;
+	if (!wk->have_last) {
+		if (snprintf(dir, sizeof(dir), "%s%s%s", wk->roots->path[wk->root], n ? "/" : "",
+			     wk->done) >= (int)sizeof(dir) || lstat(dir, &st) < 0) {
+			wk->out->closed = 1;
+			return;
+		}
+		wk->last = st;
+		wk->have_last = 1;
+	}
+	if (!(wk->last.st_mode & S_IXOTH))
+		wk->out->closed = 1;
+}
+
 /* One component off @todo. */
 static int walk_step(struct walk *wk)
 {
@@ -294,7 +320,7 @@ static int walk_step(struct walk *wk)
 	if (wk->entry_st) {
 		st = *wk->entry_st;
 		wk->entry_st = NULL;
-	} else if (lstat(cand, &st) < 0) {
+	} else if (walk_note_search(wk), lstat(cand, &st) < 0) {
 		if (errno != ENOENT && errno != ENOTDIR)
 			return -errno;
 		wk->out->kind = HUB_RES_DANGLING;
@@ -349,7 +375,7 @@ int hub_resolve(const struct hub_roots *roots, const char *rel, const char *via_
 	int r;
 
 	out->kind = 0;
-	out->root = out->hops = 0;
+	out->root = out->hops = out->closed = 0;
 	out->real[0] = out->via[0] = '\0';
 	memset(&out->st, 0, sizeof(out->st));
 	if (strlen(rel) >= sizeof(wk.todo))
@@ -358,6 +384,7 @@ int hub_resolve(const struct hub_roots *roots, const char *rel, const char *via_
 	 * starts at its last component, whose lstat the caller may have. */
 	memcpy(wk.done, rel, n);
 	wk.done[n] = '\0';
+	strcpy(wk.link_dir, wk.done);
 	strcpy(wk.todo, slash ? slash + 1 : rel);
 	if (strcmp(wk.todo, ".") && strcmp(wk.todo, ".."))
 		wk.entry_st = entry_st;

@@ -195,6 +195,25 @@ int do_lookup(struct wfs *w, struct node *parent, const char *name,
 	return r;
 }
 
+/* A file shown only under names that hold no weights, whose blob the
+ * store has all the same: a repo's blobs/<id> whose way to it crosses a
+ * directory others cannot search is shown as a link (ns.c
+ * present_closed), and the kernel reaches the file by its own name (a
+ * hub-level store's).  Such a file is copied when a promote walks its
+ * repo, and from then on read as the blob (not auto-promoted: its reads
+ * never come by a weight name). */
+static struct blob *node_weights_known(struct wfs *w, struct node *n)
+{
+	char backing[PATH_MAX];
+	struct blob *b;
+
+	node_backing(&w->nodes, n, backing, sizeof(backing));
+	b = *backing ? store_find(&w->store, backing) : NULL;
+	if (b)
+		__atomic_store_n(&n->weights, 1, __ATOMIC_RELEASE);
+	return b;
+}
+
 struct blob *node_blob(struct wfs *w, struct node *n)
 {
 	struct blob *b = __atomic_load_n(&n->blob, __ATOMIC_ACQUIRE);
@@ -206,8 +225,9 @@ struct blob *node_blob(struct wfs *w, struct node *n)
 		return b;
 	/* A ref, a marker, a client's file: never copied.  A NAS file with a
 	 * name under a repo's blobs/ or snapshots/ is, whatever name it was
-	 * first seen by (a hub-level blob store walked first, say). */
-	if (!__atomic_load_n(&n->weights, __ATOMIC_ACQUIRE))
+	 * first seen by (a hub-level blob store walked first, say); so is one
+	 * a promote found through such a name's link (node_weights_known). */
+	if (!__atomic_load_n(&n->weights, __ATOMIC_ACQUIRE) && !node_weights_known(w, n))
 		return NULL;
 	node_backing(&w->nodes, n, backing, sizeof(backing));
 	id = __atomic_load_n(&n->blob_id, __ATOMIC_ACQUIRE);
@@ -345,8 +365,10 @@ static struct blob *node_blob_known(struct wfs *w, struct node *n)
 	struct blob *b = __atomic_load_n(&n->blob, __ATOMIC_ACQUIRE);
 	char backing[PATH_MAX];
 
-	if (b || !__atomic_load_n(&n->weights, __ATOMIC_ACQUIRE))
-		return b; /* (a name never copied has no blob: node_blob) */
+	if (b)
+		return b;
+	if (!__atomic_load_n(&n->weights, __ATOMIC_ACQUIRE))
+		return n->kind == NS_FILE ? node_weights_known(w, n) : NULL;
 	node_backing(&w->nodes, n, backing, sizeof(backing));
 	return *backing ? store_find(&w->store, backing) : NULL;
 }

@@ -1,8 +1,9 @@
-"""nf_base.py - what test_nasfault.py's classes share: its hub (FIX), the
-faultfs NAS over it (NAS), the revision they promote (REPO@REV), the waits
-of the fault guarantees, and WfsOnFaultNAS, a wfs mount over that NAS with
-the checks the classes make (the local revision reads right within
-LOCAL_WAIT, non-local content fails EIO within FAIL_WAIT).
+"""nf_base.py - what the classes of test_nasfault.py and test_nascalls.py
+share: their hub (FIX), the faultfs NAS over it (NAS), the revision they
+promote (REPO@REV), the waits of the fault guarantees, and WfsOnFaultNAS,
+a wfs mount over that NAS with the checks the classes make (the local
+revision reads right within LOCAL_WAIT, non-local content fails EIO
+within FAIL_WAIT).
 
 A test module calls setup_module() and teardown_module() from its own
 setUpModule and tearDownModule; NAS and REV are set by setup_module().

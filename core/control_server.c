@@ -447,6 +447,30 @@ static void *serve(void *arg)
 	return NULL;
 }
 
+/* 0666 on the socket bind just made, never on what a link there names
+ * (chmod follows one): the file opened without following, checked to be
+ * a socket, and changed through its descriptor's /proc name.  Without
+ * /proc, by its path: the store is the daemon's own (startpaths.c), so no
+ * other user can have put a link there. */
+static int sock_chmod(const char *path)
+{
+	char proc[64];
+	struct stat st;
+	int fd = open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC), r = -1;
+
+	if (fd < 0)
+		return -1;
+	snprintf(proc, sizeof(proc), "/proc/self/fd/%d", fd);
+	if (fstat(fd, &st) < 0)
+		;
+	else if (!S_ISSOCK(st.st_mode))
+		errno = EEXIST;
+	else
+		r = chmod(proc, 0666) == 0 || (errno == ENOENT && chmod(path, 0666) == 0) ? 0 : -1;
+	close(fd);
+	return r;
+}
+
 int control_bind(struct control *c)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -467,7 +491,7 @@ int control_bind(struct control *c)
 	 * progress, a dry run); every request that changes state is checked
 	 * against the peer's SO_PEERCRED (control_check). */
 	if (bind(c->listen_fd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
-	    chmod(c->sock_path, 0666) < 0 || listen(c->listen_fd, ACCEPT_BURST) < 0 ||
+	    sock_chmod(c->sock_path) < 0 || listen(c->listen_fd, ACCEPT_BURST) < 0 ||
 	    pipe2(c->wake, O_CLOEXEC | O_NONBLOCK) < 0) {
 		r = errno == EADDRINUSE && ro ? -EROFS : -errno;
 		close(c->listen_fd);

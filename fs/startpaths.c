@@ -125,6 +125,41 @@ static int check_overlap(struct wfs *w)
 	return 0;
 }
 
+/* The store's copies are served as verified: a store directory another
+ * user owns is one that user can change under the daemon (swap a copy,
+ * or its control socket for a link the daemon's chmod follows), so it is
+ * refused.  A parent that another user may write could have the store
+ * renamed away and another put in its place: said, not refused (a
+ * mount point owned by a service user is common, and that user is the
+ * admin's). */
+static int check_store_owner(const char *local)
+{
+	char p[PATH_MAX], *slash;
+	uid_t me = geteuid();
+	struct stat st;
+
+	if (lstat(local, &st) < 0)
+		return 0; /* (startpaths_check says why) */
+	if (st.st_uid != me) {
+		fprintf(stderr, "wfs: LOCAL_STORE %s: owned by uid %u, not by this daemon's user "
+			"(uid %u): that user could change the copies wfs serves as verified "
+			"(chown it, or use a directory of your own)\n", local, (unsigned)st.st_uid,
+			(unsigned)me);
+		return -1;
+	}
+	snprintf(p, sizeof(p), "%s", local);
+	while ((slash = strrchr(p, '/')) && slash != p) {
+		*slash = '\0';
+		if (stat(p, &st) == 0 && ((st.st_uid != 0 && st.st_uid != me) ||
+		    ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX))))
+			fprintf(stderr, "wfs: warning: LOCAL_STORE %s: its parent %s (uid %u, mode "
+				"%04o) may be written by another user, who could put a directory "
+				"of their own in the store's place\n", local, p,
+				(unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
+	}
+	return 0;
+}
+
 /* NAS_HUB is looked at first: an unreachable NAS may be served from
  * LOCAL_STORE's record. */
 int startpaths_check(struct wfs *w)
@@ -166,6 +201,8 @@ int startpaths_check(struct wfs *w)
 		fprintf(stderr, "wfs: LOCAL_STORE %s: %s\n", o->local, strerror(errno));
 		return -1;
 	}
+	if (check_store_owner(w->local_abs) < 0)
+		return -1;
 	if (!realpath(o->mnt, w->mnt_abs)) {
 		fprintf(stderr, "wfs: MOUNTPOINT %s: %s\n", o->mnt, strerror(errno));
 		return -1;

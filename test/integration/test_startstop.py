@@ -211,6 +211,31 @@ class StartStop(wfstest.ScratchMounts, unittest.TestCase):
             self.assertIn("LOCAL_STORE %s: %s NAS_HUB %s" % (named, how, nas), err)
             self.assertEqual(os.listdir(nas), [], "NAS_HUB after the refusal of %s" % local)
 
+    def test_local_store_of_another_user(self):
+        """A store another user owns is one that user can change under the
+        daemon (its copies, or its socket swapped for a link the daemon's
+        chmod followed): refused, naming the owner; nothing mounted or
+        made in it.  A parent others may write is said, not refused."""
+        local = self.path("theirs")
+        os.mkdir(local)
+        os.chown(local, wfstest.NOBODY, wfstest.NOBODY)
+        mnt = self.new_mnt("mnt-theirs")
+        rc, out, err = wfstest.run_wfs([FIX.hub, local, mnt], timeout=20)
+        self.assertEqual(rc, 1, err)
+        self.assertFalse(wfstest.is_mounted(mnt))
+        self.assertIn("LOCAL_STORE %s: owned by uid %d" % (local, wfstest.NOBODY), err)
+        self.assertEqual(os.listdir(local), [], "the refused store")
+        shared = self.path("shared")
+        os.mkdir(shared)
+        os.chmod(shared, 0o777)
+        local = os.path.join(shared, "store")
+        mnt = self.new_mnt("mnt-shared")
+        rc, out, err = wfstest.run_wfs([FIX.hub, local, mnt], timeout=20)
+        self.assertEqual(rc, 0, err)
+        self.assertTrue(wfstest.is_mounted(mnt))
+        self.assertIn("its parent %s (uid 0, mode 0777) may be written by another user"
+                      % shared, err)
+
 
 if __name__ == "__main__":
     wfstest.main()

@@ -396,17 +396,34 @@ static json_t *op_ref(struct control *c, json_t *req, int pin)
 	return rep;
 }
 
+/* status and doctor take one "path" (none: the whole mount): a list, or a
+ * "path" that is no string, was answered for the whole mount as if none
+ * were given. */
+static json_t *one_path_only(json_t *req, const char *op)
+{
+	json_t *p = json_object_get(req, "path");
+
+	if (json_object_get(req, "paths"))
+		return reply_error(EINVAL, "%s takes one \"path\" (or none: the whole mount), "
+				   "not \"paths\"", op);
+	if (p && !json_is_string(p))
+		return reply_error(EINVAL, "%s: \"path\" must be a string", op);
+	return NULL;
+}
+
 static json_t *op_status(struct control *c, json_t *req, const char *op)
 {
-	(void)op;
-	return status_reply(c, req, 1);
+	json_t *err = one_path_only(req, op);
+
+	return err ? err : status_reply(c, req, 1);
 }
 
 /* status while the NAS is down: from the record and the store only */
 static json_t *op_status_offline(struct control *c, json_t *req, const char *op)
 {
-	(void)op;
-	return status_reply(c, req, 0);
+	json_t *err = one_path_only(req, op);
+
+	return err ? err : status_reply(c, req, 0);
 }
 
 static json_t *op_promote_req(struct control *c, json_t *req, const char *op)
@@ -424,9 +441,11 @@ static json_t *op_progress_req(struct control *c, json_t *req, const char *op)
 static json_t *op_doctor(struct control *c, json_t *req, const char *op)
 {
 	const char *path = json_string_value(json_object_get(req, "path"));
+	json_t *err = one_path_only(req, op);
 	char norm[PATH_MAX];
 
-	(void)op;
+	if (err)
+		return err;
 	if (path && (path[0] == '/' || path_normalize(path, norm, sizeof(norm)) < 0))
 		return reply_error(EINVAL, "%s: not a path inside the mount %s", path, c->mount);
 	return doctor_reply(c->roots, c->store, path ? norm : "");

@@ -295,6 +295,14 @@ class BadRequests(unittest.TestCase):
         self.expect_error(line, "a %d-byte promote line" % len(line))
         self.assertIsNotNone(rep)
 
+    def test_status_doctor_take_one_path(self):
+        """A list, or a "path" that is no string, was answered for the
+        whole mount as if none were given."""
+        for req in ({"op": "status", "paths": ["models--x--y"]}, {"op": "status", "path": 5},
+                    {"op": "doctor", "paths": ["models--x--y"]}, {"op": "doctor", "path": ["a"]}):
+            rep = self.expect_error((json.dumps(req) + "\n").encode(), "request %s" % req)
+            self.assertEqual(rep["errno"], "EINVAL", req)
+
     def test_empty_line(self):
         self.expect_error(b"\n", "an empty line")
         self.expect_error(b"   \n", "a blank line")

@@ -27,6 +27,7 @@ import unittest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import faultnas  # noqa: E402
 import wfstest  # noqa: E402
+from test_nasgone import Mounted  # noqa: E402  (its daemon over a faultfs NAS)
 from wfstest import ctl_check, state_of  # noqa: E402
 
 MiB = 1 << 20
@@ -230,16 +231,19 @@ class ClosedWays(wfstest.ScratchMounts, unittest.TestCase):
         self.assertEqual(err, errno.EACCES, "uid 65534, the blob local")
 
 
-class ClosedWayOutage(unittest.TestCase):
+class ClosedWayOutage(Mounted):
     """The closed-way blob promoted, then wfs started again over the NAS's
     empty mount point: the local record keeps the link, the store's
     directory and the file, so the snapshot's name still reads the copy."""
+
+    options = ("allow_other",)
 
     def setUp(self):
         faultnas.require_faultfs()
         d = os.path.join(Fix.base, "outage")
         os.mkdir(d)
         self.nas = faultnas.FaultNAS(Fix.hub, os.path.join(d, "nas"), os.path.join(d, "ff.sock"))
+        self.nas_dir = self.nas.mnt
         self.nas.start()
         self.addCleanup(self.nas.stop)
         self.local = os.path.join(d, "local")
@@ -249,19 +253,6 @@ class ClosedWayOutage(unittest.TestCase):
         self.m = None
         self.start_wfs()
         self.addCleanup(self.stop_wfs)
-
-    def start_wfs(self):
-        self.m = wfstest.ForegroundMount(self.nas.mnt, self.local, self.mnt,
-                                         ["allow_other", "auto_promote=off", "nas_timeout=500"])
-        self.m.start()
-        wfstest.wait_until(lambda: os.path.exists(self.sock), 10)
-
-    def stop_wfs(self):
-        if self.m:
-            m, self.m = self.m, None
-            problems = m.stop()
-            m.cleanup()
-            self.assertEqual(problems, [], "wfs")
 
     def test_copy_serves_with_the_nas_gone(self):
         w = os.path.join(self.mnt, CLOSED, "snapshots", REV, "w.bin")

@@ -311,17 +311,21 @@ void node_table_destroy(struct node_table *t)
  * last seen (its ctime): else it is a file the NAS made since with the
  * inode number of the deleted blob (ext4 and XFS reuse them) while the
  * kernel still holds the blob's node, and it took the blob's id, blob and
- * long cache times with it. */
+ * long cache times with it.  So too a node with a blob but no id (a
+ * snapshot's plain file, opened): a file made since on its inode number
+ * took its blob, and was served from the NAS, its own copy unused, for as
+ * long as the kernel kept the node. */
 static int renamed_blob_locked(const struct node *n, const struct ns_entry *e)
 {
 	const char *id = __atomic_load_n(&n->blob_id, __ATOMIC_ACQUIRE);
+	int changed = n->st.ctime != e->st.st_ctim.tv_sec ||
+		      n->st.ctime_ns != (uint32_t)e->st.st_ctim.tv_nsec;
 
 	if (!id)
-		return 0;
+		return __atomic_load_n(&n->blob, __ATOMIC_ACQUIRE) && changed;
 	if (e->blob_id[0])
 		return strcmp(id, e->blob_id) != 0;
-	return n->st.ctime != e->st.st_ctim.tv_sec ||
-	       n->st.ctime_ns != (uint32_t)e->st.st_ctim.tv_nsec;
+	return changed;
 }
 
 static int node_matches(const struct node_table *t, const struct node *n,

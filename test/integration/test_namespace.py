@@ -471,6 +471,46 @@ class ReusedInode(Base):
             if made_dir:
                 os.rmdir(FIX.n(repo + "/trees"))
 
+    def test_blob_on_a_deleted_plain_files_inode_number(self):
+        """A snapshot's plain file, promoted (its node holds a blob, and no
+        blob id), then deleted; a repo blob the NAS makes on its inode
+        number while the kernel holds the old node took that node and its
+        blob: promoted in turn, it stayed "nas" and was read from the NAS,
+        its own copy unused."""
+        repo = sorted({e["path"].split("/")[0] for e in FIX.readable()
+                       if "/blobs/" in e["path"]})[0]
+        rev = os.listdir(FIX.n(repo + "/snapshots"))[0]
+        plain = "%s/snapshots/%s/reused-plain.bin" % (repo, rev)
+        with open(FIX.n(plain), "wb") as f:
+            f.write(wfstest.det_bytes("reused-plain", 70000))
+        made = [plain]
+        try:
+            wfstest.ctl_check(self, ["promote", "--wait", FIX.m(plain)])
+            self.assertEqual(wfstest.state_of(FIX.m(plain)), "local")
+            # opened: its node takes its blob
+            self.assertEqual(wfstest.read_file(FIX.m(plain)), wfstest.det_bytes("reused-plain", 70000))
+            ino = os.stat(FIX.n(plain)).st_ino
+            os.unlink(FIX.n(plain))
+            made.remove(plain)
+            new = data = None
+            for i in range(2000):
+                data = wfstest.det_bytes("reused-blob-%d" % i, 5000)
+                rel = repo + "/blobs/" + sha256(data)
+                with open(FIX.n(rel), "wb") as f:
+                    f.write(data)
+                made.append(rel)
+                if os.stat(FIX.n(rel)).st_ino == ino:
+                    new = rel
+                    break
+            self.assertIsNotNone(new, "no new file took inode %d in 2000 tries" % ino)
+            wfstest.ctl_check(self, ["promote", "--wait", FIX.m(new)])
+            self.assertEqual(sha256(wfstest.read_file(FIX.m(new))), sha256(data))
+            self.assertEqual(wfstest.state_of(FIX.m(new)), "local",
+                             "a blob promoted on a deleted plain file's inode number, read")
+        finally:
+            for rel in made:
+                os.unlink(FIX.n(rel))
+
 
 class Modes(Base):
     def test_no_write_bits(self):

@@ -84,10 +84,17 @@ static int nas_answers(struct control *c)
 	return !nas_cannot_answer(r);
 }
 
+/* Walked on while the gate says the NAS is up and the walk's time is not
+ * spent: a NAS slow but within its deadline (each call some tens of ms)
+ * made a status of a few thousand entries take minutes. */
 static int view_online(struct view *v)
 {
-	if (v->online && !nas_gate_up(v->c->gate))
+	if (v->online && !nas_gate_up(v->c->gate)) {
 		v->online = 0;
+	} else if (v->online && v->walk_until && store_now_ms() > v->walk_until) {
+		v->online = 0;
+		v->cut = 1;
+	}
 	return v->online;
 }
 
@@ -211,14 +218,14 @@ static int repo_walk_one(void *arg, const char *rel, const struct ns_entry *e)
 	struct store *s = w->v->c->store;
 	int r;
 
+	/* a NAS found down, or the walk's time spent, meanwhile: not walked
+	 * on (tally_repo takes the record's figures) */
+	if (!view_online(w->v))
+		return 1;
 	/* a revision begins or ends here (not at each file of blobs/) */
 	if (!same && (rev || w->rel)) {
 		if ((r = rev_done(w)) < 0)
 			return r;
-		/* between revisions, as between repos: a NAS found down
-		 * meanwhile is not walked on */
-		if (!view_online(w->v))
-			return 1;
 		if (rev && !(w->rel = strndup(rel, len)))
 			return -ENOMEM;
 	}
@@ -694,9 +701,20 @@ static void add_state(struct control *c, json_t *rep)
 	json_object_set_new(rep, "control", control_json(c));
 }
 
-/* Another user's status with the NAS down (peeras.h). */
-static json_t *others_offline(void)
+/* How long a status walks the NAS before the rest is the record's. */
+static int64_t status_walk_ms(const struct control *c)
 {
+	return (int64_t)STATUS_WALK_TIMEOUTS * c->gate->timeout_ms;
+}
+
+/* Another user's status with the NAS down, or too slow (peeras.h). */
+static json_t *others_offline(const struct view *v)
+{
+	if (v->cut)
+		return reply_error(ETIMEDOUT, "the NAS answers too slowly: another user's status "
+				   "walks it, and the walk passed %lld s (%d times nas_timeout); "
+				   "ask again once it is faster, or as root or the mount's owner",
+				   (long long)status_walk_ms(v->c) / 1000, STATUS_WALK_TIMEOUTS);
 	return reply_error(EHOSTDOWN, "the NAS does not answer, and another user's status is "
 			   "what the NAS shows that user (the local record is not checked as "
 			   "you): ask again once it answers, or as root or the mount's owner");
@@ -713,8 +731,9 @@ json_t *status_reply(struct control *c, json_t *req, int walk)
 	if (path && (path[0] == '/' || path_normalize(path, norm, sizeof(norm)) < 0))
 		return reply_error(EINVAL, "%s: not a path inside the mount %s", path, c->mount);
 	v.online = walk && nas_answers(c);
+	v.walk_until = v.online && c->gate ? store_now_ms() + status_walk_ms(c) : 0;
 	if (v.others && !v.online)
-		return others_offline();
+		return others_offline(&v);
 	if (path && *norm && (rep = path_check(&v, norm))) {
 		view_free(&v);
 		return rep;
@@ -727,7 +746,7 @@ json_t *status_reply(struct control *c, json_t *req, int walk)
 		json_decref(repos);
 		json_decref(refs);
 		view_free(&v);
-		return others_offline();
+		return others_offline(&v);
 	}
 	view_free(&v);
 	sums.copies = json_array();
@@ -747,6 +766,9 @@ json_t *status_reply(struct control *c, json_t *req, int walk)
 		"flagged", sums.flagged, "flagged_total", sums.flagged_total,
 		"held", sums.held_list, "held_total", sums.held,
 		"ref_pins", refs, "partial", sums.partial);
+	if (rep)
+		json_object_set_new(rep, "walk_cut_s",
+				    json_integer(v.cut ? status_walk_ms(c) / 1000 : 0));
 	if (rep)
 		add_state(c, rep);
 	return rep;

@@ -66,6 +66,9 @@ struct rev_tally {
 struct view {
 	struct control *c;
 	int online;
+	int64_t walk_until;       /* store_now_ms() past which the NAS is not
+				   * walked on (0: no limit) */
+	int cut;                  /* the walk passed @walk_until */
 	int others;               /* another user asks (peeras.h): what the record
 				   * and the store know is not for it */
 	struct blob_set set;      /* scratch: blobs the store knows */

@@ -116,7 +116,7 @@ static int add_count_row(struct table *tb, const char *name, const json_t *o,
 	return table_add(tb, row);
 }
 
-static int print_repos(const json_t *repos, bool revisions)
+static int print_repos(const json_t *repos, bool revisions, bool cut)
 {
 	static const char *const hdr[] = { "REPO", "FILES", "LOCAL", "PINNED", "BYTES",
 					   "LOCAL-BYTES", "STATES" };
@@ -133,8 +133,14 @@ static int print_repos(const json_t *repos, bool revisions)
 	json_array_foreach(repos, i, repo) {
 		char states[512];
 
+		char name[1024];
+
 		states_cell(json_object_get(repo, "states"), states, sizeof(states));
-		r = add_count_row(&tb, jget_str(repo, "repo"), repo, states);
+		/* (marked only when others come from the NAS: all from the
+		 * record, the line above the table says so) */
+		snprintf(name, sizeof(name), "%s%s", jget_str(repo, "repo"),
+			 cut && !strcmp(jget_str(repo, "from"), "record") ? " (record)" : "");
+		r = add_count_row(&tb, name, repo, states);
 		if (r || !revisions)
 			continue;
 		json_array_foreach(json_object_get(repo, "revisions"), j, rev) {
@@ -337,7 +343,12 @@ static void print_nas(const json_t *st)
 		       fmt_text(jget_str(h, "nas"), nrev, sizeof(nrev)),
 		       fmt_text(jget_str(h, "shows"), srev, sizeof(srev)));
 	}
-	if (!strcmp(jget_str(st, "from"), "record"))
+	if (jget_u64(st, "walk_cut_s"))
+		printf("the NAS answers slowly: its walk stopped after %llu s; the repos marked "
+		       "(record) are what the local\nrecord and the store know (the files with a "
+		       "local copy and the blobs known)\n",
+		       (unsigned long long)jget_u64(st, "walk_cut_s"));
+	else if (!strcmp(jget_str(st, "from"), "record"))
 		printf("the NAS is down: the figures below are what the local record and the "
 		       "store know\n(the files with a local copy and the blobs known), not the "
 		       "NAS tree\n");
@@ -393,7 +404,7 @@ static void print_status(const json_t *st, bool revisions)
 	       jget_str(st, "local"));
 	print_nas(st);
 	putchar('\n');
-	if (print_repos(json_object_get(st, "repos"), revisions) ||
+	if (print_repos(json_object_get(st, "repos"), revisions, jget_u64(st, "walk_cut_s") > 0) ||
 	    print_copies(json_object_get(st, "copies")))
 		fprintf(stderr, "wfsctl: status: out of memory\n");
 	printf("\nserved: %s local, %s from the NAS", fmt_bytes(sl, a, sizeof(a)),

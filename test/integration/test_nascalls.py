@@ -20,6 +20,10 @@ calls the daemon spares the NAS.
   WalkCalls           status of a repo of 300 links: a walk's few calls a
                       link; a NAS listing no entry types lists the same
   SlowNAS             20 ms a NAS call: right bytes, no errors, nas stays up
+  SlowWalk            30 ms a NAS call, nas_timeout 100 ms: status stops
+                      walking after 3 s (30 times nas_timeout) and answers
+                      the rest from the record, saying so; another user's
+                      is refused (ETIMEDOUT); at full speed it walks all
   OthersMidWalk       another user's status whose walk meets the NAS going
                       down halfway: refused (EHOSTDOWN), never answered
                       from the store's list of repos (which told that user
@@ -333,6 +337,39 @@ class SlowNAS(WfsOnFaultNAS):
         self.assertEqual(st["state"], "up", st)
         self.assertEqual((st["outages"], st["timeouts"]), (before["outages"], before["timeouts"]), st)
 
+
+class SlowWalk(WfsOnFaultNAS):
+    """A NAS slow but within its deadline: at 30 ms a call, a status of
+    this hub (thousands of NAS calls uncached) took minutes, past
+    wfsctl's own timeout."""
+
+    OPTIONS = NO_CACHE + ("allow_other", "auto_promote=off", "nas_timeout=100")
+
+    def test_status_walk_stops(self):
+        NAS.check("latency 30")
+        rc, out, err = run_wfsctl(["--json", "--socket", self.sock, "status"], timeout=60)
+        self.assertEqual(rc, 0, out + err)
+        st = wfstest.parse_json_out(out)
+        self.assertEqual(st["walk_cut_s"], 3, st)
+        self.assertEqual(st["from"], "record", st)
+        self.assertEqual(st["nas"]["state"], "up", st["nas"])
+        froms = {r["repo"]: r["from"] for r in st["repos"]}
+        self.assertEqual(froms.get(REPO), "record", froms)
+        local = next(r for r in st["repos"] if r["repo"] == REPO)
+        self.assertGreater(local["local_files"], 0, "the record's figures of %s: %s"
+                           % (REPO, local))
+        rc, out, err = run_wfsctl(["--socket", self.sock, "status"], timeout=60)
+        self.assertEqual(rc, 0, out + err)
+        self.assertIn("the NAS answers slowly: its walk stopped after 3 s", out)
+        self.assertIn("%s (record)" % REPO, out)
+        rc, out, err = run_wfsctl(["--json", "--socket", self.sock, "status"],
+                                  uid=wfstest.NOBODY, timeout=60)
+        self.assertEqual(rc, 1, out + err)
+        self.assertIn("ETIMEDOUT", out)
+        self.assertIn("the NAS answers too slowly", out)
+        NAS.check("latency 0")
+        st = ctl_json(self, ["--socket", self.sock, "status"], timeout=60)
+        self.assertEqual((st["walk_cut_s"], st["from"]), (0, "nas"))
 
 
 class OthersMidWalk(WfsOnFaultNAS):

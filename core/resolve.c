@@ -265,8 +265,9 @@ static int walk_link(struct walk *wk, const char *cand, const char *rest)
 	return walk_relocate(wk, base, text);
 }
 
-/* The next lstat searches @done: note a directory that others cannot
- * search, unless it is one above the link itself (see hub_res.closed).
+/* The next lstat searches @done: note a directory that some class (owner,
+ * group, others) cannot search, unless it is one above the link itself
+ * (see hub_res.closed).
  * One that cannot be looked at counts as closed. */
 static void walk_note_search(struct walk *wk)
 {
@@ -286,7 +287,9 @@ static void walk_note_search(struct walk *wk)
 		wk->last = st;
 		wk->have_last = 1;
 	}
-	if (!(wk->last.st_mode & S_IXOTH))
+	/* every class: a reader in the directory's group is held to its group
+	 * bits even where others may search (0705) */
+	if ((wk->last.st_mode & 0111) != 0111)
 		wk->out->closed = 1;
 }
 

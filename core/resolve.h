@@ -42,8 +42,8 @@ struct hub_res {
 			      * the normalised path the chain left the roots for */
 	struct stat st;      /* lstat of the target */
 	int hops;            /* links followed */
-	/* The chain searched a directory that grants others no search (no
-	 * S_IXOTH) and that is not above @rel itself, whose directories the
+	/* The chain searched a directory that grants some class no search
+	 * (not all of 0111) and that is not above @rel itself, whose directories the
 	 * kernel checks against the reader as it looks @rel up in the mount:
 	 * shown as a file, the target would be open to readers who could not
 	 * reach it on the NAS (ns.c shows such a chain as a link instead). */

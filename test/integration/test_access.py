@@ -39,11 +39,12 @@ PRIV = "models--acc--priv"         # a 0700 repo
 EVIL = "models--acc--evil"         # a repo of links into PRIV
 EXT = "models--acc--ext"           # blobs link into a further root
 GRP = "models--acc--grp"           # blobs link into a 0750 store of GROUP
+GRPX = "models--acc--grpx"         # into a 0705 one: GROUP may not search it
 REV = "c0" * 20
 
 DATA = {name: wfstest.det_bytes("access-" + name, size) for name, size in (
     ("closed", 2 * MiB), ("open", MiB), ("nox", 4096), ("priv", 3000), ("ref", 40),
-    ("ext-locked", 2 * MiB), ("ext-open", 5000), ("grp", 70000))}
+    ("ext-locked", 2 * MiB), ("ext-open", 5000), ("grp", 70000), ("grpx", 9000))}
 DATA["ref"] = REV.encode()
 
 
@@ -87,6 +88,8 @@ def build_hub(hub, root):
     blob_link(hub, CLOSED, "closed", "../../.closed/" + sha(DATA["closed"]))
     blob_link(hub, OPEN, "open", "../../.open/" + sha(DATA["open"]))
     blob_link(hub, GRP, "grp", os.path.join(hub, ".grp", sha(DATA["grp"])))
+    put(os.path.join(hub, ".grpx", sha(DATA["grpx"])), DATA["grpx"])
+    blob_link(hub, GRPX, "grpx", "../../.grpx/" + sha(DATA["grpx"]))
     put(os.path.join(hub, NOX, "snapshots", REV, "nox", "f"), DATA["nox"])
     repo(hub, NOX, {"via": "nox/f"})
     put(os.path.join(hub, PRIV, "blobs", sha(DATA["priv"])), DATA["priv"])
@@ -108,6 +111,8 @@ def build_hub(hub, root):
     os.chown(os.path.join(hub, ".grp"), 0, GROUP)
     os.chown(os.path.join(hub, ".grp", sha(DATA["grp"])), 0, GROUP)
     os.chmod(os.path.join(hub, ".grp"), 0o750)
+    os.chown(os.path.join(hub, ".grpx"), 0, GROUP)
+    os.chmod(os.path.join(hub, ".grpx"), 0o705)
     snap = "snapshots/%s/" % REV
     return {CLOSED + "/" + snap + "w.bin": DATA["closed"],
             CLOSED + "/blobs/" + sha(DATA["closed"]): DATA["closed"],
@@ -191,11 +196,21 @@ class ClosedWays(wfstest.ScratchMounts, unittest.TestCase):
             self.assertEqual(sha(wfstest.read_file(self.mount(rel))), sha(want), rel)
 
     def test_group_member_reads_as_on_the_nas(self):
+        """A group member reads the 0750 store's file, as on the NAS; of
+        the 0705 one (others may search it, the group may not) it reads
+        nothing, as on the NAS, where others read it."""
         rel = GRP + "/snapshots/%s/w.bin" % REV
         for where in (self.nas(rel), self.mount(rel)):
             kind, val = wfstest.in_child(read_in_group, where)
             self.assertEqual(kind, "ok", "%s as uid 65534 in group %d: %s" % (where, GROUP, val))
             self.assertEqual(sha(val), sha(DATA["grp"]), where)
+        rel = GRPX + "/snapshots/%s/w.bin" % REV
+        for where in (self.nas(rel), self.mount(rel)):
+            self.assertEqual(wfstest.in_child(read_in_group, where), ("errno", errno.EACCES),
+                             "%s as uid 65534 in group %d" % (where, GROUP))
+            data, err = wfstest.as_uid(wfstest.read_file, where)
+            self.assertIsNone(err, "%s as uid 65534: %s" % (where, wfstest.errname(err)))
+            self.assertEqual(sha(data), sha(DATA["grpx"]), where)
 
     def test_shown_as_links_open_ways_as_files(self):
         closed_blob = CLOSED + "/blobs/" + sha(DATA["closed"])

@@ -48,27 +48,47 @@ int abs_lexical(const char *p, char *out, size_t sz)
 }
 
 /* @p made absolute with its longest existing prefix resolved (symlinks,
- * "..") and the rest appended as written: a LOCAL_STORE not made yet
- * under a symlink into NAS_HUB is still inside it. */
+ * "..", as the kernel resolves them) and the rest appended as written: a
+ * LOCAL_STORE not made yet under a symlink into NAS_HUB is still inside
+ * it.  -EINVAL for a ".." in that rest: after a name not made yet, it is
+ * the kernel's to resolve at the mkdir, and no lexical answer is sure. */
 static int abs_resolved(const char *p, char *out, size_t sz)
 {
-	char lex[PATH_MAX], head[PATH_MAX], real[PATH_MAX];
-	size_t cut;
-	int r;
+	char joined[PATH_MAX], head[PATH_MAX], real[PATH_MAX], tail[PATH_MAX] = "", cwd[PATH_MAX];
+	size_t cut, n = 0;
 
-	if ((r = abs_lexical(p, lex, sizeof(lex))) < 0)
-		return r;
-	snprintf(head, sizeof(head), "%s", lex);
+	if (p[0] == '/')
+		snprintf(joined, sizeof(joined), "%s", p);
+	else if (!getcwd(cwd, sizeof(cwd)) ||
+		 snprintf(joined, sizeof(joined), "%s/%s", cwd, p) >= (int)sizeof(joined))
+		return -ENAMETOOLONG;
+	snprintf(head, sizeof(head), "%s", joined);
 	for (cut = strlen(head); !realpath(head, real); ) {
 		char *slash = strrchr(head, '/');
 
 		if (!slash || slash == head)
-			return snprintf(out, sz, "%s", lex) >= (int)sz ? -ENAMETOOLONG : 0;
+			return -ENOENT;
 		*slash = '\0';
-		cut = slash - head;
+		cut = (size_t)(slash - head);
 	}
-	r = snprintf(out, sz, "%s%s", strcmp(real, "/") ? real : "", lex + cut);
-	if (r >= (int)sz)
+	/* the rest, component by component: "." and empty ones dropped */
+	for (const char *c = joined + cut; *c; ) {
+		size_t len;
+
+		c += strspn(c, "/");
+		len = strcspn(c, "/");
+		if (len == 2 && !strncmp(c, "..", 2))
+			return -EINVAL;
+		if (len && !(len == 1 && c[0] == '.')) {
+			if (n + 1 + len >= sizeof(tail))
+				return -ENAMETOOLONG;
+			tail[n++] = '/';
+			memcpy(tail + n, c, len);
+			tail[n += len] = '\0';
+		}
+		c += len;
+	}
+	if (snprintf(out, sz, "%s%s", strcmp(real, "/") ? real : "", tail) >= (int)sz)
 		return -ENAMETOOLONG;
 	if (!out[0])
 		snprintf(out, sz, "/");
@@ -81,13 +101,23 @@ static int abs_resolved(const char *p, char *out, size_t sz)
 static int check_overlap(struct wfs *w)
 {
 	char nas[PATH_MAX], mnt[PATH_MAX], local[PATH_MAX];
+	int r;
 
 	if (w->roots.n)
 		snprintf(nas, sizeof(nas), "%s", w->roots.path[0]);
 	else if (abs_resolved(w->opt.nas, nas, sizeof(nas)) < 0)
 		return 0;
-	if (!realpath(w->opt.mnt, mnt) || abs_resolved(w->opt.local, local, sizeof(local)) < 0)
+	if (!realpath(w->opt.mnt, mnt))
 		return 0; /* startpaths_check names what is wrong */
+	r = abs_resolved(w->opt.local, local, sizeof(local));
+	if (r == -EINVAL) {
+		fprintf(stderr, "wfs: LOCAL_STORE %s: \"..\" after a directory that does not exist "
+			"yet: where it leads is known only once it is made (name the store "
+			"without it)\n", w->opt.local);
+		return -1;
+	}
+	if (r < 0)
+		return 0;
 	if (path_under(mnt, nas) || path_under(nas, mnt)) {
 		fprintf(stderr, "wfs: MOUNTPOINT %s: %s NAS_HUB %s: wfs would read the NAS "
 			"through its own mount (mount it elsewhere)\n", mnt,

@@ -211,6 +211,32 @@ class StartStop(wfstest.ScratchMounts, unittest.TestCase):
             self.assertIn("LOCAL_STORE %s: %s NAS_HUB %s" % (named, how, nas), err)
             self.assertEqual(os.listdir(nas), [], "NAS_HUB after the refusal of %s" % local)
 
+    def test_local_store_with_dotdot(self):
+        """A ".." after a link is the link target's parent, as the kernel
+        makes it: srv/lnk/../store with lnk -> NAS/sub is NAS/store,
+        refused (it was taken lexically as srv/store, accepted, and made
+        on the NAS).  A ".." after a directory not made yet is refused:
+        where it leads is known only once it is made."""
+        outer = self.path("outer")
+        nas = os.path.join(outer, "nas")
+        os.makedirs(os.path.join(nas, "sub"))
+        os.makedirs(os.path.join(outer, "srv"))
+        os.symlink("../nas/sub", os.path.join(outer, "srv", "lnk"))
+        local = os.path.join(outer, "srv", "lnk", "..", "store")
+        mnt = self.new_mnt("mnt-dotdot")
+        rc, out, err = wfstest.run_wfs([nas, local, mnt], timeout=20)
+        self.assertEqual(rc, 1, err)
+        self.assertIn("LOCAL_STORE %s: inside NAS_HUB %s" % (os.path.join(nas, "store"), nas),
+                      err)
+        local = os.path.join(outer, "new", "..", "store")
+        rc, out, err = wfstest.run_wfs([nas, local, mnt], timeout=20)
+        self.assertEqual(rc, 1, err)
+        self.assertIn('LOCAL_STORE %s: ".." after a directory that does not exist yet' % local,
+                      err)
+        self.assertFalse(wfstest.is_mounted(mnt))
+        self.assertEqual(sorted(os.listdir(nas)), ["sub"], "NAS_HUB after the refusals")
+        self.assertEqual(sorted(os.listdir(outer)), ["nas", "srv"], "made beside NAS_HUB")
+
     def test_local_store_of_another_user(self):
         """A store another user owns is one that user can change under the
         daemon (its copies, or its socket swapped for a link the daemon's

@@ -147,17 +147,15 @@ json_t *control_collect_error(const char *rel, int r)
 }
 
 /* A link into another root shown as on the NAS (ns.h): to a directory
- * there, or to a file past a directory others cannot search. */
-static json_t *foreign_link_error(struct control *c, const char *rel, const char *target)
+ * there, or (its backing set) to a file past a directory some class cannot
+ * search. */
+static json_t *foreign_link_error(const struct ns_entry *e, const char *rel,
+				  const char *target)
 {
-	char path[PATH_MAX];
-	struct stat st;
-
-	if (path_join(c->roots->path[0], rel, path, sizeof(path)) == 0 && stat(path, &st) == 0 &&
-	    !S_ISDIR(st.st_mode))
+	if (e->backing[0])
 		return reply_error(EACCES, "%s: a link into another root (-> %s) past a directory "
-				   "others cannot search, shown as on the NAS: not followed for a "
-				   "request", rel, target);
+				   "not every user may search, shown as on the NAS: not followed "
+				   "for a request", rel, target);
 	return reply_error(EISDIR, "%s: a link to a directory of another root (-> %s), "
 			   "shown as on the NAS: not walked", rel, target);
 }
@@ -180,7 +178,7 @@ json_t *control_link_error(struct control *c, const char *rel)
 				  "the PATH with '/')", rel, e->target);
 		break;
 	case NS_LINK_FOREIGN:
-		err = foreign_link_error(c, rel, e->target);
+		err = foreign_link_error(e, rel, e->target);
 		break;
 	case NS_LINK_DANGLING:
 		err = reply_error(ENOENT, "%s: a dangling link (-> %s): nothing to act on",

@@ -77,30 +77,81 @@ static int present_lstat(struct ns_entry *out, const char *path, const char *rel
 	return 0;
 }
 
-/* A link to a file whose chain searched a directory others cannot search
- * (hub_res.closed): shown as the file, the mount would hand it to readers
- * the NAS keeps out.  Shown as a link, the kernel walks the way itself,
- * checking each directory against the reader: into root 0 as a relative
- * link inside the mount (its blob still the target's), into another root
- * as on the NAS (the reader's own walk of that root). */
+/* Where the link @text, in the directory @dir of root 0, leads at its
+ * first hop: the root it lies in (-1: none, or no lexical answer: a ".."
+ * after a name), @lex its absolute path, *@rest the part below the root. */
+static int first_hop(const struct hub_roots *roots, const char *dir, const char *text,
+		     char *lex, const char **rest)
+{
+	char abs[3 * PATH_MAX];
+	int n;
+
+	if (path_dotdot_after_name(text) >= 0)
+		return -1;
+	if (text[0] == '/')
+		n = snprintf(abs, sizeof(abs), "%s", text);
+	else
+		n = snprintf(abs, sizeof(abs), "%s%s%s/%s", roots->path[0], *dir ? "/" : "", dir,
+			     text);
+	if (n < 0 || n >= (int)sizeof(abs) || path_normalize(abs, lex, PATH_MAX) < 0 ||
+	    hub_respell(roots, lex) < 0)
+		return -1;
+	return hub_root_of(roots, lex, rest);
+}
+
+/* Does the relative @text, in the directory @dir of root 0, stay inside
+ * root 0 as text (no ".." above the root, none after a name)? */
+static int inside_root(const char *dir, const char *text)
+{
+	char joined[2 * PATH_MAX + 2], norm[PATH_MAX];
+
+	if (path_dotdot_after_name(text) >= 0 ||
+	    snprintf(joined, sizeof(joined), "%s%s%s", dir, *dir ? "/" : "", text) >=
+	    (int)sizeof(joined))
+		return 0;
+	return path_normalize(joined, norm, sizeof(norm)) == 0;
+}
+
+/* A link to a file whose chain searched a directory some class cannot
+ * search (hub_res.closed): shown as the file, the mount would hand it to
+ * readers the NAS keeps out.  Shown as a link -- its own first hop, so
+ * that the reader's kernel walks the chain a hop at a time, checking each
+ * directory against the reader (each hop classified here again), and
+ * learns no name the NAS would not show it (the target's own name may lie
+ * in a directory it cannot list).  Into NAS_HUB relative, inside the
+ * mount; into another root absolute, as on the NAS.  The blob is still
+ * the target's.  (A text with ".." after a name has no lexical first hop:
+ * shown as the path to the target.) */
 static int present_closed(const struct hub_roots *roots, const char *rel,
 			  const struct hub_res *res, const struct stat *lst, const char *path,
 			  const char *name, struct ns_entry *out)
 {
-	char dir[PATH_MAX];
+	char dir[PATH_MAX], text[PATH_MAX], lex[PATH_MAX];
 	size_t rl = strlen(roots->path[0]);
-	int r;
+	const char *rest = NULL;
+	ssize_t n = readlink(path, text, sizeof(text) - 1);
+	int root, r;
 
-	if (res->root != 0) {
-		out->backing[0] = '\0';
-		out->has_backing_st = 0;
-		return show_verbatim(path, lst, NS_LINK_FOREIGN, out);
-	}
+	if (n < 0)
+		return -errno;
+	text[n] = '\0';
 	path_dirname(rel, dir, sizeof(dir));
-	r = path_relative(dir, res->real + rl + (res->real[rl] == '/'), out->target,
-			  sizeof(out->target));
-	if (r < 0)
+	root = first_hop(roots, dir, text, lex, &rest);
+	if (root < 0) {
+		root = res->root;
+		snprintf(lex, sizeof(lex), "%s", res->real);
+		rest = res->root == 0 ? res->real + rl + (res->real[rl] == '/') : NULL;
+	}
+	if (root != 0) {
+		snprintf(out->target, sizeof(out->target), "%s", lex);
+		out->link_state = NS_LINK_FOREIGN; /* (its backing says: a file) */
+	} else if (text[0] != '/' && inside_root(dir, text)) {
+		/* as written, as a dangling link is shown: whether it leads
+		 * anywhere is not told by its form */
+		snprintf(out->target, sizeof(out->target), "%s", text);
+	} else if ((r = path_relative(dir, rest, out->target, sizeof(out->target))) < 0) {
 		return r;
+	}
 	if (name)
 		snprintf(out->blob_id, sizeof(out->blob_id), "%s", name);
 	present_link(out, lst);

@@ -23,9 +23,9 @@ enum ns_link_state {
 	NS_LINK_DANGLING,
 	NS_LINK_LOOP,
 	NS_LINK_ESCAPE,
-	NS_LINK_FOREIGN, /* into an extra root, to a directory or past one that
-			  * others cannot search (hub_res.closed): shown as on
-			  * the NAS */
+	NS_LINK_FOREIGN, /* into an extra root: to a directory, or (backing set)
+			  * to a file past one not every class may search
+			  * (hub_res.closed): shown as on the NAS, absolute */
 };
 
 struct ns_entry {

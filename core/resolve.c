@@ -46,9 +46,7 @@ int hub_roots_add(struct hub_roots *roots, const char *path)
 	return 0;
 }
 
-/* @lex (absolute, normalised) under no root, but under a root's @given
- * name: rewritten under its canonical one.  0 or -ENAMETOOLONG. */
-static int respell(const struct hub_roots *roots, char *lex)
+int hub_respell(const struct hub_roots *roots, char *lex)
 {
 	const char *rest, *best_rest = NULL;
 	char canon[PATH_MAX];
@@ -199,7 +197,7 @@ static int walk_relocate(struct walk *wk, const char *base, const char *text)
 		return -ENAMETOOLONG;
 	r = path_normalize(joined, lex, sizeof(lex));
 	if (r == 0)
-		r = respell(wk->roots, lex);
+		r = hub_respell(wk->roots, lex);
 	if (r < 0)
 		return r;
 	wk->root = hub_root_of(wk->roots, lex, &rest);

@@ -72,6 +72,10 @@ int hub_resolve(const struct hub_roots *roots, const char *rel, const char *via_
  * through a link the namespace would not follow. */
 int hub_check_parents(const struct hub_roots *roots, const char *rel);
 
+/* @lex (absolute, normalised, PATH_MAX) under no root but under a root's
+ * given name: rewritten under its canonical one.  0 or -ENAMETOOLONG. */
+int hub_respell(const struct hub_roots *roots, char *lex);
+
 /* The root (the longest match) the absolute, normalised path @abs lies in:
  * its index, with *@rest the part below it ("" or "a/b"); -1 if none. */
 int hub_root_of(const struct hub_roots *roots, const char *abs, const char **rest);

@@ -44,7 +44,8 @@ REV = "c0" * 20
 
 DATA = {name: wfstest.det_bytes("access-" + name, size) for name, size in (
     ("closed", 2 * MiB), ("open", MiB), ("nox", 4096), ("priv", 3000), ("ref", 40),
-    ("ext-locked", 2 * MiB), ("ext-open", 5000), ("grp", 70000), ("grpx", 9000))}
+    ("ext-locked", 2 * MiB), ("ext-open", 5000), ("ext-rel", 6000), ("grp", 70000),
+    ("grpx", 9000))}
 DATA["ref"] = REV.encode()
 
 
@@ -95,15 +96,22 @@ def build_hub(hub, root):
     put(os.path.join(hub, PRIV, "blobs", sha(DATA["priv"])), DATA["priv"])
     repo(hub, PRIV, {"config.json": "../../blobs/" + sha(DATA["priv"])})
     repo(hub, EVIL, {"steal_ref": "../../../%s/refs/main" % PRIV,
-                     "steal_cfg": "../../../%s/snapshots/%s/config.json" % (PRIV, REV)})
+                     "steal_cfg": "../../../%s/snapshots/%s/config.json" % (PRIV, REV),
+                     "probe_yes": "../../../%s/./blobs/%s" % (PRIV, sha(DATA["priv"])),
+                     "probe_no": "../../../%s/./blobs/nope" % PRIV})
     put(os.path.join(root, "locked", "x"), DATA["ext-locked"])
     put(os.path.join(root, "open", "y"), DATA["ext-open"])
+    put(os.path.join(root, "locked", "z"), DATA["ext-rel"])
     blobs = os.path.join(hub, EXT, "blobs")
     os.makedirs(blobs)
     os.symlink(os.path.join(root, "locked", "x"), os.path.join(blobs, sha(DATA["ext-locked"])))
     os.symlink(os.path.join(root, "open", "y"), os.path.join(blobs, sha(DATA["ext-open"])))
+    # (relative: from NAS_HUB's place on this host into the root)
+    os.symlink(os.path.relpath(os.path.join(root, "locked", "z"), blobs),
+               os.path.join(blobs, sha(DATA["ext-rel"])))
     repo(hub, EXT, {"locked.bin": "../../blobs/" + sha(DATA["ext-locked"]),
-                    "open.bin": "../../blobs/" + sha(DATA["ext-open"])})
+                    "open.bin": "../../blobs/" + sha(DATA["ext-open"]),
+                    "rel.bin": "../../blobs/" + sha(DATA["ext-rel"])})
     os.chmod(os.path.join(hub, ".closed"), 0o700)
     os.chmod(os.path.join(hub, NOX, "snapshots", REV, "nox"), 0o744)
     os.chmod(os.path.join(hub, PRIV), 0o700)
@@ -121,6 +129,7 @@ def build_hub(hub, root):
             EVIL + "/" + snap + "steal_cfg": DATA["priv"],
             EXT + "/" + snap + "locked.bin": DATA["ext-locked"],
             EXT + "/blobs/" + sha(DATA["ext-locked"]): DATA["ext-locked"],
+            EXT + "/" + snap + "rel.bin": DATA["ext-rel"],
             GRP + "/" + snap + "w.bin": DATA["grp"]}
 
 
@@ -220,10 +229,21 @@ class ClosedWays(wfstest.ScratchMounts, unittest.TestCase):
         self.assertEqual(os.readlink(self.mount(ext_blob)), os.readlink(self.nas(ext_blob)),
                          "a repo blob behind a locked directory of a further root: as on "
                          "the NAS")
+        # a relative text into the root: absolute, as the NAS resolves it
+        # (as written it would lead from the mount's place)
+        rel_blob = EXT + "/blobs/" + sha(DATA["ext-rel"])
+        self.assertEqual(os.readlink(self.mount(rel_blob)),
+                         os.path.join(Fix.root, "locked", "z"))
+        # a chain's own first hop, as written: not its target's name in a
+        # repo uid 65534 cannot list, nor, by its form, whether it leads
+        # anywhere
+        for name in ("steal_cfg", "probe_yes", "probe_no"):
+            rel = EVIL + "/snapshots/%s/%s" % (REV, name)
+            self.assertEqual(os.readlink(self.mount(rel)), os.readlink(self.nas(rel)), rel)
         rc, out, err = wfstest.run_wfsctl(["--socket", self.sock, "promote",
                                            self.mount(ext_blob)])
         self.assertEqual(rc, 1, "promote of a link shown as on the NAS: %s %s" % (out, err))
-        self.assertIn("past a directory others cannot search", err)
+        self.assertIn("past a directory not every user may search", err)
         for rel, data in ((OPEN + "/blobs/" + sha(DATA["open"]), DATA["open"]),
                           (EXT + "/blobs/" + sha(DATA["ext-open"]), DATA["ext-open"])):
             st = os.lstat(self.mount(rel))
@@ -238,10 +258,23 @@ class ClosedWays(wfstest.ScratchMounts, unittest.TestCase):
         w = self.mount(CLOSED + "/snapshots/%s/w.bin" % REV)
         self.assertEqual(state_of(w), "nas")
         ctl_check(self, ["--socket", self.sock, "promote", "--wait", self.mount(CLOSED)])
-        self.assertEqual(state_of(w), "local", "the closed-way blob after its repo's promote")
         copies = wfstest.store_files(self.local)
         self.assertEqual(len(copies), 1, "LOCAL_STORE/data: %s" % sorted(copies))
-        self.assertEqual(sha(wfstest.read_file(w)), sha(DATA["closed"]))
+        # opened before anything else asks the file's state: read from the
+        # copy, by the kernel itself (an open by passthrough) or by the
+        # daemon (local bytes), never from the NAS
+        local = wfstest.served_bytes(self, self.mnt)[0]
+        fd = os.open(w, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            got = os.pread(fd, len(DATA["closed"]) + 1, 0)
+            pt = wfstest.passthrough_opens(w)
+        finally:
+            os.close(fd)
+        self.assertEqual(sha(got), sha(DATA["closed"]))
+        self.assertTrue(pt >= 1 or wfstest.served_bytes(self, self.mnt)[0] > local,
+                        "the local blob was read from the NAS")
+        self.assertEqual(state_of(w), "local", "the closed-way blob after its repo's promote")
         _, err = wfstest.as_uid(wfstest.read_file, w)
         self.assertEqual(err, errno.EACCES, "uid 65534, the blob local")
 

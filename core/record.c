@@ -593,7 +593,7 @@ int record_open(struct record *r, const char *store_dir, int readonly,
 	if (r->table->n) {
 		/* what the file holds, for a build that finds the same to
 		 * write nothing (without it the first build writes) */
-		r->file_known = record_sig(r->table, r->nas, &r->file_sig) == 0;
+		r->file_known = !r->file_older && record_sig(r->table, r->nas, &r->file_sig) == 0;
 		r->built_at = built;
 	} else {
 		r->nas[0] = '\0';

@@ -52,7 +52,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define RECORD_VERSION 1
+/* 2: a link whose way crosses a directory some class cannot search is
+ * kept as a link, with its target (ns.c present_closed); a version-1
+ * record showed it as the target file, readable by every reader during an
+ * outage: such files (a backing other than NAS_HUB/<path>) are left out
+ * when one is read, until the next build. */
+#define RECORD_VERSION 2
 #define RECORD_FILE "record.json"
 #define RECORD_MAX_DATA 4096 /* bytes of a refs file kept (a larger one: has_data 0) */
 /* Bytes of a revision's file list (trees/<rev>.json) kept; a larger one is
@@ -115,6 +120,8 @@ struct record {
 	void *log_arg;                /* IMMUTABLE */
 	uint64_t file_sig;            /* BUILD: record_sig of what record.json holds */
 	int file_known;               /* BUILD: @file_sig says what is on disk */
+	int file_older;               /* record.json is of an older version: the
+				       * first build writes it, changed or not */
 	int write_err, walk_err;      /* BUILD: errno last logged (said once, not each retry) */
 	char **big_trees;             /* BUILD: the lines the last build logged (file lists left
 				       * out, refs held back: each logged once, when first

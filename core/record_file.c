@@ -1,7 +1,7 @@
 /* record_file.c - record.json: its text, and reading it back.
  *
- * Format (version 1):
- *   {"built":<unix seconds>,"nas":"<NAS_HUB>","version":1,"entries":[
+ * Format (version 2; version 1 is read too: record.h RECORD_VERSION):
+ *   {"built":<unix seconds>,"nas":"<NAS_HUB>","version":2,"entries":[
  *   {"blob_id":"<id>","kind":"link","link_state":"resolved","mode":41471,
  *    "path":"models--o--n/snapshots/<rev>/x","target":"../../blobs/<id>",...},
  *   ...]}
@@ -368,13 +368,24 @@ static void set_aside(struct record *r, const char *why)
 			   "next build replaces it", r->path, why, strerror(-e));
 }
 
+/* A version-1 file entry shown through a link (its bytes not NAS_HUB
+ * @nas/<path>): its way was not checked for directories a reader may not
+ * search (record.h RECORD_VERSION). */
+static int v1_through_link(const char *nas, const struct rnode *n)
+{
+	const char *rest = n->kind == NS_FILE && n->backing ? path_under(nas, n->backing) : NULL;
+
+	return n->kind == NS_FILE && (!rest || strcmp(rest, n->path));
+}
+
 /* The entries of @rd into *@t (NULL, the file set aside, when any is
- * damaged): 0 or -ENOMEM. */
-static int load_entries(struct record *r, struct jtext_reader *rd, struct record_table **t)
+ * damaged): 0 or -ENOMEM.  @v1_nas: a version-1 record's NAS_HUB. */
+static int load_entries(struct record *r, struct jtext_reader *rd, struct record_table **t,
+			const char *v1_nas)
 {
 	struct rnodes l = { 0 };
 	struct jflat o = { 0 };
-	size_t bad = 0, dropped = 0, i;
+	size_t bad = 0, dropped = 0, old = 0, i;
 	int e = 0, more;
 
 	while ((more = jtext_read_next(rd, &o)) > 0) {
@@ -384,10 +395,20 @@ static int load_entries(struct record *r, struct jtext_reader *rd, struct record
 		if (e == -ENOMEM)
 			break;
 		bad += e != 0;
+		if (!e && v1_nas && v1_through_link(v1_nas, n)) {
+			rnode_free(n);
+			old++;
+			continue;
+		}
 		e = e ? 0 : rnodes_push(&l, n);
 		if (e)
 			break;
 	}
+	if (old && !e && more >= 0)
+		record_log(r, LOG_NOTICE, "record %s is of version 1 (an older wfs's): %zu file%s it "
+			   "shows through links left out until the next build (their ways were "
+			   "not checked for directories a reader may not search)", r->path, old,
+			   old == 1 ? "" : "s");
 	jflat_free(&o);
 	if (e == -ENOMEM || more < 0) {
 		for (i = 0; i < l.n; i++)
@@ -439,7 +460,9 @@ static int load_read(struct record *r, struct jtext_reader *rd, struct record_ta
 	} else if (version < 1 || !rd->list ||
 		   get_name(&rd->head, "nas", nsz - 1, 0, &nas_buf) < 0) {
 		set_aside(r, "not a record of a known version");
-	} else if (!(e = load_entries(r, rd, t))) {
+	} else if (!(e = load_entries(r, rd, t, version == 1 ? (nas_buf ? nas_buf : "") :
+				      NULL))) {
+		r->file_older = version < RECORD_VERSION;
 		snprintf(nas, nsz, "%s", nas_buf ? nas_buf : "");
 		*built = jflat_int(&rd->head, "built");
 	}

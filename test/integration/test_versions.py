@@ -16,6 +16,8 @@ version, and starts again:
       file it names (EBUSY)
   a newer index over this wfs's size cap (a later wfs may allow more)
       -> left as it is too, not set aside as damage
+  an older record.json (version 1) -> written again, of this version, at
+      the first build
 """
 
 import json
@@ -35,6 +37,26 @@ def setUpModule():
 
 
 class Versions(DamageCase):
+    def test_older_record_written_again(self):
+        """record.json of version 1 (an older wfs's) is written again, of
+        this version, at the first build, though its entries are the
+        same: left as it was, every start read it as version 1 again."""
+        self.local_both()
+        path = os.path.join(self.st.local, "record.json")
+        with open(path) as f:
+            text = f.read()
+        head = json.loads(text.split("\n", 1)[0] + "]}")
+        self.assertGreater(head["version"], 1, "the record this wfs wrote")
+        with open(path, "w") as f:
+            f.write(text.replace('"version":%d,' % head["version"], '"version":1,', 1))
+        self.st.start()
+        rep = wfstest.ctl_request(os.path.join(self.st.local, "wfs.sock"), {"op": "sync"})
+        self.assertTrue(rep and rep.get("ok"), "sync: %s" % rep)
+        with open(path) as f:
+            again = json.loads(f.read().split("\n", 1)[0] + "]}")
+        self.assertEqual(again["version"], head["version"], "record.json after the first build")
+        self.assert_states({BIG: "local", SMALL: "local"})
+
     def test_newer_version_index(self):
         """An index a later wfs wrote (a downgrade): left as it is, never
         replaced, and no copy of it removed -- moved aside, the next

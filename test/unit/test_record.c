@@ -98,7 +98,7 @@ static int file_is(const char *text, size_t entries)
 
 	for (const char *c = text; *c; c++)
 		lines += *c == '\n';
-	ok = o && json_integer_value(json_object_get(o, "version")) == 1 &&
+	ok = o && json_integer_value(json_object_get(o, "version")) == RECORD_VERSION &&
 	     json_is_integer(json_object_get(o, "built")) &&
 	     json_array_size(json_object_get(o, "entries")) == entries && lines == entries + 2;
 	json_decref(o);

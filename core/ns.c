@@ -77,39 +77,42 @@ static int present_lstat(struct ns_entry *out, const char *path, const char *rel
 	return 0;
 }
 
-/* Where the link @text, in the directory @dir of root 0, leads at its
- * first hop: the root it lies in (-1: none, or no lexical answer: a ".."
- * after a name), @lex its absolute path, *@rest the part below the root. */
-static int first_hop(const struct hub_roots *roots, const char *dir, const char *text,
-		     char *lex, const char **rest)
-{
+/* present_closed's paths, on the heap: it runs on the NAS threads, whose
+ * stacks are small (nasgate.c), below ns_classify's and the walk's own. */
+struct closed_paths {
+	char dir[PATH_MAX], text[PATH_MAX], lex[PATH_MAX], norm[PATH_MAX];
 	char abs[3 * PATH_MAX];
+};
+
+/* Where the link @p->text, in the directory @p->dir of root 0, leads at
+ * its first hop: the root it lies in (-1: none, or no lexical answer: a
+ * ".." after a name), @p->lex its absolute path, *@rest the part below the
+ * root. */
+static int first_hop(const struct hub_roots *roots, struct closed_paths *p, const char **rest)
+{
 	int n;
 
-	if (path_dotdot_after_name(text) >= 0)
+	if (path_dotdot_after_name(p->text) >= 0)
 		return -1;
-	if (text[0] == '/')
-		n = snprintf(abs, sizeof(abs), "%s", text);
+	if (p->text[0] == '/')
+		n = snprintf(p->abs, sizeof(p->abs), "%s", p->text);
 	else
-		n = snprintf(abs, sizeof(abs), "%s%s%s/%s", roots->path[0], *dir ? "/" : "", dir,
-			     text);
-	if (n < 0 || n >= (int)sizeof(abs) || path_normalize(abs, lex, PATH_MAX) < 0 ||
-	    hub_respell(roots, lex) < 0)
+		n = snprintf(p->abs, sizeof(p->abs), "%s%s%s/%s", roots->path[0], *p->dir ? "/" : "",
+			     p->dir, p->text);
+	if (n < 0 || n >= (int)sizeof(p->abs) || path_normalize(p->abs, p->lex, PATH_MAX) < 0 ||
+	    hub_respell(roots, p->lex) < 0)
 		return -1;
-	return hub_root_of(roots, lex, rest);
+	return hub_root_of(roots, p->lex, rest);
 }
 
-/* Does the relative @text, in the directory @dir of root 0, stay inside
- * root 0 as text (no ".." above the root, none after a name)? */
-static int inside_root(const char *dir, const char *text)
+/* Does the relative @p->text, in @p->dir of root 0, stay inside root 0 as
+ * text (no ".." above the root)?  (A ".." after a name is the kernel's to
+ * resolve in the mount, which mirrors the NAS's directories and links.) */
+static int inside_root(struct closed_paths *p)
 {
-	char joined[2 * PATH_MAX + 2], norm[PATH_MAX];
+	int n = snprintf(p->abs, sizeof(p->abs), "%s%s%s", p->dir, *p->dir ? "/" : "", p->text);
 
-	if (path_dotdot_after_name(text) >= 0 ||
-	    snprintf(joined, sizeof(joined), "%s%s%s", dir, *dir ? "/" : "", text) >=
-	    (int)sizeof(joined))
-		return 0;
-	return path_normalize(joined, norm, sizeof(norm)) == 0;
+	return n >= 0 && n < (int)sizeof(p->abs) && path_normalize(p->abs, p->norm, PATH_MAX) == 0;
 }
 
 /* A link to a file whose chain searched a directory some class cannot
@@ -118,44 +121,49 @@ static int inside_root(const char *dir, const char *text)
  * that the reader's kernel walks the chain a hop at a time, checking each
  * directory against the reader (each hop classified here again), and
  * learns no name the NAS would not show it (the target's own name may lie
- * in a directory it cannot list).  Into NAS_HUB relative, inside the
- * mount; into another root absolute, as on the NAS.  The blob is still
- * the target's.  (A text with ".." after a name has no lexical first hop:
- * shown as the path to the target.) */
+ * in a directory it cannot list).  A relative text that stays inside
+ * NAS_HUB as written, as a dangling link is shown (its form tells nothing
+ * of where it leads); one naming NAS_HUB otherwise relative, inside the
+ * mount; one into another root absolute, as on the NAS.  The blob is still
+ * the target's. */
 static int present_closed(const struct hub_roots *roots, const char *rel,
 			  const struct hub_res *res, const struct stat *lst, const char *path,
 			  const char *name, struct ns_entry *out)
 {
-	char dir[PATH_MAX], text[PATH_MAX], lex[PATH_MAX];
-	size_t rl = strlen(roots->path[0]);
+	struct closed_paths *p = malloc(sizeof(*p));
 	const char *rest = NULL;
-	ssize_t n = readlink(path, text, sizeof(text) - 1);
-	int root, r;
+	ssize_t n;
+	int root, r = 0;
 
-	if (n < 0)
-		return -errno;
-	text[n] = '\0';
-	path_dirname(rel, dir, sizeof(dir));
-	root = first_hop(roots, dir, text, lex, &rest);
-	if (root < 0) {
-		root = res->root;
-		snprintf(lex, sizeof(lex), "%s", res->real);
-		rest = res->root == 0 ? res->real + rl + (res->real[rl] == '/') : NULL;
+	if (!p)
+		return -ENOMEM;
+	n = readlink(path, p->text, sizeof(p->text) - 1);
+	if (n < 0) {
+		r = -errno;
+		goto out;
 	}
-	if (root != 0) {
-		snprintf(out->target, sizeof(out->target), "%s", lex);
+	p->text[n] = '\0';
+	path_dirname(rel, p->dir, sizeof(p->dir));
+	if (p->text[0] != '/' && inside_root(p)) {
+		snprintf(out->target, sizeof(out->target), "%s", p->text);
+	} else if ((root = first_hop(roots, p, &rest)) > 0 || (root < 0 && res->root != 0)) {
+		snprintf(out->target, sizeof(out->target), "%s", root > 0 ? p->lex : res->real);
 		out->link_state = NS_LINK_FOREIGN; /* (its backing says: a file) */
-	} else if (text[0] != '/' && inside_root(dir, text)) {
-		/* as written, as a dangling link is shown: whether it leads
-		 * anywhere is not told by its form */
-		snprintf(out->target, sizeof(out->target), "%s", text);
-	} else if ((r = path_relative(dir, rest, out->target, sizeof(out->target))) < 0) {
-		return r;
+	} else {
+		size_t rl = strlen(roots->path[0]);
+
+		if (root < 0) /* (no first hop to be had: the way to the target) */
+			rest = res->real + rl + (res->real[rl] == '/');
+		r = path_relative(p->dir, rest, out->target, sizeof(out->target));
 	}
-	if (name)
-		snprintf(out->blob_id, sizeof(out->blob_id), "%s", name);
-	present_link(out, lst);
-	return 0;
+	if (!r) {
+		if (name)
+			snprintf(out->blob_id, sizeof(out->blob_id), "%s", name);
+		present_link(out, lst);
+	}
+out:
+	free(p);
+	return r;
 }
 
 int ns_classify(const struct hub_roots *roots, const char *rel, struct ns_entry *out)

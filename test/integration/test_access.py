@@ -98,7 +98,9 @@ def build_hub(hub, root):
     repo(hub, EVIL, {"steal_ref": "../../../%s/refs/main" % PRIV,
                      "steal_cfg": "../../../%s/snapshots/%s/config.json" % (PRIV, REV),
                      "probe_yes": "../../../%s/./blobs/%s" % (PRIV, sha(DATA["priv"])),
-                     "probe_no": "../../../%s/./blobs/nope" % PRIV})
+                     "probe_no": "../../../%s/./blobs/nope" % PRIV,
+                     "probe_yes2": "../../snapshots/../../%s/blobs/%s" % (PRIV, sha(DATA["priv"])),
+                     "probe_no2": "../../snapshots/../../%s/blobs/nope" % PRIV})
     put(os.path.join(root, "locked", "x"), DATA["ext-locked"])
     put(os.path.join(root, "open", "y"), DATA["ext-open"])
     put(os.path.join(root, "locked", "z"), DATA["ext-rel"])
@@ -237,7 +239,7 @@ class ClosedWays(wfstest.ScratchMounts, unittest.TestCase):
         # a chain's own first hop, as written: not its target's name in a
         # repo uid 65534 cannot list, nor, by its form, whether it leads
         # anywhere
-        for name in ("steal_cfg", "probe_yes", "probe_no"):
+        for name in ("steal_cfg", "probe_yes", "probe_no", "probe_yes2", "probe_no2"):
             rel = EVIL + "/snapshots/%s/%s" % (REV, name)
             self.assertEqual(os.readlink(self.mount(rel)), os.readlink(self.nas(rel)), rel)
         rc, out, err = wfstest.run_wfsctl(["--socket", self.sock, "promote",

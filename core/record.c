@@ -213,11 +213,33 @@ static int take(void *arg, const char *rel, const struct ns_entry *e);
  * search (ns.c present_closed), into a hub-level store.  The reader's
  * kernel follows it through the mount, so the file and each directory
  * above it are kept too, classified one by one. */
+/* Each of @norm's prefixes not taken yet, classified and taken (@t:
+ * scratch): 0 or -errno (a name not there: 0). */
+static int take_prefixes(struct build *b, char *norm, struct ns_entry *t)
+{
+	int r = 0;
+
+	for (char *p = norm; !r && p; ) {
+		p = strchr(p + 1, '/');
+		if (p)
+			*p = '\0';
+		if (!rnode_find(&b->h, norm) && (r = ns_classify(b->roots, norm, t)) == 0) {
+			r = take(b, norm, t);
+			if (p && t->kind == NS_LINK)
+				break; /* (what lies through it is the ways' own) */
+		}
+		if (p)
+			*p = '/';
+	}
+	return r == -ENOENT ? 0 : r;
+}
+
 static int take_link_target(struct build *b, const char *rel, const struct ns_entry *e)
 {
 	char dir[PATH_MAX], joined[PATH_MAX], norm[PATH_MAX];
+	const char *phys;
 	struct ns_entry *t;
-	int r = 0;
+	int r;
 
 	path_dirname(rel, dir, sizeof(dir));
 	if (path_join(dir, e->target, joined, sizeof(joined)) < 0 ||
@@ -225,17 +247,17 @@ static int take_link_target(struct build *b, const char *rel, const struct ns_en
 	    (!strncmp(norm, "..", 2) && (norm[2] == '/' || !norm[2])) ||
 	    !(t = malloc(sizeof(*t))))
 		return 0; /* (in a repo: that repo's walk has it) */
-	for (char *p = norm; !r && p; ) {
-		p = strchr(p + 1, '/');
-		if (p)
-			*p = '\0';
-		if (!rnode_find(&b->h, norm) && (r = ns_classify(b->roots, norm, t)) == 0)
-			r = take(b, norm, t);
-		if (p)
-			*p = '/';
+	r = take_prefixes(b, norm, t);
+	/* and the file where the chain ends, with its directories: the first
+	 * hop's way may pass a link to a directory (.dl -> .closed), which
+	 * the names above do not hold */
+	if (!r && (phys = path_under(b->roots->path[0], e->backing)) && *phys &&
+	    !hub_repo_len(phys)) {
+		snprintf(norm, sizeof(norm), "%s", phys);
+		r = take_prefixes(b, norm, t);
 	}
 	free(t);
-	return r == -ENOENT ? 0 : r;
+	return r;
 }
 
 /* ns_walk's callback: every directory, link and .no_exist marker (decided

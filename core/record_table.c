@@ -302,8 +302,49 @@ static int in_revision_of(const char *link, const char *p)
 	return strncmp(link, p, len) == 0 && (p[len] == '\0' || p[len] == '/');
 }
 
+/* Links to directories a path passed through on its way (marked kept
+ * once the link that needed them is). */
+struct via_links {
+	struct rnode *v[HUB_MAX_HOPS];
+	int n;
+};
+
+/* The node of @norm (normalised, PATH_MAX; rewritten), a recorded link in
+ * its way followed: a closed way's first hop may pass a link to a
+ * directory (.dl -> .closed: ns.c present_closed), which the kernel follows
+ * in the mount, and the record must too. */
+static struct rnode *find_through(const struct htab *h, char *norm, struct via_links *via)
+{
+	char dir[PATH_MAX], joined[3 * PATH_MAX];
+	struct rnode *f = rnode_find(h, norm), *l;
+
+	while (!f && via->n < HUB_MAX_HOPS) {
+		char *p = norm;
+
+		for (l = NULL; !l && (p = strchr(p + 1, '/')); ) {
+			*p = '\0';
+			l = rnode_find(h, norm);
+			*p = '/';
+			if (!l)
+				return NULL; /* a way the record does not hold */
+			if (l->kind != NS_LINK)
+				l = NULL;
+		}
+		if (!l || l->target[0] == '/')
+			return NULL;
+		path_dirname(l->path, dir, sizeof(dir));
+		if (snprintf(joined, sizeof(joined), "%s%s%s%s", dir, *dir ? "/" : "", l->target, p) >=
+		    (int)sizeof(joined) || path_normalize(joined, norm, PATH_MAX) < 0)
+			return NULL;
+		via->v[via->n++] = l;
+		f = rnode_find(h, norm);
+	}
+	return f;
+}
+
 /* The node a relative link @n names, its path into @norm (PATH_MAX). */
-static struct rnode *link_next(const struct htab *h, const struct rnode *n, char *norm)
+static struct rnode *link_next(const struct htab *h, const struct rnode *n, char *norm,
+			       struct via_links *via)
 {
 	char dir[PATH_MAX], joined[PATH_MAX];
 
@@ -313,24 +354,31 @@ static struct rnode *link_next(const struct htab *h, const struct rnode *n, char
 	if (path_join(dir, n->target, joined, sizeof(joined)) < 0 ||
 	    path_normalize(joined, norm, PATH_MAX) < 0)
 		return NULL;
-	return rnode_find(h, norm);
+	return find_through(h, norm, via);
 }
 
 int record_keep_link(const struct htab *h, struct rnode *n, int dirs)
 {
 	char norm[PATH_MAX];
+	struct via_links via = { .n = 0 };
 	struct rnode *f;
 
 	if (n->kind != NS_LINK || n->target[0] == '/' || (dirs && n->keep))
 		return 0;
-	f = link_next(h, n, norm);
+	f = link_next(h, n, norm, dirs ? &(struct via_links){ .n = HUB_MAX_HOPS } : &via);
 	/* (a snapshot entry may name a repo blob shown as a link itself:
 	 * ns.c present_closed) */
 	for (int hops = 0; !dirs && f && f->kind == NS_LINK && hops < HUB_MAX_HOPS; hops++)
-		f = link_next(h, f, norm);
+		f = link_next(h, f, norm, &via);
 	if (!dirs) {
-		n->keep = f && f->kind == NS_FILE && f->keep;
-		n->full = n->keep && f->full;
+		/* (kept already: a link to a directory another link's way
+		 * passed, below) */
+		if (f && f->kind == NS_FILE && f->keep) {
+			n->keep = 1;
+			n->full = f->full;
+		}
+		for (int i = 0; n->keep && i < via.n; i++)
+			via.v[i]->keep = via.v[i]->full = 1;
 		return 0;
 	}
 	/* what the directory holds is judged entry by entry */

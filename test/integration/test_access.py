@@ -40,12 +40,13 @@ EVIL = "models--acc--evil"         # a repo of links into PRIV
 EXT = "models--acc--ext"           # blobs link into a further root
 GRP = "models--acc--grp"           # blobs link into a 0750 store of GROUP
 GRPX = "models--acc--grpx"         # into a 0705 one: GROUP may not search it
+DL = "models--acc--dl"             # into the 0700 store through a link to it
 REV = "c0" * 20
 
 DATA = {name: wfstest.det_bytes("access-" + name, size) for name, size in (
     ("closed", 2 * MiB), ("open", MiB), ("nox", 4096), ("priv", 3000), ("ref", 40),
     ("ext-locked", 2 * MiB), ("ext-open", 5000), ("ext-rel", 6000), ("grp", 70000),
-    ("grpx", 9000))}
+    ("grpx", 9000), ("dl", 300000))}
 DATA["ref"] = REV.encode()
 
 
@@ -87,6 +88,9 @@ def build_hub(hub, root):
     # (relative: the outage case reads this hub through faultfs, where an
     # absolute link would leave NAS_HUB)
     blob_link(hub, CLOSED, "closed", "../../.closed/" + sha(DATA["closed"]))
+    put(os.path.join(hub, ".closed", sha(DATA["dl"])), DATA["dl"])
+    os.symlink(".closed", os.path.join(hub, ".dl"))
+    blob_link(hub, DL, "dl", "../../.dl/" + sha(DATA["dl"]))
     blob_link(hub, OPEN, "open", "../../.open/" + sha(DATA["open"]))
     blob_link(hub, GRP, "grp", os.path.join(hub, ".grp", sha(DATA["grp"])))
     put(os.path.join(hub, ".grpx", sha(DATA["grpx"])), DATA["grpx"])
@@ -125,6 +129,7 @@ def build_hub(hub, root):
     os.chmod(os.path.join(hub, ".grpx"), 0o705)
     snap = "snapshots/%s/" % REV
     return {CLOSED + "/" + snap + "w.bin": DATA["closed"],
+            DL + "/" + snap + "w.bin": DATA["dl"],
             CLOSED + "/blobs/" + sha(DATA["closed"]): DATA["closed"],
             NOX + "/" + snap + "via": DATA["nox"],
             EVIL + "/" + snap + "steal_ref": DATA["ref"],
@@ -305,10 +310,13 @@ class ClosedWayOutage(Mounted):
         self.addCleanup(self.stop_wfs)
 
     def test_copy_serves_with_the_nas_gone(self):
+        """(And the blob behind a link to the store: the record keeps the
+        link to the directory its way passes.)"""
         w = os.path.join(self.mnt, CLOSED, "snapshots", REV, "w.bin")
+        dl = os.path.join(self.mnt, DL, "snapshots", REV, "w.bin")
         ctl_check(self, ["--socket", self.sock, "promote", "--wait",
-                         os.path.join(self.mnt, CLOSED)])
-        self.assertEqual(state_of(w), "local")
+                         os.path.join(self.mnt, CLOSED), os.path.join(self.mnt, DL)])
+        self.assertEqual((state_of(w), state_of(dl)), ("local", "local"))
         self.stop_wfs()
         self.assertEqual(self.nas.stop(), [], "faultfs stop")
         self.assertEqual(os.listdir(self.nas.mnt), [], "the NAS's mount point")
@@ -316,6 +324,8 @@ class ClosedWayOutage(Mounted):
         self.assertEqual(faultnas.nas_of_stats(self, self.sock)["state"], "down")
         self.assertEqual(sha(wfstest.read_file(w)), sha(DATA["closed"]),
                          "the closed-way blob's copy with the NAS gone")
+        self.assertEqual(sha(wfstest.read_file(dl)), sha(DATA["dl"]),
+                         "through a link to the store, with the NAS gone")
         self.assertEqual(os.readlink(os.path.join(self.mnt, CLOSED, "blobs",
                                                   sha(DATA["closed"]))),
                          "../../.closed/" + sha(DATA["closed"]))

@@ -297,17 +297,7 @@ class ClosedWayOutage(Mounted):
         faultnas.require_faultfs()
         d = os.path.join(Fix.base, "outage")
         os.mkdir(d)
-        self.nas = faultnas.FaultNAS(Fix.hub, os.path.join(d, "nas"), os.path.join(d, "ff.sock"))
-        self.nas_dir = self.nas.mnt
-        self.nas.start()
-        self.addCleanup(self.nas.stop)
-        self.local = os.path.join(d, "local")
-        self.mnt = os.path.join(d, "mnt")
-        os.mkdir(self.mnt)
-        self.sock = os.path.join(os.path.realpath(self.local), "wfs.sock")
-        self.m = None
-        self.start_wfs()
-        self.addCleanup(self.stop_wfs)
+        self.start_over(Fix.hub, d)
 
     def test_copy_serves_with_the_nas_gone(self):
         """(And the blob behind a link to the store: the record keeps the

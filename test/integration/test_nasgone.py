@@ -94,13 +94,11 @@ class Mounted(unittest.TestCase):
     def p(self, name):
         return os.path.join(self.mnt, REPO, "snapshots", self.rev, name)
 
-
-class NasGone(Mounted):
-    def setUp(self):
-        d = os.path.join(Hub.base, self.id().rsplit(".", 1)[-1])
-        os.mkdir(d)
-        self.nas = faultnas.FaultNAS(Hub.hub, os.path.join(d, "nas"), os.path.join(d, "ff.sock"))
-        self.nas_dir, self.rev = self.nas.mnt, Hub.rev
+    def start_over(self, hub, d):
+        """faultfs over @hub, LOCAL_STORE and the mount point, all in the
+        directory @d, and wfs started; each taken down at the cleanup."""
+        self.nas = faultnas.FaultNAS(hub, os.path.join(d, "nas"), os.path.join(d, "ff.sock"))
+        self.nas_dir = self.nas.mnt
         self.nas.start()
         self.addCleanup(self.stop_nas)
         self.local = os.path.join(d, "local")
@@ -115,6 +113,14 @@ class NasGone(Mounted):
         problems = self.nas.stop()
         if problems:
             raise AssertionError("faultfs: " + "; ".join(problems))
+
+
+class NasGone(Mounted):
+    def setUp(self):
+        d = os.path.join(Hub.base, self.id().rsplit(".", 1)[-1])
+        os.mkdir(d)
+        self.rev = Hub.rev
+        self.start_over(Hub.hub, d)
 
     def promote(self):
         ctl_check(self, ["--socket", self.sock, "promote", "--wait"] + [self.p(n) for n in LOCAL])

@@ -318,7 +318,7 @@ static struct rnode *find_through(const struct htab *h, char *norm, struct via_l
 	char dir[PATH_MAX], joined[3 * PATH_MAX];
 	struct rnode *f = rnode_find(h, norm), *l;
 
-	while (!f && via->n < HUB_MAX_HOPS) {
+	while (!f && *norm && via->n < HUB_MAX_HOPS) {
 		char *p = norm;
 
 		for (l = NULL; !l && (p = strchr(p + 1, '/')); ) {

@@ -208,11 +208,6 @@ static int note_big(struct build *b, const struct rnode *n, const char *why)
 
 static int take(void *arg, const char *rel, const struct ns_entry *e);
 
-/* A link to a local blob whose file lies outside the repos walked: a repo
- * blob shown as a link because its way crosses a directory others cannot
- * search (ns.c present_closed), into a hub-level store.  The reader's
- * kernel follows it through the mount, so the file and each directory
- * above it are kept too, classified one by one. */
 /* Each of @norm's prefixes not taken yet, classified and taken (@t:
  * scratch): 0 or -errno (a name not there: 0). */
 static int take_prefixes(struct build *b, char *norm, struct ns_entry *t)
@@ -234,6 +229,11 @@ static int take_prefixes(struct build *b, char *norm, struct ns_entry *t)
 	return r == -ENOENT ? 0 : r;
 }
 
+/* A link to a local blob whose file lies outside the repos walked: a repo
+ * blob shown as a link because its way crosses a directory some class
+ * cannot search (ns.c present_closed), into a hub-level store.  The
+ * reader's kernel follows it through the mount, so the file and each
+ * directory above it are kept too, classified one by one. */
 static int take_link_target(struct build *b, const char *rel, const struct ns_entry *e)
 {
 	char dir[PATH_MAX], joined[PATH_MAX], norm[PATH_MAX];
@@ -245,7 +245,7 @@ static int take_link_target(struct build *b, const char *rel, const struct ns_en
 	if (path_join(dir, e->target, joined, sizeof(joined)) < 0 ||
 	    path_normalize(joined, norm, sizeof(norm)) < 0 || hub_repo_len(norm) || !norm[0] ||
 	    (!strncmp(norm, "..", 2) && (norm[2] == '/' || !norm[2])) ||
-	    !(t = malloc(sizeof(*t))))
+	    !is_local(b->s, e->backing) || !(t = malloc(sizeof(*t))))
 		return 0; /* (in a repo: that repo's walk has it) */
 	r = take_prefixes(b, norm, t);
 	/* and the file where the chain ends, with its directories: the first
@@ -268,7 +268,7 @@ static int take(void *arg, const char *rel, const struct ns_entry *e)
 	struct rnode *n;
 	char rev[PATH_MAX];
 	int ref = e->kind == NS_FILE && record_is_ref(rel), r = 0;
-	int local = e->kind != NS_DIR ? is_local(b->s, e->backing) : 0;
+	int local = e->kind == NS_FILE ? is_local(b->s, e->backing) : 0;
 	enum side side = SIDE_NONE;
 
 	if (stopping(b->r))
@@ -291,7 +291,9 @@ static int take(void *arg, const char *rel, const struct ns_entry *e)
 	if (rnodes_push(&b->all, n) < 0)
 		return -ENOMEM;
 	htab_add(&b->h, &n->hl, path_hash(n->path));
-	if (e->kind == NS_LINK && e->link_state == NS_LINK_RESOLVED && local)
+	/* (the store is asked only for a link that leads out of the repos:
+	 * every snapshot entry is a link) */
+	if (e->kind == NS_LINK && e->link_state == NS_LINK_RESOLVED && e->backing[0])
 		return take_link_target(b, rel, e);
 	return 0;
 }

@@ -373,9 +373,12 @@ static void set_aside(struct record *r, const char *why)
  * search (record.h RECORD_VERSION). */
 static int v1_through_link(const char *nas, const struct rnode *n)
 {
-	const char *rest = n->kind == NS_FILE && n->backing ? path_under(nas, n->backing) : NULL;
+	const char *rest;
 
-	return n->kind == NS_FILE && (!rest || strcmp(rest, n->path));
+	if (n->kind != NS_FILE)
+		return 0;
+	rest = n->backing ? path_under(nas, n->backing) : NULL;
+	return !rest || strcmp(rest, n->path);
 }
 
 /* The entries of @rd into *@t (NULL, the file set aside, when any is

@@ -273,8 +273,7 @@ static void walk_note_search(struct walk *wk)
 	struct stat st;
 	size_t n = strlen(wk->done);
 
-	if (wk->out->closed || (wk->root == 0 && (!n || (!strncmp(wk->link_dir, wk->done, n) &&
-	    (wk->link_dir[n] == '/' || !wk->link_dir[n])))))
+	if (wk->out->closed || (wk->root == 0 && (!n || path_under(wk->done, wk->link_dir))))
 		return;
 	if (!wk->have_last) {
 		if (snprintf(dir, sizeof(dir), "%s%s%s", wk->roots->path[wk->root], n ? "/" : "",

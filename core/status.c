@@ -766,10 +766,10 @@ json_t *status_reply(struct control *c, json_t *req, int walk)
 		"flagged", sums.flagged, "flagged_total", sums.flagged_total,
 		"held", sums.held_list, "held_total", sums.held,
 		"ref_pins", refs, "partial", sums.partial);
-	if (rep)
+	if (rep) {
 		json_object_set_new(rep, "walk_cut_s",
 				    json_integer(v.cut ? status_walk_ms(c) / 1000 : 0));
-	if (rep)
 		add_state(c, rep);
+	}
 	return rep;
 }

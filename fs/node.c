@@ -149,13 +149,18 @@ int node_attr_fresh(struct node_table *t, struct node *n, double ttl, struct sta
 	return 0;
 }
 
+/* Has @st another ctime than the one @n last saw? */
+static int ctime_differs(const struct node *n, const struct stat *st)
+{
+	return n->st.ctime != st->st_ctim.tv_sec || n->st.ctime_ns != (uint32_t)st->st_ctim.tv_nsec;
+}
+
 int node_set_stat_locked(struct node *n, const struct stat *st)
 {
 	/* (the ctime too: a file replaced in place keeping its mtime -- cp -p,
 	 * a tool restoring times -- shows only that) */
 	int changed = n->st.size != (uint64_t)st->st_size || n->st.mtime != st->st_mtim.tv_sec ||
-		      n->st.mtime_ns != (uint32_t)st->st_mtim.tv_nsec ||
-		      n->st.ctime != st->st_ctim.tv_sec || n->st.ctime_ns != (uint32_t)st->st_ctim.tv_nsec;
+		      n->st.mtime_ns != (uint32_t)st->st_mtim.tv_nsec || ctime_differs(n, st);
 
 	if (changed)
 		n->cache_ok = 0;
@@ -318,8 +323,7 @@ void node_table_destroy(struct node_table *t)
 static int renamed_blob_locked(const struct node *n, const struct ns_entry *e)
 {
 	const char *id = __atomic_load_n(&n->blob_id, __ATOMIC_ACQUIRE);
-	int changed = n->st.ctime != e->st.st_ctim.tv_sec ||
-		      n->st.ctime_ns != (uint32_t)e->st.st_ctim.tv_nsec;
+	int changed = ctime_differs(n, &e->st);
 
 	if (!id)
 		return __atomic_load_n(&n->blob, __ATOMIC_ACQUIRE) && changed;

@@ -131,9 +131,7 @@ static int print_repos(const json_t *repos, bool revisions, bool cut)
 	}
 	table_init(&tb, 7, hdr, "lrrrrrl");
 	json_array_foreach(repos, i, repo) {
-		char states[512];
-
-		char name[1024];
+		char states[512], name[1024];
 
 		states_cell(json_object_get(repo, "states"), states, sizeof(states));
 		/* (marked only when others come from the NAS: all from the
